@@ -1,0 +1,1 @@
+"""Subcommands of ``metashift-hf``; each module exposes ``register(subparsers)``."""
