@@ -1,4 +1,24 @@
-"""metashift-hf: MetaShift made real, current and easy to use on the Hugging Face ecosystem."""
+"""metashift-hf: MetaShift made real, current and easy to use on the Hugging Face ecosystem.
+
+Quick start::
+
+    import metashift_hf
+    ds = metashift_hf.load("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+# Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
+_LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "Artifact": "builders.artifact"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "load", "prepare", "Artifact"]
