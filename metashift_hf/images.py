@@ -1,0 +1,371 @@
+"""Image sources: a folder of ``<id>.jpg`` or a zip such as GQA's ``images.zip``.
+
+Bytes are always the original file content: images are never decoded and re-encoded for
+storage. A zip is read in place (random access through its central directory), never unpacked.
+
+    with open_images("images.zip") as src:
+        present, report = src.resolve(ids, on_missing="skip")
+        data = src.read(present[0])
+"""
+from __future__ import annotations
+
+import abc
+import io
+import os
+import struct
+import threading
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Literal
+
+from .errors import InputFormatError, MissingImagesError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+OnMissing = Literal["error", "skip"]
+_SHOW_IDS = 10  # how many ids an error message lists before "..."
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, 30 bytes
+_FIX_IMAGES = (
+    "pass --on-missing skip (Python: on_missing='skip') to drop these images, or point --images "
+    "at the folder of <id>.jpg files or the zip (e.g. GQA images.zip) that holds them"
+)
+
+
+def _image_stem(name: str) -> str | None:
+    """The image id of a file/entry name, or None when it is not an image we index."""
+    base = name.rsplit("/", 1)[-1]
+    # macOS zips carry '._<name>' resource forks next to real entries.
+    if not base or base.startswith("."):
+        return None
+    stem, dot, suffix = base.rpartition(".")
+    if not dot or not stem or f".{suffix.lower()}" not in IMAGE_SUFFIXES:
+        return None
+    return stem
+
+
+def _shorten(ids: list[str]) -> str:
+    shown = ", ".join(ids[:_SHOW_IDS])
+    return shown + (f", ... ({len(ids) - _SHOW_IDS} more)" if len(ids) > _SHOW_IDS else "")
+
+
+def sniff_image(data: bytes) -> str | None:
+    """Why ``data`` is not a decodable image, or None when it looks whole.
+
+    Checks without decoding pixels (fast enough for 148k images): PIL parses the headers and
+    runs its format's ``verify``; a JPEG must also end with an EOI marker, because PIL's JPEG
+    verify does not notice a truncated file.
+    """
+    from PIL import Image
+
+    if not data:
+        return "empty file"
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            fmt = im.format
+            im.verify()
+    except Exception as exc:  # PIL raises many types for garbage; all mean "not an image"
+        return f"not a decodable image ({type(exc).__name__}: {exc})"
+    # Trailing padding after EOI is legal and occurs in the wild, so look near the end only.
+    if fmt == "JPEG" and b"\xff\xd9" not in data[-4096:]:
+        return "truncated JPEG (no end-of-image marker)"
+    return None
+
+
+@dataclass
+class ImageCheck:
+    """Result of checking a list of image ids against a source."""
+
+    source: str
+    requested: int
+    missing: list[str] = field(default_factory=list)
+    corrupt: dict[str, str] = field(default_factory=dict)  # id -> reason
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.corrupt
+
+    @property
+    def bad_ids(self) -> list[str]:
+        return sorted(set(self.missing) | set(self.corrupt))
+
+    def summary(self) -> str:
+        """One paragraph for users: counts, first ids, the source."""
+        if self.ok:
+            return f"all {self.requested} images present and readable in {self.source}"
+        parts = []
+        if self.missing:
+            parts.append(f"{len(self.missing)} missing ({_shorten(self.missing)})")
+        if self.corrupt:
+            bad = sorted(self.corrupt)
+            first = bad[0]
+            parts.append(f"{len(bad)} corrupt ({_shorten(bad)}; e.g. {first}: {self.corrupt[first]})")
+        return f"{len(self.bad_ids)} of {self.requested} images unusable in {self.source}: " + "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "requested": self.requested,
+            "missing": list(self.missing),
+            "corrupt": dict(self.corrupt),
+        }
+
+    def raise_if_bad(self) -> None:
+        if not self.ok:
+            raise MissingImagesError(self.summary(), _FIX_IMAGES, image_ids=self.bad_ids)
+
+
+class ImageSource(abc.ABC):
+    """Read-only access to images by id. Thread-safe ``read``; use as a context manager."""
+
+    def __init__(self, path: Path, index: dict[str, object]) -> None:
+        self.path = path
+        self._index = index
+        self._ids: list[str] | None = None
+
+    @abc.abstractmethod
+    def _read(self, image_id: str, where: object) -> bytes:
+        """The bytes of ``image_id`` stored at ``where`` (the index value)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Kind, location and size of the source, for messages."""
+
+    # -- public API ----------------------------------------------------------------------------
+    def has(self, image_id: str) -> bool:
+        return str(image_id) in self._index
+
+    def __contains__(self, image_id: object) -> bool:
+        return self.has(str(image_id))
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def ids(self) -> list[str]:
+        """Every image id in the source, sorted."""
+        if self._ids is None:
+            self._ids = sorted(self._index)
+        return list(self._ids)
+
+    def read(self, image_id: str) -> bytes:
+        """The original bytes of one image; MissingImagesError when absent or unreadable."""
+        image_id = str(image_id)
+        where = self._index.get(image_id)
+        if where is None:
+            raise MissingImagesError(
+                f"image {image_id!r} is not in {self.describe()}", _FIX_IMAGES, image_ids=[image_id]
+            )
+        return self._read(image_id, where)
+
+    def check(self, image_ids: Iterable[str], *, verify: bool = True) -> ImageCheck:
+        """Which of ``image_ids`` are missing, and (``verify``) which are not decodable images."""
+        ids = sorted({str(i) for i in image_ids})
+        report = ImageCheck(source=self.describe(), requested=len(ids))
+        for image_id in ids:
+            if image_id not in self._index:
+                report.missing.append(image_id)
+            elif verify:
+                try:
+                    reason = sniff_image(self.read(image_id))
+                except MissingImagesError as exc:  # e.g. a zip member failing its CRC
+                    reason = exc.what
+                if reason:
+                    report.corrupt[image_id] = reason
+        return report
+
+    def resolve(
+        self, image_ids: Iterable[str], on_missing: OnMissing = "error", *, verify: bool = True
+    ) -> tuple[list[str], ImageCheck]:
+        """Sorted usable ids and the check report; ``on_missing='error'`` raises when any is bad."""
+        if on_missing not in ("error", "skip"):
+            raise InputFormatError(
+                f"on_missing must be 'error' or 'skip', got {on_missing!r}",
+                "use --on-missing error (default: stop on the first report) or --on-missing skip",
+            )
+        ids = sorted({str(i) for i in image_ids})
+        report = self.check(ids, verify=verify)
+        if on_missing == "error":
+            report.raise_if_bad()
+        bad = set(report.bad_ids)
+        return [i for i in ids if i not in bad], report
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "ImageSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+class FolderImages(ImageSource):
+    """``<id>.jpg`` files in a folder and in its direct subfolders (e.g. ``gqa/``, ``vg/``, ``images/``)."""
+
+    def __init__(self, path: Path) -> None:
+        index: dict[str, Path] = {}
+        self.duplicates = 0
+        # Top level first, then subfolders in sorted order: the first file seen for an id wins,
+        # so the choice is deterministic.
+        subdirs = self._scan(path, index)
+        for sub in subdirs:
+            self._scan(sub, index)
+        super().__init__(path, index)
+
+    def _scan(self, folder: Path, index: dict[str, Path]) -> list[Path]:
+        """Add the images of ``folder`` to ``index``; return its visible subfolders, sorted."""
+        subdirs = []
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.name.startswith("."):
+                    subdirs.append(Path(entry.path))
+                continue
+            stem = _image_stem(entry.name)
+            if stem is None:
+                continue
+            if stem in index:
+                self.duplicates += 1
+            else:
+                index[stem] = Path(entry.path)
+        return subdirs
+
+    def _read(self, image_id: str, where: object) -> bytes:
+        try:
+            with open(where, "rb") as f:  # type: ignore[arg-type]
+                return f.read()
+        except OSError as exc:
+            raise MissingImagesError(
+                f"image {image_id!r} could not be read from {where}: {exc}", _FIX_IMAGES, image_ids=[image_id]
+            ) from exc
+
+    def describe(self) -> str:
+        extra = f", {self.duplicates} duplicate ids ignored" if self.duplicates else ""
+        return f"folder {self.path} ({len(self._index)} images{extra})"
+
+
+class ZipImages(ImageSource):
+    """Entries of a zip indexed by basename stem (``images/2375429.jpg`` -> ``"2375429"``).
+
+    The central directory is parsed once. Each thread reads through its own file handle and
+    decodes the member itself (stored or deflated, CRC checked), so concurrent reads never
+    share a file position and no thread re-parses the 148k-entry directory.
+    """
+
+    def __init__(self, path: Path) -> None:
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise InputFormatError(
+                f"{path} is not a readable zip file ({exc})",
+                "point --images at a complete zip (re-download it if it was cut short) or at a folder of <id>.jpg",
+            ) from exc
+        index: dict[str, zipfile.ZipInfo] = {}
+        self.duplicates = 0
+        # Sorted by entry name so the winner of a duplicate id does not depend on zip order.
+        for info in sorted(zf.infolist(), key=lambda i: i.filename):
+            if info.is_dir():
+                continue
+            stem = _image_stem(info.filename)
+            if stem is None or info.filename.startswith("__MACOSX/"):
+                continue
+            if stem in index:
+                self.duplicates += 1
+            else:
+                index[stem] = info
+        self._zip = zf  # kept for members we do not decode ourselves (rare compressions)
+        self._zip_lock = threading.Lock()
+        self._local = threading.local()
+        self._handles: list = []
+        self._handles_lock = threading.Lock()
+        super().__init__(path, index)
+
+    def _handle(self):
+        fh = getattr(self._local, "fh", None)
+        if fh is None:
+            fh = open(self.path, "rb")
+            self._local.fh = fh
+            with self._handles_lock:
+                self._handles.append(fh)
+        return fh
+
+    def _bad(self, image_id: str, info: zipfile.ZipInfo, why: str) -> MissingImagesError:
+        return MissingImagesError(
+            f"image {image_id!r} (entry {info.filename!r} of {self.path}) is unreadable: {why}",
+            _FIX_IMAGES,
+            image_ids=[image_id],
+        )
+
+    def _read(self, image_id: str, where: object) -> bytes:
+        info: zipfile.ZipInfo = where  # type: ignore[assignment]
+        if info.flag_bits & 0x1:
+            raise self._bad(image_id, info, "the entry is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            with self._zip_lock:
+                try:
+                    return self._zip.read(info)
+                except Exception as exc:
+                    raise self._bad(image_id, info, str(exc)) from exc
+        fh = self._handle()
+        fh.seek(info.header_offset)
+        header = fh.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise self._bad(image_id, info, "bad local file header (zip cut short or damaged)")
+        fields = _LOCAL_HEADER.unpack(header)
+        name_len, extra_len = fields[-2], fields[-1]
+        fh.seek(name_len + extra_len, os.SEEK_CUR)
+        raw = fh.read(info.compress_size)
+        if len(raw) != info.compress_size:
+            raise self._bad(image_id, info, "entry data cut short (zip truncated)")
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            try:
+                raw = zlib.decompress(raw, -15)
+            except zlib.error as exc:
+                raise self._bad(image_id, info, f"deflate error {exc}") from exc
+        if len(raw) != info.file_size or zlib.crc32(raw) != info.CRC:
+            raise self._bad(image_id, info, "CRC/size mismatch (damaged entry)")
+        return raw
+
+    def describe(self) -> str:
+        extra = f", {self.duplicates} duplicate ids ignored" if self.duplicates else ""
+        return f"zip {self.path} ({len(self._index)} images{extra})"
+
+    def close(self) -> None:
+        with self._handles_lock:
+            for fh in self._handles:
+                fh.close()
+            self._handles.clear()
+        self._local = threading.local()
+        self._zip.close()
+
+
+def open_images(src: "str | os.PathLike | ImageSource") -> ImageSource:
+    """Open a folder of ``<id>.jpg`` (plus one level of subfolders) or a zip of images."""
+    if isinstance(src, ImageSource):
+        return src
+    path = Path(src).expanduser()
+    if not path.exists():
+        raise MissingImagesError(
+            f"image source {path} does not exist",
+            "pass --images pointing at a folder of <id>.jpg files or at GQA's images.zip",
+        )
+    if path.is_dir():
+        source: ImageSource = FolderImages(path)
+    elif path.suffix.lower() == ".zip" or zipfile.is_zipfile(path):
+        source = ZipImages(path)
+    else:
+        raise InputFormatError(
+            f"image source {path} is neither a folder nor a zip file",
+            "pass --images pointing at a folder of <id>.jpg files or at a .zip such as GQA's images.zip",
+        )
+    if len(source) == 0:
+        source.close()
+        raise MissingImagesError(
+            f"no image files ({', '.join(IMAGE_SUFFIXES)}) found in {path} or its direct subfolders",
+            "point --images at the folder or zip that contains the <id>.jpg files",
+        )
+    return source

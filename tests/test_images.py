@@ -1,0 +1,174 @@
+"""Image sources: real GQA/VG JPEGs from a folder and from zips, original bytes, missing/corrupt reports."""
+from __future__ import annotations
+
+import shutil
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from metashift_hf.errors import InputFormatError, MissingImagesError
+from metashift_hf.images import FolderImages, ZipImages, open_images, sniff_image
+
+
+@pytest.fixture(scope="module")
+def real_images(shared_ref: Path) -> dict[str, Path]:
+    """id -> path of every shared real image (gqa/ and vg/)."""
+    files = sorted((shared_ref / "images").glob("*/*.jpg"))
+    assert len(files) == 15, files
+    return {f.stem: f for f in files}
+
+
+def _zip(path: Path, files: dict[str, Path], prefix: str, compression: int) -> Path:
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        zf.writestr(prefix or "readme.txt", b"" if prefix else b"not an image")  # a dir entry / stray file
+        for image_id, f in files.items():
+            zf.write(f, f"{prefix}{image_id}.jpg")
+    return path
+
+
+def test_folder_with_subfolders_reads_original_bytes(shared_ref, real_images):
+    with open_images(shared_ref / "images") as src:
+        assert isinstance(src, FolderImages)
+        assert src.ids() == sorted(real_images)
+        for image_id, f in real_images.items():
+            assert src.has(image_id)
+            assert src.read(image_id) == f.read_bytes()
+        assert "2375429" in src and "15 images" in src.describe()
+        assert src.check(src.ids()).ok
+
+
+@pytest.mark.parametrize("prefix", ["images/", ""])
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_zip_layouts_read_original_bytes(tmp_path, real_images, prefix, compression):
+    path = _zip(tmp_path / "images.zip", real_images, prefix, compression)
+    with open_images(path) as src:
+        assert isinstance(src, ZipImages)
+        assert src.ids() == sorted(real_images)
+        for image_id, f in real_images.items():
+            assert src.read(image_id) == f.read_bytes()
+        present, report = src.resolve(real_images)
+        assert present == sorted(real_images) and report.ok
+
+
+def test_zip_reads_are_thread_safe(tmp_path, real_images):
+    path = _zip(tmp_path / "images.zip", real_images, "images/", zipfile.ZIP_DEFLATED)
+    expected = {i: f.read_bytes() for i, f in real_images.items()}
+    errors: list[str] = []
+    with open_images(path) as src:
+
+        def work(order: list[str]) -> None:
+            for _ in range(5):
+                for image_id in order:
+                    if src.read(image_id) != expected[image_id]:
+                        errors.append(image_id)
+
+        ids = sorted(expected)
+        threads = [threading.Thread(target=work, args=(ids[k:] + ids[:k],)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
+@pytest.fixture()
+def damaged_folder(tmp_path, real_images) -> Path:
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for image_id in ("2375429", "4", "2415126"):
+        shutil.copy(real_images[image_id], folder / f"{image_id}.jpg")
+    whole = real_images["1339"].read_bytes()
+    (folder / "1339.jpg").write_bytes(whole[: len(whole) // 2])  # truncated JPEG
+    (folder / "77.jpg").write_bytes(b"\x00garbage, not an image" * 10)
+    return folder
+
+
+def test_missing_and_corrupt_are_reported(damaged_folder):
+    with open_images(damaged_folder) as src:
+        report = src.check(["2375429", "4", "1339", "77", "999", "n1"])
+    assert report.missing == ["999", "n1"]
+    assert sorted(report.corrupt) == ["1339", "77"]
+    assert "truncated" in report.corrupt["1339"]
+    assert "not a decodable image" in report.corrupt["77"]
+    assert report.requested == 6 and not report.ok
+    text = report.summary()
+    assert "4 of 6 images unusable" in text and "999" in text and str(damaged_folder) in text
+
+
+def test_on_missing_error_raises_with_ids_and_fix(damaged_folder):
+    with open_images(damaged_folder) as src, pytest.raises(MissingImagesError) as exc:
+        src.resolve(["4", "999", "77"], on_missing="error")
+    err = exc.value
+    assert err.image_ids == ["77", "999"]
+    assert "2 of 3 images unusable" in err.what and str(damaged_folder) in err.what
+    assert "--on-missing skip" in err.fix and "--images" in err.fix
+
+
+def test_on_missing_skip_drops_bad_ids(damaged_folder):
+    with open_images(damaged_folder) as src:
+        present, report = src.resolve(["4", "999", "77", "2375429", "1339"], on_missing="skip")
+        assert present == ["2375429", "4"]
+        assert report.bad_ids == ["1339", "77", "999"]
+        # without verification only absence counts
+        present, report = src.resolve(["4", "999", "77"], on_missing="skip", verify=False)
+        assert present == ["4", "77"] and report.missing == ["999"]
+        with pytest.raises(InputFormatError):
+            src.resolve(["4"], on_missing="ignore")  # type: ignore[arg-type]
+
+
+def test_read_missing_id_names_source(damaged_folder):
+    with open_images(damaged_folder) as src, pytest.raises(MissingImagesError) as exc:
+        src.read("12345")
+    assert "12345" in exc.value.what and str(damaged_folder) in exc.value.what
+
+
+def test_damaged_zip_entry_is_corrupt_not_crash(tmp_path, real_images):
+    path = _zip(tmp_path / "images.zip", {"4": real_images["4"], "5": real_images["5"]}, "images/", zipfile.ZIP_STORED)
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("images/4.jpg")
+        offset = info.header_offset + 30 + len(info.filename) + len(info.extra) + 1000
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 8] = b"XXXXXXXX"  # flip bytes inside the stored JPEG
+    path.write_bytes(bytes(data))
+    with open_images(path) as src:
+        assert src.read("5") == real_images["5"].read_bytes()
+        with pytest.raises(MissingImagesError, match="CRC"):
+            src.read("4")
+        present, report = src.resolve(["4", "5"], on_missing="skip")
+    assert present == ["5"] and "CRC" in report.corrupt["4"]
+
+
+def test_bad_sources_give_clear_errors(tmp_path):
+    with pytest.raises(MissingImagesError, match="does not exist"):
+        open_images(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MissingImagesError, match="no image files"):
+        open_images(tmp_path / "empty")
+    notzip = tmp_path / "images.txt"
+    notzip.write_text("hello")
+    with pytest.raises(InputFormatError, match="neither a folder nor a zip"):
+        open_images(notzip)
+    cut = tmp_path / "cut.zip"
+    with zipfile.ZipFile(cut, "w") as zf:
+        zf.writestr("images/1.jpg", b"x" * 1000)
+    cut.write_bytes(cut.read_bytes()[:-30])  # central directory end record damaged
+    with pytest.raises(InputFormatError, match="not a readable zip"):
+        open_images(cut)
+
+
+def test_duplicate_ids_prefer_top_level(tmp_path, real_images):
+    (tmp_path / "vg").mkdir()
+    shutil.copy(real_images["4"], tmp_path / "4.jpg")
+    shutil.copy(real_images["5"], tmp_path / "vg" / "4.jpg")
+    with open_images(tmp_path) as src:
+        assert src.read("4") == real_images["4"].read_bytes()
+        assert "1 duplicate" in src.describe()
+
+
+def test_sniff_image_accepts_real_and_rejects_garbage(real_images):
+    data = real_images["2375429"].read_bytes()
+    assert sniff_image(data) is None
+    assert sniff_image(b"") == "empty file"
+    assert sniff_image(data[:5000]) is not None
