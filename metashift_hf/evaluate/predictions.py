@@ -1,0 +1,117 @@
+"""Per-image model outputs: computed here or read from a file of predictions made elsewhere."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputFormatError, MissingImagesError
+from ..fsutil import sha256_file
+
+N_CLASSES = 1000
+
+
+@dataclass
+class Predictions:
+    """Outputs for ``image_ids`` in that order: top-1 ImageNet index and, when known, the logits."""
+
+    image_ids: list[str]
+    top1: np.ndarray  # int64 (n,)
+    logits: np.ndarray | None  # float32 (n, 1000) or None (index-only predictions files)
+
+    def for_ids(self, ids: Sequence[str], source: str = "predictions") -> "Predictions":
+        """The same predictions reordered to ``ids``; every id must be present."""
+        pos = {iid: i for i, iid in enumerate(self.image_ids)}
+        missing = [i for i in ids if i not in pos]
+        if missing:
+            raise MissingImagesError(
+                f"{source} has no prediction for {len(missing)} of the task's {len(ids)} images (e.g. {', '.join(missing[:5])})",
+                "predict every image of the task (same image_id strings as the dataset's image_id column)",
+                image_ids=missing,
+            )
+        idx = np.fromiter((pos[i] for i in ids), dtype=np.int64, count=len(ids))
+        logits = None if self.logits is None else self.logits[idx]
+        return Predictions(list(ids), self.top1[idx], logits)
+
+
+@dataclass
+class PrecomputedPredictions:
+    """A csv/parquet file with ``image_id`` plus ``imagenet_index`` (0-999) or 1,000 logits.
+
+    Logits come either as one list column ``logits`` (parquet) or as columns ``logit_0`` …
+    ``logit_999`` (csv or parquet). Restricted scoring needs logits.
+    """
+
+    path: Path
+    predictions: Predictions
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return f"predictions:{self.path.name}"
+
+    def card(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "predictions", "weights_sha256": None, "file_sha256": self.sha256,
+                "preprocessing": "done elsewhere (precomputed predictions)",
+                "has_logits": self.predictions.logits is not None}
+
+    @classmethod
+    def read(cls, path: str | Path) -> "PrecomputedPredictions":
+        import pandas as pd
+
+        path = Path(path)
+        fix = ("write a .csv or .parquet with a string column image_id and either imagenet_index (int 0-999), "
+               "a list column logits (1000 floats) or columns logit_0..logit_999")
+        if not path.is_file():
+            raise InputFormatError(f"predictions file {path} does not exist", fix)
+        suffix = path.suffix.lower()
+        try:
+            if suffix == ".csv":
+                df = pd.read_csv(path, dtype={"image_id": str})
+            elif suffix in (".parquet", ".pq"):
+                df = pd.read_parquet(path)
+            else:
+                raise InputFormatError(f"predictions file {path} is neither .csv nor .parquet", fix)
+        except InputFormatError:
+            raise
+        except Exception as exc:  # pandas/pyarrow parse errors vary by engine
+            raise InputFormatError(f"cannot read predictions file {path}: {exc}", fix) from exc
+        if "image_id" not in df.columns:
+            raise InputFormatError(f"predictions file {path} has no image_id column (columns: {list(df.columns)[:8]})", fix)
+        ids = [str(i) for i in df["image_id"]]
+        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+        if dup:
+            raise InputFormatError(f"predictions file {path} repeats image_id {dup[:5]}", "keep one row per image")
+        logits = _read_logits(df, path, fix)
+        if logits is not None:
+            top1 = logits.argmax(axis=1).astype(np.int64)
+        elif "imagenet_index" in df.columns:
+            col = pd.to_numeric(df["imagenet_index"], errors="coerce")
+            bad = df["image_id"][col.isna() | (col < 0) | (col >= N_CLASSES) | (col != col.round())]
+            if len(bad):
+                raise InputFormatError(f"predictions file {path}: imagenet_index is not an integer 0-999 for image_id {list(map(str, bad[:5]))}", fix)
+            top1 = col.to_numpy().astype(np.int64)
+        else:
+            raise InputFormatError(f"predictions file {path} has neither imagenet_index nor logits", fix)
+        return cls(path, Predictions(ids, top1, logits), sha256_file(path))
+
+
+def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:
+    cols = [f"logit_{i}" for i in range(N_CLASSES)]
+    if "logits" in df.columns:
+        rows = list(df["logits"])
+        if any(r is None or len(r) != N_CLASSES for r in rows):
+            raise InputFormatError(f"predictions file {path}: every logits entry must hold exactly {N_CLASSES} numbers", fix)
+        arr = np.asarray([np.asarray(r, dtype=np.float32) for r in rows], dtype=np.float32).reshape(len(rows), N_CLASSES)
+    elif cols[0] in df.columns:
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise InputFormatError(f"predictions file {path} lacks {len(missing)} logit columns (e.g. {missing[:3]})", fix)
+        arr = df[cols].to_numpy(dtype=np.float32)
+    else:
+        return None
+    if not np.isfinite(arr).all():
+        raise InputFormatError(f"predictions file {path} has NaN or infinite logits", "write finite logits for every image")
+    return arr
