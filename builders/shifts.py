@@ -1,0 +1,707 @@
+"""Split plans for distribution-shift tasks: groups of context subsets -> leak-free splits + a shift spec.
+
+Everything here works on image-id sets (no images, no ``datasets``), so the same plan drives the
+``datasets`` builder, ``metashift-hf tasks show``, export and evaluation. Three generators:
+
+* :func:`domain_generalisation` - train on some context groups, test on others (marginal shift);
+  :func:`contexts_near_distance` picks training contexts at a target meta-graph distance d.
+* :func:`subpopulation_shift` - every class has a majority and a minority context group; the
+  training mixture has minority fraction p, the test set is balanced (conditional shift).
+* :func:`community_shift` - per class, the largest meta-graph community is the training
+  distribution and the other communities are the out-of-distribution test (matched tasks).
+* :func:`collection` - no shift: every image of some classes once, with all its contexts.
+
+Randomness: each group is shuffled by ``numpy.random.default_rng([seed, stable hash of its name])``
+over its *sorted* ids, so a plan depends on the seed and the data only (not on set order or on
+the other groups).
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from metashift_hf.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
+
+SPLITS = ("train", "validation", "test", "id_test")
+
+
+# --------------------------------------------------------------------------------------------
+# data types
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupDef:
+    """A group = union of ``<cls>(<context>)`` subsets, named ``<cls>(<label>)``.
+
+    ``context`` is the group's defining context (the ``context`` feature), "" when it has none
+    (e.g. a community or an indoor/outdoor group); ``community`` is fixed for community groups,
+    otherwise it is looked up for ``<cls>(<context>)``.
+    """
+
+    cls: str
+    label: str
+    contexts: tuple[str, ...]
+    context: str = ""
+    community: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.cls}({self.label})"
+
+    def subsets(self) -> list[str]:
+        return [f"{self.cls}({c})" for c in self.contexts]
+
+
+@dataclass(frozen=True)
+class Row:
+    image_id: str
+    label: str  # class name; the builder maps it to a ClassLabel index
+    group: str
+    context: str
+    contexts: tuple[str, ...]
+    community: int
+
+
+@dataclass
+class TaskPlan:
+    """Rows per split (only non-empty splits, in :data:`SPLITS` order) and the shift spec."""
+
+    task_id: str
+    classes: list[str]
+    splits: dict[str, list[Row]]
+    spec: dict
+
+    def __post_init__(self) -> None:
+        self.assert_disjoint()
+
+    def assert_disjoint(self) -> None:
+        """Raise when an image sits in two rows of a task plan (two splits or twice in one split).
+
+        Collections (``shift_type == "none"``) may list an image once per class it shows.
+        """
+        seen: dict[tuple[str, str], str] = {}
+        per_class = self.spec.get("shift_type") == "none"
+        for split, rows in self.splits.items():
+            for r in rows:
+                key = (r.image_id, r.label if per_class else "")
+                if key in seen:
+                    raise MetashiftError(
+                        f"task {self.task_id}: image {r.image_id} is in split {seen[key]!r} and again in "
+                        f"{split!r} (group {r.group}); a split plan must never leak images",
+                        "this is a bug in the split generator; please report it with the task id and seed",
+                    )
+                seen[key] = split
+
+    def split_names(self) -> list[str]:
+        return [s for s in SPLITS if s in self.splits] + sorted(s for s in self.splits if s not in SPLITS)
+
+    def image_ids(self) -> list[str]:
+        return sorted({r.image_id for rows in self.splits.values() for r in rows})
+
+    def table(self):
+        """All rows as a pandas DataFrame with a ``split`` column (rows in plan order)."""
+        import pandas as pd
+
+        recs = [
+            {"split": s, "image_id": r.image_id, "label": r.label, "group": r.group, "context": r.context,
+             "contexts": list(r.contexts), "community": r.community}
+            for s in self.split_names() for r in self.splits[s]
+        ]
+        return pd.DataFrame(recs, columns=["split", "image_id", "label", "group", "context", "contexts", "community"])
+
+    def without_images(self, drop: Iterable[str], *, reason: dict | None = None) -> "TaskPlan":
+        """The same plan minus some images (``on_missing='skip'``); sizes in the spec are updated."""
+        drop = set(drop)
+        if not drop:
+            return self
+        splits = {s: [r for r in rows if r.image_id not in drop] for s, rows in self.splits.items()}
+        splits = {s: rows for s, rows in splits.items() if rows}
+        spec = dict(self.spec)
+        _fill_sizes(spec, splits)
+        spec["skipped_images"] = dict(reason or {}, n=len(drop & set(self.image_ids())))
+        return TaskPlan(self.task_id, self.classes, splits, spec)
+
+
+class GroupSource(Protocol):
+    """What a generator needs to know about the data (an artifact, or plain sets in tests)."""
+
+    def subset_images(self, subset: str) -> frozenset[str]: ...  # every candidate subset; empty if absent
+    def kept_contexts(self, cls: str) -> dict[str, frozenset[str]]: ...  # kept subsets of cls: context -> ids
+    def community(self, subset: str) -> int: ...  # -1 when not kept
+    def class_images(self, cls: str) -> frozenset[str]: ...  # images of every candidate subset of cls
+
+
+class SetSource:
+    """A :class:`GroupSource` over a plain ``{subset name: image ids}`` dict (tests, quick experiments).
+
+    ``kept`` defaults to every subset; ``communities`` defaults to 0 for kept subsets.
+    """
+
+    def __init__(self, subsets: Mapping[str, Iterable[str]], kept: Iterable[str] | None = None,
+                 communities: Mapping[str, int] | None = None) -> None:
+        self._sets = {k: frozenset(map(str, v)) for k, v in subsets.items()}
+        self._kept = set(self._sets) if kept is None else set(kept)
+        self._comm = dict(communities or {})
+
+    def subset_images(self, subset: str) -> frozenset[str]:
+        return self._sets.get(subset, frozenset())
+
+    def kept_contexts(self, cls: str) -> dict[str, frozenset[str]]:
+        out = {}
+        for name in sorted(self._kept):
+            subj, ctx = split_name(name)
+            if subj == cls:
+                out[ctx] = self._sets.get(name, frozenset())
+        return out
+
+    def community(self, subset: str) -> int:
+        return self._comm.get(subset, 0) if subset in self._kept else -1
+
+    def class_images(self, cls: str) -> frozenset[str]:
+        out: set[str] = set()
+        for name, ids in self._sets.items():
+            if split_name(name)[0] == cls:
+                out |= ids
+        return frozenset(out)
+
+
+class ArtifactSource:
+    """A :class:`GroupSource` over a built artifact (``builders.artifact.Artifact``)."""
+
+    def __init__(self, artifact) -> None:
+        self.artifact = artifact
+        table = artifact.subsets_table()
+        self._rows = {str(r.subset): r for r in table.itertuples(index=False)}
+        self._by_subject: dict[str, list[str]] = {}
+        for name, r in self._rows.items():
+            self._by_subject.setdefault(str(r.subject), []).append(name)
+
+    def subset_images(self, subset: str) -> frozenset[str]:
+        if subset not in self._rows:
+            return frozenset()
+        return frozenset(self.artifact.images(subset))
+
+    def kept_contexts(self, cls: str) -> dict[str, frozenset[str]]:
+        out = {}
+        for name in sorted(self._by_subject.get(cls, [])):
+            r = self._rows[name]
+            if bool(r.kept):
+                out[str(r.context)] = self.subset_images(name)
+        return out
+
+    def kind(self, subset: str) -> str:
+        r = self._rows.get(subset)
+        return str(r.kind) if r is not None else ""
+
+    def community(self, subset: str) -> int:
+        r = self._rows.get(subset)
+        return int(r.community) if r is not None and bool(r.kept) else -1
+
+    def class_images(self, cls: str) -> frozenset[str]:
+        out: set[str] = set()
+        for name in self._by_subject.get(cls, []):
+            out |= self.subset_images(name)
+        return frozenset(out)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"remote control(cat)"`` -> ("remote control", "cat"); the context is inside the last parens."""
+    if not name.endswith(")") or "(" not in name:
+        from metashift_hf.errors import InputFormatError
+
+        raise InputFormatError(f"subset name {name!r} is not of the form subject(context)",
+                               "write subsets as subject(context), e.g. dog(shelf)")
+    i = name.rindex("(")
+    return name[:i].strip(), name[i + 1:-1]
+
+
+# --------------------------------------------------------------------------------------------
+# shared steps
+# --------------------------------------------------------------------------------------------
+def _key_int(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+
+
+def seeded_order(ids: Iterable[str], seed: int, key: str) -> list[str]:
+    """``ids`` sorted, then shuffled by a generator seeded with (seed, hash of key)."""
+    ids = sorted(set(ids))
+    rng = np.random.default_rng([int(seed), _key_int(key)])
+    return [ids[i] for i in rng.permutation(len(ids))]
+
+
+def ambiguous_images(source: GroupSource, classes: Sequence[str]) -> frozenset[str]:
+    """Images showing two of ``classes``: pair subsets ``a(b)``/``b(a)`` plus any image in subsets of both."""
+    out: set[str] = set()
+    cls_sets = {c: source.class_images(c) for c in classes}
+    for i, a in enumerate(classes):
+        for b in classes[i + 1:]:
+            out |= source.subset_images(f"{a}({b})") | source.subset_images(f"{b}({a})")
+            out |= cls_sets[a] & cls_sets[b]
+    return frozenset(out)
+
+
+def group_images(source: GroupSource, g: GroupDef) -> set[str]:
+    out: set[str] = set()
+    for s in g.subsets():
+        out |= source.subset_images(s)
+    return out
+
+
+def _carve(source: GroupSource, groups: Sequence[GroupDef], *, ambiguous: frozenset[str],
+           exclude: set[str], removed: Counter) -> dict[str, set[str]]:
+    """Group name -> images minus ambiguous, minus ``exclude`` (other splits), minus earlier groups.
+
+    An image in two groups of the same split goes to the first group listed (images counted once).
+    """
+    out: dict[str, set[str]] = {}
+    claimed: set[str] = set()
+    for g in groups:
+        ids = group_images(source, g)
+        amb = ids & ambiguous
+        ids -= amb
+        leak = ids & exclude
+        ids -= leak
+        dup = ids & claimed
+        ids -= dup
+        removed["ambiguous"] += len(amb)
+        removed["leakage"] += len(leak)
+        removed["duplicate"] += len(dup)
+        claimed |= ids
+        out[g.name] = ids
+    return out
+
+
+class _RowMaker:
+    """Builds :class:`Row` objects: contexts of an image = every kept context of its class holding it."""
+
+    def __init__(self, source: GroupSource) -> None:
+        self.source = source
+        self._index: dict[str, dict[str, list[str]]] = {}
+
+    def contexts(self, cls: str, image_id: str) -> tuple[str, ...]:
+        idx = self._index.get(cls)
+        if idx is None:
+            idx = {}
+            for ctx, ids in sorted(self.source.kept_contexts(cls).items()):
+                for i in ids:
+                    idx.setdefault(i, []).append(ctx)
+            self._index[cls] = idx
+        return tuple(idx.get(image_id, ()))
+
+    def group_community(self, g: GroupDef) -> int:
+        if g.community is not None:
+            return g.community
+        return self.source.community(f"{g.cls}({g.context})") if g.context else -1
+
+    def majority_community(self, cls: str, ctxs: Sequence[str]) -> int:
+        """Most frequent community among an image's contexts (ties: smaller id), -1 if none."""
+        comms = Counter(self.source.community(f"{cls}({c})") for c in ctxs)
+        comms.pop(-1, None)
+        if not comms:
+            return -1
+        return min(comms, key=lambda k: (-comms[k], k))
+
+    def rows(self, g: GroupDef, ids: Iterable[str]) -> list[Row]:
+        comm = self.group_community(g)
+        return [Row(i, g.cls, g.name, g.context, self.contexts(g.cls, i), comm) for i in ids]
+
+
+def _need(task_id: str, group: str, have: int, need: int, what: str, overrides: str) -> None:
+    if have < need:
+        raise EmptyResultError(
+            f"task {task_id}: group {group} has {have} images after removing ambiguous/leaking images, "
+            f"but {what} needs {need}",
+            f"lower the sizes with overrides ({overrides}), e.g. scale=<fraction> for the paper tasks, "
+            "or use an artifact with more images",
+        )
+
+
+def _group_entry(g: GroupDef, n: int, *, contexts_found: Sequence[str] | None = None, **extra) -> dict:
+    e = {"group": g.name, "class": g.cls, "contexts": list(g.contexts), "n": int(n)}
+    if contexts_found is not None:
+        e["contexts_found"] = list(contexts_found)
+    e.update(extra)
+    return e
+
+
+def _fill_sizes(spec: dict, splits: Mapping[str, list[Row]]) -> None:
+    spec["split_sizes"] = {s: len(rows) for s, rows in splits.items()}
+    for s in SPLITS:
+        key = f"{s}_groups"
+        if key not in spec:
+            continue
+        counts = Counter(r.group for r in splits.get(s, []))
+        spec[key] = [dict(e, n=int(counts.get(e["group"], 0))) for e in spec[key]]
+    if spec.get("minority_fraction") and "train" in splits:
+        minority = set(spec.get("minority_groups", []))
+        train = splits["train"]
+        spec["minority_fraction"]["achieved"] = (
+            round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
+
+
+def _base_spec(task_id: str, shift_type: str, classes: Sequence[str], seed: int, **kw) -> dict:
+    spec = {
+        "task_id": task_id,
+        "shift_type": shift_type,
+        "classes": list(classes),
+        "train_groups": [],
+        "validation_groups": [],
+        "test_groups": [],
+        "id_test_groups": [],
+        "distance": None,
+        "minority_fraction": None,
+        "split_sizes": {},
+        "seed": int(seed),
+        "removed": {"ambiguous": 0, "leakage": 0},
+        "artifact_hash": None,
+        "rules": None,
+    }
+    spec.update(kw)
+    return spec
+
+
+def _finish(task_id: str, classes: Sequence[str], splits: dict[str, list[Row]], spec: dict,
+            removed: Counter) -> TaskPlan:
+    splits = {s: rows for s, rows in splits.items() if rows}
+    spec["removed"] = {"ambiguous": int(removed["ambiguous"]), "leakage": int(removed["leakage"]),
+                       "duplicate": int(removed["duplicate"])}
+    for s in SPLITS:
+        if s not in splits:
+            spec[f"{s}_groups"] = []
+    _fill_sizes(spec, splits)
+    return TaskPlan(task_id, list(classes), splits, spec)
+
+
+def _check_classes(task_id: str, source: GroupSource, classes: Sequence[str]) -> None:
+    for c in classes:
+        if not source.kept_contexts(c) and not source.class_images(c):
+            raise UnknownNameError(f"task {task_id}: class {c!r} has no subsets in this artifact",
+                                   "pick classes the artifact has (metashift-hf tasks list --artifact DIR)")
+
+
+# --------------------------------------------------------------------------------------------
+# domain generalisation
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DGSizes:
+    """Images per training group for train / validation (exact) and id_test (at most: what is
+    left); test groups are used whole unless ``test_per_group`` caps them. Defaults: 4 training
+    groups x 100 = the paper's 400 training images."""
+
+    train_per_group: int = 100
+    validation_per_group: int = 25
+    id_test_per_group: int = 50
+    test_per_group: int | None = None
+
+    def scaled(self, scale: float) -> "DGSizes":
+        f = lambda n: None if n is None else max(1, int(round(n * scale)))  # noqa: E731
+        return DGSizes(f(self.train_per_group), f(self.validation_per_group), f(self.id_test_per_group),
+                       f(self.test_per_group))
+
+
+def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequence[str],
+                          train: Sequence[GroupDef], test: Sequence[GroupDef],
+                          additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
+                          seed: int = 0, ambiguous: frozenset[str] | None = None,
+                          distance: dict | None = None, extra_spec: dict | None = None) -> TaskPlan:
+    """Train on ``train`` groups, test (out of distribution) on ``test`` + ``additional_test`` groups.
+
+    Leakage order (the paper's): test groups lose ambiguous images; training groups lose ambiguous
+    images and every test image; additional test groups lose ambiguous images and every image of a
+    training group (and of the main test groups, so each image is counted once). Validation and
+    id_test are seeded hold-outs of the training groups.
+    """
+    _check_classes(task_id, source, classes)
+    amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
+    removed: Counter = Counter()
+    test_sets = _carve(source, test, ambiguous=amb, exclude=set(), removed=removed)
+    all_test = set().union(*test_sets.values()) if test_sets else set()
+    train_sets = _carve(source, train, ambiguous=amb, exclude=all_test, removed=removed)
+    all_train = set().union(*train_sets.values()) if train_sets else set()
+    add_sets = _carve(source, additional_test, ambiguous=amb, exclude=all_train | all_test, removed=removed)
+    rm = _RowMaker(source)
+    splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
+    spec = _base_spec(task_id, "marginal", classes, seed, distance=distance)
+    ov = "train_per_group=, validation_per_group=, id_test_per_group="
+    for g in train:
+        order = seeded_order(train_sets[g.name], seed, f"{task_id}/{g.name}")
+        n_tr, n_va = sizes.train_per_group, sizes.validation_per_group
+        _need(task_id, g.name, len(order), n_tr + n_va, f"train {n_tr} + validation {n_va}", ov)
+        # id_test is a cap: small training groups (real dog(bag) etc.) still give a task.
+        n_id = min(sizes.id_test_per_group, len(order) - n_tr - n_va)
+        splits["train"] += rm.rows(g, order[:n_tr])
+        splits["validation"] += rm.rows(g, order[n_tr:n_tr + n_va])
+        splits["id_test"] += rm.rows(g, order[n_tr + n_va:n_tr + n_va + n_id])
+        found = _found(source, g)
+        for s in ("train", "validation", "id_test"):
+            spec[f"{s}_groups"].append(_group_entry(g, 0, contexts_found=found))
+    for g, extra in [(g, False) for g in test] + [(g, True) for g in additional_test]:
+        ids = (test_sets if not extra else add_sets)[g.name]
+        if not ids:
+            raise EmptyResultError(
+                f"task {task_id}: test group {g.name} is empty after removing ambiguous/leaking images "
+                f"(contexts {list(g.contexts)}, found in the artifact: {_found(source, g)})",
+                "use an artifact that has these subsets (e.g. built from the full GQA scene graphs)",
+            )
+        order = seeded_order(ids, seed, f"{task_id}/{g.name}")
+        if sizes.test_per_group is not None:
+            order = order[:sizes.test_per_group]
+        splits["test"] += rm.rows(g, order)
+        spec["test_groups"].append(_group_entry(g, 0, contexts_found=_found(source, g), additional=extra))
+    if extra_spec:
+        spec.update(extra_spec)
+    return _finish(task_id, classes, splits, spec, removed)
+
+
+def _found(source: GroupSource, g: GroupDef) -> list[str]:
+    return [c for c in g.contexts if source.subset_images(f"{g.cls}({c})")]
+
+
+def contexts_near_distance(distances: Mapping[str, float], target: float, k: int = 1) -> list[str]:
+    """The ``k`` contexts whose distance is nearest ``target`` (ties: smaller name); NaNs ignored."""
+    ok = [(abs(d - target), c) for c, d in distances.items() if d is not None and np.isfinite(d)]
+    if len(ok) < k:
+        raise EmptyResultError(
+            f"only {len(ok)} contexts have a finite distance, {k} requested",
+            "lower k, or use a class whose meta-graph has spectral embeddings for more subsets",
+        )
+    return [c for _, c in sorted(ok)[:k]]
+
+
+def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifact, *, shifted_class: str,
+                                      test_context: str, target_distance: float, other_class: str,
+                                      other_train_contexts: Sequence[str], other_test_contexts: Sequence[str],
+                                      k: int = 2, sizes: DGSizes = DGSizes(), seed: int = 0) -> TaskPlan:
+    """Binary DG task whose ``shifted_class`` is trained on the ``k`` kept contexts whose subset
+    distance to ``<shifted_class>(<test_context>)`` is nearest ``target_distance``.
+
+    Distance = ``artifact.distance`` (Euclidean between spectral embeddings of one class); the
+    achieved distance (mean over the chosen contexts) goes in the spec.
+    """
+    test_subset = f"{shifted_class}({test_context})"
+    cands = {}
+    for ctx in source.kept_contexts(shifted_class):
+        if ctx == test_context:
+            continue
+        try:
+            cands[ctx] = float(artifact.distance(test_subset, f"{shifted_class}({ctx})"))
+        except MetashiftError:
+            continue  # no embedding for this subset: not a candidate
+    chosen = contexts_near_distance(cands, target_distance, k)
+    achieved = float(np.mean([cands[c] for c in chosen]))
+    train = [GroupDef(other_class, c, (c,), c) for c in other_train_contexts]
+    train += [GroupDef(shifted_class, c, (c,), c) for c in chosen]
+    test = [GroupDef(other_class, c, (c,), c) for c in other_test_contexts]
+    test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
+    return domain_generalisation(
+        task_id, source, classes=sorted({shifted_class, other_class}), train=train, test=test, sizes=sizes,
+        seed=seed, distance={"value": achieved, "rule": "subset",
+                             "note": f"target {target_distance}; mean distance of {chosen} to {test_subset}"})
+
+
+# --------------------------------------------------------------------------------------------
+# subpopulation shift
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SubpopSizes:
+    """Paper defaults: 850 training images per class, 144 test images per group (576 for 4 groups),
+    minority 100 per class (p ~ 12%). Validation has the training mixture (85 = 10% of train)."""
+
+    train_per_class: int = 850
+    minority_per_class: int = 100
+    test_per_group: int = 144
+    validation_per_class: int = 85
+
+    def scaled(self, scale: float) -> "SubpopSizes":
+        f = lambda n: max(1, int(round(n * scale)))  # noqa: E731
+        return SubpopSizes(f(self.train_per_class), f(self.minority_per_class), f(self.test_per_group),
+                           f(self.validation_per_class))
+
+    def with_fraction(self, p: float) -> "SubpopSizes":
+        """Minority images per class for a target fraction ``p`` of the training set of a class."""
+        if not 0 <= p <= 0.5:
+            raise EmptyResultError(f"minority_fraction must lie in [0, 0.5], got {p}",
+                                   "pass a fraction such as 0.12 (12% minority images per class)")
+        return replace(self, minority_per_class=int(round(p * self.train_per_class)))
+
+
+def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence[GroupDef],
+                        minority: Sequence[GroupDef], sizes: SubpopSizes = SubpopSizes(), seed: int = 0,
+                        pool: Mapping[str, int] | None = None,
+                        ambiguous: frozenset[str] | None = None, extra_spec: dict | None = None) -> TaskPlan:
+    """Each class has one majority and one minority group. Per group, a seeded order gives the
+    test images first (``test_per_group``, balanced), then the training images (minority
+    ``minority_per_class``, majority the rest of ``train_per_class``), then validation with the
+    same mixture. Majority groups never contain a minority image. ``pool`` (group -> n) is the
+    paper's truncation: test + train must fit in the first n images of the group's order.
+    """
+    classes = sorted({g.cls for g in majority} | {g.cls for g in minority})
+    by_cls = {c: ([g for g in majority if g.cls == c], [g for g in minority if g.cls == c]) for c in classes}
+    for c, (ma, mi) in by_cls.items():
+        if len(ma) != 1 or len(mi) != 1:
+            raise EmptyResultError(f"task {task_id}: class {c} needs exactly one majority and one minority group",
+                                   "define one majority GroupDef and one minority GroupDef per class")
+    _check_classes(task_id, source, classes)
+    amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
+    removed: Counter = Counter()
+    # Minority groups are carved first; majority groups lose the minority images (the paper's
+    # rule), which is a definition, not leakage, so it is not counted as removed.
+    mino_sets = _carve(source, minority, ambiguous=amb, exclude=set(), removed=removed)
+    majo_sets = _carve(source, majority, ambiguous=amb, exclude=set().union(*mino_sets.values()),
+                       removed=Counter())
+    m, t, v = sizes.minority_per_class, sizes.test_per_group, sizes.validation_per_class
+    if not 0 <= m <= sizes.train_per_class:
+        raise EmptyResultError(f"minority_per_class={m} must lie in [0, train_per_class={sizes.train_per_class}]",
+                               "lower minority_per_class or raise train_per_class")
+    v_min = int(round(v * m / sizes.train_per_class)) if sizes.train_per_class else 0
+    rm = _RowMaker(source)
+    splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
+    spec = _base_spec(task_id, "conditional", classes, seed,
+                      minority_fraction={"target": round(m / sizes.train_per_class, 6) if sizes.train_per_class else None,
+                                         "achieved": None},
+                      minority_groups=[g.name for g in minority])
+    ov = "train_per_class=, minority_per_class=, test_per_group=, validation_per_class="
+    for c in classes:
+        for g, n_train, n_val, sets in ((by_cls[c][0][0], sizes.train_per_class - m, v - v_min, majo_sets),
+                                        (by_cls[c][1][0], m, v_min, mino_sets)):
+            order = seeded_order(sets[g.name], seed, f"{task_id}/{g.name}")
+            if pool and g.name in pool:
+                _need(task_id, g.name, min(len(order), pool[g.name]), t + n_train,
+                      f"test {t} + train {n_train} within the paper's pool of {pool[g.name]}", ov)
+            _need(task_id, g.name, len(order), t + n_train + n_val,
+                  f"test {t} + train {n_train} + validation {n_val}", ov)
+            splits["test"] += rm.rows(g, order[:t])
+            splits["train"] += rm.rows(g, order[t:t + n_train])
+            splits["validation"] += rm.rows(g, order[t + n_train:t + n_train + n_val])
+            found = _found(source, g)
+            for s in ("train", "validation", "test"):
+                spec[f"{s}_groups"].append(_group_entry(g, 0, contexts_found=found))
+    if extra_spec:
+        spec.update(extra_spec)
+    return _finish(task_id, classes, splits, spec, removed)
+
+
+# --------------------------------------------------------------------------------------------
+# community shift (default for matched binary / multiclass tasks)
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommunitySizes:
+    """Fractions of each class's training-distribution images held out for validation / id_test;
+    optional caps on train images per class and OOD test images per class."""
+
+    validation_fraction: float = 0.1
+    id_test_fraction: float = 0.2
+    train_max_per_class: int | None = None
+    test_max_per_class: int | None = None
+
+
+def community_groups(source: GroupSource, cls: str) -> list[GroupDef]:
+    """One group per meta-graph community of ``cls`` (community 0 = the largest), contexts sorted."""
+    by: dict[int, list[str]] = {}
+    for ctx in source.kept_contexts(cls):
+        by.setdefault(source.community(f"{cls}({ctx})"), []).append(ctx)
+    return [GroupDef(cls, f"community-{k}", tuple(sorted(by[k])), "", k) for k in sorted(by) if k >= 0]
+
+
+def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str],
+                    sizes: CommunitySizes = CommunitySizes(), seed: int = 0,
+                    distance_fn: Callable[[str, GroupDef, list[GroupDef]], float] | None = None,
+                    distance_rule: str = "", ambiguous: frozenset[str] | None = None,
+                    extra_spec: dict | None = None) -> TaskPlan:
+    """Per class: community 0's subsets = training distribution (train / validation / id_test);
+    every other community = out-of-distribution test. An image in both goes to the training side.
+    ``distance_fn(cls, id_group, ood_groups)`` gives a class's train-vs-OOD distance; the spec
+    reports it per class and their mean.
+    """
+    _check_classes(task_id, source, classes)
+    amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
+    removed: Counter = Counter()
+    rm = _RowMaker(source)
+    splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
+    spec = _base_spec(task_id, "marginal", classes, seed)
+    per_class_d: dict[str, float | None] = {}
+    notes = []
+    for c in classes:
+        groups = community_groups(source, c)
+        if not groups:
+            raise EmptyResultError(f"task {task_id}: class {c} has no kept subsets with a community",
+                                   "rebuild the artifact so that this class passes the rules, or drop it")
+        id_g, ood = groups[0], groups[1:]
+        id_set = _carve(source, [id_g], ambiguous=amb, exclude=set(), removed=removed)[id_g.name]
+        ood_sets = _carve(source, ood, ambiguous=amb, exclude=id_set, removed=removed)
+        order = seeded_order(id_set, seed, f"{task_id}/{id_g.name}")
+        n = len(order)
+        n_va = int(round(n * sizes.validation_fraction))
+        n_id = int(round(n * sizes.id_test_fraction))
+        n_tr = n - n_va - n_id
+        if sizes.train_max_per_class is not None:
+            n_tr = min(n_tr, sizes.train_max_per_class)
+        _need(task_id, id_g.name, n_tr, 1, "train", "validation_fraction=, id_test_fraction=")
+        splits["validation"] += rm.rows(id_g, order[:n_va])
+        splits["id_test"] += rm.rows(id_g, order[n_va:n_va + n_id])
+        splits["train"] += rm.rows(id_g, order[n_va + n_id:n_va + n_id + n_tr])
+        for s in ("train", "validation", "id_test"):
+            spec[f"{s}_groups"].append(_group_entry(id_g, 0))
+        if not ood:
+            notes.append(f"{c} has a single community: no out-of-distribution test images")
+        left = sizes.test_max_per_class
+        for g in ood:
+            o = seeded_order(ood_sets[g.name], seed, f"{task_id}/{g.name}")
+            if left is not None:
+                o, left = o[:left], left - len(o[:left])
+            splits["test"] += rm.rows(g, o)
+            spec["test_groups"].append(_group_entry(g, 0))
+        if distance_fn is not None and ood:
+            try:
+                d = float(distance_fn(c, id_g, list(ood)))
+                per_class_d[c] = d if np.isfinite(d) else None
+            except MetashiftError as exc:
+                per_class_d[c] = None
+                notes.append(f"{c}: no distance ({exc.what})")
+    if distance_fn is not None:
+        vals = [d for d in per_class_d.values() if d is not None]
+        spec["distance"] = {
+            "value": float(np.mean(vals)) if vals else None, "rule": distance_rule,
+            "note": "mean over classes of the distance between community 0 and the other communities",
+            "per_class": per_class_d,
+        }
+    if notes:
+        spec["notes"] = notes
+    if extra_spec:
+        spec.update(extra_spec)
+    return _finish(task_id, classes, splits, spec, removed)
+
+
+# --------------------------------------------------------------------------------------------
+# collections (no shift)
+# --------------------------------------------------------------------------------------------
+def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapping[str, frozenset[str]]],
+               seed: int = 0, extra_spec: dict | None = None) -> TaskPlan:
+    """One ``train`` split: every image of each class once (an image showing two classes appears
+    once per class), with the list of its contexts among ``contexts[cls]`` (context -> ids).
+    Group = ``<cls>(community-<k>)`` with k the most frequent community among its contexts.
+    """
+    classes = sorted(contexts)
+    rows: list[Row] = []
+    spec = _base_spec(task_id, "none", classes, seed)
+    rm = _RowMaker(source)
+    for c in classes:
+        index: dict[str, list[str]] = {}
+        for ctx in sorted(contexts[c]):
+            for i in contexts[c][ctx]:
+                index.setdefault(i, []).append(ctx)
+        group_ctx: dict[str, set[str]] = {}
+        for i in sorted(index):
+            ctxs = tuple(index[i])
+            k = rm.majority_community(c, ctxs)
+            g = f"{c}(community-{k})" if k >= 0 else f"{c}(all)"
+            group_ctx.setdefault(g, set()).update(ctxs)
+            rows.append(Row(i, c, g, "", ctxs, k))
+        spec["train_groups"] += [{"group": g, "class": c, "contexts": sorted(group_ctx[g]), "n": 0}
+                                 for g in sorted(group_ctx)]
+    if extra_spec:
+        spec.update(extra_spec)
+    return _finish(task_id, classes, {"train": rows}, spec, Counter())
