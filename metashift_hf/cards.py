@@ -1,0 +1,374 @@
+"""Dataset cards: README YAML metadata and the card body rendered from the ``cards/`` templates.
+
+The templates are plain ``string.Template`` files (``$name`` placeholders), so they need no extra
+dependency; everything computed (tables, sentences) is built here from the prepared task, the
+artifact and the written shards. ``substitute`` (not ``safe_substitute``) makes a missing value an
+error instead of a card with a hole in it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from .errors import InputFormatError
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "cards"
+LICENSE = "cc-by-4.0"
+TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
+SHIFT_TAGS = {"conditional": "domain-generalization", "marginal": "subpopulation-shift"}
+SOURCE_DATASETS = ["extended|visual_genome"]
+
+# Meaning of the task fields (DEVELOPERS.md, "Task layer"); unknown extra fields show their type only.
+FIELD_MEANING = {
+    "image": "the original JPEG bytes (decoded to a PIL image on access)",
+    "image_id": "GQA / Visual Genome image id",
+    "label": "class index (names below)",
+    "context": "the context that defines the image's group, or empty",
+    "contexts": "every kept context of the image's class that the image belongs to",
+    "group": "`class(context-group)`, the group the image was sampled for",
+    "community": "meta-graph community of the group's subsets (-1 when not applicable)",
+}
+PUBLISHED = {"classes": 410, "subsets": 12868, "candidate_keys": 17938}  # MetaShift paper, full set
+
+
+def _template(name: str) -> Template:
+    path = TEMPLATE_DIR / name
+    if not path.is_file():
+        raise InputFormatError(
+            f"card template {path} is missing",
+            "reinstall metashift-hf from its source checkout (`pip install -e .`): the cards/ folder ships beside the package",
+        )
+    return Template(path.read_text(encoding="utf-8"))
+
+
+def _render(name: str, **values: Any) -> str:
+    try:
+        return _template(name).substitute(**values)
+    except KeyError as exc:
+        raise InputFormatError(f"card template {name} uses ${exc.args[0]}, which the renderer does not fill",
+                               "fix the template or cards.py so every placeholder is provided") from exc
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+@dataclass
+class TaskInfo:
+    """Everything a card says about one task, gathered once by :func:`task_info`."""
+
+    task_id: str
+    repo_id: str  # what users pass to load_dataset (ns/repo, or the local folder)
+    spec: dict
+    label_names: list[str]
+    fields: list[tuple[str, str]]  # (name, type)
+    split_rows: dict[str, int]
+    group_rows: dict[str, dict[str, int]]
+    build: dict[str, Any]
+    plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
+    distances: list[tuple[str, str, str, float | None]] = field(default_factory=list)  # class, train subset, test subset, d
+    differences: list[str] = field(default_factory=list)
+
+
+def _feature_type(feature) -> str:
+    import datasets
+
+    if isinstance(feature, datasets.Image):
+        return "image"
+    if isinstance(feature, datasets.ClassLabel):
+        return f"class label ({feature.num_classes})"
+    if isinstance(feature, datasets.Value):
+        return feature.dtype
+    if isinstance(feature, list) or hasattr(feature, "feature"):  # list / List / LargeList / Sequence
+        inner = feature[0] if isinstance(feature, list) else feature.feature
+        return f"list of {_feature_type(inner)}"
+    return type(feature).__name__
+
+
+def _groups(spec: dict) -> dict[str, list[dict]]:
+    return {key[: -len("_groups")]: list(spec.get(key) or []) for key in
+            ("train_groups", "validation_groups", "test_groups", "id_test_groups") if spec.get(key)}
+
+
+def _artifact_manifest(art) -> dict:
+    path = Path(art.root) / "manifest.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFormatError(f"artifact manifest {path} is unreadable: {exc}", "rebuild the artifact with `metashift-hf build`") from exc
+
+
+def _distance_rows(spec: dict, art, limit: int = 8) -> list[tuple[str, str, str, float | None]]:
+    """Subset-to-subset distances between train and test contexts of each class (same class only)."""
+    from .errors import MetashiftError
+
+    groups = _groups(spec)
+    train = [g for g in groups.get("train", [])]
+    tests = [g for k in ("test", "id_test") for g in groups.get(k, [])]
+    rows = []
+    for cls in spec.get("classes", []):
+        a = sorted({f"{cls}({c})" for g in train if g.get("class") == cls for c in g.get("contexts", [])})[:limit]
+        b = sorted({f"{cls}({c})" for g in tests if g.get("class") == cls for c in g.get("contexts", [])})[:limit]
+        for x in a:
+            for y in b:
+                if x == y:
+                    continue
+                try:
+                    d = float(art.distance(x, y))
+                except (MetashiftError, KeyError, ValueError):
+                    d = None  # a subset without an embedding (the card says so)
+                rows.append((cls, x, y, d))
+    return rows
+
+
+def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
+    out = []
+    dist = spec.get("distance") or {}
+    paper = spec.get("paper") or {}
+    if paper:
+        for key, value in sorted(paper.items()):
+            ours = dist.get("value") if key in ("distance", "d") else spec.get(key)
+            out.append(f"`{key}`: paper {_fmt(value)}, ours {_fmt(ours)}.")
+    if dist.get("note"):
+        out.append(f"Distance: {dist['note']}")
+    mf = spec.get("minority_fraction") or {}
+    if mf and mf.get("target") is not None and mf.get("achieved") is not None and mf["target"] != mf["achieved"]:
+        out.append(f"Minority fraction: target p = {_fmt(mf['target'])}, achieved {_fmt(mf['achieved'])} "
+                   "(group sizes are whole images, so p can only be approached).")
+    source = build.get("artifact_source")
+    if stats and "classes" in stats and "subsets" in stats:
+        if source == "demo":
+            out.append(f"This export was built from the seeded **demo world**, not from GQA: its {stats['classes']} classes "
+                       f"and {stats['subsets']} subsets are synthetic-size stand-ins, so no figure here is comparable to the paper's "
+                       f"({PUBLISHED['classes']} classes, {PUBLISHED['subsets']:,} subsets).")
+        else:
+            out.append(f"The artifact has {stats['classes']} classes and {stats['subsets']:,} kept subsets; the paper reports "
+                       f"{PUBLISHED['classes']} and {PUBLISHED['subsets']:,} for the full MetaShift (source here: {source}). "
+                       "Differences come from the input version (GQA scene graphs vs. the published pickles) and from our rule "
+                       "reading (a subset needs at least 25 images, a class more than 5 such subsets).")
+    removed = spec.get("removed") or {}
+    if any(removed.values()):
+        out.append("Images in both a train and a test context are removed (" +
+                   ", ".join(f"{k}: {v}" for k, v in sorted(removed.items())) +
+                   "); the paper's sampled sizes are therefore not reproduced exactly.")
+    if not out:
+        out.append("No published figure exists for this task; nothing to compare.")
+    return out
+
+
+def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
+    """Gather the card facts for a ``PreparedTask`` built from artifact ``art``."""
+    import datasets
+
+    from . import __version__
+
+    ds = prepared.dataset
+    spec = dict(prepared.spec)
+    first = next(iter(ds.values()))
+    label = first.features.get("label")
+    names = list(label.names) if isinstance(label, datasets.ClassLabel) else [str(c) for c in spec.get("classes", [])]
+    group_rows = {}
+    for split, d in ds.items():
+        group_rows[split] = dict(sorted(Counter(d["group"]).items())) if "group" in d.features else {}
+    manifest = _artifact_manifest(art)
+    options = dict(getattr(art, "options", None) or manifest.get("options") or {})
+    build = {
+        "package_version": __version__,
+        "artifact_package_version": manifest.get("package_version"),
+        "artifact_hash": art.content_hash,
+        "artifact_source": manifest.get("source"),
+        "seed": spec.get("seed"),
+        "rules": spec.get("rules") or options,
+    }
+    plots = [c for c in spec.get("classes", []) if (Path(art.root) / "plots" / f"{c}.png").is_file()]
+    stats = dict(getattr(art, "stats", None) or {})
+    return TaskInfo(
+        task_id=prepared.task_id,
+        repo_id=repo_id,
+        spec=spec,
+        label_names=names,
+        fields=[(k, _feature_type(v)) for k, v in first.features.items()],
+        split_rows={s: len(d) for s, d in ds.items()},
+        group_rows=group_rows,
+        build=build,
+        plots=plots,
+        distances=_distance_rows(spec, art),
+        differences=_differences(spec, build, stats),
+    )
+
+
+def copy_plots(info: TaskInfo, art, repo_dir: Path) -> list[str]:
+    """Copy the class meta-graph PNGs into ``repo_dir/images/`` (the card links them)."""
+    copied = []
+    for cls in info.plots:
+        dst = Path(repo_dir) / "images" / f"{cls}.png"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(art.root) / "plots" / f"{cls}.png", dst)
+        copied.append(dst.relative_to(repo_dir).as_posix())
+    return copied
+
+
+# -- words and tables ----------------------------------------------------------------------------
+
+def _contexts(groups: list[dict]) -> str:
+    return ", ".join(f"{g.get('class')}({'+'.join(g.get('contexts', [])) or 'any'})" for g in groups) or "–"
+
+
+def shift_in_words(spec: dict) -> str:
+    kind = spec.get("shift_type", "none")
+    groups = _groups(spec)
+    classes = ", ".join(f"`{c}`" for c in spec.get("classes", []))
+    dist = spec.get("distance") or {}
+    d = f" The train/test distance is d = {_fmt(dist.get('value'))} ({dist.get('rule', 'code')} rule)." if dist.get("value") is not None else ""
+    if kind == "conditional":
+        return (f"**Domain generalisation** (conditional shift P(x|y)) over {classes}: the model is trained on images "
+                f"of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in other contexts "
+                f"({_contexts(groups.get('test', []))}), never seen in training.{d}")
+    if kind == "marginal":
+        mf = spec.get("minority_fraction") or {}
+        p = f" Minority groups make up p = {_fmt(mf.get('achieved'))} of the training set (target {_fmt(mf.get('target'))})." if mf else ""
+        return (f"**Subpopulation shift** (marginal shift of the group mix P(g)) over {classes}: training and test sets "
+                f"contain the same groups in different proportions.{p} Train groups: {_contexts(groups.get('train', []))}; "
+                f"test groups: {_contexts(groups.get('test', []))}.{d}")
+    return (f"**No designed shift**: classes {classes} with train and test drawn from the same contexts "
+            f"({_contexts(groups.get('train', []))}); use it as an in-distribution reference.")
+
+
+def summary(spec: dict) -> str:
+    kind = {"conditional": "domain generalisation", "marginal": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
+    return f"Classify {', '.join(f'`{c}`' for c in spec.get('classes', []))} under {kind}."
+
+
+def _shift_table(spec: dict) -> str:
+    dist = spec.get("distance") or {}
+    mf = spec.get("minority_fraction") or {}
+    groups = _groups(spec)
+    rows = [
+        ("shift type", spec.get("shift_type", "none")),
+        ("train contexts", _contexts(groups.get("train", []))),
+        ("test contexts", _contexts(groups.get("test", []))),
+        ("distance d", f"{_fmt(dist.get('value'))} ({dist.get('rule')})" if dist else "–"),
+        ("minority fraction p", f"{_fmt(mf.get('achieved'))} (target {_fmt(mf.get('target'))})" if mf else "–"),
+        ("split sizes", ", ".join(f"{k}: {v}" for k, v in (spec.get("split_sizes") or {}).items()) or "–"),
+    ]
+    return "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows)
+
+
+def _shift_groups_table(spec: dict) -> str:
+    rows = [f"| {split} | `{_cell(g.get('group'))}` | {_cell(g.get('class'))} | {_cell(', '.join(g.get('contexts', [])) or '–')} | {_fmt(g.get('n'))} |"
+            for split, groups in _groups(spec).items() for g in groups]
+    return "\n".join(rows) or "| – | – | – | – | – |"
+
+
+def render_task_section(info: TaskInfo) -> str:
+    spec = info.spec
+    if info.plots:
+        metagraph = "\n\n".join(f"Meta-graph of `{c}` (nodes: context subsets; edges: overlap; colours: communities):\n\n"
+                                f"![meta-graph of {c}](images/{c}.png)" for c in info.plots)
+    else:
+        metagraph = "No meta-graph picture: the artifact was built without matplotlib."
+    if info.distances:
+        lines = ["Distances between train and test context subsets (spectral embedding of the meta-graph, Euclidean; "
+                 "`–` = subset without an embedding):", "", "| class | train subset | test subset | d |", "|---|---|---|---|"]
+        lines += [f"| {c} | `{a}` | `{b}` | {_fmt(d)} |" for c, a, b, d in info.distances]
+        distance = "\n".join(lines)
+    else:
+        distance = "No subset distance applies (train and test contexts are not distinct subsets of one class)."
+    b = info.build
+    build_rows = [
+        ("metashift-hf version", b.get("package_version")),
+        ("artifact built by version", b.get("artifact_package_version")),
+        ("artifact content hash", f"`{b.get('artifact_hash')}`"),
+        ("artifact source", b.get("artifact_source")),
+        ("seed", b.get("seed")),
+        ("rules", ", ".join(f"{k}={v}" for k, v in sorted((b.get("rules") or {}).items())) or "–"),
+        ("removed images", ", ".join(f"{k}: {v}" for k, v in sorted((spec.get("removed") or {}).items())) or "none"),
+    ]
+    groups_rows = [f"| {s} | `{_cell(g)}` | {n} |" for s, gs in info.group_rows.items() for g, n in gs.items()]
+    return _render(
+        "task_section.md",
+        task_id=info.task_id,
+        summary=summary(spec),
+        fields_table="\n".join(f"| `{n}` | {t} | {FIELD_MEANING.get(n, '')} |" for n, t in info.fields),
+        label_names=", ".join(f"{i} = `{n}`" for i, n in enumerate(info.label_names)),
+        splits_table="\n".join(f"| {s} | {n} |" for s, n in info.split_rows.items()),
+        groups_table="\n".join(groups_rows) or "| – | – | – |",
+        shift_words=shift_in_words(spec),
+        shift_table=_shift_table(spec),
+        shift_groups_table=_shift_groups_table(spec),
+        metagraph_section=metagraph,
+        distance_section=distance,
+        build_table="\n".join(f"| {a} | {_cell(v)} |" for a, v in build_rows),
+        seed=_fmt(b.get("seed")),
+        differences="\n".join(f"- {line}" for line in info.differences),
+    )
+
+
+def size_category(n: int) -> str:
+    for bound, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < bound:
+            return label
+    return "1M<n<10M"
+
+
+def card_data(infos: list[TaskInfo], configs, pretty_name: str):
+    """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included)."""
+    from huggingface_hub import DatasetCardData
+
+    from .export import dataset_infos_yaml
+
+    shift_tags = sorted({SHIFT_TAGS[i.spec.get("shift_type")] for i in infos if i.spec.get("shift_type") in SHIFT_TAGS})
+    data = DatasetCardData(
+        license=LICENSE,
+        pretty_name=pretty_name,
+        task_categories=["image-classification"],
+        size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
+        tags=TAGS + shift_tags,
+        source_datasets=SOURCE_DATASETS,
+    )
+    if configs:
+        dataset_infos_yaml(configs, data)
+    return data
+
+
+def _card(data, body: str) -> str:
+    return f"---\n{data.to_yaml()}\n---\n\n{body.rstrip()}\n"
+
+
+def render_task_card(info: TaskInfo, configs) -> str:
+    body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id,
+                   task_section=render_task_section(info), about=_render("about.md"))
+    return _card(card_data([info], configs, f"MetaShift: {info.task_id}"), body)
+
+
+def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
+    """The ``metashift`` overview. With ``configs`` (one-repo layout) it also holds every task."""
+    from . import __version__
+
+    rows = []
+    for i in infos:
+        spec = i.spec
+        groups = _groups(spec)
+        dist = (spec.get("distance") or {}).get("value")
+        mf = (spec.get("minority_fraction") or {}).get("achieved")
+        rows.append(
+            f"| `{i.task_id}` | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.get('classes', []))} | "
+            f"{spec.get('shift_type', 'none')} | {_cell(_contexts(groups.get('train', [])))} | "
+            f"{_cell(_contexts(groups.get('test', [])))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
+    sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
+    body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
+                   tasks_table="\n".join(rows), sections=sections, about=_render("about.md"))
+    return _card(card_data(infos, configs, "MetaShift"), body)

@@ -1,0 +1,355 @@
+"""Export task datasets as Hub-ready repos: parquet shards with embedded JPEG bytes + README card.
+
+A repo folder holds exactly what ``publish`` pushes::
+
+    <repo>/README.md                                  YAML (configs, dataset_info, ...) + card body
+    <repo>/<config>/<split>-00000-of-00001.parquet    image bytes embedded, never re-encoded
+    <repo>/images/<class>.png                         meta-graph pictures copied from the artifact
+
+``datasets.load_dataset("<repo dir or ns/repo>", "<config>")`` reads it with no loading script.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import InputFormatError, MetashiftError, UnknownNameError
+from .fsutil import atomic_dir, atomic_file, sha256_file
+
+# Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md):
+# - 100 rows per row group keeps the dataset viewer's random access cheap for image rows;
+# - content-defined chunking makes an image's bytes land in identical parquet pages whatever
+#   task/row position it sits at, so a chunk-deduplicating store (Xet on the Hub) keeps one copy
+#   of images shared between task repos;
+# - JPEG bytes do not compress, so snappy (fast, universal) is enough for the small columns.
+ROW_GROUP_ROWS = 100
+COMPRESSION = "snappy"
+CONTENT_DEFINED_CHUNKING = True
+MAX_SHARD_BYTES = 500 * 1024 * 1024  # same bound as datasets' push_to_hub default
+
+INDEX_REPO = "metashift"
+REPO_PREFIX = "metashift-"
+LAYOUTS = ("repo-per-task", "one-repo")
+
+# What the Hub accepts (huggingface_hub.utils.validate_repo_id, plus the Hub's 96-char limit).
+_REPO_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
+_CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")
+
+
+def validate_repo_name(name: str, what: str = "repo name") -> str:
+    """Raise unless the Hub would accept ``name`` as a namespace or repo name."""
+    if not _REPO_NAME_RE.fullmatch(name or "") or "--" in name or ".." in name or name.endswith(".git"):
+        raise InputFormatError(
+            f"{what} {name!r} would be refused by the Hub",
+            "use 1-96 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, "
+            "with no '--' or '..' and not ending in '.git'",
+        )
+    return name
+
+
+def validate_config_name(name: str) -> str:
+    if not _CONFIG_RE.fullmatch(name or "") or "--" in name:
+        raise InputFormatError(
+            f"config name {name!r} cannot be a Hub dataset config (it is also a folder name in the repo)",
+            "use letters, digits, '-', '_' or '.', starting with a letter or digit, at most 96 characters",
+        )
+    return name
+
+
+def validate_split_name(name: str, config: str = "") -> str:
+    if not _SPLIT_RE.fullmatch(name or ""):
+        where = f" in config {config!r}" if config else ""
+        raise InputFormatError(
+            f"split name {name!r}{where} is refused by datasets and the Hub (must match {_SPLIT_RE.pattern})",
+            "rename the split to letters, digits and '_' (dots only between words), e.g. 'test_id'",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    name: str
+    num_examples: int
+    num_bytes: int  # Arrow size with images embedded, the number datasets reports
+    files: tuple[str, ...]  # repo-relative shard paths
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    config: str
+    features: Any  # datasets.Features
+    splits: tuple[SplitFiles, ...]
+    download_size: int  # bytes of the parquet shards
+
+
+@dataclass(frozen=True)
+class ExportedRepo:
+    """One exported repo folder. ``configs`` is empty for the index repo."""
+
+    name: str
+    path: Path
+    configs: tuple[str, ...]
+    files: tuple[str, ...] = field(default=())
+    num_bytes: int = 0
+
+    def load_line(self, config: str | None = None, namespace: str | None = None) -> str:
+        """The line a user types: local folder, or ``ns/repo`` once published."""
+        target = f"{namespace}/{self.name}" if namespace else str(self.path)
+        cfg = config or (self.configs[0] if self.configs else None)
+        return f'load_dataset("{target}", "{cfg}")' if cfg else f'load_dataset("{target}")'
+
+
+def shard_name(config: str, split: str, index: int, count: int) -> str:
+    return f"{config}/{split}-{index:05d}-of-{count:05d}.parquet"
+
+
+def _schema_metadata(features) -> dict[bytes, bytes]:
+    # datasets restores Image()/ClassLabel features from this key when it reads the parquet.
+    return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True).encode()}
+
+
+def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int = MAX_SHARD_BYTES,
+                row_group_rows: int = ROW_GROUP_ROWS, compression: str = COMPRESSION,
+                content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING) -> SplitFiles:
+    """Write one split as parquet shards with the image bytes embedded in the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets.table import embed_table_storage
+
+    validate_split_name(split, config)
+    # Materialise any select/shuffle indices, then read each image file's original bytes into
+    # the table (embed_table_storage reads bytes as they are; nothing is decoded).
+    table = dataset.with_format("arrow")[:] if len(dataset) else dataset.data.table.slice(0, 0)
+    table = embed_table_storage(table)
+    metadata = _schema_metadata(dataset.features)
+    table = table.replace_schema_metadata(metadata)
+    num_bytes = int(table.nbytes)
+    count = max(1, math.ceil(num_bytes / max_shard_bytes))
+    per_shard = math.ceil(table.num_rows / count) if table.num_rows else 0
+    files = []
+    for i in range(count):
+        rel = shard_name(config, split, i, count)
+        part = table.slice(i * per_shard, per_shard) if per_shard else table
+        with atomic_file(repo_dir / rel) as f:
+            pq.write_table(
+                part, f, row_group_size=row_group_rows, compression=compression,
+                use_content_defined_chunking=content_defined_chunking, write_page_index=True,
+            )
+        files.append(rel)
+    return SplitFiles(split, table.num_rows, num_bytes, tuple(files))
+
+
+def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> ConfigFiles:
+    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``."""
+    validate_config_name(config)
+    if not len(dataset_dict):
+        raise InputFormatError(f"config {config!r} has no splits", "prepare the task again; every task has at least one split")
+    features = None
+    splits = []
+    for split in dataset_dict:  # keep the builder's split order (train, validation, test...)
+        ds = dataset_dict[split]
+        if features is None:
+            features = ds.features
+        elif ds.features != features:
+            raise InputFormatError(
+                f"split {split!r} of config {config!r} has different features from the other splits",
+                "give every split of a task the same features",
+            )
+        splits.append(write_split(ds, repo_dir, config, split, **settings))
+    size = sum((repo_dir / f).stat().st_size for s in splits for f in s.files)
+    return ConfigFiles(config, features, tuple(splits), size)
+
+
+def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
+    """Fill ``card_data`` with ``configs:`` (explicit, first one default) and ``dataset_info``."""
+    import datasets
+
+    configs = list(configs)
+    card_data["configs"] = [
+        {
+            "config_name": c.config,
+            "data_files": [{"split": s.name, "path": f"{c.config}/{s.name}-*"} for s in c.splits],
+            **({"default": True} if i == 0 else {}),
+        }
+        for i, c in enumerate(configs)
+    ]
+    infos = datasets.info.DatasetInfosDict()
+    for c in configs:
+        splits = datasets.SplitDict()
+        for s in c.splits:
+            splits.add(datasets.SplitInfo(name=s.name, num_bytes=s.num_bytes, num_examples=s.num_examples))
+        infos[c.config] = datasets.DatasetInfo(
+            features=c.features, splits=splits, download_size=c.download_size,
+            dataset_size=sum(s.num_bytes for s in c.splits), config_name=c.config,
+        )
+    infos.to_dataset_card_data(card_data)
+
+
+def repo_files(repo_dir: Path) -> tuple[str, ...]:
+    return tuple(sorted(p.relative_to(repo_dir).as_posix() for p in repo_dir.rglob("*") if p.is_file()))
+
+
+def _repo_bytes(repo_dir: Path) -> int:
+    return sum(p.stat().st_size for p in repo_dir.rglob("*") if p.is_file())
+
+
+# -- tasks -> repos ----------------------------------------------------------------------------
+
+def _artifact(artifact):
+    """An ``Artifact`` from a path; a loaded one passes through."""
+    import os
+
+    if isinstance(artifact, (str, os.PathLike)):
+        from builders.artifact import Artifact
+
+        return Artifact.load(artifact)
+    return artifact
+
+
+def repo_name_for(task_id: str, layout: str) -> str:
+    if layout == "one-repo":
+        return INDEX_REPO
+    return validate_repo_name(f"{REPO_PREFIX}{task_id}", "repo name for task")
+
+
+def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
+                    namespace: str | None = None) -> list[ExportedRepo]:
+    """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``)."""
+    from . import cards
+
+    if layout not in LAYOUTS:
+        raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
+    if not prepared:
+        raise MetashiftError("no tasks to export", "name at least one task (see `metashift-hf tasks`)")
+    if namespace is not None:
+        validate_repo_name(namespace, "namespace")
+    ids = [p.task_id for p in prepared]
+    dupes = sorted({t for t in ids if ids.count(t) > 1})
+    if dupes:
+        raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
+    art = _artifact(artifact)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for p in prepared:
+        validate_config_name(p.task_id)
+        for split in p.dataset:
+            validate_split_name(split, p.task_id)
+
+    def load_target(repo: str) -> str:
+        return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
+
+    exported: list[ExportedRepo] = []
+    infos = []
+    if layout == "repo-per-task":
+        for p in prepared:
+            name = repo_name_for(p.task_id, layout)
+            with atomic_dir(out_dir / name) as tmp:
+                cfg = write_config(p.dataset, tmp, p.task_id)
+                info = cards.task_info(p, art, cfg, repo_id=load_target(name))
+                cards.copy_plots(info, art, tmp)
+                card = cards.render_task_card(info, [cfg])
+                with atomic_file(tmp / "README.md", "w") as f:
+                    f.write(card)
+            infos.append(info)
+            exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name), _repo_bytes(out_dir / name)))
+        with atomic_dir(out_dir / INDEX_REPO) as tmp:
+            with atomic_file(tmp / "README.md", "w") as f:
+                f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
+        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO), _repo_bytes(out_dir / INDEX_REPO)))
+    else:
+        with atomic_dir(out_dir / INDEX_REPO) as tmp:
+            cfgs = []
+            for p in prepared:
+                cfg = write_config(p.dataset, tmp, p.task_id)
+                info = cards.task_info(p, art, cfg, repo_id=load_target(INDEX_REPO))
+                cards.copy_plots(info, art, tmp)
+                cfgs.append(cfg)
+                infos.append(info)
+            with atomic_file(tmp / "README.md", "w") as f:
+                f.write(cards.render_index_card(infos, art, configs=cfgs, repo_id=load_target(INDEX_REPO)))
+        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO), _repo_bytes(out_dir / INDEX_REPO)))
+    return exported
+
+
+def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",
+                 seed: int = 0, namespace: str | None = None, **overrides) -> list[ExportedRepo]:
+    """Prepare each task from the artifact + images and export it (see module docstring).
+
+    Returns every repo written, task repos first and the ``metashift`` index repo last.
+    """
+    from .api import prepare
+
+    if layout not in LAYOUTS:
+        raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
+    art = _artifact(artifact)
+    prepared = [prepare(t, artifact=art, images=images, seed=seed, **overrides) for t in tasks]
+    return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    config: str
+    splits: dict[str, int]  # split -> rows checked
+    streaming_rows: int
+
+
+def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming: bool = True) -> VerifyResult:
+    """Load ``repo_dir`` back with ``datasets.load_dataset`` and check it against the shards.
+
+    ``expected`` (a DatasetDict, e.g. ``PreparedTask.dataset``) when given is compared row by row:
+    image ids, labels and the exact image bytes. Without it the loaded rows are compared with the
+    parquet shards read directly. Streaming mode must yield the same first split's rows too.
+    """
+    import datasets
+    import pyarrow.parquet as pq
+
+    repo_dir = Path(repo_dir)
+    if not (repo_dir / "README.md").is_file():
+        raise InputFormatError(f"{repo_dir} is not an exported repo (no README.md)", "run `metashift-hf export` first")
+    loaded = datasets.load_dataset(str(repo_dir), config)
+    checked = {}
+    for split, ds in loaded.items():
+        raw = ds.cast_column("image", datasets.Image(decode=False)) if "image" in ds.features else ds
+        if expected is not None:
+            ref = expected[split]
+            ref = ref.cast_column("image", datasets.Image(decode=False)) if "image" in ref.features else ref
+            ref_rows = ref.with_format("arrow")[:]
+            from datasets.table import embed_table_storage
+
+            ref_rows = embed_table_storage(ref_rows).to_pylist()
+        else:
+            files = sorted((repo_dir / config).glob(f"{split}-*.parquet"))
+            ref_rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+        got = raw.with_format("arrow")[:].to_pylist() if len(raw) else []
+        if len(got) != len(ref_rows):
+            raise MetashiftError(f"{repo_dir}/{config} split {split!r}: loaded {len(got)} rows, expected {len(ref_rows)}",
+                                 "export again; the shards do not match the task")
+        for i, (a, b) in enumerate(zip(got, ref_rows)):
+            for key in ("image_id", "label"):
+                if key in a and a[key] != b.get(key):
+                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: {key} {a[key]!r} != {b.get(key)!r}",
+                                         "export again; the shards do not match the task")
+            if "image" in a and (a["image"] or {}).get("bytes") != (b["image"] or {}).get("bytes"):
+                raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes differ",
+                                     "export again; the image bytes must be the original files'")
+            if "image" in a and not (a["image"] or {}).get("bytes"):
+                raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes are not embedded",
+                                     "export again with this version (images must be embedded)")
+        checked[split] = len(got)
+    streamed = 0
+    if streaming:
+        first = next(iter(loaded))
+        stream = datasets.load_dataset(str(repo_dir), config, streaming=True)[first]
+        ids = [r.get("image_id") for r in stream]
+        streamed = len(ids)
+        if ids != list(loaded[first]["image_id"] if "image_id" in loaded[first].features else ids):
+            raise MetashiftError(f"{repo_dir}/{config}: streaming rows differ from the loaded rows", "export again")
+        if streamed != checked[first]:
+            raise MetashiftError(f"{repo_dir}/{config}: streaming gave {streamed} rows, expected {checked[first]}", "export again")
+    return VerifyResult(config, checked, streamed)
