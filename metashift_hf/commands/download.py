@@ -1,0 +1,96 @@
+"""`metashift-hf download`: fetch, register and list the real inputs."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..download import human_size
+from ..sources import DEFAULT_ORDER, KNOWN_FILES
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "download",
+        help="download GQA / published MetaShift files (resumable, sha256-verified) or register local copies",
+        description=(
+            "Download the real inputs into the cache (or --dir), verify their sha256 and record them in "
+            "the data manifest so `build`, `export` and `evaluate` find them. With --register, record "
+            "files you already have instead. Known files: "
+            + "; ".join(f"{k} = {f.file_name} ({human_size(f.size)})" for k, f in KNOWN_FILES.items())
+        ),
+    )
+    p.add_argument("--what", default=",".join(DEFAULT_ORDER),
+                   help=f"comma-separated files to fetch (default: all = {','.join(DEFAULT_ORDER)}; "
+                        "images is 21.8 GB)")
+    p.add_argument("--dir", default=None,
+                   help="download folder (default: $METASHIFT_HF_CACHE or the user cache folder)")
+    p.add_argument("--mirror", default=None, metavar="BASE_URL",
+                   help="try BASE_URL/<file name> before the published hosts (default: $METASHIFT_HF_MIRROR)")
+    p.add_argument("--register", nargs=2, action="append", metavar=("ROLE", "PATH"), default=None,
+                   help="record a file/folder you already have as ROLE (repeatable); known files are sha256-checked")
+    p.add_argument("--status", action="store_true", help="list where each input is and exit")
+    p.add_argument("--manifest", default=None,
+                   help="data manifest file (default: $METASHIFT_HF_MANIFEST or <cache>/manifest.json)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds without data before a retry (default 60)")
+    p.add_argument("--retries", type=int, default=3,
+                   help="retries per mirror after a connection breaks without progress (default 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..download import default_cache_dir, download, part_path
+    from ..errors import UnknownNameError
+    from ..manifest import DataManifest, register as register_input
+    from ..sources import known_file
+
+    man = DataManifest.load(args.manifest)
+    if args.status:
+        return _status(man)
+    if args.register:
+        for role, path in args.register:
+            e = register_input(role, path, manifest=man, progress=not args.no_progress)
+            state = "sha256 verified" if e.get("known") else "not a known file, shape-checked only"
+            print(f"{role}: {e['path']} ({state}) -> {man.path}")
+        return 0
+    keys = [k.strip() for k in args.what.split(",") if k.strip()]
+    if not keys:
+        raise UnknownNameError("--what is empty", f"name one or more of: {', '.join(DEFAULT_ORDER)}")
+    knowns = [known_file(k) for k in keys]
+    total = sum(k.size for k in knowns)
+    print(f"fetching {', '.join(k.file_name for k in knowns)} ({human_size(total)} in all)", file=sys.stderr)
+    try:
+        paths = download(keys, args.dir, mirror=args.mirror, progress=not args.no_progress, manifest=man,
+                         timeout=args.timeout, retries=args.retries)
+    except KeyboardInterrupt:
+        folder = Path(args.dir) if args.dir else default_cache_dir()
+        parts = [str(part_path(folder / k.file_name)) for k in knowns if part_path(folder / k.file_name).exists()]
+        if parts:
+            print(f"partial download kept in {', '.join(parts)}; run the same command to resume", file=sys.stderr)
+        raise
+    for key, path in paths.items():
+        print(f"{key}: {path}")
+    print(f"recorded in {man.path}")
+    return 0
+
+
+def _status(man) -> int:
+    from ..errors import MetashiftError
+    from ..manifest import env_var
+
+    print(f"data manifest: {man.path}{'' if man.path.exists() else ' (not written yet)'}")
+    for role in DEFAULT_ORDER:
+        try:
+            found = man.locate(role)
+        except MetashiftError as exc:  # a broken entry is shown, not fatal, in a listing
+            print(f"  {role:14s} BROKEN  {exc.what}")
+            continue
+        if found is None:
+            print(f"  {role:14s} missing (metashift-hf download --what {role}, or set {env_var(role)})")
+            continue
+        path, where = found
+        e = man.entry(role) or {}
+        verified = "sha256 verified" if e.get("known") and e.get("path") == str(path) else "unverified"
+        print(f"  {role:14s} {path}  [{where}; {e.get('origin', 'environment')}; {verified}]")
+    return 0

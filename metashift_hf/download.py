@@ -1,0 +1,392 @@
+"""Fetch the known input files: mirrors in order, resumable, sha256-verified before use.
+
+A download goes to ``<dir>/<file name>.part`` and is renamed to its final name only after its
+sha256 matches the pinned one (``metashift_hf.sources``), so a file under its final name is
+always complete and correct. The ``.part`` file survives a crash or Ctrl-C and the next run
+continues it with an HTTP Range request. The hash is computed while bytes arrive (after
+re-reading the kept prefix once on resume), so a 21.8 GB file is not read twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import ChecksumError, InputFormatError, MetashiftError
+from .fsutil import atomic_file
+from .sources import DEFAULT_ORDER, SCENE_GRAPH_MEMBERS, KnownFile, known_file
+
+MIRROR_ENV = "METASHIFT_HF_MIRROR"
+CACHE_ENV = "METASHIFT_HF_CACHE"
+_CHUNK = 1 << 20
+# Failures that say "this mirror does not have the file": go straight to the next mirror.
+_PERMANENT_HTTP = {400, 401, 403, 404, 405, 410, 451}
+
+
+class DownloadError(MetashiftError):
+    """Every mirror failed to deliver a file (network errors, missing file, wrong size)."""
+
+
+class DiskSpaceError(MetashiftError):
+    """Not enough free space for what is about to be written."""
+
+
+class _MirrorFailed(Exception):
+    """Internal: this mirror cannot deliver the file; try the next one."""
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def default_cache_dir() -> Path:
+    """``$METASHIFT_HF_CACHE`` if set, else the per-user cache folder (platformdirs)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("metashift-hf"))
+
+
+def mirror_urls(known: KnownFile, mirror: str | None = None) -> list[str]:
+    """URLs to try, in order: ``mirror`` (else ``$METASHIFT_HF_MIRROR``) as ``BASE/<file name>``,
+    then the published locations."""
+    base = mirror if mirror is not None else os.environ.get(MIRROR_ENV, "")
+    urls = [f"{base.rstrip('/')}/{known.file_name}"] if base else []
+    return urls + [u for u in known.urls if u not in urls]
+
+
+def check_disk_space(directory: str | os.PathLike, needed: int, what: str) -> None:
+    """Raise ``DiskSpaceError`` unless ``directory`` (or its nearest existing parent) has ``needed`` bytes free."""
+    d = Path(directory).absolute()
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    free = shutil.disk_usage(d).free
+    if free < needed:
+        raise DiskSpaceError(
+            f"{what} needs {human_size(needed)} but {d} has only {human_size(free)} free",
+            "free some space, or choose another folder with --dir (or $METASHIFT_HF_CACHE)",
+        )
+
+
+def human_size(n: float) -> str:
+    """Bytes as a short human figure (1024-based), for messages."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n:.1f} GB"  # pragma: no cover (loop always returns)
+
+
+def part_path(final: Path) -> Path:
+    return final.with_name(final.name + ".part")
+
+
+def _hash_prefix(path: Path, length: int) -> "hashlib._Hash":
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        left = length
+        while left:
+            block = f.read(min(_CHUNK, left))
+            if not block:
+                break
+            h.update(block)
+            left -= len(block)
+    return h
+
+
+def _user_agent() -> str:
+    from . import __version__
+
+    return f"metashift-hf/{__version__} (+urllib)"
+
+
+class _Fetcher:
+    """Fills one ``.part`` file from one URL, resuming over dropped connections."""
+
+    def __init__(self, known: KnownFile, part: Path, *, timeout: float, retries: int, progress: bool,
+                 log: Callable[[str], None]) -> None:
+        self.known, self.part = known, part
+        self.timeout, self.retries, self.progress, self.log = timeout, retries, progress, log
+        self.hasher = hashlib.sha256()
+        self.hashed = 0  # bytes of the part file already fed to ``hasher``
+
+    def _size(self) -> int:
+        return self.part.stat().st_size if self.part.exists() else 0
+
+    def _restart(self) -> None:
+        self.part.unlink(missing_ok=True)
+        self.hasher, self.hashed = hashlib.sha256(), 0
+
+    def fetch(self, url: str) -> str:
+        """Download until the part file has ``known.size`` bytes; return its sha256 hex digest."""
+        failures = 0  # consecutive attempts that made no progress
+        while True:
+            offset = self._size()
+            if offset > self.known.size:
+                self._restart()
+                offset = 0
+            if self.hashed != offset:
+                self.hasher, self.hashed = _hash_prefix(self.part, offset), offset
+            if offset == self.known.size:
+                return self.hasher.hexdigest()
+            try:
+                self._attempt(url, offset)
+            except (http.client.HTTPException, urllib.error.URLError, OSError) as exc:
+                if isinstance(exc, urllib.error.HTTPError) and exc.code in _PERMANENT_HTTP:
+                    raise _MirrorFailed(f"HTTP {exc.code} {exc.reason}") from None
+                progressed = self._size() > offset
+                failures = 0 if progressed else failures + 1
+                if failures > self.retries:
+                    raise _MirrorFailed(f"{type(exc).__name__}: {exc} (after {self.retries} retries)") from None
+                self.log(f"{self.known.file_name}: connection to {url} broke ({type(exc).__name__}: {exc}); "
+                         f"resuming at byte {self._size():,}")
+                time.sleep(min(0.5 * 2 ** failures, 30.0) if failures else 0.0)
+
+    def _attempt(self, url: str, offset: int) -> None:
+        headers = {"User-Agent": _user_agent(), "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        try:
+            resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416 and offset:  # our partial file is not a prefix the server accepts
+                self.log(f"{self.known.file_name}: {url} refused to resume (HTTP 416); starting over")
+                self._restart()
+                raise ConnectionError("range not satisfiable; restarting from byte 0") from None
+            raise
+        with resp:
+            status = getattr(resp, "status", None) or resp.getcode() or 200  # file:// has no status
+            total = self.known.size
+            if status == 206 and offset:
+                crange = resp.headers.get("Content-Range", "")
+                if not crange.startswith(f"bytes {offset}-") or not crange.endswith(f"/{total}"):
+                    raise _MirrorFailed(f"answered a resume with Content-Range {crange!r}, expected bytes {offset}-…/{total}")
+                mode = "ab"
+            elif status == 200:
+                if offset:
+                    self.log(f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over")
+                    self._restart()
+                    offset = 0
+                mode = "wb"
+            else:
+                raise _MirrorFailed(f"unexpected HTTP {status}")
+            length = resp.headers.get("Content-Length")
+            if length is not None and length.isdigit() and offset + int(length) != total:
+                raise _MirrorFailed(f"serves {offset + int(length):,} bytes for {self.known.file_name}, expected {total:,}")
+            self._stream(resp, mode, offset)
+
+    def _stream(self, resp, mode: str, offset: int) -> None:
+        from tqdm import tqdm
+
+        total = self.known.size
+        with open(self.part, mode) as out, tqdm(
+            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
+            desc=self.known.file_name, disable=not self.progress, leave=True,
+        ) as bar:
+            done = offset
+            read = getattr(resp, "read1", resp.read)
+            while done < total:
+                # read1 returns what has arrived, so bytes before a dropped connection are kept.
+                block = read(min(_CHUNK, total - done))
+                if not block:
+                    raise ConnectionError(f"connection closed after {done:,} of {total:,} bytes")
+                out.write(block)
+                self.hasher.update(block)
+                done += len(block)
+                self.hashed = done
+                bar.update(len(block))
+            out.flush()
+            if resp.read(1):
+                self._restart()
+                raise _MirrorFailed(f"sends more than the expected {total:,} bytes")
+
+
+def download_file(
+    key_or_known: str | KnownFile,
+    dest_dir: str | os.PathLike | None = None,
+    *,
+    mirror: str | None = None,
+    progress: bool = True,
+    timeout: float = 60.0,
+    retries: int = 3,
+    trusted_sha256: Callable[[Path], str | None] | None = None,
+    log: Callable[[str], None] = _stderr,
+) -> tuple[Path, str | None]:
+    """Download one known file into ``dest_dir`` (default: the cache) and return ``(path, url)``.
+
+    ``url`` is the mirror that served it, or None when a verified file was already in place.
+    ``trusted_sha256(path)`` may return a digest recorded earlier for an unchanged file, so an
+    existing 21.8 GB file is not re-hashed on every run. Raises ``ChecksumError`` when no mirror
+    delivered the right bytes (nothing is kept; the message names each mirror), ``DownloadError``
+    when none delivered at all, ``DiskSpaceError`` before starting when space is short.
+    """
+    known = known_file(key_or_known) if isinstance(key_or_known, str) else key_or_known
+    dest = Path(dest_dir) if dest_dir is not None else default_cache_dir()
+    final = dest / known.file_name
+    if final.exists():
+        _verify_existing(final, known, trusted_sha256, progress)
+        return final, None
+    dest.mkdir(parents=True, exist_ok=True)
+    part = part_path(final)
+    have = part.stat().st_size if part.exists() else 0
+    check_disk_space(dest, max(known.size - have, 0), f"downloading {known.file_name}")
+
+    fetcher = _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress, log=log)
+    resumed_from_earlier_run = have > 0
+    failures: list[str] = []
+    bad_checksum = False
+    for url in mirror_urls(known, mirror):
+        try:
+            digest = fetcher.fetch(url)
+        except _MirrorFailed as exc:
+            failures.append(f"{url}: {exc}")
+            log(f"{known.file_name}: {url}: {exc}; trying the next mirror")
+            continue
+        if digest == known.sha256:
+            os.replace(part, final)
+            return final, url
+        # Keep nothing from a bad source; the next mirror starts from byte 0.
+        fetcher._restart()
+        bad_checksum = True
+        extra = " (continuing a partial file from an earlier run)" if resumed_from_earlier_run else ""
+        failures.append(f"{url}: served bytes with sha256 {digest}, expected {known.sha256}{extra}")
+        log(f"{known.file_name}: checksum mismatch from {url}{extra}; deleted it, trying the next mirror")
+        resumed_from_earlier_run = False
+    detail = "; ".join(failures)
+    fix = (f"try another mirror with --mirror BASE_URL (the file is looked up as BASE_URL/{known.file_name}), "
+           f"or fetch {known.file_name} yourself and run `metashift-hf download --register {known.key} PATH`")
+    if bad_checksum:
+        raise ChecksumError(f"no mirror delivered a correct {known.file_name}; nothing was kept: {detail}", fix)
+    raise DownloadError(f"could not download {known.file_name}: {detail}",
+                        f"check the network or proxy settings (partial data is kept in {part} when any "
+                        f"arrived, and the next run resumes it), or {fix}")
+
+
+def _verify_existing(final: Path, known: KnownFile, trusted_sha256, progress: bool) -> str:
+    digest = trusted_sha256(final) if trusted_sha256 else None
+    if digest is None:
+        digest = sha256_with_progress(final, progress=progress)
+    if digest != known.sha256:
+        raise ChecksumError(
+            f"{final} exists but its sha256 is {digest}, expected {known.sha256} for {known.file_name}",
+            f"delete {final} and run the download again",
+        )
+    return digest
+
+
+def sha256_with_progress(path: Path, *, progress: bool = True) -> str:
+    """sha256 of a file with a tqdm bar (hashing images.zip takes minutes)."""
+    from tqdm import tqdm
+
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024,
+                                     desc=f"sha256 {path.name}", disable=not progress) as bar:
+        while block := f.read(_CHUNK):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def extract_scene_graphs(zip_path: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:
+    """Extract ``train_sceneGraphs.json`` / ``val_sceneGraphs.json`` from ``zip_path`` into ``out_dir``.
+
+    Each file is written atomically; a file already there with the member's size is kept (atomic
+    writes mean a file under its final name is complete). Returns the extracted paths in
+    ``SCENE_GRAPH_MEMBERS`` order.
+    """
+    zip_path, out = Path(zip_path), Path(out_dir)
+    try:
+        zf = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputFormatError(
+            f"{zip_path} is not a readable zip file ({exc})",
+            "delete it and run `metashift-hf download --what scene-graphs` again",
+        ) from exc
+    with zf:
+        by_name = {Path(i.filename).name: i for i in zf.infolist() if not i.is_dir()}
+        members = [by_name[n] for n in SCENE_GRAPH_MEMBERS if n in by_name]
+        if not members:
+            raise InputFormatError(
+                f"{zip_path} holds none of {', '.join(SCENE_GRAPH_MEMBERS)} (it has: "
+                f"{', '.join(sorted(by_name)[:10]) or 'nothing'})",
+                "register GQA's sceneGraphs.zip, or a folder holding the scene-graph JSON files",
+            )
+        todo = [i for i in members
+                if not ((out / Path(i.filename).name).is_file()
+                        and (out / Path(i.filename).name).stat().st_size == i.file_size)]
+        if todo:
+            check_disk_space(out, sum(i.file_size for i in todo), f"extracting scene graphs from {zip_path.name}")
+        for info in todo:
+            target = out / Path(info.filename).name
+            try:
+                with zf.open(info) as src, atomic_file(target) as dst:
+                    shutil.copyfileobj(src, dst, _CHUNK)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                raise InputFormatError(
+                    f"member {info.filename} of {zip_path} is corrupt ({exc})",
+                    "delete the zip and run `metashift-hf download --what scene-graphs` again",
+                ) from exc
+        return [out / Path(i.filename).name for i in members]
+
+
+def extraction_dir(zip_path: str | os.PathLike) -> Path:
+    """Where a scene-graph zip is extracted: ``sceneGraphs/`` beside it, or in the cache when
+    that folder is not writable (e.g. a read-only shared copy registered by the user)."""
+    zip_path = Path(zip_path).absolute()
+    if os.access(zip_path.parent, os.W_OK):
+        return zip_path.parent / "sceneGraphs"
+    digest = hashlib.sha256(str(zip_path).encode()).hexdigest()[:12]
+    return default_cache_dir() / f"sceneGraphs-{digest}"
+
+
+def download(
+    keys: Iterable[str] = DEFAULT_ORDER,
+    dest_dir: str | os.PathLike | None = None,
+    *,
+    mirror: str | None = None,
+    progress: bool = True,
+    manifest=None,
+    log: Callable[[str], None] = _stderr,
+    **fetch_options,
+) -> dict[str, Path]:
+    """Download several known files, record each in the data manifest, extract the scene graphs.
+
+    The free-space check covers every file still to fetch before the first byte is requested.
+    Returns ``{key: path}`` (for scene graphs, the zip).
+    """
+    from .manifest import DataManifest  # manifest imports this module, so import it late
+
+    man = manifest if isinstance(manifest, DataManifest) else DataManifest.load(manifest)
+    dest = Path(dest_dir) if dest_dir is not None else default_cache_dir()
+    knowns = [known_file(k) for k in dict.fromkeys(keys)]
+    missing = 0
+    for kf in knowns:
+        final = dest / kf.file_name
+        if not final.exists():
+            part = part_path(final)
+            missing += kf.size - (part.stat().st_size if part.exists() else 0)
+    check_disk_space(dest, missing, f"downloading {', '.join(k.file_name for k in knowns)}")
+    paths: dict[str, Path] = {}
+    for kf in knowns:
+        path, url = download_file(kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256,
+                                  log=log, **fetch_options)
+        man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url)
+        if kf.key == "scene-graphs":
+            jsons = extract_scene_graphs(path, extraction_dir(path))
+            man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url, extracted=jsons)
+        man.save()
+        paths[kf.key] = path
+        log(f"{kf.file_name}: {'downloaded from ' + url if url else 'already present and verified'} -> {path}")
+    return paths
