@@ -1,0 +1,401 @@
+"""The artifact folder written by ``metashift-hf build``: table writer and the one reader.
+
+Layout and columns are the contract in DEVELOPERS.md. Tables are written with fixed parquet
+settings and sorted rows so the same inputs give byte-identical files (and the same content hash).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+
+from .subsets import CandidateSubsets, parse_subset_name
+
+FORMAT = "metashift-hf-artifact"
+FORMAT_VERSION = 1
+TABLES = ("subsets", "membership", "classes", "edges", "embeddings", "images")
+
+SUBSETS_SCHEMA = pa.schema([
+    ("subset", pa.string()), ("subject", pa.string()), ("context", pa.string()), ("kind", pa.string()),
+    ("category", pa.string()), ("n_images", pa.int64()), ("kept", pa.bool_()), ("community", pa.int64()),
+])
+MEMBERSHIP_SCHEMA = pa.schema([("subset", pa.string()), ("image_id", pa.string())])
+CLASSES_SCHEMA = pa.schema([
+    ("subject", pa.string()), ("n_subsets", pa.int64()), ("n_images", pa.int64()),
+    ("n_communities", pa.int64()), ("embedding_status", pa.string()), ("embedding_note", pa.string()),
+])
+EDGES_SCHEMA = pa.schema([
+    ("subject", pa.string()), ("source", pa.string()), ("target", pa.string()), ("weight", pa.float64()),
+])
+EMBEDDINGS_SCHEMA = pa.schema([
+    ("subject", pa.string()), ("subset", pa.string()), ("embedding", pa.list_(pa.float64())),
+])
+IMAGES_SCHEMA = pa.schema([
+    ("image_id", pa.string()), ("width", pa.int64()), ("height", pa.int64()), ("location", pa.string()),
+    ("weather", pa.string()), ("objects", pa.string()),
+])
+
+
+# ------------------------------------------------------------------------------------------------
+# writing
+# ------------------------------------------------------------------------------------------------
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Fixed settings so identical tables give identical bytes."""
+    pq.write_table(
+        table, path, compression="zstd", compression_level=3, use_dictionary=True,
+        write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",
+    )
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def candidates_tables(candidates: CandidateSubsets, kept: np.ndarray,
+                      communities: Mapping[str, int]) -> tuple[pa.Table, pa.Table]:
+    """subsets.parquet and membership.parquet for every candidate subset (already name-sorted)."""
+    sizes = candidates.sizes()
+    subsets = pa.table({
+        "subset": pa.array(candidates.names, pa.string()),
+        "subject": pa.array(candidates.subjects, pa.string()),
+        "context": pa.array(candidates.contexts, pa.string()),
+        "kind": pa.array(candidates.kinds, pa.string()),
+        "category": pa.array(candidates.categories, pa.string()),
+        "n_images": pa.array(sizes, pa.int64()),
+        "kept": pa.array(kept, pa.bool_()),
+        "community": pa.array([communities.get(n, -1) for n in candidates.names], pa.int64()),
+    }, schema=SUBSETS_SCHEMA)
+    # Repeat names and take image ids in C (millions of rows at full scale).
+    subset_col = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.arange(len(candidates), dtype=np.int32), sizes), pa.int32()),
+        pa.array(candidates.names, pa.string()),
+    ).cast(pa.string())
+    image_col = pa.array(candidates.image_ids, pa.string()).take(pa.array(candidates.indices, pa.int64()))
+    membership = pa.table({"subset": subset_col, "image_id": image_col}, schema=MEMBERSHIP_SCHEMA)
+    return subsets, membership
+
+
+def image_meta_table(image_meta: pa.Table | Iterable[Mapping[str, Any]] | None) -> pa.Table | None:
+    """images.parquet rows sorted by image_id; ``objects`` may be given as a dict (JSON-encoded here)."""
+    if image_meta is None:
+        return None
+    if not isinstance(image_meta, pa.Table):
+        rows = []
+        for r in image_meta:
+            objects = r.get("objects")
+            rows.append({
+                "image_id": str(r["image_id"]), "width": r.get("width"), "height": r.get("height"),
+                "location": r.get("location"), "weather": r.get("weather"),
+                "objects": objects if isinstance(objects, str) or objects is None
+                else json.dumps(objects, sort_keys=True, separators=(",", ":")),
+            })
+        image_meta = pa.Table.from_pylist(rows, schema=IMAGES_SCHEMA)
+    image_meta = image_meta.select(IMAGES_SCHEMA.names).cast(IMAGES_SCHEMA)
+    return image_meta.sort_by("image_id")
+
+
+def table_hash(folder: Path, names: Sequence[str]) -> str:
+    """sha256 over the table files (name + bytes), in sorted order."""
+    h = hashlib.sha256()
+    for name in sorted(names):
+        h.update(name.encode() + b"\0")
+        with open(folder / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# reading
+# ------------------------------------------------------------------------------------------------
+class Artifact:
+    """Read-only view of an artifact folder. ``Artifact.load(path)`` is the only reader."""
+
+    def __init__(self, root: Path, manifest: dict, stats: dict) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.stats = stats
+        self.options: dict = dict(manifest.get("options", {}))
+        self.content_hash: str = manifest.get("content_hash", "")
+        subsets = pq.read_table(root / "subsets.parquet")
+        self._subsets = subsets.to_pandas()
+        self._names: list[str] = self._subsets["subset"].tolist()
+        self._pos = {n: i for i, n in enumerate(self._names)}
+        sizes = self._subsets["n_images"].to_numpy(dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self._by_subject: dict[str, list[int]] = {}
+        for i, s in enumerate(self._subsets["subject"].tolist()):
+            self._by_subject.setdefault(s, []).append(i)
+        self._kept = self._subsets["kept"].to_numpy(dtype=bool)
+        self._classes_df = pq.read_table(root / "classes.parquet").to_pandas()
+        self._classes: list[str] = self._classes_df["subject"].tolist()
+        self._membership: pa.StringArray | None = None
+        self._embeddings: dict[str, np.ndarray] | None = None
+        self._image_rows: dict[str, int] | None = None
+        self._images_table: pa.Table | None = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Artifact":
+        root = Path(path)
+        manifest_path = root / "manifest.json"
+        fix = "pass the folder written by `metashift-hf build --out DIR`"
+        if not manifest_path.is_file():
+            raise InputFormatError(f"{root} is not a metashift-hf artifact (no manifest.json)", fix)
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            stats = json.loads((root / "stats.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputFormatError(f"{root}: unreadable manifest.json/stats.json ({exc})", fix) from None
+        if manifest.get("format") != FORMAT:
+            raise InputFormatError(f"{manifest_path}: format is {manifest.get('format')!r}, not {FORMAT!r}", fix)
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise InputFormatError(
+                f"{manifest_path}: format_version {manifest.get('format_version')!r}, this package reads {FORMAT_VERSION}",
+                "rebuild the artifact with this version of metashift-hf",
+            )
+        for t in ("subsets", "membership", "classes", "edges", "embeddings"):
+            if not (root / f"{t}.parquet").is_file():
+                raise InputFormatError(f"{root}: {t}.parquet is missing", "rebuild the artifact")
+        return cls(root, manifest, stats)
+
+    # -- names ----------------------------------------------------------------------------------
+    def classes(self) -> list[str]:
+        return list(self._classes)
+
+    def _subject(self, subject: str) -> list[int]:
+        if subject not in self._by_subject:
+            raise UnknownNameError(
+                f"unknown class {subject!r} in artifact {self.root}{did_you_mean(subject, self._classes or self._by_subject)}",
+                "list the classes with Artifact.classes() or `metashift-hf stats --artifact DIR`",
+            )
+        return self._by_subject[subject]
+
+    def _subset(self, name: str) -> int:
+        if name not in self._pos:
+            raise UnknownNameError(
+                f"unknown subset {name!r} in artifact {self.root}{did_you_mean(name, self._names)}",
+                "subset names are 'subject(context)', e.g. 'dog(frisbee)'; see subsets_table()",
+            )
+        return self._pos[name]
+
+    def subsets_of(self, subject: str, kept_only: bool = True) -> list[str]:
+        rows = self._subject(subject)
+        return [self._names[i] for i in rows if self._kept[i] or not kept_only]
+
+    def subsets_table(self):
+        """Every candidate subset (pandas DataFrame, the subsets.parquet columns)."""
+        return self._subsets.copy()
+
+    def edges(self, subject: str):
+        """Meta-graph edges of one class (pandas DataFrame: source, target, weight)."""
+        if subject not in self._classes:
+            self._subject(subject)
+            raise UnknownNameError(f"{subject!r} is not a class of {self.root} (fewer kept subsets than the rule needs)",
+                                   "pick one of Artifact.classes()")
+        t = pq.read_table(self.root / "edges.parquet", filters=[("subject", "=", subject)])
+        return t.to_pandas()[["source", "target", "weight"]]
+
+    def communities(self, subject: str) -> dict[str, int]:
+        rows = [i for i in self._subject(subject) if self._kept[i]]
+        com = self._subsets["community"].to_numpy()
+        return {self._names[i]: int(com[i]) for i in rows}
+
+    # -- images ---------------------------------------------------------------------------------
+    def _member_ids(self) -> pa.StringArray:
+        if self._membership is None:
+            col = pq.read_table(self.root / "membership.parquet", columns=["image_id"]).column("image_id")
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if len(arr) != int(self._offsets[-1]):
+                raise InputFormatError(
+                    f"{self.root}/membership.parquet has {len(arr)} rows but subsets.parquet counts {int(self._offsets[-1])}",
+                    "the artifact is corrupt: rebuild it",
+                )
+            self._membership = arr
+        return self._membership
+
+    def _image_list(self, i: int) -> list[str]:
+        a, b = int(self._offsets[i]), int(self._offsets[i + 1])
+        return self._member_ids().slice(a, b - a).to_pylist()
+
+    def images(self, subset: str) -> frozenset[str]:
+        return frozenset(self._image_list(self._subset(subset)))
+
+    def class_images(self, subject: str, kept_only: bool = True) -> frozenset[str]:
+        out: set[str] = set()
+        for i in self._subject(subject):
+            if self._kept[i] or not kept_only:
+                out.update(self._image_list(i))
+        return frozenset(out)
+
+    def pair_images(self, a: str, b: str) -> frozenset[str]:
+        """Images of ``a(b)`` and ``b(a)`` (every candidate, kept or not): the images that show both
+        classes of a pair, e.g. cat(dog) ∪ dog(cat). Empty when neither subset exists."""
+        words = self._words()
+        for w in (a, b):
+            if w not in words:
+                raise UnknownNameError(
+                    f"{w!r} is neither a subject nor a context of any subset in {self.root}{did_you_mean(w, words)}",
+                    "use names as they appear in subset names, e.g. pair_images('cat', 'dog')",
+                )
+        out: set[str] = set()
+        for name in (f"{a}({b})", f"{b}({a})"):
+            if name in self._pos:
+                out.update(self._image_list(self._pos[name]))
+        return frozenset(out)
+
+    def _words(self) -> set[str]:
+        return set(self._by_subject) | set(self._subsets["context"].tolist())
+
+    def image_metadata(self, image_id: str) -> dict | None:
+        """width/height/location/weather/objects of an image (scene-graph builds only), else None."""
+        path = self.root / "images.parquet"
+        if not path.is_file():
+            return None
+        if self._image_rows is None:
+            self._images_table = pq.read_table(path)
+            self._image_rows = {s: i for i, s in enumerate(self._images_table.column("image_id").to_pylist())}
+        row = self._image_rows.get(str(image_id))
+        if row is None:
+            return None
+        rec = self._images_table.slice(row, 1).to_pylist()[0]
+        rec["objects"] = json.loads(rec["objects"]) if rec["objects"] is not None else None
+        return rec
+
+    # -- meta-graph -----------------------------------------------------------------------------
+    def _embedding_map(self) -> dict[str, np.ndarray]:
+        if self._embeddings is None:
+            t = pq.read_table(self.root / "embeddings.parquet")
+            self._embeddings = {
+                s: np.asarray(e, dtype=np.float64)
+                for s, e in zip(t.column("subset").to_pylist(), t.column("embedding").to_pylist())
+            }
+        return self._embeddings
+
+    def embedding(self, subset: str) -> np.ndarray | None:
+        self._subset(subset)
+        e = self._embedding_map().get(subset)
+        return None if e is None else e.copy()
+
+    def class_info(self, subject: str) -> dict:
+        """The classes.parquet row of a class (n_subsets, n_images, n_communities, embedding status/note)."""
+        if subject not in self._classes:
+            self._subject(subject)
+            raise UnknownNameError(
+                f"{subject!r} has candidate subsets in {self.root} but is not a class "
+                f"(it needs more than {self.options.get('min_subsets_per_class', 5)} subsets of at least "
+                f"{self.options.get('min_images_per_subset', 25)} images){did_you_mean(subject, self._classes)}",
+                "pick one of Artifact.classes(), or rebuild with lower --min-images-per-subset/--min-subsets-per-class",
+            )
+        return self._classes_df.iloc[self._classes.index(subject)].to_dict()
+
+    def _kept_subset(self, name: str) -> tuple[str, int]:
+        i = self._subset(name)
+        subject, _ = parse_subset_name(name)
+        if not self._kept[i]:
+            self.class_info(subject)  # raises when the subject is not a class at all
+            raise UnknownNameError(
+                f"subset {name!r} exists but was not kept ({int(self._subsets['n_images'].iloc[i])} images, "
+                f"the rule needs {self.options.get('min_images_per_subset', 25)})",
+                f"use a kept subset of {subject!r}: {', '.join(self.subsets_of(subject)[:5])} ...",
+            )
+        return subject, i
+
+    def distance(self, a: str, b: str) -> float:
+        """Euclidean distance between the stored spectral embeddings of two subsets of one class."""
+        sa, _ = self._kept_subset(a)
+        sb, _ = self._kept_subset(b)
+        if sa != sb:
+            raise MetashiftError(
+                f"{a!r} and {b!r} belong to different classes ({sa!r}, {sb!r}); distances are defined "
+                "within one class's meta-graph",
+                f"compare two subsets of the same class, e.g. {a!r} and another '{sa}(...)' subset",
+            )
+        ea, eb = self._embedding_map().get(a), self._embedding_map().get(b)
+        if ea is None or eb is None:
+            info = self.class_info(sa)
+            missing = a if ea is None else b
+            raise MetashiftError(
+                f"no embedding for {missing!r}: class {sa!r} embedding status is "
+                f"{info['embedding_status']!r} ({info['embedding_note']})",
+                "pick subsets in the same connected part of the meta-graph, or rebuild with a lower "
+                "--edge-threshold / --spectral-dim",
+            )
+        return float(np.linalg.norm(ea - eb))
+
+    def members(self, subset_names: Iterable[str]) -> dict[str, np.ndarray]:
+        """Subset -> sorted unique int64 indices into a local image index shared by these subsets."""
+        lists = {n: self._image_list(self._subset(n)) for n in subset_names}
+        ids = np.unique(np.asarray([i for v in lists.values() for i in v], dtype=object)) if lists else np.array([], dtype=object)
+        return {n: np.searchsorted(ids, np.asarray(v, dtype=object)).astype(np.int64) for n, v in lists.items()}
+
+    def analysis(self, subject: str):
+        """The stored meta-graph of a class as a ``metagraph.ClassAnalysis`` (edges, communities,
+        embeddings read back from the tables, nothing recomputed) and its members (local indices)."""
+        from .metagraph import ClassAnalysis
+
+        info = self.class_info(subject)
+        names = self.subsets_of(subject)
+        edges = self.edges(subject)
+        emb = self._embedding_map()
+        o = self.options
+        result = ClassAnalysis(
+            subsets=names,
+            edges=list(zip(edges["source"].tolist(), edges["target"].tolist(), edges["weight"].astype(float).tolist())),
+            communities=self.communities(subject),
+            embedding={n: emb[n].copy() for n in names if n in emb},
+            embedding_status=info["embedding_status"], embedding_note=info["embedding_note"],
+            subject=subject, community_method=o.get("community_method", "cnm"),
+            edge_threshold=float(o.get("edge_threshold", 0.2)), spectral_dim=int(o.get("spectral_dim", 5)),
+        )
+        return result, self.members(names)
+
+    def group_distance(self, subject: str, groups: Mapping[str, Sequence[str]], a: str,
+                       b: str | Sequence[str], rule: str = "code") -> float:
+        """Distance between merged groups of subsets of one class.
+
+        ``groups`` maps a group name to its member subsets ('cat(sofa)' or just the context 'sofa').
+        rule="code": the original code's rule (graph rebuilt over the merged groups, embedded; for a
+        list ``b`` the mean of the pair distances). rule="paper": size-weighted mean of the member
+        embeddings, then Euclidean (a list ``b``: mean of the pair distances as well).
+        """
+        from . import metagraph
+
+        self.class_info(subject)
+        full = {g: [m if "(" in m else f"{subject}({m})" for m in members] for g, members in groups.items()}
+        targets = [b] if isinstance(b, str) else list(b)
+        for g in [a, *targets]:
+            if g not in full:
+                raise UnknownNameError(f"unknown group {g!r}{did_you_mean(g, full)}", f"use one of {sorted(full)}")
+        for g, members in full.items():
+            if not members:
+                raise InputFormatError(f"group {g!r} has no member subsets", "give each group at least one subset")
+            for m in members:
+                if parse_subset_name(m)[0] != subject:
+                    raise MetashiftError(f"group {g!r} member {m!r} is not a subset of class {subject!r}",
+                                         f"use '{subject}(...)' subsets only")
+                self._subset(m)
+        o = self.options
+        if rule == "code":
+            every = sorted({m for members in full.values() for m in members})
+            idx = self.members(every)
+            unions = {g: np.unique(np.concatenate([idx[m] for m in members])) for g, members in full.items()}
+            return float(metagraph.group_distance_code(
+                unions, a, b if isinstance(b, str) else targets,
+                edge_threshold=o.get("edge_threshold", 0.2), spectral_dim=o.get("spectral_dim", 5),
+            ))
+        if rule == "paper":
+            for members in full.values():
+                for m in members:
+                    self._kept_subset(m)
+            analysis, members_idx = self.analysis(subject)
+            values = [metagraph.group_distance_paper(analysis, members_idx, full[a], full[t]) for t in targets]
+            return float(np.mean(values))
+        raise InputFormatError(f"unknown group-distance rule {rule!r}", "use rule='code' or rule='paper'")

@@ -1,0 +1,259 @@
+"""Orchestration: inputs -> candidate subsets -> rules -> per-class meta-graphs -> artifact folder."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from metashift_hf.errors import EmptyResultError, InputFormatError
+from metashift_hf.fsutil import atomic_dir
+
+from . import artifact as art
+from .subsets import KINDS, CandidateSubsets, apply_rules
+
+PAIRINGS = ("relation", "cooccurrence")
+GENERAL_CONTEXT_AS = ("subject", "context")
+COMMUNITY_METHODS = ("cnm", "louvain")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Every choice that changes the artifact's tables (stored in manifest.json)."""
+
+    min_images_per_subset: int = 25
+    """A subset is kept when it has at least this many images (paper and code: 25)."""
+    min_subsets_per_class: int = 5
+    """A subject is a class when it has MORE than this many kept subsets (the code's '> 5')."""
+    edge_threshold: float = 0.2
+    """Meta-graph edges with overlap coefficient below this are dropped (code 0.2; paper text 0.1)."""
+    community_method: str = "cnm"
+    """'cnm' (unweighted greedy modularity, what the code ran) or 'louvain' (paper's name; seeded)."""
+    spectral_dim: int = 5
+    """K: eigenvectors 2..K+1 of L = D - A form a subset's embedding."""
+    seed: int = 0
+    """Seed for every random choice (Louvain)."""
+    pairing: str = "relation"
+    """Scene graphs: 'relation' (subject has a relation to the context object; fits the published
+    one-directional keys) or 'cooccurrence' (both objects in the image; the paper's wording)."""
+    general_context_as: str = "subject"
+    """Scene graphs: 'subject' writes general contexts as published, 'ocean(dog)'; 'context' writes 'dog(ocean)'."""
+    include_objects: bool = True
+    """Keep object-context subsets ('dog(frisbee)')."""
+    include_general: bool = True
+    """Keep general-context subsets (location/weather fields, place/room words)."""
+    include_attributes: bool = False
+    """Keep attribute subsets ('horse(white)'). Off by default: the published full MetaShift has object
+    and general contexts only; MetaShift-Attributes is a separate set (turn on, or build it alone)."""
+
+    def validate(self) -> "BuildOptions":
+        def bad(field: str, value: Any, fix: str) -> InputFormatError:
+            return InputFormatError(f"build option {field}={value!r} is invalid", fix)
+
+        for f in ("min_images_per_subset", "min_subsets_per_class", "spectral_dim", "seed"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+                raise bad(f, v, "use a non-negative integer")
+        if self.min_images_per_subset < 1:
+            raise bad("min_images_per_subset", self.min_images_per_subset, "use at least 1")
+        if self.spectral_dim < 1:
+            raise bad("spectral_dim", self.spectral_dim, "use at least 1 (default 5)")
+        if not isinstance(self.edge_threshold, (int, float)) or not 0.0 <= float(self.edge_threshold) <= 1.0:
+            raise bad("edge_threshold", self.edge_threshold, "use a number in [0, 1] (default 0.2; the paper says 0.1)")
+        for f, allowed in (("community_method", COMMUNITY_METHODS), ("pairing", PAIRINGS),
+                           ("general_context_as", GENERAL_CONTEXT_AS)):
+            if getattr(self, f) not in allowed:
+                raise bad(f, getattr(self, f), f"use one of {', '.join(allowed)}")
+        if not (self.include_objects or self.include_general or self.include_attributes):
+            raise bad("include_*", False, "include at least one of object, general, attribute contexts")
+        return self
+
+    def kinds(self) -> tuple[str, ...]:
+        on = {"object": self.include_objects, "general": self.include_general, "attribute": self.include_attributes}
+        return tuple(k for k in KINDS if on[k])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BuildOptions":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InputFormatError(f"unknown build options {unknown}", f"known options: {', '.join(sorted(names))}")
+        return cls(**d).validate()
+
+
+def _summary(values: Sequence[int]) -> dict:
+    if len(values) == 0:
+        return {"min": 0, "median": 0, "mean": 0.0, "max": 0}
+    a = np.asarray(values, dtype=np.int64)
+    return {"min": int(a.min()), "median": float(np.median(a)), "mean": round(float(a.mean()), 3), "max": int(a.max())}
+
+
+def _plot_name(subject: str) -> str:
+    # class names are free text ('living room', 't-shirt'); keep file names portable
+    return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
+
+
+def _plotter() -> Callable | None:
+    try:
+        import matplotlib  # noqa: F401
+
+        from .plots import plot_class
+    except ImportError:
+        return None
+    return plot_class
+
+
+def build_artifact(
+    candidates: CandidateSubsets,
+    out: str | os.PathLike,
+    options: BuildOptions = BuildOptions(),
+    *,
+    image_meta: pa.Table | Iterable[Mapping[str, Any]] | None = None,
+    inputs: Sequence[Mapping[str, Any]] = (),
+    source: str = "custom",
+    plots: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> "art.Artifact":
+    """Apply the rules, analyse every class and write the artifact folder atomically.
+
+    ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
+    ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
+    """
+    from .metagraph import analyse_class
+
+    options = options.validate()
+    say = log or (lambda msg: None)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    enabled = set(options.kinds())
+    if not all(k in enabled for k in candidates.kinds):
+        candidates = candidates.select(np.fromiter((k in enabled for k in candidates.kinds), dtype=bool,
+                                                   count=len(candidates)))
+    if len(candidates) == 0:
+        raise EmptyResultError(
+            f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
+            "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
+        )
+    rules = apply_rules(candidates, options.min_images_per_subset, options.min_subsets_per_class)
+    if not rules.classes:
+        sizes = candidates.sizes()
+        per_subject: dict[str, int] = {}
+        for s, ok in zip(candidates.subjects, rules.big_enough.tolist()):
+            per_subject[s] = per_subject.get(s, 0) + int(ok)
+        best = max(per_subject.items(), key=lambda kv: (kv[1], kv[0]))
+        raise EmptyResultError(
+            f"no class passes the rules: {int(rules.big_enough.sum())} of {len(candidates)} candidate subsets have "
+            f">= {options.min_images_per_subset} images (largest: {int(sizes.max())}), and the best subject "
+            f"{best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
+            "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
+        )
+    timings["rules"] = time.perf_counter() - t0
+
+    # per-class meta-graphs
+    t1 = time.perf_counter()
+    kept_rows: dict[str, list[int]] = {c: [] for c in rules.classes}
+    for i in np.flatnonzero(rules.kept).tolist():
+        kept_rows[candidates.subjects[i]].append(i)
+    analyses = {}
+    members_of = {}
+    for subject in rules.classes:
+        members = {candidates.names[i]: candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
+                   for i in kept_rows[subject]}
+        members_of[subject] = members
+        analyses[subject] = analyse_class(
+            subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
+            spectral_dim=options.spectral_dim, seed=options.seed,
+        )
+    timings["metagraph"] = time.perf_counter() - t1
+    say(f"analysed {len(analyses)} classes in {timings['metagraph']:.2f} s")
+
+    t2 = time.perf_counter()
+    communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
+    subsets_t, membership_t = art.candidates_tables(candidates, rules.kept, communities)
+    class_rows, edge_rows, emb_rows = [], [], []
+    for subject in rules.classes:
+        a = analyses[subject]
+        idx = np.concatenate(list(members_of[subject].values()))
+        class_rows.append({
+            "subject": subject, "n_subsets": len(a.subsets), "n_images": int(np.unique(idx).size),
+            "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
+            "embedding_note": a.embedding_note,
+        })
+        for s, t, w in sorted(a.edges):
+            edge_rows.append((subject, s, t, float(w)))
+        for s in sorted(a.embedding):
+            vec = np.asarray(a.embedding[s], dtype=np.float64)
+            if np.isfinite(vec).all():
+                emb_rows.append((subject, s, vec.tolist()))
+    classes_t = pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA)
+    edges_t = pa.table({k: [r[i] for r in edge_rows] for i, k in enumerate(art.EDGES_SCHEMA.names)},
+                       schema=art.EDGES_SCHEMA)
+    emb_t = pa.table({k: [r[i] for r in emb_rows] for i, k in enumerate(art.EMBEDDINGS_SCHEMA.names)},
+                     schema=art.EMBEDDINGS_SCHEMA)
+    images_t = art.image_meta_table(image_meta)
+
+    kept_idx = np.concatenate([candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
+                               for i in np.flatnonzero(rules.kept).tolist()])
+    status_counts: dict[str, int] = {}
+    for r in class_rows:
+        status_counts[r["embedding_status"]] = status_counts.get(r["embedding_status"], 0) + 1
+    kind_counts = {k: {"candidates": int(sum(1 for x in candidates.kinds if x == k)),
+                       "kept": int(sum(1 for x, ok in zip(candidates.kinds, rules.kept.tolist()) if x == k and ok))}
+                   for k in KINDS}
+    stats = {
+        "candidate_keys": len(candidates),
+        "candidate_images": int(np.unique(candidates.indices).size),
+        "kept_subsets_any_class": int(rules.big_enough.sum()),
+        "classes": len(rules.classes),
+        "subsets": int(rules.kept.sum()),
+        "images": int(np.unique(kept_idx).size),
+        "subsets_per_class": _summary([r["n_subsets"] for r in class_rows]),
+        "images_per_subset": _summary(candidates.sizes()[rules.kept].tolist()),
+        "kinds": kind_counts,
+        "embedding_status": dict(sorted(status_counts.items())),
+        "edges": len(edge_rows),
+        "name_collisions_merged": int(candidates.collisions),
+        "rules": {"min_images_per_subset": options.min_images_per_subset,
+                  "min_subsets_per_class": options.min_subsets_per_class},
+    }
+
+    from metashift_hf import __version__
+
+    with atomic_dir(out) as tmp:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the artifact is an ordinary output folder
+        tables = {"subsets": subsets_t, "membership": membership_t, "classes": classes_t, "edges": edges_t,
+                  "embeddings": emb_t}
+        if images_t is not None:
+            tables["images"] = images_t
+        for name, table in tables.items():
+            art.write_parquet(table, tmp / f"{name}.parquet")
+        files = [f"{n}.parquet" for n in tables]
+        manifest = {
+            "format": art.FORMAT, "format_version": art.FORMAT_VERSION, "package_version": __version__,
+            "source": source, "inputs": [dict(i) for i in inputs], "options": options.to_dict(),
+            "tables": sorted(files), "content_hash": art.table_hash(tmp, files),
+        }
+        art.write_json(tmp / "manifest.json", manifest)
+        art.write_json(tmp / "stats.json", stats)
+        timings["write"] = time.perf_counter() - t2
+        plot = _plotter() if plots else None
+        if plot is not None:
+            t3 = time.perf_counter()
+            (tmp / "plots").mkdir()
+            for subject in rules.classes:
+                plot(analyses[subject], members_of[subject], tmp / "plots" / _plot_name(subject))
+            timings["plots"] = time.perf_counter() - t3
+    say("timings: " + json.dumps({k: round(v, 2) for k, v in timings.items()}))
+    return art.Artifact.load(out)

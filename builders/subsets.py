@@ -1,0 +1,305 @@
+"""Subset names, the context ontologies, candidate subsets and the two MetaShift rules.
+
+A subset is named ``subject(context)``. Candidate subsets are held as one compressed table
+(CSR: subset -> sorted image indices into a sorted list of image-id strings) so that the
+full-scale build never materialises millions of Python sets.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from metashift_hf.errors import InputFormatError, UnknownNameError, did_you_mean
+
+KINDS = ("object", "attribute", "general")
+
+# --- ontologies (the original code's lists, as published) --------------------------------------
+# General contexts: GQA's `location`/`weather` fields plus place/room words that appear as object
+# names. The paper's appendix lists 'snow' where the code has 'sea'; we follow the code.
+GENERAL_CONTEXT_ONTOLOGY: dict[str, tuple[str, ...]] = {
+    "location": ("indoors", "outdoors"),
+    "weather": ("clear", "overcast", "cloudless", "cloudy", "sunny", "foggy", "rainy"),
+    "room": ("bedroom", "kitchen", "bathroom", "living room"),
+    "place": (
+        "road", "sidewalk", "field", "beach", "park", "grass", "farm", "ocean", "pavement", "lake",
+        "street", "train station", "hotel room", "church", "restaurant", "forest", "path", "display",
+        "store", "river", "sea", "yard", "airport", "parking lot",
+    ),
+}
+
+# The 27-category attribute ontology. 'dark' and 'short' sit in two categories; the published
+# attribute subsets file them under the later one ('dark' -> color, 'short' -> length), which
+# is what the dict below does by letting later categories overwrite earlier ones.
+ATTRIBUTE_CONTEXT_ONTOLOGY: dict[str, tuple[str, ...]] = {
+    "darkness": ("dark", "bright"),
+    "dryness": ("wet", "dry"),
+    "colorful": ("colorful", "shiny"),
+    "leaf": ("leafy", "bare"),
+    "emotion": ("happy", "calm"),
+    "sports": ("baseball", "tennis"),
+    "flatness": ("flat", "curved"),
+    "lightness": ("light", "heavy"),
+    "gender": ("male", "female"),
+    "width": ("wide", "narrow"),
+    "depth": ("deep", "shallow"),
+    "hardness": ("hard", "soft"),
+    "cleanliness": ("clean", "dirty"),
+    "switch": ("on", "off"),
+    "thickness": ("thin", "thick"),
+    "openness": ("open", "closed"),
+    "height": ("tall", "short"),
+    "length": ("long", "short"),
+    "fullness": ("full", "empty"),
+    "age": ("young", "old"),
+    "size": ("large", "small"),
+    "pattern": ("checkered", "striped", "dress", "dotted"),
+    "shape": ("round", "rectangular", "triangular", "square"),
+    "activity": (
+        "waiting", "staring", "drinking", "playing", "eating", "cooking", "resting", "sleeping",
+        "posing", "talking", "looking down", "looking up", "driving", "reading", "brushing teeth",
+        "flying", "surfing", "skiing", "hanging",
+    ),
+    "pose": (
+        "walking", "standing", "lying", "sitting", "running", "jumping", "crouching", "bending",
+        "smiling", "grazing",
+    ),
+    "material": (
+        "wood", "plastic", "metal", "glass", "leather", "porcelain", "concrete", "paper", "stone", "brick",
+    ),
+    "color": (
+        "white", "red", "black", "green", "silver", "gold", "khaki", "gray", "dark", "pink", "dark blue",
+        "dark brown", "blue", "yellow", "tan", "brown", "orange", "purple", "beige", "blond", "brunette",
+        "maroon", "light blue", "light brown",
+    ),
+}
+
+ATTRIBUTE_CATEGORY: dict[str, str] = {
+    word: category for category, words in ATTRIBUTE_CONTEXT_ONTOLOGY.items() for word in words
+}
+GENERAL_CATEGORY: dict[str, str] = {
+    word: category for category, words in GENERAL_CONTEXT_ONTOLOGY.items() for word in words
+}
+# Place/room words that are GQA object names: the scene-graph build turns them into general
+# contexts ('ocean(dog)'). The published keys never use them as object contexts ('dog(ocean)'),
+# except 'grass', which they use both ways (44 'x(grass)' keys, e.g. the paper's cat(grass)).
+SCENE_WORDS = frozenset(GENERAL_CONTEXT_ONTOLOGY["room"] + GENERAL_CONTEXT_ONTOLOGY["place"])
+SCENE_WORDS_ALSO_OBJECT_CONTEXTS = frozenset({"grass"})
+
+_NAME = re.compile(r"^([^()]+)\(([^()]+)\)$")
+_NAME_FIX = "write subset names as 'subject(context)', e.g. 'dog(frisbee)' (spaces allowed, no extra parentheses)"
+
+
+def parse_subset_name(name: str) -> tuple[str, str]:
+    """Split ``'subject(context)'`` into ``(subject, context)``; InputFormatError if malformed."""
+    if not isinstance(name, str):
+        raise InputFormatError(f"subset name {name!r} is not a string", _NAME_FIX)
+    m = _NAME.match(name)
+    if m is None:
+        raise InputFormatError(f"subset name {name!r} is not of the form 'subject(context)'", _NAME_FIX)
+    subject, context = m.group(1), m.group(2)
+    if subject != subject.strip() or context != context.strip() or not subject.strip() or not context.strip():
+        raise InputFormatError(
+            f"subset name {name!r} has leading/trailing spaces or an empty part", _NAME_FIX
+        )
+    return subject, context
+
+
+def subset_name(subject: str, context: str) -> str:
+    """The inverse of :func:`parse_subset_name` (validated)."""
+    name = f"{subject}({context})"
+    parse_subset_name(name)
+    return name
+
+
+def published_kind(name: str) -> tuple[str, str | None]:
+    """Kind and category of a key of the published *full* pickle: general when its subject is a
+    general-context word (the published convention writes them first, 'ocean(dog)'), else object."""
+    subject, _ = parse_subset_name(name)
+    if subject in GENERAL_CATEGORY:
+        return "general", GENERAL_CATEGORY[subject]
+    return "object", None
+
+
+def attribute_kind(name: str) -> tuple[str, str | None]:
+    """Kind and category of a key of the published *attributes* pickle."""
+    _, context = parse_subset_name(name)
+    return "attribute", ATTRIBUTE_CATEGORY.get(context)
+
+
+@dataclass
+class CandidateSubsets:
+    """Every candidate subset with its images, in CSR form, sorted by name.
+
+    ``names[i]``'s images are ``image_ids[indices[indptr[i]:indptr[i+1]]]`` (sorted, unique).
+    Build small ones with :meth:`from_dict`; large ones come from the scene-graph pipeline.
+    """
+
+    names: list[str]
+    kinds: list[str]
+    categories: list[str | None]
+    image_ids: list[str]  # sorted unique
+    indptr: np.ndarray  # int64, len(names) + 1
+    indices: np.ndarray  # int64 image indices
+    collisions: int = 0  # names produced by more than one source/kind and merged (union)
+    _pos: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._pos = {n: i for i, n in enumerate(self.names)}
+        parsed = [parse_subset_name(n) for n in self.names]
+        self.subjects = [s for s, _ in parsed]
+        self.contexts = [c for _, c in parsed]
+        for n, k in zip(self.names, self.kinds):
+            if k not in KINDS:
+                raise InputFormatError(f"subset {n!r} has kind {k!r}", f"use one of {', '.join(KINDS)}")
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_dict(
+        cls,
+        mapping: Mapping[str, Iterable[str]],
+        kind: str | Mapping[str, str] = "object",
+        category: Mapping[str, str | None] | None = None,
+    ) -> "CandidateSubsets":
+        """From ``{'dog(frisbee)': ['1', '2', ...], ...}``; ``kind`` is one kind for all or per name."""
+        names = list(mapping)
+        sets = [{str(i) for i in mapping[n]} for n in names]
+        kinds = [kind if isinstance(kind, str) else kind.get(n, "object") for n in names]
+        cats = [(category or {}).get(n) for n in names]
+        image_ids = sorted(set().union(*sets)) if sets else []
+        pos = {im: i for i, im in enumerate(image_ids)}
+        sub = np.repeat(np.arange(len(names), dtype=np.int64), [len(s) for s in sets])
+        img = np.fromiter((pos[i] for s in sets for i in s), dtype=np.int64, count=int(sub.size))
+        return cls.from_codes(names, kinds, cats, image_ids, sub, img)
+
+    @classmethod
+    def from_codes(
+        cls,
+        names: Sequence[str],
+        kinds: Sequence[str],
+        categories: Sequence[str | None],
+        image_ids: Sequence[str],
+        subset_codes: np.ndarray,
+        image_codes: np.ndarray,
+    ) -> "CandidateSubsets":
+        """From parallel arrays of (subset code, image index); duplicates are dropped.
+
+        ``names`` must be unique; ``image_ids`` sorted and unique. Vectorised: one sort.
+        """
+        if len(set(names)) != len(names):
+            raise InputFormatError("duplicate subset names given to CandidateSubsets", "merge duplicates first")
+        order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[order] = np.arange(len(names), dtype=np.int64)
+        n_img = max(len(image_ids), 1)
+        key = np.unique(rank[np.asarray(subset_codes, dtype=np.int64)] * n_img + np.asarray(image_codes, dtype=np.int64))
+        sub_sorted = key // n_img
+        counts = np.bincount(sub_sorted, minlength=len(names))
+        indptr = np.zeros(len(names) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return cls(
+            names=[names[i] for i in order],
+            kinds=[kinds[i] for i in order],
+            categories=[categories[i] for i in order],
+            image_ids=list(image_ids),
+            indptr=indptr,
+            indices=(key % n_img).astype(np.int64),
+        )
+
+    @classmethod
+    def combine(cls, parts: Sequence["CandidateSubsets"]) -> "CandidateSubsets":
+        """Union of several candidate sets. A name present in several parts gets the union of its
+        images and the kind of the first part that has it (counted in ``collisions``)."""
+        parts = [p for p in parts if p is not None]
+        if len(parts) == 1:
+            return parts[0]
+        image_ids = sorted(set().union(*(p.image_ids for p in parts)))
+        lookup = np.asarray(image_ids, dtype=object)
+        names: list[str] = []
+        kinds: list[str] = []
+        cats: list[str | None] = []
+        where: dict[str, int] = {}
+        subs, imgs = [], []
+        collisions = 0
+        for p in parts:
+            remap = np.searchsorted(lookup, np.asarray(p.image_ids, dtype=object)).astype(np.int64)
+            codes = np.empty(len(p.names), dtype=np.int64)
+            for i, n in enumerate(p.names):
+                if n in where:
+                    collisions += 1
+                else:
+                    where[n] = len(names)
+                    names.append(n)
+                    kinds.append(p.kinds[i])
+                    cats.append(p.categories[i])
+                codes[i] = where[n]
+            subs.append(np.repeat(codes, np.diff(p.indptr)))
+            imgs.append(remap[p.indices] if p.indices.size else p.indices)
+        out = cls.from_codes(names, kinds, cats, image_ids, np.concatenate(subs), np.concatenate(imgs))
+        out.collisions = collisions + sum(p.collisions for p in parts)
+        return out
+
+    # -- access ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pos
+
+    def index(self, name: str) -> int:
+        if name not in self._pos:
+            raise UnknownNameError(f"unknown subset {name!r}{did_you_mean(name, self.names)}",
+                                   "use a name listed in the candidate subsets")
+        return self._pos[name]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def members(self, name: str) -> np.ndarray:
+        """Sorted unique int64 image indices of one subset."""
+        i = self.index(name)
+        return self.indices[self.indptr[i]:self.indptr[i + 1]]
+
+    def images(self, name: str) -> frozenset[str]:
+        return frozenset(self.image_ids[j] for j in self.members(name).tolist())
+
+    def select(self, keep: np.ndarray) -> "CandidateSubsets":
+        """Only the subsets where the boolean mask ``keep`` is true (image list unchanged)."""
+        idx = np.flatnonzero(keep)
+        sizes = self.sizes()[idx]
+        indptr = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        pieces = [self.indices[self.indptr[i]:self.indptr[i + 1]] for i in idx.tolist()]
+        out = CandidateSubsets(
+            names=[self.names[i] for i in idx], kinds=[self.kinds[i] for i in idx],
+            categories=[self.categories[i] for i in idx], image_ids=self.image_ids, indptr=indptr,
+            indices=np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64),
+            collisions=self.collisions,
+        )
+        return out
+
+
+@dataclass
+class RuleResult:
+    """Outcome of the two rules on a CandidateSubsets (arrays aligned with its names)."""
+
+    big_enough: np.ndarray  # bool: subset has >= min_images_per_subset images
+    kept: np.ndarray  # bool: big enough AND its subject is a class
+    classes: list[str]  # sorted
+
+
+def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
+                min_subsets_per_class: int = 5) -> RuleResult:
+    """A subset is big enough with at least ``min_images_per_subset`` images; a subject is a class
+    when it has MORE than ``min_subsets_per_class`` big-enough subsets (the original's '> 5')."""
+    big = candidates.sizes() >= min_images_per_subset
+    count: dict[str, int] = {}
+    for subject, ok in zip(candidates.subjects, big.tolist()):
+        if ok:
+            count[subject] = count.get(subject, 0) + 1
+    classes = sorted(s for s, n in count.items() if n > min_subsets_per_class)
+    is_class = set(classes)
+    kept = big & np.fromiter((s in is_class for s in candidates.subjects), dtype=bool, count=len(candidates))
+    return RuleResult(big_enough=big, kept=kept, classes=classes)
