@@ -1,0 +1,198 @@
+"""The evaluation report: report.json, report.md, per_group.csv, predictions.csv and one chart per class."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from ..fsutil import atomic_dir
+
+PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
+                     "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe values: NaN -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is pd.NA:
+        return None
+    return value
+
+
+class EvalReport(Mapping):
+    """Metrics of one evaluation, dict-like (``report["overall"]["accuracy"]``), plus ``summary()``."""
+
+    def __init__(self, metrics: dict[str, Any], out: Path | None = None) -> None:
+        self.metrics = _clean(metrics)
+        self.out = out
+
+    def __getitem__(self, key: str) -> Any:
+        return self.metrics[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.metrics)
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+    def __repr__(self) -> str:
+        o = self.metrics["overall"]
+        return f"EvalReport(model={self.metrics['run']['model']['name']!r}, task={self.metrics['run']['task_id']!r}, accuracy={o['accuracy']:.4f}, n={o['n']})"
+
+    def summary(self) -> str:
+        m = self.metrics
+        run, o = m["run"], m["overall"]
+        lines = [
+            f"{run['model']['name']} on {run['task_id']}  (scoring: {run['mode']}, hierarchy: {run['hierarchy']})",
+            f"overall accuracy {_pct(o['accuracy'])} [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]  n={o['n']}",
+        ]
+        gap = m.get("id_vs_ood")
+        if gap:
+            drop = "n/a" if gap["relative_drop"] is None else _pct(gap["relative_drop"])
+            lines.append(f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) "
+                         f"{_pct(gap['ood']['accuracy'])}: gap {_pct(gap['gap'])}, relative drop {drop}")
+        lines.append(f"{'class':<16}{'n':>7}{'accuracy':>10}  {'95% CI':<17}worst context (n >= {m['min_subset_size']})")
+        for cls, c in m["classes"].items():
+            w = c.get("worst_context")
+            worst = f"{w['subset']} {_pct(w['accuracy'])} (n={w['n']})" if w else "-"
+            lines.append(f"{cls:<16}{c['n']:>7}{_pct(c['accuracy']):>10}  [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]".ljust(52) + worst)
+        ws = m.get("worst_subset")
+        if ws:
+            lines.append(f"worst subset: {ws['subset']} {_pct(ws['accuracy'])} [{_pct(ws['ci'][0])}, {_pct(ws['ci'][1])}] n={ws['n']}")
+        bugs = m["context_bugs"]
+        lines.append(f"context bugs (one-sided two-proportion test, BH q < {m['bug_test']['alpha']} over {m['bug_test']['n_tests']} tests): {len(bugs)}")
+        for b in bugs[:10]:
+            d = b.get("distance_to_largest_community")
+            dist = "" if d is None else f", distance to largest community {d:.3f}"
+            lines.append(f"  {b['subset']}: {_pct(b['accuracy'])} (n={b['n']}) vs rest {_pct(b['rest_accuracy'])} (n={b['rest_n']}), q={b['q_value']:.2g}{dist}")
+        if self.out:
+            lines.append(f"report: {self.out / 'report.md'}")
+        return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
+    m = report.metrics
+    run = m["run"]
+    model = run["model"]
+    out = [f"# {model['name']} on `{run['task_id']}`", ""]
+    out += ["## Run card", "", "| field | value |", "|---|---|"]
+    prep = model["preprocessing"]
+    prep_txt = prep if isinstance(prep, str) else ", ".join(
+        f"{k}={[round(x, 4) for x in v] if isinstance(v, (list, tuple)) else v}" for k, v in prep.items() if k != "source")
+    for k, v in [("package version", run["package_version"]), ("task", run["task_id"]), ("task content hash", run["task_content_hash"]),
+                 ("artifact hash", run.get("artifact_hash")), ("model", model["name"]), ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
+                 ("preprocessing", prep_txt), ("scoring mode", run["mode"]), ("hierarchy", run["hierarchy"]), ("seed", run["seed"]),
+                 ("device", model.get("device", "-"))]:
+        out.append(f"| {k} | {v} |")
+    out += ["", f"Counting: {m['counting']}.", ""]
+    o = m["overall"]
+    out += ["## Overall", "", f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.", ""]
+    if m["splits"]:
+        out += ["| split | n | correct | accuracy | 95% CI |", "|---|---:|---:|---:|---|"]
+        for s, v in m["splits"].items():
+            out.append(f"| {s} | {v['n']} | {v['correct']} | {_pct(v['accuracy'])} | [{_pct(v['ci'][0])}, {_pct(v['ci'][1])}] |")
+        out.append("")
+    gap = m.get("id_vs_ood")
+    if gap:
+        drop = "n/a" if gap["relative_drop"] is None else _pct(gap["relative_drop"])
+        out += [f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) {_pct(gap['ood']['accuracy'])}: "
+                f"absolute gap {_pct(gap['gap'])}, relative drop (ID − OOD)/ID {drop}.", ""]
+    out += ["## Per class", "", f"| class | n | accuracy | 95% CI | contexts | worst context (n ≥ {m['min_subset_size']}) |", "|---|---:|---:|---|---:|---|"]
+    for cls, c in m["classes"].items():
+        w = c.get("worst_context")
+        worst = f"{w['subset']}: {_pct(w['accuracy'])} (n={w['n']})" if w else "—"
+        out.append(f"| {cls} | {c['n']} | {_pct(c['accuracy'])} | [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}] | {c['n_contexts']} | {worst} |")
+    out.append("")
+    bugs = m["context_bugs"]
+    bt = m["bug_test"]
+    out += ["## Context bugs", "", f"{bt['description']} {bt['n_tests']} tests, {len(bugs)} significant at q < {bt['alpha']}.", ""]
+    if bugs:
+        out += ["| subset | n | accuracy | rest n | rest accuracy | p | q | community | distance to largest community |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for b in bugs:
+            d = b.get("distance_to_largest_community")
+            out.append(f"| {b['subset']} | {b['n']} | {_pct(b['accuracy'])} | {b['rest_n']} | {_pct(b['rest_accuracy'])} | {b['p_value']:.2g} | "
+                       f"{b['q_value']:.2g} | {'' if b.get('community') is None else b['community']} | {'' if d is None else f'{d:.3f}'} |")
+        out.append("")
+    out += ["## Context subsets", "", f"All context subsets, worst first ({len(per_group[per_group.level == 'context'])} rows; full table in per_group.csv).", "",
+            "| subset | n | accuracy | 95% CI | community |", "|---|---:|---:|---|---:|"]
+    ctx = per_group[per_group.level == "context"].sort_values(["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable")
+    for _, r in ctx.head(100).iterrows():
+        comm = "" if pd.isna(r["community"]) else int(r["community"])
+        out.append(f"| {r['subset']} | {r['n']} | {_pct(r['accuracy'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {comm} |")
+    if m.get("plots"):
+        out += ["", "## Charts", ""] + [f"![{c}]({p})" for c, p in m["plots"].items()]
+    return "\n".join(out) + "\n"
+
+
+def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: Path, min_n: int, max_bars: int = 60) -> bool:
+    """Horizontal bars of per-context accuracy with Wilson intervals; False when matplotlib is absent."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        return False
+    ctx = per_group[(per_group.level == "context") & (per_group["class"] == cls) & (per_group.n >= min_n)]
+    ctx = ctx.sort_values(["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable").head(max_bars)
+    if ctx.empty:
+        return False
+    ctx = ctx.iloc[::-1]  # worst at the top of the chart
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.24 * len(ctx)))
+    comm = ctx["community"].fillna(-1).astype(int).tolist()
+    palette = plt.get_cmap("tab10")
+    colors = [palette(c % 10) if c >= 0 else (0.6, 0.6, 0.6) for c in comm]
+    y = range(len(ctx))
+    acc = ctx["accuracy"].to_numpy()
+    err = [acc - ctx["ci_low"].to_numpy(), ctx["ci_high"].to_numpy() - acc]
+    ax.barh(list(y), acc, xerr=err, color=colors, ecolor="black", capsize=2)
+    ax.set_yticks(list(y), [f"{g} (n={n})" for g, n in zip(ctx["group"], ctx["n"])], fontsize=7)
+    ax.axvline(class_accuracy, color="black", linestyle="--", linewidth=1, label=f"class accuracy {class_accuracy:.2f}")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy (95% Wilson interval); colour = meta-graph community")
+    ax.set_title(f"{cls}: accuracy per context (n >= {min_n}, worst {len(ctx)})", fontsize=9)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    # no timestamp in the PNG metadata, so reruns write identical files
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame) -> EvalReport:
+    """Write every output into ``out`` atomically (a temporary folder renamed at the end)."""
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        plots: dict[str, str] = {}
+        (tmp / "plots").mkdir()
+        for cls, c in metrics["classes"].items():
+            name = f"plots/{_safe(cls)}.png"
+            if plot_class(per_group, cls, c["accuracy"], tmp / name, metrics["min_subset_size"]):
+                plots[cls] = name
+        metrics = {**metrics, "plots": plots}
+        report = EvalReport(metrics, out)
+        pg = per_group.reindex(columns=PER_GROUP_COLUMNS)
+        pg.to_csv(tmp / "per_group.csv", index=False, float_format="%.10g")
+        per_image.to_csv(tmp / "predictions.csv", index=False, float_format="%.10g")
+        (tmp / "report.json").write_text(json.dumps(report.metrics, indent=2, sort_keys=False, allow_nan=False) + "\n")
+        (tmp / "report.md").write_text(render_markdown(report, per_group))
+    return report
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

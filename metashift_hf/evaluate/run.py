@@ -1,0 +1,261 @@
+"""``evaluate(model, task, artifact, images, out)``: predictions -> scores -> groups -> report."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..errors import EmptyResultError, InputFormatError, MetashiftError
+from .coverage import class_coverage
+from .models import Classifier, load_model
+from .predict import predict
+from .predictions import PrecomputedPredictions
+from .report import EvalReport, write_report
+from .scoring import COUNTING_RULE, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
+
+DEFAULT_MIN_SUBSET_SIZE = 10
+BUG_TEST = ("Each context subset with at least min_subset_size images is compared with the class's images outside it "
+            "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
+            "across all tested subsets of all classes in the report.")
+
+
+def _task_dataset(task: Any, artifact, images, seed: int):
+    """(task_id, spec or None, DatasetDict) from a task id, a PreparedTask or a DatasetDict."""
+    import datasets
+
+    if isinstance(task, str):
+        if artifact is None or images is None:
+            raise MetashiftError(f"task {task!r} is materialised from an artifact and images, and one of them is missing",
+                                 "pass --artifact DIR (from metashift-hf build) and --images SRC (folder or images.zip)")
+        from .. import api
+
+        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed)
+        return prepared.task_id, prepared.spec, prepared.dataset
+    if isinstance(task, datasets.DatasetDict):
+        return "custom", None, task
+    if isinstance(task, datasets.Dataset):
+        return "custom", None, datasets.DatasetDict({"test": task})
+    if hasattr(task, "dataset") and hasattr(task, "task_id"):
+        return task.task_id, getattr(task, "spec", None), task.dataset
+    raise InputFormatError(f"cannot evaluate on a {type(task).__name__}",
+                           "pass a task id string (with artifact and images), a metashift_hf.prepare(...) result or a datasets.DatasetDict")
+
+
+def _table(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
+    """Per-image table (split, image_id, label name, contexts, group, community), class names, byte reader."""
+    import datasets
+
+    frames, where = [], {}
+    classes: list[str] | None = None
+    for split in sorted(dd):
+        ds = dd[split]
+        need = {"image_id", "label", "contexts"} - set(ds.column_names)
+        if need:
+            raise InputFormatError(f"task split {split!r} lacks feature(s) {sorted(need)}",
+                                   "build the task with metashift_hf.prepare (features image_id, label, contexts, group, community)")
+        label_feature = ds.features["label"]
+        names = list(label_feature.names) if isinstance(label_feature, datasets.ClassLabel) else None
+        if names is None:
+            raise InputFormatError(f"task split {split!r}: label is not a ClassLabel", "use a ClassLabel label feature (class names)")
+        if classes is None:
+            classes = names
+        elif names != classes:
+            raise InputFormatError(f"task split {split!r} has classes {names}, other splits {classes}", "use one ClassLabel for every split")
+        cols = [c for c in ("image_id", "label", "contexts", "group", "community") if c in ds.column_names]
+        df = ds.select_columns(cols).to_pandas()
+        df["label"] = [names[i] for i in df["label"]]
+        df["contexts"] = [list(c) if c is not None else [] for c in df["contexts"]]
+        df.insert(0, "split", split)
+        frames.append(df)
+        for row, iid in enumerate(df["image_id"]):
+            if iid in where:
+                raise InputFormatError(f"image {iid!r} appears in splits {where[iid][0]!r} and {split!r}", "a task must not repeat an image across splits")
+            where[iid] = (split, row)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if "community" not in table:
+        table["community"] = -1
+    lock = threading.Lock()
+    raw = {s: dd[s].cast_column("image", datasets.Image(decode=False)) for s in dd if "image" in dd[s].column_names}
+
+    def read(iid: str) -> bytes:
+        split, row = where[iid]
+        if split not in raw:
+            raise InputFormatError(f"task split {split!r} has no image column", "prepare the task with images, or use --model predictions:FILE")
+        with lock:  # one reader at a time into the Arrow table; decoding happens outside the lock
+            cell = raw[split][row]["image"]
+        if cell.get("bytes") is not None:
+            return cell["bytes"]
+        with open(cell["path"], "rb") as f:
+            return f.read()
+
+    return table, list(classes or []), read
+
+
+def task_content_hash(spec: Mapping | None, table: pd.DataFrame) -> str:
+    """sha256 over the shift spec and the sorted (split, image_id, label, contexts, group) rows."""
+    h = hashlib.sha256()
+    h.update(json.dumps(spec or {}, sort_keys=True, default=str).encode())
+    cols = [c for c in ("split", "image_id", "label", "group") if c in table]
+    for rec in table.sort_values(["split", "image_id"]).itertuples(index=False):
+        d = rec._asdict()
+        h.update(json.dumps([d[c] for c in cols] + [sorted(d["contexts"])]).encode())
+    return h.hexdigest()
+
+
+def _split_roles(splits: list[str], spec: Mapping | None) -> tuple[str, str] | None:
+    """(ID split, OOD split): id_test when present else validation, against test; None without a shift."""
+    if spec is not None and spec.get("shift_type") == "none":
+        return None
+    ood = "test" if "test" in splits else None
+    iid = "id_test" if "id_test" in splits else ("validation" if "validation" in splits else None)
+    return (iid, ood) if iid and ood else None
+
+
+def _community_map(art) -> dict[str, int] | None:
+    if art is None:
+        return None
+    t = art.subsets_table()
+    t = t[t["kept"]]
+    return {s: int(c) for s, c in zip(t["subset"], t["community"])}
+
+
+def _distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
+    """Meta-graph distance (artifact group distance, rule 'code') from a subset to its class's community 0."""
+    if art is None:
+        return None
+    largest = sorted(s for s, c in comm_map.items() if c == 0 and s.startswith(f"{cls}("))
+    if not largest or subset not in comm_map:
+        return None
+    others = [s for s in largest if s != subset]
+    if not others:  # the subset is the whole largest community
+        return 0.0
+    try:
+        return float(art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="code"))
+    except MetashiftError:
+        return None  # no embedding (disconnected meta-graph part): reported as unknown
+
+
+def _summary(row) -> dict[str, Any]:
+    return {"n": int(row["n"]), "correct": int(row["correct"]), "accuracy": float(row["accuracy"]),
+            "ci": [float(row["ci_low"]), float(row["ci_high"])]}
+
+
+def evaluate(
+    model: Any,
+    task: Any,
+    artifact: str | Path | None = None,
+    images: Any = None,
+    out: str | Path | None = None,
+    *,
+    hierarchy: str = "wordnet",
+    mode: str = "hierarchy",
+    coverage: Mapping[str, Any] | None = None,
+    batch_size: int = 32,
+    device: str = "cpu",
+    workers: int | None = None,
+    seed: int = 0,
+    min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
+    alpha: float = 0.05,
+    progress: bool = True,
+) -> EvalReport:
+    """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
+
+    ``model``: "efficientnet-lite0", "torchvision:NAME", "timm:NAME", "predictions:FILE", a loaded
+    Classifier/PrecomputedPredictions, or any callable list[PIL.Image] -> (n, 1000) logits.
+    ``task``: a task id (needs ``artifact`` and ``images``), a ``metashift_hf.prepare`` result or a
+    DatasetDict with image, image_id, label (ClassLabel), contexts (and group, community).
+    ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
+    """
+    from .. import __version__
+
+    task_id, spec, dd = _task_dataset(task, artifact, images, seed)
+    table, classes, read = _table(dd)
+    if table.empty:
+        raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
+    art = None
+    if artifact is not None:
+        from builders.artifact import Artifact
+
+        art = Artifact.load(artifact)
+    if coverage is None:
+        coverage, hierarchy_card = class_coverage(classes, hierarchy)
+    else:
+        hierarchy_card = {"name": "custom coverage", "classes": {c: len(list(coverage.get(c, ()))) for c in classes}}
+
+    loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
+    ids = table["image_id"].tolist()
+    if isinstance(loaded, PrecomputedPredictions):
+        preds = loaded.predictions.for_ids(ids, source=str(loaded.path))
+    else:
+        preds = predict(loaded, ids, read, batch_size=batch_size, workers=workers, progress=progress)
+
+    scored = score_images(table, preds, coverage, mode, classes)
+    comm_map = _community_map(art)
+    groups = group_table(scored, classes, comm_map)
+    tested = context_bugs(scored, groups, min_subset_size, alpha)
+    for col in ("rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug"):
+        groups.loc[tested.index, col] = tested[col]
+    bug_rows = tested[tested["bug"]].sort_values(["q_value", "subset"], kind="stable")
+    if comm_map is not None:
+        for i in bug_rows.index:
+            groups.loc[i, "distance_to_largest_community"] = _distance_to_largest(art, groups.at[i, "class"], groups.at[i, "subset"], comm_map)
+    bug_rows = groups.loc[bug_rows.index]
+
+    worst = worst_subsets(groups, min_subset_size)
+    classes_out = {}
+    for c in classes:
+        row = groups[(groups.level == "class") & (groups["class"] == c)].iloc[0]
+        wc = worst[worst["class"] == c]
+        classes_out[c] = {**_summary(row), "n_contexts": int(((groups.level == "context") & (groups["class"] == c)).sum()),
+                          "leaves_covered": len(set(int(i) for i in coverage.get(c, ()))),
+                          "worst_context": ({"subset": wc.iloc[0]["subset"], **_summary(wc.iloc[0])} if len(wc) else None),
+                          "splits": {r["group"]: _summary(r) for _, r in groups[(groups.level == "split_class") & (groups["class"] == c)].iterrows()}}
+    roles = _split_roles(sorted(set(table["split"])), spec)
+    gap = id_vs_ood(groups, *roles) if roles else None
+    if gap:
+        gap["classes"] = {}
+        for c in classes:
+            sc = groups[(groups.level == "split_class") & (groups["class"] == c)].set_index("group")
+            if roles[0] in sc.index and roles[1] in sc.index:
+                a, b = float(sc.at[roles[0], "accuracy"]), float(sc.at[roles[1], "accuracy"])
+                gap["classes"][c] = {"id": a, "ood": b, "gap": a - b, "relative_drop": (a - b) / a if a > 0 else None}
+    model_card = loaded.card()
+    metrics: dict[str, Any] = {
+        "run": {
+            "package_version": __version__, "task_id": task_id, "task_content_hash": task_content_hash(spec, table),
+            "artifact_hash": (art.content_hash if art is not None else (spec or {}).get("artifact_hash")),
+            "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
+            "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
+            "shift_type": (spec or {}).get("shift_type"),
+        },
+        "counting": COUNTING_RULE,
+        "min_subset_size": min_subset_size,
+        "overall": _summary(groups[groups.level == "overall"].iloc[0]),
+        "splits": {r["group"]: _summary(r) for _, r in groups[groups.level == "split"].iterrows()},
+        "classes": classes_out,
+        "worst_subset": ({"subset": worst.iloc[0]["subset"], **_summary(worst.iloc[0])} if len(worst) else None),
+        "id_vs_ood": gap,
+        "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size},
+        "context_bugs": [
+            {"class": r["class"], "subset": r["subset"], "context": r["group"], **_summary(r), "rest_n": int(r["rest_n"]),
+             "rest_correct": int(r["rest_correct"]), "rest_accuracy": float(r["rest_accuracy"]), "z": float(r["z"]),
+             "p_value": float(r["p_value"]), "q_value": float(r["q_value"]),
+             "community": None if pd.isna(r["community"]) else int(r["community"]),
+             "distance_to_largest_community": None if pd.isna(r.get("distance_to_largest_community", np.nan)) else float(r["distance_to_largest_community"])}
+            for _, r in bug_rows.iterrows()
+        ],
+    }
+    from wordnet_match.imagenet import imagenet_classes
+
+    names = [c.name.split(",")[0] for c in imagenet_classes()]
+    per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
+                              pred_name=[names[i] for i in scored["pred_index"]])
+    per_image = per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
+    if out is None:
+        return EvalReport(metrics)
+    return write_report(out, metrics, groups, per_image)
