@@ -247,6 +247,21 @@ def shift_in_words(spec: dict) -> str:
             f"({_contexts(groups.get('train', []))}); use it as an in-distribution reference.")
 
 
+INDEX_NOTE = "Overview of the MetaShift tasks: what each one shifts and how to load it."
+
+
+def collection_note(info: TaskInfo) -> str:
+    """The shift spec in one line (the Hub caps collection notes at 500 characters)."""
+    spec = info.spec
+    groups = _groups(spec)
+    d = (spec.get("distance") or {}).get("value")
+    p = (spec.get("minority_fraction") or {}).get("achieved")
+    text = (f"{spec.get('shift_type', 'none')} shift; train {_contexts(groups.get('train', []))} -> "
+            f"test {_contexts(groups.get('test', []))}" + (f"; d={_fmt(d)}" if d is not None else "") +
+            (f"; p={_fmt(p)}" if p is not None else ""))
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
 def summary(spec: dict) -> str:
     kind = {"conditional": "domain generalisation", "marginal": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
     return f"Classify {', '.join(f'`{c}`' for c in spec.get('classes', []))} under {kind}."

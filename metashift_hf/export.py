@@ -97,6 +97,7 @@ class ExportedRepo:
     configs: tuple[str, ...]
     files: tuple[str, ...] = field(default=())
     num_bytes: int = 0
+    note: str = ""  # one-line shift spec, used as the collection item note
 
     def load_line(self, config: str | None = None, namespace: str | None = None) -> str:
         """The line a user types: local folder, or ``ns/repo`` once published."""
@@ -257,11 +258,13 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 with atomic_file(tmp / "README.md", "w") as f:
                     f.write(card)
             infos.append(info)
-            exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name), _repo_bytes(out_dir / name)))
+            exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name),
+                                         _repo_bytes(out_dir / name), cards.collection_note(info)))
         with atomic_dir(out_dir / INDEX_REPO) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
-        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO), _repo_bytes(out_dir / INDEX_REPO)))
+        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO),
+                                     _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     else:
         with atomic_dir(out_dir / INDEX_REPO) as tmp:
             cfgs = []
@@ -273,7 +276,8 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 infos.append(info)
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=cfgs, repo_id=load_target(INDEX_REPO)))
-        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO), _repo_bytes(out_dir / INDEX_REPO)))
+        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO),
+                                     _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     return exported
 
 

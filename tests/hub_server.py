@@ -510,7 +510,9 @@ class _HubHTTPServer(ThreadingHTTPServer):
             return 200, self._collection_json(c), {}
         if rest in ("", "/") and method == "GET":
             owner = query.get("owner", [None])[0]
-            found = [self._collection_json(c) for c in self.state.collections.values() if owner in (None, c["owner"]["name"])]
+            # The list view has no "position" (the client numbers the results itself).
+            found = [{k: v for k, v in self._collection_json(c).items() if k != "position"}
+                     for c in self.state.collections.values() if owner in (None, c["owner"]["name"])]
             return 200, found, {}
         m = re.fullmatch(r"/([^/]+/[^/]+?)(/items)?", rest)
         if not m or m.group(1) not in self.state.collections:

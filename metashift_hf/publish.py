@@ -1,0 +1,298 @@
+"""Push exported repos to the Hugging Face Hub: one commit per repo, idempotent, plus a collection.
+
+Idempotence does not rely on the server: before committing we list the remote tree and compare
+each local file's sha256 (LFS files) or git blob sha1 (regular files) with it, and commit only
+when something differs. A run that died halfway is simply run again: LFS objects already uploaded
+are skipped by the Hub's batch API, and each repo's commit is atomic, so nothing is duplicated.
+
+The token comes from ``HF_TOKEN`` or the standard ``hf auth login`` store (``huggingface_hub.get_token``)
+and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is honoured by
+``huggingface_hub`` itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import InputFormatError, MetashiftError
+from .export import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
+from .fsutil import sha256_file
+
+COLLECTION_TITLE = "MetaShift"
+COLLECTION_DESCRIPTION = "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
+_FIX_TOKEN = ("create a token with write access at https://huggingface.co/settings/tokens, then set HF_TOKEN "
+              "or run `hf auth login`")
+# Remote paths we own: stale files there (e.g. an old shard count) would be read by the
+# `<config>/<split>-*` data_files globs, so they are deleted. Anything else a maintainer added stays.
+_MANAGED_DIRS = ("images/",)
+
+
+@dataclass
+class FilePlan:
+    path: str
+    size: int
+    action: str  # "upload" | "unchanged" | "delete"
+
+
+@dataclass
+class RepoPlan:
+    repo_id: str
+    local_dir: Path
+    exists: bool | None  # None: remote not checked (dry run without token)
+    files: list[FilePlan] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return any(f.action != "unchanged" for f in self.files)
+
+    def upload_bytes(self) -> int:
+        return sum(f.size for f in self.files if f.action == "upload")
+
+
+@dataclass
+class PublishResult:
+    plans: list[RepoPlan]
+    commits: dict[str, str | None]  # repo_id -> new commit oid, None when nothing changed
+    collection: str | None  # collection slug
+    dry_run: bool
+
+
+def git_blob_sha1(path: Path) -> str:
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level error classes of the HTTP client huggingface_hub uses (httpx2 or httpx)."""
+    import importlib
+
+    found: list[type[BaseException]] = [OSError]
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+class _Hub:
+    """Calls to huggingface_hub with Hub errors turned into MetashiftError (token scrubbed)."""
+
+    def __init__(self, token: str | None) -> None:
+        from huggingface_hub import HfApi, constants
+
+        self.token = token
+        self.endpoint = constants.ENDPOINT
+        self.api = HfApi(token=token) if token else HfApi(token=False)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.token, "***") if self.token else text
+
+    def call(self, what: str, fn: Callable, *args, **kwargs):
+        from huggingface_hub.errors import HfHubHTTPError
+
+        transport_errors = _transport_errors()
+
+        try:
+            return fn(*args, **kwargs)
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            server = self._scrub(getattr(exc, "server_message", "") or str(exc).splitlines()[0])
+            if status == 401:
+                raise MetashiftError(f"the Hub at {self.endpoint} rejected the token (401) while {what}", _FIX_TOKEN) from None
+            if status == 403:
+                raise MetashiftError(f"the Hub at {self.endpoint} refused {what} (403: {server})",
+                                     "use a token with write access to this namespace (org tokens need the org's write role), "
+                                     "or publish under your own --namespace") from None
+            raise MetashiftError(f"the Hub at {self.endpoint} failed while {what} ({status}: {server})",
+                                 "run the same command again: publishing resumes where it stopped") from None
+        except transport_errors as exc:
+            raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {what}: {self._scrub(str(exc))}",
+                                 "check the network or HF_ENDPOINT, then run the same command again") from None
+
+
+def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
+    if isinstance(item, ExportedRepo):
+        return item
+    path = Path(item)
+    return ExportedRepo(path.name, path, (), repo_files(path) if path.is_dir() else ())
+
+
+def check_repo_dir(repo: ExportedRepo) -> list[str]:
+    """Validate an exported folder locally, before any request: README YAML, configs, splits, files."""
+    from huggingface_hub import DatasetCard
+
+    readme = repo.path / "README.md"
+    if not readme.is_file():
+        raise InputFormatError(f"{repo.path} has no README.md, so it is not an exported repo",
+                               "export it with `metashift-hf export` (publish pushes exactly what export writes)")
+    try:
+        card = DatasetCard.load(readme)
+    except Exception as exc:  # the card parser raises several types; all mean a bad README
+        raise InputFormatError(f"{readme}: the YAML metadata does not parse ({exc})", "export the repo again") from None
+    configs = card.data.to_dict().get("configs") or []
+    names = []
+    for c in configs:
+        name = validate_config_name(str(c.get("config_name", "")))
+        for df in c.get("data_files") or []:
+            split = validate_split_name(str(df.get("split", "")), name)
+            prefix = str(df.get("path", "")).rstrip("*")
+            if not any(f.startswith(prefix) for f in repo_files(repo.path)):
+                raise InputFormatError(f"{readme}: config {name!r} split {split!r} points at {df.get('path')!r}, which matches no file",
+                                       "export the repo again; the README and the shards are out of step")
+        names.append(name)
+    if configs and sum(1 for c in configs if c.get("default")) != 1:
+        raise InputFormatError(f"{readme}: exactly one config must have `default: true`", "export the repo again")
+    return names
+
+
+def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
+    """path -> (oid to compare, size, is_lfs) for every file on main."""
+    from huggingface_hub.hf_api import RepoFile
+
+    entries = hub.call(f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type="dataset", recursive=True)))
+    out = {}
+    for e in entries:
+        if isinstance(e, RepoFile):
+            out[e.path] = (e.lfs.sha256, e.size, True) if e.lfs else (e.blob_id, e.size, False)
+    return out
+
+
+def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None, configs: list[str]) -> RepoPlan:
+    plan = RepoPlan(repo_id, repo.path, None if remote is None else bool(remote), note=repo.note)
+    local = repo_files(repo.path)
+    for rel in local:
+        path = repo.path / rel
+        size = path.stat().st_size
+        old = (remote or {}).get(rel)
+        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(path))
+        plan.files.append(FilePlan(rel, size, "unchanged" if same else "upload"))
+    managed = tuple(f"{c}/" for c in configs) + _MANAGED_DIRS
+    for rel, (_, size, _) in sorted((remote or {}).items()):
+        if rel not in local and rel.startswith(managed):
+            plan.files.append(FilePlan(rel, size, "delete"))
+    return plan
+
+
+def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -> None:
+    for p in plans:
+        state = "remote not checked" if p.exists is None else ("exists" if p.exists else "new repo")
+        counts = {a: sum(1 for f in p.files if f.action == a) for a in ("upload", "unchanged", "delete")}
+        echo(f"{p.repo_id} ({state}): upload {counts['upload']} files ({_human(p.upload_bytes())}), "
+             f"unchanged {counts['unchanged']}, delete {counts['delete']}")
+        for f in p.files:
+            echo(f"  {f.action:9s} {f.path}  {_human(f.size)}")
+
+
+def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
+               token: str | None = None, collection_title: str = COLLECTION_TITLE,
+               echo: Callable[[str], None] = print) -> PublishResult:
+    """Publish exported repo folders under ``namespace`` (see module docstring)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
+
+    from . import __version__
+
+    validate_repo_name(namespace, "namespace")
+    items = [_as_repo(r) for r in repos]
+    if not items:
+        raise MetashiftError("nothing to publish", "name at least one task")
+    configs = {}
+    for r in items:
+        validate_repo_name(r.name, "repo name")
+        configs[r.name] = check_repo_dir(r)
+    token = token or get_token()
+    if not token and not dry_run:
+        raise MetashiftError("no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN)
+    hub = _Hub(token)
+    if token:
+        me = hub.call("checking the token (whoami)", hub.api.whoami)
+        allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
+        if namespace not in allowed:
+            raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
+                                 f"use --namespace with one of: {', '.join(sorted(n for n in allowed if n))}")
+
+    plans = []
+    for r in items:
+        repo_id = f"{namespace}/{r.name}"
+        remote = None
+        if token:
+            exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
+            remote = _remote_tree(hub, repo_id) if exists else {}
+        plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
+    if dry_run:
+        echo("dry run: nothing is pushed. Plan:")
+        print_plan(plans, echo)
+        return PublishResult(plans, {}, None, True)
+
+    commits: dict[str, str | None] = {}
+    for i, (r, plan) in enumerate(zip(items, plans)):
+        hub.call(f"creating {plan.repo_id}", hub.api.create_repo, plan.repo_id, repo_type="dataset", private=private, exist_ok=True)
+        if plan.exists is False:
+            # create_repo made a first commit (.gitattributes): plan against the real tree.
+            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
+        if not plan.changed:
+            echo(f"{plan.repo_id}: up to date, no commit")
+            commits[plan.repo_id] = None
+            continue
+        if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
+            from huggingface_hub import DatasetCard
+
+            card = DatasetCard.load(plan.local_dir / "README.md")
+            try:
+                hub.call(f"validating the README metadata of {plan.repo_id}", card.validate, repo_type="dataset")
+            except ValueError as exc:
+                raise MetashiftError(f"the Hub refuses the README metadata of {plan.local_dir}: {hub._scrub(str(exc))}",
+                                     "fix the card metadata (cards.py) and export again") from None
+        ops = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(plan.local_dir / f.path))
+               for f in plan.files if f.action == "upload"]
+        ops += [CommitOperationDelete(path_in_repo=f.path) for f in plan.files if f.action == "delete"]
+        info = hub.call(f"committing to {plan.repo_id}", hub.api.create_commit, plan.repo_id, ops, repo_type="dataset",
+                        commit_message=f"Publish with metashift-hf {__version__}",
+                        commit_description="\n".join(f"{f.action} {f.path}" for f in plan.files if f.action != "unchanged"))
+        commits[plan.repo_id] = info.oid
+        echo(f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
+             f"({_human(plan.upload_bytes())}) as {info.oid[:12]}")
+    slug = update_collection(hub, namespace, collection_title, plans, private=private)
+    echo(f"collection: {hub.endpoint}/collections/{slug}")
+    return PublishResult(plans, commits, slug, False)
+
+
+def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPlan], *, private: bool = False) -> str:
+    """Find the namespace's collection called ``title`` (or create it) and add every repo once."""
+    found = hub.call("listing collections", lambda: [c for c in hub.api.list_collections(owner=namespace, limit=100) if c.title == title])
+    if found:
+        slug = found[0].slug
+    else:
+        slug = hub.call("creating the collection", hub.api.create_collection, title, namespace=namespace,
+                        description=COLLECTION_DESCRIPTION, private=private, exists_ok=True).slug
+    present = {i.item_id for i in hub.call("reading the collection", hub.api.get_collection, slug).items}
+    # The index repo first: it is the overview the collection should open with.
+    for plan in sorted(plans, key=lambda p: (not p.repo_id.endswith("/metashift"), p.repo_id)):
+        if plan.repo_id not in present:
+            hub.call(f"adding {plan.repo_id} to the collection", hub.api.add_collection_item, slug, plan.repo_id, "dataset",
+                     note=plan.note or None, exists_ok=True)
+    return slug
+
+
+def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
+                  seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
+                  collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print, **overrides) -> PublishResult:
+    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them."""
+    from .export import export_tasks
+
+    validate_repo_name(namespace, "namespace")
+    repos = export_tasks(tasks, artifact, images, out_dir, layout=layout, seed=seed, namespace=namespace, **overrides)
+    return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
+                      collection_title=collection_title, echo=echo)
