@@ -139,7 +139,8 @@ def dg_distance(source: GroupSource, experiment: int) -> dict:
 def dg_plan(task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), seed: int = 0,
             with_distance: bool = True) -> TaskPlan:
     """``paper-dg-cat-dog-<k>``: train cat(sofa), cat(bed) + dog experiment k; test cat(shelf),
-    dog(shelf); additional test groups also go to the test split (flagged ``additional``)."""
+    dog(shelf) (the paper's test set). The additional test groups join the test split, flagged
+    ``additional`` in the spec, only with ``additional_test_per_group`` (None = whole groups)."""
     _check_id(task_id)
     k = int(task_id.rsplit("-", 1)[1])
     train = [_group(n, c, True) for n, c in DG_TRAIN_CAT.items()]

@@ -388,18 +388,20 @@ def _check_classes(task_id: str, source: GroupSource, classes: Sequence[str]) ->
 @dataclass(frozen=True)
 class DGSizes:
     """Images per training group for train / validation (exact) and id_test (at most: what is
-    left); test groups are used whole unless ``test_per_group`` caps them. Defaults: 4 training
-    groups x 100 = the paper's 400 training images."""
+    left); test groups are used whole unless ``test_per_group`` caps them. Additional test groups
+    are left out by default (0) so that ``test`` is the paper's test set; None = whole groups.
+    Defaults: 4 training groups x 100 = the paper's 400 training images."""
 
     train_per_group: int = 100
     validation_per_group: int = 25
     id_test_per_group: int = 50
     test_per_group: int | None = None
+    additional_test_per_group: int | None = 0
 
     def scaled(self, scale: float) -> "DGSizes":
-        f = lambda n: None if n is None else max(1, int(round(n * scale)))  # noqa: E731
+        f = lambda n: n if not n else max(1, int(round(n * scale)))  # noqa: E731
         return DGSizes(f(self.train_per_group), f(self.validation_per_group), f(self.id_test_per_group),
-                       f(self.test_per_group))
+                       f(self.test_per_group), f(self.additional_test_per_group))
 
 
 def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequence[str],
@@ -407,7 +409,8 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
                           additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
                           seed: int = 0, ambiguous: frozenset[str] | None = None,
                           distance: dict | None = None, extra_spec: dict | None = None) -> TaskPlan:
-    """Train on ``train`` groups, test (out of distribution) on ``test`` + ``additional_test`` groups.
+    """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
+    ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0.
 
     Leakage order (the paper's): test groups lose ambiguous images; training groups lose ambiguous
     images and every test image; additional test groups lose ambiguous images and every image of a
@@ -421,6 +424,8 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
     all_test = set().union(*test_sets.values()) if test_sets else set()
     train_sets = _carve(source, train, ambiguous=amb, exclude=all_test, removed=removed)
     all_train = set().union(*train_sets.values()) if train_sets else set()
+    if sizes.additional_test_per_group == 0:
+        additional_test = ()
     add_sets = _carve(source, additional_test, ambiguous=amb, exclude=all_train | all_test, removed=removed)
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
@@ -438,8 +443,12 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
         found = _found(source, g)
         for s in ("train", "validation", "id_test"):
             spec[f"{s}_groups"].append(_group_entry(g, 0, contexts_found=found))
+    notes = []
     for g, extra in [(g, False) for g in test] + [(g, True) for g in additional_test]:
         ids = (test_sets if not extra else add_sets)[g.name]
+        if not ids and extra:
+            notes.append(f"additional test group {g.name} is empty on this artifact")
+            continue
         if not ids:
             raise EmptyResultError(
                 f"task {task_id}: test group {g.name} is empty after removing ambiguous/leaking images "
@@ -447,10 +456,13 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
                 "use an artifact that has these subsets (e.g. built from the full GQA scene graphs)",
             )
         order = seeded_order(ids, seed, f"{task_id}/{g.name}")
-        if sizes.test_per_group is not None:
-            order = order[:sizes.test_per_group]
+        cap = sizes.additional_test_per_group if extra else sizes.test_per_group
+        if cap is not None:
+            order = order[:cap]
         splits["test"] += rm.rows(g, order)
         spec["test_groups"].append(_group_entry(g, 0, contexts_found=_found(source, g), additional=extra))
+    if notes:
+        spec["notes"] = notes
     if extra_spec:
         spec.update(extra_spec)
     return _finish(task_id, classes, splits, spec, removed)

@@ -78,7 +78,7 @@ def test_subpop_paper_sizes(world, task_id, m):
 
 def test_dg_paper_sizes_and_leakage_order(world):
     subsets = paper_world()
-    plan = pt.plan("paper-dg-cat-dog-2", world, seed=1)
+    plan = pt.plan("paper-dg-cat-dog-2", world, seed=1, overrides={"additional_test_per_group": None})
     assert plan.spec["split_sizes"]["train"] == 400  # the paper's train_total
     train_groups = {e["group"] for e in plan.spec["train_groups"]}
     assert train_groups == {"cat(sofa)", "cat(bed)", "dog(bag)", "dog(box)"}

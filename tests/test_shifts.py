@@ -43,7 +43,8 @@ def all_ids(plan: TaskPlan) -> list[str]:
     return [r.image_id for rows in plan.splits.values() for r in rows]
 
 
-def dg(source, seed=0, sizes=DGSizes(train_per_group=50, validation_per_group=10, id_test_per_group=10)):
+def dg(source, seed=0, sizes=DGSizes(train_per_group=50, validation_per_group=10, id_test_per_group=10,
+                                     additional_test_per_group=None)):
     g = lambda c, x: GroupDef(c, x, (x,), x)  # noqa: E731
     return domain_generalisation(
         "t", source, classes=["cat", "dog"], train=[g("cat", "a"), g("dog", "b")],
@@ -119,6 +120,13 @@ def test_dg_empty_test_group_errors():
     with pytest.raises(EmptyResultError, match="zzz"):
         domain_generalisation("t", SetSource(make_world()), classes=["cat", "dog"], train=[g("cat", "a")],
                               test=[g("dog", "zzz")], sizes=DGSizes(10, 1, 1))
+
+
+def test_dg_additional_test_groups_are_opt_in():
+    plan = dg(SetSource(make_world()), sizes=DGSizes(50, 10, 10))
+    assert {r.group for r in plan.splits["test"]} == {"cat(c)", "dog(c)"}
+    capped = dg(SetSource(make_world()), sizes=DGSizes(50, 10, 10, additional_test_per_group=7))
+    assert sum(r.group == "dog(a)" for r in capped.splits["test"]) == 7
 
 
 def subpop(source, sizes, seed=0, pool=None):

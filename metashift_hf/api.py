@@ -1,0 +1,100 @@
+"""Python entry points for task datasets: ``prepare``/``load`` (with images), ``plan`` (without).
+
+    import metashift_hf
+    ds = metashift_hf.load("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")
+    task = metashift_hf.prepare("paper-subpop-cat-dog-p12", artifact="ARTIFACT", images="img/", scale=0.1)
+    task.spec["minority_fraction"]   # {"target": ..., "achieved": ...}
+
+Keyword overrides are either options of the old HF loader (``selected_classes``,
+``attributes_dataset``, ``attributes``, ``with_image_metadata``, ``image_subset_size_threshold``,
+``min_local_groups``) or size overrides of the task generator (``scale``, ``train_per_group``,
+``minority_fraction``, ``validation_fraction``, ...); docs/tasks.md lists them per task.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # heavy imports stay lazy so the CLI starts fast
+    import datasets
+
+    from builders.artifact import Artifact
+    from builders.shifts import TaskPlan
+    from metashift_hf.images import ImageSource
+
+# Options that are fields of MetashiftConfig (everything else is a size override).
+_CONFIG_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "with_image_metadata",
+                   "image_subset_size_threshold", "min_local_groups", "verify_images")
+_PLAN_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "image_subset_size_threshold",
+                 "min_local_groups")
+
+
+@dataclass
+class PreparedTask:
+    task_id: str
+    dataset: "datasets.DatasetDict"
+    spec: dict
+
+
+def _split_options(options: dict[str, Any], allowed: tuple[str, ...]) -> tuple[dict, dict]:
+    config = {k: v for k, v in options.items() if k in allowed}
+    sizes = {k: v for k, v in options.items() if k not in allowed}
+    return config, sizes
+
+
+def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, **overrides: Any) -> "TaskPlan":
+    """The task's rows per split (image_id, label, group, context(s), community) and ``.spec``.
+
+    No images are read: this is what ``metashift-hf tasks show``, export and evaluation use.
+    """
+    from builders.metashift import plan_task
+
+    if "with_image_metadata" in overrides or "verify_images" in overrides:
+        overrides = {k: v for k, v in overrides.items() if k not in ("with_image_metadata", "verify_images")}
+    config, sizes = _split_options(overrides, _PLAN_OPTIONS)
+    return plan_task(task, artifact, seed=seed, overrides=sizes, **config)
+
+
+def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
+    """Every task id (config name) valid for this artifact, matched tasks included when
+    ``ARTIFACT/match/`` exists."""
+    from builders.artifact import Artifact
+    from builders.metashift import task_ids
+
+    return task_ids(artifact if isinstance(artifact, Artifact) else Artifact.load(artifact))
+
+
+def prepare(task: str, artifact: "str | os.PathLike | Artifact",
+            images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0,
+            on_missing: str = "error", cache_dir: "str | os.PathLike | None" = None,
+            **overrides: Any) -> PreparedTask:
+    """Materialise a task: splits as a ``datasets.DatasetDict`` with original JPEG bytes + its spec.
+
+    ``cache_dir`` is the ``datasets`` cache (default: the Hugging Face datasets cache); a prepared
+    task is reused when task, artifact content, images path, seed and options are the same.
+    """
+    from builders.metashift import Metashift, shift_spec
+    from metashift_hf.errors import MissingImagesError
+
+    if images is None:
+        raise MissingImagesError(f"task {task}: prepare/load need images",
+                                 "pass images= a folder of <id>.jpg files or GQA's images.zip "
+                                 "(metashift_hf.api.plan works without images)")
+    config, sizes = _split_options(overrides, _CONFIG_OPTIONS)
+    builder = Metashift(config_name=task, artifact=artifact, images=images, seed=int(seed), on_missing=on_missing,
+                        overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)
+    builder.download_and_prepare()
+    ds = builder.as_dataset()
+    return PreparedTask(task_id=task, dataset=ds, spec=shift_spec(ds))
+
+
+def load(task: str, artifact: "str | os.PathLike | Artifact",
+         images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0, on_missing: str = "error",
+         cache_dir: "str | os.PathLike | None" = None, **overrides: Any) -> "datasets.DatasetDict":
+    """Same as :func:`prepare`, returning only the ``DatasetDict``."""
+    return prepare(task, artifact, images, seed=seed, on_missing=on_missing, cache_dir=cache_dir,
+                   **overrides).dataset
+
+
+__all__ = ["PreparedTask", "prepare", "load", "plan", "available_tasks"]
