@@ -1,0 +1,94 @@
+"""End to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from metashift_hf.fsutil import sha256_file
+
+from .hierarchy import load_hierarchy
+from .match import MatchResult, SubsetRecord, match, read_subset_names, read_vocabulary, vocabulary_of
+from .store import write_match
+from .tasks import DEFAULT_LEVEL, DEFAULT_MIN_SUBSETS, PRESETS, build_registry
+from .wordnet import load_wordnet
+
+
+def _artifact(artifact):
+    from builders.artifact import Artifact
+
+    return artifact if isinstance(artifact, Artifact) else Artifact.load(artifact)
+
+
+def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
+    """Vocabulary (every subject/context of its candidate subsets), subsets with sizes and kept flags."""
+    art = _artifact(artifact)
+    table = art.subsets_table()
+    records = [
+        SubsetRecord(str(s), str(a), str(c), int(n), bool(k))
+        for s, a, c, n, k in zip(table["subset"], table["subject"], table["context"], table["n_images"], table["kept"])
+    ]
+    source = {"kind": "artifact", "path": str(Path(art.root)), "content_hash": art.content_hash}
+    return vocabulary_of(records), sorted(records, key=lambda r: r.subset), source
+
+
+def run_match(
+    *,
+    hierarchy: str = "wordnet",
+    artifact=None,
+    subset_names: str | os.PathLike | None = None,
+    vocabulary: str | os.PathLike | None = None,
+    out: str | os.PathLike | None = None,
+    min_subsets: int = DEFAULT_MIN_SUBSETS,
+    level: int = DEFAULT_LEVEL,
+    cache_dir: str | os.PathLike | None = None,
+    url: str | None = None,
+) -> MatchResult:
+    """Match, enumerate tasks and (when ``out`` is given, or for an artifact: ``ARTIFACT/match``) write the folder.
+
+    Give either ``artifact`` or ``subset_names`` (``vocabulary`` defaults to the names in the subsets).
+    """
+    from metashift_hf.errors import MetashiftError
+
+    if (artifact is None) == (subset_names is None):
+        raise MetashiftError(
+            "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
+            "use --artifact DIR, or --subset-names FILE [--vocabulary FILE]",
+        )
+    wn = load_wordnet(cache_dir=cache_dir)
+    tree = load_hierarchy(hierarchy, wn, cache_dir=cache_dir, url=url)
+    art = None
+    if artifact is not None:
+        art = _artifact(artifact)
+        names, subsets, source = artifact_inputs(art)
+    else:
+        subsets = read_subset_names(subset_names)
+        names = read_vocabulary(vocabulary) if vocabulary else vocabulary_of(subsets)
+        source = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
+        if vocabulary:
+            source["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
+    result = match(names, subsets, tree, wn, source=source)
+    if art is not None:
+        result.class_images = {
+            c: len(frozenset().union(*(art.images(s) for s in result.subsets_of(c)))) for c in result.classes()
+        }
+    if art is not None:
+        present = set(result.present_classes())
+        wanted = sorted({c for classes in PRESETS.values() for c in classes} & present)
+        result.kept_images = {c: len(art.class_images(c, kept_only=True)) for c in wanted}
+    result.tasks = build_registry(result, tree, wn, min_subsets=min_subsets, level=level)
+    binary = [t for t in result.tasks if t.kind == "binary"]
+    presets = [t for t in result.tasks if t.kind == "multiclass"]
+    result.figures["tasks"] = {
+        "min_subsets": min_subsets,
+        "min_images_per_subset": (art.options.get("min_images_per_subset") if art is not None else None),
+        "level": level,
+        "binary": len(binary),
+        "multiclass_available": [t.task_id for t in presets if t.available],
+        "multiclass_unavailable": {t.task_id: t.reason for t in presets if not t.available},
+    }
+    result.figures["wordnet_version"] = wn.get_version()
+    if out is None and art is not None:
+        out = Path(art.root) / "match"
+    if out is not None:
+        write_match(result, out)
+    return result
