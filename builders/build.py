@@ -257,3 +257,66 @@ def build_artifact(
             timings["plots"] = time.perf_counter() - t3
     say("timings: " + json.dumps({k: round(v, 2) for k, v in timings.items()}))
     return art.Artifact.load(out)
+
+
+def build_from_inputs(
+    out: str | os.PathLike,
+    *,
+    scene_graphs: Sequence[str | os.PathLike] = (),
+    candidate_subsets: str | os.PathLike | None = None,
+    attributes_pickle: str | os.PathLike | None = None,
+    options: BuildOptions = BuildOptions(),
+    source: str | None = None,
+    plots: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> "art.Artifact":
+    """The ``metashift-hf build`` pipeline: scene graphs XOR published pickle(s) -> artifact.
+
+    Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
+    """
+    from metashift_hf.fsutil import sha256_file
+
+    from .pickles import load_candidate_pickle, verify_known
+    from .scene_graphs import read_scene_graphs
+    from .subsets import candidates_from_scene_graphs
+
+    say = log or (lambda msg: None)
+    options = options.validate()
+    if scene_graphs and (candidate_subsets or attributes_pickle):
+        raise InputFormatError(
+            "both scene graphs and candidate-subset pickles were given",
+            "build from one source: --scene-graphs FILE [FILE ...], or --candidate-subsets PKL [--attributes-pickle PKL]",
+        )
+    if not scene_graphs and not (candidate_subsets or attributes_pickle):
+        raise InputFormatError("no input given",
+                               "pass --scene-graphs FILE [FILE ...] or --candidate-subsets PKL [--attributes-pickle PKL]")
+    t0 = time.perf_counter()
+    if scene_graphs:
+        sg = read_scene_graphs(scene_graphs)
+        say(f"read {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
+            f"from {len(scene_graphs)} file(s) in {time.perf_counter() - t0:.2f} s")
+        t1 = time.perf_counter()
+        candidates = candidates_from_scene_graphs(
+            sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds())
+        say(f"{len(candidates)} candidate subsets ({options.pairing} pairing) in {time.perf_counter() - t1:.2f} s")
+        inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
+                  for p, d in zip(scene_graphs, sg.sha256)]
+        image_meta = sg.meta
+        del sg
+        default_source = "gqa"
+    else:
+        parts, inputs = [], []
+        if attributes_pickle:
+            options = dataclasses.replace(options, include_attributes=True)
+        for path, role, is_attr in ((candidate_subsets, "candidate_subsets", False),
+                                    (attributes_pickle, "attributes_pickle", True)):
+            if path:
+                digest = verify_known(path) or sha256_file(path)
+                parts.append(load_candidate_pickle(path, attributes=is_attr))
+                inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
+        candidates = CandidateSubsets.combine(parts)
+        say(f"loaded {len(candidates)} candidate subsets in {time.perf_counter() - t0:.2f} s")
+        image_meta = None
+        default_source = "published"
+    return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
+                          source=source or default_source, plots=plots, log=log)

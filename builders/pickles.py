@@ -85,7 +85,8 @@ def verify_known(path: str | os.PathLike) -> str | None:
 def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) -> CandidateSubsets:
     """Load a published-format pickle into CandidateSubsets (kinds from the published conventions)."""
     path = Path(path)
-    verify_known(path)
+    if path.is_file():
+        verify_known(path)
     data = restricted_load(path)
     if not isinstance(data, dict):
         raise InputFormatError(

@@ -303,3 +303,160 @@ def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
     is_class = set(classes)
     kept = big & np.fromiter((s in is_class for s in candidates.subjects), dtype=bool, count=len(candidates))
     return RuleResult(big_enough=big, kept=kept, classes=classes)
+
+
+# ------------------------------------------------------------------------------------------------
+# candidate subsets from scene graphs (vectorised: integer codes, numpy pair generation, one sort)
+# ------------------------------------------------------------------------------------------------
+_KIND_PRECEDENCE = ("general", "object", "attribute")  # a name produced by several kinds takes the first
+_DENSE_PAIR_LIMIT = 1 << 26  # vocab**2 up to this: pair presence as a dense bool table
+_PAIR_BLOCK = 1 << 23  # pairs generated per block in co-occurrence mode (bounds peak memory)
+
+
+def _pairs_within_images(entries: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each entry j (a unique (image, name) row), every row of the same image: (j, other) index
+    pairs, including j itself. ``start/stop`` bound the image's rows for each entry."""
+    k = stop - start
+    total = int(k.sum())
+    first = np.repeat(entries, k)
+    offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+    return first, np.repeat(start, k) + offset
+
+
+def candidates_from_scene_graphs(
+    sg,
+    *,
+    pairing: str = "relation",
+    general_context_as: str = "subject",
+    kinds: Sequence[str] = ("object", "general"),
+) -> CandidateSubsets:
+    """Candidate subsets from a :class:`builders.scene_graphs.SceneGraphTable`.
+
+    - object contexts ``subject(context)``: ``relation`` pairing uses each scene-graph relation
+      (the object holding the relation is the subject, its target the context); ``cooccurrence``
+      pairs every two object names in the image (a name with itself when it occurs twice).
+      Place/room words are not object contexts (they are general contexts), except 'grass'.
+    - general contexts: the image's ``location``/``weather`` field values and place/room words
+      among its objects, over every object name in the image: ``ocean(dog)``
+      (``general_context_as='context'`` writes ``dog(ocean)``).
+    - attribute contexts ``subject(attribute)``: attributes in the 27-category ontology.
+    """
+    from metashift_hf.errors import InputFormatError
+
+    V = len(sg.vocab)
+    N = len(sg.image_ids)
+    if N == 0:
+        raise InputFormatError(f"scene-graph files {', '.join(sg.files)} hold no images",
+                               "pass GQA train_sceneGraphs.json / val_sceneGraphs.json")
+    vocab = sg.vocab
+    order = np.argsort(np.asarray(sg.image_ids, dtype=object), kind="stable")
+    rank = np.empty(N, dtype=np.int64)
+    rank[order] = np.arange(N, dtype=np.int64)
+    image_ids = [sg.image_ids[i] for i in order.tolist()]
+    is_scene = np.fromiter((w in SCENE_WORDS for w in vocab), dtype=bool, count=V)
+    drop_ctx = is_scene & ~np.fromiter((w in SCENE_WORDS_ALSO_OBJECT_CONTEXTS for w in vocab), dtype=bool, count=V)
+    field_word = np.fromiter((GENERAL_CATEGORY.get(w) in ("location", "weather") for w in vocab), dtype=bool, count=V)
+    img_of = np.arange(N, dtype=np.int64)
+
+    # unique (image, name) rows, sorted by image then name
+    obj_img = np.repeat(img_of, sg.obj_counts)
+    ukey, ucount = np.unique(obj_img * V + sg.obj_names, return_counts=True)
+    u_img, u_name = ukey // V, ukey % V
+    del obj_img, ukey
+    bounds = np.searchsorted(u_img, np.arange(N + 1, dtype=np.int64))
+    row_start, row_stop = bounds[u_img], bounds[u_img + 1]
+
+    streams: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in _KIND_PRECEDENCE}
+
+    def general_pair(word: np.ndarray, name: np.ndarray) -> np.ndarray:
+        return word * V + name if general_context_as == "subject" else name * V + word
+
+    if "object" in kinds:
+        if pairing == "relation":
+            rel_img = np.repeat(img_of, sg.rel_counts)
+            keep = ~drop_ctx[sg.rel_targets]
+            streams["object"].append((sg.rel_subjects[keep] * V + sg.rel_targets[keep], rel_img[keep]))
+        elif pairing == "cooccurrence":
+            n = u_img.size
+            per_row = (row_stop - row_start)
+            cum = np.cumsum(per_row)
+            lo = 0
+            while lo < n:
+                hi = int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _PAIR_BLOCK, side="right"))
+                hi = max(hi, lo + 1)
+                j, other = _pairs_within_images(np.arange(lo, min(hi, n), dtype=np.int64),
+                                                row_start[lo:hi], row_stop[lo:hi])
+                s, c = u_name[j], u_name[other]
+                keep = ((j != other) | (ucount[j] >= 2)) & ~drop_ctx[c]
+                streams["object"].append((s[keep] * V + c[keep], u_img[j[keep]]))
+                lo = hi
+        else:
+            raise InputFormatError(f"unknown pairing {pairing!r}", "use 'relation' or 'cooccurrence'")
+    if "general" in kinds:
+        for field_codes in (sg.location, sg.weather):
+            g = field_codes[u_img]
+            m = g >= 0
+            m[m] = field_word[g[m]]
+            streams["general"].append((general_pair(g[m], u_name[m]), u_img[m]))
+        scene_rows = np.flatnonzero(is_scene[u_name])
+        j, other = _pairs_within_images(scene_rows, row_start[scene_rows], row_stop[scene_rows])
+        keep = j != other
+        streams["general"].append((general_pair(u_name[j[keep]], u_name[other[keep]]), u_img[j[keep]]))
+    if "attribute" in kinds:
+        attr_img = np.repeat(img_of, sg.attr_counts)
+        streams["attribute"].append((sg.attr_objects * V + sg.attr_words, attr_img))
+
+    # which (subject, context) pairs exist, per kind
+    present: dict[str, np.ndarray] = {}
+    for kind in _KIND_PRECEDENCE:
+        ps = [p for p, _ in streams[kind]]
+        if V * V <= _DENSE_PAIR_LIMIT:
+            flags = np.zeros(V * V, dtype=bool)
+            for p in ps:
+                flags[p] = True
+            present[kind] = np.flatnonzero(flags)
+        else:
+            present[kind] = np.unique(np.concatenate(ps)) if ps else np.zeros(0, dtype=np.int64)
+    pairs = np.unique(np.concatenate(list(present.values())))
+    kind_idx = np.full(pairs.size, -1, dtype=np.int64)
+    seen_in = np.zeros(pairs.size, dtype=np.int64)
+    for i, kind in enumerate(_KIND_PRECEDENCE):
+        has = np.isin(pairs, present[kind], assume_unique=True)
+        seen_in += has
+        kind_idx[(kind_idx < 0) & has] = i
+    subj, ctx = (pairs // V).tolist(), (pairs % V).tolist()
+    names = [f"{vocab[s]}({vocab[c]})" for s, c in zip(subj, ctx)]
+    name_order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    name_rank = np.empty(pairs.size, dtype=np.int64)
+    name_rank[name_order] = np.arange(pairs.size, dtype=np.int64)
+
+    # one sorted key per (subset, image): subset rank * N + image rank
+    chunks = []
+    for kind in _KIND_PRECEDENCE:
+        for p, img in streams[kind]:
+            chunks.append(name_rank[np.searchsorted(pairs, p)] * N + rank[img])
+        streams[kind].clear()
+    keys = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    del chunks
+    keys.sort()
+    if keys.size:
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    counts = np.bincount(keys // N, minlength=pairs.size)
+    indptr = np.zeros(pairs.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+
+    kinds_out, cats_out = [], []
+    for r in name_order.tolist():
+        kind = _KIND_PRECEDENCE[kind_idx[r]]
+        kinds_out.append(kind)
+        if kind == "general":
+            word = vocab[subj[r]] if general_context_as == "subject" else vocab[ctx[r]]
+            cats_out.append(GENERAL_CATEGORY.get(word))
+        elif kind == "attribute":
+            cats_out.append(ATTRIBUTE_CATEGORY.get(vocab[ctx[r]]))
+        else:
+            cats_out.append(None)
+    return CandidateSubsets(
+        names=[names[r] for r in name_order.tolist()], kinds=kinds_out, categories=cats_out,
+        image_ids=image_ids, indptr=indptr, indices=keys % N, collisions=int((seen_in > 1).sum()),
+    )
