@@ -173,6 +173,8 @@ def evaluate(
     """
     from .. import __version__
 
+    # the model first: a wrong name or a missing extra fails before any task is materialised
+    loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, dd = _task_dataset(task, artifact, images, seed)
     table, classes, read = _table(dd)
     if table.empty:
@@ -187,7 +189,6 @@ def evaluate(
     else:
         hierarchy_card = {"name": "custom coverage", "classes": {c: len(list(coverage.get(c, ()))) for c in classes}}
 
-    loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     ids = table["image_id"].tolist()
     if isinstance(loaded, PrecomputedPredictions):
         preds = loaded.predictions.for_ids(ids, source=str(loaded.path))

@@ -1,0 +1,55 @@
+"""``metashift-hf evaluate``: score an ImageNet-1k classifier on a task, per class and per context."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    from ..evaluate.models import MODEL_FORMS
+    from ..evaluate.run import DEFAULT_MIN_SUBSET_SIZE
+
+    p = subparsers.add_parser(
+        "evaluate",
+        help="evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
+        description=(
+            "Run an ImageNet-1k classifier over a task's images (or read its predictions), score it "
+            "hierarchy-aware (the top-1 class must lie under the class's matched WordNet synset) or "
+            "restricted to the task's classes, and write report.json, report.md, per_group.csv, "
+            "predictions.csv and plots/<class>.png into --out."
+        ),
+    )
+    p.add_argument("--model", required=True, help=f"{MODEL_FORMS}")
+    p.add_argument("--task", required=True, help="task id, e.g. imagenet-5, animals-10, bin-cat-dog, paper-dg-cat-dog-1")
+    p.add_argument("--artifact", default=None, help="artifact folder from `metashift-hf build`")
+    p.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip")
+    p.add_argument("--hierarchy", default="wordnet", help="wordnet | paper | tree:PATH (default wordnet)")
+    p.add_argument("--mode", choices=("hierarchy", "restricted"), default="hierarchy",
+                   help="hierarchy: top-1 over all 1,000 classes; restricted: argmax over the task's classes (default hierarchy)")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--workers", type=int, default=None, help="decode/preprocess threads (default min(4, CPUs))")
+    p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+    p.add_argument("--min-subset-size", type=int, default=DEFAULT_MIN_SUBSET_SIZE,
+                   help=f"context subsets smaller than this are not ranked as worst nor tested for bugs (default {DEFAULT_MIN_SUBSET_SIZE})")
+    p.add_argument("--alpha", type=float, default=0.05, help="Benjamini-Hochberg level for context bugs (default 0.05)")
+    p.add_argument("--out", required=True, help="output folder (replaced atomically)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import MetashiftError
+    from ..evaluate.run import evaluate
+
+    if args.batch_size < 1:
+        raise MetashiftError(f"--batch-size must be at least 1, got {args.batch_size}", "use e.g. --batch-size 32")
+    if not 0 < args.alpha < 1:
+        raise MetashiftError(f"--alpha must be between 0 and 1, got {args.alpha}", "use e.g. --alpha 0.05")
+    report = evaluate(
+        args.model, args.task, args.artifact, args.images, args.out,
+        hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
+        workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
+        progress=not args.no_progress,
+    )
+    print(report.summary())
+    return 0
