@@ -30,6 +30,8 @@ STATUS_DEGENERATE = "degenerate"  # lambda_{K+1} == lambda_{K+2}: the K-th axis 
 
 # Above this many nodes the dense eigensolver's O(n^3) cost dominates; use sparse shift-invert.
 DENSE_EIGEN_MAX_NODES = 2000
+# CNM rescans every row maximum after a merge up to this many nodes (measured faster than bookkeeping).
+CNM_FULL_RESCAN_MAX_NODES = 256
 
 
 @dataclass
@@ -105,11 +107,12 @@ def overlap_weights(arrays: list[np.ndarray]) -> np.ndarray:
     """
     n = len(arrays)
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
-    cols = np.concatenate(arrays) if n else np.zeros(0, dtype=np.int64)
-    _, cols = np.unique(cols, return_inverse=True)  # compress image ids to 0..m-1
-    rows = np.repeat(np.arange(n, dtype=np.int64), sizes)
-    inc = scipy.sparse.csr_matrix(
-        (np.ones(cols.size, dtype=np.int64), (rows, cols.ravel())), shape=(n, int(cols.max(initial=-1)) + 1)
+    flat = np.concatenate(arrays) if n else np.zeros(0, dtype=np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=indptr[1:])
+    # each row's indices are already sorted and unique, so the CSR arrays can be used as they are
+    inc = scipy.sparse.csr_array(
+        (np.ones(flat.size, dtype=np.int32), flat, indptr), shape=(n, int(flat.max(initial=-1)) + 1)
     )
     inter = (inc @ inc.T).toarray()
     # int/int true division is correctly rounded, exactly like Python's len(a & b) / min(...)
@@ -151,45 +154,45 @@ def cnm_communities(adjacency: np.ndarray) -> list[list[int]]:
     best_col = np.argmax(gain, axis=1)
     best = gain[np.arange(n), best_col]
     members: dict[int, list[int]] = {i: [i] for i in range(n)}
+    rows = np.arange(n)
+    small = n <= CNM_FULL_RESCAN_MAX_NODES
     while len(members) > 1:
         u = int(np.argmax(best))  # first maximum = smallest row label among ties
         dq = best[u]
-        if dq == -np.inf or dq < 0:
+        if dq < 0:  # also -inf: no pair left
             break
         v = int(best_col[u])  # u < v always: the gain matrix is symmetric
-        nb_u = gain[u] > -np.inf
-        nb_v = gain[v] > -np.inf
-        nb_u[v] = nb_v[u] = False
-        both = nb_u & nb_v
-        only_v = nb_v & ~nb_u
-        only_u = nb_u & ~nb_v
-        new = np.full(n, -np.inf)
-        new[both] = gain[v, both] + gain[u, both]
-        w = np.flatnonzero(only_v)
-        new[w] = gain[v, w] - (a[u] * a[w] + a[w] * a[u])
-        w = np.flatnonzero(only_u)
-        new[w] = gain[u, w] - (a[v] * a[w] + a[w] * a[v])
-        nbrs = np.flatnonzero(nb_u | nb_v)
+        gu, gv = gain[u], gain[v]
+        in_u, in_v = gu > -np.inf, gv > -np.inf
+        # networkx: both -> dq_vw + dq_uw; only v -> dq_vw - (a_u a_w + a_w a_u);
+        # only u -> dq_uw - (a_v a_w + a_w a_v). x + x == 2 * x exactly, so 2 * a_u * a_w is bit-equal.
+        new = np.where(in_u, np.where(in_v, gv + gu, gu - 2.0 * a[v] * a), gv - 2.0 * a[u] * a)
+        new[u] = new[v] = -np.inf
         gain[u, :] = -np.inf
         gain[:, u] = -np.inf
         gain[v, :] = new
         gain[:, v] = new
-        gain[v, v] = -np.inf
         a[v] += a[u]
         a[u] = 0.0
         members[v].extend(members.pop(u))
-        best[u] = -np.inf
+        if small:  # a full rescan is cheaper than bookkeeping on small matrices
+            best_col = np.argmax(gain, axis=1)
+            best = gain[rows, best_col]
+            continue
         # rows whose maximum sat on column u or v must be rescanned; others only compare with v
-        stale = nbrs[(best_col[nbrs] == u) | (best_col[nbrs] == v)]
-        fresh = nbrs[(best_col[nbrs] != u) & (best_col[nbrs] != v)]
-        nv = new[fresh]
+        nbrs = np.flatnonzero(in_u | in_v)
+        nbrs = nbrs[(nbrs != u) & (nbrs != v)]
+        bc = best_col[nbrs]
+        hit = (bc == u) | (bc == v)
+        fresh, nv = nbrs[~hit], new[nbrs[~hit]]
         better = (nv > best[fresh]) | ((nv == best[fresh]) & (v < best_col[fresh]))
         best[fresh[better]] = nv[better]
         best_col[fresh[better]] = v
-        rescan = np.append(stale, v)
+        rescan = np.append(nbrs[hit], v)
         cols = np.argmax(gain[rescan], axis=1)
         best_col[rescan] = cols
         best[rescan] = gain[rescan, cols]
+        best[u] = -np.inf
     comms = [sorted(m) for m in members.values()]
     comms.sort(key=lambda c: (-len(c), c[0]))
     return comms
