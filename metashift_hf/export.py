@@ -14,6 +14,7 @@ import json
 import math
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -235,12 +236,12 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
     art = _artifact(artifact)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     for p in prepared:
         validate_config_name(p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     def load_target(repo: str) -> str:
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
@@ -316,44 +317,47 @@ def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming
     repo_dir = Path(repo_dir)
     if not (repo_dir / "README.md").is_file():
         raise InputFormatError(f"{repo_dir} is not an exported repo (no README.md)", "run `metashift-hf export` first")
-    loaded = datasets.load_dataset(str(repo_dir), config)
-    checked = {}
-    for split, ds in loaded.items():
-        raw = ds.cast_column("image", datasets.Image(decode=False)) if "image" in ds.features else ds
-        if expected is not None:
-            ref = expected[split]
-            ref = ref.cast_column("image", datasets.Image(decode=False)) if "image" in ref.features else ref
-            ref_rows = ref.with_format("arrow")[:]
-            from datasets.table import embed_table_storage
+    # A fresh cache: a cached copy of an earlier export would hide what is on disk now.
+    with tempfile.TemporaryDirectory(prefix="metashift-verify-") as cache:
+        loaded = datasets.load_dataset(str(repo_dir), config, cache_dir=cache)
+        checked = {}
+        for split, ds in loaded.items():
+            raw = ds.cast_column("image", datasets.Image(decode=False)) if "image" in ds.features else ds
+            if expected is not None:
+                ref = expected[split]
+                ref = ref.cast_column("image", datasets.Image(decode=False)) if "image" in ref.features else ref
+                ref_rows = ref.with_format("arrow")[:]
+                from datasets.table import embed_table_storage
 
-            ref_rows = embed_table_storage(ref_rows).to_pylist()
-        else:
-            files = sorted((repo_dir / config).glob(f"{split}-*.parquet"))
-            ref_rows = [r for f in files for r in pq.read_table(f).to_pylist()]
-        got = raw.with_format("arrow")[:].to_pylist() if len(raw) else []
-        if len(got) != len(ref_rows):
-            raise MetashiftError(f"{repo_dir}/{config} split {split!r}: loaded {len(got)} rows, expected {len(ref_rows)}",
-                                 "export again; the shards do not match the task")
-        for i, (a, b) in enumerate(zip(got, ref_rows)):
-            for key in ("image_id", "label"):
-                if key in a and a[key] != b.get(key):
-                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: {key} {a[key]!r} != {b.get(key)!r}",
-                                         "export again; the shards do not match the task")
-            if "image" in a and (a["image"] or {}).get("bytes") != (b["image"] or {}).get("bytes"):
-                raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes differ",
-                                     "export again; the image bytes must be the original files'")
-            if "image" in a and not (a["image"] or {}).get("bytes"):
-                raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes are not embedded",
-                                     "export again with this version (images must be embedded)")
-        checked[split] = len(got)
-    streamed = 0
-    if streaming:
-        first = next(iter(loaded))
-        stream = datasets.load_dataset(str(repo_dir), config, streaming=True)[first]
-        ids = [r.get("image_id") for r in stream]
-        streamed = len(ids)
-        if ids != list(loaded[first]["image_id"] if "image_id" in loaded[first].features else ids):
-            raise MetashiftError(f"{repo_dir}/{config}: streaming rows differ from the loaded rows", "export again")
-        if streamed != checked[first]:
-            raise MetashiftError(f"{repo_dir}/{config}: streaming gave {streamed} rows, expected {checked[first]}", "export again")
+                ref_rows = embed_table_storage(ref_rows).to_pylist()
+            else:
+                files = sorted((repo_dir / config).glob(f"{split}-*.parquet"))
+                ref_rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+            got = raw.with_format("arrow")[:].to_pylist() if len(raw) else []
+            if len(got) != len(ref_rows):
+                raise MetashiftError(f"{repo_dir}/{config} split {split!r}: loaded {len(got)} rows, expected {len(ref_rows)}",
+                                     "export again; the shards do not match the task")
+            for i, (a, b) in enumerate(zip(got, ref_rows)):
+                for key in ("image_id", "label"):
+                    if key in a and a[key] != b.get(key):
+                        raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: {key} {a[key]!r} != {b.get(key)!r}",
+                                             "export again; the shards do not match the task")
+                if "image" in a and (a["image"] or {}).get("bytes") != (b["image"] or {}).get("bytes"):
+                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes differ",
+                                         "export again; the image bytes must be the original files'")
+                if "image" in a and not (a["image"] or {}).get("bytes"):
+                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes are not embedded",
+                                         "export again with this version (images must be embedded)")
+            checked[split] = len(got)
+        streamed = 0
+        if streaming:
+            first = next(iter(loaded))
+            stream = datasets.load_dataset(str(repo_dir), config, streaming=True, cache_dir=cache)[first]
+            key = "image_id" if "image_id" in stream.features else next(iter(stream.features))
+            ids = [r[key] for r in stream.select_columns([key])]  # one column: no image decoding
+            streamed = len(ids)
+            if key != "image" and ids != list(loaded[first][key]):
+                raise MetashiftError(f"{repo_dir}/{config}: streaming rows differ from the loaded rows", "export again")
+            if streamed != checked[first]:
+                raise MetashiftError(f"{repo_dir}/{config}: streaming gave {streamed} rows, expected {checked[first]}", "export again")
     return VerifyResult(config, checked, streamed)

@@ -570,3 +570,87 @@ def client_env(endpoint: str, home: str, token: str | None) -> dict[str, str]:
     if token is not None:
         env["HF_TOKEN"] = token
     return env
+
+
+# -- task fixtures shared by test_export / test_cards / test_publish -------------------------------
+
+def tiny_world() -> dict[str, list[str]]:
+    """Candidate subsets for a small real artifact: cat/dog with 'sofa' and 'grass' context clusters."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    d: dict[str, list[str]] = {}
+    for subject in ("cat", "dog"):
+        pools = {"in": [f"{subject}-in-{i}" for i in range(120)], "out": [f"{subject}-out-{i}" for i in range(120)]}
+        for k in range(4):
+            d[f"{subject}(sofa{k})"] = sorted(rng.choice(pools["in"], 60, replace=False).tolist())
+            d[f"{subject}(grass{k})"] = sorted(rng.choice(pools["out"], 60, replace=False).tolist())
+        d[f"{subject}(bridge)"] = pools["in"][:30] + pools["out"][:30]
+    return d
+
+
+def build_tiny_artifact(out) -> object:
+    from builders.build import BuildOptions, build_artifact
+    from builders.subsets import CandidateSubsets
+
+    return build_artifact(CandidateSubsets.from_dict(tiny_world()), out, BuildOptions(), source="custom", plots=False)
+
+
+TASK_FEATURES = None
+
+
+def task_features():
+    import datasets
+
+    return datasets.Features({
+        "image": datasets.Image(), "image_id": datasets.Value("string"),
+        "label": datasets.ClassLabel(names=["cat", "dog"]), "context": datasets.Value("string"),
+        "contexts": datasets.List(datasets.Value("string")), "group": datasets.Value("string"),
+        "community": datasets.Value("int64"),
+    })
+
+
+def make_prepared(task_id: str, image_paths: list, *, shift_type: str = "conditional", test_split: str = "test"):
+    """A PreparedTask-shaped object over real JPEG files (rows alternate cat/dog; first 2/3 train)."""
+    import datasets
+
+    from metashift_hf.api import PreparedTask
+
+    paths = [str(p) for p in image_paths]
+    cut = (2 * len(paths)) // 3
+
+    def rows(ps, ctx):
+        labels = [i % 2 for i in range(len(ps))]
+        return {"image": [{"bytes": None, "path": p} for p in ps],
+                "image_id": [p.rsplit("/", 1)[-1].rsplit(".", 1)[0] for p in ps], "label": labels,
+                "context": [f"{ctx}0"] * len(ps), "contexts": [[f"{ctx}0"]] * len(ps),
+                "group": [f"{['cat', 'dog'][y]}({ctx})" for y in labels], "community": [0] * len(ps)}
+
+    dd = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict(rows(paths[:cut], "sofa"), features=task_features()),
+        test_split: datasets.Dataset.from_dict(rows(paths[cut:], "grass"), features=task_features()),
+    })
+    groups = lambda ctx, n: [{"group": f"{c}({ctx})", "class": c, "contexts": [f"{ctx}0", f"{ctx}1"], "n": n} for c in ("cat", "dog")]
+    spec = {
+        "task_id": task_id, "shift_type": shift_type, "classes": ["cat", "dog"],
+        "train_groups": groups("sofa", cut // 2), "test_groups": groups("grass", (len(paths) - cut) // 2),
+        "distance": {"value": 0.5, "rule": "code", "note": "between the sofa and grass groups"},
+        "minority_fraction": {"target": 0.12, "achieved": 0.125} if shift_type == "marginal" else None,
+        "split_sizes": {"train": cut, test_split: len(paths) - cut}, "seed": 0,
+        "removed": {"ambiguous": 0, "leakage": 1}, "rules": {"min_images_per_subset": 25, "min_subsets_per_class": 5},
+    }
+    return PreparedTask(task_id=task_id, dataset=dd, spec=spec)
+
+
+def copy_reference_images(shared_ref, dest) -> list:
+    """Copy the real GQA/VG JPEGs to ``dest`` (so a test may delete them after export)."""
+    import shutil
+    from pathlib import Path
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for src in sorted((Path(shared_ref) / "images").glob("*/*.jpg")):
+        shutil.copyfile(src, dest / src.name)
+        out.append(dest / src.name)
+    return out

@@ -1,0 +1,63 @@
+"""``metashift-hf export``: write task repos (parquet + README card) exactly as they would be pushed."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_task_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments shared by export and publish (both materialise tasks the same way)."""
+    from ..export import LAYOUTS
+
+    p.add_argument("tasks", nargs="*", metavar="TASK", help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks`)")
+    p.add_argument("--artifact", help="artifact folder from `metashift-hf build`")
+    p.add_argument("--images", help="image folder of <id>.jpg or GQA images.zip")
+    p.add_argument("--layout", choices=LAYOUTS, default="repo-per-task",
+                   help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
+                        "one-repo: every task as a config of the `metashift` repo")
+    p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+
+
+def require_task_inputs(args: argparse.Namespace) -> None:
+    from ..errors import MetashiftError
+
+    if not args.tasks:
+        raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` (list them with `metashift-hf tasks`)")
+    missing = [flag for flag, value in (("--artifact", args.artifact), ("--images", args.images)) if not value]
+    if missing:
+        raise MetashiftError(f"{' and '.join(missing)} not given", "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="write task repos (parquet shards with embedded images + README card) into a folder",
+        description=(
+            "Prepare each TASK and write, per repo, what `publish` would push: "
+            "<config>/<split>-0000i-of-0000n.parquet with the original image bytes embedded, README.md with YAML "
+            "metadata (configs, dataset_info) and the dataset card, images/<class>.png meta-graph pictures; plus the "
+            "`metashift` index repo. Each repo then loads with datasets.load_dataset(DIR/<repo>, <task>)."
+        ),
+    )
+    add_task_arguments(p)
+    p.add_argument("--out", required=True, help="output folder; each repo folder in it is replaced atomically")
+    p.add_argument("--namespace", default=None,
+                   help="Hub namespace the cards' load lines should name (default: the local folder)")
+    p.add_argument("--no-verify", action="store_true", help="skip loading each config back with datasets.load_dataset")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..export import export_tasks, verify_export
+
+    require_task_inputs(args)
+    repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=args.seed,
+                         namespace=args.namespace)
+    for repo in repos:
+        print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
+    print("load with:")
+    for repo in repos:
+        for config in repo.configs:
+            if not args.no_verify:
+                verify_export(repo.path, config)
+            print(f"  {repo.load_line(config)}")
+    return 0

@@ -1,0 +1,67 @@
+"""``metashift-hf publish``: push task repos to the Hugging Face Hub (idempotent) and collect them."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    from ..publish import COLLECTION_TITLE
+    from .export import add_task_arguments
+
+    p = subparsers.add_parser(
+        "publish",
+        help="export tasks and push them to the Hub as dataset repos, plus a collection",
+        description=(
+            "Export each TASK (or take the repos already exported in --from-export) and push them under "
+            "--namespace: one commit per repo, nothing committed when the Hub already has the same files, and a "
+            "collection listing every repo. The token comes from HF_TOKEN or `hf auth login` and is never printed; "
+            "HF_ENDPOINT selects another Hub."
+        ),
+    )
+    add_task_arguments(p)
+    p.add_argument("--namespace", required=True, help="Hub user or organisation to publish under")
+    p.add_argument("--from-export", metavar="DIR", default=None,
+                   help="push the repo folders already in DIR (written by `metashift-hf export --namespace NS`) instead of exporting TASKs")
+    p.add_argument("--out", default=None, help="where to export before pushing (default: a temporary folder)")
+    p.add_argument("--private", action="store_true", help="create the repos and the collection as private")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (repos, files, sizes) and push nothing")
+    p.add_argument("--collection", default=COLLECTION_TITLE, help=f"collection title (default {COLLECTION_TITLE!r})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from ..errors import MetashiftError
+    from ..publish import publish_tasks, push_repos
+    from .export import require_task_inputs
+
+    common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection)
+    if args.from_export:
+        if args.tasks:
+            raise MetashiftError("give either TASKs or --from-export, not both", "drop the task ids to push the exported folders as they are")
+        folder = Path(args.from_export)
+        repos = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
+        if not repos:
+            raise MetashiftError(f"{folder} holds no exported repo folders", "run `metashift-hf export ... --out DIR` first")
+        _print_load_lines(push_repos(repos, args.namespace, **common))
+        return 0
+    require_task_inputs(args)
+    with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
+        _print_load_lines(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
+                                        layout=args.layout, seed=args.seed, **common))
+    return 0
+
+
+def _print_load_lines(result) -> None:
+    """The lines a user types, read from the pushed READMEs (while the export folder exists)."""
+    from ..export import ExportedRepo, repo_files
+    from ..publish import check_repo_dir
+
+    if result.dry_run:
+        return
+    print("load with:")
+    for plan in result.plans:
+        for config in check_repo_dir(ExportedRepo(plan.local_dir.name, plan.local_dir, (), repo_files(plan.local_dir))):
+            print(f'  load_dataset("{plan.repo_id}", "{config}")')

@@ -1,0 +1,124 @@
+"""Export: parquet shards with embedded original JPEG bytes that datasets.load_dataset reads back."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
+from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.export import export_prepared, verify_export, write_config
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    return build_tiny_artifact(tmp_path_factory.mktemp("art") / "artifact")
+
+
+@pytest.fixture
+def images(shared_ref, tmp_path):
+    return copy_reference_images(shared_ref, tmp_path / "images")
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+
+def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path, shared_ref):
+    originals = {p.stem: _sha(p) for p in images}
+    task = make_prepared("paper-dg-cat-dog-1", images)
+    repos = export_prepared([task], art, tmp_path / "out")
+    assert [r.name for r in repos] == ["metashift-paper-dg-cat-dog-1", "metashift"]
+    repo = repos[0]
+    assert repo.files == ("README.md", "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
+                          "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
+    assert repos[1].files == ("README.md",) and repos[1].configs == ()
+    shutil.rmtree(tmp_path / "images")  # embedded bytes must not need the source files any more
+    result = verify_export(repo.path, "paper-dg-cat-dog-1")
+    assert result.splits == {"train": 10, "test": 5} and result.streaming_rows == 10
+
+    import datasets
+
+    loaded = datasets.load_dataset(str(repo.path), "paper-dg-cat-dog-1")
+    raw = loaded["test"].cast_column("image", datasets.Image(decode=False))
+    for row in raw:
+        assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == originals[row["image_id"]]  # never re-encoded
+    assert loaded["train"].features["label"].names == ["cat", "dog"]
+    assert loaded["train"][0]["image"].size[0] > 0  # decodes as an image
+    assert repo.load_line() == f'load_dataset("{repo.path}", "paper-dg-cat-dog-1")'
+    assert repo.load_line(namespace="ns") == 'load_dataset("ns/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1")'
+
+
+def test_verify_against_the_prepared_task_and_detects_tampering(art, images, tmp_path):
+    task = make_prepared("paper-dg-cat-dog-1", images)
+    repo = export_prepared([task], art, tmp_path / "out")[0]
+    assert verify_export(repo.path, "paper-dg-cat-dog-1", task.dataset, streaming=False).splits["train"] == 10
+    shard = repo.path / "paper-dg-cat-dog-1" / "train-00000-of-00001.parquet"
+    table = pq.read_table(shard)
+    labels = table.column("label").to_pylist()
+    import pyarrow as pa
+
+    table = table.set_column(table.schema.get_field_index("label"), table.schema.field("label"),
+                             pa.array([1 - y for y in labels], table.schema.field("label").type))
+    pq.write_table(table, shard)
+    with pytest.raises(MetashiftError, match="label"):
+        verify_export(repo.path, "paper-dg-cat-dog-1", task.dataset, streaming=False)
+
+
+def test_deterministic_bytes(art, images, tmp_path):
+    task = make_prepared("paper-dg-cat-dog-1", images)
+    a = export_prepared([task], art, tmp_path / "a")
+    b = export_prepared([task], art, tmp_path / "b", )
+    for ra, rb in zip(a, b):
+        assert ra.files == rb.files
+        for f in ra.files:
+            if f != "README.md":  # README names the local folder in its load line
+                assert _sha(ra.path / f) == _sha(rb.path / f), f
+    again = export_prepared([task], art, tmp_path / "a")  # re-export replaces in place, same bytes
+    assert {f: _sha(again[0].path / f) for f in again[0].files} == {f: _sha(a[0].path / f) for f in a[0].files}
+
+
+def test_shards_named_and_ordered(art, images, tmp_path):
+    task = make_prepared("paper-dg-cat-dog-1", images)
+    cfg = write_config(task.dataset, tmp_path / "repo", "cfg", max_shard_bytes=300_000)
+    train = next(s for s in cfg.splits if s.name == "train")
+    n = len(train.files)
+    assert n > 1 and train.files == tuple(f"cfg/train-{i:05d}-of-{n:05d}.parquet" for i in range(n))
+    ids = [i for f in train.files for i in pq.read_table(tmp_path / "repo" / f).column("image_id").to_pylist()]
+    assert ids == task.dataset["train"]["image_id"]
+    meta = pq.read_schema(tmp_path / "repo" / train.files[0]).metadata
+    assert b"huggingface" in meta  # features (ClassLabel names) travel with the shards
+
+
+def test_one_repo_layout(art, images, tmp_path):
+    import datasets
+
+    tasks = [make_prepared("paper-dg-cat-dog-1", images), make_prepared("paper-subpop-cat-dog-p12", images, shift_type="marginal")]
+    repos = export_prepared(tasks, art, tmp_path / "out", layout="one-repo")
+    assert len(repos) == 1 and repos[0].name == "metashift"
+    assert repos[0].configs == ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
+    for cfg in repos[0].configs:
+        assert datasets.load_dataset(str(repos[0].path), cfg)["test"].num_rows == 5
+    assert datasets.load_dataset(str(repos[0].path))["train"].num_rows == 10  # the default config
+
+
+def test_bad_names_are_refused_before_writing(art, images, tmp_path):
+    with pytest.raises(InputFormatError, match="split name 'id-test'"):
+        export_prepared([make_prepared("t1", images, test_split="id-test")], art, tmp_path / "out")
+    with pytest.raises(InputFormatError, match="config name 'bad name'"):
+        export_prepared([make_prepared("bad name", images)], art, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    with pytest.raises(UnknownNameError, match="layout"):
+        export_prepared([make_prepared("t1", images)], art, tmp_path / "out", layout="many")
+    with pytest.raises(MetashiftError, match="named twice"):
+        export_prepared([make_prepared("t1", images)] * 2, art, tmp_path / "out")
+    with pytest.raises(InputFormatError, match="namespace"):
+        export_prepared([make_prepared("t1", images)], art, tmp_path / "out", namespace="bad--ns")
+
+
+def test_verify_needs_an_exported_repo(tmp_path):
+    with pytest.raises(InputFormatError, match="not an exported repo"):
+        verify_export(tmp_path, "cfg")
