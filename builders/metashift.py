@@ -26,6 +26,7 @@ import datasets
 from metashift_hf.errors import (
     EmptyResultError,
     InputFormatError,
+    MetashiftError,
     MissingImagesError,
     UnknownNameError,
     did_you_mean,
@@ -417,6 +418,18 @@ class Metashift(datasets.GeneratorBasedBuilder):
                       "Contextual Distribution Shifts and Training Conflicts}, author={Weixin Liang and James Zou}, "
                       "booktitle={ICLR}, year={2022}}"),
         )
+
+    def download_and_prepare(self, *args, **kwargs):
+        """As in ``datasets``, but our errors (e.g. a corrupt image met while writing) come out as
+        the MetashiftError they are, not wrapped in DatasetGenerationError."""
+        from datasets.exceptions import DatasetGenerationError
+
+        try:
+            return super().download_and_prepare(*args, **kwargs)
+        except DatasetGenerationError as exc:
+            if isinstance(exc.__cause__, MetashiftError):
+                raise exc.__cause__ from None
+            raise
 
     # -- images ---------------------------------------------------------------------------------
     def _open_source(self):
