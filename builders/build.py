@@ -6,7 +6,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -28,34 +28,35 @@ COMMUNITY_METHODS = ("cnm", "louvain")
 class BuildOptions:
     """Every choice that changes the artifact's tables (stored in manifest.json)."""
 
-    min_images_per_subset: int = 25
-    """A subset is kept when it has at least this many images (paper and code: 25)."""
-    min_subsets_per_class: int = 5
-    """A subject is a class when it has MORE than this many kept subsets (the code's '> 5')."""
-    edge_threshold: float = 0.2
-    """Meta-graph edges with overlap coefficient below this are dropped (code 0.2; paper text 0.1)."""
-    community_method: str = "cnm"
-    """'cnm' (unweighted greedy modularity, what the code ran) or 'louvain' (paper's name; seeded)."""
-    spectral_dim: int = 5
-    """K: eigenvectors 2..K+1 of L = D - A form a subset's embedding."""
-    seed: int = 0
-    """Seed for every random choice (Louvain)."""
-    pairing: str = "relation"
-    """Scene graphs: 'relation' (subject has a relation to the context object; fits the published
-    one-directional keys) or 'cooccurrence' (both objects in the image; the paper's wording)."""
-    general_context_as: str = "subject"
-    """Scene graphs: 'subject' writes general contexts as published, 'ocean(dog)'; 'context' writes 'dog(ocean)'."""
-    include_objects: bool = True
-    """Keep object-context subsets ('dog(frisbee)')."""
-    include_general: bool = True
-    """Keep general-context subsets (location/weather fields, place/room words)."""
-    include_attributes: bool = False
-    """Keep attribute subsets ('horse(white)'). Off by default: the published full MetaShift has object
-    and general contexts only; MetaShift-Attributes is a separate set (turn on, or build it alone)."""
+    min_images_per_subset: int = field(default=25, metadata={
+        "help": "a subset is kept when it has at least this many images (paper and code: 25)"})
+    min_subsets_per_class: int = field(default=5, metadata={
+        "help": "a subject is a class when it has MORE than this many kept subsets (the code's '> 5')"})
+    edge_threshold: float = field(default=0.2, metadata={
+        "help": "drop meta-graph edges whose overlap coefficient is below this (original code 0.2; paper text 0.1)"})
+    community_method: str = field(default="cnm", metadata={
+        "choices": ("cnm", "louvain"),
+        "help": "cnm: unweighted greedy modularity (what the original code ran); louvain: weighted, seeded (the paper's name)"})
+    spectral_dim: int = field(default=5, metadata={
+        "help": "K: eigenvectors 2..K+1 of the Laplacian L = D - A embed each subset"})
+    seed: int = field(default=0, metadata={"help": "seed of every random choice (Louvain)"})
+    pairing: str = field(default="relation", metadata={
+        "choices": ("relation", "cooccurrence"),
+        "help": "scene graphs: relation = the subject has a scene-graph relation to the context object (fits the "
+                "published one-directional keys); cooccurrence = both objects are in the image (the paper's wording)"})
+    general_context_as: str = field(default="subject", metadata={
+        "choices": ("subject", "context"),
+        "help": "scene graphs: subject writes general contexts as published, 'ocean(dog)'; context writes 'dog(ocean)'"})
+    include_objects: bool = field(default=True, metadata={"help": "keep object-context subsets ('dog(frisbee)')"})
+    include_general: bool = field(default=True, metadata={
+        "help": "keep general-context subsets (location/weather fields, place/room words)"})
+    include_attributes: bool = field(default=False, metadata={
+        "help": "keep attribute subsets ('horse(white)'); off by default: the published full MetaShift has object "
+                "and general contexts only, MetaShift-Attributes is a separate set"})
 
     def validate(self) -> "BuildOptions":
-        def bad(field: str, value: Any, fix: str) -> InputFormatError:
-            return InputFormatError(f"build option {field}={value!r} is invalid", fix)
+        def bad(name: str, value: Any, fix: str) -> InputFormatError:
+            return InputFormatError(f"build option {name}={value!r} is invalid", fix)
 
         for f in ("min_images_per_subset", "min_subsets_per_class", "spectral_dim", "seed"):
             v = getattr(self, f)
@@ -311,8 +312,8 @@ def build_from_inputs(
         for path, role, is_attr in ((candidate_subsets, "candidate_subsets", False),
                                     (attributes_pickle, "attributes_pickle", True)):
             if path:
+                parts.append(load_candidate_pickle(path, attributes=is_attr))  # checks existence and format
                 digest = verify_known(path) or sha256_file(path)
-                parts.append(load_candidate_pickle(path, attributes=is_attr))
                 inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
         candidates = CandidateSubsets.combine(parts)
         say(f"loaded {len(candidates)} candidate subsets in {time.perf_counter() - t0:.2f} s")

@@ -1,0 +1,61 @@
+"""`metashift-hf build`: scene graphs or published pickles -> artifact folder."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+
+def register(subparsers) -> None:
+    from builders.build import BuildOptions
+
+    p = subparsers.add_parser(
+        "build",
+        help="build MetaShift (subsets, meta-graphs, communities, embeddings) into an artifact folder",
+        description="Build from GQA scene graphs (--scene-graphs) or from the published candidate-subset "
+                    "pickle(s) (--candidate-subsets / --attributes-pickle). Writes parquet tables, stats.json, "
+                    "manifest.json and one meta-graph PNG per class into --out, atomically.",
+    )
+    src = p.add_argument_group("inputs (one source)")
+    src.add_argument("--scene-graphs", nargs="+", metavar="FILE", default=[],
+                     help="GQA train_sceneGraphs.json / val_sceneGraphs.json (streamed, never loaded whole)")
+    src.add_argument("--candidate-subsets", metavar="PKL", help="published full-candidate-subsets.pkl")
+    src.add_argument("--attributes-pickle", metavar="PKL",
+                     help="published attributes-candidate-subsets.pkl (implies --include-attributes)")
+    p.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write (replaced atomically)")
+    opts = p.add_argument_group("build options (stored in manifest.json)")
+    for f in dataclasses.fields(BuildOptions):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
+        if f.type in (bool, "bool"):
+            opts.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        else:
+            kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
+            opts.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=f.metadata.get("choices"),
+                              metavar=None if f.metadata.get("choices") else {int: "N", float: "X"}.get(kind, "S"),
+                              help=help_text)
+    p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from builders.build import BuildOptions, build_from_inputs
+
+    options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
+    t0 = time.perf_counter()
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    artifact = build_from_inputs(
+        args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
+        attributes_pickle=args.attributes_pickle, options=options, plots=not args.no_plots, log=log,
+    )
+    s = artifact.stats
+    print(f"built {artifact.root} in {time.perf_counter() - t0:.1f} s")
+    print(f"  candidate subsets: {s['candidate_keys']:,} over {s['candidate_images']:,} images "
+          f"({s['kept_subsets_any_class']:,} with >= {options.min_images_per_subset} images)")
+    print(f"  classes: {s['classes']:,}   subsets: {s['subsets']:,}   images: {s['images']:,}")
+    status = ", ".join(f"{k}: {v}" for k, v in s.get("embedding_status", {}).items())
+    print(f"  embeddings: {status}")
+    print(f"  content hash: {artifact.content_hash[:16]}")
+    return 0
