@@ -1,0 +1,114 @@
+"""Dataset cards: README YAML that huggingface_hub parses, and a body with every section the issue asks for."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
+from metashift_hf import __version__, cards
+from metashift_hf.errors import InputFormatError
+from metashift_hf.export import export_prepared
+
+
+@pytest.fixture(scope="module")
+def exported(shared_ref, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cards")
+    art = build_tiny_artifact(root / "artifact")
+    # A meta-graph picture as the build writes it when matplotlib is present.
+    (art.root / "plots").mkdir(exist_ok=True)
+    (art.root / "plots" / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"cat-plot")
+    images = copy_reference_images(shared_ref, root / "images")
+    tasks = [make_prepared("paper-dg-cat-dog-1", images),
+             make_prepared("paper-subpop-cat-dog-p12", images, shift_type="marginal")]
+    repos = export_prepared(tasks, art, root / "out", namespace="metashift-org")
+    return art, tasks, repos
+
+
+def test_yaml_parses_with_huggingface_hub(exported):
+    _, tasks, repos = exported
+    card = DatasetCard.load(repos[0].path / "README.md")
+    data = card.data
+    assert isinstance(data, DatasetCardData)
+    assert data.license == "cc-by-4.0"
+    assert data.task_categories == ["image-classification"]
+    assert data.size_categories == ["n<1K"]
+    assert data.pretty_name == "MetaShift: paper-dg-cat-dog-1"
+    assert {"distribution-shift", "domain-generalization", "metashift"} <= set(data.tags)
+    assert data.source_datasets == ["extended|visual_genome"]
+    meta = data.to_dict()
+    assert meta["configs"] == [{"config_name": "paper-dg-cat-dog-1", "default": True, "data_files": [
+        {"split": "train", "path": "paper-dg-cat-dog-1/train-*"}, {"split": "test", "path": "paper-dg-cat-dog-1/test-*"}]}]
+    info = meta["dataset_info"]
+    assert info["config_name"] == "paper-dg-cat-dog-1"
+    label = next(f for f in info["features"] if f["name"] == "label")
+    assert label["dtype"]["class_label"]["names"] == {"0": "cat", "1": "dog"}
+    assert {s["name"]: s["num_examples"] for s in info["splits"]} == {"train": 10, "test": 5}
+    assert all(s["num_bytes"] > 0 for s in info["splits"]) and info["download_size"] > 0
+    marginal = DatasetCard.load(repos[1].path / "README.md").data
+    assert "subpopulation-shift" in marginal.tags
+
+
+def test_body_has_every_section(exported):
+    art, _, repos = exported
+    text = (repos[0].path / "README.md").read_text()
+    assert 'load_dataset("metashift-org/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1")' in text
+    for heading in ("### Fields", "### Splits and groups", "### Shift", "### Meta-graph and distances",
+                    "### How it was built", "### Where our numbers differ from the paper", "## Source and licence",
+                    "## Known biases and limitations", "## Citation"):
+        assert heading in text, heading
+    assert "| train | `cat(sofa)` | 5 |" in text  # group counts measured from the rows
+    assert "| distance d | 0.500 (code) |" in text
+    assert "**Domain generalisation**" in text
+    # distance table rows come from the artifact's embeddings
+    d = art.distance("cat(sofa0)", "cat(grass1)")
+    assert f"| cat | `cat(sofa0)` | `cat(grass1)` | {d:.3f} |" in text
+    assert f"`{art.content_hash}`" in text and f"| metashift-hf version | {__version__} |" in text
+    assert "| seed | 0 |" in text and "min_images_per_subset=25" in text
+    assert "CC BY 4.0" in text and "Visual Genome" in text and "GQA" in text
+    assert "People labelled by appearance" in text and "Label noise" in text and "Under-represented" in text
+    for key in ("@inproceedings{liang2022metashift", "Weixin Liang and James Zou",
+                "MetaShift: A Dataset of Datasets for Evaluating Contextual Distribution Shifts and Training Conflicts",
+                "@inproceedings{hudson2019gqa", "@article{krishna2017visualgenome"):
+        assert key in text, key
+    assert "the paper reports 410 and 12,868" in text
+    # meta-graph picture copied into the repo and linked
+    assert "![meta-graph of cat](images/cat.png)" in text and "images/dog.png" not in text
+    assert (repos[0].path / "images" / "cat.png").read_bytes() == (art.root / "plots" / "cat.png").read_bytes()
+    assert "$" not in re.sub(r"```.*?```", "", text, flags=re.S)  # no unfilled placeholder
+
+
+def test_subpopulation_card_states_p(exported):
+    _, _, repos = exported
+    text = (repos[1].path / "README.md").read_text()
+    assert "**Subpopulation shift**" in text and "p = 0.125" in text and "(target 0.120)" in text
+    assert "Minority fraction: target p = 0.120, achieved 0.125" in text
+
+
+def test_index_card_lists_every_task_repo(exported):
+    _, tasks, repos = exported
+    index = repos[-1]
+    assert index.name == "metashift"
+    text = (index.path / "README.md").read_text()
+    card = DatasetCard.load(index.path / "README.md")
+    assert card.data.license == "cc-by-4.0" and "configs" not in card.data.to_dict()
+    for t in tasks:
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{t.task_id}` |"))
+        assert f'load_dataset("metashift-org/metashift-{t.task_id}", "{t.task_id}")' in row
+        assert t.spec["shift_type"] in row and "cat(sofa0+sofa1)" in row and "0.500" in row
+    assert "@inproceedings{liang2022metashift" in text
+
+
+def test_missing_placeholder_value_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "about.md").write_text("licence for $nobody\n")
+    monkeypatch.setattr(cards, "TEMPLATE_DIR", tmp_path)
+    with pytest.raises(InputFormatError, match=r"\$nobody"):
+        cards._render("about.md")
+    with pytest.raises(InputFormatError, match="missing"):
+        cards._render("task_card.md")
+
+
+def test_size_categories():
+    assert [cards.size_category(n) for n in (5, 1500, 20_000, 500_000, 2_000_000)] == \
+        ["n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M"]
