@@ -148,11 +148,14 @@ def _pinned_inputs(manifest: dict) -> tuple[set[str], int]:
     """Keys of the known files among the build inputs (by sha256; hashed here when the manifest has
     no digest but the file is still there with a known size), and the number of other inputs."""
     by_sha = {k.sha256: k.key for k in KNOWN_FILES.values()}
-    by_size = {k.size: k for k in KNOWN_FILES.values()}
+    by_size = {k.size: k for k in KNOWN_FILES.values() if k.key != "images"}
     pinned, other = set(), 0
     for inp in manifest.get("inputs") or []:
         digest = inp.get("sha256")
         path = Path(inp.get("path", ""))
+        # Images never change the figures (the build reads no pixels): they do not decide the reference.
+        if "image" in str(inp.get("role", "")) or digest == KNOWN_FILES["images"].sha256:
+            continue
         if not digest and path.is_file() and path.stat().st_size in by_size:
             digest = sha256_file(path)
         if digest in by_sha:
