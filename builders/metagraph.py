@@ -249,8 +249,10 @@ def spectral_embedding(weights: np.ndarray, names: list[str], spectral_dim: int)
     n = weights.shape[0]
     n_comp, labels = scipy.sparse.csgraph.connected_components(scipy.sparse.csr_matrix(weights > 0), directed=False)
     sizes = np.bincount(labels, minlength=n_comp)
-    # largest component; labels are numbered by first node, so argmax picks the earliest name on ties
-    main = int(np.argmax(sizes))
+    first = np.full(n_comp, n, dtype=np.int64)
+    np.minimum.at(first, labels, np.arange(n))
+    # the largest component; on ties the one holding the alphabetically first subset
+    main = int(min(np.flatnonzero(sizes == sizes.max()), key=lambda c: first[c]))
     nodes = np.flatnonzero(labels == main)
     empty = np.zeros((0, k))
     if nodes.size <= k:
