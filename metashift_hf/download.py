@@ -8,6 +8,7 @@ re-reading the kept prefix once on resume), so a 21.8 GB file is not read twice.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -19,7 +20,7 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .errors import ChecksumError, InputFormatError, MetashiftError
 from .fsutil import atomic_file
@@ -124,7 +125,7 @@ class _Fetcher:
     def _size(self) -> int:
         return self.part.stat().st_size if self.part.exists() else 0
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
         self.part.unlink(missing_ok=True)
         self.hasher, self.hashed = hashlib.sha256(), 0
 
@@ -134,7 +135,7 @@ class _Fetcher:
         while True:
             offset = self._size()
             if offset > self.known.size:
-                self._restart()
+                self.restart()
                 offset = 0
             if self.hashed != offset:
                 self.hasher, self.hashed = _hash_prefix(self.part, offset), offset
@@ -162,7 +163,7 @@ class _Fetcher:
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and offset:  # our partial file is not a prefix the server accepts
                 self.log(f"{self.known.file_name}: {url} refused to resume (HTTP 416); starting over")
-                self._restart()
+                self.restart()
                 raise ConnectionError("range not satisfiable; restarting from byte 0") from None
             raise
         with resp:
@@ -176,7 +177,7 @@ class _Fetcher:
             elif status == 200:
                 if offset:
                     self.log(f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over")
-                    self._restart()
+                    self.restart()
                     offset = 0
                 mode = "wb"
             else:
@@ -208,7 +209,7 @@ class _Fetcher:
                 bar.update(len(block))
             out.flush()
             if resp.read(1):
-                self._restart()
+                self.restart()
                 raise _MirrorFailed(f"sends more than the expected {total:,} bytes")
 
 
@@ -242,11 +243,38 @@ def download_file(
     have = part.stat().st_size if part.exists() else 0
     check_disk_space(dest, max(known.size - have, 0), f"downloading {known.file_name}")
 
-    fetcher = _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress, log=log)
-    resumed_from_earlier_run = have > 0
+    with _exclusive(part, final):
+        return _from_mirrors(known, part, final, mirror_urls(known, mirror), have > 0,
+                             _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress, log=log), log)
+
+
+@contextlib.contextmanager
+def _exclusive(part: Path, final: Path) -> Iterator[None]:
+    """One writer per ``.part``: a second download of the same file into the same folder stops with
+    a clear error instead of interleaving bytes. The OS drops the lock if the process dies."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks on this platform
+        yield
+        return
+    lock = part.with_name(part.name + ".lock")
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise MetashiftError(f"another process is downloading {final} right now (lock {lock})",
+                                 "wait for it to finish, or stop it and run the command again") from None
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)  # while still holding it, so no one else got it meanwhile
+
+
+def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], resumed_from_earlier_run: bool,
+                  fetcher: "_Fetcher", log: Callable[[str], None]) -> tuple[Path, str]:
     failures: list[str] = []
     bad_checksum = False
-    for url in mirror_urls(known, mirror):
+    for url in urls:
         try:
             digest = fetcher.fetch(url)
         except _MirrorFailed as exc:
@@ -257,7 +285,7 @@ def download_file(
             os.replace(part, final)
             return final, url
         # Keep nothing from a bad source; the next mirror starts from byte 0.
-        fetcher._restart()
+        fetcher.restart()
         bad_checksum = True
         extra = " (continuing a partial file from an earlier run)" if resumed_from_earlier_run else ""
         failures.append(f"{url}: served bytes with sha256 {digest}, expected {known.sha256}{extra}")

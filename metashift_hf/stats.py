@@ -243,6 +243,13 @@ def _consistency_rows(root: Path, manifest: dict, stats: dict, measured: dict[st
     ok = len(classes) == measured["classes"] and bool((classes["n_subsets"] > need).all())
     rows.append(Row("classes.parquet = kept subjects", measured["classes"], len(classes), "consistency", ok,
                     "" if ok else f"classes.parquet must list exactly the subjects with more than {need} kept subsets"))
+    if (root / "images.parquet").is_file():
+        # Scene-graph builds: every image of a candidate subset came from a scene graph, so it has metadata.
+        have = pq.read_table(root / "images.parquet", columns=["image_id"])["image_id"]
+        ids = pc.unique(pq.read_table(root / "membership.parquet", columns=["image_id"])["image_id"])
+        lacking = len(ids) - int(pc.sum(pc.is_in(ids, value_set=have.combine_chunks())).as_py() or 0)
+        rows.append(Row("images.parquet covers candidate images", len(ids), len(ids) - lacking, "consistency",
+                        lacking == 0, "" if lacking == 0 else f"{lacking} candidate images have no metadata row"))
     tables = manifest.get("tables")
     if tables:
         ok = table_hash(root, tables) == manifest.get("content_hash")

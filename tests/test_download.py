@@ -136,6 +136,42 @@ def test_dropped_connection_is_resumed_with_range(serve, tmp_path):
     assert any("resuming at byte" in m for m in logs)
 
 
+def test_ctrl_c_keeps_the_part_file_and_the_next_run_resumes(serve, tmp_path, monkeypatch):
+    import tqdm
+
+    s = serve()
+    calls = {"n": 0}
+    real_update = tqdm.tqdm.update
+
+    def interrupt_after_first_block(self, n=1):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_update(self, n)
+
+    monkeypatch.setattr(tqdm.tqdm, "update", interrupt_after_first_block)
+    with pytest.raises(KeyboardInterrupt):
+        _fetch(_known(s.base), tmp_path)
+    kept = (tmp_path / "blob.bin.part").stat().st_size
+    assert 0 < kept < len(PAYLOAD) and not (tmp_path / "blob.bin").exists()
+    assert not (tmp_path / "blob.bin.part.lock").exists()
+    monkeypatch.setattr(tqdm.tqdm, "update", real_update)
+    path, _ = _fetch(_known(s.base), tmp_path)
+    assert path.read_bytes() == PAYLOAD and s.requests[-1][1] == f"bytes={kept}-"
+
+
+def test_second_concurrent_download_of_the_same_file_is_refused(serve, tmp_path):
+    import fcntl
+
+    s = serve()
+    lock = tmp_path / "blob.bin.part.lock"
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process holds it
+        with pytest.raises(dl.MetashiftError, match="another process is downloading"):
+            _fetch(_known(s.base), tmp_path)
+    assert s.requests == []
+
+
 def test_server_ignoring_range_restarts_cleanly(serve, tmp_path):
     s = serve("norange")
     (tmp_path / "blob.bin.part").write_bytes(b"garbage from an older, different file" * 1000)

@@ -136,3 +136,13 @@ def test_json_output_and_bad_artifact(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
     with pytest.raises(InputFormatError):
         st.compare(tmp_path)
+
+
+def test_image_metadata_must_cover_candidate_images(tmp_path):
+    cands = _toy_candidates()
+    meta = [{"image_id": i, "width": 10, "height": 10} for i in cands.image_ids]
+    full = build_artifact(cands, tmp_path / "a", source="gqa", image_meta=meta, plots=False)
+    assert _row(st.compare(full.root), "images.parquet covers candidate images").ok
+    part = build_artifact(cands, tmp_path / "b", source="gqa", image_meta=meta[5:], plots=False)
+    row = _row(st.compare(part.root), "images.parquet covers candidate images")
+    assert row.ok is False and "5 candidate images" in row.explanation
