@@ -57,6 +57,17 @@ PUBLISHED_RULES: dict[str, float] = {
     "edge_threshold": 0.2,  # the original code's; the paper's text says 0.1
     "spectral_dim": 5,
 }
+# ImageNet matching of the 1,262 vocabulary names over the full pickle's keys (first WordNet noun sense
+# that is a node of the hierarchy; a subset counts when subject and context both matched, no size rule).
+# "paper": the published tree imagenet1k_node_names.json (published figures); "wordnet": the WordNet 3.0
+# hypernym closure of the 1,000 classes (figures from the project's reference notes, not the paper).
+PUBLISHED_MATCH: dict[str, dict[str, float]] = {
+    "paper": {"vocabulary_names": 1_262, "matched_names": 427, "subsets": 5_040, "classes": 261,
+              "imagenet_leaves_covered": 867},
+    "wordnet": {"vocabulary_names": 1_262, "matched_names": 442, "subsets": 5_409, "classes": 270,
+                "imagenet_leaves_covered": 873},
+}
+
 # Distinct words in the context ontologies (the attribute lists hold 114 entries, 111 distinct:
 # 'dark' and 'short' sit in two categories and 'leather' is listed twice).
 ONTOLOGY_BOUNDS = {"general_contexts": 37, "attribute_contexts": 111}
@@ -259,6 +270,38 @@ def _consistency_rows(root: Path, manifest: dict, stats: dict, measured: dict[st
     return rows
 
 
+def _match_rows(root: Path, exact: bool) -> list[Row]:
+    """ImageNet-matching figures when ``metashift-hf match`` wrote ``match/match.json`` into the artifact."""
+    path = root / "match" / "match.json"
+    if not path.is_file():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        from .errors import InputFormatError
+
+        raise InputFormatError(f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact DIR`") from exc
+    hierarchy = str(doc.get("hierarchy", ""))
+    pub = PUBLISHED_MATCH.get(hierarchy, {})
+    # Exact only for the published vocabulary over the pinned full pickle.
+    check = exact and bool(pub) and doc.get("vocabulary_names") == pub.get("vocabulary_names")
+    note = {"paper": "published ImageNet matching (tree imagenet1k_node_names.json)",
+            "wordnet": "WordNet hypernym closure of the 1,000 classes: reference figures, not published"}.get(
+        hierarchy, f"hierarchy {hierarchy!r}: no published figures")
+    if pub and doc.get("vocabulary_names") != pub["vocabulary_names"]:
+        note += ("; not comparable: the published matching used the 1,262 names of class_hierarchy.json and "
+                 "counted subsets without a size rule")
+    rows = []
+    for fig in ("vocabulary_names", "matched_names", "subsets", "classes", "imagenet_leaves_covered"):
+        ours = doc.get(fig)
+        row = Row(f"match {fig}", pub.get(fig), float(ours) if isinstance(ours, (int, float)) else None,
+                  explanation=note if fig == "vocabulary_names" else "")
+        if check:
+            row.check, row.ok = "exact", row.ours == row.published
+        rows.append(row)
+    return rows
+
+
 def _explain(fig: str, reference: str, source: str, options: dict) -> str:
     if reference == "attributes" or source == "demo":
         return ""
@@ -329,5 +372,6 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
             if key == "edge_threshold" and ours_f == 0.1:
                 row.explanation = "the paper's text value; the original code used 0.2"
             rows.append(row)
+    rows += _match_rows(art.root, exact and reference == "full")
     rows += _consistency_rows(art.root, manifest, stats, measured, options)
     return StatsReport(str(art.root), source, reference, basis, rows)

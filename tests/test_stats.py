@@ -146,3 +146,24 @@ def test_image_metadata_must_cover_candidate_images(tmp_path):
     part = build_artifact(cands, tmp_path / "b", source="gqa", image_meta=meta[5:], plots=False)
     row = _row(st.compare(part.root), "images.parquet covers candidate images")
     assert row.ok is False and "5 candidate images" in row.explanation
+
+
+def _write_match(root, **figures):
+    (root / "match").mkdir()
+    (root / "match" / "match.json").write_text(json.dumps(figures))
+
+
+def test_match_figures_are_compared_when_present(tmp_path, monkeypatch):
+    pinned = [{"path": "x", "role": "candidate_subsets", "sha256": FULL_SHA}]
+    art = _toy(tmp_path, source="published", inputs=pinned)
+    _write_match(art.root, hierarchy="paper", vocabulary_names=1262, matched_names=427, subsets=5040, classes=260,
+                 imagenet_leaves_covered=867)
+    rows = {r.figure: r for r in st.compare(art.root).rows if r.figure.startswith("match ")}
+    assert rows["match subsets"].ok and rows["match classes"].ok is False
+    assert rows["match classes"].difference == -1
+    # Not the pinned full pickle: shown, not checked.
+    other = _toy(tmp_path, name="other")
+    _write_match(other.root, hierarchy="paper", vocabulary_names=1262, matched_names=1, subsets=2, classes=3,
+                 imagenet_leaves_covered=4)
+    rows = [r for r in st.compare(other.root).rows if r.figure.startswith("match ")]
+    assert len(rows) == 5 and all(r.ok is None for r in rows)
