@@ -2,19 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 import wordnet_match
 from metashift_hf.errors import InputFormatError, UnknownNameError
 from wordnet_match.hierarchy import load_hierarchy
 from wordnet_match.match import match, match_name, read_subset_names, read_vocabulary
-from wordnet_match.wordnet import DEBIAN_DICT_DIR, load_wordnet
-
-
-@pytest.fixture(scope="module")
-def wn(tmp_path_factory):
-    if not (DEBIAN_DICT_DIR / "data.noun").is_file():
-        pytest.skip("Debian wordnet-base is not installed")
-    return load_wordnet(cache_dir=tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")

@@ -7,19 +7,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 from metashift_hf.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
 from wordnet_match.hierarchy import load_hierarchy, paper_tree_path, tree_hierarchy
-from wordnet_match.wordnet import DEBIAN_DICT_DIR, load_wordnet
 
 PAPER_SHA = "403e1dc7d82efb3651d672b6a1cf4318922c9776e92c288c3845e6a92e28f98c"
-
-
-@pytest.fixture(scope="module")
-def wn(tmp_path_factory):
-    if not (DEBIAN_DICT_DIR / "data.noun").is_file():
-        pytest.skip("Debian wordnet-base is not installed")
-    return load_wordnet(cache_dir=tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")

@@ -26,16 +26,17 @@ needs_debian = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+# Session fixtures shared with the other wordnet_match test files (they import them from here).
+@pytest.fixture(scope="session")
+def wordnet_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("wordnet-cache")
 
 
-@pytest.fixture(scope="module")
-def wn(cache):
+@pytest.fixture(scope="session")
+def wn(wordnet_cache):
     if not (DEBIAN_DICT_DIR / "data.noun").is_file():
-        pytest.skip("Debian wordnet-base is not installed")
-    return load_wordnet(cache_dir=cache, use_nltk_corpus=False)
+        pytest.skip("Debian wordnet-base is not installed (apt-get install wordnet-base wordnet-sense-index)")
+    return load_wordnet(cache_dir=wordnet_cache, use_nltk_corpus=False)
 
 
 def test_lexnames_table_is_the_fixed_45_lines():
@@ -52,8 +53,8 @@ def test_lexnames_table_is_the_fixed_45_lines():
 
 
 @needs_debian
-def test_debian_files_are_copied_into_the_cache_and_load(wn, cache):
-    folder = cache / "nltk_data" / "corpora" / "wordnet"
+def test_debian_files_are_copied_into_the_cache_and_load(wn, wordnet_cache):
+    folder = wordnet_cache / "nltk_data" / "corpora" / "wordnet"
     for name in (*DICT_FILES, "lexnames"):
         path = folder / name
         assert path.is_file() and not path.is_symlink(), name
@@ -62,7 +63,7 @@ def test_debian_files_are_copied_into_the_cache_and_load(wn, cache):
     assert wn.synset_from_pos_and_offset("n", 2084071).name() == "dog.n.01"
     assert wn.synset("dog.n.01").lexname() == "noun.animal"  # lexnames file read correctly
     # a second call reuses the copy and the loaded reader
-    assert load_wordnet(cache_dir=cache, use_nltk_corpus=False) is wn
+    assert load_wordnet(cache_dir=wordnet_cache, use_nltk_corpus=False) is wn
 
 
 def test_missing_wordnet_names_both_fixes(tmp_path):
