@@ -195,3 +195,30 @@ def test_cli_register_and_status(tmp_path, shared_ref, capsys):
     assert f"imagenet-tree  {tree}" in out and "subsets        missing" in out
     assert cli.main(["download", "--manifest", str(man), "--register", "subsets", str(tree)]) == 2
     assert "not a pickle" in capsys.readouterr().err
+
+
+def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
+    """register sceneGraphs.zip -> resolve_build_inputs('gqa') -> build -> stats --verify."""
+    from builders.build import build_from_inputs
+    from metashift_hf import stats
+
+    contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]
+    graphs = {}
+    for i in range(30):
+        objects = {"0": {"name": "dog", "x": 0, "y": 0, "w": 5, "h": 5, "attributes": ["brown"],
+                         "relations": [{"name": "near", "object": str(k + 1)} for k in range(len(contexts))]}}
+        for k, c in enumerate(contexts):
+            objects[str(k + 1)] = {"name": c, "x": k, "y": k, "w": 3, "h": 3, "attributes": [], "relations": []}
+        graphs[str(1000 + i)] = {"width": 64, "height": 48, "location": "indoors", "objects": objects}
+    z = tmp_path / "my-scene-graphs.zip"  # named sceneGraphs.zip it would have to be the published file
+    with zipfile.ZipFile(z, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("train_sceneGraphs.json", json.dumps(graphs))
+        zf.writestr("val_sceneGraphs.json", "{}")
+    mf.register("scene-graphs", z)  # not the published zip (other size): shape-checked only
+    inputs = mf.resolve_build_inputs("gqa")
+    art = build_from_inputs(tmp_path / "art", scene_graphs=inputs["scene_graphs"], plots=False)
+    assert art.classes() == ["dog", "indoors"]  # 'indoors(dog)', 'indoors(sofa)', ...: published convention
+    rep = stats.compare(art.root)
+    assert rep.source == "gqa" and rep.failures == []
+    assert next(r for r in rep.rows if r.figure == "classes").ours == 2
+    assert next(r for r in rep.rows if r.figure == "general_contexts").ok  # <= 37 ontology words
