@@ -207,10 +207,9 @@ class _Fetcher:
                 done += len(block)
                 self.hashed = done
                 bar.update(len(block))
-            out.flush()
-            if resp.read(1):
-                self.restart()
-                raise _MirrorFailed(f"sends more than the expected {total:,} bytes")
+        if resp.read(1):  # more than the known size: not the file we want (checked after closing it)
+            self.restart()
+            raise _MirrorFailed(f"sends more than the expected {total:,} bytes")
 
 
 def download_file(

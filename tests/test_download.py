@@ -47,6 +47,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         body = data[start:]
+        if behaviour == "longer":  # no length announced, body runs past the known size, ends at close
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body + b"trailing junk")
+            self.close_connection = True
+            return
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if behaviour == "drop" and srv.drops_left > 0:
@@ -211,6 +217,13 @@ def test_wrong_size_is_rejected_before_downloading(serve, tmp_path):
     good = serve()
     path, url = _fetch(_known(other.base, good.base), tmp_path)
     assert url.startswith(good.base) and path.read_bytes() == PAYLOAD
+
+
+def test_body_longer_than_the_known_size_keeps_nothing(serve, tmp_path):
+    s = serve("longer")
+    with pytest.raises(dl.DownloadError, match="sends more than the expected"):
+        _fetch(_known(s.base), tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_mirror_option_and_env_go_first(serve, tmp_path, monkeypatch):
