@@ -361,3 +361,13 @@ def test_cli_reports_checksum_error(serve, tmp_path, shared_ref, capsys, monkeyp
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and bad.base in err and "fix:" in err
     assert not any((tmp_path / "d").iterdir())
+
+
+def test_file_url_mirror_for_a_local_copy(tmp_path):
+    src = tmp_path / "copy"
+    src.mkdir()
+    (src / "blob.bin").write_bytes(PAYLOAD)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "blob.bin.part").write_bytes(PAYLOAD[:100])  # file:// ignores Range: start over
+    path, url = _fetch(_known("http://127.0.0.1:9/unused"), tmp_path / "d", mirror=src.as_uri(), retries=0)
+    assert path.read_bytes() == PAYLOAD and url == f"{src.as_uri()}/blob.bin"
