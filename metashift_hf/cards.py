@@ -250,9 +250,8 @@ def shift_in_words(spec: dict) -> str:
 INDEX_NOTE = "Overview of the MetaShift tasks: what each one shifts and how to load it."
 
 
-def collection_note(info: TaskInfo) -> str:
+def collection_note(spec: dict) -> str:
     """The shift spec in one line (the Hub caps collection notes at 500 characters)."""
-    spec = info.spec
     groups = _groups(spec)
     d = (spec.get("distance") or {}).get("value")
     p = (spec.get("minority_fraction") or {}).get("achieved")

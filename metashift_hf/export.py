@@ -34,6 +34,7 @@ CONTENT_DEFINED_CHUNKING = True
 MAX_SHARD_BYTES = 500 * 1024 * 1024  # same bound as datasets' push_to_hub default
 
 INDEX_REPO = "metashift"
+SPEC_FILE = "shift_spec.json"  # the task's shift spec, machine-readable, beside the shards
 REPO_PREFIX = "metashift-"
 LAYOUTS = ("repo-per-task", "one-repo")
 
@@ -116,7 +117,7 @@ def _schema_metadata(features) -> dict[bytes, bytes]:
     return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True).encode()}
 
 
-def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int = MAX_SHARD_BYTES,
+def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
                 row_group_rows: int = ROW_GROUP_ROWS, compression: str = COMPRESSION,
                 content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING) -> SplitFiles:
     """Write one split as parquet shards with the image bytes embedded in the file."""
@@ -132,7 +133,7 @@ def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_b
     metadata = _schema_metadata(dataset.features)
     table = table.replace_schema_metadata(metadata)
     num_bytes = int(table.nbytes)
-    count = max(1, math.ceil(num_bytes / max_shard_bytes))
+    count = max(1, math.ceil(num_bytes / (max_shard_bytes or MAX_SHARD_BYTES)))
     per_shard = math.ceil(table.num_rows / count) if table.num_rows else 0
     files = []
     for i in range(count):
@@ -255,12 +256,13 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 cfg = write_config(p.dataset, tmp, p.task_id)
                 info = cards.task_info(p, art, cfg, repo_id=load_target(name))
                 cards.copy_plots(info, art, tmp)
+                _write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 card = cards.render_task_card(info, [cfg])
                 with atomic_file(tmp / "README.md", "w") as f:
                     f.write(card)
             infos.append(info)
             exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name),
-                                         _repo_bytes(out_dir / name), cards.collection_note(info)))
+                                         _repo_bytes(out_dir / name), cards.collection_note(p.spec)))
         with atomic_dir(out_dir / INDEX_REPO) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
@@ -273,6 +275,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 cfg = write_config(p.dataset, tmp, p.task_id)
                 info = cards.task_info(p, art, cfg, repo_id=load_target(INDEX_REPO))
                 cards.copy_plots(info, art, tmp)
+                _write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 cfgs.append(cfg)
                 infos.append(info)
             with atomic_file(tmp / "README.md", "w") as f:
@@ -280,6 +283,26 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO),
                                      _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     return exported
+
+
+def _write_spec(path: Path, spec: dict) -> None:
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps(spec, sort_keys=True, indent=2, default=str) + "\n")
+
+
+def read_note(repo_dir: Path) -> str:
+    """The collection note of an exported repo folder (from its shift spec file)."""
+    from . import cards
+
+    if repo_dir.name == INDEX_REPO:
+        return cards.INDEX_NOTE
+    specs = sorted(Path(repo_dir).glob(f"*/{SPEC_FILE}"))
+    if len(specs) != 1:
+        return ""
+    try:
+        return cards.collection_note(json.loads(specs[0].read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFormatError(f"{specs[0]} is not valid JSON ({exc})", "export the repo again") from None
 
 
 def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",

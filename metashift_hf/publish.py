@@ -126,8 +126,12 @@ class _Hub:
 def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
     if isinstance(item, ExportedRepo):
         return item
+    from .export import read_note
+
     path = Path(item)
-    return ExportedRepo(path.name, path, (), repo_files(path) if path.is_dir() else ())
+    if not path.is_dir():
+        raise InputFormatError(f"{path} is not a folder", "pass the repo folders written by `metashift-hf export`")
+    return ExportedRepo(path.name, path, (), repo_files(path), note=read_note(path))
 
 
 def check_repo_dir(repo: ExportedRepo) -> list[str]:

@@ -7,7 +7,7 @@ because both libraries read the endpoint once at import time.
 State is in memory: repos hold a linear list of commits (each a full snapshot path -> entry);
 LFS objects live in one content-addressed store, so re-uploads of known objects are skipped
 exactly as the real Hub does. ``fail`` lets a test make the next N calls of a route fail (500)
-to simulate a run that dies halfway.
+to simulate a run that dies halfway: "commit", "commit:<repo_id>" or "lfs-upload".
 """
 from __future__ import annotations
 
@@ -433,6 +433,7 @@ class _HubHTTPServer(ThreadingHTTPServer):
     def _commit(self, repo: Repo, revision: str, body: bytes, headers):
         self._can_write(headers, repo.repo_id.split("/")[0])
         self._fail_if_asked("commit")
+        self._fail_if_asked(f"commit:{repo.repo_id}")
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
         with self.state.lock:
             parent = self._commit_at(repo, revision)

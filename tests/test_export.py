@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -33,8 +34,9 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path, sh
     repos = export_prepared([task], art, tmp_path / "out")
     assert [r.name for r in repos] == ["metashift-paper-dg-cat-dog-1", "metashift"]
     repo = repos[0]
-    assert repo.files == ("README.md", "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
+    assert repo.files == ("README.md", "paper-dg-cat-dog-1/shift_spec.json", "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
                           "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
+    assert json.loads((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
     assert repos[1].files == ("README.md",) and repos[1].configs == ()
     shutil.rmtree(tmp_path / "images")  # embedded bytes must not need the source files any more
     result = verify_export(repo.path, "paper-dg-cat-dog-1")

@@ -1,0 +1,213 @@
+"""Publish against the loopback Hub with the real huggingface_hub client and datasets.load_dataset.
+
+Clients run in subprocesses because both libraries read HF_ENDPOINT once, at import time.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hub_server import build_tiny_artifact, client_env, copy_reference_images, make_prepared, running_hub
+from metashift_hf import export
+from metashift_hf.export import export_prepared
+
+TOKEN = "hf_test_write_token_123"
+NS = "tester"
+CONFIGS = ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
+
+
+@pytest.fixture(scope="module")
+def exported(shared_ref, tmp_path_factory):
+    root = tmp_path_factory.mktemp("publish")
+    art = build_tiny_artifact(root / "artifact")
+    images = copy_reference_images(shared_ref, root / "images")
+    tasks = [make_prepared(CONFIGS[0], images), make_prepared(CONFIGS[1], images, shift_type="marginal")]
+    export_prepared(tasks, art, root / "out", namespace=NS)
+    return {"root": root, "out": root / "out", "art": art, "tasks": tasks}
+
+
+def cli(args: list[str], endpoint: str, home: Path, token: str | None = TOKEN, extra_env: dict | None = None):
+    env = client_env(endpoint, str(home), token)
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "metashift_hf", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def publish_args(folder: Path, *more: str) -> list[str]:
+    return ["publish", "--from-export", str(folder), "--namespace", NS, *more]
+
+
+LOAD_SCRIPT = r"""
+import hashlib, json, sys
+import datasets
+datasets.config.USE_PARQUET_EXPORT = False
+repo, config = sys.argv[1], sys.argv[2]
+out = {}
+ds = datasets.load_dataset(repo, config)
+for split, d in ds.items():
+    d = d.cast_column("image", datasets.Image(decode=False))
+    out[split] = [[r["image_id"], r["label"], hashlib.sha256(r["image"]["bytes"]).hexdigest()] for r in d]
+stream = datasets.load_dataset(repo, config, streaming=True)["train"]
+out["streamed_train"] = [r["image_id"] for r in stream.select_columns(["image_id"])]
+print(json.dumps(out))
+"""
+
+
+def load_from_hub(endpoint: str, home: Path, repo: str, config: str) -> dict:
+    env = client_env(endpoint, str(home), None)  # anonymous: public repos load without a token
+    r = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, repo, config], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def local_rows(repo_dir: Path, config: str) -> dict:
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    out = {}
+    for split in ("train", "test"):
+        rows = [r for f in sorted((repo_dir / config).glob(f"{split}-*.parquet")) for r in pq.read_table(f).to_pylist()]
+        out[split] = [[r["image_id"], r["label"], hashlib.sha256(r["image"]["bytes"]).hexdigest()] for r in rows]
+    return out
+
+
+def commit_counts(state) -> dict[str, int]:
+    return {repo_id: len(repo.commits) for (_, repo_id), repo in state.repos.items()}
+
+
+def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
+        assert r.returncode == 0, r.stderr[-3000:]
+        repos = {f"{NS}/metashift", f"{NS}/metashift-{CONFIGS[0]}", f"{NS}/metashift-{CONFIGS[1]}"}
+        # create_repo's initial commit + exactly one commit with all shards and the README
+        assert commit_counts(state) == {rid: 2 for rid in repos}
+        head = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")].head
+        assert sorted(head.files) == [".gitattributes", "README.md", f"{CONFIGS[0]}/shift_spec.json",
+                                      f"{CONFIGS[0]}/test-00000-of-00001.parquet",
+                                      f"{CONFIGS[0]}/train-00000-of-00001.parquet"]
+        assert all(e.lfs_oid for p, e in head.files.items() if p.endswith(".parquet"))
+        (collection,) = state.collections.values()
+        assert [i["id"] for i in collection["items"]][0] == f"{NS}/metashift"  # the overview first
+        assert {i["id"] for i in collection["items"]} == repos
+        assert "d=0.500" in next(i for i in collection["items"] if i["id"].endswith(CONFIGS[0]))["note"]["text"]
+        assert f'load_dataset("{NS}/metashift-{CONFIGS[0]}", "{CONFIGS[0]}")' in r.stdout
+
+        for config in CONFIGS:
+            got = load_from_hub(endpoint, tmp_path / "reader", f"{NS}/metashift-{config}", config)
+            want = local_rows(exported["out"] / f"metashift-{config}", config)
+            assert got["train"] == want["train"] and got["test"] == want["test"]
+            assert got["streamed_train"] == [row[0] for row in want["train"]]
+
+        before = len(state.requests)
+        again = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert commit_counts(state) == {rid: 2 for rid in repos}
+        assert "up to date, no commit" in again.stdout
+        new = state.requests[before:]
+        assert not [p for m, p, _ in new if "/commit/" in p or p.startswith("/lfs-upload")]
+        assert len(next(iter(state.collections.values()))["items"]) == 3  # no duplicate items
+
+
+def test_dry_run_prints_the_plan_and_pushes_nothing(exported, tmp_path):
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(exported["out"], "--dry-run"), endpoint, tmp_path / "home")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "dry run: nothing is pushed" in r.stdout
+        assert f"{NS}/metashift-{CONFIGS[0]} (new repo): upload 4 files" in r.stdout
+        assert f"upload    {CONFIGS[0]}/train-00000-of-00001.parquet  1.3 MB" in r.stdout
+        assert state.repos == {} and state.collections == {}
+        assert all(m == "GET" for m, _, _ in state.requests)
+
+
+def test_run_that_dies_halfway_completes_without_duplicates(exported, tmp_path):
+    with running_hub() as (endpoint, state):
+        # The index repo is committed, then the first task repo's commit fails after its LFS uploads.
+        state.fail[f"commit:{NS}/metashift-{CONFIGS[0]}"] = 1
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
+        assert r.returncode == 2
+        assert "error: the Hub at" in r.stderr and "fix: run the same command again" in r.stderr
+        assert state.count("PUT", "/lfs-upload/") > 0
+        assert [len(state.repos[("dataset", f"{NS}/{n}")].commits) for n in ("metashift", f"metashift-{CONFIGS[0]}")] == [2, 1]
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert set(commit_counts(state).values()) == {2}
+        # every LFS object was uploaded exactly once over both runs
+        assert state.count("PUT", "/lfs-upload/") == len(state.lfs)
+        assert len(next(iter(state.collections.values()))["items"]) == 3
+
+
+def test_token_is_never_printed_or_logged(exported, tmp_path):
+    debug = {"HF_HUB_VERBOSITY": "debug", "DATASETS_VERBOSITY": "debug"}
+    with running_hub() as (endpoint, state):
+        ok = cli(publish_args(exported["out"]), endpoint, tmp_path / "home", extra_env=debug)
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        bad = cli(publish_args(exported["out"]), endpoint, tmp_path / "home", token="hf_wrong_token_456", extra_env=debug)
+    assert TOKEN not in ok.stdout + ok.stderr
+    assert bad.returncode == 2 and "rejected the token (401)" in bad.stderr and "fix: create a token" in bad.stderr
+    assert "hf_wrong_token_456" not in bad.stdout + bad.stderr
+
+
+def test_no_token(exported, tmp_path):
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "empty-home", token=None)
+        assert r.returncode == 2
+        assert "error: no Hugging Face token found" in r.stderr and "HF_TOKEN" in r.stderr
+        assert state.requests == []
+
+
+def test_forbidden_namespace_and_read_only_token(exported, tmp_path):
+    tokens = {TOKEN: ("tester", "write"), "hf_read_only_789": ("tester", "read")}
+    with running_hub(tokens=tokens) as (endpoint, state):
+        r = cli(["publish", "--from-export", str(exported["out"]), "--namespace", "someone-else"], endpoint, tmp_path / "h")
+        assert r.returncode == 2 and "cannot write under namespace 'someone-else'" in r.stderr and "tester" in r.stderr
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "h", token="hf_read_only_789")
+        assert r.returncode == 2 and "refused creating" in r.stderr and "(403" in r.stderr
+        assert "hf_read_only_789" not in r.stdout + r.stderr
+        assert all(not repo.commits[1:] for repo in state.repos.values())
+
+
+def test_names_the_hub_refuses_are_checked_before_any_request(exported, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(exported["out"], bad)
+    readme = bad / f"metashift-{CONFIGS[0]}" / "README.md"
+    readme.write_text(readme.read_text().replace("- split: test\n", "- split: test-id\n", 1))
+    with running_hub() as (endpoint, state):
+        r = cli(["publish", "--from-export", str(exported["out"]), "--namespace", "bad--ns"], endpoint, tmp_path / "h")
+        assert r.returncode == 2 and "namespace 'bad--ns' would be refused by the Hub" in r.stderr
+        r = cli(publish_args(bad), endpoint, tmp_path / "h")
+        assert r.returncode == 2 and "split name 'test-id'" in r.stderr and "fix:" in r.stderr
+        assert state.requests == []
+
+
+def test_metadata_the_hub_refuses(exported, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(exported["out"], bad)
+    readme = bad / f"metashift-{CONFIGS[0]}" / "README.md"
+    readme.write_text(readme.read_text().replace("license: cc-by-4.0", "license: not-a-licence", 1))
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(bad), endpoint, tmp_path / "h")
+        assert r.returncode == 2 and "refuses the README metadata" in r.stderr and "license" in r.stderr
+        assert state.count("POST", "/commit/") == 1  # only the index repo (sorted first) was committed
+
+
+def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeypatch):
+    with running_hub() as (endpoint, state):
+        assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
+        monkeypatch.setattr(export, "MAX_SHARD_BYTES", 400_000)  # more, smaller shards
+        resharded = tmp_path / "resharded"
+        export_prepared(exported["tasks"], exported["art"], resharded, namespace=NS)
+        r = cli(publish_args(resharded), endpoint, tmp_path / "h")
+        assert r.returncode == 0, r.stderr[-3000:]
+        repo = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")]
+        assert len(repo.commits) == 3
+        shards = sorted(p for p in repo.head.files if p.endswith(".parquet"))
+        assert shards == sorted(f"{CONFIGS[0]}/{p.name}" for p in (resharded / f"metashift-{CONFIGS[0]}" / CONFIGS[0]).glob("*.parquet"))
+        assert f"{CONFIGS[0]}/train-00000-of-00001.parquet" not in shards and len(shards) > 2
+        got = load_from_hub(endpoint, tmp_path / "reader", f"{NS}/metashift-{CONFIGS[0]}", CONFIGS[0])
+        assert got["train"] == local_rows(exported["out"] / f"metashift-{CONFIGS[0]}", CONFIGS[0])["train"]
