@@ -8,10 +8,10 @@ Nothing is shipped as data: ``generate_demo_world(out, seed=0)`` writes, in a fe
 
 The world is built from *scene templates*: groups of context objects that occur together
 (``bed, blanket, pillow, ...``). Every image picks one template of its main class and a few of
-its objects; the main object gets a relation to each of them. Neighbouring templates share one
-object, so each class's meta-graph is connected but clustered (one community per few templates,
-indoor and outdoor apart), and the paper's cat/dog groups (paper-tasks.json) are the templates.
-Designed figures and the reasons live in docs/demo-world.md.
+its objects; the main object gets a relation to each of them. Templates share an object here and
+there and, for cat and dog, frequent "hub" objects per zone (home / street / beach), so each
+class's meta-graph is connected but clustered (indoor and outdoor communities apart). The cat/dog
+templates are the paper's groups (paper-tasks.json). Figures and reasons: docs/demo-world.md.
 """
 from __future__ import annotations
 
@@ -418,6 +418,12 @@ def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, 
             scene.relate(oid, "near", target)
         else:
             scene.relate(oid, REL_BACK.get(kind, "near"), main)
+        # A context that is itself a class (a horse in a dog scene) also relates to the rest of
+        # the scene, so 'horse(dog)' shares images with 'horse(grass)' instead of being an island.
+        if scene.objects[oid]["name"] in CLASSES:
+            for other, _ in contexts:
+                if other != oid and not any(r["object"] == other for r in scene.objects[oid]["relations"]):
+                    scene.relate(oid, "near", other)
 
     # Scenery: not related to the main object, so relation pairing ignores it (cooccurrence does not).
     anchor = contexts[0][0]
@@ -426,7 +432,7 @@ def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, 
         window = scene.add("window", _box(rng, "wall", width, height, False), [])
         scene.relate(window, "on", wall)
         scene.relate(wall, "behind", anchor)
-    if location == _OUT and rng.random() < 0.5 and KIND[cls] != "vehicle":
+    if location == _OUT and rng.random() < 0.5 and KIND[cls] != "vehicle" and "sky" not in chosen:
         sky = scene.add("sky", _box(rng, "sky", width, height, False), ["blue"] if rng.random() < 0.5 else [])
         scene.relate(sky, "above", anchor)
     place = PLACE_WORDS[tname]
