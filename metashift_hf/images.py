@@ -49,26 +49,65 @@ def _shorten(ids: list[str]) -> str:
     return shown + (f", ... ({len(ids) - _SHOW_IDS} more)" if len(ids) > _SHOW_IDS else "")
 
 
+# Start-of-frame markers (baseline, progressive, lossless, arithmetic); C4/C8/CC are not frames.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _jpeg_problem(data: bytes) -> str | None:
+    """Walk the JPEG marker segments up to the scan: a frame header with a non-zero size must come
+    first, and an end-of-image marker must sit near the end (a truncated download has none)."""
+    pos, size, frame = 2, len(data), False
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            return f"not a decodable image (bad JPEG marker at byte {pos})"
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        if marker < 0xC0:
+            return f"not a decodable image (bad JPEG marker at byte {pos})"
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if length < 2:
+            return f"not a decodable image (bad JPEG segment length at byte {pos})"
+        if marker in _SOF_MARKERS:
+            if pos + 9 > size:
+                break
+            height = int.from_bytes(data[pos + 5:pos + 7], "big")
+            width = int.from_bytes(data[pos + 7:pos + 9], "big")
+            if not width or not height:
+                return f"not a decodable image (JPEG frame of {width}x{height} pixels)"
+            frame = True
+        elif marker == 0xDA:  # start of scan: entropy-coded data follows
+            if not frame:
+                return "not a decodable image (JPEG scan before any frame header)"
+            # Trailing padding after EOI is legal and occurs in the wild, so look near the end only.
+            return None if b"\xff\xd9" in data[-4096:] else "truncated JPEG (no end-of-image marker)"
+        pos += 2 + length
+    return "truncated JPEG (headers cut short)"
+
+
 def sniff_image(data: bytes) -> str | None:
     """Why ``data`` is not a decodable image, or None when it looks whole.
 
-    Checks without decoding pixels (fast enough for 148k images): PIL parses the headers and
-    runs its format's ``verify``; a JPEG must also end with an EOI marker, because PIL's JPEG
-    verify does not notice a truncated file.
+    Checks without decoding pixels. JPEG (all of GQA): a walk over the marker segments (frame
+    header present, sizes non-zero, scan reached) plus an end-of-image marker near the end —
+    ~20x faster than PIL and it catches truncation, which PIL's JPEG ``verify`` does not. Other
+    formats: PIL parses the headers and runs its ``verify`` (PNG: chunk CRCs).
     """
-    from PIL import Image
-
     if not data:
         return "empty file"
+    if data[:3] == b"\xff\xd8\xff":
+        return _jpeg_problem(data)
+    from PIL import Image
+
     try:
         with Image.open(io.BytesIO(data)) as im:
-            fmt = im.format
             im.verify()
     except Exception as exc:  # PIL raises many types for garbage; all mean "not an image"
         return f"not a decodable image ({type(exc).__name__}: {exc})"
-    # Trailing padding after EOI is legal and occurs in the wild, so look near the end only.
-    if fmt == "JPEG" and b"\xff\xd9" not in data[-4096:]:
-        return "truncated JPEG (no end-of-image marker)"
     return None
 
 

@@ -167,8 +167,26 @@ def test_duplicate_ids_prefer_top_level(tmp_path, real_images):
         assert "1 duplicate" in src.describe()
 
 
-def test_sniff_image_accepts_real_and_rejects_garbage(real_images):
+def test_sniff_image_accepts_real_and_rejects_garbage(real_images, tmp_path):
+    from PIL import Image
+
+    for f in real_images.values():
+        assert sniff_image(f.read_bytes()) is None, f
     data = real_images["2375429"].read_bytes()
-    assert sniff_image(data) is None
     assert sniff_image(b"") == "empty file"
-    assert sniff_image(data[:5000]) is not None
+    for cut in (3, 200, 5000, len(data) - 50):
+        assert "truncated" in sniff_image(data[:cut]), cut
+    assert "bad JPEG marker" in sniff_image(b"\xff\xd8\xff" + b"garbage" * 50)
+    # a zero-sized frame header
+    sof = data.index(b"\xff\xc0")
+    zero = data[: sof + 5] + b"\x00\x00\x00\x00" + data[sof + 9 :]
+    assert "0x0 pixels" in sniff_image(zero)
+    assert "not a decodable image" in sniff_image(b"GIF89a" + b"\x00" * 40)
+    # other formats go through PIL's verify: a PNG with a damaged chunk CRC is caught
+    png = tmp_path / "x.png"
+    Image.new("RGB", (8, 8), (10, 200, 30)).save(png)
+    good = png.read_bytes()
+    assert sniff_image(good) is None
+    bad = bytearray(good)
+    bad[40] ^= 0xFF  # inside the IDAT chunk
+    assert "not a decodable image" in sniff_image(bytes(bad))
