@@ -40,7 +40,7 @@ from .artifact import Artifact
 LEGACY_CLASSES = ("cat", "dog", "bus", "truck", "elephant", "horse", "bowl", "cup")
 COLLECTIONS = ("classes", "attributes")
 MATCHED_SIZE_FIELDS = {f for f in shifts.CommunitySizes.__dataclass_fields__}
-_REGISTRY_FILE = "tasks.parquet"
+_REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 
 
 @dataclass
@@ -92,22 +92,13 @@ def _match_dir(artifact: Artifact) -> Path:
     return Path(artifact.root) / "match"
 
 
-def _registry(artifact: Artifact) -> dict[str, dict]:
-    """task_id -> registry row, from ARTIFACT/match/tasks.parquet (empty when not matched)."""
-    path = _match_dir(artifact) / _REGISTRY_FILE
-    if not path.is_file():
+def _registry(artifact: Artifact) -> dict:
+    """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
+    if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
         return {}
-    import pyarrow.parquet as pq
+    import wordnet_match
 
-    try:
-        rows = pq.read_table(path).to_pylist()
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise InputFormatError(f"{path} is not a readable parquet file ({exc})",
-                               f"re-run `metashift-hf match --artifact {artifact.root}`") from None
-    if rows and not {"task_id", "classes"} <= set(rows[0]):
-        raise InputFormatError(f"{path} lacks the task_id/classes columns",
-                               f"re-run `metashift-hf match --artifact {artifact.root}`")
-    return {str(r["task_id"]): r for r in rows}
+    return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
 
 
 def task_ids(artifact: Artifact) -> list[str]:
@@ -122,7 +113,7 @@ def task_ids(artifact: Artifact) -> list[str]:
     table = artifact.subsets_table()
     if ((table["kind"] == "attribute") & table["kept"]).any():
         ids.append("attributes")
-    ids += sorted(t for t, r in _registry(artifact).items() if r.get("available", True) is not False)
+    ids += sorted(t for t, e in _registry(artifact).items() if e.available)
     return ids
 
 
@@ -194,10 +185,35 @@ def _check_selected(task: str, artifact: Artifact, selected: list[str] | None) -
     return sorted(set(selected))
 
 
+def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
+    """Per class, the subsets a registry task draws from: ``selected`` = subject and context both
+    matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
+    if entry.subset_rule == "kept":
+        return None
+    import wordnet_match
+
+    match = wordnet_match.load_match(_match_dir(art))
+    out = {}
+    for c in entry.classes:
+        try:
+            out[c] = match.subsets_of(c, "selected")
+        except UnknownNameError:
+            out[c] = []  # community_shift reports the class as having no usable subsets
+    return out
+
+
 def _community_distance(artifact: Artifact):
+    """Paper rule (size-weighted centre of member embeddings), over the members that have an
+    embedding: a disconnected meta-graph leaves a few subsets without one."""
     def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> float:
-        groups = {g.name: list(g.contexts) for g in [id_group, *ood]}
-        return artifact.group_distance(cls, groups, id_group.name, [g.name for g in ood], rule="paper")
+        groups = {g.name: [c for c in g.contexts if artifact.embedding(f"{cls}({c})") is not None]
+                  for g in [id_group, *ood]}
+        groups = {k: v for k, v in groups.items() if v}
+        if id_group.name not in groups or len(groups) < 2:
+            raise EmptyResultError(f"{cls}: the training group or every test group lacks embedded subsets",
+                                   "see the class's embedding_status in classes.parquet")
+        others = [g.name for g in ood if g.name in groups]
+        return artifact.group_distance(cls, groups, id_group.name, others, rule="paper")
     return fn
 
 
@@ -257,23 +273,26 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
         reg = _registry(art)
         if task not in reg:
             raise _unknown(task, art)
-        row = reg[task]
-        if row.get("available", True) is False:
-            raise EmptyResultError(f"task {task} is not available on {art.root}: {row.get('reason', '')}",
+        entry = reg[task]
+        if not entry.available:
+            raise EmptyResultError(f"task {task} is not available on {art.root}: {entry.reason}",
                                    "pick another id from `metashift-hf tasks list --artifact DIR`")
         bad = sorted(set(overrides) - MATCHED_SIZE_FIELDS)
         if bad:
             raise UnknownNameError(f"unknown override(s) {bad} for task {task}" + did_you_mean(bad[0], MATCHED_SIZE_FIELDS),
                                    f"this task accepts: {', '.join(sorted(MATCHED_SIZE_FIELDS))}")
-        classes = sorted(str(c) for c in row["classes"])
+        classes = sorted(entry.classes)
         missing = [c for c in classes if c not in art.classes()]
         if missing:
             raise EmptyResultError(f"task {task}: classes {missing} are not classes of {art.root}",
-                                   "re-run `metashift-hf match --artifact DIR` for this artifact")
+                                   f"re-run `metashift-hf match --artifact {art.root}` for this artifact")
+        allowed = _matched_subsets(art, entry)
         plan = shifts.community_shift(
             task, source, classes=classes, sizes=shifts.CommunitySizes(**overrides), seed=seed,
-            distance_fn=_community_distance(art), distance_rule="paper",
-            extra_spec={"registry": {k: row[k] for k in ("kind", "lca", "lca_depth", "path_similarity") if k in row}})
+            distance_fn=_community_distance(art), distance_rule="paper", subsets=allowed,
+            extra_spec={"registry": {"kind": entry.kind, "lca": entry.lca, "lca_name": entry.lca_name,
+                                     "lca_depth": entry.lca_depth, "path_similarity": entry.path_similarity,
+                                     "subset_rule": entry.subset_rule}})
     plan.spec["artifact_hash"] = art.content_hash
     plan.spec["rules"] = _base_rules(art)
     plan.spec["overrides"] = dict(overrides or {})

@@ -610,10 +610,14 @@ class CommunitySizes:
     test_max_per_class: int | None = None
 
 
-def community_groups(source: GroupSource, cls: str) -> list[GroupDef]:
-    """One group per meta-graph community of ``cls`` (community 0 = the largest), contexts sorted."""
+def community_groups(source: GroupSource, cls: str, only: Iterable[str] | None = None) -> list[GroupDef]:
+    """One group per meta-graph community of ``cls`` (community 0 = the largest), contexts sorted;
+    ``only``: the subset names allowed (e.g. the ImageNet-matched ones)."""
+    allowed = None if only is None else set(only)
     by: dict[int, list[str]] = {}
     for ctx in source.kept_contexts(cls):
+        if allowed is not None and f"{cls}({ctx})" not in allowed:
+            continue
         by.setdefault(source.community(f"{cls}({ctx})"), []).append(ctx)
     return [GroupDef(cls, f"community-{k}", tuple(sorted(by[k])), "", k) for k in sorted(by) if k >= 0]
 
@@ -622,9 +626,12 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
                     sizes: CommunitySizes = CommunitySizes(), seed: int = 0,
                     distance_fn: Callable[[str, GroupDef, list[GroupDef]], float] | None = None,
                     distance_rule: str = "", ambiguous: frozenset[str] | None = None,
+                    subsets: Mapping[str, Iterable[str]] | None = None,
                     extra_spec: dict | None = None) -> TaskPlan:
-    """Per class: community 0's subsets = training distribution (train / validation / id_test);
-    every other community = out-of-distribution test. An image in both goes to the training side.
+    """Per class: the subsets of its largest meta-graph community (the smallest community id among
+    the subsets used; ``subsets`` restricts them per class) = training distribution (train /
+    validation / id_test); every other community = out-of-distribution test. An image in both
+    goes to the training side.
     ``distance_fn(cls, id_group, ood_groups)`` gives a class's train-vs-OOD distance; the spec
     reports it per class and their mean.
     """
@@ -637,9 +644,9 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     per_class_d: dict[str, float | None] = {}
     notes = []
     for c in classes:
-        groups = community_groups(source, c)
+        groups = community_groups(source, c, None if subsets is None else subsets.get(c, ()))
         if not groups:
-            raise EmptyResultError(f"task {task_id}: class {c} has no kept subsets with a community",
+            raise EmptyResultError(f"task {task_id}: class {c} has no usable kept subsets with a community",
                                    "rebuild the artifact so that this class passes the rules, or drop it")
         id_g, ood = groups[0], groups[1:]
         id_set = _carve(source, [id_g], ambiguous=amb, exclude=set(), removed=removed)[id_g.name]
@@ -677,7 +684,8 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
         vals = [d for d in per_class_d.values() if d is not None]
         spec["distance"] = {
             "value": float(np.mean(vals)) if vals else None, "rule": distance_rule,
-            "note": "mean over classes of the distance between community 0 and the other communities",
+            "note": "per class: mean distance from the training community's group to each test community's "
+                    "group; value: mean over classes",
             "per_class": per_class_d,
         }
     if notes:

@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import shutil
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import metashift_hf
 from metashift_hf import api
-from metashift_hf.errors import MissingImagesError, UnknownNameError
+from metashift_hf.errors import MetashiftError, MissingImagesError, UnknownNameError
 from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 
 @pytest.fixture(scope="module")
 def matched(world, tmp_path_factory):  # noqa: F811
-    """A copy of the world artifact with a hand-written ARTIFACT/match/tasks.parquet (DEVELOPERS.md columns)."""
+    """A copy of the world artifact matched by the real wordnet_match (offline WordNet 3.0)."""
+    from wordnet_match.run import run_match
+
     root = tmp_path_factory.mktemp("matched") / "artifact"
     shutil.copytree(world["artifact"].root, root)
-    rows = [
-        {"task_id": "bin-cat-dog", "kind": "binary", "classes": ["cat", "dog"], "synsets": ["cat.n.01", "dog.n.01"],
-         "lca": "n02075296", "lca_depth": 9, "path_similarity": 0.2, "n_subsets": [10, 10], "n_images": [700, 700],
-         "available": True},
-        {"task_id": "imagenet-5", "kind": "multiclass", "classes": ["airplane", "cat", "dog", "elephant", "horse"],
-         "synsets": ["", "", "", "", ""], "lca": "", "lca_depth": 0, "path_similarity": 0.1,
-         "n_subsets": [0, 10, 10, 0, 0], "n_images": [0, 700, 700, 0, 0], "available": False},
-    ]
-    (root / "match").mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), root / "match" / "tasks.parquet")
+    try:
+        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
+    except MetashiftError as exc:  # e.g. WordNet dict files not installed on this machine
+        pytest.skip(f"wordnet_match unavailable: {exc.what}")
     return root
 
 
@@ -52,24 +46,33 @@ def test_available_tasks(world, matched):  # noqa: F811
 
 
 def test_matched_task_default_shift(world, matched, tmp_path):  # noqa: F811
+    import wordnet_match
+
     task = api.prepare("bin-cat-dog", matched, world["folder"], cache_dir=tmp_path, seed=1)
     ds, spec = task.dataset, task.spec
     assert task.task_id == "bin-cat-dog" and set(ds) == {"train", "validation", "test", "id_test"}
     art = world["artifact"]
+    entry = wordnet_match.get_task(matched, "bin-cat-dog")
+    selected = wordnet_match.load_match(matched).task_subsets(entry) if entry.subset_rule == "selected" else None
     for cls in ("cat", "dog"):
-        comm = art.communities(cls)
-        train_ctx = {n[len(cls) + 1:-1] for n, k in comm.items() if k == 0}
-        rows = [r for r in ds["train"].remove_columns("image") if r["label"] == ds["train"].features["label"].str2int(cls)]
-        assert rows and all(r["community"] == 0 and set(r["contexts"]) & train_ctx for r in rows)
-        test = [r for r in ds["test"].remove_columns("image") if r["group"].startswith(f"{cls}(")]
-        assert all(r["community"] > 0 for r in test)
+        comm = {n: k for n, k in art.communities(cls).items() if selected is None or n in selected[cls]}
+        id_comm = min(comm.values())
+        train_ctx = {n[len(cls) + 1:-1] for n, k in comm.items() if k == id_comm}
+        label = ds["train"].features["label"].str2int(cls)
+        rows = [r for r in ds["train"].remove_columns("image") if r["label"] == label]
+        assert rows and all(r["community"] == id_comm and set(r["contexts"]) & train_ctx for r in rows)
+        test = [r for r in ds["test"].remove_columns("image") if r["label"] == label]
+        assert test and all(r["community"] != id_comm for r in test)
+        ood_ctx = {n[len(cls) + 1:-1] for n, k in comm.items() if k != id_comm}
+        assert all(set(r["contexts"]) & ood_ctx for r in test)
     ids = [i for s in ds for i in ds[s]["image_id"]]
     assert len(ids) == len(set(ids))
     assert spec["distance"]["rule"] == "paper" and set(spec["distance"]["per_class"]) == {"cat", "dog"}
     assert spec["registry"]["kind"] == "binary"
     with pytest.raises(UnknownNameError, match="validation_fraction"):
         api.plan("bin-cat-dog", matched, validation_fractio=0.2)
-    with pytest.raises(Exception, match="not available"):
+    assert "imagenet-5" not in api.available_tasks(matched)  # airplane/elephant/horse are absent here
+    with pytest.raises(MetashiftError, match="not available"):
         api.plan("imagenet-5", matched)
 
 
