@@ -20,7 +20,9 @@ from .errors import InputFormatError
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "cards"
 LICENSE = "cc-by-4.0"
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
-SHIFT_TAGS = {"conditional": "domain-generalization", "marginal": "subpopulation-shift"}
+# shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
+# distribution; subpopulation shift changes how contexts go with labels (conditional).
+SHIFT_TAGS = {"marginal": "domain-generalization", "conditional": "subpopulation-shift"}
 SOURCE_DATASETS = ["extended|visual_genome"]
 
 # Meaning of the task fields (DEVELOPERS.md, "Task layer"); unknown extra fields show their type only.
@@ -79,7 +81,7 @@ class TaskInfo:
     group_rows: dict[str, dict[str, int]]
     build: dict[str, Any]
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
-    distances: list[tuple[str, str, str, float | None]] = field(default_factory=list)  # class, train subset, test subset, d
+    distances: list[tuple[str, str, str, float | None, float | None]] = field(default_factory=list)  # class, train, test, d code, d paper
     differences: list[str] = field(default_factory=list)
 
 
@@ -111,39 +113,67 @@ def _artifact_manifest(art) -> dict:
         raise InputFormatError(f"artifact manifest {path} is unreadable: {exc}", "rebuild the artifact with `metashift-hf build`") from exc
 
 
-def _distance_rows(spec: dict, art, limit: int = 8) -> list[tuple[str, str, str, float | None]]:
-    """Subset-to-subset distances between train and test contexts of each class (same class only)."""
+def _group_members(group: dict, kept: set[str]) -> list[str]:
+    cls = group.get("class")
+    contexts = group.get("contexts_found") or group.get("contexts") or []
+    return [f"{cls}({c})" for c in contexts if f"{cls}({c})" in kept]
+
+
+def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, float | None, float | None]]:
+    """Group-to-group distances (code and paper rule) between each class's train and test groups.
+
+    Computed over this task's groups of the class, so the code-rule value can differ from the
+    spec's ``distance`` when the task defines it over a wider family of groups (the note says so).
+    """
     from .errors import MetashiftError
 
     groups = _groups(spec)
-    train = [g for g in groups.get("train", [])]
-    tests = [g for k in ("test", "id_test") for g in groups.get(k, [])]
     rows = []
     for cls in spec.get("classes", []):
-        a = sorted({f"{cls}({c})" for g in train if g.get("class") == cls for c in g.get("contexts", [])})[:limit]
-        b = sorted({f"{cls}({c})" for g in tests if g.get("class") == cls for c in g.get("contexts", [])})[:limit]
-        for x in a:
-            for y in b:
-                if x == y:
-                    continue
-                try:
-                    d = float(art.distance(x, y))
-                except (MetashiftError, KeyError, ValueError):
-                    d = None  # a subset without an embedding (the card says so)
-                rows.append((cls, x, y, d))
+        try:
+            kept = set(art.subsets_of(cls))
+        except MetashiftError:
+            continue
+        members = {}
+        for key in ("train", "validation", "test", "id_test"):
+            for g in groups.get(key, []):
+                if g.get("class") == cls and _group_members(g, kept):
+                    members.setdefault(g["group"], _group_members(g, kept))
+        train = sorted({g["group"] for g in groups.get("train", []) if g.get("group") in members})
+        test = sorted({g["group"] for g in groups.get("test", []) if g.get("group") in members} - set(train))
+        for a in train:
+            for b in test:
+                values = []
+                for rule in ("code", "paper"):
+                    try:
+                        values.append(float(art.group_distance(cls, members, a, b, rule=rule)))
+                    except (MetashiftError, ValueError, KeyError):
+                        values.append(None)  # e.g. a member subset without an embedding
+                rows.append((cls, a, b, values[0], values[1]))
     return rows
+
+
+def _ours(key: str, spec: dict):
+    """Our value of a published size such as ``train_total`` or ``test_dog_shelf``."""
+    if key.endswith("_total"):
+        return (spec.get("split_sizes") or {}).get(key[: -len("_total")])
+    split, _, rest = key.partition("_")
+    for g in _groups(spec).get(split, []):
+        if f"{g.get('class')}_{g.get('group', '').split('(', 1)[-1].rstrip(')')}".replace(" ", "_") == rest:
+            return g.get("n")
+    return None
 
 
 def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
     out = []
     dist = spec.get("distance") or {}
-    paper = spec.get("paper") or {}
-    if paper:
-        for key, value in sorted(paper.items()):
-            ours = dist.get("value") if key in ("distance", "d") else spec.get(key)
-            out.append(f"`{key}`: paper {_fmt(value)}, ours {_fmt(ours)}.")
+    if dist.get("paper_value") is not None:
+        code = f"; the original code's value is {_fmt(dist['original_code_value'])}" if dist.get("original_code_value") is not None else ""
+        out.append(f"Distance d: paper {_fmt(dist['paper_value'])}, ours {_fmt(dist.get('value'))} ({dist.get('rule')} rule){code}.")
     if dist.get("note"):
-        out.append(f"Distance: {dist['note']}")
+        out.append(f"How d is computed here: {dist['note']}.")
+    for key, value in sorted((spec.get("paper_sizes") or {}).items()):
+        out.append(f"`{key}`: paper {_fmt(value)}, ours {_fmt(_ours(key, spec))}.")
     mf = spec.get("minority_fraction") or {}
     if mf and mf.get("target") is not None and mf.get("achieved") is not None and mf["target"] != mf["achieved"]:
         out.append(f"Minority fraction: target p = {_fmt(mf['target'])}, achieved {_fmt(mf['achieved'])} "
@@ -152,7 +182,7 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
     if stats and "classes" in stats and "subsets" in stats:
         if source == "demo":
             out.append(f"This export was built from the seeded **demo world**, not from GQA: its {stats['classes']} classes "
-                       f"and {stats['subsets']} subsets are synthetic-size stand-ins, so no figure here is comparable to the paper's "
+                       f"and {stats['subsets']:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
                        f"({PUBLISHED['classes']} classes, {PUBLISHED['subsets']:,} subsets).")
         else:
             out.append(f"The artifact has {stats['classes']} classes and {stats['subsets']:,} kept subsets; the paper reports "
@@ -161,9 +191,9 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
                        "reading (a subset needs at least 25 images, a class more than 5 such subsets).")
     removed = spec.get("removed") or {}
     if any(removed.values()):
-        out.append("Images in both a train and a test context are removed (" +
+        out.append("Images that are ambiguous or would leak between splits are removed (" +
                    ", ".join(f"{k}: {v}" for k, v in sorted(removed.items())) +
-                   "); the paper's sampled sizes are therefore not reproduced exactly.")
+                   "), so group sizes can be below the paper's sampled sizes.")
     if not out:
         out.append("No published figure exists for this task; nothing to compare.")
     return out
@@ -224,7 +254,8 @@ def copy_plots(info: TaskInfo, art, repo_dir: Path) -> list[str]:
 # -- words and tables ----------------------------------------------------------------------------
 
 def _contexts(groups: list[dict]) -> str:
-    return ", ".join(f"{g.get('class')}({'+'.join(g.get('contexts', [])) or 'any'})" for g in groups) or "–"
+    """Group names (``class(context-group)``); their member contexts are in the groups table."""
+    return ", ".join(str(g.get("group")) for g in groups) or "–"
 
 
 def shift_in_words(spec: dict) -> str:
@@ -233,18 +264,19 @@ def shift_in_words(spec: dict) -> str:
     classes = ", ".join(f"`{c}`" for c in spec.get("classes", []))
     dist = spec.get("distance") or {}
     d = f" The train/test distance is d = {_fmt(dist.get('value'))} ({dist.get('rule', 'code')} rule)." if dist.get("value") is not None else ""
-    if kind == "conditional":
-        return (f"**Domain generalisation** (conditional shift P(x|y)) over {classes}: the model is trained on images "
-                f"of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in other contexts "
-                f"({_contexts(groups.get('test', []))}), never seen in training.{d}")
     if kind == "marginal":
+        return (f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
+                f"trained on images of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in "
+                f"other contexts ({_contexts(groups.get('test', []))}) that it never saw in training.{d}")
+    if kind == "conditional":
         mf = spec.get("minority_fraction") or {}
-        p = f" Minority groups make up p = {_fmt(mf.get('achieved'))} of the training set (target {_fmt(mf.get('target'))})." if mf else ""
-        return (f"**Subpopulation shift** (marginal shift of the group mix P(g)) over {classes}: training and test sets "
-                f"contain the same groups in different proportions.{p} Train groups: {_contexts(groups.get('train', []))}; "
-                f"test groups: {_contexts(groups.get('test', []))}.{d}")
-    return (f"**No designed shift**: classes {classes} with train and test drawn from the same contexts "
-            f"({_contexts(groups.get('train', []))}); use it as an in-distribution reference.")
+        p = (f" Minority groups make up p = {_fmt(mf.get('achieved'))} of the training set (target {_fmt(mf.get('target'))})."
+             if mf else "")
+        return (f"**Subpopulation shift** (conditional shift: which contexts go with which label changes) over {classes}: "
+                f"training and test sets contain the same kinds of groups in different proportions.{p} Train groups: "
+                f"{_contexts(groups.get('train', []))}; test groups: {_contexts(groups.get('test', []))}.{d}")
+    return (f"**No designed shift**: classes {classes} with every group in one split "
+            f"({_contexts(groups.get('train', []))}); use it as a whole-class collection or an in-distribution reference.")
 
 
 INDEX_NOTE = "Overview of the MetaShift tasks: what each one shifts and how to load it."
@@ -262,7 +294,7 @@ def collection_note(spec: dict) -> str:
 
 
 def summary(spec: dict) -> str:
-    kind = {"conditional": "domain generalisation", "marginal": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
+    kind = {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
     return f"Classify {', '.join(f'`{c}`' for c in spec.get('classes', []))} under {kind}."
 
 
@@ -295,12 +327,14 @@ def render_task_section(info: TaskInfo) -> str:
     else:
         metagraph = "No meta-graph picture: the artifact was built without matplotlib."
     if info.distances:
-        lines = ["Distances between train and test context subsets (spectral embedding of the meta-graph, Euclidean; "
-                 "`–` = subset without an embedding):", "", "| class | train subset | test subset | d |", "|---|---|---|---|"]
-        lines += [f"| {c} | `{a}` | `{b}` | {_fmt(d)} |" for c, a, b, d in info.distances]
+        lines = ["Distances between each class's train and test groups, computed from the artifact over this task's "
+                 "groups (code rule: meta-graph rebuilt over the merged groups, spectral embedding, Euclidean; paper rule: "
+                 "size-weighted mean of the member subsets' embeddings; `–` = not computable):", "",
+                 "| class | train group | test group | d (code rule) | d (paper rule) |", "|---|---|---|---|---|"]
+        lines += [f"| {c} | `{a}` | `{b}` | {_fmt(d)} | {_fmt(dp)} |" for c, a, b, d, dp in info.distances]
         distance = "\n".join(lines)
     else:
-        distance = "No subset distance applies (train and test contexts are not distinct subsets of one class)."
+        distance = "No group distance applies (no class has both train and test groups made of kept subsets)."
     b = info.build
     build_rows = [
         ("metashift-hf version", b.get("package_version")),

@@ -306,9 +306,12 @@ def read_note(repo_dir: Path) -> str:
 
 
 def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",
-                 seed: int = 0, namespace: str | None = None, **overrides) -> list[ExportedRepo]:
+                 seed: int = 0, namespace: str | None = None, task_overrides: dict[str, dict] | None = None,
+                 **overrides) -> list[ExportedRepo]:
     """Prepare each task from the artifact + images and export it (see module docstring).
 
+    ``overrides`` go to every task's ``prepare``; ``task_overrides[task]`` replaces them for one task
+    (tasks take different options: paper tasks a ``scale``, collections none).
     Returns every repo written, task repos first and the ``metashift`` index repo last.
     """
     from .api import prepare
@@ -316,7 +319,8 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     art = _artifact(artifact)
-    prepared = [prepare(t, artifact=art, images=images, seed=seed, **overrides) for t in tasks]
+    per_task = task_overrides or {}
+    prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
     return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace)
 
 

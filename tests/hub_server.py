@@ -611,7 +611,7 @@ def task_features():
     })
 
 
-def make_prepared(task_id: str, image_paths: list, *, shift_type: str = "conditional", test_split: str = "test"):
+def make_prepared(task_id: str, image_paths: list, *, shift_type: str = "marginal", test_split: str = "test"):
     """A PreparedTask-shaped object over real JPEG files (rows alternate cat/dog; first 2/3 train)."""
     import datasets
 
@@ -636,7 +636,7 @@ def make_prepared(task_id: str, image_paths: list, *, shift_type: str = "conditi
         "task_id": task_id, "shift_type": shift_type, "classes": ["cat", "dog"],
         "train_groups": groups("sofa", cut // 2), "test_groups": groups("grass", (len(paths) - cut) // 2),
         "distance": {"value": 0.5, "rule": "code", "note": "between the sofa and grass groups"},
-        "minority_fraction": {"target": 0.12, "achieved": 0.125} if shift_type == "marginal" else None,
+        "minority_fraction": {"target": 0.12, "achieved": 0.125} if shift_type == "conditional" else None,
         "split_sizes": {"train": cut, test_split: len(paths) - cut}, "seed": 0,
         "removed": {"ambiguous": 0, "leakage": 1}, "rules": {"min_images_per_subset": 25, "min_subsets_per_class": 5},
     }

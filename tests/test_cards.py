@@ -8,7 +8,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf import __version__, cards
-from metashift_hf.errors import InputFormatError
+from metashift_hf.errors import InputFormatError, MetashiftError
 from metashift_hf.export import export_prepared
 
 
@@ -21,7 +21,7 @@ def exported(shared_ref, tmp_path_factory):
     (art.root / "plots" / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"cat-plot")
     images = copy_reference_images(shared_ref, root / "images")
     tasks = [make_prepared("paper-dg-cat-dog-1", images),
-             make_prepared("paper-subpop-cat-dog-p12", images, shift_type="marginal")]
+             make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional")]
     repos = export_prepared(tasks, art, root / "out", namespace="metashift-org")
     return art, tasks, repos
 
@@ -61,9 +61,12 @@ def test_body_has_every_section(exported):
     assert "| train | `cat(sofa)` | 5 |" in text  # group counts measured from the rows
     assert "| distance d | 0.500 (code) |" in text
     assert "**Domain generalisation**" in text
-    # distance table rows come from the artifact's embeddings
-    d = art.distance("cat(sofa0)", "cat(grass1)")
-    assert f"| cat | `cat(sofa0)` | `cat(grass1)` | {d:.3f} |" in text
+    # the distance table comes from the artifact: group distances under both rules
+    groups = {"cat(sofa)": ["cat(sofa0)", "cat(sofa1)"], "cat(grass)": ["cat(grass0)", "cat(grass1)"]}
+    paper = art.group_distance("cat", groups, "cat(sofa)", "cat(grass)", rule="paper")
+    with pytest.raises(MetashiftError, match="no spectral embedding"):  # two merged groups are too few to embed
+        art.group_distance("cat", groups, "cat(sofa)", "cat(grass)", rule="code")
+    assert f"| cat | `cat(sofa)` | `cat(grass)` | – | {paper:.3f} |" in text
     assert f"`{art.content_hash}`" in text and f"| metashift-hf version | {__version__} |" in text
     assert "| seed | 0 |" in text and "min_images_per_subset=25" in text
     assert "CC BY 4.0" in text and "Visual Genome" in text and "GQA" in text
@@ -96,7 +99,7 @@ def test_index_card_lists_every_task_repo(exported):
     for t in tasks:
         row = next(line for line in text.splitlines() if line.startswith(f"| `{t.task_id}` |"))
         assert f'load_dataset("metashift-org/metashift-{t.task_id}", "{t.task_id}")' in row
-        assert t.spec["shift_type"] in row and "cat(sofa0+sofa1)" in row and "0.500" in row
+        assert t.spec["shift_type"] in row and "cat(sofa), dog(sofa)" in row and "0.500" in row
     assert "@inproceedings{liang2022metashift" in text
 
 

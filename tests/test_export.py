@@ -11,7 +11,7 @@ import pytest
 
 from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.export import export_prepared, verify_export, write_config
+from metashift_hf.export import export_prepared, export_tasks, verify_export, write_config
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_shards_named_and_ordered(art, images, tmp_path):
 def test_one_repo_layout(art, images, tmp_path):
     import datasets
 
-    tasks = [make_prepared("paper-dg-cat-dog-1", images), make_prepared("paper-subpop-cat-dog-p12", images, shift_type="marginal")]
+    tasks = [make_prepared("paper-dg-cat-dog-1", images), make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional")]
     repos = export_prepared(tasks, art, tmp_path / "out", layout="one-repo")
     assert len(repos) == 1 and repos[0].name == "metashift"
     assert repos[0].configs == ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
@@ -124,3 +124,40 @@ def test_bad_names_are_refused_before_writing(art, images, tmp_path):
 def test_verify_needs_an_exported_repo(tmp_path):
     with pytest.raises(InputFormatError, match="not an exported repo"):
         verify_export(tmp_path, "cfg")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The embedded demo world built into a real artifact (with meta-graph plots)."""
+    from builders.build import build_from_inputs
+    from metashift_hf.demo_world import generate_demo_world
+
+    root = tmp_path_factory.mktemp("demo")
+    world = generate_demo_world(root / "world", seed=0)
+    art = build_from_inputs(root / "artifact", scene_graphs=world.scene_graphs, source="demo")
+    return root, world, art
+
+
+def test_export_tasks_end_to_end_from_the_demo_world(demo):
+    from metashift_hf.api import prepare
+
+    root, world, art = demo
+    cache = root / "hf-cache"
+    tasks = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "class-cat"]
+    repos = export_tasks(tasks, art.root, world.images_dir, root / "out", scale=0.5, cache_dir=cache,
+                         task_overrides={"class-cat": {"cache_dir": cache}})
+    assert [r.name for r in repos] == [f"metashift-{t}" for t in tasks] + ["metashift"]
+    for repo, task in zip(repos, tasks):
+        overrides = {"cache_dir": cache} if task == "class-cat" else {"scale": 0.5, "cache_dir": cache}
+        expected = prepare(task, art.root, world.images_dir, **overrides)
+        result = verify_export(repo.path, task, expected.dataset)
+        assert result.splits == {s: len(d) for s, d in expected.dataset.items()}
+        assert json.loads((repo.path / task / "shift_spec.json").read_text()) == json.loads(json.dumps(expected.spec))
+    dg = (repos[0].path / "README.md").read_text()
+    assert "images/cat.png" in dg and (repos[0].path / "images" / "dog.png").is_file()
+    assert "Distance d: paper 0.440" in dg and "**Domain generalisation**" in dg
+    assert "built from the seeded **demo world**" in dg
+    sub = (repos[1].path / "README.md").read_text()
+    assert "**Subpopulation shift**" in sub and "Minority groups make up p =" in sub
+    index = (repos[-1].path / "README.md").read_text()
+    assert all(f'load_dataset("{root / "out" / f"metashift-{t}"}", "{t}")' in index for t in tasks)
