@@ -74,6 +74,9 @@ class _Buffer:
 
     def next_char(self) -> str:
         """The next non-whitespace character (not consumed); '' at end of file."""
+        text, pos = self.text, self.pos
+        if pos < len(text) and text[pos] not in " \t\n\r":  # compact JSON: the common case
+            return text[pos]
         while True:
             self.pos = _WS.match(self.text, self.pos).end()
             if self.pos < len(self.text):
@@ -86,8 +89,9 @@ class _Buffer:
         off = self.byte_offset(self.pos if pos is None else pos)
         return InputFormatError(f"{self.path}: malformed JSON at byte {off}{where}: {what}", _FIX_JSON)
 
-    def decode(self, image_id: str | None = None):
-        """Decode one JSON value at the cursor, reading more text while it is incomplete."""
+    def decode(self, image_id: str | None = None, raw: bool = False):
+        """Decode one JSON value at the cursor, reading more text while it is incomplete.
+        With ``raw`` also return the value's original text."""
         while True:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
@@ -97,8 +101,63 @@ class _Buffer:
                     self.fill()
                     continue
                 raise self.error(exc.msg, exc.pos, image_id) from None
+            if end == len(self.text) and not self.eof:  # a number cut by the buffer end decodes short
+                self.fill()
+                continue
+            text = self.text[self.pos:end] if raw else None
             self.pos = end
-            return value
+            return (value, text) if raw else value
+
+    def keys(self, image_id: str | None, what: str) -> Iterator[str]:
+        """Walk the JSON object at the cursor, yielding each key with the cursor on its value;
+        the caller decodes the value before asking for the next key."""
+        if self.next_char() != "{":
+            raise self.error(f"expected '{{' ({what})", image_id=image_id)
+        self.pos += 1
+        first = True
+        while True:
+            c = self.next_char()
+            if c == "}":
+                self.pos += 1
+                return
+            if not first:
+                if c != ",":
+                    raise self.error(f"expected ',' or '}}' in {what}" if c else f"file ends inside {what}",
+                                     image_id=image_id)
+                self.pos += 1
+                c = self.next_char()
+            if c != '"':
+                raise self.error(f"expected a key string in {what}" if c else f"file ends inside {what}",
+                                 image_id=image_id)
+            key = self.decode(image_id)
+            if self.next_char() != ":":
+                raise self.error(f"expected ':' after key {key!r} in {what}", image_id=image_id)
+            self.pos += 1
+            self.next_char()
+            first = False
+            yield key
+
+
+def _records(path: Path, hasher, chunk: int) -> Iterator[tuple[str, object, str | None]]:
+    """(image_id, record, original text of its 'objects' value) for each image of the file."""
+    with open(path, "rb") as f:
+        buf = _Buffer(f, path, hasher, chunk)
+        if buf.next_char() == "\ufeff":  # tolerate a UTF-8 byte-order mark
+            buf.pos += 1
+        for image_id in buf.keys(None, "the top-level object (imageId -> scene graph)"):
+            if buf.next_char() != "{":
+                yield image_id, buf.decode(image_id), None  # not an object: the caller reports it
+                continue
+            record: dict = {}
+            raw_objects = None
+            for key in buf.keys(image_id, f"the scene graph of image {image_id!r}"):
+                if key == "objects":
+                    record[key], raw_objects = buf.decode(image_id, raw=True)
+                else:
+                    record[key] = buf.decode(image_id)
+            yield image_id, record, raw_objects
+        if buf.next_char() != "":
+            raise buf.error("extra data after the top-level object")
 
 
 def iter_scene_graphs(path: str | os.PathLike, *, hasher=None, chunk: int = CHUNK) -> Iterator[tuple[str, object]]:
@@ -107,45 +166,16 @@ def iter_scene_graphs(path: str | os.PathLike, *, hasher=None, chunk: int = CHUN
     ``hasher`` (e.g. ``hashlib.sha256()``) is fed the file's bytes as they are read.
     Raises InputFormatError naming the file, byte offset and image id on malformed JSON.
     """
+    for image_id, record, _ in _records(_existing(path), hasher, chunk):
+        yield image_id, record
+
+
+def _existing(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.is_file():
         raise InputFormatError(f"scene-graph file {path} does not exist",
                                "pass GQA's train_sceneGraphs.json / val_sceneGraphs.json (see `metashift-hf download`)")
-    with open(path, "rb") as f:
-        buf = _Buffer(f, path, hasher, chunk)
-        c = buf.next_char()
-        if c == "\ufeff":  # tolerate a UTF-8 byte-order mark
-            buf.pos += 1
-            c = buf.next_char()
-        if c != "{":
-            raise buf.error("expected '{' at the start (a JSON object of imageId -> scene graph)")
-        buf.pos += 1
-        image_id = None
-        first = True
-        while True:
-            c = buf.next_char()
-            if c == "}":
-                buf.pos += 1
-                break
-            if not first:
-                if c != ",":
-                    raise buf.error("expected ',' or '}' after an image" if c else "file ends inside the top-level object",
-                                    image_id=image_id)
-                buf.pos += 1
-                c = buf.next_char()
-            if c != '"':
-                raise buf.error("expected an image id string" if c else "file ends inside the top-level object",
-                                image_id=image_id)
-            image_id = buf.decode(image_id)
-            if buf.next_char() != ":":
-                raise buf.error("expected ':' after the image id", image_id=image_id)
-            buf.pos += 1
-            buf.next_char()
-            record = buf.decode(image_id)
-            first = False
-            yield image_id, record
-        if buf.next_char() != "":
-            raise buf.error("extra data after the top-level object")
+    return path
 
 
 @dataclass
@@ -187,8 +217,39 @@ def _missing(path: Path, image_id: str, what: str, fix: str = "") -> InputFormat
 _META_BATCH = 8192
 
 
+def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
+    """Slow path: find the first malformed object/relation of an image and say what is wrong."""
+    for oid, o in objects.items():
+        if type(o) is not dict:
+            return _missing(path, image_id, f"object {oid!r} is a {type(o).__name__}, expected an object")
+        for key in ("name", "attributes", "relations"):
+            if key not in o:
+                return _missing(path, image_id, f"object {oid!r} has no {key!r}")
+        for key in ("attributes", "relations"):
+            if type(o[key]) is not list:
+                return _missing(path, image_id, f"object {oid!r} {key!r} is a {type(o[key]).__name__}, expected a list")
+        for r in o["relations"]:
+            if type(r) is not dict or "object" not in r:
+                return _missing(path, image_id, f"object {oid!r} has relation {r!r} without an 'object'")
+            if r["object"] not in objects:
+                return _missing(
+                    path, image_id,
+                    f"object {oid!r} has relation {r.get('name')!r} pointing to object {r['object']!r}, "
+                    "which is not in this image's objects",
+                    "every relation's 'object' must be an object id of the same image; fix or regenerate the file",
+                )
+        for a in o["attributes"]:
+            if type(a) is not str:
+                return _missing(path, image_id, f"object {oid!r} has attribute {a!r}, expected a string")
+    return _missing(path, image_id, "malformed objects")
+
+
 def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = True) -> SceneGraphTable:
-    """Read and validate GQA scene-graph files into a SceneGraphTable (one pass per file)."""
+    """Read and validate GQA scene-graph files into a SceneGraphTable (one streaming pass per file).
+
+    Per image, the common case runs as a few list comprehensions; any exception falls back to a
+    slow validator that names the image, object and key that are wrong.
+    """
     vocab: list[str] = []
     codes: dict[str, int] = {}
 
@@ -202,7 +263,8 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
             vocab.append(word)
         return c
 
-    attr_ok = {w: True for w in ATTRIBUTE_CATEGORY}
+    # ontology attribute words get codes up front so the hot loop is a plain dict lookup
+    attr_code = {w: word_code(w, Path("-"), "-", "attribute") for w in sorted(ATTRIBUTE_CATEGORY)}
     image_ids: list[str] = []
     seen: dict[str, str] = {}
     obj_counts, obj_names = array.array("i"), array.array("i")
@@ -212,7 +274,6 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
     meta_batches: list[pa.RecordBatch] = []
     m_ids, m_w, m_h, m_loc, m_wea, m_obj = [], [], [], [], [], []
     digests = []
-    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
     def flush_meta() -> None:
         if m_ids:
@@ -224,9 +285,9 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
                 lst.clear()
 
     for p in paths:
-        path = Path(p)
+        path = _existing(p)
         hasher = hashlib.sha256()
-        for image_id, rec in iter_scene_graphs(path, hasher=hasher):
+        for image_id, rec, raw_objects in _records(path, hasher, CHUNK):
             if image_id in seen:
                 raise InputFormatError(
                     f"image {image_id!r} appears twice: in {seen[image_id]} and {path}",
@@ -246,52 +307,33 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
             for key, v in (("width", width), ("height", height)):
                 if type(v) is not int or v <= 0:
                     raise _missing(path, image_id, f"{key!r} is {v!r}, expected a positive integer")
-            local: dict[str, int] = {}
-            for oid, o in objects.items():
-                try:
-                    name = o["name"]
-                except (KeyError, TypeError):
-                    raise _missing(path, image_id, f"object {oid!r} has no 'name'") from None
-                c = codes.get(name)
-                if c is None:
-                    c = word_code(name, path, image_id, f"object {oid!r} 'name'")
-                local[oid] = c
-                obj_names.append(c)
-            n_rel = n_attr = 0
-            for oid, o in objects.items():
-                c = local[oid]
-                try:
-                    rels = o["relations"]
-                    attrs = o["attributes"]
-                except KeyError as exc:
-                    raise _missing(path, image_id, f"object {oid!r} has no {exc.args[0]!r}") from None
-                r = None
-                try:
-                    for r in rels:
-                        rel_t.append(local[r["object"]])
-                        rel_s.append(c)
-                except (KeyError, TypeError) as exc:
-                    if isinstance(r, dict) and "object" in r:
-                        raise _missing(
-                            path, image_id,
-                            f"object {oid!r} has relation {r.get('name')!r} pointing to object {r['object']!r}, "
-                            "which is not in this image's objects",
-                            "every relation's 'object' must be an object id of the same image; fix or regenerate "
-                            "the file",
-                        ) from None
-                    raise _missing(path, image_id, f"object {oid!r} 'relations' entry {r!r} is not "
-                                   "{name, object}") from None
-                n_rel += len(rels)
-                if type(attrs) is not list:
-                    raise _missing(path, image_id, f"object {oid!r} 'attributes' is not a list")
-                for a in attrs:
-                    if a in attr_ok:
-                        attr_o.append(c)
-                        attr_w.append(codes.get(a) if a in codes else word_code(a, path, image_id, "attribute"))
-                        n_attr += 1
-            obj_counts.append(len(objects))
-            rel_counts.append(n_rel)
-            attr_counts.append(n_attr)
+            objs = list(objects.values())
+            try:
+                names = [codes[o["name"]] for o in objs]
+            except (KeyError, TypeError):
+                names = []
+                for oid, o in objects.items():
+                    if type(o) is not dict or "name" not in o:
+                        raise _explain(path, image_id, objects) from None
+                    names.append(word_code(o["name"], path, image_id, f"object {oid!r} 'name'"))
+            local = dict(zip(objects, names))
+            try:
+                rels = [o["relations"] for o in objs]
+                attrs = [o["attributes"] for o in objs]
+                if not all(type(x) is list for x in rels) or not all(type(x) is list for x in attrs):
+                    raise TypeError
+                targets = [local[r["object"]] for rl in rels for r in rl]
+                a_pairs = [(c, attr_code[a]) for al, c in zip(attrs, names) for a in al if a in attr_code]
+            except (KeyError, TypeError):
+                raise _explain(path, image_id, objects) from None
+            obj_names.extend(names)
+            rel_t.extend(targets)
+            rel_s.extend([c for rl, c in zip(rels, names) for _ in rl])
+            attr_o.extend([c for c, _ in a_pairs])
+            attr_w.extend([w for _, w in a_pairs])
+            obj_counts.append(len(objs))
+            rel_counts.append(len(targets))
+            attr_counts.append(len(a_pairs))
             loc = rec.get("location")
             wea = rec.get("weather")
             loc_codes.append(-1 if loc is None else word_code(loc, path, image_id, "'location'"))
@@ -303,7 +345,7 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
                 m_h.append(height)
                 m_loc.append(loc)
                 m_wea.append(wea)
-                m_obj.append(dumps(objects))
+                m_obj.append(raw_objects)  # the file's own text of the objects: nothing re-encoded
                 if len(m_ids) >= _META_BATCH:
                     flush_meta()
         digests.append(hasher.hexdigest())
