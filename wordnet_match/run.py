@@ -31,6 +31,27 @@ def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
     return vocabulary_of(records), sorted(records, key=lambda r: r.subset), source
 
 
+def load_inputs(artifact=None, subset_names=None, vocabulary=None):
+    """(artifact or None, vocabulary, subset records, source description) from one of the two input kinds."""
+    from metashift_hf.errors import MetashiftError
+
+    if (artifact is None) == (subset_names is None):
+        raise MetashiftError(
+            "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
+            "use --artifact DIR, or --subset-names FILE [--vocabulary FILE]",
+        )
+    if artifact is not None:
+        art = _artifact(artifact)
+        names, subsets, source = artifact_inputs(art)
+        return art, names, subsets, source
+    subsets = read_subset_names(subset_names)
+    names = read_vocabulary(vocabulary) if vocabulary else vocabulary_of(subsets)
+    source = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
+    if vocabulary:
+        source["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
+    return None, names, subsets, source
+
+
 def run_match(
     *,
     hierarchy: str = "wordnet",
@@ -42,36 +63,20 @@ def run_match(
     level: int = DEFAULT_LEVEL,
     cache_dir: str | os.PathLike | None = None,
     url: str | None = None,
+    write: bool = True,
 ) -> MatchResult:
-    """Match, enumerate tasks and (when ``out`` is given, or for an artifact: ``ARTIFACT/match``) write the folder.
+    """Match, enumerate tasks and write the folder (``out``, default ``ARTIFACT/match``) when ``write``.
 
     Give either ``artifact`` or ``subset_names`` (``vocabulary`` defaults to the names in the subsets).
     """
-    from metashift_hf.errors import MetashiftError
-
-    if (artifact is None) == (subset_names is None):
-        raise MetashiftError(
-            "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
-            "use --artifact DIR, or --subset-names FILE [--vocabulary FILE]",
-        )
+    art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
     wn = load_wordnet(cache_dir=cache_dir)
     tree = load_hierarchy(hierarchy, wn, cache_dir=cache_dir, url=url)
-    art = None
-    if artifact is not None:
-        art = _artifact(artifact)
-        names, subsets, source = artifact_inputs(art)
-    else:
-        subsets = read_subset_names(subset_names)
-        names = read_vocabulary(vocabulary) if vocabulary else vocabulary_of(subsets)
-        source = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
-        if vocabulary:
-            source["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
     result = match(names, subsets, tree, wn, source=source)
     if art is not None:
         result.class_images = {
             c: len(frozenset().union(*(art.images(s) for s in result.subsets_of(c)))) for c in result.classes()
         }
-    if art is not None:
         present = set(result.present_classes())
         wanted = sorted({c for classes in PRESETS.values() for c in classes} & present)
         result.kept_images = {c: len(art.class_images(c, kept_only=True)) for c in wanted}
@@ -89,6 +94,6 @@ def run_match(
     result.figures["wordnet_version"] = wn.get_version()
     if out is None and art is not None:
         out = Path(art.root) / "match"
-    if out is not None:
+    if write and out is not None:
         write_match(result, out)
     return result

@@ -1,0 +1,78 @@
+"""`metashift-hf match`: MetaShift names -> WordNet 3.0 -> ImageNet-1k, plus the task registry."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "match",
+        help="match MetaShift names to WordNet/ImageNet-1k and write the task registry",
+        description="Published matching: each name's first WordNet noun sense that is a node of the hierarchy; "
+                    "a subset is selected when its subject and context both match. Writes match.json, "
+                    "match_table.parquet, subsets.parquet, classes.parquet and tasks.parquet into --out "
+                    "(default ARTIFACT/match). --explain NAME says why a name did or did not match.",
+    )
+    src = p.add_argument_group("inputs (one source)")
+    src.add_argument("--artifact", metavar="DIR", help="an artifact from `metashift-hf build` (sizes known: kept subsets only)")
+    src.add_argument("--subset-names", metavar="FILE", help="subset names, one 'subject(context)' per line")
+    src.add_argument("--vocabulary", metavar="FILE",
+                     help="names to match: class_hierarchy.json, a JSON list or one per line (default: names in the subsets)")
+    p.add_argument("--hierarchy", default="wordnet", metavar="wordnet|paper|tree:PATH",
+                   help="wordnet: hypernym closure of the 1,000 classes; paper: the published tree (fetched once, "
+                        "sha256-pinned); tree:PATH: a tree file in the published format (default: wordnet)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ARTIFACT/match; required with --subset-names)")
+    p.add_argument("--min-subsets", type=int, default=5, metavar="N",
+                   help="binary tasks: each class needs at least N selected subsets (default: 5)")
+    p.add_argument("--level", type=int, default=2, metavar="L",
+                   help="binary tasks: the classes share an ancestor at level L, root = 0 (default: 2)")
+    p.add_argument("--tree-url", metavar="URL", help="where --hierarchy paper is fetched from when not cached")
+    p.add_argument("--explain", nargs="+", metavar="NAME",
+                   help="explain these names (or 'subject(context)' subsets) instead of writing output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from metashift_hf.errors import MetashiftError
+
+    if args.explain:
+        return explain(args)
+    if args.artifact and (args.subset_names or args.vocabulary):
+        raise MetashiftError("give either --artifact or --subset-names/--vocabulary, not both",
+                             "an artifact already carries its subsets and names")
+    if not args.artifact and not args.subset_names:
+        raise MetashiftError("no input: nothing to match",
+                             "use --artifact DIR, or --subset-names FILE [--vocabulary FILE] --out DIR")
+    if args.subset_names and not args.out:
+        raise MetashiftError("--subset-names needs --out DIR (there is no artifact to write into)",
+                             "add --out DIR")
+    if args.min_subsets < 1 or args.level < 0:
+        raise MetashiftError(f"--min-subsets {args.min_subsets} / --level {args.level} out of range",
+                             "use --min-subsets >= 1 and --level >= 0")
+    from wordnet_match.run import run_match
+
+    result = run_match(hierarchy=args.hierarchy, artifact=args.artifact, subset_names=args.subset_names,
+                       vocabulary=args.vocabulary, out=args.out, min_subsets=args.min_subsets, level=args.level,
+                       url=args.tree_url)
+    f, t = result.figures, result.figures["tasks"]
+    out = args.out or f"{args.artifact}/match"
+    print(f"hierarchy {f['hierarchy']} ({f['hierarchy_nodes']:,} nodes)")
+    print(f"  {f['vocabulary_names']:,} names -> {f['matched_names']:,} matched -> {f['subsets']:,} subsets "
+          f"-> {f['classes']:,} classes -> {f['imagenet_leaves_covered']:,} ImageNet-1k leaves covered "
+          f"({f['imagenet_classes_covered']:,} ImageNet-1k classes)")
+    for node, key in f["hidden_subtrees"].items():
+        print(f"  note: the subtree of {node} sits under the key {key!r}, which the published walker does not read")
+    print(f"  binary tasks (>= {t['min_subsets']} subsets per class, common ancestor at level {t['level']}): {t['binary']:,}")
+    for task in (x for x in result.tasks if x.kind == "multiclass"):
+        state = "available" if task.available else "UNAVAILABLE"
+        print(f"  {task.task_id}: {state}" + (f" ({task.reason})" if task.reason else ""))
+    print(f"wrote {out}")
+    return 0
+
+
+def explain(args: argparse.Namespace) -> int:
+    from wordnet_match.explain import explain_names
+
+    print(explain_names(args.explain, hierarchy=args.hierarchy, artifact=args.artifact,
+                        subset_names=args.subset_names, vocabulary=args.vocabulary, url=args.tree_url))
+    return 0

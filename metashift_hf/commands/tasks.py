@@ -1,0 +1,132 @@
+"""`metashift-hf tasks list|show`: the task registry (matched tasks) plus the artifact's other task ids."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+KINDS = ("binary", "multiclass", "paper", "class", "other")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tasks",
+        help="list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
+        description="Tasks come from ARTIFACT/match/tasks.parquet (written by `metashift-hf match`) and, for an "
+                    "artifact, from metashift_hf.api.available_tasks (paper-*, class-<name>, attributes).",
+    )
+    sub = p.add_subparsers(dest="tasks_command", metavar="list|show")
+    for name, helptext in (("list", "list task ids with their classes"), ("show", "show one task")):
+        q = sub.add_parser(name, help=helptext)
+        if name == "show":
+            q.add_argument("task_id", metavar="ID")
+        q.add_argument("--artifact", metavar="DIR", help="artifact folder (its registry is DIR/match)")
+        q.add_argument("--match", metavar="DIR", help="a match folder written with `metashift-hf match --out DIR`")
+        if name == "list":
+            q.add_argument("--kind", choices=KINDS, help="only tasks of this kind")
+            q.add_argument("--class", dest="class_name", metavar="NAME", help="only tasks involving this class")
+        q.set_defaults(func=run_list if name == "list" else run_show)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _other_task_ids(artifact: str | None) -> list[str]:
+    """Non-registry task ids from metashift_hf.api.available_tasks, when that API and an artifact exist."""
+    if not artifact:
+        return []
+    try:
+        from metashift_hf.api import available_tasks
+    except ImportError:  # the datasets task layer is not installed in this build
+        return []
+    return available_tasks(artifact)
+
+
+def _other_kind(task_id: str) -> tuple[str, tuple[str, ...]]:
+    if task_id.startswith("paper-"):
+        return "paper", ("cat", "dog")
+    if task_id.startswith("class-"):
+        return "class", (task_id[len("class-"):],)
+    return "other", ()
+
+
+def _registry(args):
+    """(registry entries, the folder they came from) — empty when there is no match output."""
+    from metashift_hf.errors import MetashiftError
+    from wordnet_match import registry
+
+    source = args.match or args.artifact
+    if not source:
+        raise MetashiftError("no registry given", "use --artifact DIR (after `metashift-hf match --artifact DIR`) "
+                                                  "or --match DIR")
+    try:
+        return registry(source), source
+    except MetashiftError:
+        if args.match:
+            raise
+        return [], source  # an artifact not matched yet still has its paper/class tasks
+
+
+def _fmt_sim(value: float) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from metashift_hf.errors import EmptyResultError
+
+    tasks, source = _registry(args)
+    rows = []
+    for t in tasks:
+        if (args.kind and t.kind != args.kind) or (args.class_name and args.class_name not in t.classes):
+            continue
+        status = "" if t.available else "  UNAVAILABLE: " + t.reason
+        lca = f"{t.lca_name}@{t.lca_depth}" if t.lca else "-"
+        rows.append(f"{t.task_id:<36} {t.kind:<10} {','.join(t.classes):<40} lca={lca:<28} "
+                    f"sim={_fmt_sim(t.path_similarity)} subsets={','.join(map(str, t.n_subsets))}{status}")
+    registry_ids = {t.task_id for t in tasks}
+    for task_id in _other_task_ids(args.artifact):
+        if task_id in registry_ids:
+            continue
+        kind, classes = _other_kind(task_id)
+        if (args.kind and kind != args.kind) or (args.class_name and args.class_name not in classes):
+            continue
+        rows.append(f"{task_id:<36} {kind:<10} {','.join(classes)}")
+    if not rows and (args.kind or args.class_name):
+        raise EmptyResultError(f"no task in {source} matches --kind {args.kind} --class {args.class_name}",
+                               "drop a filter, or check the class name with `metashift-hf match --explain NAME`")
+    print("\n".join(rows))
+    print(f"{len(rows):,} task(s)")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from metashift_hf.errors import MetashiftError, UnknownNameError, did_you_mean
+    from wordnet_match.tasks import find_task
+
+    tasks, source = _registry(args)
+    others = _other_task_ids(args.artifact)
+    entry = None
+    if args.task_id not in others:
+        try:
+            entry = find_task(tasks, args.task_id)
+        except UnknownNameError:
+            known = [t.task_id for t in tasks] + others
+            raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
+                                   "list the ids with `metashift-hf tasks list`") from None
+        print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
+                          for k, v in entry.__dict__.items()}, indent=2))
+    else:
+        kind, classes = _other_kind(args.task_id)
+        print(json.dumps({"task_id": args.task_id, "kind": kind, "classes": list(classes)}, indent=2))
+    if args.artifact and (entry is None or entry.available):
+        try:
+            from metashift_hf.api import plan
+        except ImportError:
+            print("(shift spec: the datasets task layer is not installed in this build)")
+            return 0
+        try:
+            spec = plan(args.task_id, args.artifact).spec
+        except MetashiftError as exc:  # e.g. sizes the artifact cannot supply: the entry is still worth showing
+            print(f"shift spec: not available: {exc.what}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            return 0
+        print("shift spec:")
+        print(json.dumps(spec, indent=2, sort_keys=True, default=str))
+    return 0
