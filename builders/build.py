@@ -92,6 +92,16 @@ class BuildOptions:
         return cls(**d).validate()
 
 
+class _Clock:
+    """Wall and CPU seconds since creation (CPU time stays meaningful when other jobs share the cores)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def __str__(self) -> str:
+        return f"{time.perf_counter() - self.wall:.2f} s (cpu {time.process_time() - self.cpu:.2f} s)"
+
+
 def _summary(values: Sequence[int]) -> dict:
     if len(values) == 0:
         return {"min": 0, "median": 0, "mean": 0.0, "max": 0}
@@ -134,8 +144,7 @@ def build_artifact(
 
     options = options.validate()
     say = log or (lambda msg: None)
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+    clock = _Clock()
     enabled = set(options.kinds())
     if not all(k in enabled for k in candidates.kinds):
         candidates = candidates.select(np.fromiter((k in enabled for k in candidates.kinds), dtype=bool,
@@ -158,10 +167,10 @@ def build_artifact(
             f"{best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
             "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
         )
-    timings["rules"] = time.perf_counter() - t0
+    say(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
 
     # per-class meta-graphs
-    t1 = time.perf_counter()
+    clock = _Clock()
     kept_rows: dict[str, list[int]] = {c: [] for c in rules.classes}
     for i in np.flatnonzero(rules.kept).tolist():
         kept_rows[candidates.subjects[i]].append(i)
@@ -175,10 +184,9 @@ def build_artifact(
             subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
             spectral_dim=options.spectral_dim, seed=options.seed,
         )
-    timings["metagraph"] = time.perf_counter() - t1
-    say(f"analysed {len(analyses)} classes in {timings['metagraph']:.2f} s")
+    say(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
 
-    t2 = time.perf_counter()
+    clock = _Clock()
     communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
     subsets_t, membership_t = art.candidates_tables(candidates, rules.kept, communities)
     class_rows, edge_rows, emb_rows = [], [], []
@@ -248,15 +256,14 @@ def build_artifact(
         }
         art.write_json(tmp / "manifest.json", manifest)
         art.write_json(tmp / "stats.json", stats)
-        timings["write"] = time.perf_counter() - t2
+        say(f"tables: written in {clock}")
         plot = _plotter() if plots else None
         if plot is not None:
-            t3 = time.perf_counter()
+            clock = _Clock()
             (tmp / "plots").mkdir()
             for subject in rules.classes:
                 plot(analyses[subject], members_of[subject], tmp / "plots" / _plot_name(subject))
-            timings["plots"] = time.perf_counter() - t3
-    say("timings: " + json.dumps({k: round(v, 2) for k, v in timings.items()}))
+            say(f"plots: {len(rules.classes)} PNGs in {clock}")
     return art.Artifact.load(out)
 
 
@@ -291,15 +298,15 @@ def build_from_inputs(
     if not scene_graphs and not (candidate_subsets or attributes_pickle):
         raise InputFormatError("no input given",
                                "pass --scene-graphs FILE [FILE ...] or --candidate-subsets PKL [--attributes-pickle PKL]")
-    t0 = time.perf_counter()
+    clock = _Clock()
     if scene_graphs:
         sg = read_scene_graphs(scene_graphs)
-        say(f"read {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
-            f"from {len(scene_graphs)} file(s) in {time.perf_counter() - t0:.2f} s")
-        t1 = time.perf_counter()
+        say(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
+            f"from {len(scene_graphs)} file(s) in {clock}")
+        clock = _Clock()
         candidates = candidates_from_scene_graphs(
             sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds())
-        say(f"{len(candidates)} candidate subsets ({options.pairing} pairing) in {time.perf_counter() - t1:.2f} s")
+        say(f"candidates: {len(candidates)} subsets ({options.pairing} pairing) in {clock}")
         inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
                   for p, d in zip(scene_graphs, sg.sha256)]
         image_meta = sg.meta
@@ -316,7 +323,7 @@ def build_from_inputs(
                 digest = verify_known(path) or sha256_file(path)
                 inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
         candidates = CandidateSubsets.combine(parts)
-        say(f"loaded {len(candidates)} candidate subsets in {time.perf_counter() - t0:.2f} s")
+        say(f"candidates: loaded {len(candidates)} subsets in {clock}")
         image_meta = None
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
