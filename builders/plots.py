@@ -105,7 +105,7 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     n_comm = len(set(comm.tolist()))
     ax.set_title(
         f"{analysis.subject or names[0].split('(')[0]}: {n} subsets, {len(analysis.edges)} edges "
-        f"(overlap >= {analysis.edge_threshold:g}), {n_comm} communities ({analysis.community_method}); "
+        f"(overlap >= {analysis.edge_threshold:g})\n{n_comm} communities ({analysis.community_method}), "
         f"embedding: {analysis.embedding_status}",
         fontsize=10,
     )
