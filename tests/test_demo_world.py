@@ -19,8 +19,8 @@ from metashift_hf.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_
 from metashift_hf.errors import InputFormatError, MetashiftError
 
 # Figures for seed 0 at the default size (docs/demo-world.md, "Figures").
-OBJECT_FIGURES = {"candidates": 1867, "kept": 517, "classes": 25, "subsets": 377}
-OBJECT_ATTRIBUTE_FIGURES = {"candidates": 3056, "kept": 646, "classes": 25, "subsets": 493}
+OBJECT_FIGURES = {"candidates": 1865, "kept": 515, "classes": 24, "subsets": 366}
+OBJECT_ATTRIBUTE_FIGURES = {"candidates": 3055, "kept": 642, "classes": 25, "subsets": 483}
 MAIN_CLASSES = ["airplane", "bear", "bird", "bus", "cat", "cow", "dog", "elephant", "giraffe", "horse",
                 "sheep", "truck", "zebra"]
 
@@ -217,6 +217,35 @@ def test_meta_graph_has_indoor_and_outdoor_communities(records, subject):
     outdoor = {f"{subject}({c})" for c in ("surfboard", "boat", "bike", "grass", "fence", "house")}
     for community in communities:
         assert not (community & indoor and community & outdoor), sorted(community)
+
+
+def test_paper_dog_training_sets_grow_in_distance(records, shared_ref):
+    """The original code's rule, with networkx as the original code ran it: meta-graph over the
+    dog groups (ambiguous images removed, edges < 0.2 dropped), spectral_layout dim 5, mean distance
+    of each experiment's two training groups to dog(shelf). The demo keeps the paper's order."""
+    import numpy as np
+
+    dg = json.loads((shared_ref / "metashift" / "paper-tasks.json").read_text())["domain_generalization_cat_dog"]
+    subsets = _candidates(records)
+    ambiguous = subsets["cat(dog)"] | subsets["dog(cat)"]
+    groups = {**dg["test"]["dog"], **dg["additional_test"]["dog"]}
+    for exp in dg["train"]["dog_experiments"]:
+        groups.update(exp["groups"])
+    sets = {g: set().union(*(subsets[f"dog({c})"] for c in cs if len(subsets.get(f"dog({c})", ())) >= 25)) - ambiguous
+            for g, cs in groups.items()}
+    graph = nx.Graph()
+    names = sorted(sets)
+    graph.add_nodes_from(names)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            w = len(sets[a] & sets[b]) / min(len(sets[a]), len(sets[b]))
+            if w >= 0.2:
+                graph.add_edge(a, b, weight=w)
+    assert nx.is_connected(graph)
+    pos = nx.spectral_layout(graph, weight="weight", dim=5)
+    d = [float(np.mean([np.linalg.norm(pos["dog(shelf)"] - pos[g]) for g in exp["groups"]]))
+         for exp in dg["train"]["dog_experiments"]]
+    assert d == sorted(d) and d[0] < 0.8 < 1.2 < d[3], d  # docs: 0.647, 1.423, 1.436, 1.645
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path):
