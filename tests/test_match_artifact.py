@@ -74,3 +74,17 @@ def test_thresholds_move_the_binary_count(artifact, wordnet_cache):  # noqa: F81
 def test_unmatched_folder_is_a_clear_error(tmp_path):
     with pytest.raises(InputFormatError, match="no match output"):
         wordnet_match.registry(tmp_path)
+
+
+def test_tasks_commands_on_the_artifact(artifact, capsys):
+    from metashift_hf.cli import main
+
+    assert main(["tasks", "list", "--artifact", str(artifact.root), "--class", "cat"]) == 0
+    listed = capsys.readouterr().out
+    assert "bin-cat-dog" in listed and "UNAVAILABLE: absent from the input" in listed
+    api = pytest.importorskip("metashift_hf.api")
+    others = api.available_tasks(artifact.root)
+    assert "class-cat" in others and "class-cat" in listed  # non-registry ids come from the task layer
+    assert main(["tasks", "show", "bin-cat-dog", "--artifact", str(artifact.root)]) == 0
+    shown = capsys.readouterr().out
+    assert '"task_id": "bin-cat-dog"' in shown and "shift spec" in shown

@@ -112,32 +112,27 @@ class Hierarchy:
         return self._leaves_memo[node]
 
     def ancestors(self, node: str) -> frozenset[str]:
-        """``node`` and every node above it, root included."""
-        seen = {node}
-        stack = [node]
-        while stack:
-            for p in self.parents[stack.pop()]:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append(p)
-        return frozenset(seen)
+        """``node`` and every node above it, root included (memoised: hierarchies are small)."""
+        memo = self._ancestors_memo
+        if node not in memo:
+            seen = {node}
+            stack = [node]
+            while stack:
+                for p in self.parents[stack.pop()]:
+                    if p not in seen:
+                        seen.add(p)
+                        stack.append(p)
+            memo[node] = frozenset(seen)
+        return memo[node]
+
+    @cached_property
+    def _ancestors_memo(self) -> dict[str, frozenset[str]]:
+        return {}
 
     def topmost(self, wanted: set[str]) -> list[str]:
-        """Nodes in ``wanted`` reached from the root without passing another node in ``wanted`` first."""
-        found: set[str] = set()
-        seen = {self.root}
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            for child in self.children[node]:
-                if child in seen:
-                    continue
-                seen.add(child)
-                if child in wanted:
-                    found.add(child)  # the walker counts this subtree and does not descend
-                else:
-                    stack.append(child)
-        return sorted(found)
+        """Nodes in ``wanted`` that the walker from the root reaches before any other node in ``wanted``
+        (it counts such a node's subtree and does not descend): those with no proper ancestor in ``wanted``."""
+        return sorted(n for n in wanted if len(self.ancestors(n) & wanted) == 1)
 
     @cached_property
     def imagenet_index(self) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from metashift_hf.errors import InputFormatError, UnknownNameError, did_you_mean
@@ -210,7 +210,8 @@ def match(
     table = {name: match_name(name, hierarchy, wn) for name in sorted(set(vocabulary))}
     matched = {n for n, row in table.items() if row.matched}
     records = sorted(
-        (replace(s, selected=s.kept and s.subject in matched and s.context in matched) for s in subsets),
+        (SubsetRecord(s.subset, s.subject, s.context, s.n_images, s.kept,
+                      s.kept and s.subject in matched and s.context in matched) for s in subsets),
         key=lambda s: s.subset,
     )
     result = MatchResult(hierarchy.name, table, records, source=dict(source or {}))

@@ -162,7 +162,8 @@ def multiclass_task(result: MatchResult, hierarchy: Hierarchy, wn, classes, task
     entry = index.entry(task_id, "multiclass", classes, subset_rule="kept")
     absent = [c for c in classes if c not in index.n_kept]
     if absent:
-        return replace(entry, available=False, reason=f"absent from the input (no kept subset): {', '.join(absent)}")
+        return replace(entry, lca="", lca_name="", lca_depth=-1, path_similarity=float("nan"), available=False,
+                       reason=f"absent from the input (no kept subset): {', '.join(absent)}")
     notes = []
     unmatched = [c for c in classes if c not in index.node]
     if unmatched:

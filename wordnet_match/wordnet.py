@@ -98,9 +98,15 @@ def install_from_dict_files(dict_dir: Path, cache_dir: str | os.PathLike | None 
 def _reader(root):
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
+    class WordNet30Reader(WordNetCorpusReader):
+        def map_wn(self, version="wordnet"):
+            # nltk builds a sense map to another WordNet version here, only for multilingual (OMW)
+            # data we never load; it costs ~60% of the load time.
+            return None
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "multilingual functions are not available": we never use them
-        return WordNetCorpusReader(root if not isinstance(root, Path) else str(root), None)
+        return WordNet30Reader(root if not isinstance(root, Path) else str(root), None)
 
 
 def _verify(wn, where: str) -> None:
