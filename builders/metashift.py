@@ -106,7 +106,7 @@ def task_ids(artifact: Artifact) -> list[str]:
     classes = set(artifact.classes())
     ids: list[str] = []
     if {"cat", "dog"} <= classes:
-        ids += list(paper_tasks.TASK_IDS)
+        ids += paper_tasks.applicable(shifts.ArtifactSource(artifact))
     ids += [f"class-{c}" for c in sorted(classes)]
     if classes:
         ids.append("classes")

@@ -109,6 +109,20 @@ def _check_id(task_id: str) -> None:
                                f"use one of {', '.join(TASK_IDS)}")
 
 
+def applicable(source: GroupSource) -> list[str]:
+    """The paper task ids whose groups all have images on this source (sizes aside): an artifact
+    of attribute subsets only has classes cat and dog but none of the paper's object contexts."""
+    def has(name: str, contexts: tuple[str, ...]) -> bool:
+        return bool(group_images(source, _group(name, contexts, True)))
+
+    ids = []
+    if all(has(n, c) for n, c in DG_TEST.items()) and all(has(n, c) for n, c in DG_TRAIN_CAT.items()):
+        ids += [i for i, e in zip(DG_IDS, DG_DOG_EXPERIMENTS) if all(has(n, c) for n, c in e.items())]
+    if all(has(n, c) for n, c in SUBPOP_GROUPS.items()):
+        ids += list(SUBPOP_IDS)
+    return ids
+
+
 def dg_distance(source: GroupSource, experiment: int) -> dict:
     """The original code's distance of dog training set ``experiment`` (1..4) to dog(shelf).
 

@@ -178,11 +178,14 @@ class ArtifactSource:
         self._by_subject: dict[str, list[str]] = {}
         for name, r in self._rows.items():
             self._by_subject.setdefault(str(r.subject), []).append(name)
+        self._images: dict[str, frozenset[str]] = {}  # generators ask for the same subsets repeatedly
 
     def subset_images(self, subset: str) -> frozenset[str]:
         if subset not in self._rows:
             return frozenset()
-        return frozenset(self.artifact.images(subset))
+        if subset not in self._images:
+            self._images[subset] = frozenset(self.artifact.images(subset))
+        return self._images[subset]
 
     def kept_contexts(self, cls: str) -> dict[str, frozenset[str]]:
         out = {}

@@ -257,3 +257,24 @@ def test_real_shared_images_through_builder(real, source):
         assert rec["image"]["bytes"] == real["files"][rec["image_id"]].read_bytes()
     img = ds[0]["image"]
     assert img.size[0] > 50 and img.format == "JPEG"
+
+
+def test_real_attributes_pickle_collection(shared_ref, tmp_path_factory):
+    """The published MetaShift-Attributes pickle (66 classes / 679 subsets under the rules)."""
+    from builders.pickles import load_candidate_pickle
+    from metashift_hf.api import available_tasks
+
+    cands = load_candidate_pickle(shared_ref / "metashift" / "attributes-candidate-subsets.pkl", attributes=True)
+    art = build_artifact(cands, tmp_path_factory.mktemp("attr") / "artifact",
+                         BuildOptions(include_attributes=True, include_objects=False, include_general=False),
+                         plots=False)
+    ids = available_tasks(art)
+    assert "attributes" in ids and "class-horse" in ids
+    assert not any(i.startswith("paper-") for i in ids)  # cat and dog exist, the paper's object contexts do not
+    p = plan_task("attributes", art, selected_classes=["cat", "dog", "horse"],
+                  attributes=["cat(orange)", "dog(sitting)", "horse(white)"])
+    rows = p.splits["train"]
+    assert len(rows) == len({(r.label, r.image_id) for r in rows}) == sum(
+        len(art.images(n)) for n in ("cat(orange)", "dog(sitting)", "horse(white)"))
+    assert [r.contexts for r in rows if r.image_id == "2375429"] == [("white",)]
+    assert p.classes == ["cat", "dog", "horse"] and len(art.classes()) == 66

@@ -16,6 +16,7 @@ from builders.shifts import (
     community_shift,
     contexts_near_distance,
     domain_generalisation,
+    domain_generalisation_by_distance,
     seeded_order,
     subpopulation_shift,
 )
@@ -226,3 +227,28 @@ def test_without_images_updates_sizes():
     p2 = plan.without_images(drop, reason={"missing": drop})
     assert p2.spec["split_sizes"]["train"] == plan.spec["split_sizes"]["train"] - 1
     assert p2.spec["skipped_images"]["n"] == 2
+
+
+class _Distances:
+    """Stands in for an Artifact: subset distances within class dog."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def distance(self, a, b):
+        if b not in self.d:
+            raise MetashiftError(f"no embedding for {b}", "")
+        return self.d[b]
+
+
+def test_dg_by_distance_picks_contexts_nearest_target():
+    src = SetSource(make_world())
+    d = _Distances({"dog(a)": 0.2, "dog(b)": 0.9, "dog(d)": 1.1, "dog(e)": 0.5})  # dog(f): no embedding
+    plan = domain_generalisation_by_distance(
+        "dg-d", src, d, shifted_class="dog", test_context="c", target_distance=1.0, other_class="cat",
+        other_train_contexts=["a"], other_test_contexts=["c"], k=2, sizes=DGSizes(30, 5, 5))
+    assert {e["group"] for e in plan.spec["train_groups"]} == {"cat(a)", "dog(b)", "dog(d)"}
+    assert plan.spec["distance"]["value"] == pytest.approx(1.0)
+    assert {e["group"] for e in plan.spec["test_groups"]} == {"cat(c)", "dog(c)"}
+    ids = all_ids(plan)
+    assert len(ids) == len(set(ids))
