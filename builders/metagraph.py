@@ -235,7 +235,7 @@ def _laplacian_eigs(weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     return vals[order], vecs[:, order]
 
 
-def spectral_embedding(weights: np.ndarray, names: list[str], spectral_dim: int) -> _Embedding:
+def spectral_embedding(weights: np.ndarray, spectral_dim: int) -> _Embedding:
     """Rows of eigenvectors 2..K+1 of the weighted Laplacian, rescaled like nx.spectral_layout.
 
     Decisions (docs/metagraph.md): a disconnected graph has several zero eigenvalues whose
@@ -293,8 +293,8 @@ def spectral_embedding(weights: np.ndarray, names: list[str], spectral_dim: int)
     if k in ties:
         status = STATUS_DEGENERATE
         notes.append(
-            f"eigenvalue {k} equals eigenvalue {k + 1} (lambda={vals[k]:.6g}): axis {k} is an arbitrary pick "
-            "from a larger eigenspace, so distances depend on the solver's basis"
+            f"lambda_{k + 1} = lambda_{k + 2} = {vals[k]:.6g} (Laplacian eigenvalues from lambda_1 = 0): axis {k} "
+            "is an arbitrary pick from a larger eigenspace, so distances depend on the solver's basis"
         )
     return _Embedding(nodes, coords, status, "; ".join(notes), vals[1 : k + 1].copy())
 
@@ -335,7 +335,7 @@ def analyse_class(
         comms = cnm_communities(weights)
     else:
         comms = louvain_communities(weights, seed)
-    emb = spectral_embedding(weights, names, spectral_dim)
+    emb = spectral_embedding(weights, spectral_dim)
     return ClassAnalysis(
         subsets=names,
         edges=edges,
@@ -425,7 +425,7 @@ def group_distance_code(
     idx = _as_index_arrays(groups)
     names = _check_members(idx, "groups")
     weights = thresholded(overlap_weights([idx[s] for s in names]), edge_threshold)
-    emb = spectral_embedding(weights, names, spectral_dim)
+    emb = spectral_embedding(weights, spectral_dim)
     pos = {names[i]: emb.coords[r] for r, i in enumerate(emb.nodes.tolist())}
     for name in [a, *targets]:
         if name not in pos:
