@@ -82,6 +82,7 @@ class MetashiftConfig(datasets.BuilderConfig):
     image_subset_size_threshold: int | None = None
     min_local_groups: int | None = None
     artifact_hash: str | None = None  # filled by the builder: keys the cache to the artifact content
+    images_stamp: str | None = None  # filled by the builder: size + mtime of the image folder/zip
     verify_images: bool = True
 
 
@@ -398,6 +399,12 @@ class Metashift(datasets.GeneratorBasedBuilder):
         if kwargs.get("images") is not None:
             # an ImageSource is reopened from its path, so the config stays plain (hashable, picklable)
             kwargs["images"] = str(getattr(kwargs["images"], "path", kwargs["images"]))
+            # a changed folder (files added/removed) or zip gets a new cache instead of a stale one
+            try:
+                st = os.stat(kwargs["images"])
+                kwargs.setdefault("images_stamp", f"{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                pass  # a missing source is reported when the splits are generated
         # The cache is keyed by the config kwargs: the content hash makes a rebuilt artifact a new cache.
         kwargs.setdefault("artifact_hash", self._artifact.content_hash)
         self._plan: shifts.TaskPlan | None = None

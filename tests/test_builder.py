@@ -138,6 +138,10 @@ def test_missing_images_error_and_skip(world, tmp_path):
     spec = shift_spec(ds)
     assert ds["train"].num_rows == spec["split_sizes"]["train"] == plan.spec["split_sizes"]["train"] - 1
     assert spec["skipped_images"]["n"] == 1 and spec["skipped_images"]["missing"] == [gone]
+    # putting the image back gives a fresh build in the same cache, not the stale skipped one
+    shutil.copy(world["folder"] / f"{gone}.jpg", folder / f"{gone}.jpg")
+    again = build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
+    assert gone in again["train"]["image_id"] and "skipped_images" not in shift_spec(again)
 
 
 def test_corrupt_image_is_reported(world, tmp_path):
