@@ -171,7 +171,7 @@ def test_paper_cat_dog_groups_have_members(records, shared_ref):
         kept = [c for c in contexts if len(subsets.get(f"{subject}({c})", ())) >= 25]
         missing += [f"{subject}({c})" for c in contexts if c not in kept]
         assert len(kept) >= max(1, len(contexts) // 2), (group, kept)
-    # 'animal' is GQA's generic word; every other context of the paper's groups is a kept subset.
+    # every context of the paper's cat/dog groups is a kept subset
     assert missing == [], missing
     # ambiguous images exist, in both directions, and only a few
     both = subsets["cat(dog)"] | subsets["dog(cat)"]
