@@ -128,10 +128,38 @@ def test_cnm_equals_networkx_on_random_graphs():
 
 
 def test_cnm_equals_networkx_on_large_graphs():
-    # above CNM_FULL_RESCAN_MAX_NODES the incremental row-maximum bookkeeping is used
-    for seed, n in ((1, 300), (2, 420)):
-        g = nx.gnp_random_graph(n, 6 / n, seed=seed)
-        assert n > mg.CNM_FULL_RESCAN_MAX_NODES
+    # above CNM_FULL_RESCAN_MAX_NODES the incremental row-maximum bookkeeping is used; the grid,
+    # the ring of cliques and the circulant graph are full of exact ties
+    graphs = [
+        nx.gnp_random_graph(300, 0.02, seed=1),
+        nx.gnp_random_graph(420, 6 / 420, seed=2),
+        nx.grid_2d_graph(17, 17),
+        nx.ring_of_cliques(60, 5),
+        nx.circulant_graph(270, [1, 2, 5]),
+    ]
+    for g in graphs:
+        assert len(g) > mg.CNM_FULL_RESCAN_MAX_NODES
+        ours, ref = _cnm_both(g)
+        assert ours == ref
+
+
+# a 4-regular graph where the incremental path's tie rule (equal gain -> smaller column) matters
+REGULAR_TIE_EDGES = [
+    (0, 1), (0, 3), (0, 7), (0, 8), (1, 2), (1, 4), (1, 9), (2, 7), (2, 8), (2, 9),
+    (3, 4), (3, 5), (3, 9), (4, 6), (4, 8), (5, 6), (5, 7), (5, 8), (6, 7), (6, 9),
+]
+
+
+def test_cnm_incremental_bookkeeping_equals_networkx(monkeypatch):
+    # force the large-graph code path on small, tie-heavy graphs
+    monkeypatch.setattr(mg, "CNM_FULL_RESCAN_MAX_NODES", 0)
+    rng = np.random.default_rng(0)
+    graphs = [nx.Graph(REGULAR_TIE_EDGES)]
+    for _ in range(60):
+        n = int(rng.integers(3, 12)) * 2
+        graphs.append(nx.random_regular_graph(int(rng.choice([2, 3, 4])), n, seed=int(rng.integers(1 << 30))))
+        graphs.append(nx.gnp_random_graph(int(rng.integers(4, 30)), 0.3, seed=int(rng.integers(1 << 30))))
+    for g in graphs + TIE_GRAPHS:
         ours, ref = _cnm_both(g)
         assert ours == ref
 
