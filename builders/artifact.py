@@ -59,28 +59,29 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def candidates_tables(candidates: CandidateSubsets, kept: np.ndarray,
-                      communities: Mapping[str, int]) -> tuple[pa.Table, pa.Table]:
-    """subsets.parquet and membership.parquet for every candidate subset (already name-sorted)."""
-    sizes = candidates.sizes()
-    subsets = pa.table({
+def subsets_table(candidates: CandidateSubsets, kept: np.ndarray, communities: Mapping[str, int]) -> pa.Table:
+    """subsets.parquet: every candidate subset (already name-sorted)."""
+    return pa.table({
         "subset": pa.array(candidates.names, pa.string()),
         "subject": pa.array(candidates.subjects, pa.string()),
         "context": pa.array(candidates.contexts, pa.string()),
         "kind": pa.array(candidates.kinds, pa.string()),
         "category": pa.array(candidates.categories, pa.string()),
-        "n_images": pa.array(sizes, pa.int64()),
+        "n_images": pa.array(candidates.sizes(), pa.int64()),
         "kept": pa.array(kept, pa.bool_()),
         "community": pa.array([communities.get(n, -1) for n in candidates.names], pa.int64()),
     }, schema=SUBSETS_SCHEMA)
+
+
+def membership_table(candidates: CandidateSubsets) -> pa.Table:
+    """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id."""
     # Repeat names and take image ids in C (millions of rows at full scale).
     subset_col = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.arange(len(candidates), dtype=np.int32), sizes), pa.int32()),
+        pa.array(np.repeat(np.arange(len(candidates), dtype=np.int32), candidates.sizes()), pa.int32()),
         pa.array(candidates.names, pa.string()),
     ).cast(pa.string())
     image_col = pa.array(candidates.image_ids, pa.string()).take(pa.array(candidates.indices, pa.int64()))
-    membership = pa.table({"subset": subset_col, "image_id": image_col}, schema=MEMBERSHIP_SCHEMA)
-    return subsets, membership
+    return pa.table({"subset": subset_col, "image_id": image_col}, schema=MEMBERSHIP_SCHEMA)
 
 
 def image_meta_table(image_meta: pa.Table | Iterable[Mapping[str, Any]] | None) -> pa.Table | None:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -124,6 +124,82 @@ def _plotter() -> Callable | None:
     return plot_class
 
 
+def _apply_rules(candidates: CandidateSubsets, options: BuildOptions):
+    """Drop kinds that are off, apply the rules; EmptyResultError (with the numbers) when nothing is left."""
+    enabled = set(options.kinds())
+    if not all(k in enabled for k in candidates.kinds):
+        candidates = candidates.select(np.fromiter((k in enabled for k in candidates.kinds), dtype=bool,
+                                                   count=len(candidates)))
+    if len(candidates) == 0:
+        raise EmptyResultError(
+            f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
+            "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
+        )
+    rules = apply_rules(candidates, options.min_images_per_subset, options.min_subsets_per_class)
+    if not rules.classes:
+        per_subject: dict[str, int] = {}
+        for s, ok in zip(candidates.subjects, rules.big_enough.tolist()):
+            per_subject[s] = per_subject.get(s, 0) + int(ok)
+        best = max(per_subject.items(), key=lambda kv: (kv[1], kv[0]))
+        raise EmptyResultError(
+            f"no class passes the rules: {int(rules.big_enough.sum())} of {len(candidates)} candidate subsets have "
+            f">= {options.min_images_per_subset} images (largest: {int(candidates.sizes().max())}), and the best "
+            f"subject {best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
+            "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
+        )
+    return candidates, rules
+
+
+def _class_tables(analyses: Mapping[str, Any], members_of: Mapping[str, dict]) -> tuple[list, pa.Table, pa.Table, pa.Table]:
+    """classes/edges/embeddings tables (classes sorted, rows sorted within a class)."""
+    class_rows, edge_rows, emb_rows = [], [], []
+    for subject in sorted(analyses):
+        a = analyses[subject]
+        idx = np.concatenate(list(members_of[subject].values()))
+        class_rows.append({
+            "subject": subject, "n_subsets": len(a.subsets), "n_images": int(np.unique(idx).size),
+            "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
+            "embedding_note": a.embedding_note,
+        })
+        for s, t, w in sorted(a.edges):
+            edge_rows.append((subject, s, t, float(w)))
+        for s in sorted(a.embedding):
+            vec = np.asarray(a.embedding[s], dtype=np.float64)
+            if np.isfinite(vec).all():
+                emb_rows.append((subject, s, vec.tolist()))
+    columns = lambda rows, schema: {k: [r[i] for r in rows] for i, k in enumerate(schema.names)}  # noqa: E731
+    return (class_rows, pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA),
+            pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
+            pa.table(columns(emb_rows, art.EMBEDDINGS_SCHEMA), schema=art.EMBEDDINGS_SCHEMA))
+
+
+def _stats(candidates: CandidateSubsets, rules, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
+    kept_rows = np.flatnonzero(rules.kept).tolist()
+    kept_idx = np.concatenate([candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]] for i in kept_rows])
+    status_counts: dict[str, int] = {}
+    for r in class_rows:
+        status_counts[r["embedding_status"]] = status_counts.get(r["embedding_status"], 0) + 1
+    kind_counts = {k: {"candidates": int(sum(1 for x in candidates.kinds if x == k)),
+                       "kept": int(sum(1 for x, ok in zip(candidates.kinds, rules.kept.tolist()) if x == k and ok))}
+                   for k in KINDS}
+    return {
+        "candidate_keys": len(candidates),
+        "candidate_images": int(np.unique(candidates.indices).size),
+        "kept_subsets_any_class": int(rules.big_enough.sum()),
+        "classes": len(rules.classes),
+        "subsets": int(rules.kept.sum()),
+        "images": int(np.unique(kept_idx).size),
+        "subsets_per_class": _summary([r["n_subsets"] for r in class_rows]),
+        "images_per_subset": _summary(candidates.sizes()[rules.kept].tolist()),
+        "kinds": kind_counts,
+        "embedding_status": dict(sorted(status_counts.items())),
+        "edges": n_edges,
+        "name_collisions_merged": int(candidates.collisions),
+        "rules": {"min_images_per_subset": options.min_images_per_subset,
+                  "min_subsets_per_class": options.min_subsets_per_class},
+    }
+
+
 def build_artifact(
     candidates: CandidateSubsets,
     out: str | os.PathLike,
@@ -140,122 +216,61 @@ def build_artifact(
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     """
-    from .metagraph import analyse_class
+    from metashift_hf import __version__
+
+    from . import metagraph
 
     options = options.validate()
     say = log or (lambda msg: None)
     clock = _Clock()
-    enabled = set(options.kinds())
-    if not all(k in enabled for k in candidates.kinds):
-        candidates = candidates.select(np.fromiter((k in enabled for k in candidates.kinds), dtype=bool,
-                                                   count=len(candidates)))
-    if len(candidates) == 0:
-        raise EmptyResultError(
-            f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
-            "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
-        )
-    rules = apply_rules(candidates, options.min_images_per_subset, options.min_subsets_per_class)
-    if not rules.classes:
-        sizes = candidates.sizes()
-        per_subject: dict[str, int] = {}
-        for s, ok in zip(candidates.subjects, rules.big_enough.tolist()):
-            per_subject[s] = per_subject.get(s, 0) + int(ok)
-        best = max(per_subject.items(), key=lambda kv: (kv[1], kv[0]))
-        raise EmptyResultError(
-            f"no class passes the rules: {int(rules.big_enough.sum())} of {len(candidates)} candidate subsets have "
-            f">= {options.min_images_per_subset} images (largest: {int(sizes.max())}), and the best subject "
-            f"{best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
-            "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
-        )
+    candidates, rules = _apply_rules(candidates, options)
     say(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
 
-    # per-class meta-graphs
-    clock = _Clock()
-    kept_rows: dict[str, list[int]] = {c: [] for c in rules.classes}
-    for i in np.flatnonzero(rules.kept).tolist():
-        kept_rows[candidates.subjects[i]].append(i)
-    analyses = {}
-    members_of = {}
-    for subject in rules.classes:
-        members = {candidates.names[i]: candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
-                   for i in kept_rows[subject]}
-        members_of[subject] = members
-        analyses[subject] = analyse_class(
-            subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
-            spectral_dim=options.spectral_dim, seed=options.seed,
-        )
-    say(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
-
-    clock = _Clock()
-    communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
-    subsets_t, membership_t = art.candidates_tables(candidates, rules.kept, communities)
-    class_rows, edge_rows, emb_rows = [], [], []
-    for subject in rules.classes:
-        a = analyses[subject]
-        idx = np.concatenate(list(members_of[subject].values()))
-        class_rows.append({
-            "subject": subject, "n_subsets": len(a.subsets), "n_images": int(np.unique(idx).size),
-            "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
-            "embedding_note": a.embedding_note,
-        })
-        for s, t, w in sorted(a.edges):
-            edge_rows.append((subject, s, t, float(w)))
-        for s in sorted(a.embedding):
-            vec = np.asarray(a.embedding[s], dtype=np.float64)
-            if np.isfinite(vec).all():
-                emb_rows.append((subject, s, vec.tolist()))
-    classes_t = pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA)
-    edges_t = pa.table({k: [r[i] for r in edge_rows] for i, k in enumerate(art.EDGES_SCHEMA.names)},
-                       schema=art.EDGES_SCHEMA)
-    emb_t = pa.table({k: [r[i] for r in emb_rows] for i, k in enumerate(art.EMBEDDINGS_SCHEMA.names)},
-                     schema=art.EMBEDDINGS_SCHEMA)
-    images_t = art.image_meta_table(image_meta)
-
-    kept_idx = np.concatenate([candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
-                               for i in np.flatnonzero(rules.kept).tolist()])
-    status_counts: dict[str, int] = {}
-    for r in class_rows:
-        status_counts[r["embedding_status"]] = status_counts.get(r["embedding_status"], 0) + 1
-    kind_counts = {k: {"candidates": int(sum(1 for x in candidates.kinds if x == k)),
-                       "kept": int(sum(1 for x, ok in zip(candidates.kinds, rules.kept.tolist()) if x == k and ok))}
-                   for k in KINDS}
-    stats = {
-        "candidate_keys": len(candidates),
-        "candidate_images": int(np.unique(candidates.indices).size),
-        "kept_subsets_any_class": int(rules.big_enough.sum()),
-        "classes": len(rules.classes),
-        "subsets": int(rules.kept.sum()),
-        "images": int(np.unique(kept_idx).size),
-        "subsets_per_class": _summary([r["n_subsets"] for r in class_rows]),
-        "images_per_subset": _summary(candidates.sizes()[rules.kept].tolist()),
-        "kinds": kind_counts,
-        "embedding_status": dict(sorted(status_counts.items())),
-        "edges": len(edge_rows),
-        "name_collisions_merged": int(candidates.collisions),
-        "rules": {"min_images_per_subset": options.min_images_per_subset,
-                  "min_subsets_per_class": options.min_subsets_per_class},
-    }
-
-    from metashift_hf import __version__
-
-    with atomic_dir(out) as tmp:
+    # One writer thread compresses the tables that do not depend on the meta-graphs while the
+    # classes are analysed (pyarrow releases the GIL). Leaving the `with` waits for it; atomic_dir
+    # then renames, or removes everything on error.
+    with atomic_dir(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the artifact is an ordinary output folder
-        tables = {"subsets": subsets_t, "membership": membership_t, "classes": classes_t, "edges": edges_t,
-                  "embeddings": emb_t}
-        if images_t is not None:
-            tables["images"] = images_t
-        for name, table in tables.items():
+        pending = [writer.submit(art.write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
+        files = ["membership.parquet"]
+        if image_meta is not None:
+            pending.append(writer.submit(
+                lambda: art.write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
+            files.append("images.parquet")
+
+        clock = _Clock()
+        kept_rows: dict[str, list[int]] = {c: [] for c in rules.classes}
+        for i in np.flatnonzero(rules.kept).tolist():
+            kept_rows[candidates.subjects[i]].append(i)
+        analyses, members_of = {}, {}
+        for subject in rules.classes:
+            members = {candidates.names[i]: candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
+                       for i in kept_rows[subject]}
+            members_of[subject] = members
+            analyses[subject] = metagraph.analyse_class(
+                subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
+                spectral_dim=options.spectral_dim, seed=options.seed,
+            )
+        say(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
+
+        clock = _Clock()
+        communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
+        class_rows, classes_t, edges_t, emb_t = _class_tables(analyses, members_of)
+        for name, table in (("subsets", art.subsets_table(candidates, rules.kept, communities)),
+                            ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t)):
             art.write_parquet(table, tmp / f"{name}.parquet")
-        files = [f"{n}.parquet" for n in tables]
+            files.append(f"{name}.parquet")
+        for job in pending:
+            job.result()  # re-raises a writer error here
         manifest = {
             "format": art.FORMAT, "format_version": art.FORMAT_VERSION, "package_version": __version__,
             "source": source, "inputs": [dict(i) for i in inputs], "options": options.to_dict(),
             "tables": sorted(files), "content_hash": art.table_hash(tmp, files),
         }
         art.write_json(tmp / "manifest.json", manifest)
-        art.write_json(tmp / "stats.json", stats)
+        art.write_json(tmp / "stats.json", _stats(candidates, rules, class_rows, len(edges_t), options))
         say(f"tables: written in {clock}")
         plot = _plotter() if plots else None
         if plot is not None:

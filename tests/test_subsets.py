@@ -1,7 +1,6 @@
 """Subset names, ontologies, CandidateSubsets and the two rules (incl. the shared 66/679 figure)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from builders.pickles import load_candidate_pickle
