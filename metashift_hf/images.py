@@ -316,14 +316,34 @@ class ZipImages(ImageSource):
                 self.duplicates += 1
             else:
                 index[stem] = info
-        self._zip = zf  # kept for members we do not decode ourselves (rare compressions)
+        zf.close()
+        super().__init__(path, index)
+        self._reset_handles()
+
+    def _reset_handles(self) -> None:
+        # Handles are per process and per thread: a forked worker must not share file offsets
+        # with its parent, so they are recreated whenever the pid changes.
+        self._pid = os.getpid()
+        self._zip: zipfile.ZipFile | None = None  # only for members we do not decode ourselves
         self._zip_lock = threading.Lock()
         self._local = threading.local()
         self._handles: list = []
         self._handles_lock = threading.Lock()
-        super().__init__(path, index)
+
+    def __getstate__(self) -> dict:
+        # Picklable (datasets fingerprints and multiprocessing): the index travels, handles do not.
+        state = self.__dict__.copy()
+        for key in ("_zip", "_zip_lock", "_local", "_handles", "_handles_lock", "_pid"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset_handles()
 
     def _handle(self):
+        if self._pid != os.getpid():
+            self._reset_handles()
         fh = getattr(self._local, "fh", None)
         if fh is None:
             fh = open(self.path, "rb")
@@ -346,6 +366,8 @@ class ZipImages(ImageSource):
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             with self._zip_lock:
                 try:
+                    if self._zip is None:
+                        self._zip = zipfile.ZipFile(self.path)
                     return self._zip.read(info)
                 except Exception as exc:
                     raise self._bad(image_id, info, str(exc)) from exc
@@ -379,7 +401,9 @@ class ZipImages(ImageSource):
                 fh.close()
             self._handles.clear()
         self._local = threading.local()
-        self._zip.close()
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
 
 
 def open_images(src: "str | os.PathLike | ImageSource") -> ImageSource:

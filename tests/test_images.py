@@ -40,7 +40,7 @@ def test_folder_with_subfolders_reads_original_bytes(shared_ref, real_images):
 
 
 @pytest.mark.parametrize("prefix", ["images/", ""])
-@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2])
 def test_zip_layouts_read_original_bytes(tmp_path, real_images, prefix, compression):
     path = _zip(tmp_path / "images.zip", real_images, prefix, compression)
     with open_images(path) as src:
@@ -50,6 +50,24 @@ def test_zip_layouts_read_original_bytes(tmp_path, real_images, prefix, compress
             assert src.read(image_id) == f.read_bytes()
         present, report = src.resolve(real_images)
         assert present == sorted(real_images) and report.ok
+
+
+def test_sources_pickle_and_survive_fork(tmp_path, real_images):
+    import multiprocessing
+    import pickle
+
+    path = _zip(tmp_path / "images.zip", real_images, "images/", zipfile.ZIP_DEFLATED)
+    expected = {i: f.read_bytes() for i, f in real_images.items()}
+    for src in (open_images(path), open_images(next(iter(real_images.values())).parents[1])):
+        with src:
+            src.read("4")  # open a handle before pickling/forking
+            clone = pickle.loads(pickle.dumps(src))
+            assert clone.ids() == src.ids() and clone.read("2375429") == expected["2375429"]
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                got = pool.map(src.read, sorted(expected))
+            assert got == [expected[i] for i in sorted(expected)]
+            assert src.read("5") == expected["5"]  # the parent's handle still reads correctly
+            clone.close()
 
 
 def test_zip_reads_are_thread_safe(tmp_path, real_images):
