@@ -198,12 +198,6 @@ class SceneGraphTable:
     sha256: list[str] = field(default_factory=list)
     meta: pa.Table | None = None  # images.parquet rows (reading order)
 
-    def code(self, word: str) -> int:
-        try:
-            return self.vocab.index(word)
-        except ValueError:
-            return -1
-
 
 def _missing(path: Path, image_id: str, what: str, fix: str = "") -> InputFormatError:
     return InputFormatError(
