@@ -18,7 +18,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.sparse.linalg
 
-from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
 
 COMMUNITY_METHODS = ("cnm", "louvain")
 
@@ -73,8 +73,6 @@ def _check_dim(spectral_dim: int) -> None:
 
 def _check_members(members: Mapping[str, np.ndarray], what: str) -> list[str]:
     if not members:
-        from metashift_hf.errors import EmptyResultError
-
         raise EmptyResultError(f"{what} has no subsets", "pass at least one kept subset")
     names = sorted(members)
     for name in names:

@@ -17,15 +17,6 @@ from metashift_hf.fsutil import atomic_file
 LAYOUT_SEED = 1234  # the original code's spring_layout seed
 
 
-def plots_available() -> bool:
-    """True when matplotlib (the ``plot`` extra) can be imported."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def spring_positions(n: int, edges: list[tuple[int, int, float]], seed: int = LAYOUT_SEED, iterations: int = 50) -> np.ndarray:
     """Fruchterman-Reingold force layout (dense numpy), seeded, returns n x 2 positions in [-1, 1].
 
