@@ -88,3 +88,7 @@ def test_tasks_commands_on_the_artifact(artifact, capsys):
     assert main(["tasks", "show", "bin-cat-dog", "--artifact", str(artifact.root)]) == 0
     shown = capsys.readouterr().out
     assert '"task_id": "bin-cat-dog"' in shown and "shift spec" in shown
+    # a registry id that the task layer also lists is shown from the registry
+    assert main(["tasks", "show", "imagenet-5", "--artifact", str(artifact.root)]) == 0
+    shown = capsys.readouterr().out
+    assert '"kind": "multiclass"' in shown and '"available": false' in shown and "shift spec" not in shown

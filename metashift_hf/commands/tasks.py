@@ -104,18 +104,17 @@ def run_show(args: argparse.Namespace) -> int:
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)
     entry = None
-    if args.task_id not in others:
-        try:
-            entry = find_task(tasks, args.task_id)
-        except UnknownNameError:
-            known = [t.task_id for t in tasks] + others
-            raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
-                                   "list the ids with `metashift-hf tasks list`") from None
+    if any(t.task_id == args.task_id for t in tasks):  # registry first: available_tasks lists its ids too
+        entry = find_task(tasks, args.task_id)
         print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                           for k, v in entry.__dict__.items()}, indent=2))
-    else:
+    elif args.task_id in others:
         kind, classes = _other_kind(args.task_id)
         print(json.dumps({"task_id": args.task_id, "kind": kind, "classes": list(classes)}, indent=2))
+    else:
+        known = sorted({t.task_id for t in tasks} | set(others))
+        raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
+                               "list the ids with `metashift-hf tasks list`")
     if args.artifact and (entry is None or entry.available):
         try:
             from metashift_hf.api import plan
