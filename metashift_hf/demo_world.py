@@ -247,7 +247,7 @@ REL_TO = {
 REL_BACK = {"ground": "under", "furniture": "under", "sky": "above", "wall": "behind"}
 VEHICLE_REL = {"sky": ["in", "flying in"], "ground": ["on", "parked on"]}
 
-# Attributes for context objects: a colour (half the time), a material for furniture/items.
+# Attributes for context objects: a colour (half the time), a material for furniture and buildings.
 CONTEXT_COLOURS = ["white", "black", "brown", "gray", "red", "blue", "green", "yellow", "beige", "silver"]
 OBJECT_COLOUR = {"grass": "green", "trees": "green", "tree": "green", "bush": "green", "leaves": "green",
                  "sky": "blue", "water": "blue", "sand": "tan", "snow": "white", "dirt": "brown", "mud": "brown",
@@ -374,7 +374,7 @@ def _context_attributes(rng: np.random.Generator, name: str) -> list[str]:
     return attrs
 
 
-def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, str, str, str | None]:
+def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, str, str, str]:
     """One GQA image record, the template used (``class/template``), its location and place word."""
     width, height = IMAGE_SIZES[int(rng.choice(len(IMAGE_SIZES), p=[0.5, 0.25, 0.25]))]
     scene = _Scene(number, width, height)
@@ -400,10 +400,10 @@ def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, 
 
     k = min(len(objects), int(rng.integers(2, 5)))
     chosen = [objects[i] for i in sorted(rng.choice(len(objects), size=k, replace=False))]
-    # Zone hubs: objects common to every scene of a zone, which tie its templates into one cluster.
     for bridge in spec.get("bridges", {}).get(tname, []):
-        if rng.random() < BRIDGE_PROBABILITY:
+        if rng.random() < BRIDGE_PROBABILITY and bridge not in chosen:
             chosen.append(bridge)
+    # Zone hubs: objects common to every scene of a zone, which tie its templates into one cluster.
     for zone in spec.get("zones", {}).get(tname, ["home"]) if "hubs" in spec else []:
         hubs = spec["hubs"][zone]
         hub = hubs[int(rng.integers(len(hubs)))] if hubs else None
@@ -569,9 +569,12 @@ def generate_demo_world(
     With ``reuse`` an existing world with the same seed, size and generator version is returned
     as is.
     """
-    if not isinstance(n_images, int) or n_images < 20:
+    if isinstance(n_images, bool) or not isinstance(n_images, (int, np.integer)) or n_images < 20:
         raise InputFormatError(f"n_images must be an integer >= 20, got {n_images!r}",
                                f"use the default ({DEFAULT_N_IMAGES}) or a larger size")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputFormatError(f"seed must be a non-negative integer, got {seed!r}", "pass e.g. seed=0")
+    n_images, seed = int(n_images), int(seed)
     out = Path(out_dir)
     if reuse and (out / SUMMARY_FILE).is_file():
         try:

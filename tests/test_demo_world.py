@@ -284,6 +284,9 @@ def test_reuse_and_reload(tmp_path):
 def test_bad_inputs(tmp_path):
     with pytest.raises(InputFormatError, match="n_images"):
         generate_demo_world(tmp_path / "w", n_images=5)
+    with pytest.raises(InputFormatError, match="seed"):
+        generate_demo_world(tmp_path / "w", seed=-1, n_images=50)
+    assert not (tmp_path / "w").exists()
     precious = tmp_path / "mine"
     precious.mkdir()
     (precious / "data.txt").write_text("keep me")
