@@ -126,3 +126,21 @@ def test_imagenet_1k_in_class_index_order_all_resolve(wn):
     synsets = imagenet_synsets(wn)
     assert all(s.pos() == "n" for s in synsets)
     assert [wnid_of(s) for s in synsets] == [c.wnid for c in classes]
+
+
+@needs_debian
+def test_a_wordnet_that_is_not_3_0_is_refused_or_replaced(tmp_path, wn, monkeypatch):
+    import wordnet_match.wordnet as wordnet_module
+
+    fake = tmp_path / "dict31"
+    shutil.copytree(DEBIAN_DICT_DIR, fake)
+    adj = fake / "data.adj"
+    adj.write_bytes(adj.read_bytes().replace(b"WordNet 3.0 Copyright", b"WordNet 3.1 Copyright"))
+    with pytest.raises(InputFormatError, match="version '3.1', not 3.0") as err:
+        load_wordnet(cache_dir=tmp_path / "c", dict_dir=fake, use_nltk_corpus=False)
+    assert "WordNet 3.0" in err.value.fix
+    # an nltk corpus of the wrong version is passed over for the dict files
+    bad_root = str(tmp_path / "c" / "nltk_data" / "corpora" / "wordnet")
+    monkeypatch.setattr(wordnet_module, "_existing_nltk_corpus", lambda: bad_root)
+    good = load_wordnet(cache_dir=tmp_path / "c2")
+    assert good.get_version() == "3.0" and good.synset("dog.n.01").offset() == 2084071

@@ -134,12 +134,23 @@ def load_wordnet(
     else :class:`WordNetMissingError` naming both ways to get it.
     """
     root = _existing_nltk_corpus() if use_nltk_corpus else None
-    if root is None:
-        folder = Path(dict_dir or os.environ.get(DICT_ENV) or DEBIAN_DICT_DIR)
-        if not folder.is_dir():
-            raise _missing_error(folder, "the folder does not exist")
-        root = install_from_dict_files(folder, cache_dir)
-        _ensure_on_nltk_path(root.parent.parent)
+    if root is not None:
+        try:
+            return _load_verified(root)
+        except InputFormatError:
+            # e.g. a WordNet 3.1 installed as 'wordnet': fall back to the dict files when there are any
+            folder = Path(dict_dir or os.environ.get(DICT_ENV) or DEBIAN_DICT_DIR)
+            if not (folder / "data.noun").is_file():
+                raise
+    folder = Path(dict_dir or os.environ.get(DICT_ENV) or DEBIAN_DICT_DIR)
+    if not folder.is_dir():
+        raise _missing_error(folder, "the folder does not exist")
+    root = install_from_dict_files(folder, cache_dir)
+    _ensure_on_nltk_path(root.parent.parent)
+    return _load_verified(root)
+
+
+def _load_verified(root):
     key = str(root)
     if key not in _LOADED:
         try:
