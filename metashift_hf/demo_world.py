@@ -295,6 +295,15 @@ class DemoWorld:
     def seed(self) -> int:
         return int(self.summary["seed"])
 
+    def describe(self) -> str:
+        """Two lines for users: size, splits and where the files are."""
+        sm = self.summary
+        images = (f"{sm['image_bytes'] / 1e6:.1f} MB of JPEGs in {self.images_dir}" if sm.get("images_written")
+                  else "no images written")
+        return (f"demo world (seed {sm['seed']}): {sm['n_images']:,} images, {sm['splits']['train']:,} train / "
+                f"{sm['splits']['val']:,} val; {images}\n"
+                f"  scene graphs: {' '.join(str(p) for p in self.scene_graphs)}")
+
 
 def _pick(rng: np.random.Generator, weights: dict[str, float]) -> str:
     names = list(weights)

@@ -91,6 +91,8 @@ def test_gqa_scene_graph_format(world, records):
                 assert set(rel) == {"name", "object"}
                 assert rel["object"] in rec["objects"] and rel["object"] != oid
     assert any(i.startswith("n") for i in records), "no GQA-style 'n' ids"
+    text = world.describe()
+    assert f"{DEFAULT_N_IMAGES:,} images" in text and str(world.images_dir) in text and "val_sceneGraphs.json" in text
     assert sum("location" in r for r in records.values()) > DEFAULT_N_IMAGES // 2
     assert sum("weather" in r for r in records.values()) > DEFAULT_N_IMAGES // 10
 
