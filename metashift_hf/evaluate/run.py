@@ -24,29 +24,56 @@ BUG_TEST = ("Each context subset with at least min_subset_size images is compare
             "across all tested subsets of all classes in the report.")
 
 
-def _task_dataset(task: Any, artifact, images, seed: int):
-    """(task_id, spec or None, DatasetDict) from a task id, a PreparedTask or a DatasetDict."""
+def _task_rows(task: Any, artifact, images, seed: int, need_images: bool):
+    """(task_id, spec or None, per-image table, class names, byte reader or None).
+
+    A task id is planned (no images) when predictions come from a file, else materialised with
+    ``metashift_hf.prepare``; a ``prepare`` result or a DatasetDict is used as given.
+    """
     import datasets
 
     if isinstance(task, str):
-        if artifact is None or images is None:
-            raise MetashiftError(f"task {task!r} is materialised from an artifact and images, and one of them is missing",
+        if artifact is None:
+            raise MetashiftError(f"task {task!r} is made from an artifact, and none was given",
                                  "pass --artifact DIR (from metashift-hf build) and --images SRC (folder or images.zip)")
         from .. import api
 
+        if not need_images:
+            plan = api.plan(task, artifact, seed=seed)
+            return plan.task_id, plan.spec, _checked(plan.table(), task), list(plan.classes), None
+        if images is None:
+            raise MetashiftError(f"task {task!r}: the model needs the images, and --images was not given",
+                                 "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use --model predictions:FILE")
         prepared = api.prepare(task, artifact=artifact, images=images, seed=seed)
-        return prepared.task_id, prepared.spec, prepared.dataset
-    if isinstance(task, datasets.DatasetDict):
-        return "custom", None, task
+        return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
     if isinstance(task, datasets.Dataset):
-        return "custom", None, datasets.DatasetDict({"test": task})
+        task = datasets.DatasetDict({"test": task})
+    if isinstance(task, datasets.DatasetDict):
+        return ("custom", None) + _from_dataset(task)
     if hasattr(task, "dataset") and hasattr(task, "task_id"):
-        return task.task_id, getattr(task, "spec", None), task.dataset
+        return (task.task_id, getattr(task, "spec", None)) + _from_dataset(task.dataset)
     raise InputFormatError(f"cannot evaluate on a {type(task).__name__}",
                            "pass a task id string (with artifact and images), a metashift_hf.prepare(...) result or a datasets.DatasetDict")
 
 
-def _table(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
+def _checked(table: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Normalise contexts to lists and refuse a repeated (image, class) row.
+
+    An image may appear once per class it shows (collections); never twice for the same class.
+    """
+    table = table.reset_index(drop=True)
+    table["contexts"] = [list(c) if c is not None else [] for c in table["contexts"]]
+    if "community" not in table:
+        table["community"] = -1
+    dup = table.duplicated(["image_id", "label"], keep=False)
+    if dup.any():
+        ids = sorted(set(table.loc[dup, "image_id"]))[:5]
+        raise InputFormatError(f"{where}: image(s) {ids} appear more than once for the same class",
+                               "a task lists each image at most once per class (no image in two splits)")
+    return table
+
+
+def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
     """Per-image table (split, image_id, label name, contexts, group, community), class names, byte reader."""
     import datasets
 
@@ -59,9 +86,9 @@ def _table(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
             raise InputFormatError(f"task split {split!r} lacks feature(s) {sorted(need)}",
                                    "build the task with metashift_hf.prepare (features image_id, label, contexts, group, community)")
         label_feature = ds.features["label"]
-        names = list(label_feature.names) if isinstance(label_feature, datasets.ClassLabel) else None
-        if names is None:
+        if not isinstance(label_feature, datasets.ClassLabel):
             raise InputFormatError(f"task split {split!r}: label is not a ClassLabel", "use a ClassLabel label feature (class names)")
+        names = list(label_feature.names)
         if classes is None:
             classes = names
         elif names != classes:
@@ -69,16 +96,11 @@ def _table(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
         cols = [c for c in ("image_id", "label", "contexts", "group", "community") if c in ds.column_names]
         df = ds.select_columns(cols).to_pandas()
         df["label"] = [names[i] for i in df["label"]]
-        df["contexts"] = [list(c) if c is not None else [] for c in df["contexts"]]
         df.insert(0, "split", split)
         frames.append(df)
         for row, iid in enumerate(df["image_id"]):
-            if iid in where:
-                raise InputFormatError(f"image {iid!r} appears in splits {where[iid][0]!r} and {split!r}", "a task must not repeat an image across splits")
-            where[iid] = (split, row)
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if "community" not in table:
-        table["community"] = -1
+            where.setdefault(iid, (split, row))
+    table = _checked(pd.concat(frames, ignore_index=True), "task dataset")
     lock = threading.Lock()
     raw = {s: dd[s].cast_column("image", datasets.Image(decode=False)) for s in dd if "image" in dd[s].column_names}
 
@@ -125,7 +147,12 @@ def _community_map(art) -> dict[str, int] | None:
 
 
 def _distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
-    """Meta-graph distance (artifact group distance, rule 'code') from a subset to its class's community 0."""
+    """Meta-graph distance from a subset to its class's largest community (community 0).
+
+    Rule 'paper' (Euclidean between the subset's stored spectral embedding and the size-weighted mean
+    embedding of the community's other subsets): it reads the class's own embedding, whereas the
+    'code' rule re-embeds a two-group graph, which is too small for a spectral embedding.
+    """
     if art is None:
         return None
     largest = sorted(s for s, c in comm_map.items() if c == 0 and s.startswith(f"{cls}("))
@@ -135,7 +162,7 @@ def _distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]
     if not others:  # the subset is the whole largest community
         return 0.0
     try:
-        return float(art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="code"))
+        return float(art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper"))
     except MetashiftError:
         return None  # no embedding (disconnected meta-graph part): reported as unknown
 
@@ -175,8 +202,8 @@ def evaluate(
 
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
-    task_id, spec, dd = _task_dataset(task, artifact, images, seed)
-    table, classes, read = _table(dd)
+    task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
+                                                     need_images=not isinstance(loaded, PrecomputedPredictions))
     if table.empty:
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
     art = None
@@ -189,7 +216,7 @@ def evaluate(
     else:
         hierarchy_card = {"name": "custom coverage", "classes": {c: len(list(coverage.get(c, ()))) for c in classes}}
 
-    ids = table["image_id"].tolist()
+    ids = list(dict.fromkeys(table["image_id"]))  # each image once, even when it shows two classes
     if isinstance(loaded, PrecomputedPredictions):
         preds = loaded.predictions.for_ids(ids, source=str(loaded.path))
     else:
@@ -241,7 +268,8 @@ def evaluate(
         "classes": classes_out,
         "worst_subset": ({"subset": worst.iloc[0]["subset"], **_summary(worst.iloc[0])} if len(worst) else None),
         "id_vs_ood": gap,
-        "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size},
+        "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size,
+                     "distance": "artifact group distance, rule 'paper', from the subset to the other subsets of its class's community 0"},
         "context_bugs": [
             {"class": r["class"], "subset": r["subset"], "context": r["group"], **_summary(r), "rest_n": int(r["rest_n"]),
              "rest_correct": int(r["rest_correct"]), "rest_accuracy": float(r["rest_accuracy"]), "z": float(r["z"]),
