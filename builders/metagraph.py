@@ -9,6 +9,9 @@ largest absolute coordinate. Decisions and measured figures: docs/metagraph.md.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -50,6 +53,53 @@ class ClassAnalysis:
     spectral_dim: int = 5
     # Laplacian eigenvalues 1..K+1 (0-based, ascending) of the embedded component, for inspection.
     eigenvalues: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+# ----------------------------------------------------------------------------- BLAS threads
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas_thread_controls() -> tuple:
+    """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux).
+
+    Found the way threadpoolctl does it: loaded libraries from /proc/self/maps, then the exported
+    ``[scipy_]openblas_{get,set}_num_threads[64_]`` symbols. Elsewhere: nothing, and no limit.
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            fields = [line.split() for line in f]
+        paths = sorted({p[-1] for p in fields if len(p) >= 6 and "openblas" in p[-1].rsplit("/", 1)[-1]})
+    except OSError:
+        return ()
+    controls = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("openblas", "scipy_openblas"):
+            for suffix in ("", "64_"):
+                get = getattr(lib, f"{name}_get_num_threads{suffix}", None)
+                put = getattr(lib, f"{name}_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    controls.append((get, put))
+    return tuple(controls)
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """Run LAPACK single-threaded: our matrices are small (< ~1,000 nodes), where OpenBLAS threads
+    gain nothing on a quiet machine and, when other jobs share the cores, make each eigh call
+    spin-wait for descheduled threads (measured 20-40x slower; docs/metagraph.md)."""
+    controls = _openblas_thread_controls()
+    old = [get() for get, _ in controls]
+    for _, put in controls:
+        put(1)
+    try:
+        yield
+    finally:
+        for (_, put), n in zip(controls, old):
+            put(n)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -226,7 +276,8 @@ def _laplacian_eigs(weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     n = weights.shape[0]
     lap = np.diag(weights.sum(axis=1)) - weights
     if n <= DENSE_EIGEN_MAX_NODES:
-        return scipy.linalg.eigh(lap, subset_by_index=[0, k - 1])
+        with _one_blas_thread():
+            return scipy.linalg.eigh(lap, subset_by_index=[0, k - 1])
     # L is positive semi-definite: shift-invert just below 0 finds the smallest eigenvalues reliably
     vals, vecs = scipy.sparse.linalg.eigsh(scipy.sparse.csr_matrix(lap), k=k, sigma=-1e-3, which="LM")
     order = np.argsort(vals)
