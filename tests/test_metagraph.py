@@ -315,6 +315,16 @@ def test_degenerate_eigenvalues_are_flagged():
     assert all(np.array_equal(a.embedding[s], again.embedding[s]) for s in a.subsets)
 
 
+def test_eigh_runs_with_one_blas_thread_and_restores():
+    controls = mg._openblas_thread_controls()
+    if not controls:
+        pytest.skip("no OpenBLAS thread control found in this process (non-Linux or other BLAS)")
+    before = [get() for get, _ in controls]
+    with mg._one_blas_thread():
+        assert [get() for get, _ in controls] == [1] * len(controls)
+    assert [get() for get, _ in controls] == before
+
+
 def test_bad_members_rejected():
     with pytest.raises(InputFormatError, match="not sorted and unique"):
         mg.analyse_class("d", {"d(a)": np.array([3, 1, 2])})
