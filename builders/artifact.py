@@ -142,6 +142,7 @@ class Artifact:
         self._embeddings: dict[str, np.ndarray] | None = None
         self._image_rows: dict[str, int] | None = None
         self._images_table: pa.Table | None = None
+        self._word_set: set[str] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Artifact":
@@ -253,7 +254,9 @@ class Artifact:
         return frozenset(out)
 
     def _words(self) -> set[str]:
-        return set(self._by_subject) | set(self._subsets["context"].tolist())
+        if self._word_set is None:
+            self._word_set = set(self._by_subject) | set(self._subsets["context"].tolist())
+        return self._word_set
 
     def image_metadata(self, image_id: str) -> dict | None:
         """width/height/location/weather/objects of an image (scene-graph builds only), else None."""
