@@ -225,11 +225,15 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     """The split plan of one task id on one artifact (no images read)."""
     art = artifact if isinstance(artifact, Artifact) else Artifact.load(artifact)
     overrides = dict(overrides or {})
+    given = dict(overrides)
     if attributes_dataset:
         if task not in ("attributes", None, ""):
             raise InputFormatError(f"attributes_dataset=True conflicts with task {task!r}",
                                    "use task 'attributes' (attributes_dataset=True is its old-loader spelling)")
         task = "attributes"
+    if not task:
+        raise UnknownNameError("no task id given", "pass a task id, e.g. 'paper-dg-cat-dog-1' "
+                               "(list them with `metashift-hf tasks list --artifact DIR`)")
     if attributes is not None and task != "attributes":
         raise InputFormatError(f"option attributes= applies to the 'attributes' task, not {task!r}",
                                "use task 'attributes' or drop the attributes option")
@@ -296,7 +300,7 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
                                      "subset_rule": entry.subset_rule}})
     plan.spec["artifact_hash"] = art.content_hash
     plan.spec["rules"] = _base_rules(art)
-    plan.spec["overrides"] = dict(overrides or {})
+    plan.spec["overrides"] = given
     return plan
 
 

@@ -216,6 +216,10 @@ def plan(task_id: str, source: GroupSource, *, seed: int = 0, scale: float | Non
             f"this task accepts: {', '.join(sorted(names | {'scale', 'seed'}))}"
             + (", minority_fraction" if isinstance(sizes, SubpopSizes) else ""),
         )
+    for k, v in overrides.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0):
+            raise EmptyResultError(f"override {k}={v!r} for task {task_id} is not a non-negative integer",
+                                   f"pass {k}=<count>, e.g. {k}=20")
     sizes = replace(sizes, **{k: (None if v is None else int(v)) for k, v in overrides.items()})
     if isinstance(sizes, DGSizes):
         return dg_plan(task_id, source, sizes=sizes, seed=seed)

@@ -638,6 +638,11 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     ``distance_fn(cls, id_group, ood_groups)`` gives a class's train-vs-OOD distance; the spec
     reports it per class and their mean.
     """
+    fr = (sizes.validation_fraction, sizes.id_test_fraction)
+    if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fr) or sum(fr) >= 1:
+        raise EmptyResultError(f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
+                               "must be fractions in [0, 1) that leave images for train",
+                               "pass e.g. validation_fraction=0.1, id_test_fraction=0.2")
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
     removed: Counter = Counter()

@@ -116,3 +116,5 @@ def test_scale_and_overrides():
         pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_grup": 3})
     with pytest.raises(UnknownNameError, match="did you mean"):
         pt.plan("paper-dg-cat-dog-7", small)
+    with pytest.raises(EmptyResultError, match="non-negative"):
+        pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_group": -5})

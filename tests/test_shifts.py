@@ -190,6 +190,8 @@ def test_community_shift_train_is_largest_community():
     assert test_cat and not test_cat & (subsets["cat(a)"] | subsets["cat(b)"])
     assert {r.community for r in plan.splits["test"] if r.label == "cat"} == {1, 2}
     assert plan.spec["distance"]["value"] == 2.0
+    with pytest.raises(EmptyResultError, match="fractions"):
+        community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.5, 0.5))
     id_cat = len(((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"]) - set().union(
         *[subsets[f"dog({c})"] for c in "abcdef"]))
     n_cat = sum(r.label == "cat" for s in ("train", "validation", "id_test") for r in plan.splits[s])
