@@ -42,10 +42,15 @@ class Preprocessing:
 
     resize: int
     crop: int
-    interpolation: str  # "bicubic" | "bilinear"
+    interpolation: str  # a PIL resampling filter name: "bicubic", "bilinear", "nearest", "lanczos", ...
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     source: str = ""  # where these numbers come from
+
+    def __post_init__(self) -> None:
+        if not hasattr(Image.Resampling, self.interpolation.upper()):
+            raise InputFormatError(f"unknown interpolation {self.interpolation!r} in the model's preprocessing",
+                                   "use a PIL resampling filter: nearest, bilinear, bicubic, lanczos, box or hamming")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,7 +63,7 @@ class Preprocessing:
             # One resampling step: the centre crop of the resized image, expressed in source pixels.
             side = min(w, h) * self.crop / self.resize
             left, top = (w - side) / 2.0, (h - side) / 2.0
-            resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR}[self.interpolation]
+            resample = getattr(Image.Resampling, self.interpolation.upper())
             im = im.resize((self.crop, self.crop), resample, box=(left, top, left + side, top + side))
             arr = np.asarray(im, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
@@ -222,7 +227,7 @@ def timm_model(name: str, device: str = "cpu") -> Classifier:
             f"download once where the internet is reachable: python -c \"import timm; timm.create_model('{name}', pretrained=True)\"",
         ) from exc
     model.eval().to(device)
-    cfg = timm.data.resolve_data_config({}, model=model)
+    cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model)
     size = int(cfg["input_size"][-1])
     prep = Preprocessing(
         resize=int(round(size / cfg.get("crop_pct", 0.875))), crop=size, interpolation=str(cfg.get("interpolation", "bicubic")),

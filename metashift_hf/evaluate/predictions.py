@@ -1,6 +1,7 @@
 """Per-image model outputs: computed here or read from a file of predictions made elsewhere."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,7 +82,7 @@ class PrecomputedPredictions:
         if "image_id" not in df.columns:
             raise InputFormatError(f"predictions file {path} has no image_id column (columns: {list(df.columns)[:8]})", fix)
         ids = [str(i) for i in df["image_id"]]
-        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+        dup = sorted(i for i, k in Counter(ids).items() if k > 1)
         if dup:
             raise InputFormatError(f"predictions file {path} repeats image_id {dup[:5]}", "keep one row per image")
         logits = _read_logits(df, path, fix)

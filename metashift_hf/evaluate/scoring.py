@@ -59,7 +59,8 @@ def score_images(
             for leaf in leaves[c].tolist():
                 owner.setdefault(leaf, c)
         out["pred_class"] = [owner.get(int(i), NO_CLASS) for i in preds.top1]
-        out["correct"] = [int(i) in set_ for i, set_ in zip(preds.top1, (set(leaves[c].tolist()) for c in out["label"]))]
+        covered = {c: set(leaves[c].tolist()) for c in classes}
+        out["correct"] = [int(i) in covered[c] for i, c in zip(preds.top1, out["label"])]
     else:
         if preds.logits is None:
             raise InputFormatError(
