@@ -149,6 +149,7 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
     except ModuleNotFoundError:
         return False
     ctx = per_group[(per_group.level == "context") & (per_group["class"] == cls) & (per_group.n >= min_n)]
+    total = len(ctx)
     ctx = ctx.sort_values(["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable").head(max_bars)
     if ctx.empty:
         return False
@@ -165,8 +166,8 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
     ax.axvline(class_accuracy, color="black", linestyle="--", linewidth=1, label=f"class accuracy {class_accuracy:.2f}")
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (95% Wilson interval); colour = meta-graph community")
-    ax.set_title(f"{cls}: accuracy per context (n >= {min_n}, worst {len(ctx)})", fontsize=9)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.set_title(f"{cls}: accuracy per context subset (n >= {min_n}; {len(ctx)} of {total} shown, worst at the top)", fontsize=9)
+    ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     # no timestamp in the PNG metadata, so reruns write identical files
     fig.savefig(path, dpi=100, metadata={"Software": None})
