@@ -200,12 +200,11 @@ def match(
     hierarchy: Hierarchy,
     wn,
     *,
-    class_images: dict[str, int] | None = None,
     source: dict | None = None,
 ) -> MatchResult:
     """Match every vocabulary name, select subsets, and compute the published figures.
 
-    ``class_images`` (artifact inputs) gives the unique image count per class over its selected subsets.
+    Image counts per class are unknown here (None); ``run_match`` fills them in from an artifact.
     """
     table = {name: match_name(name, hierarchy, wn) for name in sorted(set(vocabulary))}
     matched = {n for n, row in table.items() if row.matched}
@@ -217,7 +216,7 @@ def match(
     result = MatchResult(hierarchy.name, table, records, source=dict(source or {}))
     selected = result.selected()
     classes = result.classes()
-    result.class_images = {c: (class_images or {}).get(c) for c in classes}
+    result.class_images = {c: None for c in classes}
     leaves = set().union(*(table[c].leaves for c in classes)) if classes else set()
     indices = set().union(*(table[c].imagenet_indices for c in classes)) if classes else set()
     result.figures = {

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -148,7 +147,3 @@ def load_match(path: str | os.PathLike) -> MatchResult:
         figures={k: header[k] for k in figure_keys if k in header} | {k: v for k, v in header.items() if k.startswith("tasks")},
         tasks=read_tasks(folder),
     )
-
-
-def is_nan(value) -> bool:
-    return isinstance(value, float) and math.isnan(value)
