@@ -12,7 +12,6 @@ and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is hono
 from __future__ import annotations
 
 import hashlib
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
