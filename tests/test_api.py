@@ -8,6 +8,7 @@ import pytest
 
 import metashift_hf
 from metashift_hf import api
+from metashift_hf.api import plan
 from metashift_hf.errors import MetashiftError, MissingImagesError, UnknownNameError
 from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
@@ -92,3 +93,26 @@ def test_errors(world):  # noqa: F811
         api.plan("paper-subpop-cat-dog-p3", world["artifact"])
     with pytest.raises(UnknownNameError, match="scale"):
         api.plan("paper-dg-cat-dog-1", world["artifact"], scal=0.1)
+
+
+def test_plan_identical_across_processes_and_hash_seeds(world):  # noqa: F811
+    """Set iteration order changes with PYTHONHASHSEED; plans must not."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib, sys; from metashift_hf.api import plan; "
+            "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
+            "print(hashlib.sha256(p.table().to_json().encode() + repr(sorted(p.spec.items())).encode()).hexdigest())")
+    outs = set()
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        for task in ("paper-dg-cat-dog-2",):
+            r = subprocess.run([sys.executable, "-c", code, task, str(world["artifact"].root)], env=env,
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            outs.add(r.stdout.strip())
+    assert len(outs) == 1
+    local = plan("paper-dg-cat-dog-2", world["artifact"].root, scale=0.1, seed=7)
+    assert hashlib.sha256(local.table().to_json().encode() + repr(sorted(local.spec.items())).encode()).hexdigest() in outs
