@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from metashift_hf.errors import InputFormatError
+from metashift_hf.fsutil import sha256_file
 
 from .subsets import ATTRIBUTE_CATEGORY
 
@@ -43,6 +44,7 @@ class _Buffer:
         self.pos = 0  # index into text
         self.base = 0  # byte offset of text[0] in the file
         self.eof = False
+        self.key_pos = 0  # index of the last key's opening quote (kept valid across refills)
 
     def fill(self) -> bool:
         """Read one more chunk (dropping consumed text); False at end of file."""
@@ -64,6 +66,7 @@ class _Buffer:
             done = self.text[: self.pos]
             self.base += len(done) if done.isascii() else len(done.encode("utf-8"))
             self.text = self.text[self.pos:]
+            self.key_pos -= self.pos
             self.pos = 0
         self.text += more
         return bool(data)
@@ -108,12 +111,14 @@ class _Buffer:
             self.pos = end
             return (value, text) if raw else value
 
-    def keys(self, image_id: str | None, what: str) -> Iterator[str]:
+    def keys(self, image_id: str | None, what: str, opened: bool = False) -> Iterator[str]:
         """Walk the JSON object at the cursor, yielding each key with the cursor on its value;
-        the caller decodes the value before asking for the next key."""
-        if self.next_char() != "{":
-            raise self.error(f"expected '{{' ({what})", image_id=image_id)
-        self.pos += 1
+        the caller decodes the value before asking for the next key. ``opened``: the cursor is
+        already inside the object, on its first (or next) key."""
+        if not opened:
+            if self.next_char() != "{":
+                raise self.error(f"expected '{{' ({what})", image_id=image_id)
+            self.pos += 1
         first = True
         while True:
             c = self.next_char()
@@ -129,6 +134,7 @@ class _Buffer:
             if c != '"':
                 raise self.error(f"expected a key string in {what}" if c else f"file ends inside {what}",
                                  image_id=image_id)
+            self.key_pos = self.pos
             key = self.decode(image_id)
             if self.next_char() != ":":
                 raise self.error(f"expected ':' after key {key!r} in {what}", image_id=image_id)
@@ -138,13 +144,25 @@ class _Buffer:
             yield key
 
 
-def _records(path: Path, hasher, chunk: int) -> Iterator[tuple[str, object, str | None]]:
-    """(image_id, record, original text of its 'objects' value) for each image of the file."""
+def _records(path: Path, hasher, chunk: int, start: int = 0,
+             stop: tuple[int, str] | None = None, state: dict | None = None) -> Iterator[tuple[str, object, str | None]]:
+    """(image_id, record, original text of its 'objects' value) for each image of the file.
+
+    ``start``: byte offset of a top-level key to begin at (a split point) instead of the file start.
+    ``stop``: (byte offset, image id) of a split point; reaching exactly that key ends the walk and
+    sets ``state['stopped']``.
+    """
     with open(path, "rb") as f:
         buf = _Buffer(f, path, hasher, chunk)
-        if buf.next_char() == "\ufeff":  # tolerate a UTF-8 byte-order mark
+        if start:
+            f.seek(start)
+            buf.base = start
+        elif buf.next_char() == "\ufeff":  # tolerate a UTF-8 byte-order mark
             buf.pos += 1
-        for image_id in buf.keys(None, "the top-level object (imageId -> scene graph)"):
+        for image_id in buf.keys(None, "the top-level object (imageId -> scene graph)", opened=bool(start)):
+            if stop is not None and image_id == stop[1] and buf.byte_offset(buf.key_pos) == stop[0]:
+                state["stopped"] = True
+                return
             if buf.next_char() != "{":
                 yield image_id, buf.decode(image_id), None  # not an object: the caller reports it
                 continue
@@ -238,56 +256,59 @@ def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
     return _missing(path, image_id, "malformed objects")
 
 
-def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = True) -> SceneGraphTable:
-    """Read and validate GQA scene-graph files into a SceneGraphTable (one streaming pass per file).
+class _Extractor:
+    """Accumulates integer-coded arrays over images; one per process when a file is split."""
 
-    Per image, the common case runs as a few list comprehensions; any exception falls back to a
-    slow validator that names the image, object and key that are wrong.
-    """
-    vocab: list[str] = []
-    codes: dict[str, int] = {}
+    def __init__(self, keep_meta: bool) -> None:
+        self.keep_meta = keep_meta
+        self.vocab: list[str] = []
+        self.codes: dict[str, int] = {}
+        self.seen: dict[str, str] = {}  # image id -> file (duplicates across files)
+        self.image_ids: list[str] = []
+        a = lambda: array.array("i")  # noqa: E731
+        self.obj_counts, self.obj_names = a(), a()
+        self.rel_counts, self.rel_s, self.rel_t = a(), a(), a()
+        self.attr_counts, self.attr_o, self.attr_w = a(), a(), a()
+        self.loc, self.wea = a(), a()
+        self.meta_batches: list[pa.RecordBatch] = []
+        self._m: list[list] = [[] for _ in IMAGES_COLUMNS]
+        # ontology attribute words get codes up front so the hot loop is a plain dict lookup
+        self.attr_code = {w: self.word_code(w, Path("-"), "-", "attribute") for w in sorted(ATTRIBUTE_CATEGORY)}
 
-    def word_code(word, path: Path, image_id: str, where: str) -> int:
-        c = codes.get(word)
+    def word_code(self, word, path: Path, image_id: str, where: str) -> int:
+        c = self.codes.get(word)
         if c is None:
             if not isinstance(word, str) or not word.strip() or word != word.strip() or "(" in word or ")" in word:
                 raise _missing(path, image_id, f"{where} is {word!r}, which cannot be part of a subset name",
                                "names must be non-empty strings without parentheses or surrounding spaces")
-            c = codes[word] = len(vocab)
-            vocab.append(word)
+            c = self.codes[word] = len(self.vocab)
+            self.vocab.append(word)
         return c
 
-    # ontology attribute words get codes up front so the hot loop is a plain dict lookup
-    attr_code = {w: word_code(w, Path("-"), "-", "attribute") for w in sorted(ATTRIBUTE_CATEGORY)}
-    image_ids: list[str] = []
-    seen: dict[str, str] = {}
-    obj_counts, obj_names = array.array("i"), array.array("i")
-    rel_counts, rel_s, rel_t = array.array("i"), array.array("i"), array.array("i")
-    attr_counts, attr_o, attr_w = array.array("i"), array.array("i"), array.array("i")
-    loc_codes, wea_codes = array.array("i"), array.array("i")
-    meta_batches: list[pa.RecordBatch] = []
-    m_ids, m_w, m_h, m_loc, m_wea, m_obj = [], [], [], [], [], []
-    digests = []
+    def flush_meta(self) -> None:
+        if self._m[0]:
+            types = [pa.string(), pa.int64(), pa.int64(), pa.string(), pa.string(), pa.string()]
+            self.meta_batches.append(pa.record_batch(
+                [pa.array(col, t) for col, t in zip(self._m, types)], names=list(IMAGES_COLUMNS)))
+            for col in self._m:
+                col.clear()
 
-    def flush_meta() -> None:
-        if m_ids:
-            meta_batches.append(pa.record_batch(
-                [pa.array(m_ids, pa.string()), pa.array(m_w, pa.int64()), pa.array(m_h, pa.int64()),
-                 pa.array(m_loc, pa.string()), pa.array(m_wea, pa.string()), pa.array(m_obj, pa.string())],
-                names=["image_id", "width", "height", "location", "weather", "objects"]))
-            for lst in (m_ids, m_w, m_h, m_loc, m_wea, m_obj):
-                lst.clear()
+    def read(self, path: Path, hasher=None, start: int = 0, stop: tuple[int, str] | None = None) -> bool:
+        """Add the images of one file (or of its part from ``start``/up to ``stop``); True when the
+        walk ended exactly at ``stop``.
 
-    for p in paths:
-        path = _existing(p)
-        hasher = hashlib.sha256()
-        for image_id, rec, raw_objects in _records(path, hasher, CHUNK):
-            if image_id in seen:
+        Per image the common case runs as a few list comprehensions; any exception falls back to a
+        slow validator that names the image, object and key that are wrong.
+        """
+        state = {"stopped": False}
+        codes, attr_code, word_code = self.codes, self.attr_code, self.word_code
+        for image_id, rec, raw_objects in _records(path, hasher, CHUNK, start, stop, state):
+            if image_id in self.seen:
                 raise InputFormatError(
-                    f"image {image_id!r} appears twice: in {seen[image_id]} and {path}",
+                    f"image {image_id!r} appears twice: in {self.seen[image_id]} and {path}",
                     "pass each scene-graph file once (GQA train and val files are disjoint)",
                 )
-            seen[image_id] = str(path)
+            self.seen[image_id] = str(path)
             if type(rec) is not dict:
                 raise _missing(path, image_id, f"scene graph is a {type(rec).__name__}, expected an object")
             try:
@@ -314,45 +335,161 @@ def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = T
             try:
                 rels = [o["relations"] for o in objs]
                 attrs = [o["attributes"] for o in objs]
-                if not all(type(x) is list for x in rels) or not all(type(x) is list for x in attrs):
+                if {*map(type, rels), *map(type, attrs)} - {list}:
                     raise TypeError
                 targets = [local[r["object"]] for rl in rels for r in rl]
                 a_pairs = [(c, attr_code[a]) for al, c in zip(attrs, names) for a in al if a in attr_code]
             except (KeyError, TypeError):
                 raise _explain(path, image_id, objects) from None
-            obj_names.extend(names)
-            rel_t.extend(targets)
-            rel_s.extend([c for rl, c in zip(rels, names) for _ in rl])
-            attr_o.extend([c for c, _ in a_pairs])
-            attr_w.extend([w for _, w in a_pairs])
-            obj_counts.append(len(objs))
-            rel_counts.append(len(targets))
-            attr_counts.append(len(a_pairs))
+            self.obj_names.extend(names)
+            self.rel_t.extend(targets)
+            self.rel_s.extend([c for rl, c in zip(rels, names) for _ in rl])
+            self.attr_o.extend([c for c, _ in a_pairs])
+            self.attr_w.extend([w for _, w in a_pairs])
+            self.obj_counts.append(len(objs))
+            self.rel_counts.append(len(targets))
+            self.attr_counts.append(len(a_pairs))
             loc = rec.get("location")
             wea = rec.get("weather")
-            loc_codes.append(-1 if loc is None else word_code(loc, path, image_id, "'location'"))
-            wea_codes.append(-1 if wea is None else word_code(wea, path, image_id, "'weather'"))
-            image_ids.append(image_id)
-            if keep_meta:
-                m_ids.append(image_id)
-                m_w.append(width)
-                m_h.append(height)
-                m_loc.append(loc)
-                m_wea.append(wea)
-                m_obj.append(raw_objects)  # the file's own text of the objects: nothing re-encoded
-                if len(m_ids) >= _META_BATCH:
-                    flush_meta()
-        digests.append(hasher.hexdigest())
-    flush_meta()
+            self.loc.append(-1 if loc is None else word_code(loc, path, image_id, "'location'"))
+            self.wea.append(-1 if wea is None else word_code(wea, path, image_id, "'weather'"))
+            self.image_ids.append(image_id)
+            if self.keep_meta:
+                # objects: the file's own text of the value, nothing re-encoded
+                for col, v in zip(self._m, (image_id, width, height, loc, wea, raw_objects)):
+                    col.append(v)
+                if len(self._m[0]) >= _META_BATCH:
+                    self.flush_meta()
+        self.flush_meta()
+        return state["stopped"]
 
-    def np_(a: array.array) -> np.ndarray:
-        return np.frombuffer(a, dtype=np.int32).astype(np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+    def merge(self, tail: "_Extractor", path: Path) -> None:
+        """Append the images another process read from the rest of the same file (codes remapped)."""
+        twice = next((i for i in tail.image_ids if i in self.seen), None)
+        if twice is not None:
+            raise InputFormatError(f"image {twice!r} appears twice in {path} (or in it and {self.seen[twice]})",
+                                   "pass each scene-graph file once; fix or regenerate the file")
+        lut = np.asarray([self.word_code(w, path, "-", "name") for w in tail.vocab] + [-1], dtype=np.int32)
 
-    meta = pa.Table.from_batches(meta_batches) if meta_batches else None
-    return SceneGraphTable(
-        files=[str(p) for p in paths], image_ids=image_ids, vocab=vocab,
-        obj_counts=np_(obj_counts), obj_names=np_(obj_names), rel_counts=np_(rel_counts),
-        rel_subjects=np_(rel_s), rel_targets=np_(rel_t), attr_counts=np_(attr_counts),
-        attr_objects=np_(attr_o), attr_words=np_(attr_w), location=np_(loc_codes), weather=np_(wea_codes),
-        sha256=digests, meta=meta,
-    )
+        def remap(arr: array.array) -> array.array:
+            return array.array("i", lut[np.frombuffer(arr, dtype=np.int32)].tobytes()) if len(arr) else arr
+
+        for name in ("obj_names", "rel_s", "rel_t", "attr_o", "attr_w", "loc", "wea"):
+            getattr(self, name).extend(remap(getattr(tail, name)))  # -1 (no location) maps to lut[-1] = -1
+        for name in ("obj_counts", "rel_counts", "attr_counts"):
+            getattr(self, name).extend(getattr(tail, name))
+        self.image_ids.extend(tail.image_ids)
+        self.seen.update(dict.fromkeys(tail.image_ids, str(path)))
+        self.meta_batches.extend(tail.meta_batches)
+
+    def table(self, files: list[str], digests: list[str]) -> "SceneGraphTable":
+        def np_(a: array.array) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.int32).astype(np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+
+        return SceneGraphTable(
+            files=files, image_ids=self.image_ids, vocab=self.vocab,
+            obj_counts=np_(self.obj_counts), obj_names=np_(self.obj_names), rel_counts=np_(self.rel_counts),
+            rel_subjects=np_(self.rel_s), rel_targets=np_(self.rel_t), attr_counts=np_(self.attr_counts),
+            attr_objects=np_(self.attr_o), attr_words=np_(self.attr_w), location=np_(self.loc),
+            weather=np_(self.wea), sha256=digests,
+            meta=pa.Table.from_batches(self.meta_batches) if self.meta_batches else None,
+        )
+
+
+IMAGES_COLUMNS = ("image_id", "width", "height", "location", "weather", "objects")
+# Files at least this large are read by two processes (the second from a verified split point).
+SPLIT_MIN_BYTES = 64 << 20
+_SPLIT_KEY = re.compile(rb'[}\]][ \t\n\r]*,[ \t\n\r]*("(?:[^"\\]|\\.){1,200}")[ \t\n\r]*:[ \t\n\r]*\{[ \t\n\r]*'
+                        rb'"(?:width|height|objects|location|weather)"')
+
+
+def _split_point(path: Path) -> tuple[int, str] | None:
+    """A likely top-level key near the middle of the file: a key whose value starts with an image
+    field (width/height/objects/location/weather). Object and relation keys never do, so this is
+    almost always right; the first reader verifies it exactly before the halves are joined."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(size // 2)
+        window = f.read(4 << 20)
+    m = _SPLIT_KEY.search(window)
+    if m is None:
+        return None
+    try:
+        image_id = json.loads(m.group(1))
+    except ValueError:
+        return None
+    return size // 2 + m.start(1), image_id
+
+
+def _read_tail(conn, path: str, offset: int, keep_meta: bool) -> None:
+    """Child process: read the file from ``offset`` to the end; send the extractor or the error."""
+    try:
+        ex = _Extractor(keep_meta)
+        ex.read(Path(path), start=offset)
+        conn.send(("ok", ex))
+    except InputFormatError as exc:
+        conn.send(("error", (exc.what, exc.fix)))
+    except BaseException as exc:  # report anything else instead of dying silently
+        conn.send(("error", (f"{path}: reading from byte {offset} failed: {type(exc).__name__}: {exc}", "")))
+    finally:
+        conn.close()
+
+
+def _hash_file(path: Path, out: dict) -> None:
+    out["sha256"] = sha256_file(path)
+
+
+def _read_split(ex: _Extractor, path: Path, split: tuple[int, str]) -> str:
+    """Read ``path`` with a second process doing the part after ``split``; returns its sha256."""
+    import multiprocessing
+    import threading
+
+    ctx = multiprocessing.get_context("spawn")  # no fork: the parent may hold pyarrow/BLAS threads
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_read_tail, args=(child, str(path), split[0], ex.keep_meta), daemon=True)
+    proc.start()
+    child.close()
+    digest: dict = {}
+    hasher = threading.Thread(target=_hash_file, args=(path, digest))  # hashlib releases the GIL
+    hasher.start()
+    try:
+        if ex.read(path, stop=split):
+            try:
+                status, payload = parent.recv()
+            except EOFError:  # the child died (e.g. killed): read its part here instead
+                ex.read(path, start=split[0])
+            else:
+                if status == "error":
+                    raise InputFormatError(*payload)
+                ex.merge(payload, path)
+        # else: the guess was not a top-level key; this process has read the whole file itself
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
+        parent.close()
+        hasher.join()
+    return digest["sha256"]
+
+
+def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = True,
+                      workers: int | None = None) -> SceneGraphTable:
+    """Read and validate GQA scene-graph files into a SceneGraphTable (streaming, one image at a time).
+
+    With ``workers`` >= 2 (default: 2 when the machine has 2+ cores) a file of at least
+    SPLIT_MIN_BYTES is read by two processes, split at a verified image boundary; the result is
+    identical to the sequential read.
+    """
+    workers = (2 if (os.cpu_count() or 1) >= 2 else 1) if workers is None else workers
+    ex = _Extractor(keep_meta)
+    digests = []
+    for p in paths:
+        path = _existing(p)
+        split = _split_point(path) if workers >= 2 and path.stat().st_size >= SPLIT_MIN_BYTES else None
+        if split is None:
+            hasher = hashlib.sha256()
+            ex.read(path, hasher)
+            digests.append(hasher.hexdigest())
+        else:
+            digests.append(_read_split(ex, path, split))
+    return ex.table([str(p) for p in paths], digests)
