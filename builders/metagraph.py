@@ -136,6 +136,11 @@ def _check_members(members: Mapping[str, np.ndarray], what: str) -> list[str]:
             )
         if arr.size == 0:
             raise InputFormatError(f"{what}: subset {name!r} has no images", "drop empty subsets before the analysis")
+        if arr[0] < 0:
+            raise InputFormatError(
+                f"{what}: members[{name!r}] holds negative image index {int(arr[0])}",
+                "pass non-negative indices into one shared image list",
+            )
         if arr.size > 1 and not bool(np.all(arr[1:] > arr[:-1])):
             raise InputFormatError(
                 f"{what}: members[{name!r}] is not sorted and unique",

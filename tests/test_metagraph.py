@@ -328,6 +328,8 @@ def test_eigh_runs_with_one_blas_thread_and_restores():
 def test_bad_members_rejected():
     with pytest.raises(InputFormatError, match="not sorted and unique"):
         mg.analyse_class("d", {"d(a)": np.array([3, 1, 2])})
+    with pytest.raises(InputFormatError, match="negative image index"):
+        mg.analyse_class("d", {"d(a)": np.array([-1, 2])})
     with pytest.raises(InputFormatError, match="no images"):
         mg.analyse_class("d", {"d(a)": np.array([], dtype=np.int64)})
     with pytest.raises(InputFormatError, match="integer numpy array"):
