@@ -26,7 +26,7 @@ def exported(shared_ref, tmp_path_factory):
     root = tmp_path_factory.mktemp("publish")
     art = build_tiny_artifact(root / "artifact")
     images = copy_reference_images(shared_ref, root / "images")
-    tasks = [make_prepared(CONFIGS[0], images), make_prepared(CONFIGS[1], images, shift_type="marginal")]
+    tasks = [make_prepared(CONFIGS[0], images), make_prepared(CONFIGS[1], images, shift_type="conditional")]
     export_prepared(tasks, art, root / "out", namespace=NS)
     return {"root": root, "out": root / "out", "art": art, "tasks": tasks}
 
@@ -45,21 +45,24 @@ LOAD_SCRIPT = r"""
 import hashlib, json, sys
 import datasets
 datasets.config.USE_PARQUET_EXPORT = False
-repo, config = sys.argv[1], sys.argv[2]
-out = {}
-ds = datasets.load_dataset(repo, config)
-for split, d in ds.items():
-    d = d.cast_column("image", datasets.Image(decode=False))
-    out[split] = [[r["image_id"], r["label"], hashlib.sha256(r["image"]["bytes"]).hexdigest()] for r in d]
-stream = datasets.load_dataset(repo, config, streaming=True)["train"]
-out["streamed_train"] = [r["image_id"] for r in stream.select_columns(["image_id"])]
-print(json.dumps(out))
+result = []
+for repo, config in zip(sys.argv[1::2], sys.argv[2::2]):
+    out = {}
+    for split, d in datasets.load_dataset(repo, config).items():
+        d = d.cast_column("image", datasets.Image(decode=False))
+        out[split] = [[r["image_id"], r["label"], hashlib.sha256(r["image"]["bytes"]).hexdigest()] for r in d]
+    stream = datasets.load_dataset(repo, config, streaming=True)["train"]
+    out["streamed_train"] = [r["image_id"] for r in stream.select_columns(["image_id"])]
+    result.append(out)
+print(json.dumps(result))
 """
 
 
-def load_from_hub(endpoint: str, home: Path, repo: str, config: str) -> dict:
+def load_from_hub(endpoint: str, home: Path, *repo_configs: tuple[str, str]) -> list[dict]:
+    """Load each (repo, config) with datasets, normal and streaming, in one client process."""
     env = client_env(endpoint, str(home), None)  # anonymous: public repos load without a token
-    r = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, repo, config], env=env, capture_output=True, text=True, timeout=300)
+    args = [x for pair in repo_configs for x in pair]
+    r = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, *args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -98,8 +101,8 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
         assert "d=0.500" in next(i for i in collection["items"] if i["id"].endswith(CONFIGS[0]))["note"]["text"]
         assert f'load_dataset("{NS}/metashift-{CONFIGS[0]}", "{CONFIGS[0]}")' in r.stdout
 
-        for config in CONFIGS:
-            got = load_from_hub(endpoint, tmp_path / "reader", f"{NS}/metashift-{config}", config)
+        loaded = load_from_hub(endpoint, tmp_path / "reader", *[(f"{NS}/metashift-{c}", c) for c in CONFIGS])
+        for config, got in zip(CONFIGS, loaded):
             want = local_rows(exported["out"] / f"metashift-{config}", config)
             assert got["train"] == want["train"] and got["test"] == want["test"]
             assert got["streamed_train"] == [row[0] for row in want["train"]]
@@ -209,5 +212,5 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
         shards = sorted(p for p in repo.head.files if p.endswith(".parquet"))
         assert shards == sorted(f"{CONFIGS[0]}/{p.name}" for p in (resharded / f"metashift-{CONFIGS[0]}" / CONFIGS[0]).glob("*.parquet"))
         assert f"{CONFIGS[0]}/train-00000-of-00001.parquet" not in shards and len(shards) > 2
-        got = load_from_hub(endpoint, tmp_path / "reader", f"{NS}/metashift-{CONFIGS[0]}", CONFIGS[0])
+        (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{CONFIGS[0]}", CONFIGS[0]))
         assert got["train"] == local_rows(exported["out"] / f"metashift-{CONFIGS[0]}", CONFIGS[0])["train"]
