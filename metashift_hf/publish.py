@@ -291,11 +291,13 @@ def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPla
 
 def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
-                  collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print, **overrides) -> PublishResult:
+                  collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
+                  task_overrides: dict[str, dict] | None = None, **overrides) -> PublishResult:
     """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them."""
     from .export import export_tasks
 
     validate_repo_name(namespace, "namespace")
-    repos = export_tasks(tasks, artifact, images, out_dir, layout=layout, seed=seed, namespace=namespace, **overrides)
+    repos = export_tasks(tasks, artifact, images, out_dir, layout=layout, seed=seed, namespace=namespace,
+                         task_overrides=task_overrides, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
                       collection_title=collection_title, echo=echo)

@@ -655,3 +655,14 @@ def copy_reference_images(shared_ref, dest) -> list:
         shutil.copyfile(src, dest / src.name)
         out.append(dest / src.name)
     return out
+
+
+def build_demo(root) -> tuple:
+    """The embedded demo world built into a real artifact (with meta-graph plots): (world, artifact)."""
+    from pathlib import Path
+
+    from builders.build import build_from_inputs
+    from metashift_hf.demo_world import generate_demo_world
+
+    world = generate_demo_world(Path(root) / "world", seed=0)
+    return world, build_from_inputs(Path(root) / "artifact", scene_graphs=world.scene_graphs, source="demo")

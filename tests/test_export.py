@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
+from hub_server import build_demo, build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.export import export_prepared, export_tasks, verify_export, write_config
 
@@ -128,13 +128,8 @@ def test_verify_needs_an_exported_repo(tmp_path):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """The embedded demo world built into a real artifact (with meta-graph plots)."""
-    from builders.build import build_from_inputs
-    from metashift_hf.demo_world import generate_demo_world
-
     root = tmp_path_factory.mktemp("demo")
-    world = generate_demo_world(root / "world", seed=0)
-    art = build_from_inputs(root / "artifact", scene_graphs=world.scene_graphs, source="demo")
+    world, art = build_demo(root)
     return root, world, art
 
 
@@ -161,3 +156,34 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     assert "**Subpopulation shift**" in sub and "Minority groups make up p =" in sub
     index = (repos[-1].path / "README.md").read_text()
     assert all(f'load_dataset("{root / "out" / f"metashift-{t}"}", "{t}")' in index for t in tasks)
+
+
+def test_cli_export_prints_the_load_lines(demo, capsys):
+    from metashift_hf.cli import main
+
+    root, world, art = demo
+    out = root / "cli-out"
+    code = main(["export", "paper-dg-cat-dog-1", "class-cat", "--artifact", str(art.root), "--images", str(world.images_dir),
+                 "--out", str(out), "--set", "scale=0.5", "--set", "class-cat:scale=null"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert f'load_dataset("{out / "metashift-paper-dg-cat-dog-1"}", "paper-dg-cat-dog-1")' in printed
+    assert f'load_dataset("{out / "metashift-class-cat"}", "class-cat")' in printed
+    assert (out / "metashift" / "README.md").is_file()
+
+
+def test_cli_errors(capsys, tmp_path):
+    from metashift_hf.cli import main
+    from metashift_hf.commands.export import parse_overrides
+
+    assert main(["export", "paper-dg-cat-dog-1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error: --artifact and --images not given" in err and "fix:" in err
+    assert main(["export", "--artifact", "a", "--images", "b", "--out", str(tmp_path)]) == 2
+    assert "error: no task named" in capsys.readouterr().err
+    assert main(["export", "t1", "--artifact", "a", "--images", "b", "--out", str(tmp_path), "--set", "t2:scale=1"]) == 2
+    assert "names task 't2', which is not being exported" in capsys.readouterr().err
+    assert parse_overrides(["scale=0.5", "class-cat:scale=null", "b:mode=x"], ["class-cat", "b"]) == (
+        {"scale": 0.5}, {"class-cat": {}, "b": {"scale": 0.5, "mode": "x"}})
+    with pytest.raises(MetashiftError, match="not KEY=VALUE"):
+        parse_overrides(["scale"], [])

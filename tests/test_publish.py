@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import build_tiny_artifact, client_env, copy_reference_images, make_prepared, running_hub
+from hub_server import build_demo, build_tiny_artifact, client_env, copy_reference_images, make_prepared, running_hub
 from metashift_hf import export
 from metashift_hf.export import export_prepared
 
@@ -214,3 +214,23 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
         assert f"{CONFIGS[0]}/train-00000-of-00001.parquet" not in shards and len(shards) > 2
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{CONFIGS[0]}", CONFIGS[0]))
         assert got["train"] == local_rows(exported["out"] / f"metashift-{CONFIGS[0]}", CONFIGS[0])["train"]
+
+
+def test_publish_tasks_from_the_cli_end_to_end(tmp_path):
+    """The user's path: tasks -> export (cards name the Hub repo) -> push -> load by repo id."""
+    world, art = build_demo(tmp_path / "demo")
+    task = "paper-dg-cat-dog-1"
+    with running_hub() as (endpoint, state):
+        r = cli(["publish", task, "--artifact", str(art.root), "--images", str(world.images_dir), "--namespace", NS,
+                 "--set", "scale=0.5"], endpoint, tmp_path / "home",
+                extra_env={"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")})
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in r.stdout
+        head = state.repos[("dataset", f"{NS}/metashift-{task}")].head
+        readme = head.files["README.md"].content.decode()
+        assert f'ds = load_dataset("{NS}/metashift-{task}", "{task}")' in readme
+        assert {"images/cat.png", "images/dog.png", f"{task}/shift_spec.json"} <= set(head.files)
+        index = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
+        assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in index
+        (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{task}", task))
+        assert len(got["train"]) == len(got["streamed_train"]) > 0 and set(got) >= {"train", "test"}

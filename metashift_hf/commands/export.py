@@ -15,7 +15,35 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
                    help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
                         "one-repo: every task as a config of the `metashift` repo")
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
+                   help="task option, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 for one, "
+                        "class-cat:scale=null to drop it for one; repeatable")
 
+
+def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str, dict]]:
+    """``--set`` values -> (options for every task, per-task options that replace them)."""
+    import json
+
+    from ..errors import MetashiftError, did_you_mean
+
+    common: dict = {}
+    per_task: dict[str, dict] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        task, colon, key = key.rpartition(":") if ":" in key else ("", "", key)
+        if not eq or not key:
+            raise MetashiftError(f"--set {item!r} is not KEY=VALUE", "write e.g. --set scale=0.5 or --set paper-dg-cat-dog-1:scale=0.5")
+        try:
+            value = json.loads(raw)  # numbers, true/false, lists; anything else stays a string
+        except json.JSONDecodeError:
+            value = raw
+        if task and task not in tasks:
+            raise MetashiftError(f"--set {item!r} names task {task!r}, which is not being exported{did_you_mean(task, tasks)}",
+                                 "name one of the TASK arguments before the colon")
+        (per_task.setdefault(task, {}) if task else common)[key] = value
+    # A per-task entry starts from the common options and replaces what it names; KEY=null drops
+    # a common option for that task (collections, for instance, take no size options).
+    return common, {t: {k: v for k, v in {**common, **o}.items() if v is not None} for t, o in per_task.items()}
 
 def require_task_inputs(args: argparse.Namespace) -> None:
     from ..errors import MetashiftError
@@ -50,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     from ..export import export_tasks, verify_export
 
     require_task_inputs(args)
+    common, per_task = parse_overrides(args.overrides, args.tasks)
     repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=args.seed,
-                         namespace=args.namespace)
+                         namespace=args.namespace, task_overrides=per_task, **common)
     for repo in repos:
         print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
     print("load with:")
