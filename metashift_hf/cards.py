@@ -293,8 +293,12 @@ def collection_note(spec: dict) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
+def shift_label(spec: dict) -> str:
+    return {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
+
+
 def summary(spec: dict) -> str:
-    kind = {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
+    kind = shift_label(spec)
     return f"Classify {', '.join(f'`{c}`' for c in spec.get('classes', []))} under {kind}."
 
 
@@ -304,8 +308,8 @@ def _shift_table(spec: dict) -> str:
     groups = _groups(spec)
     rows = [
         ("shift type", spec.get("shift_type", "none")),
-        ("train contexts", _contexts(groups.get("train", []))),
-        ("test contexts", _contexts(groups.get("test", []))),
+        ("train groups", _contexts(groups.get("train", []))),
+        ("test groups", _contexts(groups.get("test", []))),
         ("distance d", f"{_fmt(dist.get('value'))} ({dist.get('rule')})" if dist else "–"),
         ("minority fraction p", f"{_fmt(mf.get('achieved'))} (target {_fmt(mf.get('target'))})" if mf else "–"),
         ("split sizes", ", ".join(f"{k}: {v}" for k, v in (spec.get("split_sizes") or {}).items()) or "–"),
@@ -414,7 +418,7 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
         mf = (spec.get("minority_fraction") or {}).get("achieved")
         rows.append(
             f"| `{i.task_id}` | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.get('classes', []))} | "
-            f"{spec.get('shift_type', 'none')} | {_cell(_contexts(groups.get('train', [])))} | "
+            f"{shift_label(spec)} ({spec.get('shift_type', 'none')}) | {_cell(_contexts(groups.get('train', [])))} | "
             f"{_cell(_contexts(groups.get('test', [])))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
