@@ -280,12 +280,16 @@ def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPla
     else:
         slug = hub.call("creating the collection", hub.api.create_collection, title, namespace=namespace,
                         description=COLLECTION_DESCRIPTION, private=private, exists_ok=True).slug
-    present = {i.item_id for i in hub.call("reading the collection", hub.api.get_collection, slug).items}
+    present = {i.item_id: i for i in hub.call("reading the collection", hub.api.get_collection, slug).items}
     # The index repo first: it is the overview the collection should open with.
     for plan in sorted(plans, key=lambda p: (not p.repo_id.endswith("/metashift"), p.repo_id)):
-        if plan.repo_id not in present:
+        item = present.get(plan.repo_id)
+        if item is None:
             hub.call(f"adding {plan.repo_id} to the collection", hub.api.add_collection_item, slug, plan.repo_id, "dataset",
                      note=plan.note or None, exists_ok=True)
+        elif plan.note and item.note != plan.note:  # the task's shift spec changed since the last run
+            hub.call(f"updating the note of {plan.repo_id}", hub.api.update_collection_item, slug, item.item_object_id,
+                     note=plan.note)
     return slug
 
 

@@ -515,6 +515,17 @@ class _HubHTTPServer(ThreadingHTTPServer):
             found = [{k: v for k, v in self._collection_json(c).items() if k != "position"}
                      for c in self.state.collections.values() if owner in (None, c["owner"]["name"])]
             return 200, found, {}
+        item = re.fullmatch(r"/([^/]+/[^/]+?)/items/([0-9a-f]+)", rest)
+        if item and method == "PATCH" and item.group(1) in self.state.collections:
+            c = self.state.collections[item.group(1)]
+            self._can_write(headers, c["owner"]["name"])
+            payload = json.loads(body or b"{}")
+            found = [i for i in c["items"] if i["_id"] == item.group(2)]
+            if not found:
+                raise _error(404, f"Item {item.group(2)} not in collection")
+            if "note" in payload:
+                found[0]["note"] = {"text": payload["note"], "html": payload["note"]}
+            return 200, {}, {}
         m = re.fullmatch(r"/([^/]+/[^/]+?)(/items)?", rest)
         if not m or m.group(1) not in self.state.collections:
             raise _error(404, f"Collection not found: {rest}", "RepoNotFound")

@@ -234,3 +234,28 @@ def test_publish_tasks_from_the_cli_end_to_end(tmp_path):
         assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in index
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{task}", task))
         assert len(got["train"]) == len(got["streamed_train"]) > 0 and set(got) >= {"train", "test"}
+
+
+def test_collection_notes_follow_the_shift_spec(exported, tmp_path):
+    changed = tmp_path / "changed"
+    shutil.copytree(exported["out"], changed)
+    spec_file = changed / f"metashift-{CONFIGS[0]}" / CONFIGS[0] / "shift_spec.json"
+    with running_hub() as (endpoint, state):
+        assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
+        spec = json.loads(spec_file.read_text())
+        spec["distance"]["value"] = 0.75
+        spec_file.write_text(json.dumps(spec))
+        r = cli(publish_args(changed), endpoint, tmp_path / "h")
+        assert r.returncode == 0, r.stderr[-3000:]
+        (collection,) = state.collections.values()
+        notes = {i["id"]: i.get("note", {}).get("text") for i in collection["items"]}
+        assert len(collection["items"]) == 3 and "d=0.750" in notes[f"{NS}/metashift-{CONFIGS[0]}"]
+        assert state.count("PATCH", "/items/") == 1
+
+
+def test_private_repos_and_collection(exported, tmp_path):
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(exported["out"], "--private"), endpoint, tmp_path / "h")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert all(repo.private for repo in state.repos.values()) and len(state.repos) == 3
+        assert next(iter(state.collections.values()))["private"] is True
