@@ -255,7 +255,8 @@ class _HubHTTPServer(ThreadingHTTPServer):
         with self.state.lock:
             if (repo_type, repo_id) in self.state.repos:
                 return 409, {"error": "You already created this repo", "url": url}, {"X-Error-Message": "You already created this repo"}
-            repo = Repo(repo_type, repo_id, bool(payload.get("private")))
+            # huggingface_hub >= 1 sends "visibility"; older clients send "private".
+            repo = Repo(repo_type, repo_id, bool(payload.get("private")) or payload.get("visibility") == "private")
             files = {".gitattributes": Entry(len(_GITATTRIBUTES), git_blob_sha1(_GITATTRIBUTES), None, _GITATTRIBUTES)}
             repo.commits.append(self._make_commit(None, "initial commit", files))
             self.state.repos[(repo_type, repo_id)] = repo
