@@ -95,3 +95,5 @@ def test_cli_errors(matched, tmp_path, capsys):
     rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'few.csv'}", "--task", "bin-cat-dog",
                "--artifact", str(matched), "--hierarchy", "nope", "--out", str(tmp_path / "x")])
     assert rc == 2 and "unknown hierarchy" in capsys.readouterr().err
+    rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--batch-size", "0", "--out", str(tmp_path / "x")])
+    assert rc == 2 and "--batch-size" in capsys.readouterr().err

@@ -38,13 +38,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import MetashiftError
     from ..evaluate.run import evaluate
 
-    if args.batch_size < 1:
-        raise MetashiftError(f"--batch-size must be at least 1, got {args.batch_size}", "use e.g. --batch-size 32")
-    if not 0 < args.alpha < 1:
-        raise MetashiftError(f"--alpha must be between 0 and 1, got {args.alpha}", "use e.g. --alpha 0.05")
     report = evaluate(
         args.model, args.task, args.artifact, args.images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,

@@ -200,6 +200,12 @@ def evaluate(
     """
     from .. import __version__
 
+    for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
+                                  ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
+                                  ("alpha", alpha, 0 < alpha < 1, "e.g. 0.05")):
+        if not ok:
+            flag = "--" + name.replace("_", "-")
+            raise MetashiftError(f"{flag} (Python: {name}) = {value} is out of range", f"use {hint}")
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
