@@ -291,11 +291,13 @@ def build_from_inputs(
     options: BuildOptions = BuildOptions(),
     source: str | None = None,
     plots: bool = True,
+    workers: int = 1,
     log: Callable[[str], None] | None = None,
 ) -> "art.Artifact":
     """The ``metashift-hf build`` pipeline: scene graphs XOR published pickle(s) -> artifact.
 
     Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
+    ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
     """
     from metashift_hf.fsutil import sha256_file
 
@@ -315,7 +317,7 @@ def build_from_inputs(
                                "pass --scene-graphs FILE [FILE ...] or --candidate-subsets PKL [--attributes-pickle PKL]")
     clock = _Clock()
     if scene_graphs:
-        sg = read_scene_graphs(scene_graphs)
+        sg = read_scene_graphs(scene_graphs, workers=workers)
         say(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
             f"from {len(scene_graphs)} file(s) in {clock}")
         clock = _Clock()

@@ -472,15 +472,20 @@ def _read_split(ex: _Extractor, path: Path, split: tuple[int, str]) -> str:
     return digest["sha256"]
 
 
+def default_workers() -> int:
+    """2 on a machine with 2+ cores, else 1 (what the command line uses)."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
 def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = True,
-                      workers: int | None = None) -> SceneGraphTable:
+                      workers: int = 1) -> SceneGraphTable:
     """Read and validate GQA scene-graph files into a SceneGraphTable (streaming, one image at a time).
 
-    With ``workers`` >= 2 (default: 2 when the machine has 2+ cores) a file of at least
-    SPLIT_MIN_BYTES is read by two processes, split at a verified image boundary; the result is
-    identical to the sequential read.
+    With ``workers`` >= 2 a file of at least SPLIT_MIN_BYTES is read by two processes, split at a
+    verified image boundary; the result is identical to the sequential read. The second process is
+    started with 'spawn', which re-imports the caller's main script: library callers opt in (and
+    need the usual ``if __name__ == "__main__":`` guard); the command line uses 2 by default.
     """
-    workers = (2 if (os.cpu_count() or 1) >= 2 else 1) if workers is None else workers
     ex = _Extractor(keep_meta)
     digests = []
     for p in paths:

@@ -36,12 +36,15 @@ def register(subparsers) -> None:
                               metavar=None if f.metadata.get("choices") else {int: "N", float: "X"}.get(kind, "S"),
                               help=help_text)
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes reading a large scene-graph file (default: 2 on a machine with 2+ cores)")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from builders.build import BuildOptions, build_from_inputs
+    from builders.scene_graphs import default_workers
 
     options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
     t0 = time.perf_counter()
@@ -49,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     artifact = build_from_inputs(
         args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
         attributes_pickle=args.attributes_pickle, options=options, plots=not args.no_plots, log=log,
+        workers=default_workers() if args.workers is None else args.workers,
     )
     s = artifact.stats
     print(f"built {artifact.root} in {time.perf_counter() - t0:.1f} s")
