@@ -226,10 +226,15 @@ def naive(data: dict, pairing: str, as_: str, kinds) -> dict[str, tuple[str, fro
     return merged
 
 
-@pytest.mark.parametrize("pairing", ["relation", "cooccurrence"])
+@pytest.mark.parametrize("pairing, block", [("relation", None), ("cooccurrence", None), ("cooccurrence", 37)])
 @pytest.mark.parametrize("as_", ["subject", "context"])
-def test_vectorised_equals_naive_reference(tmp_path, pairing, as_):
+def test_vectorised_equals_naive_reference(tmp_path, monkeypatch, pairing, block, as_):
     import sys
+
+    import builders.subsets as bs
+
+    if block is not None:  # many small pair blocks instead of one
+        monkeypatch.setattr(bs, "_PAIR_BLOCK", block)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from synthetic_gqa import generate
