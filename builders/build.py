@@ -335,6 +335,13 @@ def build_from_inputs(
             options = dataclasses.replace(options, include_attributes=True)
         for path, role, is_attr in ((candidate_subsets, "candidate_subsets", False),
                                     (attributes_pickle, "attributes_pickle", True)):
+            swapped = {False: "attributes-candidate-subsets.pkl", True: "full-candidate-subsets.pkl"}[is_attr]
+            if path and Path(path).name == swapped:
+                flag = "--attributes-pickle" if not is_attr else "--candidate-subsets"
+                raise InputFormatError(
+                    f"{path} was given as --{role.replace('_', '-')}, but its name says it is the other published pickle",
+                    f"pass it with {flag} (kinds of its subsets depend on which file it is)",
+                )
             if path:
                 parts.append(load_candidate_pickle(path, attributes=is_attr))  # checks existence and format
                 digest = verify_known(path) or sha256_file(path)

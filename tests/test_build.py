@@ -136,6 +136,7 @@ def test_bad_inputs(tmp_path, scene_graphs, capsys):
         ([], "no input given"),
         (["--scene-graphs", str(scene_graphs), "--min-images-per-subset", "100000"], "no class passes the rules"),
         (["--scene-graphs", str(scene_graphs), "--spectral-dim", "0"], "spectral_dim=0"),
+        (["--candidate-subsets", str(tmp_path / "attributes-candidate-subsets.pkl")], "pass it with --attributes-pickle"),
     ]
     for args, message in cases:
         out = tmp_path / "out"
