@@ -343,51 +343,83 @@ class VerifyResult:
     streaming_rows: int
 
 
-def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming: bool = True) -> VerifyResult:
-    """Load ``repo_dir`` back with ``datasets.load_dataset`` and check it against the shards.
+_VERIFY_BATCH = 256  # rows held in memory at once while comparing (images are ~150 kB each)
 
-    ``expected`` (a DatasetDict, e.g. ``PreparedTask.dataset``) when given is compared row by row
-    in export order (sorted by image id): image ids, labels and the exact image bytes. Without it the loaded rows are compared with the
-    parquet shards read directly. Streaming mode must yield the same first split's rows too.
-    """
+
+def _undecoded(ds):
     import datasets
+
+    return ds.cast_column("image", datasets.Image(decode=False)) if "image" in ds.features else ds
+
+
+def _expected_rows(ds):
+    """Rows of a prepared split in export order, a batch at a time, image bytes embedded."""
+    import pyarrow.compute as pc
+    from datasets.table import embed_table_storage
+
+    ds = _undecoded(ds)
+    keys = [k for k in SORT_KEYS if k in ds.column_names]
+    if keys and len(ds):
+        ids = ds.select_columns(keys).with_format("arrow")[:]
+        ds = ds.select(pc.sort_indices(ids, sort_keys=[(k, "ascending") for k in keys]).to_pylist())
+    for batch in ds.with_format("arrow").iter(batch_size=_VERIFY_BATCH):
+        yield from embed_table_storage(batch).to_pylist()
+
+
+def _shard_rows(files: list[Path]):
     import pyarrow.parquet as pq
+
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=_VERIFY_BATCH):
+            yield from batch.to_pylist()
+
+
+def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming: bool = True) -> VerifyResult:
+    """Load ``repo_dir`` back with ``datasets.load_dataset`` and check it row by row.
+
+    The reference is ``expected`` (a DatasetDict, e.g. ``PreparedTask.dataset``) in export order
+    (sorted by image id), or else the parquet shards read directly. Compared: row count, image ids,
+    labels and the exact image bytes (which must be embedded). With ``streaming`` the first split
+    is also read with ``streaming=True`` and must give the same image ids.
+    """
+    import itertools
+
+    import datasets
 
     repo_dir = Path(repo_dir)
     if not (repo_dir / "README.md").is_file():
         raise InputFormatError(f"{repo_dir} is not an exported repo (no README.md)", "run `metashift-hf export` first")
+    where = f"{repo_dir} config {config!r}"
+    fix = "export again; the shards do not match the task"
     # A fresh cache: a cached copy of an earlier export would hide what is on disk now.
     with tempfile.TemporaryDirectory(prefix="metashift-verify-") as cache:
         loaded = datasets.load_dataset(str(repo_dir), config, cache_dir=cache)
         checked = {}
         for split, ds in loaded.items():
-            raw = ds.cast_column("image", datasets.Image(decode=False)) if "image" in ds.features else ds
-            if expected is not None:
-                ref = expected[split]
-                ref = ref.cast_column("image", datasets.Image(decode=False)) if "image" in ref.features else ref
-                ref_rows = ref.with_format("arrow")[:]
-                from datasets.table import embed_table_storage
-
-                ref_rows = sort_rows(embed_table_storage(ref_rows)).to_pylist()
-            else:
-                files = sorted((repo_dir / config).glob(f"{split}-*.parquet"))
-                ref_rows = [r for f in files for r in pq.read_table(f).to_pylist()]
-            got = raw.with_format("arrow")[:].to_pylist() if len(raw) else []
-            if len(got) != len(ref_rows):
-                raise MetashiftError(f"{repo_dir}/{config} split {split!r}: loaded {len(got)} rows, expected {len(ref_rows)}",
-                                     "export again; the shards do not match the task")
-            for i, (a, b) in enumerate(zip(got, ref_rows)):
+            if expected is not None and split not in expected:
+                raise MetashiftError(f"{where}: split {split!r} is not in the prepared task", fix)
+            ref = _expected_rows(expected[split]) if expected is not None else \
+                _shard_rows(sorted((repo_dir / config).glob(f"{split}-*.parquet")))
+            got = (row for batch in _undecoded(ds).with_format("arrow").iter(batch_size=_VERIFY_BATCH) for row in batch.to_pylist())
+            n = 0
+            for a, b in itertools.zip_longest(got, ref):
+                if a is None or b is None:
+                    raise MetashiftError(f"{where} split {split!r}: loaded {len(ds)} rows, the reference has a different count", fix)
                 for key in ("image_id", "label"):
                     if key in a and a[key] != b.get(key):
-                        raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: {key} {a[key]!r} != {b.get(key)!r}",
-                                             "export again; the shards do not match the task")
-                if "image" in a and (a["image"] or {}).get("bytes") != (b["image"] or {}).get("bytes"):
-                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes differ",
-                                         "export again; the image bytes must be the original files'")
-                if "image" in a and not (a["image"] or {}).get("bytes"):
-                    raise MetashiftError(f"{repo_dir}/{config} split {split!r} row {i}: image bytes are not embedded",
-                                         "export again with this version (images must be embedded)")
-            checked[split] = len(got)
+                        raise MetashiftError(f"{where} split {split!r} row {n}: {key} {a[key]!r} != {b.get(key)!r}", fix)
+                if "image" in a:
+                    mine, theirs = (a["image"] or {}).get("bytes"), (b.get("image") or {}).get("bytes")
+                    if not mine:
+                        raise MetashiftError(f"{where} split {split!r} row {n}: image bytes are not embedded",
+                                             "export again with this version (images must be embedded)")
+                    if mine != theirs:
+                        raise MetashiftError(f"{where} split {split!r} row {n}: image bytes differ",
+                                             "export again; the image bytes must be the original files'")
+                n += 1
+            checked[split] = n
+        if expected is not None and set(expected) != set(checked):
+            raise MetashiftError(f"{where}: splits {sorted(checked)} loaded, the task has {sorted(expected)}", fix)
         streamed = 0
         if streaming:
             first = next(iter(loaded))
@@ -395,8 +427,6 @@ def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming
             key = "image_id" if "image_id" in stream.features else next(iter(stream.features))
             ids = [r[key] for r in stream.select_columns([key])]  # one column: no image decoding
             streamed = len(ids)
-            if key != "image" and ids != list(loaded[first][key]):
-                raise MetashiftError(f"{repo_dir}/{config}: streaming rows differ from the loaded rows", "export again")
-            if streamed != checked[first]:
-                raise MetashiftError(f"{repo_dir}/{config}: streaming gave {streamed} rows, expected {checked[first]}", "export again")
+            if streamed != checked[first] or (key != "image" and ids != list(loaded[first][key])):
+                raise MetashiftError(f"{where}: streaming gave {streamed} rows that differ from the {checked[first]} loaded", fix)
     return VerifyResult(config, checked, streamed)
