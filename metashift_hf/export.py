@@ -11,7 +11,7 @@ A repo folder holds exactly what ``publish`` pushes::
 from __future__ import annotations
 
 import json
-import math
+import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -120,44 +120,77 @@ def _schema_metadata(features) -> dict[bytes, bytes]:
     return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True).encode()}
 
 
-def sort_rows(table):
-    """Rows in export order (see SORT_KEYS); tables without those columns keep their order."""
+def export_order(dataset):
+    """``dataset`` with its rows in export order (see SORT_KEYS), as a lazy index mapping."""
     import pyarrow.compute as pc
 
-    keys = [(k, "ascending") for k in SORT_KEYS if k in table.column_names]
-    return table.take(pc.sort_indices(table, sort_keys=keys)) if keys and table.num_rows else table
+    keys = [k for k in SORT_KEYS if k in dataset.column_names]
+    if not keys or not len(dataset):
+        return dataset
+    ids = dataset.select_columns(keys).with_format("arrow")[:]
+    return dataset.select(pc.sort_indices(ids, sort_keys=[(k, "ascending") for k in keys]).to_pylist())
+
+
+def _embedded_batches(dataset, rows: int):
+    """Arrow batches of ``rows`` rows with each image file's original bytes read into the table
+    (``embed_table_storage`` reads bytes as they are; nothing is decoded or re-encoded)."""
+    from datasets.table import embed_table_storage
+
+    if not len(dataset):
+        yield embed_table_storage(dataset.with_format("arrow")[:0])
+        return
+    for batch in dataset.with_format("arrow").iter(batch_size=rows):
+        yield embed_table_storage(batch)
 
 
 def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
-                row_group_rows: int = ROW_GROUP_ROWS, compression: str = COMPRESSION,
+                row_group_rows: int | None = None, compression: str = COMPRESSION,
                 content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING, sort_by_id: bool = True) -> SplitFiles:
-    """Write one split as parquet shards with the image bytes embedded in the file."""
-    import pyarrow as pa
+    """Write one split as parquet shards with the image bytes embedded in the file.
+
+    Streams one row group at a time (memory stays at ~``row_group_rows`` images) and starts a new
+    shard before one would pass ``max_shard_bytes``; shards get their final ``-of-n`` names at the end.
+    """
     import pyarrow.parquet as pq
-    from datasets.table import embed_table_storage
 
     validate_split_name(split, config)
-    # Materialise any select/shuffle indices, then read each image file's original bytes into
-    # the table (embed_table_storage reads bytes as they are; nothing is decoded).
-    table = dataset.with_format("arrow")[:] if len(dataset) else dataset.data.table.slice(0, 0)
-    table = embed_table_storage(table)
-    table = sort_rows(table) if sort_by_id else table  # unsorted only for the storage benchmark
+    limit = max_shard_bytes or MAX_SHARD_BYTES
+    row_group_rows = row_group_rows or ROW_GROUP_ROWS
+    ordered = export_order(dataset) if sort_by_id else dataset  # unsorted only for the storage benchmark
     metadata = _schema_metadata(dataset.features)
-    table = table.replace_schema_metadata(metadata)
-    num_bytes = int(table.nbytes)
-    count = max(1, math.ceil(num_bytes / (max_shard_bytes or MAX_SHARD_BYTES)))
-    per_shard = math.ceil(table.num_rows / count) if table.num_rows else 0
-    files = []
-    for i in range(count):
-        rel = shard_name(config, split, i, count)
-        part = table.slice(i * per_shard, per_shard) if per_shard else table
-        with atomic_file(repo_dir / rel) as f:
-            pq.write_table(
-                part, f, row_group_size=row_group_rows, compression=compression,
-                use_content_defined_chunking=content_defined_chunking, write_page_index=True,
-            )
-        files.append(rel)
-    return SplitFiles(split, table.num_rows, num_bytes, tuple(files))
+    folder = Path(repo_dir) / config
+    folder.mkdir(parents=True, exist_ok=True)
+    parts: list[Path] = []
+    writer = None
+    shard_bytes = num_bytes = rows = 0
+    try:
+        for batch in _embedded_batches(ordered, row_group_rows):
+            batch = batch.replace_schema_metadata(metadata)
+            if writer is None or (shard_bytes and shard_bytes + batch.nbytes > limit):
+                if writer is not None:
+                    writer.close()
+                parts.append(folder / f".{split}-part-{len(parts):05d}.tmp")
+                writer = pq.ParquetWriter(parts[-1], batch.schema, compression=compression,
+                                          use_content_defined_chunking=content_defined_chunking, write_page_index=True)
+                shard_bytes = 0
+            writer.write_table(batch, row_group_size=row_group_rows)
+            shard_bytes += batch.nbytes
+            num_bytes += batch.nbytes
+            rows += batch.num_rows
+        writer.close()
+        writer = None
+        files = []
+        for i, part in enumerate(parts):
+            rel = shard_name(config, split, i, len(parts))
+            os.replace(part, Path(repo_dir) / rel)
+            files.append(rel)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        for part in parts:
+            part.unlink(missing_ok=True)
+        raise
+    return SplitFiles(split, rows, int(num_bytes), tuple(files))
 
 
 def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> ConfigFiles:
@@ -354,16 +387,8 @@ def _undecoded(ds):
 
 def _expected_rows(ds):
     """Rows of a prepared split in export order, a batch at a time, image bytes embedded."""
-    import pyarrow.compute as pc
-    from datasets.table import embed_table_storage
-
-    ds = _undecoded(ds)
-    keys = [k for k in SORT_KEYS if k in ds.column_names]
-    if keys and len(ds):
-        ids = ds.select_columns(keys).with_format("arrow")[:]
-        ds = ds.select(pc.sort_indices(ids, sort_keys=[(k, "ascending") for k in keys]).to_pylist())
-    for batch in ds.with_format("arrow").iter(batch_size=_VERIFY_BATCH):
-        yield from embed_table_storage(batch).to_pylist()
+    for batch in _embedded_batches(export_order(_undecoded(ds)), _VERIFY_BATCH):
+        yield from batch.to_pylist()
 
 
 def _shard_rows(files: list[Path]):

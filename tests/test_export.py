@@ -85,12 +85,14 @@ def test_deterministic_bytes(art, images, tmp_path):
 
 def test_shards_named_and_ordered(art, images, tmp_path):
     task = make_prepared("paper-dg-cat-dog-1", images)
-    cfg = write_config(task.dataset, tmp_path / "repo", "cfg", max_shard_bytes=300_000)
+    cfg = write_config(task.dataset, tmp_path / "repo", "cfg", max_shard_bytes=300_000, row_group_rows=2)
     train = next(s for s in cfg.splits if s.name == "train")
     n = len(train.files)
     assert n > 1 and train.files == tuple(f"cfg/train-{i:05d}-of-{n:05d}.parquet" for i in range(n))
     ids = [i for f in train.files for i in pq.read_table(tmp_path / "repo" / f).column("image_id").to_pylist()]
     assert ids == sorted(task.dataset["train"]["image_id"])  # export order: by image id (dedup across tasks)
+    assert pq.ParquetFile(tmp_path / "repo" / train.files[0]).metadata.row_group(0).num_rows == 2
+    assert not list((tmp_path / "repo" / "cfg").glob(".*"))  # no temporary part left behind
     meta = pq.read_schema(tmp_path / "repo" / train.files[0]).metadata
     assert b"huggingface" in meta  # features (ClassLabel names) travel with the shards
 

@@ -203,6 +203,7 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
     with running_hub() as (endpoint, state):
         assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
         monkeypatch.setattr(export, "MAX_SHARD_BYTES", 400_000)  # more, smaller shards
+        monkeypatch.setattr(export, "ROW_GROUP_ROWS", 2)
         resharded = tmp_path / "resharded"
         export_prepared(exported["tasks"], exported["art"], resharded, namespace=NS)
         r = cli(publish_args(resharded), endpoint, tmp_path / "h")
