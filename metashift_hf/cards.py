@@ -174,6 +174,9 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
         out.append(f"How d is computed here: {dist['note']}.")
     for key, value in sorted((spec.get("paper_sizes") or {}).items()):
         out.append(f"`{key}`: paper {_fmt(value)}, ours {_fmt(_ours(key, spec))}.")
+    scale = (spec.get("overrides") or {}).get("scale")
+    if scale is not None:
+        out.append(f"Sizes were scaled by {_fmt(scale)} (task option `scale`), so sampled group sizes are that fraction of the paper's.")
     mf = spec.get("minority_fraction") or {}
     if mf and mf.get("target") is not None and mf.get("achieved") is not None and mf["target"] != mf["achieved"]:
         out.append(f"Minority fraction: target p = {_fmt(mf['target'])}, achieved {_fmt(mf['achieved'])} "
@@ -348,7 +351,11 @@ def render_task_section(info: TaskInfo) -> str:
         ("seed", b.get("seed")),
         ("rules", ", ".join(f"{k}={v}" for k, v in sorted((b.get("rules") or {}).items())) or "–"),
         ("removed images", ", ".join(f"{k}: {v}" for k, v in sorted((spec.get("removed") or {}).items())) or "none"),
+        ("task options", ", ".join(f"{k}={v}" for k, v in sorted((spec.get("overrides") or {}).items())) or "defaults"),
     ]
+    options = "".join(f" --set {k}={json.dumps(v)}" for k, v in sorted((spec.get("overrides") or {}).items()))
+    reproduce = (f"metashift-hf export {info.task_id} --artifact ARTIFACT --images IMAGES --seed {_fmt(b.get('seed'))}"
+                 f"{options} --out DIR")
     groups_rows = [f"| {s} | `{_cell(g)}` | {n} |" for s, gs in info.group_rows.items() for g, n in gs.items()]
     return _render(
         "task_section.md",
@@ -364,7 +371,7 @@ def render_task_section(info: TaskInfo) -> str:
         metagraph_section=metagraph,
         distance_section=distance,
         build_table="\n".join(f"| {a} | {_cell(v)} |" for a, v in build_rows),
-        seed=_fmt(b.get("seed")),
+        reproduce=reproduce,
         differences="\n".join(f"- {line}" for line in info.differences),
     )
 

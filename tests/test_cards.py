@@ -69,6 +69,7 @@ def test_body_has_every_section(exported):
     assert f"| cat | `cat(sofa)` | `cat(grass)` | – | {paper:.3f} |" in text
     assert f"`{art.content_hash}`" in text and f"| metashift-hf version | {__version__} |" in text
     assert "| seed | 0 |" in text and "min_images_per_subset=25" in text
+    assert "Reproduce: `metashift-hf export paper-dg-cat-dog-1 --artifact ARTIFACT --images IMAGES --seed 0 --out DIR`" in text
     assert "CC BY 4.0" in text and "Visual Genome" in text and "GQA" in text
     assert "People labelled by appearance" in text and "Label noise" in text and "Under-represented" in text
     for key in ("@inproceedings{liang2022metashift", "Weixin Liang and James Zou",
