@@ -256,3 +256,20 @@ def test_unavailable_models_give_clear_errors(monkeypatch):
     with pytest.raises(MetashiftError) as e:
         require_torch()
     assert "metashift-hf[eval]" in e.value.fix
+
+
+def test_tree_hierarchy_and_unmatched_class(shared_ref, task, run_hier, tmp_path):
+    from metashift_hf.errors import EmptyResultError
+    from metashift_hf.evaluate.coverage import class_coverage
+
+    tree = f"tree:{shared_ref / 'metashift' / 'imagenet1k_node_names.json'}"
+    ids = [r[1] for r in ROWS]
+    pred = pd.read_csv(run_hier[1] / "predictions.csv", dtype={"image_id": str}).set_index("image_id")
+    pd.DataFrame({"image_id": ids, "imagenet_index": [pred.at[i, "pred_index"] for i in ids]}).to_csv(tmp_path / "p.csv", index=False)
+    rep = evaluate(f"predictions:{tmp_path / 'p.csv'}", task, hierarchy=tree, progress=False)
+    assert rep["run"]["hierarchy"] == tree
+    # the published tree covers the same leaves for these six classes, so the verdicts agree
+    assert rep["overall"] == run_hier[0]["overall"]
+    with pytest.raises(EmptyResultError, match="sky") as e:
+        class_coverage(["dog", "sky"], "wordnet")
+    assert "--hierarchy" in e.value.fix
