@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import io
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -118,6 +119,7 @@ class Classifier:
             "preprocessing": self.preprocessing.as_dict() if self.preprocessing else "callable: receives RGB PIL images",
             "device": self.device,
             "memory_format": "channels_last" if self.preprocessing is not None else None,
+            "torch_version": getattr(sys.modules.get("torch"), "__version__", None),
             **self.extra,
         }
 
