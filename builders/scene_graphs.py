@@ -276,7 +276,7 @@ class _Extractor:
         self.attr_code = {w: self.word_code(w, Path("-"), "-", "attribute") for w in sorted(ATTRIBUTE_CATEGORY)}
 
     def word_code(self, word, path: Path, image_id: str, where: str) -> int:
-        c = self.codes.get(word)
+        c = self.codes.get(word) if type(word) is str else None
         if c is None:
             if not isinstance(word, str) or not word.strip() or word != word.strip() or "(" in word or ")" in word:
                 raise _missing(path, image_id, f"{where} is {word!r}, which cannot be part of a subset name",

@@ -94,6 +94,9 @@ def test_malformed_json_reports_byte_offset(tmp_path):
     (lambda d: d["1"].pop("width"), "image '1': missing key 'width'"),
     (lambda d: d["1"].__setitem__("height", -3), "'height' is -3"),
     (lambda d: d["1"]["objects"]["b"].__setitem__("name", "so(fa)"), "cannot be part of a subset name"),
+    (lambda d: d["1"]["objects"]["b"].__setitem__("name", ["sofa"]), "'name' is ['sofa']"),
+    (lambda d: d["1"].__setitem__("location", {"x": 1}), "'location' is {'x': 1}"),
+    (lambda d: d["1"]["objects"]["a"]["attributes"].append({"x": 1}), "has attribute {'x': 1}, expected a string"),
     (lambda d: d["1"]["objects"].__setitem__("b", [1]), "object 'b' is a list"),
     (lambda d: d.__setitem__("9", [1]), "image '9': scene graph is a list"),
 ])
