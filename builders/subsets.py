@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from metashift_hf.errors import InputFormatError, UnknownNameError, did_you_mean
+
+if TYPE_CHECKING:
+    from .scene_graphs import SceneGraphTable
 
 KINDS = ("object", "attribute", "general")
 
@@ -324,7 +327,7 @@ def _pairs_within_images(entries: np.ndarray, start: np.ndarray, stop: np.ndarra
 
 
 def candidates_from_scene_graphs(
-    sg,
+    sg: "SceneGraphTable",
     *,
     pairing: str = "relation",
     general_context_as: str = "subject",
@@ -341,8 +344,6 @@ def candidates_from_scene_graphs(
       (``general_context_as='context'`` writes ``dog(ocean)``).
     - attribute contexts ``subject(attribute)``: attributes in the 27-category ontology.
     """
-    from metashift_hf.errors import InputFormatError
-
     V = len(sg.vocab)
     N = len(sg.image_ids)
     if N == 0:

@@ -327,3 +327,10 @@ def test_split_read_duplicate_across_halves(big_file, tmp_path, monkeypatch):
     for workers in (1, 2):
         with pytest.raises(InputFormatError, match=f"image '{ids[0]}' appears twice"):
             read_scene_graphs([dup], workers=workers)
+
+
+def test_empty_file_is_an_error(tmp_path):
+    sg = read_scene_graphs([write(tmp_path / "empty.json", {})])
+    assert sg.image_ids == []
+    with pytest.raises(InputFormatError, match="hold no images"):
+        candidates_from_scene_graphs(sg)
