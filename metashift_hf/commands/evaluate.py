@@ -34,6 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--alpha", type=float, default=0.05, help="Benjamini-Hochberg level for context bugs (default 0.05)")
     p.add_argument("--out", required=True, help="output folder (replaced atomically)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--save-logits", action="store_true",
+                   help="also write logits.parquet (1,000 logits per image); re-score later with --model predictions:OUT/logits.parquet")
     p.set_defaults(func=run)
 
 
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.task, args.artifact, args.images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
-        progress=not args.no_progress,
+        progress=not args.no_progress, save_logits=args.save_logits,
     )
     print(report.summary())
     return 0

@@ -175,8 +175,13 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
     return True
 
 
-def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame) -> EvalReport:
-    """Write every output into ``out`` atomically (a temporary folder renamed at the end)."""
+def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame,
+                 logits: pd.DataFrame | None = None) -> EvalReport:
+    """Write every output into ``out`` atomically (a temporary folder renamed at the end).
+
+    ``logits`` (image_id, logits) is written as logits.parquet, readable back with
+    ``--model predictions:OUT/logits.parquet`` (re-score another way without running the model).
+    """
     out = Path(out)
     with atomic_dir(out) as tmp:
         plots: dict[str, str] = {}
@@ -190,6 +195,8 @@ def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFra
         pg = per_group.reindex(columns=PER_GROUP_COLUMNS)
         pg.to_csv(tmp / "per_group.csv", index=False, float_format="%.10g")
         per_image.to_csv(tmp / "predictions.csv", index=False, float_format="%.10g")
+        if logits is not None:
+            logits.to_parquet(tmp / "logits.parquet", index=False, compression="zstd")
         (tmp / "report.json").write_text(json.dumps(report.metrics, indent=2, sort_keys=False, allow_nan=False) + "\n")
         (tmp / "report.md").write_text(render_markdown(report, per_group))
     return report

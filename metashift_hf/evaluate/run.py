@@ -189,6 +189,7 @@ def evaluate(
     min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
     alpha: float = 0.05,
     progress: bool = True,
+    save_logits: bool = False,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
@@ -197,6 +198,7 @@ def evaluate(
     ``task``: a task id (needs ``artifact`` and ``images``), a ``metashift_hf.prepare`` result or a
     DatasetDict with image, image_id, label (ClassLabel), contexts (and group, community).
     ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
+    ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     """
     from .. import __version__
 
@@ -293,4 +295,10 @@ def evaluate(
     per_image = per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
     if out is None:
         return EvalReport(metrics)
-    return write_report(out, metrics, groups, per_image)
+    logits = None
+    if save_logits:
+        if preds.logits is None:
+            raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
+                                   "drop --save-logits, or give a predictions file with logits")
+        logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
+    return write_report(out, metrics, groups, per_image, logits)
