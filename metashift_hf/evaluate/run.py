@@ -172,6 +172,54 @@ def _summary(row) -> dict[str, Any]:
             "ci": [float(row["ci_low"]), float(row["ci_high"])]}
 
 
+def _class_metrics(groups: pd.DataFrame, worst: pd.DataFrame, classes: list[str], coverage: Mapping[str, Any]) -> dict:
+    out = {}
+    for c in classes:
+        row = groups[(groups.level == "class") & (groups["class"] == c)].iloc[0]
+        wc = worst[worst["class"] == c]
+        per_split = groups[(groups.level == "split_class") & (groups["class"] == c)]
+        out[c] = {**_summary(row), "n_contexts": int(((groups.level == "context") & (groups["class"] == c)).sum()),
+                  "leaves_covered": len(set(int(i) for i in coverage.get(c, ()))),
+                  "worst_context": ({"subset": wc.iloc[0]["subset"], **_summary(wc.iloc[0])} if len(wc) else None),
+                  "splits": {r["group"]: _summary(r) for _, r in per_split.iterrows()}}
+    return out
+
+
+def _gap_metrics(groups: pd.DataFrame, classes: list[str], roles: tuple[str, str] | None) -> dict | None:
+    """ID vs OOD overall (accuracies, intervals, gap, relative drop) and per class."""
+    gap = id_vs_ood(groups, *roles) if roles else None
+    if gap:
+        gap["classes"] = {}
+        for c in classes:
+            sc = groups[(groups.level == "split_class") & (groups["class"] == c)].set_index("group")
+            if roles[0] in sc.index and roles[1] in sc.index:
+                a, b = float(sc.at[roles[0], "accuracy"]), float(sc.at[roles[1], "accuracy"])
+                gap["classes"][c] = {"id": a, "ood": b, "gap": a - b, "relative_drop": (a - b) / a if a > 0 else None}
+    return gap
+
+
+def _bug_list(bug_rows: pd.DataFrame) -> list[dict]:
+    def opt(value, cast):
+        return None if pd.isna(value) else cast(value)
+
+    return [{"class": r["class"], "subset": r["subset"], "context": r["group"], **_summary(r),
+             "rest_n": int(r["rest_n"]), "rest_correct": int(r["rest_correct"]), "rest_accuracy": float(r["rest_accuracy"]),
+             "z": float(r["z"]), "p_value": float(r["p_value"]), "q_value": float(r["q_value"]),
+             "community": opt(r["community"], int),
+             "distance_to_largest_community": opt(r.get("distance_to_largest_community", np.nan), float)}
+            for _, r in bug_rows.iterrows()]
+
+
+def _per_image(scored: pd.DataFrame) -> pd.DataFrame:
+    """predictions.csv rows: contexts joined by '|', ImageNet name of the top-1 class, sorted."""
+    from wordnet_match.imagenet import imagenet_classes
+
+    names = [c.name.split(",")[0] for c in imagenet_classes()]
+    per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
+                              pred_name=[names[i] for i in scored["pred_index"]])
+    return per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
+
+
 def evaluate(
     model: Any,
     task: Any,
@@ -243,23 +291,7 @@ def evaluate(
     bug_rows = groups.loc[bug_rows.index]
 
     worst = worst_subsets(groups, min_subset_size)
-    classes_out = {}
-    for c in classes:
-        row = groups[(groups.level == "class") & (groups["class"] == c)].iloc[0]
-        wc = worst[worst["class"] == c]
-        classes_out[c] = {**_summary(row), "n_contexts": int(((groups.level == "context") & (groups["class"] == c)).sum()),
-                          "leaves_covered": len(set(int(i) for i in coverage.get(c, ()))),
-                          "worst_context": ({"subset": wc.iloc[0]["subset"], **_summary(wc.iloc[0])} if len(wc) else None),
-                          "splits": {r["group"]: _summary(r) for _, r in groups[(groups.level == "split_class") & (groups["class"] == c)].iterrows()}}
     roles = _split_roles(sorted(set(table["split"])), spec)
-    gap = id_vs_ood(groups, *roles) if roles else None
-    if gap:
-        gap["classes"] = {}
-        for c in classes:
-            sc = groups[(groups.level == "split_class") & (groups["class"] == c)].set_index("group")
-            if roles[0] in sc.index and roles[1] in sc.index:
-                a, b = float(sc.at[roles[0], "accuracy"]), float(sc.at[roles[1], "accuracy"])
-                gap["classes"][c] = {"id": a, "ood": b, "gap": a - b, "relative_drop": (a - b) / a if a > 0 else None}
     model_card = loaded.card()
     metrics: dict[str, Any] = {
         "run": {
@@ -273,26 +305,13 @@ def evaluate(
         "min_subset_size": min_subset_size,
         "overall": _summary(groups[groups.level == "overall"].iloc[0]),
         "splits": {r["group"]: _summary(r) for _, r in groups[groups.level == "split"].iterrows()},
-        "classes": classes_out,
+        "classes": _class_metrics(groups, worst, classes, coverage),
         "worst_subset": ({"subset": worst.iloc[0]["subset"], **_summary(worst.iloc[0])} if len(worst) else None),
-        "id_vs_ood": gap,
+        "id_vs_ood": _gap_metrics(groups, classes, roles),
         "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size,
                      "distance": "artifact group distance, rule 'paper', from the subset to the other subsets of its class's community 0"},
-        "context_bugs": [
-            {"class": r["class"], "subset": r["subset"], "context": r["group"], **_summary(r), "rest_n": int(r["rest_n"]),
-             "rest_correct": int(r["rest_correct"]), "rest_accuracy": float(r["rest_accuracy"]), "z": float(r["z"]),
-             "p_value": float(r["p_value"]), "q_value": float(r["q_value"]),
-             "community": None if pd.isna(r["community"]) else int(r["community"]),
-             "distance_to_largest_community": None if pd.isna(r.get("distance_to_largest_community", np.nan)) else float(r["distance_to_largest_community"])}
-            for _, r in bug_rows.iterrows()
-        ],
+        "context_bugs": _bug_list(bug_rows),
     }
-    from wordnet_match.imagenet import imagenet_classes
-
-    names = [c.name.split(",")[0] for c in imagenet_classes()]
-    per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
-                              pred_name=[names[i] for i in scored["pred_index"]])
-    per_image = per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
     if out is None:
         return EvalReport(metrics)
     logits = None
@@ -301,4 +320,4 @@ def evaluate(
             raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
-    return write_report(out, metrics, groups, per_image, logits)
+    return write_report(out, metrics, groups, _per_image(scored), logits)
