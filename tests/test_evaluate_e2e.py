@@ -18,7 +18,7 @@ datasets = pytest.importorskip("datasets")
 
 from metashift_hf.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
-from metashift_hf.evaluate.models import Classifier, load_model, require_torch  # noqa: E402
+from metashift_hf.evaluate.models import load_model, require_torch  # noqa: E402
 from metashift_hf.evaluate.predict import predict  # noqa: E402
 
 # image id -> (folder, ImageNet-1k top-1 index, its name), verified by looking at each image
