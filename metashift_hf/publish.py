@@ -89,15 +89,29 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 class _Hub:
     """Calls to huggingface_hub with Hub errors turned into MetashiftError (token scrubbed)."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, endpoint: str | None = None) -> None:
         from huggingface_hub import HfApi, constants
 
         self.token = token
-        self.endpoint = constants.ENDPOINT
-        self.api = HfApi(token=token) if token else HfApi(token=False)
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.api = HfApi(endpoint=self.endpoint, token=token if token else False)
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.token, "***") if self.token else text
+
+    def validate_card(self, readme: Path, repo_id: str) -> None:
+        """Ask the Hub's validate-yaml endpoint (the one DatasetCard.validate uses) at *our* endpoint."""
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        def post():
+            response = get_session().post(f"{self.endpoint}/api/validate-yaml", headers={"Accept": "text/plain"},
+                                          json={"repoType": "dataset", "content": readme.read_text(encoding="utf-8")})
+            if response.status_code == 400:
+                raise MetashiftError(f"the Hub refuses the README metadata of {readme.parent}: {self._scrub(response.text)}",
+                                     "fix the card metadata (cards.py) and export again")
+            hf_raise_for_status(response)
+
+        self.call(f"validating the README metadata of {repo_id}", post)
 
     def call(self, what: str, fn: Callable, *args, **kwargs):
         from huggingface_hub.errors import HfHubHTTPError
@@ -201,8 +215,11 @@ def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -
 
 def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
                token: str | None = None, collection_title: str = COLLECTION_TITLE,
-               echo: Callable[[str], None] = print) -> PublishResult:
-    """Publish exported repo folders under ``namespace`` (see module docstring)."""
+               echo: Callable[[str], None] = print, endpoint: str | None = None) -> PublishResult:
+    """Publish exported repo folders under ``namespace`` (see module docstring).
+
+    ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
+    """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
 
     from . import __version__
@@ -218,7 +235,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
     token = token or get_token()
     if not token and not dry_run:
         raise MetashiftError("no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN)
-    hub = _Hub(token)
+    hub = _Hub(token, endpoint)
     if token:
         me = hub.call("checking the token (whoami)", hub.api.whoami)
         allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
@@ -250,14 +267,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             commits[plan.repo_id] = None
             continue
         if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
-            from huggingface_hub import DatasetCard
-
-            card = DatasetCard.load(plan.local_dir / "README.md")
-            try:
-                hub.call(f"validating the README metadata of {plan.repo_id}", card.validate, repo_type="dataset")
-            except ValueError as exc:
-                raise MetashiftError(f"the Hub refuses the README metadata of {plan.local_dir}: {hub._scrub(str(exc))}",
-                                     "fix the card metadata (cards.py) and export again") from None
+            hub.validate_card(plan.local_dir / "README.md", plan.repo_id)
         ops = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(plan.local_dir / f.path))
                for f in plan.files if f.action == "upload"]
         ops += [CommitOperationDelete(path_in_repo=f.path) for f in plan.files if f.action == "delete"]

@@ -260,3 +260,30 @@ def test_private_repos_and_collection(exported, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         assert all(repo.private for repo in state.repos.values()) and len(state.repos) == 3
         assert next(iter(state.collections.values()))["private"] is True
+
+
+def test_token_stays_out_of_logging_in_process(exported, caplog, capsys, monkeypatch):
+    """Same client, in this process, every logger at DEBUG: the token appears in no record."""
+    import logging
+
+    from huggingface_hub import constants
+
+    # The loopback Hub speaks LFS, not Xet; the env switch was read at import, so set the constant.
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+
+    from metashift_hf.errors import MetashiftError
+    from metashift_hf.publish import push_repos
+
+    repos = sorted(p for p in exported["out"].iterdir() if p.is_dir())
+    caplog.set_level(logging.DEBUG)
+    for name in ("huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2", "urllib3"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    with running_hub() as (endpoint, state):
+        result = push_repos(repos, NS, token=TOKEN, endpoint=endpoint)
+        assert set(result.commits) == {f"{NS}/{p.name}" for p in repos} and all(result.commits.values())
+        with pytest.raises(MetashiftError) as bad:
+            push_repos(repos, NS, token="hf_wrong_token_456", endpoint=endpoint)
+    out = capsys.readouterr()
+    assert caplog.records  # the clients did log at DEBUG
+    everything = caplog.text + out.out + out.err + str(bad.value)
+    assert TOKEN not in everything and "hf_wrong_token_456" not in everything
