@@ -103,9 +103,11 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     o = m["overall"]
     out += ["## Overall", "", f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.", ""]
     if m["splits"]:
-        out += ["| split | n | correct | accuracy | 95% CI |", "|---|---:|---:|---:|---|"]
+        gap = m.get("id_vs_ood") or {}
+        role = {gap.get("id_split"): "ID", gap.get("ood_split"): "OOD"}
+        out += ["| split | role | n | correct | accuracy | 95% CI |", "|---|---|---:|---:|---:|---|"]
         for s, v in m["splits"].items():
-            out.append(f"| {s} | {v['n']} | {v['correct']} | {_pct(v['accuracy'])} | [{_pct(v['ci'][0])}, {_pct(v['ci'][1])}] |")
+            out.append(f"| {s} | {role.get(s, '')} | {v['n']} | {v['correct']} | {_pct(v['accuracy'])} | [{_pct(v['ci'][0])}, {_pct(v['ci'][1])}] |")
         out.append("")
     gap = m.get("id_vs_ood")
     if gap:
@@ -120,7 +122,8 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     out.append("")
     bugs = m["context_bugs"]
     bt = m["bug_test"]
-    out += ["## Context bugs", "", f"{bt['description']} {bt['n_tests']} tests, {len(bugs)} significant at q < {bt['alpha']}.", ""]
+    description = bt["description"].replace("--min-subset-size", str(bt["min_n"]))
+    out += ["## Context bugs", "", f"{description} {bt['n_tests']} tests, {len(bugs)} significant at q < {bt['alpha']}.", ""]
     if bugs:
         out += ["| subset | n | accuracy | rest n | rest accuracy | p | q | community | distance to largest community |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for b in bugs:

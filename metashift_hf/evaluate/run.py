@@ -19,7 +19,7 @@ from .report import EvalReport, write_report
 from .scoring import COUNTING_RULE, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
 
 DEFAULT_MIN_SUBSET_SIZE = 10
-BUG_TEST = ("Each context subset with at least min_subset_size images is compared with the class's images outside it "
+BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
             "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
             "across all tested subsets of all classes in the report.")
 

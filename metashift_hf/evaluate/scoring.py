@@ -75,6 +75,15 @@ def score_images(
     return out
 
 
+SPLIT_ORDER = ("train", "validation", "test", "id_test")
+
+
+def split_order(splits: Iterable[str]) -> list[str]:
+    """The task layer's split order (train, validation, test, id_test), then any others by name."""
+    splits = set(splits)
+    return [s for s in SPLIT_ORDER if s in splits] + sorted(splits - set(SPLIT_ORDER))
+
+
 def _row(level: str, cls: str, group: str, subset: str, correct: np.ndarray) -> dict:
     n, k = int(correct.size), int(correct.sum())
     lo, hi = wilson_interval(k, n)
@@ -96,7 +105,7 @@ def group_table(
     if scored.empty:
         raise EmptyResultError("the task has no images to evaluate", "check the task id, --artifact and --images")
     rows = [_row("overall", "", "", "", scored["correct"].to_numpy())]
-    splits = sorted(set(scored["split"])) if "split" in scored else []
+    splits = split_order(set(scored["split"])) if "split" in scored else []
     for s in splits:
         rows.append(_row("split", "", s, "", scored.loc[scored["split"] == s, "correct"].to_numpy()))
     for c in classes:
