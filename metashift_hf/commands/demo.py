@@ -1,0 +1,23 @@
+"""``metashift-hf demo``: run the whole pipeline on the embedded demo world."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the whole pipeline on the embedded demo data",
+                       description="Generate the seeded demo world (scene graphs + JPEGs), build MetaShift on it, "
+                                   "match to ImageNet, make tasks, export them as Hub repos, load them back "
+                                   "and (with the eval extra) evaluate EfficientNet-Lite0.")
+    p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the demo world and task sampling")
+    p.add_argument("--n-images", type=int, default=None, help="size of the demo world (default: generator's)")
+    p.add_argument("--no-eval", action="store_true", help="skip the EfficientNet-Lite0 evaluation")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from metashift_hf.demo import run_demo
+
+    run_demo(args.out, seed=args.seed, n_images=args.n_images, evaluate=not args.no_eval)
+    return 0
