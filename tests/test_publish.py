@@ -37,6 +37,32 @@ def cli(args: list[str], endpoint: str, home: Path, token: str | None = TOKEN, e
     return subprocess.run([sys.executable, "-m", "metashift_hf", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture
+def local_cli(monkeypatch, capsys):
+    """``cli`` run in this process (fast; for the error and planning paths): same arguments and result
+    fields as the subprocess form, with huggingface_hub's endpoint/token settings patched in place."""
+    import types
+
+    from huggingface_hub import constants
+
+    from metashift_hf.cli import main
+
+    def run(args: list[str], endpoint: str, home: Path, token: str | None = TOKEN, extra_env: dict | None = None):
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(Path(home) / "token"))  # no stored login
+        for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+            monkeypatch.delenv(key, raising=False)
+        if token is not None:
+            monkeypatch.setenv("HF_TOKEN", token)
+        capsys.readouterr()
+        code = main(args)
+        out = capsys.readouterr()
+        return types.SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
+
+
 def publish_args(folder: Path, *more: str) -> list[str]:
     return ["publish", "--from-export", str(folder), "--namespace", NS, *more]
 
@@ -117,9 +143,9 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
         assert len(next(iter(state.collections.values()))["items"]) == 3  # no duplicate items
 
 
-def test_dry_run_prints_the_plan_and_pushes_nothing(exported, tmp_path):
+def test_dry_run_prints_the_plan_and_pushes_nothing(exported, tmp_path, local_cli):
     with running_hub() as (endpoint, state):
-        r = cli(publish_args(exported["out"], "--dry-run"), endpoint, tmp_path / "home")
+        r = local_cli(publish_args(exported["out"], "--dry-run"), endpoint, tmp_path / "home")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "dry run: nothing is pushed" in r.stdout
         assert f"{NS}/metashift-{CONFIGS[0]} (new repo): upload 4 files" in r.stdout
@@ -156,45 +182,45 @@ def test_token_is_never_printed_or_logged(exported, tmp_path):
     assert "hf_wrong_token_456" not in bad.stdout + bad.stderr
 
 
-def test_no_token(exported, tmp_path):
+def test_no_token(exported, tmp_path, local_cli):
     with running_hub() as (endpoint, state):
-        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "empty-home", token=None)
+        r = local_cli(publish_args(exported["out"]), endpoint, tmp_path / "empty-home", token=None)
         assert r.returncode == 2
         assert "error: no Hugging Face token found" in r.stderr and "HF_TOKEN" in r.stderr
         assert state.requests == []
 
 
-def test_forbidden_namespace_and_read_only_token(exported, tmp_path):
+def test_forbidden_namespace_and_read_only_token(exported, tmp_path, local_cli):
     tokens = {TOKEN: ("tester", "write"), "hf_read_only_789": ("tester", "read")}
     with running_hub(tokens=tokens) as (endpoint, state):
-        r = cli(["publish", "--from-export", str(exported["out"]), "--namespace", "someone-else"], endpoint, tmp_path / "h")
+        r = local_cli(["publish", "--from-export", str(exported["out"]), "--namespace", "someone-else"], endpoint, tmp_path / "h")
         assert r.returncode == 2 and "cannot write under namespace 'someone-else'" in r.stderr and "tester" in r.stderr
-        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "h", token="hf_read_only_789")
+        r = local_cli(publish_args(exported["out"]), endpoint, tmp_path / "h", token="hf_read_only_789")
         assert r.returncode == 2 and "refused creating" in r.stderr and "(403" in r.stderr
         assert "hf_read_only_789" not in r.stdout + r.stderr
         assert all(not repo.commits[1:] for repo in state.repos.values())
 
 
-def test_names_the_hub_refuses_are_checked_before_any_request(exported, tmp_path):
+def test_names_the_hub_refuses_are_checked_before_any_request(exported, tmp_path, local_cli):
     bad = tmp_path / "bad"
     shutil.copytree(exported["out"], bad)
     readme = bad / f"metashift-{CONFIGS[0]}" / "README.md"
     readme.write_text(readme.read_text().replace("- split: test\n", "- split: test-id\n", 1))
     with running_hub() as (endpoint, state):
-        r = cli(["publish", "--from-export", str(exported["out"]), "--namespace", "bad--ns"], endpoint, tmp_path / "h")
+        r = local_cli(["publish", "--from-export", str(exported["out"]), "--namespace", "bad--ns"], endpoint, tmp_path / "h")
         assert r.returncode == 2 and "namespace 'bad--ns' would be refused by the Hub" in r.stderr
-        r = cli(publish_args(bad), endpoint, tmp_path / "h")
+        r = local_cli(publish_args(bad), endpoint, tmp_path / "h")
         assert r.returncode == 2 and "split name 'test-id'" in r.stderr and "fix:" in r.stderr
         assert state.requests == []
 
 
-def test_metadata_the_hub_refuses(exported, tmp_path):
+def test_metadata_the_hub_refuses(exported, tmp_path, local_cli):
     bad = tmp_path / "bad"
     shutil.copytree(exported["out"], bad)
     readme = bad / f"metashift-{CONFIGS[0]}" / "README.md"
     readme.write_text(readme.read_text().replace("license: cc-by-4.0", "license: not-a-licence", 1))
     with running_hub() as (endpoint, state):
-        r = cli(publish_args(bad), endpoint, tmp_path / "h")
+        r = local_cli(publish_args(bad), endpoint, tmp_path / "h")
         assert r.returncode == 2 and "refuses the README metadata" in r.stderr and "license" in r.stderr
         assert state.count("POST", "/commit/") == 1  # only the index repo (sorted first) was committed
 
@@ -237,16 +263,16 @@ def test_publish_tasks_from_the_cli_end_to_end(tmp_path):
         assert len(got["train"]) == len(got["streamed_train"]) > 0 and set(got) >= {"train", "test"}
 
 
-def test_collection_notes_follow_the_shift_spec(exported, tmp_path):
+def test_collection_notes_follow_the_shift_spec(exported, tmp_path, local_cli):
     changed = tmp_path / "changed"
     shutil.copytree(exported["out"], changed)
     spec_file = changed / f"metashift-{CONFIGS[0]}" / CONFIGS[0] / "shift_spec.json"
     with running_hub() as (endpoint, state):
-        assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
+        assert local_cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
         spec = json.loads(spec_file.read_text())
         spec["distance"]["value"] = 0.75
         spec_file.write_text(json.dumps(spec))
-        r = cli(publish_args(changed), endpoint, tmp_path / "h")
+        r = local_cli(publish_args(changed), endpoint, tmp_path / "h")
         assert r.returncode == 0, r.stderr[-3000:]
         (collection,) = state.collections.values()
         notes = {i["id"]: i.get("note", {}).get("text") for i in collection["items"]}
@@ -254,9 +280,9 @@ def test_collection_notes_follow_the_shift_spec(exported, tmp_path):
         assert state.count("PATCH", "/items/") == 1
 
 
-def test_private_repos_and_collection(exported, tmp_path):
+def test_private_repos_and_collection(exported, tmp_path, local_cli):
     with running_hub() as (endpoint, state):
-        r = cli(publish_args(exported["out"], "--private"), endpoint, tmp_path / "h")
+        r = local_cli(publish_args(exported["out"], "--private"), endpoint, tmp_path / "h")
         assert r.returncode == 0, r.stderr[-3000:]
         assert all(repo.private for repo in state.repos.values()) and len(state.repos) == 3
         assert next(iter(state.collections.values()))["private"] is True
