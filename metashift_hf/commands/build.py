@@ -18,6 +18,10 @@ def register(subparsers) -> None:
                     "manifest.json and one meta-graph PNG per class into --out, atomically.",
     )
     src = p.add_argument_group("inputs (one source)")
+    src.add_argument("--source", choices=("gqa", "published"),
+                     help="take the inputs from the data manifest (metashift-hf download / download --register): "
+                          "gqa = GQA scene graphs, published = the published full-candidate-subsets.pkl")
+    src.add_argument("--manifest", metavar="PATH", help="data manifest to read with --source (default: the user cache's)")
     src.add_argument("--scene-graphs", nargs="+", metavar="FILE", default=[],
                      help="GQA train_sceneGraphs.json / val_sceneGraphs.json (streamed, never loaded whole)")
     src.add_argument("--candidate-subsets", metavar="PKL", help="published full-candidate-subsets.pkl")
@@ -47,6 +51,18 @@ def run(args: argparse.Namespace) -> int:
     from builders.scene_graphs import default_workers
 
     options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
+    if args.source:
+        from metashift_hf.errors import InputFormatError
+        from metashift_hf.manifest import resolve_build_inputs
+
+        if args.scene_graphs or args.candidate_subsets:
+            raise InputFormatError("--source was given together with explicit input files",
+                                   "use either --source gqa|published or --scene-graphs/--candidate-subsets")
+        found = resolve_build_inputs(args.source, args.manifest,
+                                     include_attributes=bool(args.attributes_pickle) or options.include_attributes)
+        args.scene_graphs = found["scene_graphs"]
+        args.candidate_subsets = found["candidate_subsets"]
+        args.attributes_pickle = args.attributes_pickle or found["attributes_pickle"]
     t0 = time.perf_counter()
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     artifact = build_from_inputs(
