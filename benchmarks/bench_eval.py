@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per measurement (shared machines are noisy)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds; each measurement reports its best round (shared machines are noisy)")
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder searched recursively for *.jpg")
     args = ap.parse_args()
 
@@ -49,25 +49,29 @@ def main() -> None:
     # warm-up (first forward allocates, picks kernels)
     model.logits([model.prepare(blobs[0])] * bs)
 
-    def best(fn):
-        """(fastest wall time over --repeat runs, result of the last run)."""
-        times = []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            result = fn()
-            times.append(time.perf_counter() - t)
-        return min(times), result
-
-    t_decode, prepared = best(lambda: [model.prepare(read(i)) for i in ids])
-    t_infer, _ = best(lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)])
+    prepared = [model.prepare(read(i)) for i in ids]
 
     def sequential():
         return np.concatenate([model.logits([model.prepare(read(i)) for i in ids[s:s + bs]]).argmax(1)
                                for s in range(0, len(ids), bs)])
 
-    t_seq, seq_top1 = best(sequential)
-    t_pipe, preds = best(lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False))
-    assert np.array_equal(seq_top1, preds.top1), "pipelined and sequential predictions differ"
+    modes = {
+        "decode": lambda: [model.prepare(read(i)) for i in ids],
+        "infer": lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)],
+        "sequential": sequential,
+        "pipelined": lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False),
+    }
+    # round-robin over the modes, best of --repeat each: the machine's load drifts, and measuring the
+    # modes one after another would turn that drift into a fake difference between them
+    times = {k: [] for k in modes}
+    results = {}
+    for _ in range(args.repeat):
+        for name, fn in modes.items():
+            t = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - t)
+    t_decode, t_infer, t_seq, t_pipe = (min(times[k]) for k in ("decode", "infer", "sequential", "pipelined"))
+    assert np.array_equal(results["sequential"], results["pipelined"].top1), "pipelined and sequential predictions differ"
 
     n = len(ids)
     result = {
