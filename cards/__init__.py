@@ -1,0 +1,1 @@
+"""Dataset-card templates (string.Template files), shipped as package data beside metashift_hf."""
