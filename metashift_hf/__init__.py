@@ -10,7 +10,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
-_LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "Artifact": "builders.artifact"}
+_LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
+         "Artifact": "builders.artifact"}
+# Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
+# a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 
 
 def __getattr__(name: str):
@@ -21,4 +24,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load", "prepare", "Artifact"]
+__all__ = ["__version__", "load", "prepare", "plan", "Artifact"]
