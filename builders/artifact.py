@@ -145,7 +145,11 @@ class Artifact:
         self._word_set: set[str] | None = None
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Artifact":
+    def load(cls, path: "str | os.PathLike | Artifact") -> "Artifact":
+        """Open an artifact folder; an already loaded ``Artifact`` is returned as is, so every
+        API taking "an artifact" accepts a path or an instance through this one call."""
+        if isinstance(path, Artifact):
+            return path
         root = Path(path)
         manifest_path = root / "manifest.json"
         fix = "pass the folder written by `metashift-hf build --out DIR`"

@@ -222,7 +222,7 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
               attributes: list[str] | None = None, image_subset_size_threshold: int | None = None,
               min_local_groups: int | None = None, overrides: Mapping[str, Any] | None = None) -> shifts.TaskPlan:
     """The split plan of one task id on one artifact (no images read)."""
-    art = artifact if isinstance(artifact, Artifact) else Artifact.load(artifact)
+    art = Artifact.load(artifact)
     overrides = dict(overrides or {})
     given = dict(overrides)
     if attributes_dataset:

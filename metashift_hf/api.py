@@ -62,7 +62,7 @@ def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
     from builders.artifact import Artifact
     from builders.metashift import task_ids
 
-    return task_ids(artifact if isinstance(artifact, Artifact) else Artifact.load(artifact))
+    return task_ids(Artifact.load(artifact))
 
 
 def prepare(task: str, artifact: "str | os.PathLike | Artifact",

@@ -249,17 +249,6 @@ def _repo_bytes(repo_dir: Path) -> int:
 
 # -- tasks -> repos ----------------------------------------------------------------------------
 
-def _artifact(artifact):
-    """An ``Artifact`` from a path; a loaded one passes through."""
-    import os
-
-    if isinstance(artifact, (str, os.PathLike)):
-        from builders.artifact import Artifact
-
-        return Artifact.load(artifact)
-    return artifact
-
-
 def repo_name_for(task_id: str, layout: str) -> str:
     if layout == "one-repo":
         return INDEX_REPO
@@ -281,7 +270,9 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     dupes = sorted({t for t in ids if ids.count(t) > 1})
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
-    art = _artifact(artifact)
+    from builders.artifact import Artifact
+
+    art = Artifact.load(artifact)
     for p in prepared:
         validate_config_name(p.task_id)
         for split in p.dataset:
@@ -363,7 +354,9 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
-    art = _artifact(artifact)
+    from builders.artifact import Artifact
+
+    art = Artifact.load(artifact)
     per_task = task_overrides or {}
     prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
     return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from builders.artifact import Artifact
 from metashift_hf.fsutil import sha256_file
 
 from .hierarchy import load_hierarchy
@@ -13,15 +14,9 @@ from .tasks import DEFAULT_LEVEL, DEFAULT_MIN_SUBSETS, PRESETS, build_registry
 from .wordnet import load_wordnet
 
 
-def _artifact(artifact):
-    from builders.artifact import Artifact
-
-    return artifact if isinstance(artifact, Artifact) else Artifact.load(artifact)
-
-
 def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
     """Vocabulary (every subject/context of its candidate subsets), subsets with sizes and kept flags."""
-    art = _artifact(artifact)
+    art = Artifact.load(artifact)
     table = art.subsets_table()
     records = [
         SubsetRecord(str(s), str(a), str(c), int(n), bool(k))
@@ -41,7 +36,7 @@ def load_inputs(artifact=None, subset_names=None, vocabulary=None):
             "use --artifact DIR, or --subset-names FILE [--vocabulary FILE]",
         )
     if artifact is not None:
-        art = _artifact(artifact)
+        art = Artifact.load(artifact)
         names, subsets, source = artifact_inputs(art)
         return art, names, subsets, source
     subsets = read_subset_names(subset_names)
