@@ -220,7 +220,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
     """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, get_token
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     from . import __version__
 
@@ -232,9 +232,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
     for r in items:
         validate_repo_name(r.name, "repo name")
         configs[r.name] = check_repo_dir(r)
-    token = token or get_token()
-    if not token and not dry_run:
-        raise MetashiftError("no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN)
+    token = resolve_token(token, dry_run)
     hub = _Hub(token, endpoint)
     if token:
         me = hub.call("checking the token (whoami)", hub.api.whoami)
@@ -303,6 +301,16 @@ def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPla
     return slug
 
 
+def resolve_token(token: str | None, dry_run: bool) -> str | None:
+    """The explicit token, else HF_TOKEN / the standard login; a real push without one is an error."""
+    from huggingface_hub import get_token
+
+    token = token or get_token()
+    if not token and not dry_run:
+        raise MetashiftError("no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN)
+    return token
+
+
 def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
                   collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
@@ -311,6 +319,7 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
     from .export import export_tasks
 
     validate_repo_name(namespace, "namespace")
+    token = resolve_token(token, dry_run)  # before the (long) export, not after it
     repos = export_tasks(tasks, artifact, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,

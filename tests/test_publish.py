@@ -188,6 +188,13 @@ def test_no_token(exported, tmp_path, local_cli):
         assert r.returncode == 2
         assert "error: no Hugging Face token found" in r.stderr and "HF_TOKEN" in r.stderr
         assert state.requests == []
+        # publishing tasks: the token is checked before any task is materialised or exported
+        out = tmp_path / "never-written"
+        r = local_cli(["publish", "some-task", "--artifact", str(exported["art"].root), "--images",
+                       str(exported["root"] / "images"), "--namespace", NS, "--out", str(out)],
+                      endpoint, tmp_path / "empty-home", token=None)
+        assert r.returncode == 2 and "error: no Hugging Face token found" in r.stderr
+        assert not out.exists() and state.requests == []
 
 
 def test_forbidden_namespace_and_read_only_token(exported, tmp_path, local_cli):
