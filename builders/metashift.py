@@ -16,6 +16,7 @@ never decoded and re-encoded.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -479,6 +480,8 @@ class Metashift(datasets.GeneratorBasedBuilder):
             # Check everything first so that the spec's sizes describe exactly what is written.
             present, report = src.resolve(ids, "skip", verify=bool(self.config.verify_images))
             if not report.ok:
+                # Said out loud (stderr via logging's last-resort handler) and recorded in the spec.
+                logging.getLogger("metashift_hf").warning("task %s: skipped %s", plan.task_id, report.summary())
                 plan = plan.without_images(report.bad_ids, reason={"missing": report.missing[:100],
                                                                    "corrupt": sorted(report.corrupt)[:100],
                                                                    "summary": report.summary()})

@@ -28,6 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--workers", type=int, default=None, help="decode/preprocess threads (default min(4, CPUs))")
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+    p.add_argument("--on-missing", choices=("error", "skip"), default="error",
+                   help="images missing or corrupt in --images: error (default; lists them) or skip them")
     p.add_argument("--min-subset-size", type=int, default=DEFAULT_MIN_SUBSET_SIZE,
                    help=f"context subsets smaller than this are not ranked as worst nor tested for bugs (default {DEFAULT_MIN_SUBSET_SIZE})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"Benjamini-Hochberg level for context bugs (default {DEFAULT_ALPHA})")
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.task, args.artifact, args.images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
-        progress=not args.no_progress, save_logits=args.save_logits,
+        progress=not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing,
     )
     print(report.summary())
     return 0

@@ -15,6 +15,8 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
                    help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
                         "one-repo: every task as a config of the `metashift` repo")
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+    p.add_argument("--on-missing", choices=("error", "skip"), default="error",
+                   help="images missing or corrupt in --images: error (default; lists them) or skip them")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
                    help="task option, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 for one, "
                         "class-cat:scale=null to drop it for one; repeatable")
@@ -44,6 +46,14 @@ def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str,
     # A per-task entry starts from the common options and replaces what it names; KEY=null drops
     # a common option for that task (collections, for instance, take no size options).
     return common, {t: {k: v for k, v in {**common, **o}.items() if v is not None} for t, o in per_task.items()}
+
+def task_options(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
+    """``--set`` values plus ``--on-missing``, which applies to every task."""
+    common, per_task = parse_overrides(args.overrides, args.tasks)
+    for options in (common, *per_task.values()):
+        options["on_missing"] = args.on_missing
+    return common, per_task
+
 
 def require_task_inputs(args: argparse.Namespace) -> None:
     from ..errors import MetashiftError
@@ -78,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from ..export import export_tasks, verify_export
 
     require_task_inputs(args)
-    common, per_task = parse_overrides(args.overrides, args.tasks)
+    common, per_task = task_options(args)
     repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=args.seed,
                          namespace=args.namespace, task_overrides=per_task, **common)
     for repo in repos:

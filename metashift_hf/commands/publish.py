@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import MetashiftError
     from ..publish import publish_tasks, push_repos
-    from .export import parse_overrides, require_task_inputs
+    from .export import require_task_inputs, task_options
 
     common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection)
     if args.from_export:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         _print_load_lines(push_repos(repos, args.namespace, **common))
         return 0
     require_task_inputs(args)
-    options, per_task = parse_overrides(args.overrides, args.tasks)
+    options, per_task = task_options(args)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
         _print_load_lines(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
                                         layout=args.layout, seed=args.seed, task_overrides=per_task, **common, **options))

@@ -24,7 +24,7 @@ BUG_TEST = ("Each context subset with at least --min-subset-size images is compa
             "across all tested subsets of all classes in the report.")
 
 
-def _task_rows(task: Any, artifact, images, seed: int, need_images: bool):
+def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error"):
     """(task_id, spec or None, per-image table, class names, byte reader or None).
 
     A task id is planned (no images) when predictions come from a file, else materialised with
@@ -44,7 +44,7 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool):
         if images is None:
             raise MetashiftError(f"task {task!r}: the model needs the images, and --images was not given",
                                  "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use --model predictions:FILE")
-        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed)
+        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed, on_missing=on_missing)
         return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
     if isinstance(task, datasets.Dataset):
         task = datasets.DatasetDict({"test": task})
@@ -238,6 +238,7 @@ def evaluate(
     alpha: float = DEFAULT_ALPHA,
     progress: bool = True,
     save_logits: bool = False,
+    on_missing: str = "error",
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
@@ -247,6 +248,7 @@ def evaluate(
     DatasetDict with image, image_id, label (ClassLabel), contexts (and group, community).
     ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
+    ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
     """
     from .. import __version__
 
@@ -259,7 +261,8 @@ def evaluate(
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
-                                                     need_images=not isinstance(loaded, PrecomputedPredictions))
+                                                     need_images=not isinstance(loaded, PrecomputedPredictions),
+                                                     on_missing=on_missing)
     if table.empty:
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
     art = None
