@@ -8,12 +8,7 @@ import pytest
 from metashift_hf import cli, manifest as mf
 
 
-@pytest.fixture(autouse=True)
-def _isolated_manifest(monkeypatch, tmp_path):
-    for role in mf.ROLES:
-        monkeypatch.delenv(mf.env_var(role), raising=False)
-    monkeypatch.delenv(mf.MANIFEST_ENV, raising=False)
-    monkeypatch.setenv("METASHIFT_HF_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_manifest")
 
 
 def _scene_graph_folder(tmp_path):

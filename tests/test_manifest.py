@@ -15,12 +15,7 @@ from metashift_hf.fsutil import sha256_file
 from metashift_hf.sources import KNOWN_FILES, identify, known_file
 
 
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch, tmp_path):
-    for role in mf.ROLES:
-        monkeypatch.delenv(mf.env_var(role), raising=False)
-    monkeypatch.delenv(mf.MANIFEST_ENV, raising=False)
-    monkeypatch.setenv("METASHIFT_HF_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_manifest")
 
 
 @pytest.mark.parametrize("key,rel", [("attributes", "metashift/attributes-candidate-subsets.pkl"),

@@ -268,6 +268,13 @@ def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None 
     target = cache_root(cache_dir) / "hierarchies" / known.file_name
     if target.is_file() and sha256_file(target) == known.sha256:
         return target
+    if not url and not os.environ.get(PAPER_URL_ENV):
+        # already downloaded or registered (metashift-hf download --what imagenet-tree / --register)
+        from metashift_hf.manifest import resolve_input
+
+        local = resolve_input("imagenet-tree", required=False)
+        if local is not None and Path(local).is_file() and sha256_file(local) == known.sha256:
+            return Path(local)
     urls = [url or os.environ.get(PAPER_URL_ENV)] if (url or os.environ.get(PAPER_URL_ENV)) else list(known.urls)
     failures = []
     for candidate in urls:

@@ -43,8 +43,13 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..evaluate.run import evaluate
 
+    images = args.images
+    if images is None and not args.model.startswith("predictions:"):
+        from ..manifest import resolve_input
+
+        images = resolve_input("images", required=False)  # registered/downloaded once
     report = evaluate(
-        args.model, args.task, args.artifact, args.images, args.out,
+        args.model, args.task, args.artifact, images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
         progress=not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing,

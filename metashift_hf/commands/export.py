@@ -60,9 +60,14 @@ def require_task_inputs(args: argparse.Namespace) -> None:
 
     if not args.tasks:
         raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` (list them with `metashift-hf tasks`)")
+    if not args.images:  # the images registered or downloaded once (metashift-hf download)
+        from ..manifest import resolve_input
+
+        args.images = resolve_input("images", required=False)
     missing = [flag for flag, value in (("--artifact", args.artifact), ("--images", args.images)) if not value]
     if missing:
-        raise MetashiftError(f"{' and '.join(missing)} not given", "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip)")
+        raise MetashiftError(f"{' and '.join(missing)} not given", "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip; "
+                             "or register it once: metashift-hf download --what images / --register images PATH)")
 
 
 def register(subparsers) -> None:
