@@ -68,3 +68,21 @@ def test_match_paper_uses_the_registered_tree_offline(shared_ref, tmp_path, monk
     assert cli.main(args) == 0
     figures = json.loads((tmp_path / "m" / "match.json").read_text())
     assert (figures["matched_names"], figures["subsets"], figures["classes"]) == (427, 5040, 261)
+
+
+def test_tasks_show_takes_task_options(tmp_path, capsys):
+    contexts = {"cat": ["cup", "sofa", "chair", "bed", "pillow", "shelf", "vase"],
+                "dog": ["cabinet", "floor", "bed", "blanket", "shelf", "desk", "laptop"]}
+    subsets, n = {}, 0
+    for cls, ctxs in contexts.items():
+        for c in ctxs:
+            subsets[f"{cls}({c})"] = [str(100000 + n + i) for i in range(40)]
+            n += 40
+    art = build_artifact(CandidateSubsets.from_dict(subsets), tmp_path / "art", BuildOptions(), plots=False)
+    show = ["tasks", "show", "paper-dg-cat-dog-1", "--artifact", str(art.root)]
+    assert cli.main(show) == 0
+    assert "shift spec: not available" in capsys.readouterr().out  # paper sizes: 100 per training group
+    assert cli.main(show + ["--set", "scale=0.2", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    spec = json.loads(out[out.index("shift spec:") + len("shift spec:"):])
+    assert spec["seed"] == 3 and spec["split_sizes"]["train"] == 4 * 20

@@ -20,6 +20,9 @@ def register(subparsers) -> None:
         q = sub.add_parser(name, help=helptext)
         if name == "show":
             q.add_argument("task_id", metavar="ID")
+            q.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+            q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                           help="task option for the shift spec, e.g. scale=0.5 (as for export); repeatable")
         q.add_argument("--artifact", metavar="DIR", help="artifact folder (its registry is DIR/match)")
         q.add_argument("--match", metavar="DIR", help="a match folder written with `metashift-hf match --out DIR`")
         if name == "list":
@@ -122,9 +125,12 @@ def run_show(args: argparse.Namespace) -> int:
             print("(shift spec: the datasets task layer is not installed in this build)")
             return 0
         try:
-            spec = plan(args.task_id, args.artifact).spec
+            from .export import parse_overrides
+
+            options, _ = parse_overrides(args.overrides, [args.task_id])
+            spec = plan(args.task_id, args.artifact, seed=args.seed, **options).spec
         except MetashiftError as exc:  # e.g. sizes the artifact cannot supply: the entry is still worth showing
-            print(f"shift spec: not available: {exc.what}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            print(f"shift spec: not available: {exc.what}" + (f"\n  fix: {exc.fix} (here: --set KEY=VALUE)" if exc.fix else ""))
             return 0
         print("shift spec:")
         print(json.dumps(spec, indent=2, sort_keys=True, default=str))
