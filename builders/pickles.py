@@ -13,6 +13,7 @@ from pathlib import Path
 
 from metashift_hf.errors import ChecksumError, InputFormatError, UnsafePickleError
 from metashift_hf.fsutil import sha256_file
+from metashift_hf.sources import known_file
 
 from .subsets import CandidateSubsets, attribute_kind, published_kind
 
@@ -21,10 +22,11 @@ ALLOWED_GLOBALS = {
     ("collections", "defaultdict"): collections.defaultdict,
 }
 
-# name -> (size in bytes, sha256) of the files published in Weixin-Liang/MetaShift dataset/meta_data/.
+_FULL, _ATTRIBUTES = known_file("subsets"), known_file("attributes")  # the pins live in metashift_hf.sources
+# file name -> (size that must also match, or None when the name alone identifies it; sha256)
 KNOWN_PICKLES: dict[str, tuple[int | None, str]] = {
-    "full-candidate-subsets.pkl": (None, "aad22310fe65024573175216c7da18d4b69ab6da28afa10e9e5b1714650ee1e4"),
-    "attributes-candidate-subsets.pkl": (1786712, "bc5225923e4cd799ad851e052b3c67ad541840203daf83a7850017874010298a"),
+    _FULL.file_name: (None, _FULL.sha256),
+    _ATTRIBUTES.file_name: (_ATTRIBUTES.size, _ATTRIBUTES.sha256),
 }
 
 

@@ -4,16 +4,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CACHE_ENV = "METASHIFT_HF_CACHE"
+from metashift_hf.download import default_cache_dir
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The cache folder: ``cache_dir`` if given, else ``$METASHIFT_HF_CACHE``, else the user cache dir."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("metashift-hf"))
+    """``cache_dir`` if given, else the package's one cache folder (``$METASHIFT_HF_CACHE`` or the
+    per-user cache, as for downloads and the data manifest)."""
+    return Path(cache_dir) if cache_dir is not None else default_cache_dir()
