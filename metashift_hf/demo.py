@@ -88,11 +88,13 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         say(f"   skipped matching: {exc.what}\n   fix: {exc.fix}")
 
     stage("4/6 tasks: domain generalisation, subpopulation shift, matched task")
-    tasks = list(DEMO_TASKS) + ([matched_task] if matched_task else [])
-    from .api import plan
+    from .api import prepare
 
+    tasks = list(DEMO_TASKS) + ([matched_task] if matched_task else [])
+    # materialised once: the spec printed here, the export and the evaluation all use these
+    prepared = {t: prepare(t, art, world.images_dir, seed=seed, **DEMO_TASKS.get(t, {})) for t in tasks}
     for task in tasks:
-        spec = plan(task, art, seed=seed, **DEMO_TASKS.get(task, {})).spec
+        spec = prepared[task].spec
         sizes = ", ".join(f"{k} {v}" for k, v in spec.get("split_sizes", {}).items())
         dist = spec.get("distance") or {}
         extra = f"; d = {dist['value']:.3f} ({dist.get('rule')} rule)" if dist.get("value") is not None else ""
@@ -102,10 +104,8 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         say(f"   {task}: {spec.get('shift_type')} shift; {sizes}{extra}")
 
     stage("5/6 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
-    from .api import prepare
     from .export import export_prepared, verify_export
 
-    prepared = {t: prepare(t, art, world.images_dir, seed=seed, **DEMO_TASKS.get(t, {})) for t in tasks}
     hub = out / "hub"
     for repo in export_prepared(list(prepared.values()), art, hub):
         for config in repo.configs:
