@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("meta-graph reference: benchmarks/bench_metagraph.py not found, skipped")
         else:
-            from builders.artifact import Artifact
+            from metashift_hf.builders.artifact import Artifact
 
             options = Artifact.load(out).options
             work = bench_metagraph.artifact_workload(str(out))

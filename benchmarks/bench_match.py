@@ -28,10 +28,10 @@ def main() -> int:
     args = parser.parse_args()
 
     t0, c0 = time.perf_counter(), time.process_time()
-    from wordnet_match.hierarchy import load_hierarchy
-    from wordnet_match.match import match, read_subset_names, read_vocabulary
-    from wordnet_match.tasks import binary_tasks, build_registry
-    from wordnet_match.wordnet import load_wordnet
+    from metashift_hf.wordnet_match.hierarchy import load_hierarchy
+    from metashift_hf.wordnet_match.match import match, read_subset_names, read_vocabulary
+    from metashift_hf.wordnet_match.tasks import binary_tasks, build_registry
+    from metashift_hf.wordnet_match.wordnet import load_wordnet
 
     cache = tempfile.mkdtemp(prefix="bench-match-") if args.cold else None
     wn = load_wordnet(cache_dir=cache, use_nltk_corpus=not args.cold)

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def make_inputs(root: Path, n: int, width: int, height: int, seed: int = 0) -> tuple[Path, Path, int]:
     from PIL import Image
 
-    from builders.build import BuildOptions, build_artifact
-    from builders.subsets import CandidateSubsets
+    from metashift_hf.builders.build import BuildOptions, build_artifact
+    from metashift_hf.builders.subsets import CandidateSubsets
 
     rng = np.random.default_rng(seed)
     ids = [str(2300000 + i) for i in range(n)]
@@ -63,7 +63,7 @@ def make_inputs(root: Path, n: int, width: int, height: int, seed: int = 0) -> t
 
 def plain_copy(zpath: Path, ids: list[str], out: Path) -> tuple[float, float]:
     """(wall s, CPU s of this process) to copy every image's bytes from the zip into one file."""
-    from metashift_hf.images import open_images
+    from metashift_hf.builders.images import open_images
 
     t, c = time.perf_counter(), time.process_time()
     with open_images(zpath) as src, open(out, "wb") as f:
@@ -74,7 +74,7 @@ def plain_copy(zpath: Path, ids: list[str], out: Path) -> tuple[float, float]:
 
 def materialise(zpath: Path, artifact: Path, cache: Path) -> tuple[float, float, int]:
     """(wall s, CPU s of this process incl. the read-ahead thread, rows) of download_and_prepare."""
-    from builders.metashift import Metashift
+    from metashift_hf.builders.metashift import Metashift
 
     t, c = time.perf_counter(), time.process_time()
     b = Metashift(config_name="class-cat", artifact=str(artifact), images=str(zpath), cache_dir=str(cache))
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         zpath, artifact, total = make_inputs(root, args.images, args.width, args.height)
         setup = time.perf_counter() - t
-        from metashift_hf.images import open_images
+        from metashift_hf.builders.images import open_images
 
         with open_images(zpath) as src:
             ids = src.ids()

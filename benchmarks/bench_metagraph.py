@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from builders import metagraph as mg  # noqa: E402
+from metashift_hf.builders import metagraph as mg  # noqa: E402
 
 N_IMAGES = 113_018  # GQA train+val scene graphs
 N_SUBSETS = 12_868  # published: 410 classes, 12,868 subsets
@@ -112,7 +112,7 @@ def synthetic_workload(seed: int = 0, n_classes: int = N_CLASSES, n_subsets: int
 
 def artifact_workload(path: str) -> dict:
     """The kept subsets of every class of a built artifact, as int index arrays."""
-    from builders.artifact import Artifact
+    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(path)
     index: dict[str, int] = {}

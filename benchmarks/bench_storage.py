@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.artifact:
         artifact, images = args.artifact, args.images
     else:
-        from builders.build import build_from_inputs
+        from metashift_hf.builders.build import build_from_inputs
         from metashift_hf.demo_world import generate_demo_world
 
         world = generate_demo_world(tmp / "world", seed=0)

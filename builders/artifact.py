@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
 
 from .subsets import CandidateSubsets, parse_subset_name
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from metashift_hf.errors import EmptyResultError, InputFormatError
-from metashift_hf.fsutil import atomic_dir
+from metashift_hf.core.errors import EmptyResultError, InputFormatError
+from metashift_hf.core.fsutil import atomic_dir
 
 from . import artifact as art
 from .subsets import KINDS, CandidateSubsets, apply_rules
@@ -216,7 +216,7 @@ def build_artifact(
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     """
-    from metashift_hf import __version__
+    from metashift_hf.core import __version__
 
     from . import metagraph
 
@@ -299,7 +299,7 @@ def build_from_inputs(
     Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
     ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
     """
-    from metashift_hf.fsutil import sha256_file
+    from metashift_hf.core.fsutil import sha256_file
 
     from .pickles import load_candidate_pickle, verify_known
     from .scene_graphs import read_scene_graphs

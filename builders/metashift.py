@@ -2,7 +2,7 @@
 
 ``datasets`` no longer runs loading scripts, so the package ships the builder class::
 
-    from builders.metashift import Metashift
+    from metashift_hf.builders.metashift import Metashift
     b = Metashift(config_name="paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip",
                   cache_dir="cache")
     b.download_and_prepare()
@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import datasets
 
-from metashift_hf.errors import (
+from metashift_hf.core.errors import (
     EmptyResultError,
     InputFormatError,
     MetashiftError,
@@ -97,7 +97,7 @@ def _registry(artifact: Artifact) -> dict:
     """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
     if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
         return {}
-    import wordnet_match
+    from metashift_hf import wordnet_match
 
     return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
 
@@ -191,7 +191,7 @@ def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
     matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
     if entry.subset_rule == "kept":
         return None
-    import wordnet_match
+    from metashift_hf import wordnet_match
 
     match = wordnet_match.load_match(_match_dir(art))
     out = {}
@@ -464,7 +464,7 @@ class Metashift(datasets.GeneratorBasedBuilder):
 
     # -- images ---------------------------------------------------------------------------------
     def _open_source(self):
-        from metashift_hf.images import open_images
+        from metashift_hf.builders.images import open_images
 
         if self.config.images is None:
             raise MissingImagesError(f"task {self.config.name}: no image source given",
@@ -518,11 +518,11 @@ class Metashift(datasets.GeneratorBasedBuilder):
 def image_problem(data: bytes) -> str | None:
     """Why ``data`` is unusable, or None. JPEGs (all of GQA) get a structural check: SOI marker at
     the start, EOI marker near the end (catches truncated downloads and garbage); other formats
-    the full PIL check of ``metashift_hf.images.sniff_image``. Parsing every JPEG header with PIL
+    the full PIL check of ``metashift_hf.builders.images.sniff_image``. Parsing every JPEG header with PIL
     would halve the materialising speed."""
     if data[:3] == b"\xff\xd8\xff":
         return None if b"\xff\xd9" in data[-4096:] else "truncated JPEG (no end-of-image marker)"
-    from metashift_hf.images import sniff_image
+    from metashift_hf.builders.images import sniff_image
 
     return sniff_image(data)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from metashift_hf.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
 
 from .shifts import (
     DGSizes,

@@ -11,9 +11,9 @@ import os
 import pickle
 from pathlib import Path
 
-from metashift_hf.errors import ChecksumError, InputFormatError, UnsafePickleError
-from metashift_hf.fsutil import sha256_file
-from metashift_hf.sources import known_file
+from metashift_hf.core.errors import ChecksumError, InputFormatError, UnsafePickleError
+from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.sources import known_file
 
 from .subsets import CandidateSubsets, attribute_kind, published_kind
 

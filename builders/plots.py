@@ -11,8 +11,8 @@ from typing import Mapping
 
 import numpy as np
 
-from metashift_hf.errors import MetashiftError
-from metashift_hf.fsutil import atomic_file
+from metashift_hf.core.errors import MetashiftError
+from metashift_hf.core.fsutil import atomic_file
 
 LAYOUT_SEED = 1234  # the original code's spring_layout seed
 

@@ -20,8 +20,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from metashift_hf.errors import InputFormatError
-from metashift_hf.fsutil import sha256_file
+from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.fsutil import sha256_file
 
 from .subsets import ATTRIBUTE_CATEGORY
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from metashift_hf.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
 
 SPLITS = ("train", "validation", "test", "id_test")
 
@@ -213,7 +213,7 @@ class ArtifactSource:
 def split_name(name: str) -> tuple[str, str]:
     """``"remote control(cat)"`` -> ("remote control", "cat"); the context is inside the last parens."""
     if not name.endswith(")") or "(" not in name:
-        from metashift_hf.errors import InputFormatError
+        from metashift_hf.core.errors import InputFormatError
 
         raise InputFormatError(f"subset name {name!r} is not of the form subject(context)",
                                "write subsets as subject(context), e.g. dog(shelf)")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from metashift_hf.errors import InputFormatError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import InputFormatError, UnknownNameError, did_you_mean
 
 if TYPE_CHECKING:
     from .scene_graphs import SceneGraphTable

@@ -1,1 +1,4 @@
-"""Dataset-card templates (string.Template files), shipped as package data beside metashift_hf."""
+"""Dataset cards: templates (``templates/*.md``, string.Template) and the renderer (``render``).
+
+Installed as ``metashift_hf.cards``; the templates are package data read with importlib.resources.
+"""

@@ -7,11 +7,11 @@ Quick start::
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .core import __version__
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
-         "Artifact": "builders.artifact"}
+         "Artifact": "metashift_hf.builders.artifact"}
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 

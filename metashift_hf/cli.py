@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import MetashiftError
+from .core.errors import MetashiftError
 
 # Each module under metashift_hf.commands defines ``register(subparsers)``, which adds its
 # parser(s) and sets ``func(args) -> int``. Order here is the order shown in --help.
@@ -24,7 +24,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .core import __version__
 
     parser = argparse.ArgumentParser(
         prog="metashift-hf",

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .errors import MetashiftError
+from .core.errors import MetashiftError
 
 # Demo-scale versions of the paper tasks: the embedded world is ~1/5 of the paper's cat/dog data.
 DEMO_TASKS = {
@@ -33,7 +33,7 @@ def _eval_extra_installed() -> bool:
 def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | None = None,
              evaluate: bool = True, say: Callable[[str], None] = print) -> dict:
     """Run every stage on the demo world under ``out``; return the paths it wrote."""
-    from builders.build import build_from_inputs
+    from metashift_hf.builders.build import build_from_inputs
 
     from .demo_world import generate_demo_world
 
@@ -71,7 +71,7 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     stage("3/6 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
     matched_task = None
     try:
-        from wordnet_match.run import run_match
+        from metashift_hf.builders.match_artifact import run_match
 
         result = run_match(artifact=art, hierarchy="wordnet")
         fig = result.figures

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputFormatError, MetashiftError
-from .fsutil import atomic_dir
+from .core.errors import InputFormatError, MetashiftError
+from .core.fsutil import atomic_dir
 
 GENERATOR_VERSION = 1
 DEFAULT_N_IMAGES = 5000

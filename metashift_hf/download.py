@@ -22,12 +22,12 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .errors import ChecksumError, InputFormatError, MetashiftError
-from .fsutil import atomic_file
-from .sources import DEFAULT_ORDER, SCENE_GRAPH_MEMBERS, KnownFile, known_file
+from .core.errors import ChecksumError, InputFormatError, MetashiftError
+from .core.fsutil import atomic_file
+from .core.paths import default_cache_dir
+from .core.sources import DEFAULT_ORDER, SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
 MIRROR_ENV = "METASHIFT_HF_MIRROR"
-CACHE_ENV = "METASHIFT_HF_CACHE"
 _CHUNK = 1 << 20
 # Failures that say "this mirror does not have the file": go straight to the next mirror.
 _PERMANENT_HTTP = {400, 401, 403, 404, 405, 410, 451}
@@ -47,16 +47,6 @@ class _MirrorFailed(Exception):
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def default_cache_dir() -> Path:
-    """``$METASHIFT_HF_CACHE`` if set, else the per-user cache folder (platformdirs)."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("metashift-hf"))
 
 
 def mirror_urls(known: KnownFile, mirror: str | None = None) -> list[str]:
@@ -107,7 +97,7 @@ def _hash_prefix(path: Path, length: int) -> "hashlib._Hash":
 
 
 def _user_agent() -> str:
-    from . import __version__
+    from .core import __version__
 
     return f"metashift-hf/{__version__} (+urllib)"
 

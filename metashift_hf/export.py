@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import InputFormatError, MetashiftError, UnknownNameError
-from .fsutil import atomic_dir, atomic_file
+from .core.errors import InputFormatError, MetashiftError, UnknownNameError
+from .core.fsutil import atomic_dir, atomic_file
 
 # Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks
 # sharing 673 of 878 images, a store chunking at 64 KiB like the Hub's Xet:
@@ -258,7 +258,7 @@ def repo_name_for(task_id: str, layout: str) -> str:
 def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
                     namespace: str | None = None) -> list[ExportedRepo]:
     """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``)."""
-    from . import cards
+    from .cards import render as cards
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
@@ -270,7 +270,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     dupes = sorted({t for t in ids if ids.count(t) > 1})
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
-    from builders.artifact import Artifact
+    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(artifact)
     for p in prepared:
@@ -328,7 +328,7 @@ def _write_spec(path: Path, spec: dict) -> None:
 
 def read_note(repo_dir: Path) -> str:
     """The collection note of an exported repo folder (from its shift spec file)."""
-    from . import cards
+    from .cards import render as cards
 
     if repo_dir.name == INDEX_REPO:
         return cards.INDEX_NOTE
@@ -354,7 +354,7 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
-    from builders.artifact import Artifact
+    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(artifact)
     per_task = task_overrides or {}

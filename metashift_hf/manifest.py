@@ -11,16 +11,20 @@ mtime so it is not re-hashed while the file is unchanged.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from .download import default_cache_dir, extract_scene_graphs, extraction_dir, human_size, sha256_with_progress
-from .errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
-from .fsutil import atomic_file
-from .sources import DEFAULT_ORDER, KNOWN_FILES, SCENE_GRAPH_MEMBERS, KnownFile
+from .core.paths import cache_root, default_cache_dir
+from .download import extract_scene_graphs, extraction_dir, human_size, sha256_with_progress
+from .core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from .core.fsutil import atomic_file, sha256_file
+from .core.sources import DEFAULT_ORDER, KNOWN_FILES, SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
 FORMAT = "metashift-hf-data-manifest"
@@ -174,7 +178,7 @@ def _check_shape(role: str, p: Path) -> dict[str, Any]:
                       "register sceneGraphs.zip, a folder with train_sceneGraphs.json/val_sceneGraphs.json, or one such JSON file")
         return {}
     if role == "images":
-        from .images import open_images
+        from .builders.images import open_images
 
         with open_images(p) as src:
             return {"n_images": len(src)}
@@ -278,3 +282,43 @@ def resolve_build_inputs(source: str, manifest: "DataManifest | str | os.PathLik
         if include_attributes:
             out["attributes_pickle"] = resolve_input("attributes", man)
     return out
+
+
+PAPER_URL_ENV = "METASHIFT_HF_PAPER_TREE_URL"  # override of the published tree's URL (mirrors, tests)
+
+
+def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60) -> Path:
+    """The published tree in the cache, fetched once from its published URL and checked against its sha256."""
+    known = known_file("imagenet-tree")
+    target = cache_root(cache_dir) / "hierarchies" / known.file_name
+    if target.is_file() and sha256_file(target) == known.sha256:
+        return target
+    if not url and not os.environ.get(PAPER_URL_ENV):
+        # already downloaded or registered (metashift-hf download --what imagenet-tree / --register)
+        local = resolve_input("imagenet-tree", required=False)
+        if local is not None and Path(local).is_file() and sha256_file(local) == known.sha256:
+            return Path(local)
+    urls = [url or os.environ.get(PAPER_URL_ENV)] if (url or os.environ.get(PAPER_URL_ENV)) else list(known.urls)
+    failures = []
+    for candidate in urls:
+        try:
+            with urllib.request.urlopen(candidate, timeout=timeout) as response:
+                body = response.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            failures.append(f"{candidate}: {exc}")
+            continue
+        digest = hashlib.sha256(body).hexdigest()
+        if digest != known.sha256:
+            raise ChecksumError(
+                f"{candidate} served {known.file_name} with sha256 {digest}, expected {known.sha256}; nothing was kept",
+                "use the original MetaShift repository's file (or a faithful mirror via "
+                f"{PAPER_URL_ENV}), or pass the file you have with --hierarchy tree:PATH",
+            )
+        with atomic_file(target) as f:
+            f.write(body)
+        return target
+    raise MetashiftError(
+        f"could not fetch {known.file_name}: {'; '.join(failures)}",
+        f"where the internet is blocked, copy the file into {target.parent} or set {PAPER_URL_ENV} "
+        "to a reachable copy, or use --hierarchy tree:PATH or --hierarchy wordnet",
+    )

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import InputFormatError, MetashiftError
+from .core.errors import InputFormatError, MetashiftError
 from .export import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
-from .fsutil import sha256_file
+from .core.fsutil import sha256_file
 
 COLLECTION_TITLE = "MetaShift"
 COLLECTION_DESCRIPTION = "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
@@ -222,7 +222,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    from . import __version__
+    from .core import __version__
 
     validate_repo_name(namespace, "namespace")
     items = [_as_repo(r) for r in repos]

@@ -603,8 +603,8 @@ def tiny_world() -> dict[str, list[str]]:
 
 
 def build_tiny_artifact(out) -> object:
-    from builders.build import BuildOptions, build_artifact
-    from builders.subsets import CandidateSubsets
+    from metashift_hf.builders.build import BuildOptions, build_artifact
+    from metashift_hf.builders.subsets import CandidateSubsets
 
     return build_artifact(CandidateSubsets.from_dict(tiny_world()), out, BuildOptions(), source="custom", plots=False)
 
@@ -663,7 +663,8 @@ def copy_reference_images(shared_ref, dest) -> list:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     out = []
-    for src in sorted((Path(shared_ref) / "images").glob("*/*.jpg")):
+    # A fixed 15 of them: the shared folder may grow, and split sizes below are counted on these.
+    for src in sorted((Path(shared_ref) / "images").glob("*/*.jpg"))[:15]:
         shutil.copyfile(src, dest / src.name)
         out.append(dest / src.name)
     return out
@@ -673,7 +674,7 @@ def build_demo(root) -> tuple:
     """The embedded demo world built into a real artifact (with meta-graph plots): (world, artifact)."""
     from pathlib import Path
 
-    from builders.build import build_from_inputs
+    from metashift_hf.builders.build import build_from_inputs
     from metashift_hf.demo_world import generate_demo_world
 
     world = generate_demo_world(Path(root) / "world", seed=0)

@@ -9,14 +9,14 @@ import pytest
 import metashift_hf
 from metashift_hf import api
 from metashift_hf.api import plan
-from metashift_hf.errors import MetashiftError, MissingImagesError, UnknownNameError
+from metashift_hf.core.errors import MetashiftError, MissingImagesError, UnknownNameError
 from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 
 @pytest.fixture(scope="module")
 def matched(world, tmp_path_factory):  # noqa: F811
     """A copy of the world artifact matched by the real wordnet_match (offline WordNet 3.0)."""
-    from wordnet_match.run import run_match
+    from metashift_hf.builders.match_artifact import run_match
 
     root = tmp_path_factory.mktemp("matched") / "artifact"
     shutil.copytree(world["artifact"].root, root)
@@ -47,7 +47,7 @@ def test_available_tasks(world, matched):  # noqa: F811
 
 
 def test_matched_task_default_shift(world, matched, tmp_path):  # noqa: F811
-    import wordnet_match
+    from metashift_hf import wordnet_match
 
     task = api.prepare("bin-cat-dog", matched, world["folder"], cache_dir=tmp_path, seed=1)
     ds, spec = task.dataset, task.spec

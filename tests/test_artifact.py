@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from builders.artifact import Artifact
-from builders.build import BuildOptions, build_artifact
-from builders.subsets import CandidateSubsets
-from metashift_hf.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.subsets import CandidateSubsets
+from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
 
 
 def world() -> dict[str, list[str]]:
@@ -94,7 +94,7 @@ def test_group_distances(built):
               "a": ["sofa3"], "b": ["grass3"], "c": ["sofa2"]}
     paper = built.group_distance("cat", groups, "indoor", "outdoor", rule="paper")
     analysis, members = built.analysis("cat")
-    from builders import metagraph
+    from metashift_hf.builders import metagraph
 
     assert paper == pytest.approx(metagraph.group_distance_paper(
         analysis, members, ["cat(sofa0)", "cat(sofa1)"], ["cat(grass0)", "cat(grass1)"]))
@@ -171,7 +171,7 @@ def test_determinism_byte_identical(tmp_path):
 def test_interrupted_build_leaves_old_artifact(tmp_path, monkeypatch):
     out = tmp_path / "art"
     first = build_artifact(CandidateSubsets.from_dict(world()), out, plots=False)
-    import builders.artifact as art
+    import metashift_hf.builders.artifact as art
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from builders.artifact import Artifact
+from metashift_hf.builders.artifact import Artifact
 from metashift_hf.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -148,7 +148,7 @@ def test_bad_inputs(tmp_path, scene_graphs, capsys):
 
 
 def test_interrupted_build_leaves_nothing(scene_graphs, tmp_path, monkeypatch):
-    import builders.metagraph as mg
+    import metashift_hf.builders.metagraph as mg
 
     calls = {"n": 0}
     real = mg.analyse_class

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builders.build import BuildOptions, build_artifact
-from builders.metashift import LEGACY_CLASSES, Metashift, plan_task, shift_spec, spec_from_description
-from builders.subsets import CandidateSubsets
-from metashift_hf.errors import InputFormatError, MissingImagesError, UnknownNameError
+from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, plan_task, shift_spec, spec_from_description
+from metashift_hf.builders.subsets import CandidateSubsets
+from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from test_paper_tasks import paper_world
 
 ATTRS = {"cat": ("orange", "white", "black", "striped"), "dog": ("sitting", "black", "white")}
@@ -265,7 +265,7 @@ def test_real_shared_images_through_builder(real, source):
 
 def test_real_attributes_pickle_collection(shared_ref, tmp_path_factory):
     """The published MetaShift-Attributes pickle (66 classes / 679 subsets under the rules)."""
-    from builders.pickles import load_candidate_pickle
+    from metashift_hf.builders.pickles import load_candidate_pickle
     from metashift_hf.api import available_tasks
 
     cands = load_candidate_pickle(shared_ref / "metashift" / "attributes-candidate-subsets.pkl", attributes=True)

@@ -7,8 +7,9 @@ import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
-from metashift_hf import __version__, cards
-from metashift_hf.errors import InputFormatError, MetashiftError
+from metashift_hf import __version__
+from metashift_hf.cards import render as cards
+from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.export import export_prepared
 
 

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from builders.build import BuildOptions, build_artifact
-from builders.subsets import CandidateSubsets
+from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf import cli, manifest as mf
 
 

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from metashift_hf.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_demo_world
-from metashift_hf.errors import InputFormatError, MetashiftError
+from metashift_hf.core.errors import InputFormatError, MetashiftError
 
 # Figures for seed 0 at the default size (docs/demo-world.md, "Figures").
 OBJECT_FIGURES = {"candidates": 1865, "kept": 515, "classes": 24, "subsets": 366}

@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 
 from metashift_hf.cli import main
-from metashift_hf.errors import MetashiftError
+from metashift_hf.core.errors import MetashiftError
 
 
 @pytest.fixture(scope="module")
 def matched(tmp_path_factory):
     """dog: contexts ball/bench/chair (one community) and boat/car/truck (another); cat: six contexts."""
-    from builders.build import BuildOptions, build_artifact
-    from builders.subsets import CandidateSubsets
+    from metashift_hf.builders.build import BuildOptions, build_artifact
+    from metashift_hf.builders.subsets import CandidateSubsets
 
     subsets = {}
     for k, ctx in enumerate(["ball", "bench", "chair"]):
@@ -27,7 +27,7 @@ def matched(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalart") / "artifact"
     art = build_artifact(CandidateSubsets.from_dict(subsets), root, BuildOptions(), plots=False)
     try:
-        from wordnet_match.run import run_match
+        from metashift_hf.builders.match_artifact import run_match
 
         run_match(artifact=str(root), hierarchy="wordnet")
     except MetashiftError as exc:  # WordNet dict files absent on this machine

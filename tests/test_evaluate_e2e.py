@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
-from metashift_hf.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
+from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.models import load_model, require_torch  # noqa: E402
 from metashift_hf.evaluate.predict import predict  # noqa: E402
@@ -258,7 +258,7 @@ def test_unavailable_models_give_clear_errors(monkeypatch):
 
 
 def test_tree_hierarchy_and_unmatched_class(shared_ref, task, run_hier, tmp_path):
-    from metashift_hf.errors import EmptyResultError
+    from metashift_hf.core.errors import EmptyResultError
     from metashift_hf.evaluate.coverage import class_coverage
 
     tree = f"tree:{shared_ref / 'metashift' / 'imagenet1k_node_names.json'}"

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metashift_hf.errors import EmptyResultError, InputFormatError, UnknownNameError
+from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
 from metashift_hf.evaluate.predictions import Predictions
 from metashift_hf.evaluate.scoring import NO_CLASS, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
 

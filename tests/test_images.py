@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf.errors import InputFormatError, MissingImagesError
-from metashift_hf.images import FolderImages, ZipImages, open_images, sniff_image
+from metashift_hf.core.errors import InputFormatError, MissingImagesError
+from metashift_hf.builders.images import FolderImages, ZipImages, open_images, sniff_image
 
 
 @pytest.fixture(scope="module")
 def real_images(shared_ref: Path) -> dict[str, Path]:
     """id -> path of every shared real image (gqa/ and vg/)."""
     files = sorted((shared_ref / "images").glob("*/*.jpg"))
-    assert len(files) == 15, files
+    assert len(files) >= 15, files  # the shared folder may grow; ids named below must be there
     return {f.stem: f for f in files}
 
 
@@ -35,7 +35,7 @@ def test_folder_with_subfolders_reads_original_bytes(shared_ref, real_images):
         for image_id, f in real_images.items():
             assert src.has(image_id)
             assert src.read(image_id) == f.read_bytes()
-        assert "2375429" in src and "15 images" in src.describe()
+        assert "2375429" in src and f"{len(real_images)} images" in src.describe()
         assert src.check(src.ids()).ok
 
 

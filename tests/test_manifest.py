@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from metashift_hf import cli, manifest as mf
-from metashift_hf.errors import ChecksumError, InputFormatError, UnknownNameError
-from metashift_hf.fsutil import sha256_file
-from metashift_hf.sources import KNOWN_FILES, identify, known_file
+from metashift_hf.core.errors import ChecksumError, InputFormatError, UnknownNameError
+from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.sources import KNOWN_FILES, identify, known_file
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")
@@ -194,7 +194,7 @@ def test_cli_register_and_status(tmp_path, shared_ref, capsys):
 
 def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
     """register sceneGraphs.zip -> resolve_build_inputs('gqa') -> build -> stats --verify."""
-    from builders.build import build_from_inputs
+    from metashift_hf.builders.build import build_from_inputs
     from metashift_hf import stats
 
     contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]

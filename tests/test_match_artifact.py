@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
-import wordnet_match
-from metashift_hf.errors import EmptyResultError, InputFormatError, UnknownNameError
+from metashift_hf import wordnet_match
+from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
 
 CONTEXTS = {
     # 30 images each unless said otherwise; frisbee has no ImageNet-1k node, cat(car) is too small
@@ -23,12 +24,12 @@ def _images(subject: str, context: str, n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory, wn, wordnet_cache):  # noqa: F811
-    from builders.build import build_artifact
-    from builders.subsets import CandidateSubsets
+    from metashift_hf.builders.build import build_artifact
+    from metashift_hf.builders.subsets import CandidateSubsets
 
     mapping = {f"{s}({c})": _images(s, c, n) for s, ctx in CONTEXTS.items() for c, n in ctx.items()}
     art = build_artifact(CandidateSubsets.from_dict(mapping), tmp_path_factory.mktemp("art") / "a", plots=False)
-    wordnet_match.run_match(artifact=art.root, hierarchy="wordnet", cache_dir=wordnet_cache)
+    run_match(artifact=art.root, hierarchy="wordnet", cache_dir=wordnet_cache)
     return art
 
 
@@ -63,10 +64,10 @@ def test_artifact_registry_and_presets(artifact):
 
 
 def test_thresholds_move_the_binary_count(artifact, wordnet_cache):  # noqa: F811
-    none = wordnet_match.run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False,
+    none = run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False,
                                      cache_dir=wordnet_cache)
     assert [t.task_id for t in none.tasks if t.kind == "binary"] == []
-    deep = wordnet_match.run_match(artifact=artifact.root, hierarchy="wordnet", level=12, write=False,
+    deep = run_match(artifact=artifact.root, hierarchy="wordnet", level=12, write=False,
                                      cache_dir=wordnet_cache)
     assert [t.task_id for t in deep.tasks if t.kind == "binary"] == []  # carnivore is at depth 11
 

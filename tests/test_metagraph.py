@@ -7,8 +7,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from builders import metagraph as mg
-from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.builders import metagraph as mg
+from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 
 
 def arr(*xs: int) -> np.ndarray:
@@ -418,7 +418,7 @@ def test_group_distance_paper_by_hand():
 def test_attributes_pickle_classes_match_networkx_reference(shared_ref):
     """On the published attribute subsets (66 classes): CNM partitions equal networkx's, and the
     embedding distances equal spectral_layout's on every connected, non-degenerate class."""
-    from builders.pickles import restricted_load
+    from metashift_hf.builders.pickles import restricted_load
 
     data = restricted_load(shared_ref / "metashift" / "attributes-candidate-subsets.pkl")
     kept = {k: v for k, v in data.items() if len(v) >= 25}
@@ -454,7 +454,7 @@ def test_attributes_pickle_classes_match_networkx_reference(shared_ref):
 
 def test_plot_written_and_deterministic(tmp_path):
     pytest.importorskip("matplotlib")
-    from builders.plots import plot_class
+    from metashift_hf.builders.plots import plot_class
 
     members = _two_blobs(9, 4)
     a = mg.analyse_class("k", members)

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from builders import paper_tasks as pt
-from builders.shifts import SetSource
-from metashift_hf.errors import EmptyResultError, UnknownNameError
+from metashift_hf.builders import paper_tasks as pt
+from metashift_hf.builders.shifts import SetSource
+from metashift_hf.core.errors import EmptyResultError, UnknownNameError
 
 
 def paper_world(n_per_class: int = 7000, seed: int = 0) -> dict[str, set[str]]:

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from builders.pickles import KNOWN_PICKLES, load_candidate_pickle, restricted_load, verify_known
-from metashift_hf.errors import ChecksumError, InputFormatError, UnsafePickleError
+from metashift_hf.builders.pickles import KNOWN_PICKLES, load_candidate_pickle, restricted_load, verify_known
+from metashift_hf.core.errors import ChecksumError, InputFormatError, UnsafePickleError
 
 
 def test_loads_published_format(tmp_path):

@@ -304,7 +304,7 @@ def test_token_stays_out_of_logging_in_process(exported, caplog, capsys, monkeyp
     # The loopback Hub speaks LFS, not Xet; the env switch was read at import, so set the constant.
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
 
-    from metashift_hf.errors import MetashiftError
+    from metashift_hf.core.errors import MetashiftError
     from metashift_hf.publish import push_repos
 
     repos = sorted(p for p in exported["out"].iterdir() if p.is_dir())

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders.scene_graphs import iter_scene_graphs, read_scene_graphs
-from builders.subsets import ATTRIBUTE_CATEGORY, SCENE_WORDS, candidates_from_scene_graphs
-from metashift_hf.errors import InputFormatError
+from metashift_hf.builders.scene_graphs import iter_scene_graphs, read_scene_graphs
+from metashift_hf.builders.subsets import ATTRIBUTE_CATEGORY, SCENE_WORDS, candidates_from_scene_graphs
+from metashift_hf.core.errors import InputFormatError
 
 
 def obj(name, rels=(), attrs=()):
@@ -178,7 +178,7 @@ def test_cooccurrence_pairing(tmp_path):
 
 def naive(data: dict, pairing: str, as_: str, kinds) -> dict[str, tuple[str, frozenset]]:
     """Direct dict-of-sets reference of the documented rules (small inputs only)."""
-    from builders.subsets import GENERAL_CATEGORY, SCENE_WORDS_ALSO_OBJECT_CONTEXTS
+    from metashift_hf.builders.subsets import GENERAL_CATEGORY, SCENE_WORDS_ALSO_OBJECT_CONTEXTS
 
     out: dict[str, dict[str, set]] = {k: {} for k in ("general", "object", "attribute")}
 
@@ -234,7 +234,7 @@ def naive(data: dict, pairing: str, as_: str, kinds) -> dict[str, tuple[str, fro
 def test_vectorised_equals_naive_reference(tmp_path, monkeypatch, pairing, block, as_):
     import sys
 
-    import builders.subsets as bs
+    import metashift_hf.builders.subsets as bs
 
     if block is not None:  # many small pair blocks instead of one
         monkeypatch.setattr(bs, "_PAIR_BLOCK", block)
@@ -278,7 +278,7 @@ def big_file(tmp_path_factory) -> Path:
 
 
 def test_split_read_equals_sequential(big_file, monkeypatch):
-    import builders.scene_graphs as sgm
+    import metashift_hf.builders.scene_graphs as sgm
 
     sequential = read_scene_graphs([big_file], workers=1)
     monkeypatch.setattr(sgm, "SPLIT_MIN_BYTES", 0)
@@ -293,7 +293,7 @@ def test_split_read_equals_sequential(big_file, monkeypatch):
 
 
 def test_split_read_reports_errors_of_the_second_half(big_file, tmp_path, monkeypatch):
-    import builders.scene_graphs as sgm
+    import metashift_hf.builders.scene_graphs as sgm
 
     data = json.loads(big_file.read_text())
     last = list(data)[-1]
@@ -317,7 +317,7 @@ def test_split_read_reports_errors_of_the_second_half(big_file, tmp_path, monkey
 
 
 def test_split_read_duplicate_across_halves(big_file, tmp_path, monkeypatch):
-    import builders.scene_graphs as sgm
+    import metashift_hf.builders.scene_graphs as sgm
 
     text = big_file.read_text()
     ids = list(json.loads(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders.shifts import (
+from metashift_hf.builders.shifts import (
     CommunitySizes,
     DGSizes,
     GroupDef,
@@ -20,7 +20,7 @@ from builders.shifts import (
     seeded_order,
     subpopulation_shift,
 )
-from metashift_hf.errors import EmptyResultError, MetashiftError
+from metashift_hf.core.errors import EmptyResultError, MetashiftError
 
 
 def make_world(seed: int = 1, n: int = 3000, contexts=("a", "b", "c", "d", "e", "f"), both: int = 40):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from builders.pickles import load_candidate_pickle
-from builders.subsets import (
+from metashift_hf.builders.pickles import load_candidate_pickle
+from metashift_hf.builders.subsets import (
     ATTRIBUTE_CATEGORY,
     ATTRIBUTE_CONTEXT_ONTOLOGY,
     GENERAL_CONTEXT_ONTOLOGY,
@@ -13,7 +13,7 @@ from builders.subsets import (
     parse_subset_name,
     published_kind,
 )
-from metashift_hf.errors import InputFormatError, UnknownNameError
+from metashift_hf.core.errors import InputFormatError, UnknownNameError
 
 
 def test_parse_names_with_spaces():

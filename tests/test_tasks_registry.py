@@ -6,11 +6,11 @@ import json
 import pytest
 from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
-import wordnet_match
+from metashift_hf import wordnet_match
 from metashift_hf.cli import main
-from wordnet_match.hierarchy import load_hierarchy
-from wordnet_match.match import match, read_subset_names, vocabulary_of
-from wordnet_match.tasks import binary_task_id, binary_tasks, multiclass_task
+from metashift_hf.wordnet_match.hierarchy import load_hierarchy
+from metashift_hf.wordnet_match.match import match, read_subset_names, vocabulary_of
+from metashift_hf.wordnet_match.tasks import binary_task_id, binary_tasks, multiclass_task
 
 CONTEXTS = ["sofa", "bed", "chair", "table", "laptop", "car"]
 SUBSETS = (

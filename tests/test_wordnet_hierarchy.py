@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
-from metashift_hf.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
-from wordnet_match.hierarchy import load_hierarchy, paper_tree_path, tree_hierarchy
+from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.manifest import paper_tree_path
+from metashift_hf.wordnet_match.hierarchy import load_hierarchy, tree_hierarchy
 
 PAPER_SHA = "403e1dc7d82efb3651d672b6a1cf4318922c9776e92c288c3845e6a92e28f98c"
 
@@ -110,7 +111,7 @@ def test_paper_hierarchy_fetched_once_with_pinned_sha(tmp_path, wn, tree_file, m
     server = _Server(tree_file.read_bytes())
     try:
         monkeypatch.setenv("METASHIFT_HF_PAPER_TREE_URL", server.url)
-        h = load_hierarchy("paper", wn, cache_dir=tmp_path)
+        h = load_hierarchy("paper", wn, paper_tree=paper_tree_path(cache_dir=tmp_path))
         assert h.name == "paper" and len(h.nodes) == 1776
         cached = tmp_path / "hierarchies" / "imagenet1k_node_names.json"
         assert cached.read_bytes() == tree_file.read_bytes()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf.errors import InputFormatError, UnknownNameError
-from wordnet_match.imagenet import imagenet_classes, imagenet_synsets
-from wordnet_match.wordnet import (
+from metashift_hf.core.errors import InputFormatError, UnknownNameError
+from metashift_hf.wordnet_match.imagenet import imagenet_classes, imagenet_synsets
+from metashift_hf.wordnet_match.wordnet import (
     DEBIAN_DICT_DIR,
     DICT_FILES,
     LEXNAMES,
@@ -130,7 +130,7 @@ def test_imagenet_1k_in_class_index_order_all_resolve(wn):
 
 @needs_debian
 def test_a_wordnet_that_is_not_3_0_is_refused_or_replaced(tmp_path, wn, monkeypatch):
-    import wordnet_match.wordnet as wordnet_module
+    import metashift_hf.wordnet_match.wordnet as wordnet_module
 
     fake = tmp_path / "dict31"
     shutil.copytree(DEBIAN_DICT_DIR, fake)

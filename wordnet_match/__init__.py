@@ -2,8 +2,8 @@
 
 Quick use::
 
-    import wordnet_match
-    result = wordnet_match.run_match(artifact="ARTIFACT", hierarchy="wordnet")   # writes ARTIFACT/match/
+    from metashift_hf import wordnet_match
+    # ARTIFACT/match/ is written by metashift_hf.builders.match_artifact.run_match (`metashift-hf match`)
     tasks = wordnet_match.registry("ARTIFACT")                                    # list[TaskEntry]
     task = wordnet_match.get_task("ARTIFACT", "bin-cat-dog")
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 
+from metashift_hf.core.errors import EmptyResultError
+
 from .match import MatchResult, MatchRow, SubsetRecord
-from .run import run_match
 from .store import load_match, read_tasks
 from .tasks import PRESETS, TaskEntry, find_task
 
@@ -26,8 +27,6 @@ def get_task(path: str | os.PathLike, task_id: str, require_available: bool = Fa
     """One registry entry; UnknownNameError with did-you-mean, or EmptyResultError for an unavailable preset."""
     task = find_task(read_tasks(path), task_id)
     if require_available and not task.available:
-        from metashift_hf.errors import EmptyResultError
-
         raise EmptyResultError(f"task {task_id} is not available here: {task.reason}",
                                "build an artifact that contains those classes, or pick another task")
     return task
@@ -35,5 +34,5 @@ def get_task(path: str | os.PathLike, task_id: str, require_available: bool = Fa
 
 __all__ = [
     "MatchResult", "MatchRow", "SubsetRecord", "TaskEntry", "PRESETS",
-    "run_match", "load_match", "registry", "get_task",
+    "load_match", "registry", "get_task",
 ]

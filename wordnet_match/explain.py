@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import os
 
-from .hierarchy import Hierarchy, load_hierarchy
+from .hierarchy import Hierarchy
 from .imagenet import imagenet_classes
-from .match import MatchResult, MatchRow, match, match_name
-from .wordnet import load_wordnet, noun_synsets, wnid_of
+from .match import MatchResult, MatchRow, match_name
+from .wordnet import noun_synsets, wnid_of
 
 _SHOW = 8  # ImageNet classes listed before "..."
 
@@ -70,7 +70,7 @@ def explain_name(name: str, tree: Hierarchy, wn, result: MatchResult | None = No
 
 
 def explain_subset(subset: str, tree: Hierarchy, wn, result: MatchResult | None = None) -> str:
-    from builders.subsets import parse_subset_name
+    from metashift_hf.builders.subsets import parse_subset_name
 
     subject, context = parse_subset_name(subset)
     rows = [result.table.get(n) if result is not None else None for n in (subject, context)]
@@ -87,32 +87,3 @@ def explain_subset(subset: str, tree: Hierarchy, wn, result: MatchResult | None 
             size = "" if record.n_images is None else f", {record.n_images} images"
             lines.append(f"  in the inputs: kept={record.kept}{size}, selected={record.selected}")
     return "\n".join(lines)
-
-
-def explain_names(
-    names: list[str],
-    *,
-    hierarchy: str = "wordnet",
-    artifact=None,
-    subset_names: str | os.PathLike | None = None,
-    vocabulary: str | os.PathLike | None = None,
-    url: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> str:
-    """Explain names or ``subject(context)`` subsets; with inputs, also how they are used there."""
-    wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, cache_dir=cache_dir, url=url)
-    result = None
-    if artifact is not None or subset_names is not None:
-        from .run import load_inputs
-
-        _, vocab, subsets, source = load_inputs(artifact, subset_names, vocabulary)
-        result = match(vocab, subsets, tree, wn, source=source)
-    parts = []
-    for name in names:
-        name = name.strip()
-        if name.endswith(")") and "(" in name:
-            parts.append(explain_subset(name, tree, wn, result))
-        else:
-            parts.append(explain_name(name, tree, wn, result))
-    return "\n\n".join(parts)

@@ -6,24 +6,19 @@ walker that drops its root. Leaves are nodes without children; ImageNet-1k class
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from metashift_hf.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.fsutil import atomic_file, sha256_file
+from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.core.fsutil import sha256_file
 
-from .cache import cache_root
 from .imagenet import imagenet_classes, imagenet_synsets
 from .wordnet import synset_of_wnid, wnid_of
 
-PAPER_URL_ENV = "METASHIFT_HF_PAPER_TREE_URL"  # override of the published tree's URL (mirrors, tests)
 HIERARCHY_CHOICES = "wordnet | paper | tree:PATH"
 _WNID = re.compile(r"^n\d{8}$")
 
@@ -260,53 +255,22 @@ def tree_hierarchy(path: str | os.PathLike, wn=None, name: str | None = None) ->
     )
 
 
-def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60) -> Path:
-    """The published tree in the cache, fetched once from its published URL and checked against its sha256."""
-    from metashift_hf.sources import known_file
+def load_hierarchy(spec: str, wn, *, paper_tree: str | os.PathLike | None = None) -> Hierarchy:
+    """``wordnet`` | ``paper`` | ``tree:PATH`` -> :class:`Hierarchy`.
 
-    known = known_file("imagenet-tree")
-    target = cache_root(cache_dir) / "hierarchies" / known.file_name
-    if target.is_file() and sha256_file(target) == known.sha256:
-        return target
-    if not url and not os.environ.get(PAPER_URL_ENV):
-        # already downloaded or registered (metashift-hf download --what imagenet-tree / --register)
-        from metashift_hf.manifest import resolve_input
-
-        local = resolve_input("imagenet-tree", required=False)
-        if local is not None and Path(local).is_file() and sha256_file(local) == known.sha256:
-            return Path(local)
-    urls = [url or os.environ.get(PAPER_URL_ENV)] if (url or os.environ.get(PAPER_URL_ENV)) else list(known.urls)
-    failures = []
-    for candidate in urls:
-        try:
-            with urllib.request.urlopen(candidate, timeout=timeout) as response:
-                body = response.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            failures.append(f"{candidate}: {exc}")
-            continue
-        digest = hashlib.sha256(body).hexdigest()
-        if digest != known.sha256:
-            raise ChecksumError(
-                f"{candidate} served {known.file_name} with sha256 {digest}, expected {known.sha256}; nothing was kept",
-                "use the original MetaShift repository's file (or a faithful mirror via "
-                f"{PAPER_URL_ENV}), or pass the file you have with --hierarchy tree:PATH",
-            )
-        with atomic_file(target) as f:
-            f.write(body)
-        return target
-    raise MetashiftError(
-        f"could not fetch {known.file_name}: {'; '.join(failures)}",
-        f"where the internet is blocked, copy the file into {target.parent} or set {PAPER_URL_ENV} "
-        "to a reachable copy, or use --hierarchy tree:PATH or --hierarchy wordnet",
-    )
-
-
-def load_hierarchy(spec: str, wn, *, cache_dir: str | os.PathLike | None = None, url: str | None = None) -> Hierarchy:
-    """``wordnet`` | ``paper`` | ``tree:PATH`` -> :class:`Hierarchy`."""
+    ``paper`` is the published tree; this package fetches nothing, so its caller passes the local file
+    as ``paper_tree`` (the command line finds it through the data manifest).
+    """
     if spec == "wordnet":
         return wordnet_hierarchy(wn)
     if spec == "paper":
-        return tree_hierarchy(paper_tree_path(url, cache_dir), wn, name="paper")
+        if paper_tree is None:
+            raise MetashiftError(
+                "the 'paper' hierarchy needs the published ImageNet tree file, and none was given",
+                "run `metashift-hf download --what imagenet-tree` (or `download --register imagenet-tree PATH`), "
+                "or use --hierarchy tree:PATH or --hierarchy wordnet",
+            )
+        return tree_hierarchy(paper_tree, wn, name="paper")
     if spec.startswith("tree:") and len(spec) > 5:
         return tree_hierarchy(spec[5:], wn)
     raise UnknownNameError(f"unknown hierarchy {spec!r}", f"choose one of: {HIERARCHY_CHOICES}")

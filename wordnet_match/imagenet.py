@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from metashift_hf.errors import InputFormatError
+from metashift_hf.core.errors import InputFormatError
 
 from .wordnet import synset_of_wnid
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metashift_hf.errors import InputFormatError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import InputFormatError, UnknownNameError, did_you_mean
 
 from .hierarchy import Hierarchy
 from .wordnet import noun_synsets, wnid_of
@@ -133,7 +133,7 @@ def read_vocabulary(path: str | os.PathLike) -> list[str]:
 
 def read_subset_names(path: str | os.PathLike) -> list[SubsetRecord]:
     """One ``subject(context)`` per line (e.g. candidate-subset-names.txt); sizes unknown."""
-    from builders.subsets import parse_subset_name
+    from metashift_hf.builders.subsets import parse_subset_name
 
     path = Path(path)
     try:

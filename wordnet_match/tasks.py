@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from metashift_hf.errors import UnknownNameError, did_you_mean
+from metashift_hf.core.errors import UnknownNameError, did_you_mean
 
 from .hierarchy import Hierarchy
 from .match import MatchResult

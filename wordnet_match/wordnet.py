@@ -12,10 +12,10 @@ import shutil
 import warnings
 from pathlib import Path
 
-from metashift_hf.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.fsutil import atomic_dir
+from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.core.fsutil import atomic_dir
 
-from .cache import cache_root
+from metashift_hf.core.paths import cache_root
 
 DEBIAN_DICT_DIR = Path("/usr/share/wordnet")
 DICT_ENV = "METASHIFT_HF_WORDNET_DICT"  # another folder holding the WordNet 3.0 dict files

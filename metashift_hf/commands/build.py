@@ -8,7 +8,7 @@ import time
 
 
 def register(subparsers) -> None:
-    from builders.build import BuildOptions
+    from metashift_hf.builders.build import BuildOptions
 
     p = subparsers.add_parser(
         "build",
@@ -47,12 +47,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from builders.build import BuildOptions, build_from_inputs
-    from builders.scene_graphs import default_workers
+    from metashift_hf.builders.build import BuildOptions, build_from_inputs
+    from metashift_hf.builders.scene_graphs import default_workers
 
     options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
     if args.source:
-        from metashift_hf.errors import InputFormatError
+        from metashift_hf.core.errors import InputFormatError
         from metashift_hf.manifest import resolve_build_inputs
 
         if args.scene_graphs or args.candidate_subsets:

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from builders.artifact import Artifact
+    from metashift_hf.builders.artifact import Artifact
 
     artifact = Artifact.load(args.artifact)
     print(f"{artifact.distance(args.a, args.b):.6f}")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..download import human_size
-from ..sources import DEFAULT_ORDER, KNOWN_FILES
+from ..core.sources import DEFAULT_ORDER, KNOWN_FILES
 
 
 def register(subparsers) -> None:
@@ -41,9 +41,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..download import default_cache_dir, download, part_path
-    from ..errors import UnknownNameError
+    from ..core.errors import UnknownNameError
     from ..manifest import DataManifest, register as register_input
-    from ..sources import known_file
+    from ..core.sources import known_file
 
     man = DataManifest.load(args.manifest)
     if args.status:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _status(man) -> int:
-    from ..errors import MetashiftError
+    from ..core.errors import MetashiftError
     from ..manifest import env_var
 
     print(f"data manifest: {man.path}{'' if man.path.exists() else ' (not written yet)'}")

@@ -26,7 +26,7 @@ def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str,
     """``--set`` values -> (options for every task, per-task options that replace them)."""
     import json
 
-    from ..errors import MetashiftError, did_you_mean
+    from ..core.errors import MetashiftError, did_you_mean
 
     common: dict = {}
     per_task: dict[str, dict] = {}
@@ -56,7 +56,7 @@ def task_options(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
 
 
 def require_task_inputs(args: argparse.Namespace) -> None:
-    from ..errors import MetashiftError
+    from ..core.errors import MetashiftError
 
     if not args.tasks:
         raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` (list them with `metashift-hf tasks`)")

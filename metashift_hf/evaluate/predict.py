@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import UnidentifiedImageError
 
-from ..errors import MissingImagesError
+from ..core.errors import MissingImagesError
 from .models import Classifier
 from .predictions import Predictions
 

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputFormatError, MissingImagesError
-from ..fsutil import sha256_file
+from ..core.errors import InputFormatError, MissingImagesError
+from ..core.fsutil import sha256_file
 
 N_CLASSES = 1000
 

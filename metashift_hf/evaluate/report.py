@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from ..fsutil import atomic_dir
+from ..core.fsutil import atomic_dir
 
 PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..errors import EmptyResultError, InputFormatError, MetashiftError
+from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from .coverage import class_coverage
 from .models import Classifier, load_model
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
@@ -212,7 +212,7 @@ def _bug_list(bug_rows: pd.DataFrame) -> list[dict]:
 
 def _per_image(scored: pd.DataFrame) -> pd.DataFrame:
     """predictions.csv rows: contexts joined by '|', ImageNet name of the top-1 class, sorted."""
-    from wordnet_match.imagenet import imagenet_classes
+    from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
     names = [c.name.split(",")[0] for c in imagenet_classes()]
     per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
@@ -250,7 +250,7 @@ def evaluate(
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
     """
-    from .. import __version__
+    from ..core import __version__
 
     for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
                                   ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
@@ -267,7 +267,7 @@ def evaluate(
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
     art = None
     if artifact is not None:
-        from builders.artifact import Artifact
+        from metashift_hf.builders.artifact import Artifact
 
         art = Artifact.load(artifact)
     if coverage is None:

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..errors import EmptyResultError, InputFormatError, UnknownNameError
+from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError
 from .predictions import Predictions
 from .stats import benjamini_hochberg, two_proportion_test, wilson_interval
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
-from .errors import InputFormatError, MissingImagesError
+from metashift_hf.core.errors import InputFormatError, MissingImagesError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 OnMissing = Literal["error", "skip"]

@@ -1,17 +1,19 @@
-"""End to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
+"""Matching an artifact (or subset-names + vocabulary files) end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from builders.artifact import Artifact
-from metashift_hf.fsutil import sha256_file
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.core.errors import MetashiftError
+from metashift_hf.core.fsutil import sha256_file
 
-from .hierarchy import load_hierarchy
-from .match import MatchResult, SubsetRecord, match, read_subset_names, read_vocabulary, vocabulary_of
-from .store import write_match
-from .tasks import DEFAULT_LEVEL, DEFAULT_MIN_SUBSETS, PRESETS, build_registry
-from .wordnet import load_wordnet
+from metashift_hf.wordnet_match.explain import explain_name, explain_subset
+from metashift_hf.wordnet_match.hierarchy import load_hierarchy
+from metashift_hf.wordnet_match.match import MatchResult, SubsetRecord, match, read_subset_names, read_vocabulary, vocabulary_of
+from metashift_hf.wordnet_match.store import write_match
+from metashift_hf.wordnet_match.tasks import DEFAULT_LEVEL, DEFAULT_MIN_SUBSETS, PRESETS, build_registry
+from metashift_hf.wordnet_match.wordnet import load_wordnet
 
 
 def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
@@ -28,8 +30,6 @@ def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
 
 def load_inputs(artifact=None, subset_names=None, vocabulary=None):
     """(artifact or None, vocabulary, subset records, source description) from one of the two input kinds."""
-    from metashift_hf.errors import MetashiftError
-
     if (artifact is None) == (subset_names is None):
         raise MetashiftError(
             "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
@@ -57,7 +57,7 @@ def run_match(
     min_subsets: int = DEFAULT_MIN_SUBSETS,
     level: int = DEFAULT_LEVEL,
     cache_dir: str | os.PathLike | None = None,
-    url: str | None = None,
+    paper_tree: str | os.PathLike | None = None,
     write: bool = True,
 ) -> MatchResult:
     """Match, enumerate tasks and write the folder (``out``, default ``ARTIFACT/match``) when ``write``.
@@ -66,7 +66,7 @@ def run_match(
     """
     art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
     wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, cache_dir=cache_dir, url=url)
+    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
     result = match(names, subsets, tree, wn, source=source)
     if art is not None:
         result.class_images = {
@@ -92,3 +92,30 @@ def run_match(
     if write and out is not None:
         write_match(result, out)
     return result
+
+
+def explain_names(
+    names: list[str],
+    *,
+    hierarchy: str = "wordnet",
+    artifact=None,
+    subset_names: str | os.PathLike | None = None,
+    vocabulary: str | os.PathLike | None = None,
+    paper_tree: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> str:
+    """Explain names or ``subject(context)`` subsets; with inputs, also how they are used there."""
+    wn = load_wordnet(cache_dir=cache_dir)
+    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
+    result = None
+    if artifact is not None or subset_names is not None:
+        _, vocab, subsets, source = load_inputs(artifact, subset_names, vocabulary)
+        result = match(vocab, subsets, tree, wn, source=source)
+    parts = []
+    for name in names:
+        name = name.strip()
+        if name.endswith(")") and "(" in name:
+            parts.append(explain_subset(name, tree, wn, result))
+        else:
+            parts.append(explain_name(name, tree, wn, result))
+    return "\n\n".join(parts)

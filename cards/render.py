@@ -12,12 +12,14 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from importlib import resources
 from string import Template
 from typing import Any
 
-from .errors import InputFormatError
+from metashift_hf.core.errors import InputFormatError
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "cards"
+# Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
+TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"
 LICENSE = "cc-by-4.0"
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
 # shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
@@ -43,7 +45,7 @@ def _template(name: str) -> Template:
     if not path.is_file():
         raise InputFormatError(
             f"card template {path} is missing",
-            "reinstall metashift-hf (`pip install metashift-hf` or `pip install -e .`): the cards package ships beside metashift_hf",
+            "reinstall metashift-hf (`pip install metashift-hf`): the templates ship inside metashift_hf.cards",
         )
     return Template(path.read_text(encoding="utf-8"))
 
@@ -125,7 +127,7 @@ def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, float | None, f
     Computed over this task's groups of the class, so the code-rule value can differ from the
     spec's ``distance`` when the task defines it over a wider family of groups (the note says so).
     """
-    from .errors import MetashiftError
+    from metashift_hf.core.errors import MetashiftError
 
     groups = _groups(spec)
     rows = []
@@ -206,7 +208,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     """Gather the card facts for a ``PreparedTask`` built from artifact ``art``."""
     import datasets
 
-    from . import __version__
+    from metashift_hf.core import __version__
 
     ds = prepared.dataset
     spec = dict(prepared.spec)
@@ -387,7 +389,7 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str):
     """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included)."""
     from huggingface_hub import DatasetCardData
 
-    from .export import dataset_infos_yaml
+    from metashift_hf.export import dataset_infos_yaml
 
     shift_tags = sorted({SHIFT_TAGS[i.spec.get("shift_type")] for i in infos if i.spec.get("shift_type") in SHIFT_TAGS})
     data = DatasetCardData(
@@ -415,7 +417,7 @@ def render_task_card(info: TaskInfo, configs) -> str:
 
 def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
     """The ``metashift`` overview. With ``configs`` (one-repo layout) it also holds every task."""
-    from . import __version__
+    from metashift_hf.core import __version__
 
     rows = []
     for i in infos:
