@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from metashift_hf import __version__
     from metashift_hf.api import plan, prepare
-    from metashift_hf.export import ROW_GROUP_ROWS, write_config
+    from metashift_hf.shards import ROW_GROUP_ROWS, write_config
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     if args.artifact:

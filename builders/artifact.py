@@ -15,8 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import (
+    InputFormatError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
 
+from . import metagraph
+from .metagraph import ClassAnalysis
 from .subsets import CandidateSubsets, parse_subset_name
 
 FORMAT = "metashift-hf-artifact"
@@ -347,7 +354,6 @@ class Artifact:
     def analysis(self, subject: str):
         """The stored meta-graph of a class as a ``metagraph.ClassAnalysis`` (edges, communities,
         embeddings read back from the tables, nothing recomputed) and its members (local indices)."""
-        from .metagraph import ClassAnalysis
 
         info = self.class_info(subject)
         names = self.subsets_of(subject)
@@ -374,7 +380,6 @@ class Artifact:
         list ``b`` the mean of the pair distances). rule="paper": size-weighted mean of the member
         embeddings, then Euclidean (a list ``b``: mean of the pair distances as well).
         """
-        from . import metagraph
 
         self.class_info(subject)
         full = {g: [m if "(" in m else f"{subject}({m})" for m in members] for g, members in groups.items()}

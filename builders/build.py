@@ -13,11 +13,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.fsutil import atomic_dir
+from metashift_hf.core.fsutil import atomic_dir, sha256_file
 
 from . import artifact as art
-from .subsets import KINDS, CandidateSubsets, apply_rules
+from . import metagraph
+from .pickles import load_candidate_pickle, verify_known
+from .plots import plot_class
+from .scene_graphs import read_scene_graphs
+from .subsets import KINDS, CandidateSubsets, apply_rules, candidates_from_scene_graphs
 
 PAIRINGS = ("relation", "cooccurrence")
 GENERAL_CONTEXT_AS = ("subject", "context")
@@ -118,7 +123,6 @@ def _plotter() -> Callable | None:
     try:
         import matplotlib  # noqa: F401
 
-        from .plots import plot_class
     except ImportError:
         return None
     return plot_class
@@ -216,9 +220,7 @@ def build_artifact(
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     """
-    from metashift_hf.core import __version__
 
-    from . import metagraph
 
     options = options.validate()
     say = log or (lambda msg: None)
@@ -299,11 +301,7 @@ def build_from_inputs(
     Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
     ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
     """
-    from metashift_hf.core.fsutil import sha256_file
 
-    from .pickles import load_candidate_pickle, verify_known
-    from .scene_graphs import read_scene_graphs
-    from .subsets import candidates_from_scene_graphs
 
     say = log or (lambda msg: None)
     options = options.validate()

@@ -5,15 +5,27 @@ import os
 from pathlib import Path
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.core.errors import MetashiftError
-from metashift_hf.core.fsutil import sha256_file
-
 from metashift_hf.wordnet_match.explain import explain_name, explain_subset
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
-from metashift_hf.wordnet_match.match import MatchResult, SubsetRecord, match, read_subset_names, read_vocabulary, vocabulary_of
+from metashift_hf.wordnet_match.match import (
+    MatchResult,
+    SubsetRecord,
+    match,
+    read_subset_names,
+    read_vocabulary,
+    vocabulary_of,
+)
 from metashift_hf.wordnet_match.store import write_match
-from metashift_hf.wordnet_match.tasks import DEFAULT_LEVEL, DEFAULT_MIN_SUBSETS, PRESETS, build_registry
+from metashift_hf.wordnet_match.tasks import (
+    DEFAULT_LEVEL,
+    DEFAULT_MIN_SUBSETS,
+    PRESETS,
+    build_registry,
+)
 from metashift_hf.wordnet_match.wordnet import load_wordnet
+
+from metashift_hf.core.errors import MetashiftError
+from metashift_hf.core.fsutil import sha256_file
 
 
 def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:

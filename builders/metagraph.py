@@ -21,7 +21,13 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.sparse.linalg
 
-from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import (
+    EmptyResultError,
+    InputFormatError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
 
 COMMUNITY_METHODS = ("cnm", "louvain")
 

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import datasets
+from metashift_hf.builders.images import open_images, sniff_image
 
+from metashift_hf import wordnet_match
 from metashift_hf.core.errors import (
     EmptyResultError,
     InputFormatError,
@@ -97,7 +99,6 @@ def _registry(artifact: Artifact) -> dict:
     """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
     if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
         return {}
-    from metashift_hf import wordnet_match
 
     return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
 
@@ -191,7 +192,6 @@ def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
     matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
     if entry.subset_rule == "kept":
         return None
-    from metashift_hf import wordnet_match
 
     match = wordnet_match.load_match(_match_dir(art))
     out = {}
@@ -464,7 +464,6 @@ class Metashift(datasets.GeneratorBasedBuilder):
 
     # -- images ---------------------------------------------------------------------------------
     def _open_source(self):
-        from metashift_hf.builders.images import open_images
 
         if self.config.images is None:
             raise MissingImagesError(f"task {self.config.name}: no image source given",
@@ -522,7 +521,6 @@ def image_problem(data: bytes) -> str | None:
     would halve the materialising speed."""
     if data[:3] == b"\xff\xd8\xff":
         return None if b"\xff\xd9" in data[-4096:] else "truncated JPEG (no end-of-image marker)"
-    from metashift_hf.builders.images import sniff_image
 
     return sniff_image(data)
 

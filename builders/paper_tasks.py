@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import (
+    EmptyResultError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
 
+from .metagraph import group_distance_code
 from .shifts import (
     DGSizes,
     GroupDef,
@@ -130,7 +136,6 @@ def dg_distance(source: GroupSource, experiment: int) -> dict:
     additional test groups; ambiguous images removed), spectral layout dim 5, mean distance of the
     experiment's two groups to ``dog(shelf)``.
     """
-    from .metagraph import group_distance_code
 
     amb = ambiguous_images(source, CLASSES)
     dog_groups = {**{k: v for k, v in DG_TEST.items() if k.startswith("dog(")},

@@ -51,9 +51,9 @@ def spring_positions(n: int, edges: list[tuple[int, int, float]], seed: int = LA
 def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathLike) -> None:
     """Write the meta-graph of one class (a ``ClassAnalysis``) as a PNG at ``path``."""
     try:
+        from matplotlib import colormaps
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.collections import LineCollection
-        from matplotlib import colormaps
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise MetashiftError(

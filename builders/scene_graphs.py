@@ -23,7 +23,7 @@ import pyarrow as pa
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import sha256_file
 
-from .subsets import ATTRIBUTE_CATEGORY
+from .ontology import ATTRIBUTE_CATEGORY
 
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
+from metashift_hf.core.errors import (
+    EmptyResultError,
+    MetashiftError,
+    UnknownNameError,
+)
+from metashift_hf.core.names import parse_subset_name
 
 SPLITS = ("train", "validation", "test", "id_test")
 
@@ -152,7 +157,7 @@ class SetSource:
     def kept_contexts(self, cls: str) -> dict[str, frozenset[str]]:
         out = {}
         for name in sorted(self._kept):
-            subj, ctx = split_name(name)
+            subj, ctx = parse_subset_name(name)
             if subj == cls:
                 out[ctx] = self._sets.get(name, frozenset())
         return out
@@ -163,7 +168,7 @@ class SetSource:
     def class_images(self, cls: str) -> frozenset[str]:
         out: set[str] = set()
         for name, ids in self._sets.items():
-            if split_name(name)[0] == cls:
+            if parse_subset_name(name)[0] == cls:
                 out |= ids
         return frozenset(out)
 
@@ -208,17 +213,6 @@ class ArtifactSource:
         for name in self._by_subject.get(cls, []):
             out |= self.subset_images(name)
         return frozenset(out)
-
-
-def split_name(name: str) -> tuple[str, str]:
-    """``"remote control(cat)"`` -> ("remote control", "cat"); the context is inside the last parens."""
-    if not name.endswith(")") or "(" not in name:
-        from metashift_hf.core.errors import InputFormatError
-
-        raise InputFormatError(f"subset name {name!r} is not of the form subject(context)",
-                               "write subsets as subject(context), e.g. dog(shelf)")
-    i = name.rindex("(")
-    return name[:i].strip(), name[i + 1:-1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,116 +6,25 @@ full-scale build never materialises millions of Python sets.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from metashift_hf.core.errors import InputFormatError, UnknownNameError, did_you_mean
+from metashift_hf.core.names import SubsetName, parse_subset_name, subset_name  # noqa: F401  (re-exported)
 
-if TYPE_CHECKING:
-    from .scene_graphs import SceneGraphTable
+from .ontology import (  # noqa: F401  (re-exported)
+    ATTRIBUTE_CATEGORY,
+    ATTRIBUTE_CONTEXT_ONTOLOGY,
+    GENERAL_CATEGORY,
+    GENERAL_CONTEXT_ONTOLOGY,
+    SCENE_WORDS,
+    SCENE_WORDS_ALSO_OBJECT_CONTEXTS,
+)
+from .scene_graphs import SceneGraphTable
 
 KINDS = ("object", "attribute", "general")
-
-# --- ontologies (the original code's lists, as published) --------------------------------------
-# General contexts: GQA's `location`/`weather` fields plus place/room words that appear as object
-# names. The paper's appendix lists 'snow' where the code has 'sea'; we follow the code.
-GENERAL_CONTEXT_ONTOLOGY: dict[str, tuple[str, ...]] = {
-    "location": ("indoors", "outdoors"),
-    "weather": ("clear", "overcast", "cloudless", "cloudy", "sunny", "foggy", "rainy"),
-    "room": ("bedroom", "kitchen", "bathroom", "living room"),
-    "place": (
-        "road", "sidewalk", "field", "beach", "park", "grass", "farm", "ocean", "pavement", "lake",
-        "street", "train station", "hotel room", "church", "restaurant", "forest", "path", "display",
-        "store", "river", "sea", "yard", "airport", "parking lot",
-    ),
-}
-
-# The 27-category attribute ontology. 'dark' and 'short' sit in two categories; the published
-# attribute subsets file them under the later one ('dark' -> color, 'short' -> length), which
-# is what the dict below does by letting later categories overwrite earlier ones.
-ATTRIBUTE_CONTEXT_ONTOLOGY: dict[str, tuple[str, ...]] = {
-    "darkness": ("dark", "bright"),
-    "dryness": ("wet", "dry"),
-    "colorful": ("colorful", "shiny"),
-    "leaf": ("leafy", "bare"),
-    "emotion": ("happy", "calm"),
-    "sports": ("baseball", "tennis"),
-    "flatness": ("flat", "curved"),
-    "lightness": ("light", "heavy"),
-    "gender": ("male", "female"),
-    "width": ("wide", "narrow"),
-    "depth": ("deep", "shallow"),
-    "hardness": ("hard", "soft"),
-    "cleanliness": ("clean", "dirty"),
-    "switch": ("on", "off"),
-    "thickness": ("thin", "thick"),
-    "openness": ("open", "closed"),
-    "height": ("tall", "short"),
-    "length": ("long", "short"),
-    "fullness": ("full", "empty"),
-    "age": ("young", "old"),
-    "size": ("large", "small"),
-    "pattern": ("checkered", "striped", "dress", "dotted"),
-    "shape": ("round", "rectangular", "triangular", "square"),
-    "activity": (
-        "waiting", "staring", "drinking", "playing", "eating", "cooking", "resting", "sleeping",
-        "posing", "talking", "looking down", "looking up", "driving", "reading", "brushing teeth",
-        "flying", "surfing", "skiing", "hanging",
-    ),
-    "pose": (
-        "walking", "standing", "lying", "sitting", "running", "jumping", "crouching", "bending",
-        "smiling", "grazing",
-    ),
-    "material": (
-        "wood", "plastic", "metal", "glass", "leather", "porcelain", "concrete", "paper", "stone", "brick",
-    ),
-    "color": (
-        "white", "red", "black", "green", "silver", "gold", "khaki", "gray", "dark", "pink", "dark blue",
-        "dark brown", "blue", "yellow", "tan", "brown", "orange", "purple", "beige", "blond", "brunette",
-        "maroon", "light blue", "light brown",
-    ),
-}
-
-ATTRIBUTE_CATEGORY: dict[str, str] = {
-    word: category for category, words in ATTRIBUTE_CONTEXT_ONTOLOGY.items() for word in words
-}
-GENERAL_CATEGORY: dict[str, str] = {
-    word: category for category, words in GENERAL_CONTEXT_ONTOLOGY.items() for word in words
-}
-# Place/room words that are GQA object names: the scene-graph build turns them into general
-# contexts ('ocean(dog)'). The published keys never use them as object contexts ('dog(ocean)'),
-# except 'grass', which they use both ways (44 'x(grass)' keys, e.g. the paper's cat(grass)).
-SCENE_WORDS = frozenset(GENERAL_CONTEXT_ONTOLOGY["room"] + GENERAL_CONTEXT_ONTOLOGY["place"])
-SCENE_WORDS_ALSO_OBJECT_CONTEXTS = frozenset({"grass"})
-
-_NAME = re.compile(r"^([^()]+)\(([^()]+)\)$")
-_NAME_FIX = "write subset names as 'subject(context)', e.g. 'dog(frisbee)' (spaces allowed, no extra parentheses)"
-
-
-def parse_subset_name(name: str) -> tuple[str, str]:
-    """Split ``'subject(context)'`` into ``(subject, context)``; InputFormatError if malformed."""
-    if not isinstance(name, str):
-        raise InputFormatError(f"subset name {name!r} is not a string", _NAME_FIX)
-    m = _NAME.match(name)
-    if m is None:
-        raise InputFormatError(f"subset name {name!r} is not of the form 'subject(context)'", _NAME_FIX)
-    subject, context = m.group(1), m.group(2)
-    if subject != subject.strip() or context != context.strip() or not subject.strip() or not context.strip():
-        raise InputFormatError(
-            f"subset name {name!r} has leading/trailing spaces or an empty part", _NAME_FIX
-        )
-    return subject, context
-
-
-def subset_name(subject: str, context: str) -> str:
-    """The inverse of :func:`parse_subset_name` (validated)."""
-    name = f"{subject}({context})"
-    parse_subset_name(name)
-    return name
-
 
 def published_kind(name: str) -> tuple[str, str | None]:
     """Kind and category of a key of the published *full* pickle: general when its subject is a

@@ -11,12 +11,14 @@ import json
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from string import Template
 from typing import Any
 
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core import __version__
+from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
 TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"
@@ -127,7 +129,6 @@ def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, float | None, f
     Computed over this task's groups of the class, so the code-rule value can differ from the
     spec's ``distance`` when the task defines it over a wider family of groups (the note says so).
     """
-    from metashift_hf.core.errors import MetashiftError
 
     groups = _groups(spec)
     rows = []
@@ -208,7 +209,6 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     """Gather the card facts for a ``PreparedTask`` built from artifact ``art``."""
     import datasets
 
-    from metashift_hf.core import __version__
 
     ds = prepared.dataset
     spec = dict(prepared.spec)
@@ -389,7 +389,6 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str):
     """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included)."""
     from huggingface_hub import DatasetCardData
 
-    from metashift_hf.export import dataset_infos_yaml
 
     shift_tags = sorted({SHIFT_TAGS[i.spec.get("shift_type")] for i in infos if i.spec.get("shift_type") in SHIFT_TAGS})
     data = DatasetCardData(
@@ -417,7 +416,6 @@ def render_task_card(info: TaskInfo, configs) -> str:
 
 def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
     """The ``metashift`` overview. With ``configs`` (one-repo layout) it also holds every task."""
-    from metashift_hf.core import __version__
 
     rows = []
     for i in infos:

@@ -16,12 +16,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # heavy imports stay lazy so the CLI starts fast
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.metashift import Metashift, plan_task, shift_spec, task_ids
+from metashift_hf.core.errors import MissingImagesError
+
+if TYPE_CHECKING:
     import datasets
 
-    from metashift_hf.builders.artifact import Artifact
-    from metashift_hf.builders.shifts import TaskPlan
     from metashift_hf.builders.images import ImageSource
+    from metashift_hf.builders.shifts import TaskPlan
 
 # Options that are fields of MetashiftConfig (everything else is a size override).
 _CONFIG_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "with_image_metadata",
@@ -48,7 +51,6 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
 
     No images are read: this is what ``metashift-hf tasks show``, export and evaluation use.
     """
-    from metashift_hf.builders.metashift import plan_task
 
     if "with_image_metadata" in overrides or "verify_images" in overrides:
         overrides = {k: v for k, v in overrides.items() if k not in ("with_image_metadata", "verify_images")}
@@ -59,8 +61,6 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
 def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
     """Every task id (config name) valid for this artifact, matched tasks included when
     ``ARTIFACT/match/`` exists."""
-    from metashift_hf.builders.artifact import Artifact
-    from metashift_hf.builders.metashift import task_ids
 
     return task_ids(Artifact.load(artifact))
 
@@ -74,8 +74,6 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
     ``cache_dir`` is the ``datasets`` cache (default: the Hugging Face datasets cache); a prepared
     task is reused when task, artifact content, images path, seed and options are the same.
     """
-    from metashift_hf.builders.metashift import Metashift, shift_spec
-    from metashift_hf.core.errors import MissingImagesError
 
     if images is None:
         raise MissingImagesError(f"task {task}: prepare/load need images",

@@ -12,7 +12,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.builders.match_artifact import run_match
+
+from .api import PreparedTask, prepare
 from .core.errors import MetashiftError
+from .demo_world import generate_demo_world
+from .evaluate import evaluate as run_eval
+from .export import export_prepared, verify_export
 
 # Demo-scale versions of the paper tasks: the embedded world is ~1/5 of the paper's cat/dog data.
 DEMO_TASKS = {
@@ -33,9 +40,6 @@ def _eval_extra_installed() -> bool:
 def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | None = None,
              evaluate: bool = True, say: Callable[[str], None] = print) -> dict:
     """Run every stage on the demo world under ``out``; return the paths it wrote."""
-    from metashift_hf.builders.build import build_from_inputs
-
-    from .demo_world import generate_demo_world
 
     import datasets
 
@@ -71,7 +75,6 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     stage("3/6 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
     matched_task = None
     try:
-        from metashift_hf.builders.match_artifact import run_match
 
         result = run_match(artifact=art, hierarchy="wordnet")
         fig = result.figures
@@ -88,7 +91,6 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         say(f"   skipped matching: {exc.what}\n   fix: {exc.fix}")
 
     stage("4/6 tasks: domain generalisation, subpopulation shift, matched task")
-    from .api import prepare
 
     tasks = list(DEMO_TASKS) + ([matched_task] if matched_task else [])
     # materialised once: the spec printed here, the export and the evaluation all use these
@@ -104,7 +106,6 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         say(f"   {task}: {spec.get('shift_type')} shift; {sizes}{extra}")
 
     stage("5/6 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
-    from .export import export_prepared, verify_export
 
     hub = out / "hub"
     for repo in export_prepared(list(prepared.values()), art, hub):
@@ -125,8 +126,6 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     elif not _eval_extra_installed():
         say("   skipped: the eval extra is not installed (pip install 'metashift-hf[eval]' torch==2.13.0)")
     else:
-        from .api import PreparedTask
-        from .evaluate import evaluate as run_eval
 
         task = prepared[matched_task]
         sample = task.dataset.__class__({

@@ -20,12 +20,13 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
+from .core import __version__
 from .core.errors import ChecksumError, InputFormatError, MetashiftError
 from .core.fsutil import atomic_file
 from .core.paths import default_cache_dir
-from .core.sources import DEFAULT_ORDER, SCENE_GRAPH_MEMBERS, KnownFile, known_file
+from .core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
 MIRROR_ENV = "METASHIFT_HF_MIRROR"
 _CHUNK = 1 << 20
@@ -97,7 +98,6 @@ def _hash_prefix(path: Path, length: int) -> "hashlib._Hash":
 
 
 def _user_agent() -> str:
-    from .core import __version__
 
     return f"metashift-hf/{__version__} (+urllib)"
 
@@ -366,44 +366,3 @@ def extraction_dir(zip_path: str | os.PathLike) -> Path:
         return zip_path.parent / "sceneGraphs"
     digest = hashlib.sha256(str(zip_path).encode()).hexdigest()[:12]
     return default_cache_dir() / f"sceneGraphs-{digest}"
-
-
-def download(
-    keys: Iterable[str] = DEFAULT_ORDER,
-    dest_dir: str | os.PathLike | None = None,
-    *,
-    mirror: str | None = None,
-    progress: bool = True,
-    manifest=None,
-    log: Callable[[str], None] = _stderr,
-    **fetch_options,
-) -> dict[str, Path]:
-    """Download several known files, record each in the data manifest, extract the scene graphs.
-
-    The free-space check covers every file still to fetch before the first byte is requested.
-    Returns ``{key: path}`` (for scene graphs, the zip).
-    """
-    from .manifest import DataManifest  # manifest imports this module, so import it late
-
-    man = manifest if isinstance(manifest, DataManifest) else DataManifest.load(manifest)
-    dest = Path(dest_dir) if dest_dir is not None else default_cache_dir()
-    knowns = [known_file(k) for k in dict.fromkeys(keys)]
-    missing = 0
-    for kf in knowns:
-        final = dest / kf.file_name
-        if not final.exists():
-            part = part_path(final)
-            missing += kf.size - (part.stat().st_size if part.exists() else 0)
-    check_disk_space(dest, missing, f"downloading {', '.join(k.file_name for k in knowns)}")
-    paths: dict[str, Path] = {}
-    for kf in knowns:
-        path, url = download_file(kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256,
-                                  log=log, **fetch_options)
-        man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url)
-        if kf.key == "scene-graphs":
-            jsons = extract_scene_graphs(path, extraction_dir(path))
-            man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url, extracted=jsons)
-        man.save()
-        paths[kf.key] = path
-        log(f"{kf.file_name}: {'downloaded from ' + url if url else 'already present and verified'} -> {path}")
-    return paths

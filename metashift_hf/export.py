@@ -7,247 +7,36 @@ A repo folder holds exactly what ``publish`` pushes::
     <repo>/images/<class>.png                         meta-graph pictures copied from the artifact
 
 ``datasets.load_dataset("<repo dir or ns/repo>", "<config>")`` reads it with no loading script.
+The shard writer and repo layout are in :mod:`metashift_hf.shards`; the cards in :mod:`metashift_hf.cards`.
 """
 from __future__ import annotations
 
 import json
-import os
-import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
 
+from .api import prepare
+from .builders.artifact import Artifact
+from .cards import render as cards
 from .core.errors import InputFormatError, MetashiftError, UnknownNameError
 from .core.fsutil import atomic_dir, atomic_file
+from .shards import (
+    INDEX_REPO,
+    LAYOUTS,
+    REPO_PREFIX,
+    SPEC_FILE,
+    ExportedRepo,
+    _embedded_batches,
+    _repo_bytes,
+    export_order,
+    repo_files,
+    validate_config_name,
+    validate_repo_name,
+    validate_split_name,
+    write_config,
+)
 
-# Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks
-# sharing 673 of 878 images, a store chunking at 64 KiB like the Hub's Xet:
-# - rows sorted by image id: tasks that share images then hold them in the same relative order,
-#   so the store finds long identical byte runs: 1.4% of the bytes saved unsorted, 30.6% sorted;
-# - no compression: JPEG bytes do not compress (same file sizes), and compressed pages hide the
-#   shared runs: 33.1% saved uncompressed vs 30.6% with snappy (ideal, every shared image once: 38.3%);
-# - parquet content-defined chunking (pyarrow's experimental option) measured no gain on top
-#   (33.0% vs 33.1%), so it stays off;
-# - 100 rows per row group keeps the dataset viewer's random access cheap for image rows.
-ROW_GROUP_ROWS = 100
-COMPRESSION = "none"
-CONTENT_DEFINED_CHUNKING = False
-SORT_KEYS = ("image_id", "label")  # collections list an image once per class: label breaks ties
-MAX_SHARD_BYTES = 500 * 1024 * 1024  # same bound as datasets' push_to_hub default
-
-INDEX_REPO = "metashift"
-SPEC_FILE = "shift_spec.json"  # the task's shift spec, machine-readable, beside the shards
-REPO_PREFIX = "metashift-"
-LAYOUTS = ("repo-per-task", "one-repo")
-
-# What the Hub accepts (huggingface_hub.utils.validate_repo_id, plus the Hub's 96-char limit).
-_REPO_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
-_CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")
-
-
-def validate_repo_name(name: str, what: str = "repo name") -> str:
-    """Raise unless the Hub would accept ``name`` as a namespace or repo name."""
-    if not _REPO_NAME_RE.fullmatch(name or "") or "--" in name or ".." in name or name.endswith(".git"):
-        raise InputFormatError(
-            f"{what} {name!r} would be refused by the Hub",
-            "use 1-96 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, "
-            "with no '--' or '..' and not ending in '.git'",
-        )
-    return name
-
-
-def validate_config_name(name: str) -> str:
-    if not _CONFIG_RE.fullmatch(name or "") or "--" in name:
-        raise InputFormatError(
-            f"config name {name!r} cannot be a Hub dataset config (it is also a folder name in the repo)",
-            "use letters, digits, '-', '_' or '.', starting with a letter or digit, at most 96 characters",
-        )
-    return name
-
-
-def validate_split_name(name: str, config: str = "") -> str:
-    if not _SPLIT_RE.fullmatch(name or ""):
-        where = f" in config {config!r}" if config else ""
-        raise InputFormatError(
-            f"split name {name!r}{where} is refused by datasets and the Hub (must match {_SPLIT_RE.pattern})",
-            "rename the split to letters, digits and '_' (dots only between words), e.g. 'test_id'",
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class SplitFiles:
-    name: str
-    num_examples: int
-    num_bytes: int  # Arrow size with images embedded, the number datasets reports
-    files: tuple[str, ...]  # repo-relative shard paths
-
-
-@dataclass(frozen=True)
-class ConfigFiles:
-    config: str
-    features: Any  # datasets.Features
-    splits: tuple[SplitFiles, ...]
-    download_size: int  # bytes of the parquet shards
-
-
-@dataclass(frozen=True)
-class ExportedRepo:
-    """One exported repo folder. ``configs`` is empty for the index repo."""
-
-    name: str
-    path: Path
-    configs: tuple[str, ...]
-    files: tuple[str, ...] = field(default=())
-    num_bytes: int = 0
-    note: str = ""  # one-line shift spec, used as the collection item note
-
-    def load_line(self, config: str | None = None, namespace: str | None = None) -> str:
-        """The line a user types: local folder, or ``ns/repo`` once published."""
-        target = f"{namespace}/{self.name}" if namespace else str(self.path)
-        cfg = config or (self.configs[0] if self.configs else None)
-        return f'load_dataset("{target}", "{cfg}")' if cfg else f'load_dataset("{target}")'
-
-
-def shard_name(config: str, split: str, index: int, count: int) -> str:
-    return f"{config}/{split}-{index:05d}-of-{count:05d}.parquet"
-
-
-def _schema_metadata(features) -> dict[bytes, bytes]:
-    # datasets restores Image()/ClassLabel features from this key when it reads the parquet.
-    return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True).encode()}
-
-
-def export_order(dataset):
-    """``dataset`` with its rows in export order (see SORT_KEYS), as a lazy index mapping."""
-    import pyarrow.compute as pc
-
-    keys = [k for k in SORT_KEYS if k in dataset.column_names]
-    if not keys or not len(dataset):
-        return dataset
-    ids = dataset.select_columns(keys).with_format("arrow")[:]
-    return dataset.select(pc.sort_indices(ids, sort_keys=[(k, "ascending") for k in keys]).to_pylist())
-
-
-def _embedded_batches(dataset, rows: int):
-    """Arrow batches of ``rows`` rows with each image file's original bytes read into the table
-    (``embed_table_storage`` reads bytes as they are; nothing is decoded or re-encoded)."""
-    from datasets.table import embed_table_storage
-
-    if not len(dataset):
-        yield embed_table_storage(dataset.with_format("arrow")[:0])
-        return
-    for batch in dataset.with_format("arrow").iter(batch_size=rows):
-        yield embed_table_storage(batch)
-
-
-def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
-                row_group_rows: int | None = None, compression: str = COMPRESSION,
-                content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING, sort_by_id: bool = True) -> SplitFiles:
-    """Write one split as parquet shards with the image bytes embedded in the file.
-
-    Streams one row group at a time (memory stays at ~``row_group_rows`` images) and starts a new
-    shard before one would pass ``max_shard_bytes``; shards get their final ``-of-n`` names at the end.
-    """
-    import pyarrow.parquet as pq
-
-    validate_split_name(split, config)
-    limit = max_shard_bytes or MAX_SHARD_BYTES
-    row_group_rows = row_group_rows or ROW_GROUP_ROWS
-    ordered = export_order(dataset) if sort_by_id else dataset  # unsorted only for the storage benchmark
-    metadata = _schema_metadata(dataset.features)
-    folder = Path(repo_dir) / config
-    folder.mkdir(parents=True, exist_ok=True)
-    parts: list[Path] = []
-    writer = None
-    shard_bytes = num_bytes = rows = 0
-    try:
-        for batch in _embedded_batches(ordered, row_group_rows):
-            batch = batch.replace_schema_metadata(metadata)
-            if writer is None or (shard_bytes and shard_bytes + batch.nbytes > limit):
-                if writer is not None:
-                    writer.close()
-                parts.append(folder / f".{split}-part-{len(parts):05d}.tmp")
-                writer = pq.ParquetWriter(parts[-1], batch.schema, compression=compression,
-                                          use_content_defined_chunking=content_defined_chunking, write_page_index=True)
-                shard_bytes = 0
-            writer.write_table(batch, row_group_size=row_group_rows)
-            shard_bytes += batch.nbytes
-            num_bytes += batch.nbytes
-            rows += batch.num_rows
-        writer.close()
-        writer = None
-        files = []
-        for i, part in enumerate(parts):
-            rel = shard_name(config, split, i, len(parts))
-            os.replace(part, Path(repo_dir) / rel)
-            files.append(rel)
-    except BaseException:
-        if writer is not None:
-            writer.close()
-        for part in parts:
-            part.unlink(missing_ok=True)
-        raise
-    return SplitFiles(split, rows, int(num_bytes), tuple(files))
-
-
-def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> ConfigFiles:
-    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``."""
-    validate_config_name(config)
-    if not len(dataset_dict):
-        raise InputFormatError(f"config {config!r} has no splits", "prepare the task again; every task has at least one split")
-    features = None
-    splits = []
-    for split in dataset_dict:  # keep the builder's split order (train, validation, test...)
-        ds = dataset_dict[split]
-        if features is None:
-            features = ds.features
-        elif ds.features != features:
-            raise InputFormatError(
-                f"split {split!r} of config {config!r} has different features from the other splits",
-                "give every split of a task the same features",
-            )
-        splits.append(write_split(ds, repo_dir, config, split, **settings))
-    size = sum((repo_dir / f).stat().st_size for s in splits for f in s.files)
-    return ConfigFiles(config, features, tuple(splits), size)
-
-
-def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
-    """Fill ``card_data`` with ``configs:`` (explicit, first one default) and ``dataset_info``."""
-    import datasets
-
-    configs = list(configs)
-    card_data["configs"] = [
-        {
-            "config_name": c.config,
-            "data_files": [{"split": s.name, "path": f"{c.config}/{s.name}-*"} for s in c.splits],
-            **({"default": True} if i == 0 else {}),
-        }
-        for i, c in enumerate(configs)
-    ]
-    infos = datasets.info.DatasetInfosDict()
-    for c in configs:
-        splits = datasets.SplitDict()
-        for s in c.splits:
-            splits.add(datasets.SplitInfo(name=s.name, num_bytes=s.num_bytes, num_examples=s.num_examples))
-        infos[c.config] = datasets.DatasetInfo(
-            features=c.features, splits=splits, download_size=c.download_size,
-            dataset_size=sum(s.num_bytes for s in c.splits), config_name=c.config,
-        )
-    infos.to_dataset_card_data(card_data)
-
-
-def repo_files(repo_dir: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.relative_to(repo_dir).as_posix() for p in repo_dir.rglob("*") if p.is_file()))
-
-
-def _repo_bytes(repo_dir: Path) -> int:
-    return sum(p.stat().st_size for p in repo_dir.rglob("*") if p.is_file())
-
-
-# -- tasks -> repos ----------------------------------------------------------------------------
 
 def repo_name_for(task_id: str, layout: str) -> str:
     if layout == "one-repo":
@@ -258,7 +47,6 @@ def repo_name_for(task_id: str, layout: str) -> str:
 def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
                     namespace: str | None = None) -> list[ExportedRepo]:
     """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``)."""
-    from .cards import render as cards
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
@@ -270,7 +58,6 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     dupes = sorted({t for t in ids if ids.count(t) > 1})
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
-    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(artifact)
     for p in prepared:
@@ -328,7 +115,6 @@ def _write_spec(path: Path, spec: dict) -> None:
 
 def read_note(repo_dir: Path) -> str:
     """The collection note of an exported repo folder (from its shift spec file)."""
-    from .cards import render as cards
 
     if repo_dir.name == INDEX_REPO:
         return cards.INDEX_NOTE
@@ -350,11 +136,9 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
     (tasks take different options: paper tasks a ``scale``, collections none).
     Returns every repo written, task repos first and the ``metashift`` index repo last.
     """
-    from .api import prepare
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
-    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(artifact)
     per_task = task_overrides or {}

@@ -18,13 +18,35 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
-from .core.paths import cache_root, default_cache_dir
-from .download import extract_scene_graphs, extraction_dir, human_size, sha256_with_progress
-from .core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from .builders.images import open_images
+from .core.errors import (
+    ChecksumError,
+    InputFormatError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
 from .core.fsutil import atomic_file, sha256_file
-from .core.sources import DEFAULT_ORDER, KNOWN_FILES, SCENE_GRAPH_MEMBERS, KnownFile, known_file
+from .core.paths import cache_root, default_cache_dir
+from .core.sources import (
+    DEFAULT_ORDER,
+    KNOWN_FILES,
+    SCENE_GRAPH_MEMBERS,
+    KnownFile,
+    known_file,
+)
+from .download import (
+    _stderr,
+    check_disk_space,
+    download_file,
+    extract_scene_graphs,
+    extraction_dir,
+    human_size,
+    part_path,
+    sha256_with_progress,
+)
 
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
 FORMAT = "metashift-hf-data-manifest"
@@ -178,7 +200,6 @@ def _check_shape(role: str, p: Path) -> dict[str, Any]:
                       "register sceneGraphs.zip, a folder with train_sceneGraphs.json/val_sceneGraphs.json, or one such JSON file")
         return {}
     if role == "images":
-        from .builders.images import open_images
 
         with open_images(p) as src:
             return {"n_images": len(src)}
@@ -322,3 +343,42 @@ def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None 
         f"where the internet is blocked, copy the file into {target.parent} or set {PAPER_URL_ENV} "
         "to a reachable copy, or use --hierarchy tree:PATH or --hierarchy wordnet",
     )
+
+
+def download(
+    keys: Iterable[str] = DEFAULT_ORDER,
+    dest_dir: str | os.PathLike | None = None,
+    *,
+    mirror: str | None = None,
+    progress: bool = True,
+    manifest=None,
+    log: Callable[[str], None] = _stderr,
+    **fetch_options,
+) -> dict[str, Path]:
+    """Download several known files, record each in the data manifest, extract the scene graphs.
+
+    The free-space check covers every file still to fetch before the first byte is requested.
+    Returns ``{key: path}`` (for scene graphs, the zip).
+    """
+    man = manifest if isinstance(manifest, DataManifest) else DataManifest.load(manifest)
+    dest = Path(dest_dir) if dest_dir is not None else default_cache_dir()
+    knowns = [known_file(k) for k in dict.fromkeys(keys)]
+    missing = 0
+    for kf in knowns:
+        final = dest / kf.file_name
+        if not final.exists():
+            part = part_path(final)
+            missing += kf.size - (part.stat().st_size if part.exists() else 0)
+    check_disk_space(dest, missing, f"downloading {', '.join(k.file_name for k in knowns)}")
+    paths: dict[str, Path] = {}
+    for kf in knowns:
+        path, url = download_file(kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256,
+                                  log=log, **fetch_options)
+        man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url)
+        if kf.key == "scene-graphs":
+            jsons = extract_scene_graphs(path, extraction_dir(path))
+            man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url, extracted=jsons)
+        man.save()
+        paths[kf.key] = path
+        log(f"{kf.file_name}: {'downloaded from ' + url if url else 'already present and verified'} -> {path}")
+    return paths

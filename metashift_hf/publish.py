@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .core import __version__
 from .core.errors import InputFormatError, MetashiftError
-from .export import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 from .core.fsutil import sha256_file
+from .export import export_tasks, read_note
+from .shards import (
+    ExportedRepo,
+    repo_files,
+    validate_config_name,
+    validate_repo_name,
+    validate_split_name,
+)
 
 COLLECTION_TITLE = "MetaShift"
 COLLECTION_DESCRIPTION = "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
@@ -139,7 +147,6 @@ class _Hub:
 def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
     if isinstance(item, ExportedRepo):
         return item
-    from .export import read_note
 
     path = Path(item)
     if not path.is_dir():
@@ -222,7 +229,6 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    from .core import __version__
 
     validate_repo_name(namespace, "namespace")
     items = [_as_repo(r) for r in repos]
@@ -316,7 +322,6 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
                   collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
                   task_overrides: dict[str, dict] | None = None, **overrides) -> PublishResult:
     """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them."""
-    from .export import export_tasks
 
     validate_repo_name(namespace, "namespace")
     token = resolve_token(token, dry_run)  # before the (long) export, not after it

@@ -23,10 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metashift_hf.builders.artifact import Artifact, table_hash
+from metashift_hf.builders.subsets import GENERAL_CATEGORY
+
+from .core.errors import InputFormatError
 from .core.fsutil import sha256_file
 from .core.sources import KNOWN_FILES
 
@@ -196,7 +199,6 @@ def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, boo
 # --- figures measured from the tables ---------------------------------------------------------
 def measure(root: str | os.PathLike, options: dict) -> dict[str, float]:
     """Every figure of ``FIGURES`` recomputed from the artifact's parquet tables."""
-    from metashift_hf.builders.subsets import GENERAL_CATEGORY
 
     root = Path(root)
     subsets = pq.read_table(root / "subsets.parquet",
@@ -238,7 +240,6 @@ def _as_array(values: list[str]):
 
 def _consistency_rows(root: Path, manifest: dict, stats: dict, measured: dict[str, float], options: dict) -> list[Row]:
     """stats.json and the manifest's content hash against the tables themselves."""
-    from metashift_hf.builders.artifact import table_hash
 
     rows = []
     for key in ("candidate_keys", "kept_subsets_any_class", "classes", "subsets", "candidate_images", "images",
@@ -278,7 +279,6 @@ def _match_rows(root: Path, exact: bool) -> list[Row]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        from .core.errors import InputFormatError
 
         raise InputFormatError(f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact DIR`") from exc
     hierarchy = str(doc.get("hierarchy", ""))
@@ -331,7 +331,6 @@ def _explain(fig: str, reference: str, source: str, options: dict) -> str:
 
 def compare(artifact: str | os.PathLike) -> StatsReport:
     """The comparison table for one artifact folder (see the module docstring for the checks)."""
-    from metashift_hf.builders.artifact import Artifact
 
     art = Artifact.load(artifact)
     manifest, stats, options = art.manifest, art.stats, dict(art.options)

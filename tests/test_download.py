@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from metashift_hf import cli, download as dl
+from metashift_hf import manifest as manifest_mod
 from metashift_hf.core.errors import ChecksumError, InputFormatError
 from metashift_hf.core.sources import KNOWN_FILES, KnownFile
 
@@ -326,7 +327,7 @@ def test_download_records_manifest_and_extracts_scene_graphs(serve, tmp_path, mo
     kf = _known(s.base, data=data, name="sceneGraphs.zip")
     monkeypatch.setitem(KNOWN_FILES, "scene-graphs", KnownFile(**{**kf.__dict__, "key": "scene-graphs"}))
     man = tmp_path / "m.json"
-    paths = dl.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None,
+    paths = manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None,
                         timeout=5)
     assert paths["scene-graphs"].read_bytes() == data
     entry = json.loads(man.read_text())["inputs"]["scene-graphs"]
@@ -335,7 +336,7 @@ def test_download_records_manifest_and_extracts_scene_graphs(serve, tmp_path, mo
     assert json.loads(Path(entry["extracted"][0]).read_text()) == TINY_SG
     # Second run: nothing fetched, digest trusted from the manifest (file unchanged).
     monkeypatch.setattr(dl, "sha256_with_progress", lambda *a, **k: pytest.fail("re-hashed an unchanged file"))
-    dl.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None)
+    manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None)
     assert len(s.requests) == 1
 
 

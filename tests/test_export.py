@@ -11,7 +11,8 @@ import pytest
 
 from hub_server import build_demo, build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.export import export_prepared, export_tasks, verify_export, write_config
+from metashift_hf.export import export_prepared, export_tasks, verify_export
+from metashift_hf.shards import write_config
 
 
 @pytest.fixture(scope="module")

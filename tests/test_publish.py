@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hub_server import build_demo, build_tiny_artifact, client_env, copy_reference_images, make_prepared, running_hub
-from metashift_hf import export
+from metashift_hf import shards as shards_mod
 from metashift_hf.export import export_prepared
 
 TOKEN = "hf_test_write_token_123"
@@ -235,8 +235,8 @@ def test_metadata_the_hub_refuses(exported, tmp_path, local_cli):
 def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeypatch):
     with running_hub() as (endpoint, state):
         assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
-        monkeypatch.setattr(export, "MAX_SHARD_BYTES", 400_000)  # more, smaller shards
-        monkeypatch.setattr(export, "ROW_GROUP_ROWS", 2)
+        monkeypatch.setattr(shards_mod, "MAX_SHARD_BYTES", 400_000)  # more, smaller shards
+        monkeypatch.setattr(shards_mod, "ROW_GROUP_ROWS", 2)
         resharded = tmp_path / "resharded"
         export_prepared(exported["tasks"], exported["art"], resharded, namespace=NS)
         r = cli(publish_args(resharded), endpoint, tmp_path / "h")

@@ -1,7 +1,7 @@
 """Human-readable answers to "why did this name (or subset) match, or not?" (`metashift-hf match --explain`)."""
 from __future__ import annotations
 
-import os
+from metashift_hf.core.names import parse_subset_name
 
 from .hierarchy import Hierarchy
 from .imagenet import imagenet_classes
@@ -70,8 +70,6 @@ def explain_name(name: str, tree: Hierarchy, wn, result: MatchResult | None = No
 
 
 def explain_subset(subset: str, tree: Hierarchy, wn, result: MatchResult | None = None) -> str:
-    from metashift_hf.builders.subsets import parse_subset_name
-
     subject, context = parse_subset_name(subset)
     rows = [result.table.get(n) if result is not None else None for n in (subject, context)]
     rows = [r or match_name(n, tree, wn) for r, n in zip(rows, (subject, context))]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metashift_hf.core.errors import InputFormatError, UnknownNameError, did_you_mean
+from metashift_hf.core.names import parse_subset_name
 
 from .hierarchy import Hierarchy
 from .wordnet import noun_synsets, wnid_of
@@ -133,8 +134,6 @@ def read_vocabulary(path: str | os.PathLike) -> list[str]:
 
 def read_subset_names(path: str | os.PathLike) -> list[SubsetRecord]:
     """One ``subject(context)`` per line (e.g. candidate-subset-names.txt); sizes unknown."""
-    from metashift_hf.builders.subsets import parse_subset_name
-
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

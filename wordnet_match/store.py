@@ -15,7 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.fsutil import atomic_dir
 
 from .match import MatchResult, MatchRow, SubsetRecord
 from .tasks import TaskEntry
@@ -65,8 +67,6 @@ def match_dir(path: str | os.PathLike) -> Path:
 
 def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None = None) -> Path:
     """Write the whole match folder in one atomic rename."""
-    from metashift_hf.core import __version__
-    from metashift_hf.core.fsutil import atomic_dir
 
     out = Path(out)
     n_subsets: dict[str, int] = {}

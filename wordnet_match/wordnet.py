@@ -14,7 +14,6 @@ from pathlib import Path
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.core.fsutil import atomic_dir
-
 from metashift_hf.core.paths import cache_root
 
 DEBIAN_DICT_DIR = Path("/usr/share/wordnet")

@@ -6,9 +6,13 @@ import dataclasses
 import sys
 import time
 
+from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.scene_graphs import default_workers
+from metashift_hf.core.errors import InputFormatError
+from metashift_hf.manifest import resolve_build_inputs
+
 
 def register(subparsers) -> None:
-    from metashift_hf.builders.build import BuildOptions
 
     p = subparsers.add_parser(
         "build",
@@ -47,13 +51,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from metashift_hf.builders.build import BuildOptions, build_from_inputs
-    from metashift_hf.builders.scene_graphs import default_workers
 
     options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
     if args.source:
-        from metashift_hf.core.errors import InputFormatError
-        from metashift_hf.manifest import resolve_build_inputs
 
         if args.scene_graphs or args.candidate_subsets:
             raise InputFormatError("--source was given together with explicit input files",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from metashift_hf.demo import run_demo
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole pipeline on the embedded demo data",
@@ -17,7 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from metashift_hf.demo import run_demo
 
     run_demo(args.out, seed=args.seed, n_images=args.n_images, evaluate=not args.no_eval)
     return 0

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from metashift_hf.builders.artifact import Artifact
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -18,7 +20,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from metashift_hf.builders.artifact import Artifact
 
     artifact = Artifact.load(args.artifact)
     print(f"{artifact.distance(args.a, args.b):.6f}")

@@ -5,8 +5,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..download import human_size
-from ..core.sources import DEFAULT_ORDER, KNOWN_FILES
+from ..core.errors import MetashiftError, UnknownNameError
+from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, known_file
+from ..download import default_cache_dir, human_size, part_path
+from ..manifest import DataManifest, download, env_var
+from ..manifest import register as register_input
 
 
 def register(subparsers) -> None:
@@ -40,10 +43,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..download import default_cache_dir, download, part_path
-    from ..core.errors import UnknownNameError
-    from ..manifest import DataManifest, register as register_input
-    from ..core.sources import known_file
 
     man = DataManifest.load(args.manifest)
     if args.status:
@@ -76,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _status(man) -> int:
-    from ..core.errors import MetashiftError
-    from ..manifest import env_var
 
     print(f"data manifest: {man.path}{'' if man.path.exists() else ' (not written yet)'}")
     for role in DEFAULT_ORDER:

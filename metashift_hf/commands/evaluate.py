@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import argparse
 
+from ..evaluate.options import (
+    DEFAULT_ALPHA,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MIN_SUBSET_SIZE,
+    MODEL_FORMS,
+)
+from ..evaluate.run import evaluate
+from ..manifest import resolve_input
+
 
 def register(subparsers) -> None:
-    from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
 
     p = subparsers.add_parser(
         "evaluate",
@@ -41,11 +49,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluate.run import evaluate
 
     images = args.images
     if images is None and not args.model.startswith("predictions:"):
-        from ..manifest import resolve_input
 
         images = resolve_input("images", required=False)  # registered/downloaded once
     report = evaluate(

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.errors import MetashiftError, did_you_mean
+from ..export import export_tasks, verify_export
+from ..manifest import resolve_input
+from ..shards import LAYOUTS
+
 
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments shared by export and publish (both materialise tasks the same way)."""
-    from ..export import LAYOUTS
 
     p.add_argument("tasks", nargs="*", metavar="TASK", help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks`)")
     p.add_argument("--artifact", help="artifact folder from `metashift-hf build`")
@@ -26,7 +30,6 @@ def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str,
     """``--set`` values -> (options for every task, per-task options that replace them)."""
     import json
 
-    from ..core.errors import MetashiftError, did_you_mean
 
     common: dict = {}
     per_task: dict[str, dict] = {}
@@ -56,12 +59,10 @@ def task_options(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
 
 
 def require_task_inputs(args: argparse.Namespace) -> None:
-    from ..core.errors import MetashiftError
 
     if not args.tasks:
         raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` (list them with `metashift-hf tasks`)")
     if not args.images:  # the images registered or downloaded once (metashift-hf download)
-        from ..manifest import resolve_input
 
         args.images = resolve_input("images", required=False)
     missing = [flag for flag, value in (("--artifact", args.artifact), ("--images", args.images)) if not value]
@@ -90,7 +91,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export import export_tasks, verify_export
 
     require_task_inputs(args)
     common, per_task = task_options(args)

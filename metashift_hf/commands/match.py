@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import argparse
 
+from metashift_hf.builders.match_artifact import explain_names, run_match
+from metashift_hf.core.errors import MetashiftError
+from metashift_hf.manifest import paper_tree_path
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -33,7 +37,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from metashift_hf.core.errors import MetashiftError
 
     if args.explain:
         return explain(args)
@@ -49,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if args.min_subsets < 1 or args.level < 0:
         raise MetashiftError(f"--min-subsets {args.min_subsets} / --level {args.level} out of range",
                              "use --min-subsets >= 1 and --level >= 0")
-    from metashift_hf.builders.match_artifact import run_match
 
     result = run_match(hierarchy=args.hierarchy, artifact=args.artifact, subset_names=args.subset_names,
                        vocabulary=args.vocabulary, out=args.out, min_subsets=args.min_subsets, level=args.level,
@@ -72,13 +74,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _paper_tree(args: argparse.Namespace):
     """The published tree's local file for --hierarchy paper (fetched once, then from the cache/manifest)."""
-    from metashift_hf.manifest import paper_tree_path
 
     return paper_tree_path(args.tree_url) if args.hierarchy == "paper" else None
 
 
 def explain(args: argparse.Namespace) -> int:
-    from metashift_hf.builders.match_artifact import explain_names
 
     print(explain_names(args.explain, hierarchy=args.hierarchy, artifact=args.artifact,
                         subset_names=args.subset_names, vocabulary=args.vocabulary, paper_tree=_paper_tree(args)))

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.errors import MetashiftError
+from ..publish import COLLECTION_TITLE, check_repo_dir, publish_tasks, push_repos
+from ..shards import ExportedRepo, repo_files
+from .export import add_task_arguments, require_task_inputs, task_options
+
 
 def register(subparsers) -> None:
-    from ..publish import COLLECTION_TITLE
-    from .export import add_task_arguments
 
     p = subparsers.add_parser(
         "publish",
@@ -33,9 +36,6 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from ..core.errors import MetashiftError
-    from ..publish import publish_tasks, push_repos
-    from .export import require_task_inputs, task_options
 
     common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection)
     if args.from_export:
@@ -57,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_load_lines(result) -> None:
     """The lines a user types, read from the pushed READMEs (while the export folder exists)."""
-    from ..export import ExportedRepo, repo_files
-    from ..publish import check_repo_dir
 
     if result.dry_run:
         return

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..stats import compare
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -23,7 +25,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..stats import compare
 
     report = compare(args.artifact)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_text())

