@@ -133,6 +133,8 @@ class Artifact:
         self.stats = stats
         self.options: dict = dict(manifest.get("options", {}))
         self.content_hash: str = manifest.get("content_hash", "")
+        # Where the data comes from (core.provenance): cards, stats and publish read it.
+        self.provenance: str = str(manifest.get("source", "custom"))
         subsets = pq.read_table(root / "subsets.parquet")
         self._subsets = subsets.to_pandas()
         self._names: list[str] = self._subsets["subset"].tolist()

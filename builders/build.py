@@ -16,6 +16,7 @@ import pyarrow as pa
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.fsutil import atomic_dir, sha256_file
+from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_summary, is_synthetic
 
 from . import artifact as art
 from . import metagraph
@@ -211,7 +212,7 @@ def build_artifact(
     *,
     image_meta: pa.Table | Iterable[Mapping[str, Any]] | None = None,
     inputs: Sequence[Mapping[str, Any]] = (),
-    source: str = "custom",
+    source: Provenance = "custom",
     plots: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> "art.Artifact":
@@ -268,7 +269,8 @@ def build_artifact(
             job.result()  # re-raises a writer error here
         manifest = {
             "format": art.FORMAT, "format_version": art.FORMAT_VERSION, "package_version": __version__,
-            "source": source, "inputs": [dict(i) for i in inputs], "options": options.to_dict(),
+            "source": source, "synthetic": is_synthetic(source), "inputs": [dict(i) for i in inputs],
+            "options": options.to_dict(),
             "tables": sorted(files), "content_hash": art.table_hash(tmp, files),
         }
         art.write_json(tmp / "manifest.json", manifest)
@@ -291,7 +293,7 @@ def build_from_inputs(
     candidate_subsets: str | os.PathLike | None = None,
     attributes_pickle: str | os.PathLike | None = None,
     options: BuildOptions = BuildOptions(),
-    source: str | None = None,
+    source: Provenance | None = None,
     plots: bool = True,
     workers: int = 1,
     log: Callable[[str], None] | None = None,
@@ -300,11 +302,15 @@ def build_from_inputs(
 
     Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
     ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
+    ``source`` is the provenance recorded in manifest.json (core.provenance); by default it is
+    ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published``.
     """
 
 
     say = log or (lambda msg: None)
     options = options.validate()
+    if source is not None and source not in PROVENANCES:
+        raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
     if scene_graphs and (candidate_subsets or attributes_pickle):
         raise InputFormatError(
             "both scene graphs and candidate-subset pickles were given",
@@ -325,8 +331,10 @@ def build_from_inputs(
         inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
                   for p, d in zip(scene_graphs, sg.sha256)]
         image_meta = sg.meta
+        # The demo world is GQA-shaped but drawn: recognise it by its summary file listing these
+        # exact files, so `build --scene-graphs world/*.json` does not label drawn shapes as GQA.
+        default_source = "demo" if demo_world_summary(scene_graphs, sg.sha256) else "gqa"
         del sg
-        default_source = "gqa"
     else:
         parts, inputs = [], []
         if attributes_pickle:

@@ -18,6 +18,7 @@ from typing import Any
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.provenance import describe, is_synthetic
 from metashift_hf.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
@@ -28,6 +29,10 @@ TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classif
 # distribution; subpopulation shift changes how contexts go with labels (conditional).
 SHIFT_TAGS = {"marginal": "domain-generalization", "conditional": "subpopulation-shift"}
 SOURCE_DATASETS = ["extended|visual_genome"]
+# Synthetic artifacts (demo world): images drawn by this package's generator (MIT, like the code),
+# so the card must not claim Visual Genome's licence or source for them.
+SYNTHETIC_LICENSE = "mit"
+SYNTHETIC_SOURCE_DATASETS = ["original"]
 
 # Meaning of the task fields (DEVELOPERS.md, "Task layer"); unknown extra fields show their type only.
 FIELD_MEANING = {
@@ -50,6 +55,35 @@ def _template(name: str) -> Template:
             "reinstall metashift-hf (`pip install metashift-hf`): the templates ship inside metashift_hf.cards",
         )
     return Template(path.read_text(encoding="utf-8"))
+
+
+def provenance_banner(provenance: str | None) -> str:
+    """The first thing every card says: where the data comes from (core.provenance)."""
+    if is_synthetic(provenance):
+        return (f"> **Synthetic data, not MetaShift.** This export was built from {describe(provenance)} "
+                f"(artifact `source: {provenance}`). Its images are not Visual Genome / GQA photographs, and no "
+                "figure here is comparable with the MetaShift paper's. Use it to try the pipeline, not to measure models.")
+    return f"> Provenance: built from {describe(provenance)} (artifact `source: {provenance}`)."
+
+
+def _about(provenance: str | None) -> str:
+    if is_synthetic(provenance):
+        licence = ("The images and scene graphs of this export are **synthetic**: drawn by the `metashift-hf` demo "
+                   "generator (seeded shapes on tinted backgrounds), not taken from Visual Genome, GQA, YFCC100M or "
+                   "MS-COCO. They are released with the generator's licence (`license: mit`). Only the subset "
+                   "construction follows MetaShift (Liang & Zou, ICLR 2022).")
+        note = ("The points below describe the real MetaShift data (Visual Genome); this synthetic export only "
+                "imitates its structure.\n\n")
+    else:
+        licence = ("Images and scene graphs come from [Visual Genome](https://homes.cs.washington.edu/~ranjay/visualgenome/) "
+                   "(Krishna et al., IJCV 2017) through [GQA](https://cs.stanford.edu/people/dorarad/gqa/) (Hudson & "
+                   "Manning, CVPR 2019); the subset construction follows MetaShift (Liang & Zou, ICLR 2022). Visual "
+                   "Genome's images come from [YFCC100M](https://multimediacommons.wordpress.com/yfcc100m-core-dataset/) "
+                   "and [MS-COCO](https://cocodataset.org/) (Flickr photographs under their uploaders' Creative Commons "
+                   "licences). Visual Genome, GQA scene graphs and the MetaShift data are released under **CC BY 4.0**; "
+                   "this export keeps that licence (`license: cc-by-4.0`). Cite the works below when you use it.")
+        note = ""
+    return _render("about.md", licence=licence, biases_note=note)
 
 
 def _render(name: str, **values: Any) -> str:
@@ -186,8 +220,8 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
                    "(group sizes are whole images, so p can only be approached).")
     source = build.get("artifact_source")
     if stats and "classes" in stats and "subsets" in stats:
-        if source == "demo":
-            out.append(f"This export was built from the seeded **demo world**, not from GQA: its {stats['classes']} classes "
+        if is_synthetic(source):
+            out.append(f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats['classes']} classes "
                        f"and {stats['subsets']:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
                        f"({PUBLISHED['classes']} classes, {PUBLISHED['subsets']:,} subsets).")
         else:
@@ -224,7 +258,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
         "package_version": __version__,
         "artifact_package_version": manifest.get("package_version"),
         "artifact_hash": art.content_hash,
-        "artifact_source": manifest.get("source"),
+        "artifact_source": art.provenance,
         "seed": spec.get("seed"),
         "rules": spec.get("rules") or options,
     }
@@ -385,19 +419,20 @@ def size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def card_data(infos: list[TaskInfo], configs, pretty_name: str):
+def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str | None):
     """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included)."""
     from huggingface_hub import DatasetCardData
 
 
     shift_tags = sorted({SHIFT_TAGS[i.spec.get("shift_type")] for i in infos if i.spec.get("shift_type") in SHIFT_TAGS})
+    synthetic = is_synthetic(provenance)
     data = DatasetCardData(
-        license=LICENSE,
-        pretty_name=pretty_name,
+        license=SYNTHETIC_LICENSE if synthetic else LICENSE,
+        pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
-        tags=TAGS + shift_tags,
-        source_datasets=SOURCE_DATASETS,
+        tags=TAGS + shift_tags + (["synthetic"] if synthetic else []),
+        source_datasets=SYNTHETIC_SOURCE_DATASETS if synthetic else SOURCE_DATASETS,
     )
     if configs:
         dataset_infos_yaml(configs, data)
@@ -409,9 +444,10 @@ def _card(data, body: str) -> str:
 
 
 def render_task_card(info: TaskInfo, configs) -> str:
-    body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id,
-                   task_section=render_task_section(info), about=_render("about.md"))
-    return _card(card_data([info], configs, f"MetaShift: {info.task_id}"), body)
+    provenance = info.build.get("artifact_source")
+    body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id, provenance=provenance_banner(provenance),
+                   task_section=render_task_section(info), about=_about(provenance))
+    return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance), body)
 
 
 def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
@@ -429,5 +465,6 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
             f"{_cell(_contexts(groups.get('test', [])))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
-                   tasks_table="\n".join(rows), sections=sections, about=_render("about.md"))
-    return _card(card_data(infos, configs, "MetaShift"), body)
+                   provenance=provenance_banner(art.provenance),
+                   tasks_table="\n".join(rows), sections=sections, about=_about(art.provenance))
+    return _card(card_data(infos, configs, "MetaShift", art.provenance), body)

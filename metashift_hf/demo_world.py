@@ -26,10 +26,11 @@ import numpy as np
 
 from .core.errors import InputFormatError, MetashiftError
 from .core.fsutil import atomic_dir
+from .core.provenance import DEMO_WORLD_FORMAT, DEMO_WORLD_SUMMARY
 
 GENERATOR_VERSION = 1
 DEFAULT_N_IMAGES = 5000
-SUMMARY_FILE = "demo_world.json"
+SUMMARY_FILE = DEMO_WORLD_SUMMARY  # build detects the demo world by this file (core.provenance)
 VAL_FRACTION = 0.15
 JPEG_QUALITY = 85
 IMAGE_SIZES = ((96, 96), (128, 96), (96, 128))  # (width, height); GQA images vary in shape too
@@ -557,7 +558,7 @@ def load_demo_world(out_dir: str | Path) -> DemoWorld:
     except (OSError, json.JSONDecodeError) as exc:
         raise InputFormatError(f"{path} is missing or not valid JSON ({exc})",
                                "regenerate it with generate_demo_world(out_dir) / metashift-hf demo") from exc
-    if summary.get("format") != "metashift-hf-demo-world":
+    if summary.get("format") != DEMO_WORLD_FORMAT:
         raise InputFormatError(f"{path} is not a demo-world summary (format={summary.get('format')!r})",
                                "regenerate it with generate_demo_world(out_dir)")
     return DemoWorld(root=root, summary=summary)
@@ -615,7 +616,7 @@ def generate_demo_world(
     splits = {"train": [i for i, v in zip(ids, is_val) if not v], "val": [i for i, v in zip(ids, is_val) if v]}
 
     summary: dict = {
-        "format": "metashift-hf-demo-world",
+        "format": DEMO_WORLD_FORMAT,
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
         "n_images": n_images,

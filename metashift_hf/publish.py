@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .builders.artifact import Artifact
 from .core import __version__
 from .core.errors import InputFormatError, MetashiftError
 from .core.fsutil import sha256_file
+from .core.provenance import is_synthetic
 from .export import export_tasks, read_note
 from .shards import (
     ExportedRepo,
@@ -154,6 +156,20 @@ def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
     return ExportedRepo(path.name, path, (), repo_files(path), note=read_note(path))
 
 
+def _refuse_synthetic(what: str) -> None:
+    raise MetashiftError(
+        f"{what} holds synthetic data (the demo world or another generated world), not MetaShift / Visual Genome",
+        "publish it only on purpose, with --allow-synthetic (allow_synthetic=True); its cards say it is synthetic",
+    )
+
+
+def is_synthetic_repo(repo_dir: Path) -> bool:
+    """Whether an exported folder's card declares synthetic data (the `synthetic` tag cards.render sets)."""
+    from huggingface_hub import DatasetCard
+
+    return "synthetic" in (DatasetCard.load(Path(repo_dir) / "README.md").data.tags or [])
+
+
 def check_repo_dir(repo: ExportedRepo) -> list[str]:
     """Validate an exported folder locally, before any request: README YAML, configs, splits, files."""
     from huggingface_hub import DatasetCard
@@ -222,7 +238,8 @@ def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -
 
 def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
                token: str | None = None, collection_title: str = COLLECTION_TITLE,
-               echo: Callable[[str], None] = print, endpoint: str | None = None) -> PublishResult:
+               echo: Callable[[str], None] = print, endpoint: str | None = None,
+               allow_synthetic: bool = False) -> PublishResult:
     """Publish exported repo folders under ``namespace`` (see module docstring).
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
@@ -238,6 +255,8 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
     for r in items:
         validate_repo_name(r.name, "repo name")
         configs[r.name] = check_repo_dir(r)
+        if not allow_synthetic and is_synthetic_repo(r.path):
+            _refuse_synthetic(f"exported repo {r.path}")
     token = resolve_token(token, dry_run)
     hub = _Hub(token, endpoint)
     if token:
@@ -320,12 +339,20 @@ def resolve_token(token: str | None, dry_run: bool) -> str | None:
 def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
                   collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
-                  task_overrides: dict[str, dict] | None = None, **overrides) -> PublishResult:
-    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them."""
+                  task_overrides: dict[str, dict] | None = None, allow_synthetic: bool = False,
+                  **overrides) -> PublishResult:
+    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them.
+
+    A synthetic artifact (core.provenance: demo world, generated worlds) is refused before
+    anything is exported unless ``allow_synthetic``.
+    """
 
     validate_repo_name(namespace, "namespace")
+    art = Artifact.load(artifact)
+    if not allow_synthetic and is_synthetic(art.provenance):
+        _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     token = resolve_token(token, dry_run)  # before the (long) export, not after it
-    repos = export_tasks(tasks, artifact, images, out_dir, layout=layout, seed=seed, namespace=namespace,
+    repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
-                      collection_title=collection_title, echo=echo)
+                      collection_title=collection_title, echo=echo, allow_synthetic=allow_synthetic)

@@ -31,6 +31,7 @@ from metashift_hf.builders.subsets import GENERAL_CATEGORY
 
 from .core.errors import InputFormatError
 from .core.fsutil import sha256_file
+from .core.provenance import describe, is_synthetic
 from .core.sources import KNOWN_FILES
 
 # --- published facts ------------------------------------------------------------------------
@@ -181,8 +182,8 @@ def _pinned_inputs(manifest: dict) -> tuple[set[str], int]:
 
 def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, bool]:
     """(published figures to show, why, whether they must match exactly)."""
-    if source == "demo":
-        return "none", "demo world: small synthetic data, no published figure applies", False
+    if is_synthetic(source):
+        return "none", f"{describe(source)}: synthetic data, no published GQA/MetaShift figure applies", False
     if pinned == {"subsets"} and not other:
         return "full", "built from the pinned full-candidate-subsets.pkl: published full-MetaShift figures must match", True
     if pinned == {"attributes"} and not other:
@@ -303,7 +304,7 @@ def _match_rows(root: Path, exact: bool) -> list[Row]:
 
 
 def _explain(fig: str, reference: str, source: str, options: dict) -> str:
-    if reference == "attributes" or source == "demo":
+    if reference == "attributes" or is_synthetic(source):
         return ""
     notes = {
         "distinct_contexts": "paper's count (37 general + 114 attribute entries + 1,702 object contexts); "
@@ -334,7 +335,7 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
 
     art = Artifact.load(artifact)
     manifest, stats, options = art.manifest, art.stats, dict(art.options)
-    source = str(manifest.get("source", "custom"))
+    source = art.provenance
     pinned, other = _pinned_inputs(manifest)
     reference, basis, exact = _reference(source, pinned, other)
     published = {"full": PUBLISHED_FULL, "attributes": PUBLISHED_ATTRIBUTES}.get(reference, {})

@@ -254,10 +254,15 @@ def test_publish_tasks_from_the_cli_end_to_end(tmp_path):
     """The user's path: tasks -> export (cards name the Hub repo) -> push -> load by repo id."""
     world, art = build_demo(tmp_path / "demo")
     task = "paper-dg-cat-dog-1"
+    args = ["publish", task, "--artifact", str(art.root), "--images", str(world.images_dir), "--namespace", NS,
+            "--set", "scale=0.5"]
+    env = {"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
     with running_hub() as (endpoint, state):
-        r = cli(["publish", task, "--artifact", str(art.root), "--images", str(world.images_dir), "--namespace", NS,
-                 "--set", "scale=0.5"], endpoint, tmp_path / "home",
-                extra_env={"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")})
+        # The demo world is synthetic: refused before anything is exported or pushed, unless asked for.
+        r = cli(args, endpoint, tmp_path / "home", extra_env=env)
+        assert r.returncode == 2 and "synthetic" in r.stderr and "--allow-synthetic" in r.stderr, r.stderr[-3000:]
+        assert not state.repos
+        r = cli(args + ["--allow-synthetic"], endpoint, tmp_path / "home", extra_env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in r.stdout
         head = state.repos[("dataset", f"{NS}/metashift-{task}")].head

@@ -9,6 +9,7 @@ import time
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.scene_graphs import default_workers
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.provenance import PROVENANCES, describe
 from metashift_hf.manifest import resolve_build_inputs
 
 
@@ -31,7 +32,12 @@ def register(subparsers) -> None:
     src.add_argument("--candidate-subsets", metavar="PKL", help="published full-candidate-subsets.pkl")
     src.add_argument("--attributes-pickle", metavar="PKL",
                      help="published attributes-candidate-subsets.pkl (implies --include-attributes)")
-    p.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write (replaced atomically)")
+    src.add_argument("--provenance", choices=PROVENANCES, default=None,
+                     help="where the inputs come from, recorded in manifest.json and shown on every card "
+                          "(default: demo when the scene graphs are listed by a demo_world.json beside them, "
+                          "else gqa for scene graphs, published for pickles; synthetic/demo data cannot be "
+                          "published without --allow-synthetic)")
+    p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact folder to write (replaced atomically)")
     opts = p.add_argument_group("build options (stored in manifest.json)")
     for f in dataclasses.fields(BuildOptions):
         flag = "--" + f.name.replace("_", "-")
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     artifact = build_from_inputs(
         args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
         attributes_pickle=args.attributes_pickle, options=options, plots=not args.no_plots, log=log,
+        source=args.provenance,
         workers=default_workers() if args.workers is None else args.workers,
     )
     s = artifact.stats
@@ -78,4 +85,5 @@ def run(args: argparse.Namespace) -> int:
     status = ", ".join(f"{k}: {v}" for k, v in s.get("embedding_status", {}).items())
     print(f"  embeddings: {status}")
     print(f"  content hash: {artifact.content_hash[:16]}")
+    print(f"  provenance: {artifact.provenance} ({describe(artifact.provenance)})")
     return 0

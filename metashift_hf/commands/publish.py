@@ -27,6 +27,9 @@ def register(subparsers) -> None:
                    help="push the repo folders already in DIR (written by `metashift-hf export --namespace NS`) instead of exporting TASKs")
     p.add_argument("--out", default=None, help="where to export before pushing (default: a temporary folder)")
     p.add_argument("--private", action="store_true", help="create the repos and the collection as private")
+    p.add_argument("--allow-synthetic", action="store_true",
+                   help="publish even though the artifact/export is synthetic (demo world): refused by default, "
+                        "since the Hub would show drawn shapes as MetaShift")
     p.add_argument("--dry-run", action="store_true", help="print the plan (repos, files, sizes) and push nothing")
     p.add_argument("--collection", default=COLLECTION_TITLE, help=f"collection title (default {COLLECTION_TITLE!r})")
     p.set_defaults(func=run)
@@ -37,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
 
-    common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection)
+    common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
+                  allow_synthetic=args.allow_synthetic)
     if args.from_export:
         if args.tasks:
             raise MetashiftError("give either TASKs or --from-export, not both", "drop the task ids to push the exported folders as they are")

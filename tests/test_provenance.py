@@ -1,0 +1,107 @@
+"""Provenance: recorded at build from the inputs, shown on every card, and guarding stats and publish."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from huggingface_hub import DatasetCard
+
+from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
+from metashift_hf import stats as st
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.provenance import demo_world_summary
+from metashift_hf.demo_world import generate_demo_world
+from metashift_hf.export import export_prepared
+from metashift_hf.publish import push_repos
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    # Scene graphs only: detection needs the summary and the files, not the JPEGs.
+    return generate_demo_world(tmp_path_factory.mktemp("world") / "w", seed=0, n_images=3000, write_images=False)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metashift_hf", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_build_of_demo_scene_graphs_is_labelled_demo(world, tmp_path):
+    """The docs' way (`build --scene-graphs world/*.json`) must not label drawn shapes as GQA."""
+    r = _cli("build", "--scene-graphs", *map(str, world.scene_graphs), "--out", str(tmp_path / "a"), "--no-plots", "--quiet")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["source"] == "demo" and manifest["synthetic"] is True
+    assert "provenance: demo" in r.stdout
+    rep = st.compare(tmp_path / "a")
+    assert rep.reference == "none" and all(r.published is None for r in rep.rows if r.check != "consistency")
+
+
+def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
+    art = build_from_inputs(tmp_path / "a", scene_graphs=world.scene_graphs, source="synthetic", plots=False)
+    assert art.provenance == "synthetic" and art.manifest["synthetic"] is True
+    assert st.compare(art.root).reference == "none"
+    with pytest.raises(InputFormatError, match="provenance"):
+        build_from_inputs(tmp_path / "b", scene_graphs=world.scene_graphs, source="photos", plots=False)
+    r = _cli("build", "--scene-graphs", str(world.scene_graphs[0]), "--provenance", "nope", "--out", str(tmp_path / "c"))
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_detection_needs_the_summary_to_list_the_same_bytes(world, tmp_path):
+    sg = world.scene_graphs[0]
+    digest = world.summary["sha256"][sg.name]
+    assert demo_world_summary([sg], [digest]) == world.summary_path.resolve()
+    # A different file beside the summary (e.g. real GQA copied into the folder) is not demo data.
+    assert demo_world_summary([sg], ["0" * 64]) is None
+    # The same file without its summary is not recognised either.
+    lone = tmp_path / sg.name
+    shutil.copyfile(sg, lone)
+    assert demo_world_summary([lone], [digest]) is None
+
+
+@pytest.fixture(scope="module")
+def synthetic_export(shared_ref, tmp_path_factory):
+    root = tmp_path_factory.mktemp("prov")
+    art = build_tiny_artifact(root / "artifact")
+    manifest = json.loads((art.root / "manifest.json").read_text())
+    manifest.update(source="demo", synthetic=True)  # as a demo build records it
+    (art.root / "manifest.json").write_text(json.dumps(manifest))
+    art = Artifact.load(art.root)
+    images = copy_reference_images(shared_ref, root / "images")
+    repos = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, root / "out", namespace="ns")
+    return repos
+
+
+def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synthetic_export):
+    for repo in synthetic_export:  # the task repo and the index repo
+        card = DatasetCard.load(repo.path / "README.md")
+        assert card.data.license == "mit" and card.data.source_datasets == ["original"]
+        assert "synthetic" in card.data.tags
+        body = card.text.lstrip()
+        first_paragraph = body.split("\n\n")[1]  # after the title
+        assert "Synthetic data, not MetaShift" in first_paragraph, first_paragraph
+        assert "CC BY 4.0" not in body and "license: cc-by-4.0" not in body
+
+
+def test_real_cards_name_their_provenance_and_image_origin(shared_ref, tmp_path):
+    art = build_tiny_artifact(tmp_path / "artifact")  # source "custom"
+    art.manifest["source"] = "gqa"
+    art.provenance = "gqa"
+    images = copy_reference_images(shared_ref, tmp_path / "images")
+    (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")
+    text = (repo.path / "README.md").read_text()
+    body = text.split("---\n", 2)[2]
+    assert body.lstrip().split("\n\n")[1].startswith("> Provenance: built from GQA scene graphs")
+    assert "YFCC100M" in body and "MS-COCO" in body and "CC BY 4.0" in body
+
+
+def test_publish_refuses_a_synthetic_export_unless_allowed(synthetic_export):
+    with pytest.raises(MetashiftError, match="synthetic") as err:
+        push_repos([r.path for r in synthetic_export], "ns", dry_run=True, echo=lambda _: None)
+    assert "--allow-synthetic" in err.value.fix
+    res = push_repos([r.path for r in synthetic_export], "ns", dry_run=True, echo=lambda _: None, allow_synthetic=True)
+    assert res.dry_run and len(res.plans) == 2
