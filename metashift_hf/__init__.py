@@ -12,6 +12,9 @@ from .core import __version__
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
          "Artifact": "metashift_hf.builders.artifact"}
+# ``metashift_hf.score(predictions, task)``: the submodule itself is callable (see metashift_hf/score.py),
+# so the attribute is the same object before and after ``import metashift_hf.score``.
+_LAZY_MODULES = ("score",)
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 
@@ -21,7 +24,11 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"metashift_hf.{name}")
     raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load", "prepare", "plan", "Artifact"]
+__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score"]

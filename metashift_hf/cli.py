@@ -22,6 +22,7 @@ COMMANDS = {
     "export": "write task repos (parquet shards with embedded images + README card) into a folder",
     "publish": "export tasks and push them to the Hub as dataset repos, plus a collection",
     "evaluate": "evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
+    "score": "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD",
     "demo": "run the whole pipeline on the embedded demo data",
 }
 

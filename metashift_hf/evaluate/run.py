@@ -28,6 +28,7 @@ from .scoring import (
     group_table,
     id_vs_ood,
     score_images,
+    split_roles,
     worst_subsets,
 )
 
@@ -138,15 +139,6 @@ def task_content_hash(spec: Mapping | None, table: pd.DataFrame) -> str:
         d = rec._asdict()
         h.update(json.dumps([d[c] for c in cols] + [sorted(d["contexts"])]).encode())
     return h.hexdigest()
-
-
-def _split_roles(splits: list[str], spec: Mapping | None) -> tuple[str, str] | None:
-    """(ID split, OOD split): id_test when present else validation, against test; None without a shift."""
-    if spec is not None and spec.get("shift_type") == "none":
-        return None
-    ood = "test" if "test" in splits else None
-    iid = "id_test" if "id_test" in splits else ("validation" if "validation" in splits else None)
-    return (iid, ood) if iid and ood else None
 
 
 def _community_map(art) -> dict[str, int] | None:
@@ -302,7 +294,7 @@ def evaluate(
     bug_rows = groups.loc[bug_rows.index]
 
     worst = worst_subsets(groups, min_subset_size)
-    roles = _split_roles(sorted(set(table["split"])), spec)
+    roles = split_roles(sorted(set(table["split"])), spec)
     model_card = loaded.card()
     metrics: dict[str, Any] = {
         "run": {

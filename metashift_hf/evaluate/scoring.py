@@ -84,6 +84,16 @@ def split_order(splits: Iterable[str]) -> list[str]:
     return [s for s in SPLIT_ORDER if s in splits] + sorted(splits - set(SPLIT_ORDER))
 
 
+def split_roles(splits: Iterable[str], spec: Mapping | None) -> tuple[str, str] | None:
+    """(ID split, OOD split): id_test when present else validation, against test; None without a shift."""
+    splits = set(splits)
+    if spec is not None and spec.get("shift_type") == "none":
+        return None
+    ood = "test" if "test" in splits else None
+    iid = "id_test" if "id_test" in splits else ("validation" if "validation" in splits else None)
+    return (iid, ood) if iid and ood else None
+
+
 def _row(level: str, cls: str, group: str, subset: str, correct: np.ndarray) -> dict:
     n, k = int(correct.size), int(correct.sum())
     lo, hi = wilson_interval(k, n)
