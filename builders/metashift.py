@@ -9,8 +9,8 @@
     ds = b.as_dataset()          # DatasetDict: train / validation / test / id_test
 
 (``metashift_hf.load``/``prepare`` do exactly this.) Config names are task ids (see
-:func:`task_ids`); :func:`plan_task` turns one into a :class:`builders.shifts.TaskPlan` without
-touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
+``builders.tasks.task_ids``); ``builders.tasks.plan_task`` turns one into a
+:class:`builders.shifts.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
 never decoded and re-encoded.
 """
 from __future__ import annotations
@@ -20,29 +20,25 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
 
 import datasets
 from metashift_hf.builders.images import open_images, sniff_image
 
-from metashift_hf import wordnet_match
 from metashift_hf.core.errors import (
-    EmptyResultError,
     InputFormatError,
     MetashiftError,
     MissingImagesError,
     UnknownNameError,
-    did_you_mean,
 )
 
-from . import paper_tasks, shifts
+from . import shifts
 from .artifact import Artifact
+from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 
 # The old HF loader's default classes (kept for reference in docs; our default is every class).
 LEGACY_CLASSES = ("cat", "dog", "bus", "truck", "elephant", "horse", "bowl", "cup")
-COLLECTIONS = ("classes", "attributes")
-MATCHED_SIZE_FIELDS = {f for f in shifts.CommunitySizes.__dataclass_fields__}
-_REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
+# MetashiftConfig fields that are task options (builders.tasks), merged with ``overrides``.
+TASK_OPTION_FIELDS = ("selected_classes", "attributes", "image_subset_size_threshold", "min_local_groups")
 
 
 @dataclass
@@ -86,222 +82,6 @@ class MetashiftConfig(datasets.BuilderConfig):
     artifact_hash: str | None = None  # filled by the builder: keys the cache to the artifact content
     images_stamp: str | None = None  # filled by the builder: size + mtime of the image folder/zip
     verify_images: bool = True
-
-
-# ---------------------------------------------------------------------------------------------
-# task ids -> plans (no images needed)
-# ---------------------------------------------------------------------------------------------
-def _match_dir(artifact: Artifact) -> Path:
-    return Path(artifact.root) / "match"
-
-
-def _registry(artifact: Artifact) -> dict:
-    """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
-    if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
-        return {}
-
-    return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
-
-
-def task_ids(artifact: Artifact) -> list[str]:
-    """Every config name valid for this artifact (registry tasks when ARTIFACT/match/ exists)."""
-    classes = set(artifact.classes())
-    ids: list[str] = []
-    if {"cat", "dog"} <= classes:
-        ids += paper_tasks.applicable(shifts.ArtifactSource(artifact))
-    ids += [f"class-{c}" for c in sorted(classes)]
-    if classes:
-        ids.append("classes")
-    table = artifact.subsets_table()
-    if ((table["kind"] == "attribute") & table["kept"]).any():
-        ids.append("attributes")
-    ids += sorted(t for t, e in _registry(artifact).items() if e.available)
-    return ids
-
-
-def _unknown(task: str, artifact: Artifact) -> UnknownNameError:
-    return UnknownNameError(
-        f"unknown task {task!r} for artifact {artifact.root}" + did_you_mean(task, task_ids(artifact)),
-        "list the valid ids with `metashift-hf tasks list --artifact DIR` "
-        "(matched bin-/multiclass ids need `metashift-hf match --artifact DIR` first)",
-    )
-
-
-def _base_rules(artifact: Artifact) -> dict:
-    o = artifact.options
-    return {k: o.get(k) for k in ("min_images_per_subset", "min_subsets_per_class", "edge_threshold",
-                                  "community_method", "spectral_dim", "pairing") if k in o}
-
-
-def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactSource, classes: list[str],
-                         kinds: tuple[str, ...] | None, only: list[str] | None, threshold: int | None,
-                         min_groups: int | None) -> dict[str, dict[str, frozenset[str]]]:
-    """class -> {context: ids} after the migration filters (kind, subset list, size, local groups)."""
-    base = int(artifact.options.get("min_images_per_subset", 25))
-    if threshold is not None and int(threshold) < base:
-        raise InputFormatError(
-            f"image_subset_size_threshold={threshold} is below the artifact's min_images_per_subset={base}: "
-            "smaller subsets were not kept in this artifact",
-            f"use a threshold >= {base}, or rebuild with `metashift-hf build --min-images-per-subset {threshold}`",
-        )
-    only_set = set(only) if only else None
-    if only_set:
-        kept = {f"{c}({x})" for c in classes for x in source.kept_contexts(c)}
-        bad = sorted(only_set - kept)
-        if bad:
-            raise UnknownNameError(
-                f"task {task}: {bad[0]!r} is not a kept subset of the selected classes"
-                + did_you_mean(bad[0], sorted(kept)),
-                "pass subsets as 'subject(context)' of kept subsets, e.g. 'cat(orange)'",
-            )
-    out: dict[str, dict[str, frozenset[str]]] = {}
-    for c in classes:
-        ctxs = {}
-        for ctx, ids in source.kept_contexts(c).items():
-            name = f"{c}({ctx})"
-            if kinds and source.kind(name) not in kinds:
-                continue
-            if only_set is not None and name not in only_set:
-                continue
-            if threshold is not None and len(ids) < int(threshold):
-                continue
-            ctxs[ctx] = ids
-        if min_groups is not None and len(ctxs) <= int(min_groups):
-            continue
-        if ctxs:
-            out[c] = ctxs
-    if not out:
-        raise EmptyResultError(f"task {task}: no class has subsets left after the filters",
-                               "relax image_subset_size_threshold / min_local_groups / attributes / selected_classes")
-    return out
-
-
-def _check_selected(task: str, artifact: Artifact, selected: list[str] | None) -> list[str]:
-    classes = artifact.classes()
-    if selected is None:
-        return classes
-    for c in selected:
-        if c not in classes:
-            raise UnknownNameError(f"task {task}: selected class {c!r} is not a class of {artifact.root}"
-                                   + did_you_mean(c, classes), "pick classes from Artifact.classes()")
-    return sorted(set(selected))
-
-
-def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
-    """Per class, the subsets a registry task draws from: ``selected`` = subject and context both
-    matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
-    if entry.subset_rule == "kept":
-        return None
-
-    match = wordnet_match.load_match(_match_dir(art))
-    out = {}
-    for c in entry.classes:
-        try:
-            out[c] = match.subsets_of(c, "selected")
-        except UnknownNameError:
-            out[c] = []  # community_shift reports the class as having no usable subsets
-    return out
-
-
-def _community_distance(artifact: Artifact):
-    """Paper rule (size-weighted centre of member embeddings), over the members that have an
-    embedding: a disconnected meta-graph leaves a few subsets without one."""
-    def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> float:
-        groups = {g.name: [c for c in g.contexts if artifact.embedding(f"{cls}({c})") is not None]
-                  for g in [id_group, *ood]}
-        groups = {k: v for k, v in groups.items() if v}
-        if id_group.name not in groups or len(groups) < 2:
-            raise EmptyResultError(f"{cls}: the training group or every test group lacks embedded subsets",
-                                   "see the class's embedding_status in classes.parquet")
-        others = [g.name for g in ood if g.name in groups]
-        return artifact.group_distance(cls, groups, id_group.name, others, rule="paper")
-    return fn
-
-
-def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-              selected_classes: list[str] | None = None, attributes_dataset: bool = False,
-              attributes: list[str] | None = None, image_subset_size_threshold: int | None = None,
-              min_local_groups: int | None = None, overrides: Mapping[str, Any] | None = None) -> shifts.TaskPlan:
-    """The split plan of one task id on one artifact (no images read)."""
-    art = Artifact.load(artifact)
-    overrides = dict(overrides or {})
-    given = dict(overrides)
-    if attributes_dataset:
-        if task not in ("attributes", None, ""):
-            raise InputFormatError(f"attributes_dataset=True conflicts with task {task!r}",
-                                   "use task 'attributes' (attributes_dataset=True is its old-loader spelling)")
-        task = "attributes"
-    if not task:
-        raise UnknownNameError("no task id given", "pass a task id, e.g. 'paper-dg-cat-dog-1' "
-                               "(list them with `metashift-hf tasks list --artifact DIR`)")
-    if attributes is not None and task != "attributes":
-        raise InputFormatError(f"option attributes= applies to the 'attributes' task, not {task!r}",
-                               "use task 'attributes' or drop the attributes option")
-    collection_like = task in COLLECTIONS or task.startswith("class-")
-    if not collection_like:
-        for opt, val in (("selected_classes", selected_classes),
-                         ("image_subset_size_threshold", image_subset_size_threshold),
-                         ("min_local_groups", min_local_groups)):
-            if val is not None:
-                raise InputFormatError(
-                    f"option {opt} applies to the collections (classes, attributes, class-<name>), not task {task!r}",
-                    f"drop {opt}, or use task 'classes' / 'attributes'")
-    source = shifts.ArtifactSource(art)
-    if task in paper_tasks.TASK_IDS:
-        if not {"cat", "dog"} <= set(art.classes()):
-            raise UnknownNameError(f"task {task} needs the classes cat and dog; artifact {art.root} lacks them",
-                                   "build the artifact from GQA scene graphs (or the demo world), which has both")
-        scale = overrides.pop("scale", None)
-        plan = paper_tasks.plan(task, source, seed=seed, scale=scale, overrides=overrides)
-    elif collection_like:
-        if overrides:
-            raise UnknownNameError(f"task {task} takes no size overrides, got {sorted(overrides)}",
-                                   "drop the overrides: collections hold every image once")
-        if task.startswith("class-"):
-            cls = task[len("class-"):]
-            if cls not in art.classes():
-                raise _unknown(task, art)
-            classes, kinds = [cls], None
-        else:
-            classes = _check_selected(task, art, selected_classes)
-            kinds = ("attribute",) if task == "attributes" else None
-            if task == "attributes" and "attributes" not in task_ids(art):
-                raise EmptyResultError(f"artifact {art.root} has no kept attribute subsets",
-                                       "build with --include-attributes or from the attributes pickle")
-        ctx = _collection_contexts(task, art, source, classes, kinds, attributes, image_subset_size_threshold,
-                                   min_local_groups)
-        plan = shifts.collection(task, source, contexts=ctx, seed=seed, extra_spec={
-            "filters": {"selected_classes": selected_classes, "attributes": attributes,
-                        "image_subset_size_threshold": image_subset_size_threshold,
-                        "min_local_groups": min_local_groups}})
-    else:
-        reg = _registry(art)
-        if task not in reg:
-            raise _unknown(task, art)
-        entry = reg[task]
-        if not entry.available:
-            raise EmptyResultError(f"task {task} is not available on {art.root}: {entry.reason}",
-                                   "pick another id from `metashift-hf tasks list --artifact DIR`")
-        bad = sorted(set(overrides) - MATCHED_SIZE_FIELDS)
-        if bad:
-            raise UnknownNameError(f"unknown override(s) {bad} for task {task}" + did_you_mean(bad[0], MATCHED_SIZE_FIELDS),
-                                   f"this task accepts: {', '.join(sorted(MATCHED_SIZE_FIELDS))}")
-        classes = sorted(entry.classes)
-        missing = [c for c in classes if c not in art.classes()]
-        if missing:
-            raise EmptyResultError(f"task {task}: classes {missing} are not classes of {art.root}",
-                                   f"re-run `metashift-hf match --artifact {art.root}` for this artifact")
-        allowed = _matched_subsets(art, entry)
-        plan = shifts.community_shift(
-            task, source, classes=classes, sizes=shifts.CommunitySizes(**overrides), seed=seed,
-            distance_fn=_community_distance(art), distance_rule="paper", subsets=allowed,
-            extra_spec={"registry": {"kind": entry.kind, "lca": entry.lca, "lca_name": entry.lca_name,
-                                     "lca_depth": entry.lca_depth, "path_similarity": entry.path_similarity,
-                                     "subset_rule": entry.subset_rule}})
-    plan.spec["artifact_hash"] = art.content_hash
-    plan.spec["rules"] = _base_rules(art)
-    plan.spec["overrides"] = given
-    return plan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,11 +203,11 @@ class Metashift(datasets.GeneratorBasedBuilder):
             if c.on_missing not in ("error", "skip"):
                 raise InputFormatError(f"on_missing must be 'error' or 'skip', got {c.on_missing!r}",
                                        "use --on-missing error (default) or --on-missing skip")
-            self._plan = plan_task(
-                c.name, self._artifact, seed=int(c.seed), selected_classes=c.selected_classes,
-                attributes_dataset=bool(c.attributes_dataset), attributes=c.attributes,
-                image_subset_size_threshold=c.image_subset_size_threshold, min_local_groups=c.min_local_groups,
-                overrides=c.overrides)
+            options = dict(c.overrides or {})
+            options.update({k: getattr(c, k) for k in TASK_OPTION_FIELDS if getattr(c, k) is not None})
+            if c.attributes_dataset:
+                options[OLD_LOADER_ATTRIBUTES_FLAG] = True
+            self._plan = plan_task(c.name, self._artifact, seed=int(c.seed), **options)
             if c.with_image_metadata and not (Path(self._artifact.root) / "images.parquet").is_file():
                 raise InputFormatError(
                     f"with_image_metadata=True but artifact {self._artifact.root} has no images.parquet "
@@ -544,4 +324,4 @@ def shift_spec(ds: "datasets.Dataset | datasets.DatasetDict") -> dict:
     return spec_from_description(ds.info.description)
 
 
-__all__ = ["Metashift", "MetashiftConfig", "plan_task", "task_ids", "shift_spec", "describe", "LEGACY_CLASSES"]
+__all__ = ["Metashift", "MetashiftConfig", "shift_spec", "describe", "LEGACY_CLASSES"]

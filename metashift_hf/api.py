@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.metashift import Metashift, plan_task, shift_spec, task_ids
+from metashift_hf.builders.metashift import Metashift, shift_spec
+from metashift_hf.builders.tasks import plan_task, task_ids
 from metashift_hf.core.errors import MissingImagesError
 
 if TYPE_CHECKING:
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
 # Options that are fields of MetashiftConfig (everything else is a size override).
 _CONFIG_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "with_image_metadata",
                    "image_subset_size_threshold", "min_local_groups", "verify_images")
-_PLAN_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "image_subset_size_threshold",
-                 "min_local_groups")
+_MATERIALISE_ONLY = ("with_image_metadata", "verify_images")  # no effect on the plan
 
 
 @dataclass
@@ -52,10 +52,8 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
     No images are read: this is what ``metashift-hf tasks show``, export and evaluation use.
     """
 
-    if "with_image_metadata" in overrides or "verify_images" in overrides:
-        overrides = {k: v for k, v in overrides.items() if k not in ("with_image_metadata", "verify_images")}
-    config, sizes = _split_options(overrides, _PLAN_OPTIONS)
-    return plan_task(task, artifact, seed=seed, overrides=sizes, **config)
+    options = {k: v for k, v in overrides.items() if k not in _MATERIALISE_ONLY}
+    return plan_task(task, artifact, seed=seed, **options)
 
 
 def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:

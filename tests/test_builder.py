@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from metashift_hf.builders.build import BuildOptions, build_artifact
-from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, plan_task, shift_spec, spec_from_description
+from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, shift_spec, spec_from_description
+from metashift_hf.builders.tasks import plan_task
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from test_paper_tasks import paper_world
@@ -128,7 +129,7 @@ def test_same_seed_identical_parquet_bytes_folder_and_zip(world, tmp_path):
 def test_missing_images_error_and_skip(world, tmp_path):
     folder = tmp_path / "imgs"
     shutil.copytree(world["folder"], folder)
-    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], overrides={"scale": 0.1})
+    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], scale=0.1)
     gone = plan.splits["train"][0].image_id
     (folder / f"{gone}.jpg").unlink()
     with pytest.raises(MissingImagesError) as exc:
@@ -147,7 +148,7 @@ def test_missing_images_error_and_skip(world, tmp_path):
 def test_corrupt_image_is_reported(world, tmp_path):
     folder = tmp_path / "imgs"
     shutil.copytree(world["folder"], folder)
-    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], overrides={"scale": 0.1})
+    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], scale=0.1)
     bad = plan.splits["test"][3].image_id
     data = (folder / f"{bad}.jpg").read_bytes()
     (folder / f"{bad}.jpg").write_bytes(data[: len(data) // 2])
@@ -220,7 +221,7 @@ def test_bad_task_name_did_you_mean(world):
 def test_description_carries_spec(world):
     ds = build(world, "paper-subpop-cat-dog-p12")
     spec = spec_from_description(ds["train"].info.description)
-    assert spec == plan_task("paper-subpop-cat-dog-p12", world["artifact"], overrides={"scale": 0.1}).spec
+    assert spec == plan_task("paper-subpop-cat-dog-p12", world["artifact"], scale=0.1).spec
     with pytest.raises(InputFormatError):
         spec_from_description("no spec here")
 

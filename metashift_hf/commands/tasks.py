@@ -6,6 +6,8 @@ import json
 import math
 
 from metashift_hf.api import available_tasks, plan
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
@@ -17,7 +19,7 @@ from metashift_hf.wordnet_match.tasks import find_task
 
 from .export import parse_overrides
 
-KINDS = ("binary", "multiclass", "paper", "class", "other")
+KINDS = kinds()
 
 
 def register(subparsers) -> None:
@@ -51,12 +53,9 @@ def _other_task_ids(artifact: str | None) -> list[str]:
     return available_tasks(artifact)
 
 
-def _other_kind(task_id: str) -> tuple[str, tuple[str, ...]]:
-    if task_id.startswith("paper-"):
-        return "paper", ("cat", "dog")
-    if task_id.startswith("class-"):
-        return "class", (task_id[len("class-"):],)
-    return "other", ()
+def _other_info(artifact: str, task_id: str):
+    art = Artifact.load(artifact)
+    return family_of(art, task_id).info(art, task_id)
 
 
 def _registry(args):
@@ -93,10 +92,10 @@ def run_list(args: argparse.Namespace) -> int:
     for task_id in _other_task_ids(args.artifact):
         if task_id in registry_ids:
             continue
-        kind, classes = _other_kind(task_id)
-        if (args.kind and kind != args.kind) or (args.class_name and args.class_name not in classes):
+        info = _other_info(args.artifact, task_id)
+        if (args.kind and info.kind != args.kind) or (args.class_name and args.class_name not in info.classes):
             continue
-        rows.append(f"{task_id:<36} {kind:<10} {','.join(classes)}")
+        rows.append(f"{task_id:<36} {info.kind:<10} {','.join(info.classes)}")
     if not rows and (args.kind or args.class_name):
         raise EmptyResultError(f"no task in {source} matches --kind {args.kind} --class {args.class_name}",
                                "drop a filter, or check the class name with `metashift-hf match --explain NAME`")
@@ -115,8 +114,9 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                           for k, v in entry.__dict__.items()}, indent=2))
     elif args.task_id in others:
-        kind, classes = _other_kind(args.task_id)
-        print(json.dumps({"task_id": args.task_id, "kind": kind, "classes": list(classes)}, indent=2))
+        info = _other_info(args.artifact, args.task_id)
+        print(json.dumps({"task_id": info.task_id, "family": info.family, "kind": info.kind,
+                          "classes": list(info.classes)}, indent=2))
     else:
         known = sorted({t.task_id for t in tasks} | set(others))
         raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",

@@ -1,0 +1,577 @@
+"""The task-family registry: task ids -> split plans (no images read).
+
+Every task id of an artifact belongs to exactly one :class:`TaskFamily`. A family knows its ids
+(:meth:`~TaskFamily.ids`), whether it owns an id (:meth:`~TaskFamily.owns`), its typed options
+(:attr:`~TaskFamily.options_type`, a frozen dataclass whose fields are the documented options) and
+how to plan one of its tasks (:meth:`~TaskFamily.plan`). :func:`plan_task` and :func:`task_ids`
+are the only entry points; nothing else dispatches on task-id prefixes.
+
+Adding a family = one subclass + ``register(MyFamily())``::
+
+    @dataclass(frozen=True)
+    class LevelOptions:
+        level: int = field(default=1, metadata={"doc": "shift level, 1 (mild) .. 4 (strong)"})
+
+    class LevelFamily(TaskFamily):
+        name, title, kind, options_type = "level", "shift-by-level tasks (level-<class>)", "level", LevelOptions
+        def owns(self, artifact, task_id): return task_id.startswith("level-")
+        def ids(self, artifact): return [f"level-{c}" for c in artifact.classes()]
+        def classes(self, artifact, task_id): return (task_id[len("level-"):],)
+        def plan(self, artifact, task_id, options, seed): ...  # -> shifts.TaskPlan
+
+    register(LevelFamily())
+
+Options arrive as a flat mapping (Python keywords, ``--set KEY=VALUE``, builder config fields);
+:func:`parse_options` checks names and types against the options dataclass (an unknown or misspelt
+name, a wrong type -> a :class:`MetashiftError` naming the option and the fix) and the family checks
+values while planning.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import types
+import typing
+from abc import ABC, abstractmethod
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Union
+
+from metashift_hf import wordnet_match
+from metashift_hf.core.errors import (
+    EmptyResultError,
+    InputFormatError,
+    MetashiftError,
+    UnknownNameError,
+    did_you_mean,
+)
+from metashift_hf.core.names import SubsetName
+
+from . import paper_tasks, shifts
+from .artifact import Artifact
+
+_REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
+# The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).
+OLD_LOADER_ATTRIBUTES_FLAG = "attributes_dataset"
+
+
+class Default(enum.Enum):
+    """An option left at the task's default (for sizes where None is a value: 'whole groups')."""
+
+    DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT = Default.DEFAULT
+
+
+# ---------------------------------------------------------------------------------------------
+# options: typed dataclasses, parsed from flat mappings
+# ---------------------------------------------------------------------------------------------
+def _doc(text: str) -> dict:
+    return {"doc": text}
+
+
+@dataclass(frozen=True)
+class PaperDGOptions:
+    """Options of ``paper-dg-cat-dog-<k>`` (sizes default to the paper's)."""
+
+    scale: float | None = field(default=None, metadata=_doc(
+        "multiply every size by this fraction in (0, 1]"))
+    train_per_group: int | Default = field(default=DEFAULT, metadata=_doc("training images per group (100)"))
+    validation_per_group: int | Default = field(default=DEFAULT, metadata=_doc("validation images per training group (25)"))
+    id_test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("id_test images per training group, at most (50)"))
+    test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
+        "test images per test group; None = whole groups (default)"))
+    additional_test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
+        "images per additional test group; 0 = left out (default), None = whole groups"))
+
+
+@dataclass(frozen=True)
+class PaperSubpopOptions:
+    """Options of ``paper-subpop-cat-dog-p12|p6|p1`` (sizes default to the paper's)."""
+
+    scale: float | None = field(default=None, metadata=_doc(
+        "multiply every size by this fraction in (0, 1]; drops the paper's pool check"))
+    minority_fraction: float | Default = field(default=DEFAULT, metadata=_doc(
+        "minority share of each class's training images, in [0, 0.5] (sets minority_per_class)"))
+    train_per_class: int | Default = field(default=DEFAULT, metadata=_doc("training images per class (850)"))
+    minority_per_class: int | Default = field(default=DEFAULT, metadata=_doc(
+        "minority training images per class (100 / 50 / 10 for p12 / p6 / p1)"))
+    test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("balanced test images per group (144)"))
+    validation_per_class: int | Default = field(default=DEFAULT, metadata=_doc("validation images per class (85)"))
+
+
+@dataclass(frozen=True)
+class ClassOptions:
+    """Options of ``class-<name>`` (every image of one class, once)."""
+
+    image_subset_size_threshold: int | None = field(default=None, metadata=_doc(
+        "keep only subsets with at least this many images (>= the artifact's min_images_per_subset)"))
+    min_local_groups: int | None = field(default=None, metadata=_doc(
+        "keep the class only when it has more than this many such subsets"))
+
+
+@dataclass(frozen=True)
+class CollectionOptions(ClassOptions):
+    """Options of ``classes`` / ``attributes`` (the old Hugging Face loader's collections)."""
+
+    selected_classes: tuple[str, ...] | None = field(default=None, metadata=_doc(
+        "classes to include (default: every class of the artifact)"))
+    attributes: tuple[str, ...] | None = field(default=None, metadata=_doc(
+        "'attributes' only: restrict to these subsets, e.g. ['cat(orange)']"))
+
+
+def option_docs(options_type: type) -> dict[str, str]:
+    """Option name -> its documentation (for CLI help and docs)."""
+    return {f.name: f.metadata.get("doc", "") for f in fields(options_type)}
+
+
+def _type_name(hint: Any) -> str:
+    parts = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    names = []
+    for p in parts:
+        if p is Default:
+            continue
+        if p is type(None):
+            names.append("null")
+        elif typing.get_origin(p) is tuple:
+            names.append("a list of names")
+        else:
+            names.append("a number" if p is float else "an integer" if p is int else getattr(p, "__name__", str(p)))
+    return " or ".join(names)
+
+
+def _coerce(value: Any, hint: Any) -> tuple[bool, Any]:
+    """(accepted, value converted to the field's type) for one union member."""
+    if hint is Default:
+        return value is DEFAULT, value
+    if hint is type(None):
+        return value is None, None
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            return False, value
+        return True, int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False, value
+        return True, float(value)
+    if typing.get_origin(hint) is tuple:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            return False, value
+        return True, tuple(value)
+    return isinstance(value, hint), value
+
+
+def _option_value(task_id: str, name: str, value: Any, hint: Any) -> Any:
+    members = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    for m in members:
+        ok, out = _coerce(value, m)
+        if ok:
+            return out
+    raise InputFormatError(f"task {task_id}: option {name}={value!r} is not {_type_name(hint)}",
+                           f"pass {name} as {_type_name(hint)} (Python keyword, or --set {name}=VALUE as JSON)")
+
+
+# ---------------------------------------------------------------------------------------------
+# families
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskInfo:
+    """What `metashift-hf tasks list|show` says about a task id without planning it."""
+
+    task_id: str
+    family: str
+    kind: str
+    classes: tuple[str, ...]
+
+
+class TaskFamily(ABC):
+    """One kind of task id. Subclasses set the class attributes and implement the methods."""
+
+    name: ClassVar[str]  # short identifier, e.g. "paper-dg"
+    title: ClassVar[str]  # for messages: "collections (classes, attributes)"
+    kind: ClassVar[str]  # what `metashift-hf tasks list --kind` filters on
+    options_type: ClassVar[type]  # frozen dataclass of this family's options
+
+    def kinds(self) -> tuple[str, ...]:
+        """Every kind :meth:`info` can report (the CLI's --kind choices)."""
+        return (self.kind,)
+
+    def info(self, artifact: Artifact, task_id: str) -> TaskInfo:
+        return TaskInfo(task_id, self.name, self.kind, tuple(self.classes(artifact, task_id)))
+
+    @abstractmethod
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        """Whether ``task_id`` names a task of this family (valid on this artifact or not)."""
+
+    @abstractmethod
+    def ids(self, artifact: Artifact) -> list[str]:
+        """The ids of this family that can be planned on ``artifact``."""
+
+    @abstractmethod
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        """The classes of one of this family's tasks."""
+
+    @abstractmethod
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
+        """The split plan; ``options`` is an instance of :attr:`options_type`."""
+
+
+_FAMILIES: list[TaskFamily] = []
+
+
+def register(family: TaskFamily) -> TaskFamily:
+    """Add a family; ids are resolved in registration order (the first family that owns an id)."""
+    if any(f.name == family.name for f in _FAMILIES):
+        raise MetashiftError(f"task family {family.name!r} is registered twice", "give the new family another name")
+    _FAMILIES.append(family)
+    return family
+
+
+def families() -> tuple[TaskFamily, ...]:
+    return tuple(_FAMILIES)
+
+
+def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> Any:
+    """Flat options -> ``family.options_type``; unknown names and wrong types are reported."""
+    known = {f.name: f for f in fields(family.options_type)}
+    hints = typing.get_type_hints(family.options_type)
+    values = {}
+    for name, value in raw.items():
+        if name not in known:
+            others = [f.title for f in _FAMILIES if f is not family and name in option_docs(f.options_type)]
+            if others:
+                raise InputFormatError(f"option {name} applies to the {' and the '.join(others)}, not task {task_id!r}",
+                                       f"drop {name}, or use a task of that family")
+            raise UnknownNameError(f"unknown option {name!r} for task {task_id}" + did_you_mean(name, known),
+                                   f"this task accepts: {', '.join(sorted(known))} (and seed)")
+        values[name] = _option_value(task_id, name, value, hints[name])
+    return family.options_type(**values)
+
+
+def given_options(options: Any) -> dict[str, Any]:
+    """The options that differ from their field defaults (what a shift spec records)."""
+    out = {}
+    for f in fields(options):
+        v = getattr(options, f.name)
+        default = f.default if f.default is not MISSING else None
+        if v is not default and v != default:
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _sizes(options: Any) -> dict[str, Any]:
+    return {f.name: getattr(options, f.name) for f in fields(options)
+            if f.name != "scale" and getattr(options, f.name) is not DEFAULT}
+
+
+class _PaperFamily(TaskFamily):
+    task_ids: ClassVar[tuple[str, ...]]
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id in self.task_ids
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
+            return []
+        return [i for i in paper_tasks.applicable(shifts.ArtifactSource(artifact)) if i in self.task_ids]
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return paper_tasks.CLASSES
+
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
+        if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
+            raise UnknownNameError(f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
+                                   "build the artifact from GQA scene graphs (or the demo world), which has both")
+        return paper_tasks.plan(task_id, shifts.ArtifactSource(artifact), seed=seed, scale=options.scale,
+                                overrides=_sizes(options))
+
+
+class PaperDGFamily(_PaperFamily):
+    name, title, kind, options_type = "paper-dg", "paper DG tasks (paper-dg-cat-dog-<k>)", "paper", PaperDGOptions
+    task_ids = paper_tasks.DG_IDS
+
+
+class PaperSubpopFamily(_PaperFamily):
+    name, title, kind = "paper-subpop", "paper subpopulation tasks (paper-subpop-cat-dog-<p>)", "paper"
+    options_type = PaperSubpopOptions
+    task_ids = paper_tasks.SUBPOP_IDS
+
+
+def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactSource, classes: list[str],
+                         kinds: tuple[str, ...] | None, only: tuple[str, ...] | None,
+                         opts: ClassOptions) -> dict[str, dict[str, frozenset[str]]]:
+    """class -> {context: ids} after the migration filters (kind, subset list, size, local groups)."""
+    threshold, min_groups = opts.image_subset_size_threshold, opts.min_local_groups
+    base = int(artifact.options.get("min_images_per_subset", 25))
+    if threshold is not None and threshold < base:
+        raise InputFormatError(
+            f"image_subset_size_threshold={threshold} is below the artifact's min_images_per_subset={base}: "
+            "smaller subsets were not kept in this artifact",
+            f"use a threshold >= {base}, or rebuild with `metashift-hf build --min-images-per-subset {threshold}`",
+        )
+    only_set = set(only) if only else None
+    if only_set:
+        kept = {str(SubsetName(c, x)) for c in classes for x in source.kept_contexts(c)}
+        bad = sorted(only_set - kept)
+        if bad:
+            raise UnknownNameError(
+                f"task {task}: {bad[0]!r} is not a kept subset of the selected classes"
+                + did_you_mean(bad[0], sorted(kept)),
+                "pass subsets as 'subject(context)' of kept subsets, e.g. 'cat(orange)'",
+            )
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for c in classes:
+        ctxs = {}
+        for ctx, ids in source.kept_contexts(c).items():
+            name = str(SubsetName(c, ctx))
+            if kinds and source.kind(name) not in kinds:
+                continue
+            if only_set is not None and name not in only_set:
+                continue
+            if threshold is not None and len(ids) < threshold:
+                continue
+            ctxs[ctx] = ids
+        if min_groups is not None and len(ctxs) <= min_groups:
+            continue
+        if ctxs:
+            out[c] = ctxs
+    if not out:
+        raise EmptyResultError(f"task {task}: no class has subsets left after the filters",
+                               "relax image_subset_size_threshold / min_local_groups / attributes / selected_classes")
+    return out
+
+
+def _filters(opts: ClassOptions) -> dict:
+    sel = getattr(opts, "selected_classes", None)
+    att = getattr(opts, "attributes", None)
+    return {"selected_classes": None if sel is None else list(sel), "attributes": None if att is None else list(att),
+            "image_subset_size_threshold": opts.image_subset_size_threshold,
+            "min_local_groups": opts.min_local_groups}
+
+
+class ClassFamily(TaskFamily):
+    """``class-<name>``: every image of one class once, with all its contexts."""
+
+    name, title, kind, options_type = "class", "class collections (class-<name>)", "class", ClassOptions
+    prefix = "class-"
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id.startswith(self.prefix)
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        return [f"{self.prefix}{c}" for c in sorted(artifact.classes())]
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return (task_id[len(self.prefix):],)
+
+    def plan(self, artifact: Artifact, task_id: str, options: ClassOptions, seed: int) -> shifts.TaskPlan:
+        (cls,) = self.classes(artifact, task_id)
+        if cls not in artifact.classes():
+            raise unknown_task(task_id, artifact)
+        source = shifts.ArtifactSource(artifact)
+        ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
+        return shifts.collection(task_id, source, contexts=ctx, seed=seed, extra_spec={"filters": _filters(options)})
+
+
+class CollectionFamily(TaskFamily):
+    """``classes`` (every class) and ``attributes`` (attribute subsets only): the old loader's configs."""
+
+    name, title, kind, options_type = "collections", "collections (classes, attributes)", "collection", CollectionOptions
+    task_ids = ("classes", "attributes")
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id in self.task_ids
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        out = ["classes"] if artifact.classes() else []
+        table = artifact.subsets_table()
+        if ((table["kind"] == "attribute") & table["kept"]).any():
+            out.append("attributes")
+        return out
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return tuple(sorted(artifact.classes()))
+
+    def plan(self, artifact: Artifact, task_id: str, options: CollectionOptions, seed: int) -> shifts.TaskPlan:
+        if options.attributes is not None and task_id != "attributes":
+            raise InputFormatError(f"option attributes= applies to the 'attributes' task, not {task_id!r}",
+                                   "use task 'attributes' or drop the attributes option")
+        classes = artifact.classes()
+        if options.selected_classes is not None:
+            for c in options.selected_classes:
+                if c not in classes:
+                    raise UnknownNameError(f"task {task_id}: selected class {c!r} is not a class of {artifact.root}"
+                                           + did_you_mean(c, classes), "pick classes from Artifact.classes()")
+            classes = sorted(set(options.selected_classes))
+        kinds = None
+        if task_id == "attributes":
+            kinds = ("attribute",)
+            if "attributes" not in self.ids(artifact):
+                raise EmptyResultError(f"artifact {artifact.root} has no kept attribute subsets",
+                                       "build with --include-attributes or from the attributes pickle")
+        source = shifts.ArtifactSource(artifact)
+        ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
+        return shifts.collection(task_id, source, contexts=ctx, seed=seed, extra_spec={"filters": _filters(options)})
+
+
+def _match_dir(artifact: Artifact) -> Path:
+    return Path(artifact.root) / "match"
+
+
+def match_registry(artifact: Artifact) -> dict:
+    """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
+    if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
+        return {}
+    return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
+
+
+def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
+    """Per class, the subsets a registry task draws from: ``selected`` = subject and context both
+    matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
+    if entry.subset_rule == "kept":
+        return None
+    match = wordnet_match.load_match(_match_dir(art))
+    out = {}
+    for c in entry.classes:
+        try:
+            out[c] = match.subsets_of(c, "selected")
+        except UnknownNameError:
+            out[c] = []  # community_shift reports the class as having no usable subsets
+    return out
+
+
+def _community_distance(artifact: Artifact):
+    """Paper rule (size-weighted centre of member embeddings), over the members that have an
+    embedding: a disconnected meta-graph leaves a few subsets without one."""
+    def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> float:
+        groups = {g.name: [c for c in g.contexts if artifact.embedding(str(SubsetName(cls, c))) is not None]
+                  for g in [id_group, *ood]}
+        groups = {k: v for k, v in groups.items() if v}
+        if id_group.name not in groups or len(groups) < 2:
+            raise EmptyResultError(f"{cls}: the training group or every test group lacks embedded subsets",
+                                   "see the class's embedding_status in classes.parquet")
+        others = [g.name for g in ood if g.name in groups]
+        return artifact.group_distance(cls, groups, id_group.name, others, rule="paper")
+    return fn
+
+
+class MatchedFamily(TaskFamily):
+    """Binary (``bin-<a>-<b>``) and multiclass (presets such as ``imagenet-5``) tasks of the match
+    registry ``ARTIFACT/match/tasks.parquet``; community shift with the paper distance."""
+
+    name, title, kind, options_type = "matched", "matched tasks (bin-<a>-<b>, multiclass presets)", "matched", \
+        shifts.CommunitySizes
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id in match_registry(artifact)
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        return sorted(t for t, e in match_registry(artifact).items() if e.available)
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return tuple(match_registry(artifact)[task_id].classes)
+
+    def kinds(self) -> tuple[str, ...]:
+        return ("binary", "multiclass")  # wordnet_match TaskEntry.kind
+
+    def info(self, artifact: Artifact, task_id: str) -> TaskInfo:
+        entry = match_registry(artifact)[task_id]
+        return TaskInfo(task_id, self.name, entry.kind, tuple(entry.classes))
+
+    def plan(self, artifact: Artifact, task_id: str, options: shifts.CommunitySizes, seed: int) -> shifts.TaskPlan:
+        entry = match_registry(artifact)[task_id]
+        if not entry.available:
+            raise EmptyResultError(f"task {task_id} is not available on {artifact.root}: {entry.reason}",
+                                   "pick another id from `metashift-hf tasks list --artifact DIR`")
+        classes = sorted(entry.classes)
+        missing = [c for c in classes if c not in artifact.classes()]
+        if missing:
+            raise EmptyResultError(f"task {task_id}: classes {missing} are not classes of {artifact.root}",
+                                   f"re-run `metashift-hf match --artifact {artifact.root}` for this artifact")
+        return shifts.community_shift(
+            task_id, shifts.ArtifactSource(artifact), classes=classes, sizes=options, seed=seed,
+            distance_fn=_community_distance(artifact), distance_rule="paper",
+            subsets=_matched_subsets(artifact, entry),
+            extra_spec={"registry": {"kind": entry.kind, "lca": entry.lca, "lca_name": entry.lca_name,
+                                     "lca_depth": entry.lca_depth, "path_similarity": entry.path_similarity,
+                                     "subset_rule": entry.subset_rule}})
+
+
+for _family in (PaperDGFamily(), PaperSubpopFamily(), CollectionFamily(), ClassFamily(), MatchedFamily()):
+    register(_family)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------------------------
+def kinds() -> tuple[str, ...]:
+    """Every task kind of the registered families, in registration order."""
+    out: list[str] = []
+    for f in _FAMILIES:
+        out += [k for k in f.kinds() if k not in out]
+    return tuple(out)
+
+
+def task_ids(artifact: Artifact) -> list[str]:
+    """Every task id valid for this artifact, family by family (matched ones when ARTIFACT/match/ exists)."""
+    out: list[str] = []
+    for f in _FAMILIES:
+        out += [i for i in f.ids(artifact) if i not in out]
+    return out
+
+
+def unknown_task(task: str, artifact: Artifact) -> UnknownNameError:
+    return UnknownNameError(
+        f"unknown task {task!r} for artifact {artifact.root}" + did_you_mean(task, task_ids(artifact)),
+        "list the valid ids with `metashift-hf tasks list --artifact DIR` "
+        "(matched bin-/multiclass ids need `metashift-hf match --artifact DIR` first)",
+    )
+
+
+def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
+    """The family that owns ``task_id`` (UnknownNameError with suggestions when none does)."""
+    if not task_id:
+        raise UnknownNameError("no task id given", "pass a task id, e.g. 'paper-dg-cat-dog-1' "
+                               "(list them with `metashift-hf tasks list --artifact DIR`)")
+    for f in _FAMILIES:
+        if f.owns(artifact, task_id):
+            return f
+    raise unknown_task(task_id, artifact)
+
+
+def _base_rules(artifact: Artifact) -> dict:
+    o = artifact.options
+    return {k: o.get(k) for k in ("min_images_per_subset", "min_subsets_per_class", "edge_threshold",
+                                  "community_method", "spectral_dim", "pairing") if k in o}
+
+
+def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
+              **options: Any) -> shifts.TaskPlan:
+    """The split plan of one task id on one artifact (no images read).
+
+    ``options`` are the task family's options (see :func:`family_of(...).options_type
+    <family_of>` and docs/tasks.md); ``attributes_dataset=True`` is the old loader's spelling
+    of task ``attributes``.
+    """
+    art = Artifact.load(artifact)
+    if options.pop(OLD_LOADER_ATTRIBUTES_FLAG, False):
+        if task not in ("attributes", None, ""):
+            raise InputFormatError(f"attributes_dataset=True conflicts with task {task!r}",
+                                   "use task 'attributes' (attributes_dataset=True is its old-loader spelling)")
+        task = "attributes"
+    family = family_of(art, task)
+    opts = parse_options(family, task, options)
+    plan = family.plan(art, task, opts, int(seed))
+    plan.spec["artifact_hash"] = art.content_hash
+    plan.spec["rules"] = _base_rules(art)
+    plan.spec["overrides"] = given_options(opts)
+    return plan
+
+
+__all__ = ["TaskFamily", "TaskInfo", "kinds", "register", "families", "family_of", "plan_task", "task_ids", "parse_options",
+           "given_options", "option_docs", "DEFAULT", "PaperDGOptions", "PaperSubpopOptions", "ClassOptions",
+           "CollectionOptions"]
