@@ -21,7 +21,7 @@ and the OOD test set is the same for every level of a family.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -163,22 +163,24 @@ def parse_task_id(tid: str, known_classes: Sequence[str]) -> tuple[ShiftType, tu
 # --------------------------------------------------------------------------------------------
 # sizes
 # --------------------------------------------------------------------------------------------
+def _doc(text: str) -> dict:
+    return {"doc": text}
+
+
 @dataclass(frozen=True)
 class LevelSizes:
-    """Family design and sizes. Counts are per class; ``None`` = the largest every level supports.
+    """Options of the shift families (design and sizes). Counts are per class."""
 
-    ``test_contexts``/``train_contexts``: contexts in C_te / in each level's C_tr; ``levels``: number
-    of distance levels; ``min_images``: images a shared context needs in every class to be used.
-    """
-
-    test_contexts: int = 1
-    train_contexts: int = 4
-    levels: int = 4
-    min_images: int = 10
-    train_per_class: int | None = None
-    validation_fraction: float = 0.1
-    id_test_fraction: float = 0.2
-    test_fraction: float = 0.25  # conditional: share of each class's budget that is test
+    test_contexts: int = field(default=1, metadata=_doc("marginal/joint: contexts in the OOD test group C_te (1)"))
+    train_contexts: int = field(default=4, metadata=_doc("marginal/joint: contexts in each level's C_tr (4)"))
+    levels: int = field(default=4, metadata=_doc("marginal/joint: number of distance levels d0.. (4)"))
+    min_images: int = field(default=10, metadata=_doc(
+        "images a shared context needs in every class to be used (10)"))
+    train_per_class: int | None = field(default=None, metadata=_doc(
+        "training images per class; None = the largest every level of the family supports"))
+    validation_fraction: float = field(default=0.1, metadata=_doc("share of the ID budget for validation (0.1)"))
+    id_test_fraction: float = field(default=0.2, metadata=_doc("share of the ID budget for id_test (0.2)"))
+    test_fraction: float = field(default=0.25, metadata=_doc("conditional: share of the budget for test (0.25)"))
 
     def __post_init__(self) -> None:
         for f in ("test_contexts", "train_contexts", "levels", "min_images"):
@@ -201,12 +203,13 @@ class LevelSizes:
 def assign_factor(source: GroupSource, cls: str, values: Mapping[str, Sequence[str]],
                   ambiguous: frozenset[str]) -> tuple[dict[str, tuple[str, str]], int]:
     """Image -> (factor value, its first context in that value's order) for images of ``cls``
-    holding a context of exactly one value; images holding contexts of two values are dropped
+    holding a (kept) context of exactly one value; images holding contexts of two values are dropped
     (returned count), ambiguous images are left out."""
     hits: dict[str, dict[str, str]] = {}
+    kept = source.kept_contexts(cls)  # the contexts a task row lists for an image
     for v, ctxs in values.items():
         for ctx in ctxs:
-            for i in source.subset_images(f"{cls}({ctx})"):
+            for i in kept.get(ctx, ()):
                 if i in ambiguous:
                     continue
                 hits.setdefault(i, {}).setdefault(v, ctx)
@@ -327,17 +330,15 @@ class _Family:
         for c in design.classes:
             assign, dropped = assign_factor(source, c, self.values, amb)
             keep = {i: v for i, v in assign.items() if v[0] == "test"}
-            self.dropped["test"] += sum(1 for i in source.class_images(c) - amb
-                                        if i not in assign and self._holds(source, c, i, "test"))
+            kept = source.kept_contexts(c)
+            self.dropped["test"] += sum(1 for i in set().union(*(kept.get(x, set()) for x in self.values["test"])) - amb
+                                        if i not in assign)
             for k in range(len(design.train_contexts)):
                 v = f"d{k}"
                 pair, dr = assign_factor(source, c, {"test": self.values["test"], v: self.values[v]}, amb)
                 keep.update({i: val for i, val in pair.items() if val[0] == v})
                 self.dropped[v] += dr
             self.pools[c] = _pools(keep, seed, family, c)
-
-    def _holds(self, source: GroupSource, c: str, i: str, value: str) -> bool:
-        return any(i in source.subset_images(f"{c}({x})") for x in self.values[value])
 
     def caps(self, value: str) -> list[int]:
         """Per context of ``value``: images every class has (the class-balanced capacity)."""
@@ -496,7 +497,8 @@ def _cells(source: GroupSource, classes: Sequence[str], values: Mapping[str, Seq
     dropped = 0
     for c in classes:
         assign, _ = assign_factor(source, c, values, amb)
-        everyone = {i for ctxs in values.values() for x in ctxs for i in source.subset_images(f"{c}({x})")}
+        kept = source.kept_contexts(c)
+        everyone = {i for ctxs in values.values() for x in ctxs for i in kept.get(x, ())}
         dropped += sum(1 for i in everyone - amb if within(c, i) and i not in assign)
         for v in values:
             ids = [i for i, (val, x) in assign.items() if val == v and within(c, i)]
@@ -687,32 +689,17 @@ def conditional_design(source: GroupSource, classes: Sequence[str], *, min_image
     return ConditionalDesign((a, b), s1, s2, (f"community-{top}", "other"))
 
 
-def sizes_from(overrides: Mapping[str, object] | None) -> LevelSizes:
-    """LevelSizes from task options (``levels=4``, ``train_per_class=60`` ...), unknown keys refused."""
-    names = {f.name for f in fields(LevelSizes)}
-    overrides = dict(overrides or {})
-    bad = sorted(set(overrides) - names)
-    if bad:
-        raise UnknownNameError(f"unknown option(s) {bad} for a shift task" + did_you_mean(bad[0], names),
-                               f"shift tasks accept: {', '.join(sorted(names))}")
-    ints = {k: (int(v) if isinstance(v, (int, float)) and k not in ("validation_fraction", "id_test_fraction",
-                                                                      "test_fraction") else v)
-            for k, v in overrides.items()}
-    return LevelSizes(**ints)
-
-
 def family_ids(classes: Sequence[str], n_levels: int = 4) -> list[str]:
     """Every listed task id of the three families for a class pair."""
     return [task_id(t, classes, name) for t in SHIFT_TYPES for name in level_names(t, n_levels)]
 
 
 def plan(tid: str, source: GroupSource, distance: DistanceFn, known_classes: Sequence[str], *, seed: int = 0,
-         overrides: Mapping[str, object] | None = None, distance_rule: str = "",
+         sizes: LevelSizes = LevelSizes(), distance_rule: str = "",
          candidates: Sequence[str] | None = None,
          paper_groups: Mapping[str, Sequence[str]] | None = None) -> TaskPlan:
     """The plan of one ``shift-<type>-<A>-<B>-<level>`` task."""
     shift_type, classes, name = parse_task_id(tid, known_classes)
-    sizes = sizes_from(overrides)
     level = parse_level(shift_type, name, sizes.levels)
     if shift_type == "conditional":
         design = conditional_design(source, classes, min_images=sizes.min_images, paper_groups=paper_groups)
@@ -722,3 +709,17 @@ def plan(tid: str, source: GroupSource, distance: DistanceFn, known_classes: Seq
     if shift_type == "marginal":
         return marginal_plan(tid, source, mdesign, level, sizes=sizes, seed=seed)
     return joint_plan(tid, source, mdesign, level, sizes=sizes, seed=seed)
+
+
+def paper_level(spec: Mapping) -> Level:
+    """The paper tasks in this vocabulary: DG = marginal with level d (its distance), subpopulation
+    = conditional with delta = 1/2 - p (p the minority fraction of training) and a balanced test."""
+    if spec.get("shift_type") == "marginal":
+        d = (spec.get("distance") or {}).get("value")
+        return Level("marginal", f"d={d:.3f}" if d is not None else "d=?", distance=d)
+    if spec.get("shift_type") == "conditional":
+        mf = spec.get("minority_fraction") or {}
+        p = mf.get("achieved") if mf.get("achieved") is not None else mf.get("target")
+        delta = round(0.5 - float(p), 6)
+        return Level("conditional", f"delta={delta:g}", delta=delta, test="balanced")
+    raise UnknownNameError(f"shift type {spec.get('shift_type')!r} has no level", "pass a DG or subpopulation spec")

@@ -47,7 +47,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.names import SubsetName
 
-from . import paper_tasks, shifts
+from . import levels, paper_tasks, shifts
 from .artifact import Artifact
 
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
@@ -286,8 +286,10 @@ class _PaperFamily(TaskFamily):
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             raise UnknownNameError(f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
                                    "build the artifact from GQA scene graphs (or the demo world), which has both")
-        return paper_tasks.plan(task_id, shifts.ArtifactSource(artifact), seed=seed, scale=options.scale,
+        plan = paper_tasks.plan(task_id, shifts.ArtifactSource(artifact), seed=seed, scale=options.scale,
                                 overrides=_sizes(options))
+        plan.spec["level"] = levels.paper_level(plan.spec).as_dict()
+        return plan
 
 
 class PaperDGFamily(_PaperFamily):
@@ -501,7 +503,73 @@ class MatchedFamily(TaskFamily):
                                      "subset_rule": entry.subset_rule}})
 
 
-for _family in (PaperDGFamily(), PaperSubpopFamily(), CollectionFamily(), ClassFamily(), MatchedFamily()):
+def _context_distance(artifact: Artifact):
+    """Distance between two sets of contexts of one class: the paper rule (size-weighted centres
+    of the member subsets' spectral embeddings) on the class's stored meta-graph."""
+    def fn(cls: str, a, b) -> float:
+        groups = {"a": [str(SubsetName(cls, x)) for x in a], "b": [str(SubsetName(cls, x)) for x in b]}
+        return artifact.group_distance(cls, groups, "a", "b", rule="paper")
+    return fn
+
+
+def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
+    """Contexts kept for every class with an embedding in every class's meta-graph (distances exist)."""
+    sets = [{x for x in shifts.ArtifactSource(artifact).kept_contexts(c)
+             if artifact.embedding(str(SubsetName(c, x))) is not None} for c in classes]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+class ShiftFamily(TaskFamily):
+    """``shift-<type>-<A>-<B>-<level>``: one family per shift type (builders.levels). Any pair of
+    classes plans; the pair cat/dog is listed when the artifact has it and it supplies the family."""
+
+    kind, options_type = "shift", levels.LevelSizes
+    shift_type: ClassVar[str]
+    listed_pair: ClassVar[tuple[str, str]] = ("cat", "dog")
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id.startswith(f"{levels.PREFIX}-{self.shift_type}-")
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        pair = self.listed_pair
+        if not set(pair) <= set(artifact.classes()):
+            return []
+        source = shifts.ArtifactSource(artifact)
+        o = levels.LevelSizes()
+        shared = levels.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
+        if len(shared) < o.test_contexts + o.levels * o.train_contexts:
+            return []
+        return [levels.task_id(self.shift_type, pair, n) for n in levels.level_names(self.shift_type, o.levels)]
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return levels.parse_task_id(task_id, artifact.classes())[1]
+
+    def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> shifts.TaskPlan:
+        classes = self.classes(artifact, task_id)
+        source = shifts.ArtifactSource(artifact)
+        shared = levels.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
+        embedded = set(_embedded_contexts(artifact, classes))
+        # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)
+        paper = paper_tasks.SUBPOP_GROUPS if set(classes) == set(paper_tasks.CLASSES) else None
+        return levels.plan(task_id, source, _context_distance(artifact), artifact.classes(), seed=seed, sizes=options,
+                           distance_rule="paper", candidates=[x for x in shared if x in embedded], paper_groups=paper)
+
+
+class MarginalShiftFamily(ShiftFamily):
+    name, title, shift_type = "shift-marginal", "marginal shift levels (shift-marginal-<a>-<b>-d<k>)", "marginal"
+
+
+class ConditionalShiftFamily(ShiftFamily):
+    name, title, shift_type = "shift-conditional", "conditional shift levels (shift-conditional-<a>-<b>-delta<dd>)", \
+        "conditional"
+
+
+class JointShiftFamily(ShiftFamily):
+    name, title, shift_type = "shift-joint", "joint shift levels (shift-joint-<a>-<b>-d<k>-delta<dd>)", "joint"
+
+
+for _family in (PaperDGFamily(), PaperSubpopFamily(), CollectionFamily(), ClassFamily(), MatchedFamily(),
+                MarginalShiftFamily(), ConditionalShiftFamily(), JointShiftFamily()):
     register(_family)
 
 

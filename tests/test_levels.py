@@ -197,9 +197,9 @@ def test_check_refuses_bad_plans():
 def test_too_small_world_says_so():
     tiny = world(per=3)
     with pytest.raises(EmptyResultError):
-        plan(tiny, "shift-marginal-cat-dog-d0", overrides={"min_images": 1})
-    with pytest.raises(UnknownNameError, match="train_contexts"):
-        plan(tiny, "shift-marginal-cat-dog-d0", overrides={"train_context": 2})
+        plan(tiny, "shift-marginal-cat-dog-d0", sizes=levels.LevelSizes(min_images=1))
+    with pytest.raises(EmptyResultError, match="levels"):
+        levels.LevelSizes(levels=1)
 
 
 def test_allocate():
