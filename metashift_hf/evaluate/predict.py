@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from PIL import UnidentifiedImageError
@@ -24,10 +24,28 @@ def predict(
     workers: int | None = None,
     progress: bool = True,
 ) -> Predictions:
-    """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time.
+    """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time."""
+    logits = map_batches(classifier.prepare, classifier.logits, image_ids, read, width=1000, batch_size=batch_size,
+                         workers=workers, progress=progress, desc=f"evaluate {classifier.name}")
+    return Predictions(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)
+
+
+def map_batches(
+    prepare: Callable[[bytes], Any],
+    run: Callable[[list], np.ndarray],
+    image_ids: Sequence[str],
+    read: Callable[[str], bytes],
+    *,
+    width: int,
+    batch_size: int = 32,
+    workers: int | None = None,
+    progress: bool = True,
+    desc: str = "images",
+) -> np.ndarray:
+    """``run`` over the ``prepare``d images, ``batch_size`` at a time -> float32 (n, ``width``), in order.
 
     A thread pool decodes and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs
-    (PIL and torch both release the GIL), so inference rarely waits for JPEG decoding.
+    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -37,16 +55,15 @@ def predict(
     def load(iid: str):
         data = read(iid)
         try:
-            return classifier.prepare(data)
+            return prepare(data)
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise MissingImagesError(f"image {iid!r} cannot be decoded ({exc})", "replace the corrupt file in the image source", [iid]) from exc
 
     batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
-    top1 = np.empty(len(ids), dtype=np.int64)
-    logits = np.empty((len(ids), 1000), dtype=np.float32)
+    out = np.empty((len(ids), width), dtype=np.float32)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(ids), desc=f"evaluate {classifier.name}", unit="img", disable=not progress)
+    bar = tqdm(total=len(ids), desc=desc, unit="img", disable=not progress)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
         queue: deque[list[Future]] = deque()
         next_batch = 0
@@ -56,14 +73,12 @@ def predict(
                     queue.append([pool.submit(load, iid) for iid in batches[next_batch]])
                     next_batch += 1
                 prepared = [f.result() for f in queue.popleft()]
-                out = classifier.logits(prepared)
                 lo = start * batch_size
-                logits[lo:lo + len(prepared)] = out
-                top1[lo:lo + len(prepared)] = out.argmax(axis=1)
+                out[lo:lo + len(prepared)] = run(prepared)
                 bar.update(len(prepared))
         finally:
             for futures in queue:
                 for f in futures:
                     f.cancel()
             bar.close()
-    return Predictions(ids, top1, logits)
+    return out

@@ -1,0 +1,141 @@
+"""Frozen backbone features per image, computed once and cached on disk by image id and model hash.
+
+    from metashift_hf.features import image_features
+    fs = image_features(["3000001", "3000002"], "images/")      # EfficientNet-Lite0, 1280 floats each
+    fs.features.shape, fs.computed, fs.cached
+
+The cache folder is ``<cache>/features/<backbone>-<key>/`` where ``key`` hashes the weights' sha256
+and the preprocessing, so any task over the same images (and backbone settings) reuses the same
+rows. Each call that computes new images adds one shard file (written atomically), so concurrent
+runs never corrupt each other; shards are plain ``.npz`` (no pickles).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from metashift_hf.builders.images import ImageSource, open_images
+
+from .core.errors import UnknownNameError
+from .core.fsutil import atomic_file
+from .core.paths import cache_root
+from .evaluate.models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, require_torch
+from .evaluate.predict import map_batches
+
+BACKBONES = ("efficientnet-lite0",)
+FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled head output (the input of its ImageNet classifier)
+FEATURE_FORMAT = 1  # bump when what is stored changes
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A loaded backbone: the torch module, its preprocessing and the hash that keys its features."""
+
+    name: str
+    classifier: Classifier
+    preprocessing: Preprocessing
+    key: str  # sha256 of weights + preprocessing + feature format
+
+    @property
+    def weights_sha256(self) -> str | None:
+        return self.classifier.weights_sha256
+
+    def card(self) -> dict[str, Any]:
+        return {"name": self.name, "weights_sha256": self.weights_sha256, "feature_key": self.key,
+                "feature_dim": FEATURE_DIM, "preprocessing": self.preprocessing.as_dict(),
+                "features": "global average pool of the last convolution (extract_features), BatchNorm folded"}
+
+    def embed(self, prepared: list) -> np.ndarray:
+        """Preprocessed images -> (n, FEATURE_DIM) float32 pooled features."""
+        torch = require_torch()
+        model = self.classifier.forward
+        batch = torch.from_numpy(np.stack(prepared)).to(self.classifier.device).contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode():
+            return model.extract_features(batch).mean(dim=(2, 3)).float().cpu().numpy()
+
+
+def load_backbone(name: str = "efficientnet-lite0", *, image_size: int | None = None, device: str = "cpu") -> Backbone:
+    """The backbone with its standard preprocessing, or centre crops of ``image_size`` pixels.
+
+    A smaller ``image_size`` suits small images (the demo world's are 96-128 px): the network is fully
+    convolutional with a global pool, and upsampling such images to 224 adds no information.
+    """
+    if name not in BACKBONES:
+        raise UnknownNameError(f"unknown backbone {name!r}", f"use one of: {', '.join(BACKBONES)}")
+    clf = efficientnet_lite0(device)
+    prep = clf.preprocessing
+    if image_size is not None and image_size != prep.crop:
+        if not 32 <= image_size <= 1024:
+            raise UnknownNameError(f"image size {image_size} is out of range", "use 32..1024 pixels, e.g. 224")
+        # the same crop fraction as the standard 224/(224 + 32)
+        prep = Preprocessing(resize=round(image_size * (prep.crop + TF_CROP_PADDING) / prep.crop), crop=image_size,
+                             interpolation=prep.interpolation, mean=prep.mean, std=prep.std,
+                             source=f"{prep.source}; crop {image_size} instead of {prep.crop}, same crop fraction")
+    digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": prep.as_dict(),
+                                        "format": FEATURE_FORMAT, "name": name}, sort_keys=True).encode()).hexdigest()
+    return Backbone(name, clf, prep, digest)
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """Features for ``image_ids`` in that order, and how many came from the cache."""
+
+    image_ids: tuple[str, ...]
+    features: np.ndarray  # float32 (n, FEATURE_DIM)
+    backbone: Backbone
+    computed: int
+    cached: int
+    seconds: float
+    cache_dir: Path
+
+    def rows(self, ids: Sequence[str]) -> np.ndarray:
+        pos = {iid: i for i, iid in enumerate(self.image_ids)}
+        return self.features[[pos[i] for i in ids]]
+
+
+def feature_cache_dir(backbone: Backbone, cache_dir: "str | os.PathLike | None" = None) -> Path:
+    return cache_root(cache_dir) / "features" / f"{backbone.name}-{backbone.key[:16]}"
+
+
+def _read_cache(folder: Path) -> dict[str, np.ndarray]:
+    rows: dict[str, np.ndarray] = {}
+    for shard in sorted(folder.glob("shard-*.npz")):
+        with np.load(shard, allow_pickle=False) as z:
+            for iid, vec in zip(z["image_ids"].tolist(), z["features"]):
+                rows[str(iid)] = vec
+    return rows
+
+
+def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageSource", *,
+                   backbone: "Backbone | str" = "efficientnet-lite0", image_size: int | None = None,
+                   device: str = "cpu", batch_size: int = 64, workers: int | None = None,
+                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True) -> FeatureSet:
+    """Pooled backbone features of ``image_ids`` (read from ``images``), from the cache where present."""
+    t0 = time.perf_counter()
+    bb = backbone if isinstance(backbone, Backbone) else load_backbone(backbone, image_size=image_size, device=device)
+    ids = list(dict.fromkeys(str(i) for i in image_ids))
+    folder = feature_cache_dir(bb, cache_dir)
+    cached = _read_cache(folder) if folder.is_dir() else {}
+    todo = [i for i in ids if i not in cached]
+    if todo:
+        source = open_images(images)
+        source.resolve(todo, "error", verify=False)  # every missing image named before any work
+        new = map_batches(bb.preprocessing, bb.embed, todo, source.read, width=FEATURE_DIM, batch_size=batch_size,
+                          workers=workers, progress=progress, desc=f"features {bb.name}")
+        name = hashlib.sha256("\n".join(todo).encode()).hexdigest()[:16]
+        with atomic_file(folder / f"shard-{name}.npz") as f:
+            np.savez(f, image_ids=np.array(todo, dtype=str), features=new)
+        cached.update(zip(todo, new))
+    feats = np.stack([cached[i] for i in ids]) if ids else np.zeros((0, FEATURE_DIM), np.float32)
+    return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), len(ids) - len(todo),
+                      time.perf_counter() - t0, folder)
+
+
+__all__ = ["Backbone", "FeatureSet", "load_backbone", "image_features", "feature_cache_dir", "BACKBONES"]
