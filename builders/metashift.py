@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import numpy as np
+import pyarrow as pa
+from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
+from datasets.builder import Key
 from metashift_hf.builders.images import open_images, sniff_image
 
 from metashift_hf.core.errors import (
@@ -158,7 +162,7 @@ def spec_from_description(description: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the builder
 # ---------------------------------------------------------------------------------------------
-class Metashift(datasets.GeneratorBasedBuilder):
+class Metashift(datasets.ArrowBasedBuilder):
     """MetaShift task datasets from a built artifact and GQA images (see module docstring)."""
 
     BUILDER_CONFIG_CLASS = MetashiftConfig
@@ -270,51 +274,72 @@ class Metashift(datasets.GeneratorBasedBuilder):
             src.resolve(ids, "error", verify=False)  # missing files: one report before writing anything
         return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s}) for s in plan.split_names()]
 
-    def _generate_examples(self, split: str):
+    def _generate_tables(self, split: str):
+        """Record batches of ``writer_batch_size`` rows: the original image bytes go straight into
+        an arrow binary column (no per-example encoding pass; measured in bench_materialise)."""
         src = self._source or self._open_source()
+        features = self.info.features
+        schema = features.arrow_schema
         meta = self.config.with_image_metadata
+        meta_types = {k: schema.field(k).type for k in METADATA_FEATURES} if meta else {}
         verify = bool(self.config.verify_images) and self.config.on_missing == "error"
+        label_index = {c: i for i, c in enumerate(self.plan.classes)}
         rows = self.plan.splits[split]
-        # datasets keeps only the path when it names an existing file (relative to the cwd): drop
-        # the path for such ids so the bytes are always embedded (one listdir, not a stat per image).
-        try:
-            shadowed = {n for n in os.listdir(".") if n.endswith(".jpg")}
-        except OSError:
-            shadowed = set()
+        # Same record-batch size as datasets' own writer for image features (100), so the arrow files
+        # are laid out as the example-by-example writer laid them out.
+        batch = self._writer_batch_size or get_arrow_writer_batch_size_from_features(features) or 100
         # Reads stay in this thread: a read-ahead thread was measured slower (GIL contention with
         # the arrow writer; bench_materialise, 2 cores).
-        for key, r in enumerate(rows):
-            data = _read_checked(src, r.image_id, verify)
-            path = f"{r.image_id}.jpg"
-            rec = {"image": {"bytes": data, "path": None if path in shadowed else path},
-                   "image_id": r.image_id, "label": r.label, "context": r.context,
-                   "contexts": list(r.contexts), "group": r.group, "community": int(r.community)}
+        for n, start in enumerate(range(0, len(rows), batch)):
+            chunk = rows[start:start + batch]
+            ids = [r.image_id for r in chunk]
+            data = src.read_many(ids)
+            if verify:
+                _check_images(src, ids, data)
+            image = pa.StructArray.from_arrays([data, pa.array([f"{i}.jpg" for i in ids], pa.string())],
+                                               names=["bytes", "path"])
+            cols = {
+                "image": image,
+                "image_id": pa.array(ids, pa.string()),
+                "label": pa.array([label_index[r.label] for r in chunk], pa.int64()),
+                "context": pa.array([r.context for r in chunk], pa.string()),
+                "contexts": pa.array([list(r.contexts) for r in chunk], schema.field("contexts").type),
+                "group": pa.array([r.group for r in chunk], pa.string()),
+                "community": pa.array([int(r.community) for r in chunk], pa.int64()),
+            }
             if meta:
-                rec.update(metadata_record(self._artifact.image_metadata(r.image_id), r.image_id))
-            yield key, rec
+                recs = [metadata_record(self._artifact.image_metadata(i), i) for i in ids]
+                cols.update({k: pa.array([m[k] for m in recs], t) for k, t in meta_types.items()})
+            yield Key(0, n), pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-def image_problem(data: bytes) -> str | None:
+def image_problem(data: "bytes | memoryview") -> str | None:
     """Why ``data`` is unusable, or None. JPEGs (all of GQA) get a structural check: SOI marker at
     the start, EOI marker near the end (catches truncated downloads and garbage); other formats
     the full PIL check of ``metashift_hf.builders.images.sniff_image``. Parsing every JPEG header with PIL
     would halve the materialising speed."""
-    if data[:3] == b"\xff\xd8\xff":
-        return None if b"\xff\xd9" in data[-4096:] else "truncated JPEG (no end-of-image marker)"
+    if bytes(data[:3]) == b"\xff\xd8\xff":
+        return None if b"\xff\xd9" in bytes(data[-4096:]) else "truncated JPEG (no end-of-image marker)"
 
-    return sniff_image(data)
+    return sniff_image(bytes(data))
 
 
-def _read_checked(src, image_id: str, verify: bool) -> bytes:
-    data = src.read(image_id)
-    if verify:
-        why = image_problem(data)
-        if why:
-            raise MissingImagesError(
-                f"image {image_id} in {src.describe()} is unusable: {why}",
-                "pass --on-missing skip (Python: on_missing='skip') to drop unusable images, "
-                "or replace the file", image_ids=[image_id])
-    return data
+def _check_images(src, image_ids: list[str], data: "pa.BinaryArray | pa.ChunkedArray") -> None:
+    """Raise for the first unusable image of a batch (:func:`image_problem`), naming it; looks at
+    slices of arrow's buffer, so no image is copied."""
+    ids = iter(image_ids)
+    for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data]):
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        buf = chunk.buffers()[2]
+        view = memoryview(buf if buf is not None else b"").cast("B")
+        for n in range(len(chunk)):
+            image_id = next(ids)
+            why = image_problem(view[offsets[n]:offsets[n + 1]])
+            if why:
+                raise MissingImagesError(
+                    f"image {image_id} in {src.describe()} is unusable: {why}",
+                    "pass --on-missing skip (Python: on_missing='skip') to drop unusable images, "
+                    "or replace the file", image_ids=[image_id])
 
 
 def shift_spec(ds: "datasets.Dataset | datasets.DatasetDict") -> dict:

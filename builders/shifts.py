@@ -184,6 +184,8 @@ class ArtifactSource:
         for name, r in self._rows.items():
             self._by_subject.setdefault(str(r.subject), []).append(name)
         self._images: dict[str, frozenset[str]] = {}  # generators ask for the same subsets repeatedly
+        # asked once per row of a task: plain ints, not a namedtuple of numpy scalars per call
+        self._community = {name: int(r.community) if bool(r.kept) else -1 for name, r in self._rows.items()}
 
     def subset_images(self, subset: str) -> frozenset[str]:
         if subset not in self._rows:
@@ -205,8 +207,7 @@ class ArtifactSource:
         return str(r.kind) if r is not None else ""
 
     def community(self, subset: str) -> int:
-        r = self._rows.get(subset)
-        return int(r.community) if r is not None and bool(r.kept) else -1
+        return self._community.get(subset, -1)
 
     def class_images(self, cls: str) -> frozenset[str]:
         out: set[str] = set()

@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from datasets.features.features import require_storage_embed
+from datasets.table import embed_table_storage
+
 from .core.errors import InputFormatError
 
 # Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks
@@ -112,8 +119,6 @@ def _schema_metadata(features) -> dict[bytes, bytes]:
 
 def export_order(dataset):
     """``dataset`` with its rows in export order (see SORT_KEYS), as a lazy index mapping."""
-    import pyarrow.compute as pc
-
     keys = [k for k in SORT_KEYS if k in dataset.column_names]
     if not keys or not len(dataset):
         return dataset
@@ -124,13 +129,29 @@ def export_order(dataset):
 def _embedded_batches(dataset, rows: int):
     """Arrow batches of ``rows`` rows with each image file's original bytes read into the table
     (``embed_table_storage`` reads bytes as they are; nothing is decoded or re-encoded)."""
-    from datasets.table import embed_table_storage
-
     if not len(dataset):
         yield embed_table_storage(dataset.with_format("arrow")[:0])
         return
+    images = [name for name, f in dataset.features.items() if isinstance(f, datasets.Image)]
+    nested = any(require_storage_embed(f) for name, f in dataset.features.items() if name not in images)
     for batch in dataset.with_format("arrow").iter(batch_size=rows):
-        yield embed_table_storage(batch)
+        # Our builder already carries every image's bytes and a bare file name: embedding would
+        # only round-trip the bytes through Python objects (half the export time, bench_materialise).
+        if nested or not all(_embedded(batch.column(name)) for name in images):
+            batch = embed_table_storage(batch)
+        yield batch
+
+
+def _embedded(column: pa.ChunkedArray) -> bool:
+    """Every image of ``column`` has its bytes and a path without folders (what embedding gives)."""
+    for storage in column.chunks:
+        if isinstance(storage, pa.ExtensionArray):
+            storage = storage.storage
+        data, paths = storage.flatten()  # (flatten, unlike field, honours a slice's offset)
+        if storage.null_count or data.null_count or any(
+                pc.any(pc.match_substring(paths, sep)).as_py() for sep in {"/", os.sep}):
+            return False
+    return True
 
 
 def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
@@ -141,8 +162,6 @@ def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_b
     Streams one row group at a time (memory stays at ~``row_group_rows`` images) and starts a new
     shard before one would pass ``max_shard_bytes``; shards get their final ``-of-n`` names at the end.
     """
-    import pyarrow.parquet as pq
-
     validate_split_name(split, config)
     limit = max_shard_bytes or MAX_SHARD_BYTES
     row_group_rows = row_group_rows or ROW_GROUP_ROWS
@@ -206,8 +225,6 @@ def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> Confi
 
 def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
     """Fill ``card_data`` with ``configs:`` (explicit, first one default) and ``dataset_info``."""
-    import datasets
-
     configs = list(configs)
     card_data["configs"] = [
         {

@@ -12,6 +12,7 @@ import pytest
 from hub_server import build_demo, build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.export import export_prepared, export_tasks, verify_export
+from metashift_hf import shards
 from metashift_hf.shards import write_config
 
 
@@ -195,3 +196,34 @@ def test_cli_errors(capsys, tmp_path):
         {"scale": 0.5}, {"class-cat": {}, "b": {"scale": 0.5, "mode": "x"}})
     with pytest.raises(MetashiftError, match="not KEY=VALUE"):
         parse_overrides(["scale"], [])
+
+
+def test_images_given_as_paths_are_embedded_like_carried_bytes(tmp_path, monkeypatch):
+    """The writer skips datasets' embedding pass when every image already carries its bytes and a
+    bare file name (what the builder writes); rows with only a path are still embedded, and both
+    give the same parquet bytes."""
+    import datasets
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    blobs = {f"{i}": b"\xff\xd8\xff" + bytes([i]) * (100 + i) + b"\xff\xd9" for i in range(5)}
+    for i, b in blobs.items():
+        (folder / f"{i}.jpg").write_bytes(b)
+    feats = datasets.Features({"image": datasets.Image(), "image_id": datasets.Value("string")})
+    ids = sorted(blobs)
+    by_path = datasets.Dataset.from_dict({"image": [str(folder / f"{i}.jpg") for i in ids], "image_id": ids},
+                                         features=feats)
+    by_bytes = datasets.Dataset.from_dict(
+        {"image": [{"bytes": blobs[i], "path": f"{i}.jpg"} for i in ids], "image_id": ids}, features=feats)
+    assert by_path.with_format("arrow")[:]["image"].combine_chunks().field("bytes").null_count == len(ids)
+    embedded = []
+    monkeypatch.setattr(shards, "embed_table_storage",
+                        lambda t, _real=shards.embed_table_storage: embedded.append(len(t)) or _real(t))
+    outs = []
+    for n, ds in enumerate((by_path, by_bytes)):
+        cfg = write_config(datasets.DatasetDict({"train": ds}), tmp_path / f"r{n}", "t")
+        outs.append(tmp_path / f"r{n}" / cfg.splits[0].files[0])
+    assert embedded == [len(ids)]  # the path-only rows went through datasets' embedding, the others not
+    rows = pq.read_table(outs[0]).to_pylist()
+    assert [r["image"] for r in rows] == [{"bytes": blobs[i], "path": f"{i}.jpg"} for i in ids]
+    assert _sha(outs[0]) == _sha(outs[1])

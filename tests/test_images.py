@@ -6,6 +6,7 @@ import threading
 import zipfile
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
@@ -48,6 +49,8 @@ def test_zip_layouts_read_original_bytes(tmp_path, real_images, prefix, compress
         assert src.ids() == sorted(real_images)
         for image_id, f in real_images.items():
             assert src.read(image_id) == f.read_bytes()
+        ids = sorted(real_images)[::-1]
+        assert src.read_many(ids).to_pylist() == [real_images[i].read_bytes() for i in ids]
         present, report = src.resolve(real_images)
         assert present == sorted(real_images) and report.ok
 
@@ -154,6 +157,8 @@ def test_damaged_zip_entry_is_corrupt_not_crash(tmp_path, real_images):
         assert src.read("5") == real_images["5"].read_bytes()
         with pytest.raises(MissingImagesError, match="CRC"):
             src.read("4")
+        with pytest.raises(MissingImagesError, match="CRC"):
+            src.read_many(["5", "4"])
         present, report = src.resolve(["4", "5"], on_missing="skip")
     assert present == ["5"] and "CRC" in report.corrupt["4"]
 
@@ -208,3 +213,28 @@ def test_sniff_image_accepts_real_and_rejects_garbage(real_images, tmp_path):
     bad = bytearray(good)
     bad[40] ^= 0xFF  # inside the IDAT chunk
     assert "not a decodable image" in sniff_image(bytes(bad))
+
+
+@pytest.mark.parametrize("kind", ["folder", "stored", "deflated"])
+def test_read_many_is_one_arrow_array_of_original_bytes(tmp_path, kind):
+    """read_many (the builder's batch read) gives the same bytes as read, in the asked order,
+    empty files included, and names a missing id."""
+    files = {f"{i}": bytes([i % 256]) * (i * 997 % 5000) for i in range(1, 40)}
+    files["0"] = b""
+    if kind == "folder":
+        (tmp_path / "imgs").mkdir()
+        for i, b in files.items():
+            (tmp_path / "imgs" / f"{i}.jpg").write_bytes(b)
+        path = tmp_path / "imgs"
+    else:
+        path = tmp_path / "images.zip"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED if kind == "stored" else zipfile.ZIP_DEFLATED) as zf:
+            for i, b in files.items():
+                zf.writestr(f"images/{i}.jpg", b)
+    ids = ["7", "0", "3", "39", "7"]
+    with open_images(path) as src:
+        arr = src.read_many(ids)
+        assert arr.type == pa.binary() and arr.to_pylist() == [files[i] for i in ids]
+        assert src.read_many([]).to_pylist() == []
+        with pytest.raises(MissingImagesError, match="'nope'"):
+            src.read_many(["3", "nope"])
