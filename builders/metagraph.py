@@ -9,8 +9,6 @@ largest absolute coordinate. Decisions and measured figures: docs/metagraph.md.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -20,6 +18,7 @@ import scipy.linalg
 import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.sparse.linalg
+from threadpoolctl import ThreadpoolController
 
 from metashift_hf.core.errors import (
     EmptyResultError,
@@ -65,47 +64,17 @@ class ClassAnalysis:
 
 
 @functools.lru_cache(maxsize=1)
-def _openblas_thread_controls() -> tuple:
-    """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux).
-
-    Found the way threadpoolctl does it: loaded libraries from /proc/self/maps, then the exported
-    ``[scipy_]openblas_{get,set}_num_threads[64_]`` symbols. Elsewhere: nothing, and no limit.
-    """
-    try:
-        with open("/proc/self/maps") as f:
-            fields = [line.split() for line in f]
-        paths = sorted({p[-1] for p in fields if len(p) >= 6 and "openblas" in p[-1].rsplit("/", 1)[-1]})
-    except OSError:
-        return ()
-    controls = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in ("openblas", "scipy_openblas"):
-            for suffix in ("", "64_"):
-                get = getattr(lib, f"{name}_get_num_threads{suffix}", None)
-                put = getattr(lib, f"{name}_set_num_threads{suffix}", None)
-                if get is not None and put is not None:
-                    controls.append((get, put))
-    return tuple(controls)
+def _blas_controller() -> ThreadpoolController:
+    # One scan of the loaded libraries: a fresh threadpool_limits per eigh call costs ~3.7 ms,
+    # a limit through a kept controller ~11 us.
+    return ThreadpoolController()
 
 
-@contextlib.contextmanager
 def _one_blas_thread():
-    """Run LAPACK single-threaded: our matrices are small (< ~1,000 nodes), where OpenBLAS threads
-    gain nothing on a quiet machine and, when other jobs share the cores, make each eigh call
-    spin-wait for descheduled threads (measured 20-40x slower; docs/metagraph.md)."""
-    controls = _openblas_thread_controls()
-    old = [get() for get, _ in controls]
-    for _, put in controls:
-        put(1)
-    try:
-        yield
-    finally:
-        for (_, put), n in zip(controls, old):
-            put(n)
+    """Run LAPACK single-threaded (a context manager): our matrices are small (< ~1,000 nodes),
+    where OpenBLAS threads gain nothing on a quiet machine and, when other jobs share the cores,
+    make each eigh call spin-wait for descheduled threads (measured 20-40x slower; docs/metagraph.md)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 # ----------------------------------------------------------------------------- validation

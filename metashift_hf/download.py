@@ -20,7 +20,7 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from .core import __version__
 from .core.errors import ChecksumError, InputFormatError, MetashiftError
@@ -207,6 +207,7 @@ def download_file(
     dest_dir: str | os.PathLike | None = None,
     *,
     mirror: str | None = None,
+    urls: Sequence[str] | None = None,
     progress: bool = True,
     timeout: float = 60.0,
     retries: int = 3,
@@ -215,6 +216,7 @@ def download_file(
 ) -> tuple[Path, str | None]:
     """Download one known file into ``dest_dir`` (default: the cache) and return ``(path, url)``.
 
+    ``urls`` (full URLs of the file) replace the mirror list (``mirror`` + the published URLs).
     ``url`` is the mirror that served it, or None when a verified file was already in place.
     ``trusted_sha256(path)`` may return a digest recorded earlier for an unchanged file, so an
     existing 21.8 GB file is not re-hashed on every run. Raises ``ChecksumError`` when no mirror
@@ -233,7 +235,7 @@ def download_file(
     check_disk_space(dest, max(known.size - have, 0), f"downloading {known.file_name}")
 
     with _exclusive(part, final):
-        return _from_mirrors(known, part, final, mirror_urls(known, mirror), have > 0,
+        return _from_mirrors(known, part, final, list(urls) if urls else mirror_urls(known, mirror), have > 0,
                              _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress, log=log), log)
 
 

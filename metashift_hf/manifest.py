@@ -11,11 +11,8 @@ mtime so it is not re-hashed while the file is unchanged.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -38,6 +35,7 @@ from .core.sources import (
     known_file,
 )
 from .download import (
+    DownloadError,
     _stderr,
     check_disk_space,
     download_file,
@@ -308,41 +306,29 @@ def resolve_build_inputs(source: str, manifest: "DataManifest | str | os.PathLik
 PAPER_URL_ENV = "METASHIFT_HF_PAPER_TREE_URL"  # override of the published tree's URL (mirrors, tests)
 
 
-def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60) -> Path:
-    """The published tree in the cache, fetched once from its published URL and checked against its sha256."""
+def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60,
+                    retries: int = 1) -> Path:
+    """The published tree in the cache, fetched once (by :func:`download.download_file`: sha256
+    checked before it gets its name) from ``url``, ``$METASHIFT_HF_PAPER_TREE_URL`` or its published URLs."""
     known = known_file("imagenet-tree")
-    target = cache_root(cache_dir) / "hierarchies" / known.file_name
-    if target.is_file() and sha256_file(target) == known.sha256:
-        return target
-    if not url and not os.environ.get(PAPER_URL_ENV):
+    folder = cache_root(cache_dir) / "hierarchies"
+    override = url or os.environ.get(PAPER_URL_ENV)
+    if not override and not (folder / known.file_name).exists():
         # already downloaded or registered (metashift-hf download --what imagenet-tree / --register)
         local = resolve_input("imagenet-tree", required=False)
         if local is not None and Path(local).is_file() and sha256_file(local) == known.sha256:
             return Path(local)
-    urls = [url or os.environ.get(PAPER_URL_ENV)] if (url or os.environ.get(PAPER_URL_ENV)) else list(known.urls)
-    failures = []
-    for candidate in urls:
-        try:
-            with urllib.request.urlopen(candidate, timeout=timeout) as response:
-                body = response.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            failures.append(f"{candidate}: {exc}")
-            continue
-        digest = hashlib.sha256(body).hexdigest()
-        if digest != known.sha256:
-            raise ChecksumError(
-                f"{candidate} served {known.file_name} with sha256 {digest}, expected {known.sha256}; nothing was kept",
-                "use the original MetaShift repository's file (or a faithful mirror via "
-                f"{PAPER_URL_ENV}), or pass the file you have with --hierarchy tree:PATH",
-            )
-        with atomic_file(target) as f:
-            f.write(body)
-        return target
-    raise MetashiftError(
-        f"could not fetch {known.file_name}: {'; '.join(failures)}",
-        f"where the internet is blocked, copy the file into {target.parent} or set {PAPER_URL_ENV} "
-        "to a reachable copy, or use --hierarchy tree:PATH or --hierarchy wordnet",
-    )
+    try:
+        # 149 KB: no progress bar, and one retry rather than three (a refused connection stays refused)
+        path, _ = download_file(known, folder, urls=[override] if override else None, progress=False,
+                                timeout=timeout, retries=retries)
+    except (ChecksumError, DownloadError) as exc:
+        fix = (f"pass a reachable copy with --tree-url URL (or set {PAPER_URL_ENV}), fetch the file yourself and "
+               f"run `metashift-hf download --register imagenet-tree PATH`, or use --hierarchy tree:PATH "
+               "or --hierarchy wordnet")
+        what = exc.what if isinstance(exc, ChecksumError) else exc.what.replace("could not download", "could not fetch", 1)
+        raise type(exc)(what, fix) from None
+    return path
 
 
 def download(

@@ -37,3 +37,26 @@ def test_benjamini_hochberg_hand_values():
     np.testing.assert_allclose(q, [0.02, 0.04, 0.04, 0.02])
     np.testing.assert_allclose(benjamini_hochberg([0.5, 0.9]), [0.9, 0.9])
     assert benjamini_hochberg([]).size == 0
+
+
+def test_scipy_wilson_and_bh_equal_the_closed_forms():
+    """The statistics are scipy's; these are the formulas they replaced, to 1e-12."""
+    z = 1.959963984540054
+    for n in (1, 2, 7, 30, 113):
+        for k in range(n + 1):
+            p, z2 = k / n, z * z
+            centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+            half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+            lo, hi = wilson_interval(k, n)
+            assert lo == pytest.approx(max(0.0, centre - half), abs=1e-12)
+            assert hi == pytest.approx(min(1.0, centre + half), abs=1e-12)
+            assert (k > 0 or lo == 0.0) and (k < n or hi == 1.0)  # exact at 0/n and n/n
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 5, 40):
+        p = rng.random(m) ** 3
+        p[: m // 3] = p[0]  # ties
+        order = np.argsort(p, kind="stable")
+        q_sorted = np.minimum.accumulate((p[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+        expected = np.empty(m)
+        expected[order] = np.minimum(q_sorted, 1.0)
+        np.testing.assert_allclose(benjamini_hochberg(p), expected, atol=1e-12)

@@ -10,6 +10,8 @@ import pytest
 from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
+import metashift_hf.download
+import metashift_hf.manifest
 from metashift_hf.manifest import paper_tree_path
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy, tree_hierarchy
 
@@ -79,20 +81,27 @@ def test_tree_file_problems(tmp_path, wn):
 
 
 class _Server:
-    """A loopback HTTP server answering every GET with ``body``."""
+    """A loopback HTTP server answering every GET with ``body`` (or the asked ``bytes=N-`` range)."""
 
     def __init__(self, body: bytes):
         payload = body
 
         class Handler(http.server.BaseHTTPRequestHandler):
             hits = 0
+            ranges: list = []
 
             def do_GET(self):  # noqa: N802 (stdlib name)
                 Handler.hits += 1
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(payload)))
+                start = 0
+                if self.headers.get("Range"):
+                    Handler.ranges.append(self.headers["Range"])
+                    start = int(self.headers["Range"].split("=")[1].rstrip("-"))
+                self.send_response(206 if start else 200)
+                if start:
+                    self.send_header("Content-Range", f"bytes {start}-{len(payload) - 1}/{len(payload)}")
+                self.send_header("Content-Length", str(len(payload) - start))
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(payload[start:])
 
             def log_message(self, *args):
                 pass
@@ -139,3 +148,24 @@ def test_paper_fetch_unreachable_says_what_to_do(tmp_path):
     with pytest.raises(MetashiftError) as err:
         paper_tree_path(url="http://127.0.0.1:9/imagenet1k_node_names.json", cache_dir=tmp_path, timeout=5)
     assert "could not fetch" in err.value.what and "tree:PATH" in err.value.fix
+    assert "--tree-url" in err.value.fix and "metashift-hf download --register imagenet-tree PATH" in err.value.fix
+    assert not (tmp_path / "hierarchies" / "imagenet1k_node_names.json").exists()
+
+
+def test_paper_tree_goes_through_the_one_downloader(tmp_path, tree_file, monkeypatch):
+    """The tree is fetched by download.download_file (resumable, sha256 before the final name):
+    a partial file from an interrupted run is continued with a Range request."""
+    body = tree_file.read_bytes()
+    folder = tmp_path / "hierarchies"
+    folder.mkdir()
+    (folder / "imagenet1k_node_names.json.part").write_bytes(body[:1000])
+    seen = []
+    real = metashift_hf.download.download_file
+    monkeypatch.setattr(metashift_hf.manifest, "download_file", lambda *a, **k: seen.append(k) or real(*a, **k))
+    server = _Server(body)
+    try:
+        path = paper_tree_path(url=server.url, cache_dir=tmp_path)
+    finally:
+        server.close()
+    assert path.read_bytes() == body and seen and seen[0]["urls"] == [server.url]
+    assert server.handler.ranges == ["bytes=1000-"]
