@@ -22,13 +22,14 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 
-from . import metagraph
+from . import distances, metagraph
+from .distances import Distance, DistanceMatrix
 from .metagraph import ClassAnalysis
 from .subsets import CandidateSubsets, parse_subset_name
 
 FORMAT = "metashift-hf-artifact"
 FORMAT_VERSION = 1
-TABLES = ("subsets", "membership", "classes", "edges", "embeddings", "images")
+TABLES = ("subsets", "membership", "classes", "edges", "embeddings", "distances", "images")
 
 SUBSETS_SCHEMA = pa.schema([
     ("subset", pa.string()), ("subject", pa.string()), ("context", pa.string()), ("kind", pa.string()),
@@ -43,7 +44,12 @@ EDGES_SCHEMA = pa.schema([
     ("subject", pa.string()), ("source", pa.string()), ("target", pa.string()), ("weight", pa.float64()),
 ])
 EMBEDDINGS_SCHEMA = pa.schema([
-    ("subject", pa.string()), ("subset", pa.string()), ("embedding", pa.list_(pa.float64())),
+    ("subject", pa.string()), ("subset", pa.string()), ("embedding", pa.list_(pa.float64())), ("rule", pa.string()),
+])
+# every within-class pair of kept subsets (source < target): distance under `rule`, or status disconnected
+DISTANCES_SCHEMA = pa.schema([
+    ("subject", pa.string()), ("source", pa.string()), ("target", pa.string()), ("distance", pa.float64()),
+    ("rule", pa.string()), ("status", pa.string()),
 ])
 IMAGES_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("width", pa.int64()), ("height", pa.int64()), ("location", pa.string()),
@@ -152,6 +158,7 @@ class Artifact:
         self._image_rows: dict[str, int] | None = None
         self._images_table: pa.Table | None = None
         self._word_set: set[str] | None = None
+        self._matrices: dict[str, DistanceMatrix] = {}
 
     @classmethod
     def load(cls, path: "str | os.PathLike | Artifact") -> "Artifact":
@@ -325,8 +332,9 @@ class Artifact:
             )
         return subject, i
 
-    def distance(self, a: str, b: str) -> float:
-        """Euclidean distance between the stored spectral embeddings of two subsets of one class."""
+    def distance(self, a: str, b: str) -> Distance:
+        """Distance between two kept subsets of one class: a number and its rule (``spectral`` where
+        both have a stored embedding, else ``resistance``), or status ``disconnected``."""
         sa, _ = self._kept_subset(a)
         sb, _ = self._kept_subset(b)
         if sa != sb:
@@ -335,17 +343,14 @@ class Artifact:
                 "within one class's meta-graph",
                 f"compare two subsets of the same class, e.g. {a!r} and another '{sa}(...)' subset",
             )
-        ea, eb = self._embedding_map().get(a), self._embedding_map().get(b)
-        if ea is None or eb is None:
-            info = self.class_info(sa)
-            missing = a if ea is None else b
-            raise MetashiftError(
-                f"no embedding for {missing!r}: class {sa!r} embedding status is "
-                f"{info['embedding_status']!r} ({info['embedding_note']})",
-                "pick subsets in the same connected part of the meta-graph, or rebuild with a lower "
-                "--edge-threshold / --spectral-dim",
-            )
-        return float(np.linalg.norm(ea - eb))
+        return self.distance_matrix(sa).get(a, b)
+
+    def distance_matrix(self, subject: str) -> DistanceMatrix:
+        """Every pair of a class's kept subsets (computed from the stored edges and embeddings)."""
+        if subject not in self._matrices:
+            self.class_info(subject)  # raises when it is not a class
+            self._matrices[subject] = metagraph.class_distances(self.analysis(subject)[0])
+        return self._matrices[subject]
 
     def members(self, subset_names: Iterable[str]) -> dict[str, np.ndarray]:
         """Subset -> sorted unique int64 indices into a local image index shared by these subsets."""
@@ -374,13 +379,15 @@ class Artifact:
         return result, self.members(names)
 
     def group_distance(self, subject: str, groups: Mapping[str, Sequence[str]], a: str,
-                       b: str | Sequence[str], rule: str = "code") -> float:
-        """Distance between merged groups of subsets of one class.
+                       b: str | Sequence[str], rule: str = "code") -> Distance:
+        """Distance between merged groups of subsets of one class (a number and its rule, or
+        ``disconnected``; never an error for valid groups).
 
         ``groups`` maps a group name to its member subsets ('cat(sofa)' or just the context 'sofa').
         rule="code": the original code's rule (graph rebuilt over the merged groups, embedded; for a
         list ``b`` the mean of the pair distances). rule="paper": size-weighted mean of the member
-        embeddings, then Euclidean (a list ``b``: mean of the pair distances as well).
+        embeddings, then Euclidean (a list ``b``: mean of the pair distances as well); groups with an
+        unembedded member get the resistance between the groups in the class meta-graph.
         """
 
         self.class_info(subject)
@@ -402,15 +409,19 @@ class Artifact:
             every = sorted({m for members in full.values() for m in members})
             idx = self.members(every)
             unions = {g: np.unique(np.concatenate([idx[m] for m in members])) for g, members in full.items()}
-            return float(metagraph.group_distance_code(
+            return metagraph.group_distance_code(
                 unions, a, b if isinstance(b, str) else targets,
                 edge_threshold=o.get("edge_threshold", 0.2), spectral_dim=o.get("spectral_dim", 5),
-            ))
+            )
         if rule == "paper":
             for members in full.values():
                 for m in members:
                     self._kept_subset(m)
             analysis, members_idx = self.analysis(subject)
-            values = [metagraph.group_distance_paper(analysis, members_idx, full[a], full[t]) for t in targets]
-            return float(np.mean(values))
+            return distances.mean_distance(
+                [metagraph.group_distance_paper(analysis, members_idx, full[a], full[t]) for t in targets])
         raise InputFormatError(f"unknown group-distance rule {rule!r}", "use rule='code' or rule='paper'")
+
+    def set_distance(self, subject: str, a: Sequence[str], b: Sequence[str], rule: str = "paper") -> Distance:
+        """Distance between two sets of subsets (or contexts) of one class, e.g. train vs test contexts."""
+        return self.group_distance(subject, {"a": list(a), "b": list(b)}, "a", "b", rule=rule)

@@ -19,7 +19,7 @@ from metashift_hf.core.fsutil import atomic_dir, sha256_file
 from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_summary, is_synthetic
 
 from . import artifact as art
-from . import metagraph
+from . import distances, metagraph
 from .pickles import load_candidate_pickle, verify_known
 from .plots import plot_class
 from .scene_graphs import read_scene_graphs
@@ -155,6 +155,26 @@ def _apply_rules(candidates: CandidateSubsets, options: BuildOptions):
     return candidates, rules
 
 
+def _distances_table(analyses: Mapping[str, Any]) -> pa.Table:
+    """distances.parquet: every within-class pair (source < target), classes sorted."""
+    cols: dict[str, list] = {k: [] for k in art.DISTANCES_SCHEMA.names}
+    for subject in sorted(analyses):
+        m = metagraph.class_distances(analyses[subject])
+        i, j = np.triu_indices(len(m.names), 1)
+        names = np.asarray(m.names, dtype=object)
+        values = m.values[i, j]
+        rules = m.rules[i, j]
+        cols["subject"].append(pa.array(np.full(i.size, subject, dtype=object), pa.string()))
+        cols["source"].append(pa.array(names[i], pa.string()))
+        cols["target"].append(pa.array(names[j], pa.string()))
+        cols["distance"].append(pa.array(values, pa.float64(), mask=np.isnan(values)))
+        cols["rule"].append(pa.array(np.where(rules == "", None, rules), pa.string()))
+        cols["status"].append(pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
+                                                distances.STATUS_OK).astype(object), pa.string()))
+    return pa.table({k: pa.chunked_array(v, art.DISTANCES_SCHEMA.field(k).type) for k, v in cols.items()},
+                    schema=art.DISTANCES_SCHEMA)
+
+
 def _class_tables(analyses: Mapping[str, Any], members_of: Mapping[str, dict]) -> tuple[list, pa.Table, pa.Table, pa.Table]:
     """classes/edges/embeddings tables (classes sorted, rows sorted within a class)."""
     class_rows, edge_rows, emb_rows = [], [], []
@@ -171,7 +191,7 @@ def _class_tables(analyses: Mapping[str, Any], members_of: Mapping[str, dict]) -
         for s in sorted(a.embedding):
             vec = np.asarray(a.embedding[s], dtype=np.float64)
             if np.isfinite(vec).all():
-                emb_rows.append((subject, s, vec.tolist()))
+                emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
     columns = lambda rows, schema: {k: [r[i] for r in rows] for i, k in enumerate(schema.names)}  # noqa: E731
     return (class_rows, pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA),
             pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
@@ -262,7 +282,8 @@ def build_artifact(
         communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
         class_rows, classes_t, edges_t, emb_t = _class_tables(analyses, members_of)
         for name, table in (("subsets", art.subsets_table(candidates, rules.kept, communities)),
-                            ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t)):
+                            ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t),
+                            ("distances", _distances_table(analyses))):
             art.write_parquet(table, tmp / f"{name}.parquet")
             files.append(f"{name}.parquet")
         for job in pending:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 import scipy.linalg
@@ -27,6 +27,8 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
+
+from . import distances
 
 COMMUNITY_METHODS = ("cnm", "louvain")
 
@@ -383,27 +385,34 @@ def analyse_class(
 # ----------------------------------------------------------------------------- distances
 
 
-def _no_embedding(name: str, where: str, status: str, note: str) -> MetashiftError:
-    return MetashiftError(
-        f"{name!r} has no spectral embedding in {where} (embedding_status={status!r}: {note})",
-        "pick subsets/groups in the main connected component, lower edge_threshold (e.g. 0.1) "
-        "or spectral_dim, or use groups with more members",
-    )
+def _check_subset(analysis: ClassAnalysis, name: str) -> None:
+    if name not in analysis.communities:
+        raise UnknownNameError(
+            f"{name!r} is not a kept subset of class {analysis.subject!r}" + did_you_mean(name, analysis.subsets),
+            "use a name listed by the class's subsets",
+        )
 
 
-def subset_distance(analysis: ClassAnalysis, a: str, b: str) -> float:
-    """Euclidean distance between two subsets' embeddings in one class."""
+def edge_weights(analysis: ClassAnalysis) -> np.ndarray:
+    """The thresholded weight matrix of a class (nodes in ``analysis.subsets`` order) from its edges."""
+    pos = {s: i for i, s in enumerate(analysis.subsets)}
+    w = np.zeros((len(pos), len(pos)))
+    for a, b, x in analysis.edges:
+        w[pos[a], pos[b]] = w[pos[b], pos[a]] = x
+    return w
+
+
+def class_distances(analysis: ClassAnalysis) -> distances.DistanceMatrix:
+    """Every pair of a class's subsets: ``spectral`` where both are embedded, ``resistance`` on the
+    other connected pairs, ``disconnected`` otherwise (builders/distances.py)."""
+    return distances.distance_matrix(analysis.subsets, edge_weights(analysis), analysis.embedding)
+
+
+def subset_distance(analysis: ClassAnalysis, a: str, b: str) -> distances.Distance:
+    """Distance between two subsets of one class: a number and its rule, or ``disconnected``."""
     for name in (a, b):
-        if name not in analysis.communities:
-            raise UnknownNameError(
-                f"{name!r} is not a kept subset of class {analysis.subject!r}"
-                + did_you_mean(name, analysis.subsets),
-                "use a name listed by the class's subsets",
-            )
-        if name not in analysis.embedding:
-            where = f"class {analysis.subject!r}"
-            raise _no_embedding(name, where, analysis.embedding_status, analysis.embedding_note)
-    return float(np.linalg.norm(analysis.embedding[a] - analysis.embedding[b]))
+        _check_subset(analysis, name)
+    return class_distances(analysis).get(a, b)
 
 
 def _as_index_arrays(groups: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -432,13 +441,14 @@ def group_distance_code(
     *,
     edge_threshold: float = 0.2,
     spectral_dim: int = 5,
-) -> float:
+) -> distances.Distance:
     """The original code's group distance.
 
     Rebuild the meta-graph whose nodes are *all* the given groups (unions of subsets, e.g. every
     train, test and additional-test group of the dog experiments), embed it like
     ``spectral_layout(dim=K)``, and return ||pos[a] - pos[b]||; for a list ``b`` (the two training
-    groups of an experiment) the mean of the distances from ``a`` to each.
+    groups of an experiment) the mean of the distances from ``a`` to each. Pairs the embedding leaves
+    open get the same fallback as subsets (``resistance`` in the group graph, or ``disconnected``).
     """
     _check_threshold(edge_threshold)
     _check_dim(spectral_dim)
@@ -456,31 +466,13 @@ def group_distance_code(
     weights = thresholded(overlap_weights([idx[s] for s in names]), edge_threshold)
     emb = spectral_embedding(weights, spectral_dim)
     pos = {names[i]: emb.coords[r] for r, i in enumerate(emb.nodes.tolist())}
-    for name in [a, *targets]:
-        if name not in pos:
-            raise _no_embedding(name, f"the graph of {len(names)} groups", emb.status, emb.note)
-    dists = [float(np.linalg.norm(pos[a] - pos[t])) for t in targets]
-    return sum(dists) / len(dists)
+    matrix = distances.distance_matrix(names, weights, pos)
+    return distances.mean_distance([matrix.get(a, t) for t in targets])
 
 
-def _weighted_centre(analysis: ClassAnalysis, members: Mapping[str, np.ndarray], group: Iterable[str]) -> np.ndarray:
-    group = list(group)
-    if not group:
-        raise MetashiftError("group_distance_paper got an empty group", "pass at least one subset per group")
-    vecs, sizes = [], []
-    for name in group:
-        if name not in analysis.communities:
-            raise UnknownNameError(
-                f"{name!r} is not a kept subset of class {analysis.subject!r}" + did_you_mean(name, analysis.subsets),
-                "use kept subsets of the same class",
-            )
-        if name not in analysis.embedding:
-            raise _no_embedding(name, f"class {analysis.subject!r}", analysis.embedding_status, analysis.embedding_note)
-        if name not in members:
-            raise UnknownNameError(f"{name!r} has no entry in members", "pass the same members used for analyse_class")
-        vecs.append(analysis.embedding[name])
-        sizes.append(len(members[name]))
-    w = np.asarray(sizes, dtype=np.float64)
+def _weighted_centre(analysis: ClassAnalysis, members: Mapping[str, np.ndarray], group: list[str]) -> np.ndarray:
+    vecs = [analysis.embedding[name] for name in group]
+    w = np.asarray([len(members[name]) for name in group], dtype=np.float64)
     return (np.asarray(vecs) * w[:, None]).sum(axis=0) / w.sum()
 
 
@@ -489,6 +481,21 @@ def group_distance_paper(
     members: Mapping[str, np.ndarray],
     group_a: list[str],
     group_b: list[str],
-) -> float:
-    """The paper's group distance: size-weighted mean of member subsets' embeddings, then Euclidean."""
-    return float(np.linalg.norm(_weighted_centre(analysis, members, group_a) - _weighted_centre(analysis, members, group_b)))
+) -> distances.Distance:
+    """The paper's group distance: size-weighted mean of member subsets' embeddings, then Euclidean
+    (rule ``spectral``). When a member has no embedding: the effective resistance between the two
+    groups in the class meta-graph, each group's subsets shorted together (``resistance``), or
+    ``disconnected``."""
+    for group in (group_a, group_b):
+        if not group:
+            raise MetashiftError("group_distance_paper got an empty group", "pass at least one subset per group")
+        for name in group:
+            _check_subset(analysis, name)
+            if name not in members:
+                raise UnknownNameError(f"{name!r} has no entry in members", "pass the same members used for analyse_class")
+    if all(name in analysis.embedding for name in [*group_a, *group_b]):
+        value = float(np.linalg.norm(_weighted_centre(analysis, members, list(group_a))
+                                     - _weighted_centre(analysis, members, list(group_b))))
+        return distances.Distance(value, distances.RULE_SPECTRAL, distances.STATUS_OK)
+    pos = {s: i for i, s in enumerate(analysis.subsets)}
+    return distances.contracted_resistance(edge_weights(analysis), [pos[s] for s in group_a], [pos[s] for s in group_b])

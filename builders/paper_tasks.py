@@ -147,11 +147,16 @@ def dg_distance(source: GroupSource, experiment: int) -> dict:
     entry = {"rule": "code", "paper_value": DG_PAPER_DISTANCES[experiment - 1],
              "original_code_value": DG_ORIGINAL_CODE_DISTANCES[experiment - 1]}
     try:
-        value = group_distance_code(sets, "dog(shelf)", train_names)
-        entry.update(value=round(float(value), 6), note="mean distance of the two dog training groups to dog(shelf), "
-                     "meta-graph over all dog groups of the task family (edges < 0.2 dropped, spectral dim 5)")
+        d = group_distance_code(sets, "dog(shelf)", train_names)
     except MetashiftError as exc:
-        entry.update(value=None, note=f"not computable on this artifact: {exc.what}")
+        entry.update(value=None, metric=None, note=f"not computable on this artifact: {exc.what}")
+        return entry
+    if d.value is None:
+        entry.update(value=None, metric=d.status, note="dog(shelf) and a training group are disconnected in the "
+                     "meta-graph over all dog groups of the task family")
+    else:
+        entry.update(value=round(d.value, 6), metric=d.rule, note="mean distance of the two dog training groups to "
+                     "dog(shelf), meta-graph over all dog groups of the task family (edges < 0.2 dropped, spectral dim 5)")
     return entry
 
 

@@ -488,18 +488,17 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     """Binary DG task whose ``shifted_class`` is trained on the ``k`` kept contexts whose subset
     distance to ``<shifted_class>(<test_context>)`` is nearest ``target_distance``.
 
-    Distance = ``artifact.distance`` (Euclidean between spectral embeddings of one class); the
-    achieved distance (mean over the chosen contexts) goes in the spec.
+    Distance = ``artifact.distance`` (the spectral rule, or resistance when the test subset has no
+    embedding; ``metric`` in the spec says which); the achieved distance (mean over the chosen
+    contexts) goes in the spec.
     """
     test_subset = f"{shifted_class}({test_context})"
-    cands = {}
-    for ctx in source.kept_contexts(shifted_class):
-        if ctx == test_context:
-            continue
-        try:
-            cands[ctx] = float(artifact.distance(test_subset, f"{shifted_class}({ctx})"))
-        except MetashiftError:
-            continue  # no embedding for this subset: not a candidate
+    answers = {ctx: artifact.distance(test_subset, f"{shifted_class}({ctx})")
+               for ctx in source.kept_contexts(shifted_class) if ctx != test_context}
+    # one rule for every candidate (numbers of different rules are on different scales): the original
+    # spectral rule when the test subset has an embedding, else resistance; disconnected ones drop out
+    metric = "spectral" if any(d.rule == "spectral" for d in answers.values()) else "resistance"
+    cands = {ctx: d.value for ctx, d in answers.items() if d.rule == metric}
     chosen = contexts_near_distance(cands, target_distance, k)
     achieved = float(np.mean([cands[c] for c in chosen]))
     train = [GroupDef(other_class, c, (c,), c) for c in other_train_contexts]
@@ -508,7 +507,7 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
     return domain_generalisation(
         task_id, source, classes=sorted({shifted_class, other_class}), train=train, test=test, sizes=sizes,
-        seed=seed, distance={"value": achieved, "rule": "subset",
+        seed=seed, distance={"value": achieved, "rule": "subset", "metric": metric,
                              "note": f"target {target_distance}; mean distance of {chosen} to {test_subset}"})
 
 
@@ -645,6 +644,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
     spec = _base_spec(task_id, "marginal", classes, seed)
     per_class_d: dict[str, float | None] = {}
+    per_class_metric: dict[str, str] = {}
     notes = []
     for c in classes:
         groups = community_groups(source, c, None if subsets is None else subsets.get(c, ()))
@@ -678,8 +678,11 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
             spec["test_groups"].append(_group_entry(g, 0))
         if distance_fn is not None and ood:
             try:
-                d = float(distance_fn(c, id_g, list(ood)))
-                per_class_d[c] = d if np.isfinite(d) else None
+                d = distance_fn(c, id_g, list(ood))
+                per_class_d[c] = d.value
+                per_class_metric[c] = d.rule or d.status  # which distance rule gave it, or 'disconnected'
+                if d.value is None:
+                    notes.append(f"{c}: no distance (train and test communities are disconnected)")
             except MetashiftError as exc:
                 per_class_d[c] = None
                 notes.append(f"{c}: no distance ({exc.what})")
@@ -687,6 +690,8 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
         vals = [d for d in per_class_d.values() if d is not None]
         spec["distance"] = {
             "value": float(np.mean(vals)) if vals else None, "rule": distance_rule,
+            "metric": "+".join(sorted({m for c, m in per_class_metric.items() if per_class_d[c] is not None})),
+            "per_class_metric": per_class_metric,
             "note": "per class: mean distance from the training community's group to each test community's "
                     "group; value: mean over classes",
             "per_class": per_class_d,

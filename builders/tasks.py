@@ -49,6 +49,8 @@ from metashift_hf.core.names import SubsetName
 
 from . import levels, paper_tasks, shifts
 from .artifact import Artifact
+from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
+from .distances import Distance
 
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 # The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).
@@ -447,17 +449,11 @@ def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
 
 
 def _community_distance(artifact: Artifact):
-    """Paper rule (size-weighted centre of member embeddings), over the members that have an
-    embedding: a disconnected meta-graph leaves a few subsets without one."""
-    def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> float:
-        groups = {g.name: [c for c in g.contexts if artifact.embedding(str(SubsetName(cls, c))) is not None]
-                  for g in [id_group, *ood]}
-        groups = {k: v for k, v in groups.items() if v}
-        if id_group.name not in groups or len(groups) < 2:
-            raise EmptyResultError(f"{cls}: the training group or every test group lacks embedded subsets",
-                                   "see the class's embedding_status in classes.parquet")
-        others = [g.name for g in ood if g.name in groups]
-        return artifact.group_distance(cls, groups, id_group.name, others, rule="paper")
+    """Paper rule (size-weighted centre of member embeddings); a group with an unembedded member gets
+    the resistance between the groups instead, or 'disconnected' (the Distance's rule/status says which)."""
+    def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> Distance:
+        groups = {g.name: list(g.contexts) for g in [id_group, *ood]}
+        return artifact.group_distance(cls, groups, id_group.name, [g.name for g in ood], rule="paper")
     return fn
 
 
@@ -507,8 +503,11 @@ def _context_distance(artifact: Artifact):
     """Distance between two sets of contexts of one class: the paper rule (size-weighted centres
     of the member subsets' spectral embeddings) on the class's stored meta-graph."""
     def fn(cls: str, a, b) -> float:
-        groups = {"a": [str(SubsetName(cls, x)) for x in a], "b": [str(SubsetName(cls, x)) for x in b]}
-        return artifact.group_distance(cls, groups, "a", "b", rule="paper")
+        d = artifact.set_distance(cls, [str(SubsetName(cls, x)) for x in a], [str(SubsetName(cls, x)) for x in b])
+        if d.rule != DISTANCE_RULE_SPECTRAL:  # one scale per family: resistance numbers are not comparable
+            raise MetashiftError(f"{cls}: contexts {list(a)} / {list(b)} have no spectral distance ({d})",
+                                 "pick contexts whose subsets lie in the class's embedded meta-graph component")
+        return d.value
     return fn
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from metashift_hf.builders.distances import Distance
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import describe, is_synthetic
@@ -119,7 +120,7 @@ class TaskInfo:
     group_rows: dict[str, dict[str, int]]
     build: dict[str, Any]
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
-    distances: list[tuple[str, str, str, float | None, float | None]] = field(default_factory=list)  # class, train, test, d code, d paper
+    distances: list[tuple[str, str, str, Distance | None, Distance | None]] = field(default_factory=list)  # class, train, test, d code, d paper
     differences: list[str] = field(default_factory=list)
 
 
@@ -157,7 +158,7 @@ def _group_members(group: dict, kept: set[str]) -> list[str]:
     return [f"{cls}({c})" for c in contexts if f"{cls}({c})" in kept]
 
 
-def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, float | None, float | None]]:
+def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, Distance | None, Distance | None]]:
     """Group-to-group distances (code and paper rule) between each class's train and test groups.
 
     Computed over this task's groups of the class, so the code-rule value can differ from the
@@ -183,9 +184,9 @@ def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, float | None, f
                 values = []
                 for rule in ("code", "paper"):
                     try:
-                        values.append(float(art.group_distance(cls, members, a, b, rule=rule)))
+                        values.append(art.group_distance(cls, members, a, b, rule=rule))
                     except (MetashiftError, ValueError, KeyError):
-                        values.append(None)  # e.g. a member subset without an embedding
+                        values.append(None)  # e.g. a group the artifact cannot resolve
                 rows.append((cls, a, b, values[0], values[1]))
     return rows
 
@@ -297,12 +298,17 @@ def _contexts(groups: list[dict]) -> str:
     return ", ".join(str(g.get("group")) for g in groups) or "–"
 
 
+def _metric(dist: dict) -> str:
+    """Which distance rule gave the number (spectral / resistance), when the spec records it."""
+    return f", {dist['metric']} distance" if dist.get("metric") else ""
+
+
 def shift_in_words(spec: dict) -> str:
     kind = spec.get("shift_type", "none")
     groups = _groups(spec)
     classes = ", ".join(f"`{c}`" for c in spec.get("classes", []))
     dist = spec.get("distance") or {}
-    d = f" The train/test distance is d = {_fmt(dist.get('value'))} ({dist.get('rule', 'code')} rule)." if dist.get("value") is not None else ""
+    d = f" The train/test distance is d = {_fmt(dist.get('value'))} ({dist.get('rule', 'code')} rule{_metric(dist)})." if dist.get("value") is not None else ""
     if kind == "marginal":
         return (f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
                 f"trained on images of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in "
@@ -349,7 +355,7 @@ def _shift_table(spec: dict) -> str:
         ("shift type", spec.get("shift_type", "none")),
         ("train groups", _contexts(groups.get("train", []))),
         ("test groups", _contexts(groups.get("test", []))),
-        ("distance d", f"{_fmt(dist.get('value'))} ({dist.get('rule')})" if dist else "–"),
+        ("distance d", f"{_fmt(dist.get('value'))} ({dist.get('rule')}{_metric(dist)})" if dist else "–"),
         ("minority fraction p", f"{_fmt(mf.get('achieved'))} (target {_fmt(mf.get('target'))})" if mf else "–"),
         ("split sizes", ", ".join(f"{k}: {v}" for k, v in (spec.get("split_sizes") or {}).items()) or "–"),
     ]
@@ -372,9 +378,11 @@ def render_task_section(info: TaskInfo) -> str:
     if info.distances:
         lines = ["Distances between each class's train and test groups, computed from the artifact over this task's "
                  "groups (code rule: meta-graph rebuilt over the merged groups, spectral embedding, Euclidean; paper rule: "
-                 "size-weighted mean of the member subsets' embeddings; `–` = not computable):", "",
+                 "size-weighted mean of the member subsets' embeddings; each number names the distance rule that gave "
+                 "it: `spectral` = the original embedding, `resistance` = effective resistance in the meta-graph where "
+                 "a subset has no embedding; `disconnected` = no path joins the groups; `–` = not computable):", "",
                  "| class | train group | test group | d (code rule) | d (paper rule) |", "|---|---|---|---|---|"]
-        lines += [f"| {c} | `{a}` | `{b}` | {_fmt(d)} | {_fmt(dp)} |" for c, a, b, d, dp in info.distances]
+        lines += [f"| {c} | `{a}` | `{b}` | {d or '–'} | {dp or '–'} |" for c, a, b, d, dp in info.distances]
         distance = "\n".join(lines)
     else:
         distance = "No group distance applies (no class has both train and test groups made of kept subsets)."

@@ -155,7 +155,7 @@ def _show_distances(art, say: Callable[[str], None]) -> None:
         subs = [s for s in art.subsets_of(subject) if art.embedding(s) is not None]
         if len(subs) < 3:
             continue
-        pairs = sorted((art.distance(a, b), a, b) for a, b in itertools.combinations(subs, 2))
+        pairs = sorted((art.distance(a, b).value, a, b) for a, b in itertools.combinations(subs, 2))
         (d0, a0, b0), (d1, a1, b1) = pairs[0], pairs[-1]
         say(f"   distances in {subject}: closest {a0} ~ {b0} = {d0:.3f}; farthest {a1} ~ {b1} = {d1:.3f}")
         say(f"     (metashift-hf distance --artifact {art.root} {a1!r} {b1!r})")

@@ -82,9 +82,9 @@ def test_reader_api(built):
     assert built.image_metadata("cat-in-1") is None  # no scene graphs in this build
     same = built.distance("cat(sofa0)", "cat(sofa1)")
     far = built.distance("cat(sofa0)", "cat(grass0)")
-    assert 0 <= same < far
-    assert built.distance("cat(sofa0)", "cat(grass0)") == pytest.approx(
-        float(np.linalg.norm(built.embedding("cat(sofa0)") - built.embedding("cat(grass0)"))))
+    assert 0 <= same.value < far.value and same.rule == far.rule == "spectral"
+    assert built.distance("cat(sofa0)", "cat(grass0)").value == float(
+        np.linalg.norm(built.embedding("cat(sofa0)") - built.embedding("cat(grass0)")))
     coms = built.communities("cat")
     assert len({coms[f"cat(sofa{k})"] for k in range(5)}) == 1 and coms["cat(sofa0)"] != coms["cat(grass0)"]
 
@@ -96,13 +96,14 @@ def test_group_distances(built):
     analysis, members = built.analysis("cat")
     from metashift_hf.builders import metagraph
 
-    assert paper == pytest.approx(metagraph.group_distance_paper(
-        analysis, members, ["cat(sofa0)", "cat(sofa1)"], ["cat(grass0)", "cat(grass1)"]))
+    assert paper == metagraph.group_distance_paper(
+        analysis, members, ["cat(sofa0)", "cat(sofa1)"], ["cat(grass0)", "cat(grass1)"])
+    assert built.set_distance("cat", ["sofa0", "sofa1"], ["cat(grass0)", "grass1"]) == paper
     code = built.group_distance("cat", groups, "indoor", "outdoor", rule="code")
-    assert code > built.group_distance("cat", groups, "indoor", "a", rule="code")
+    assert code.value > built.group_distance("cat", groups, "indoor", "a", rule="code").value
     both = built.group_distance("cat", groups, "a", ["indoor", "outdoor"], rule="code")
-    assert both == pytest.approx((built.group_distance("cat", groups, "a", "indoor") +
-                                  built.group_distance("cat", groups, "a", "outdoor")) / 2)
+    assert both.value == pytest.approx((built.group_distance("cat", groups, "a", "indoor").value +
+                                        built.group_distance("cat", groups, "a", "outdoor").value) / 2)
     with pytest.raises(UnknownNameError):
         built.group_distance("cat", groups, "indoor", "nowhere")
     with pytest.raises(InputFormatError):
@@ -128,7 +129,7 @@ def test_reader_errors(built, tmp_path):
         Artifact.load(tmp_path)
 
 
-def test_missing_embedding_is_an_error(tmp_path):
+def test_every_pair_gets_an_answer(tmp_path):
     # two disconnected clusters of 6 subsets each: only the largest component (tie -> first) is embedded
     d = {}
     for j in range(6):
@@ -137,8 +138,18 @@ def test_missing_embedding_is_an_error(tmp_path):
         d[f"x(b{j})"] = [f"b{i}" for i in range(30)]
     a = build_artifact(CandidateSubsets.from_dict(d), tmp_path / "art", plots=False)
     assert a.class_info("x")["embedding_status"] != "ok"
-    with pytest.raises(MetashiftError, match="no embedding"):
-        a.distance("x(a0)", "x(b0)")
+    assert a.distance("x(a0)", "x(b0)").status == "disconnected"
+    assert a.distance("x(a0)", "x(a1)").rule == "spectral"
+    inner = a.distance("x(b0)", "x(b1)")  # identical sets joined by weight 1 in a 5-clique: R = 2/5
+    assert inner.rule == "resistance" and inner.value == pytest.approx(0.4, abs=1e-12)
+    m = a.distance_matrix("x")
+    assert m.coverage() == (15 + 10, 55)
+    table = pq.read_table(tmp_path / "art" / "distances.parquet").to_pandas()
+    assert len(table) == 55 and set(table.status) == {"ok", "disconnected"}
+    for row in table.itertuples():
+        d = m.get(row.source, row.target)
+        assert (d.status, d.rule) == (row.status, row.rule if isinstance(row.rule, str) else None)
+        assert d.value == row.distance if d.value is not None else np.isnan(row.distance)
 
 
 def test_empty_result_and_nothing_written(tmp_path):

@@ -1,6 +1,8 @@
 """`metashift-hf build` / `distance` end to end: inputs, options, errors, atomicity, determinism."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -72,7 +74,27 @@ def test_scene_graph_build(sg_artifact, scene_graphs):
 def test_distance_command(sg_artifact, capsys):
     a, b = embedded_pair(sg_artifact)
     assert main(["distance", "--artifact", str(sg_artifact.root), a, b]) == 0
-    assert float(capsys.readouterr().out) == pytest.approx(sg_artifact.distance(a, b), abs=1e-6)
+    value, rule = capsys.readouterr().out.split()
+    assert float(value) == pytest.approx(sg_artifact.distance(a, b).value, abs=1e-6) and rule == "(spectral)"
+
+
+def test_distance_matrix_command(sg_artifact, capsys, tmp_path):
+    a, _ = embedded_pair(sg_artifact)
+    cls = a.split("(")[0]
+    root = str(sg_artifact.root)
+    assert main(["distance", "--artifact", root, "--class", cls, "--matrix"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    n = len(sg_artifact.subsets_of(cls))
+    assert len(rows) == n * (n - 1) // 2
+    for r in rows:
+        d = sg_artifact.distance(r["source"], r["target"])
+        assert r["status"] == d.status and r["rule"] == (d.rule or "")
+        assert (r["distance"] == "") == (d.value is None) and (d.value is None or float(r["distance"]) == d.value)
+    out = tmp_path / "m.csv"
+    assert main(["distance", "--artifact", root, "--class", cls, "--matrix", "--out", str(out)]) == 0
+    assert list(csv.DictReader(out.open())) == rows and f"wrote {len(rows)} pairs" in capsys.readouterr().out
+    assert main(["distance", "--artifact", root, "--matrix"]) == 2
+    assert "--matrix needs --class" in capsys.readouterr().err
 
 
 def test_distance_errors(sg_artifact, capsys):
@@ -119,7 +141,7 @@ def test_determinism_byte_identical(scene_graphs, tmp_path):
                      "--community-method", "louvain", "--no-plots", "--quiet"]) == 0
         outs.append(out)
     tables = sorted(p.name for p in outs[0].glob("*.parquet"))
-    assert "images.parquet" in tables and len(tables) == 6
+    assert "images.parquet" in tables and "distances.parquet" in tables and len(tables) == 7
     for t in tables:
         assert (outs[0] / t).read_bytes() == (outs[1] / t).read_bytes(), t
     assert Artifact.load(outs[0]).content_hash == Artifact.load(outs[1]).content_hash

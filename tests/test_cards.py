@@ -65,9 +65,10 @@ def test_body_has_every_section(exported):
     # the distance table comes from the artifact: group distances under both rules
     groups = {"cat(sofa)": ["cat(sofa0)", "cat(sofa1)"], "cat(grass)": ["cat(grass0)", "cat(grass1)"]}
     paper = art.group_distance("cat", groups, "cat(sofa)", "cat(grass)", rule="paper")
-    with pytest.raises(MetashiftError, match="no spectral embedding"):  # two merged groups are too few to embed
-        art.group_distance("cat", groups, "cat(sofa)", "cat(grass)", rule="code")
-    assert f"| cat | `cat(sofa)` | `cat(grass)` | – | {paper:.3f} |" in text
+    # two merged groups are too few to embed: the code rule falls back to resistance (or disconnected)
+    code = art.group_distance("cat", groups, "cat(sofa)", "cat(grass)", rule="code")
+    assert code.rule != "spectral" and paper.rule == "spectral"
+    assert f"| cat | `cat(sofa)` | `cat(grass)` | {code} | {paper} |" in text
     assert f"`{art.content_hash}`" in text and f"| metashift-hf version | {__version__} |" in text
     assert "| seed | 0 |" in text and "min_images_per_subset=25" in text
     assert "Reproduce: `metashift-hf export paper-dg-cat-dog-1 --artifact ARTIFACT --images IMAGES --seed 0 --out DIR`" in text

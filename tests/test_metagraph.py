@@ -275,10 +275,15 @@ def test_disconnected_graph_embeds_largest_component_only():
     d_ref = pairwise(np.array([pos[s] for s in names]))
     d = pairwise(np.array([a.embedding[s] for s in names]))
     assert np.abs(d - d_ref).max() < 1e-9
-    assert mg.subset_distance(a, "k(a00)", "k(a03)") > 0
-    with pytest.raises(MetashiftError, match="no spectral embedding") as exc:
-        mg.subset_distance(a, "k(a00)", "k(b00)")
-    assert "largest-component" in str(exc.value) and exc.value.fix
+    d = mg.subset_distance(a, "k(a00)", "k(a03)")
+    assert d.rule == "spectral" and d.value == float(np.linalg.norm(a.embedding["k(a00)"] - a.embedding["k(a03)"]))
+    # other components: resistance inside a component, disconnected across components (never an error)
+    assert mg.subset_distance(a, "k(a00)", "k(b00)") == mg.distances.DISCONNECTED
+    assert mg.subset_distance(a, "k(b00)", "k(zz)").status == "disconnected"
+    inner = mg.subset_distance(a, "k(b00)", "k(b01)")
+    assert inner.rule == "resistance" and inner.status == "ok" and inner.value > 0
+    with pytest.raises(MetashiftError, match="disconnected"):
+        float(mg.subset_distance(a, "k(a00)", "k(b00)"))
     with pytest.raises(UnknownNameError, match="did you mean"):
         mg.subset_distance(a, "k(a00)", "k(a0)")
 
@@ -297,8 +302,11 @@ def test_too_small_graph_has_no_embedding():
     assert a.embedding_status == mg.STATUS_TOO_SMALL
     assert a.embedding == {}
     assert "needs more than 5 connected subsets" in a.embedding_note
-    with pytest.raises(MetashiftError, match="too-small"):
-        mg.subset_distance(a, "k(a00)", "k(a01)")
+    d = mg.subset_distance(a, "k(a00)", "k(a01)")
+    assert d.rule == "resistance" and d.value > 0
+    assert mg.subset_distance(a, "k(a00)", "k(zz)").status == "disconnected"
+    m = mg.class_distances(a)
+    assert m.coverage() == (4 * 3 // 2 + 3 * 2 // 2, 8 * 7 // 2)
     # a smaller K makes it embeddable
     b = mg.analyse_class("k", members, spectral_dim=3)
     assert b.embedding_status == mg.STATUS_LARGEST and len(b.embedding) == 4
@@ -353,13 +361,14 @@ def path_groups() -> dict:
 
 def test_group_distance_code_by_hand():
     g = path_groups()
-    assert mg.group_distance_code(g, "g(A)", "g(C)", spectral_dim=1) == pytest.approx(2.0, abs=1e-12)
-    assert mg.group_distance_code(g, "g(A)", "g(B)", spectral_dim=1) == pytest.approx(1.0, abs=1e-12)
+    assert mg.group_distance_code(g, "g(A)", "g(C)", spectral_dim=1).value == pytest.approx(2.0, abs=1e-12)
+    assert mg.group_distance_code(g, "g(A)", "g(B)", spectral_dim=1).value == pytest.approx(1.0, abs=1e-12)
     # a list: mean of the pair distances (the original's 0.5 * (d_A + d_B))
-    assert mg.group_distance_code(g, "g(A)", ["g(B)", "g(C)"], spectral_dim=1) == pytest.approx(1.5, abs=1e-12)
+    d = mg.group_distance_code(g, "g(A)", ["g(B)", "g(C)"], spectral_dim=1)
+    assert d.value == pytest.approx(1.5, abs=1e-12) and d.rule == "spectral"
     # sets of image-id strings give the same graph
     as_sets = {k: {f"img{i:03d}" for i in v.tolist()} for k, v in g.items()}
-    assert mg.group_distance_code(as_sets, "g(A)", ["g(B)", "g(C)"], spectral_dim=1) == pytest.approx(1.5)
+    assert mg.group_distance_code(as_sets, "g(A)", ["g(B)", "g(C)"], spectral_dim=1).value == pytest.approx(1.5)
 
 
 def test_group_distance_code_equals_original_recipe():
@@ -377,18 +386,20 @@ def test_group_distance_code_equals_original_recipe():
     pos = nx.spectral_layout(g, dim=5)
     test, train = names[5], [names[0], names[9]]
     expected = 0.5 * (np.linalg.norm(pos[train[0]] - pos[test]) + np.linalg.norm(pos[train[1]] - pos[test]))
-    assert mg.group_distance_code(groups, test, train) == pytest.approx(expected, abs=1e-9)
+    assert mg.group_distance_code(groups, test, train).value == pytest.approx(expected, abs=1e-9)
 
 
 def test_group_distance_code_errors():
     g = path_groups()
     with pytest.raises(UnknownNameError, match="did you mean"):
         mg.group_distance_code(g, "g(A)", "g(D)", spectral_dim=1)
-    with pytest.raises(MetashiftError, match="too-small"):
-        mg.group_distance_code(g, "g(A)", "g(C)")  # 3 groups cannot give 5 axes
+    # 3 groups cannot give 5 axes: effective resistance of the path A-B-C (two edges of weight 0.5)
+    d = mg.group_distance_code(g, "g(A)", "g(C)")
+    assert d.rule == "resistance" and d.value == pytest.approx(4.0, abs=1e-12)
+    assert mg.group_distance_code(g, "g(A)", ["g(B)", "g(C)"]).value == pytest.approx(3.0, abs=1e-12)
     g["g(Z)"] = arr(900, 901, 902)
-    with pytest.raises(MetashiftError, match="no spectral embedding"):
-        mg.group_distance_code(g, "g(A)", "g(Z)", spectral_dim=1)
+    assert mg.group_distance_code(g, "g(A)", "g(Z)", spectral_dim=1).status == "disconnected"
+    assert mg.group_distance_code(g, "g(A)", ["g(B)", "g(Z)"], spectral_dim=1).status == "disconnected"
     with pytest.raises(InputFormatError, match="mix"):
         mg.group_distance_code({"a": arr(1), "b": {1, 2}}, "a", "b")
 
@@ -406,13 +417,18 @@ def test_group_distance_paper_by_hand():
     members = {"c(a)": arr(1), "c(b)": arr(1, 2, 3), "c(c)": arr(9, 10)}
     # group a = {c(a) (1 image), c(b) (3 images)} -> centre (1.5, 0); group b = c(c) -> (0, 4)
     d = mg.group_distance_paper(analysis, members, ["c(a)", "c(b)"], ["c(c)"])
-    assert d == pytest.approx(np.hypot(1.5, 4.0), abs=1e-12)
-    assert mg.group_distance_paper(analysis, members, ["c(b)"], ["c(a)"]) == pytest.approx(2.0)
+    assert d.value == pytest.approx(np.hypot(1.5, 4.0), abs=1e-12) and d.rule == "spectral"
+    assert mg.group_distance_paper(analysis, members, ["c(b)"], ["c(a)"]).value == pytest.approx(2.0)
     with pytest.raises(UnknownNameError):
         mg.group_distance_paper(analysis, members, ["c(x)"], ["c(a)"])
     del analysis.embedding["c(c)"]
-    with pytest.raises(MetashiftError, match="no spectral embedding"):
-        mg.group_distance_paper(analysis, members, ["c(a)"], ["c(c)"])
+    assert mg.group_distance_paper(analysis, members, ["c(a)"], ["c(c)"]).status == "disconnected"
+    # with edges a-b (0.5) and b-c (0.25): {a} vs {c} through b = 2 + 4; {a, b} shorted vs {c} = 4
+    analysis.edges = [("c(a)", "c(b)", 0.5), ("c(b)", "c(c)", 0.25)]
+    d = mg.group_distance_paper(analysis, members, ["c(a)"], ["c(c)"])
+    assert d.rule == "resistance" and d.value == pytest.approx(6.0, abs=1e-12)
+    assert mg.group_distance_paper(analysis, members, ["c(a)", "c(b)"], ["c(c)"]).value == pytest.approx(4.0)
+    assert mg.group_distance_paper(analysis, members, ["c(a)", "c(c)"], ["c(c)"]).value == 0.0
 
 
 # ----------------------------------------------------------------------------- real data

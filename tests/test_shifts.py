@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from metashift_hf.builders.distances import DISCONNECTED, Distance
 from metashift_hf.builders.shifts import (
     CommunitySizes,
     DGSizes,
@@ -181,7 +182,8 @@ def test_community_shift_train_is_largest_community():
     kept = [k for k in subsets if k not in ("cat(dog)", "dog(cat)")]
     src = SetSource(subsets, kept=kept, communities=comm)
     plan = community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.1, 0.2),
-                           distance_fn=lambda c, a, b: 1.0 if c == "cat" else 3.0, distance_rule="test")
+                           distance_fn=lambda c, a, b: Distance(1.0 if c == "cat" else 3.0, "spectral", "ok"),
+                           distance_rule="test")
     ids = all_ids(plan)
     assert len(ids) == len(set(ids))
     train_cat = {r.image_id for r in plan.splits["train"] if r.label == "cat"}
@@ -189,7 +191,7 @@ def test_community_shift_train_is_largest_community():
     test_cat = {r.image_id for r in plan.splits["test"] if r.label == "cat"}
     assert test_cat and not test_cat & (subsets["cat(a)"] | subsets["cat(b)"])
     assert {r.community for r in plan.splits["test"] if r.label == "cat"} == {1, 2}
-    assert plan.spec["distance"]["value"] == 2.0
+    assert plan.spec["distance"]["value"] == 2.0 and plan.spec["distance"]["metric"] == "spectral"
     with pytest.raises(EmptyResultError, match="fractions"):
         community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.5, 0.5))
     id_cat = len(((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"]) - set().union(
@@ -239,8 +241,8 @@ class _Distances:
 
     def distance(self, a, b):
         if b not in self.d:
-            raise MetashiftError(f"no embedding for {b}", "")
-        return self.d[b]
+            return DISCONNECTED
+        return Distance(self.d[b], "spectral", "ok")
 
 
 def test_dg_by_distance_picks_contexts_nearest_target():
@@ -250,7 +252,7 @@ def test_dg_by_distance_picks_contexts_nearest_target():
         "dg-d", src, d, shifted_class="dog", test_context="c", target_distance=1.0, other_class="cat",
         other_train_contexts=["a"], other_test_contexts=["c"], k=2, sizes=DGSizes(30, 5, 5))
     assert {e["group"] for e in plan.spec["train_groups"]} == {"cat(a)", "dog(b)", "dog(d)"}
-    assert plan.spec["distance"]["value"] == pytest.approx(1.0)
+    assert plan.spec["distance"]["value"] == pytest.approx(1.0) and plan.spec["distance"]["metric"] == "spectral"
     assert {e["group"] for e in plan.spec["test_groups"]} == {"cat(c)", "dog(c)"}
     ids = all_ids(plan)
     assert len(ids) == len(set(ids))

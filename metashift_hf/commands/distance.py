@@ -1,26 +1,65 @@
-"""`metashift-hf distance`: meta-graph distance between two subsets of one class."""
+"""`metashift-hf distance`: meta-graph distance between two subsets of one class, or a class's matrix."""
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.distances import RULE_HELP, DistanceMatrix
+from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.fsutil import atomic_file
 
 
 def register(subparsers) -> None:
+    rules = "; ".join(f"{k}: {v}" for k, v in RULE_HELP.items())
     p = subparsers.add_parser(
         "distance",
-        help="print the spectral-embedding distance between two subsets of one class",
-        description="Euclidean distance between the stored spectral embeddings of two subsets of the same "
-                    "class, e.g. metashift-hf distance --artifact DIR 'dog(shelf)' 'dog(bed)'.",
+        help="distance between two subsets of one class (number + rule, or 'disconnected'), or a class's matrix",
+        description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact DIR "
+                    "'dog(shelf)' 'dog(bed)'; prints the number and the rule that gave it, or 'disconnected' when "
+                    f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "
+                    "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out.",
     )
     p.add_argument("--artifact", required=True, metavar="DIR", help="artifact folder written by `metashift-hf build`")
-    p.add_argument("a", help="subset name 'subject(context)'")
-    p.add_argument("b", help="subset name of the same subject")
+    p.add_argument("a", nargs="?", help="subset name 'subject(context)'")
+    p.add_argument("b", nargs="?", help="subset name of the same subject")
+    p.add_argument("--class", dest="subject", metavar="C", help="class whose whole matrix --matrix prints")
+    p.add_argument("--matrix", action="store_true", help="every pair of the class's kept subsets, with rule and status")
+    p.add_argument("--out", metavar="FILE", help="write the --matrix CSV to FILE instead of printing it")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def matrix_csv(m: DistanceMatrix) -> str:
+    """One row per unordered pair: source, target, distance ('' when disconnected), rule, status."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["source", "target", "distance", "rule", "status"])
+    for a, b, d in m.pairs():
+        w.writerow([a, b, "" if d.value is None else repr(d.value), d.rule or "", d.status])
+    return buf.getvalue()
 
+
+def run(args: argparse.Namespace) -> int:
+    if args.matrix:
+        if not args.subject or args.a or args.b:
+            raise InputFormatError("--matrix needs --class C and no subset names",
+                                   "run metashift-hf distance --artifact DIR --class dog --matrix [--out FILE]")
+        artifact = Artifact.load(args.artifact)
+        m = artifact.distance_matrix(args.subject)
+        text = matrix_csv(m)
+        if args.out:
+            with atomic_file(args.out, "w") as f:
+                f.write(text)
+            covered, total = m.coverage()
+            print(f"wrote {total} pairs of {args.subject!r} to {args.out} ({covered} with a number, "
+                  f"{total - covered} disconnected)")
+        else:
+            print(text, end="")
+        return 0
+    if not (args.a and args.b) or args.subject or args.out:
+        raise InputFormatError("give two subset names, or --class C --matrix",
+                               "run metashift-hf distance --artifact DIR 'dog(shelf)' 'dog(bed)'")
     artifact = Artifact.load(args.artifact)
-    print(f"{artifact.distance(args.a, args.b):.6f}")
+    print(artifact.distance(args.a, args.b))
     return 0

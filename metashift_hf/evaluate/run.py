@@ -165,9 +165,12 @@ def _distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]
     if not others:  # the subset is the whole largest community
         return 0.0
     try:
-        return float(art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper"))
+        d = art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper")
     except MetashiftError:
-        return None  # no embedding (disconnected meta-graph part): reported as unknown
+        return None
+    # one scale per column: a subset without a spectral embedding gets a resistance number (another
+    # scale) or 'disconnected'; both are reported as unknown here
+    return d.value if d.rule == "spectral" else None
 
 
 def _summary(row) -> dict[str, Any]:
