@@ -29,6 +29,7 @@ from .subsets import CandidateSubsets, parse_subset_name
 
 FORMAT = "metashift-hf-artifact"
 FORMAT_VERSION = 1
+ARTIFACT_KIND = "artifact"  # the marker kind of a build --out folder (core.fsutil)
 TABLES = ("subsets", "membership", "classes", "edges", "embeddings", "distances", "images")
 
 SUBSETS_SCHEMA = pa.schema([

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.fsutil import atomic_dir, sha256_file
+from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file
 from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_summary, is_synthetic
 
 from . import artifact as art
@@ -235,11 +235,13 @@ def build_artifact(
     source: Provenance = "custom",
     plots: bool = True,
     log: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> "art.Artifact":
     """Apply the rules, analyse every class and write the artifact folder atomically.
 
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
+    ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
     """
 
 
@@ -252,10 +254,9 @@ def build_artifact(
     # One writer thread compresses the tables that do not depend on the meta-graphs while the
     # classes are analysed (pyarrow releases the GIL). Leaving the `with` waits for it; atomic_dir
     # then renames, or removes everything on error.
-    with atomic_dir(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the artifact is an ordinary output folder
+    input_paths = [i.get("path") for i in inputs]
+    with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp, \
+            ThreadPoolExecutor(max_workers=1) as writer:
         pending = [writer.submit(art.write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
         files = ["membership.parquet"]
         if image_meta is not None:
@@ -318,6 +319,7 @@ def build_from_inputs(
     plots: bool = True,
     workers: int = 1,
     log: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> "art.Artifact":
     """The ``metashift-hf build`` pipeline: scene graphs XOR published pickle(s) -> artifact.
 
@@ -332,6 +334,8 @@ def build_from_inputs(
     options = options.validate()
     if source is not None and source not in PROVENANCES:
         raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
+    # before the (long) read: an --out that may not be replaced fails at once
+    check_out(out, art.ARTIFACT_KIND, force=force, inputs=[*scene_graphs, candidate_subsets, attributes_pickle])
     if scene_graphs and (candidate_subsets or attributes_pickle):
         raise InputFormatError(
             "both scene graphs and candidate-subset pickles were given",
@@ -378,4 +382,4 @@ def build_from_inputs(
         image_meta = None
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, plots=plots, log=log)
+                          source=source or default_source, plots=plots, log=log, force=force)

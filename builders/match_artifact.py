@@ -15,7 +15,7 @@ from metashift_hf.wordnet_match.match import (
     read_vocabulary,
     vocabulary_of,
 )
-from metashift_hf.wordnet_match.store import write_match
+from metashift_hf.wordnet_match.store import MATCH_KIND, write_match
 from metashift_hf.wordnet_match.tasks import (
     DEFAULT_LEVEL,
     DEFAULT_MIN_SUBSETS,
@@ -25,7 +25,7 @@ from metashift_hf.wordnet_match.tasks import (
 from metashift_hf.wordnet_match.wordnet import load_wordnet
 
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.fsutil import check_out, sha256_file
 
 
 def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
@@ -71,12 +71,20 @@ def run_match(
     cache_dir: str | os.PathLike | None = None,
     paper_tree: str | os.PathLike | None = None,
     write: bool = True,
+    force: bool = False,
 ) -> MatchResult:
     """Match, enumerate tasks and write the folder (``out``, default ``ARTIFACT/match``) when ``write``.
 
     Give either ``artifact`` or ``subset_names`` (``vocabulary`` defaults to the names in the subsets).
+    ``out`` must be new, empty or (with ``force``) an earlier match folder.
     """
     art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
+    if out is None and art is not None:
+        out = Path(art.root) / "match"
+    inputs = [subset_names, vocabulary, paper_tree, hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None,
+              art.root if art is not None else None]
+    if write and out is not None:
+        out = check_out(out, MATCH_KIND, force=force, inputs=inputs)
     wn = load_wordnet(cache_dir=cache_dir)
     tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
     result = match(names, subsets, tree, wn, source=source)
@@ -99,10 +107,8 @@ def run_match(
         "multiclass_unavailable": {t.task_id: t.reason for t in presets if not t.available},
     }
     result.figures["wordnet_version"] = wn.get_version()
-    if out is None and art is not None:
-        out = Path(art.root) / "match"
     if write and out is not None:
-        write_match(result, out)
+        write_match(result, out, force=force)
     return result
 
 

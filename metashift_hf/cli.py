@@ -8,6 +8,7 @@ import sys
 
 from .core import __version__
 from .core.errors import MetashiftError
+from .core.fsutil import write_error
 
 # name -> one-line help, in --help order. Each module metashift_hf.commands.<name> defines
 # ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``. Only the command
@@ -63,10 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MetashiftError as exc:
-        print(f"error: {exc.what}", file=sys.stderr)
-        if exc.fix:
-            print(f"  fix: {exc.fix}", file=sys.stderr)
-        return 2
+        return _report(exc)
+    except OSError as exc:
+        # disk full, read-only or forbidden output: the machine's state, said in one line
+        known = write_error(exc, exc.filename or "the output")
+        if known is None:
+            raise
+        return _report(known)
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: stop quietly, and keep Python's exit-time flush from failing too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -74,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was kept", file=sys.stderr)
         return 130
+
+
+def _report(exc: MetashiftError) -> int:
+    print(f"error: {exc.what}", file=sys.stderr)
+    if exc.fix:
+        print(f"  fix: {exc.fix}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

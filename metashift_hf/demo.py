@@ -17,6 +17,7 @@ from metashift_hf.builders.match_artifact import run_match
 
 from .api import PreparedTask, prepare
 from .core.errors import MetashiftError
+from .core.fsutil import claim_dir
 from .demo_world import generate_demo_world
 from .evaluate import evaluate as run_eval
 from .export import export_prepared, verify_export
@@ -44,8 +45,8 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     import datasets
 
     datasets.disable_progress_bars()  # the demo prints its own one line per step
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # The demo owns its folder: a re-run replaces what an earlier demo wrote there, nothing else.
+    out = claim_dir(out, "demo")
     t0 = time.perf_counter()
     paths: dict[str, Path] = {}
 
@@ -60,7 +61,7 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     paths["world"] = world.root
 
     stage("2/6 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
-    art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo")
+    art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
     st = art.stats
     say(f"   {st['candidate_keys']} candidate subsets -> {st['classes']} classes, {st['subsets']} subsets, "
         f"{st['images']} images (rules: >= {art.options['min_images_per_subset']} images per subset, "
@@ -108,7 +109,7 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     stage("5/6 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
 
     hub = out / "hub"
-    for repo in export_prepared(list(prepared.values()), art, hub):
+    for repo in export_prepared(list(prepared.values()), art, hub, force=True):
         for config in repo.configs:
             # compared row by row (ids, labels, exact JPEG bytes) with the prepared task, streaming too
             result = verify_export(repo.path, config, expected=prepared[config].dataset)
@@ -135,7 +136,7 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
             f"(all images: metashift-hf evaluate --model efficientnet-lite0 --task {matched_task} "
             f"--artifact {art.root} --images {world.images_dir} --out {out / 'eval-full'})")
         report = run_eval("efficientnet-lite0", PreparedTask(matched_task, sample, task.spec), art.root,
-                          world.images_dir, out / "eval", seed=seed, progress=False)
+                          world.images_dir, out / "eval", seed=seed, progress=False, force=True)
         say("   " + report.summary().replace("\n", "\n   "))
         say("   (the demo world's pixels are drawn shapes, not photographs: near-zero ImageNet accuracy is the "
             "expected result here; run the same command on GQA images for real figures)")

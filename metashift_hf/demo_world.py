@@ -627,7 +627,8 @@ def generate_demo_world(
         "jpeg_quality": JPEG_QUALITY,
         "image_sizes": [list(s) for s in IMAGE_SIZES],
     }
-    with atomic_dir(out) as tmp:
+    # force: a world of another seed or size is ours to replace; a folder that is not a world never is
+    with atomic_dir(out, kind="demo world", force=True) as tmp:
         files = {}
         for split, split_ids in splits.items():
             name = f"{split}_sceneGraphs.json"

@@ -20,7 +20,7 @@ from .api import prepare
 from .builders.artifact import Artifact
 from .cards import render as cards
 from .core.errors import InputFormatError, MetashiftError, UnknownNameError
-from .core.fsutil import atomic_dir, atomic_file
+from .core.fsutil import atomic_dir, atomic_file, check_out, claim_dir
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -38,15 +38,32 @@ from .shards import (
 )
 
 
+EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
+REPO_KIND = "exported repo"
+
+
 def repo_name_for(task_id: str, layout: str) -> str:
     if layout == "one-repo":
         return INDEX_REPO
     return validate_repo_name(f"{REPO_PREFIX}{task_id}", "repo name for task")
 
 
+def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images, force: bool) -> Path:
+    """The export folder, ours; every repo folder it will write checked before any is written."""
+    out = claim_dir(out_dir, EXPORT_KIND, inputs=[art.root, images if isinstance(images, (str, Path)) else None])
+    names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
+    for name in names:
+        check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
+    return out
+
+
 def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
-                    namespace: str | None = None) -> list[ExportedRepo]:
-    """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``)."""
+                    namespace: str | None = None, force: bool = False, images=None) -> list[ExportedRepo]:
+    """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``).
+
+    ``out_dir`` must be new, empty or an earlier export folder; a repo folder already in it is
+    replaced only with ``force``. It never holds the artifact or ``images``.
+    """
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
@@ -64,8 +81,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         validate_config_name(p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _claim_out(out_dir, ids, layout, art, images, force)
 
     def load_target(repo: str) -> str:
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
@@ -75,7 +91,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     if layout == "repo-per-task":
         for p in prepared:
             name = repo_name_for(p.task_id, layout)
-            with atomic_dir(out_dir / name) as tmp:
+            with atomic_dir(out_dir / name, kind=REPO_KIND, force=force) as tmp:
                 cfg = write_config(p.dataset, tmp, p.task_id)
                 info = cards.task_info(p, art, cfg, repo_id=load_target(name))
                 cards.copy_plots(info, art, tmp)
@@ -86,13 +102,13 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
             infos.append(info)
             exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name),
                                          _repo_bytes(out_dir / name), cards.collection_note(p.spec)))
-        with atomic_dir(out_dir / INDEX_REPO) as tmp:
+        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
         exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO),
                                      _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     else:
-        with atomic_dir(out_dir / INDEX_REPO) as tmp:
+        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             cfgs = []
             for p in prepared:
                 cfg = write_config(p.dataset, tmp, p.task_id)
@@ -129,7 +145,7 @@ def read_note(repo_dir: Path) -> str:
 
 def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",
                  seed: int = 0, namespace: str | None = None, task_overrides: dict[str, dict] | None = None,
-                 **overrides) -> list[ExportedRepo]:
+                 force: bool = False, **overrides) -> list[ExportedRepo]:
     """Prepare each task from the artifact + images and export it (see module docstring).
 
     ``overrides`` go to every task's ``prepare``; ``task_overrides[task]`` replaces them for one task
@@ -141,9 +157,10 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
 
     art = Artifact.load(artifact)
+    _claim_out(out_dir, tasks, layout, art, images, force)  # before the (long) preparation
     per_task = task_overrides or {}
     prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
-    return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace)
+    return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 
 
 @dataclass(frozen=True)

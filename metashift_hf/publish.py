@@ -340,6 +340,7 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
                   collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
                   task_overrides: dict[str, dict] | None = None, allow_synthetic: bool = False,
+                  force: bool = False,
                   **overrides) -> PublishResult:
     """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them.
 
@@ -353,6 +354,6 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     token = resolve_token(token, dry_run)  # before the (long) export, not after it
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
-                         task_overrides=task_overrides, **overrides)
+                         task_overrides=task_overrides, force=force, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
                       collection_title=collection_title, echo=echo, allow_synthetic=allow_synthetic)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -246,12 +247,37 @@ def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
     infos.to_dataset_card_data(card_data)
 
 
+# Every path a repo folder may publish (see export's layout); anything else is never uploaded.
+_LAYOUT_FILE_RE = re.compile(
+    r"README\.md|images/[^/.][^/]*\.png"
+    r"|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/(?:\w+(?:\.\w+)*-\d{5}-of-\d{5}\.parquet|" + re.escape(SPEC_FILE) + ")")
+
+
 def repo_files(repo_dir: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.relative_to(repo_dir).as_posix() for p in repo_dir.rglob("*") if p.is_file()))
+    """The repo's files that belong to the layout: regular files only, found without following links.
+
+    Symlinks, dotfiles, hidden folders and names outside the layout are left out, so publishing
+    a folder never uploads a private file linked into it, a ``.env``, or our marker file.
+    """
+    root = Path(repo_dir)
+    found = []
+    for folder, dirs, files in os.walk(root):  # os.walk does not descend into linked folders
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            if name.startswith(".") or not _LAYOUT_FILE_RE.fullmatch(rel):
+                continue
+            try:
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append(rel)
+            except OSError:
+                continue
+    return tuple(sorted(found))
 
 
 def _repo_bytes(repo_dir: Path) -> int:
-    return sum(p.stat().st_size for p in repo_dir.rglob("*") if p.is_file())
+    return sum(os.lstat(Path(repo_dir) / rel).st_size for rel in repo_files(Path(repo_dir)))
 
 
 # -- tasks -> repos ----------------------------------------------------------------------------

@@ -189,6 +189,6 @@ def test_interrupted_build_leaves_old_artifact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(art, "table_hash", boom)
     with pytest.raises(KeyboardInterrupt):
-        build_artifact(CandidateSubsets.from_dict(world()), out, BuildOptions(edge_threshold=0.5), plots=False)
+        build_artifact(CandidateSubsets.from_dict(world()), out, BuildOptions(edge_threshold=0.5), plots=False, force=True)
     assert Artifact.load(out).content_hash == first.content_hash
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]

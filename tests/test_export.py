@@ -85,7 +85,7 @@ def test_deterministic_bytes(art, images, tmp_path):
     d = export_prepared([task], art, tmp_path / "d", namespace="ns")
     for rc, rd in zip(c, d):  # naming the Hub repo, the README is byte-identical too
         assert {f: _sha(rc.path / f) for f in rc.files} == {f: _sha(rd.path / f) for f in rd.files}
-    again = export_prepared([task], art, tmp_path / "a")  # re-export replaces in place, same bytes
+    again = export_prepared([task], art, tmp_path / "a", force=True)  # re-export replaces in place, same bytes
     assert {f: _sha(again[0].path / f) for f in again[0].files} == {f: _sha(a[0].path / f) for f in a[0].files}
 
 

@@ -24,6 +24,7 @@ from .tasks import TaskEntry
 
 FORMAT = "metashift-hf-match"
 FORMAT_VERSION = 1
+MATCH_KIND = "match"  # the marker kind of a match --out folder (core.fsutil)
 
 _TABLE_SCHEMA = pa.schema([
     ("name", pa.string()), ("matched", pa.bool_()), ("synset", pa.string()), ("wnid", pa.string()),
@@ -65,7 +66,7 @@ def match_dir(path: str | os.PathLike) -> Path:
     )
 
 
-def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None = None) -> Path:
+def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None = None, *, force: bool = False) -> Path:
     """Write the whole match folder in one atomic rename."""
 
     out = Path(out)
@@ -81,7 +82,7 @@ def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None 
         "kept_images": dict(sorted(result.kept_images.items())),
         **(extra or {}),
     }
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind=MATCH_KIND, force=force) as tmp:
         (tmp / "match.json").write_text(json.dumps(header, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _write([{**r.__dict__, "imagenet_indices": list(r.imagenet_indices), "sense_indices": list(r.sense_indices),
                  "leaves": list(r.leaves)} for r in result.table.values()], _TABLE_SCHEMA, tmp / "match_table.parquet")

@@ -37,7 +37,9 @@ def register(subparsers) -> None:
                           "(default: demo when the scene graphs are listed by a demo_world.json beside them, "
                           "else gqa for scene graphs, published for pickles; synthetic/demo data cannot be "
                           "published without --allow-synthetic)")
-    p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact folder to write (replaced atomically)")
+    p.add_argument("--out", required=True, metavar="ARTIFACT",
+                   help="artifact folder to write: new, empty, or an earlier artifact with --force (written atomically)")
+    p.add_argument("--force", action="store_true", help="replace an earlier artifact in --out (nothing else is ever replaced)")
     opts = p.add_argument_group("build options (stored in manifest.json)")
     for f in dataclasses.fields(BuildOptions):
         flag = "--" + f.name.replace("_", "-")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
         attributes_pickle=args.attributes_pickle, options=options, plots=not args.no_plots, log=log,
         source=args.provenance,
-        workers=default_workers() if args.workers is None else args.workers,
+        workers=default_workers() if args.workers is None else args.workers, force=args.force,
     )
     s = artifact.stats
     print(f"built {artifact.root} in {time.perf_counter() - t0:.1f} s")

@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--min-subset-size", type=int, default=DEFAULT_MIN_SUBSET_SIZE,
                    help=f"context subsets smaller than this are not ranked as worst nor tested for bugs (default {DEFAULT_MIN_SUBSET_SIZE})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"Benjamini-Hochberg level for context bugs (default {DEFAULT_ALPHA})")
-    p.add_argument("--out", required=True, help="output folder (replaced atomically)")
+    p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier report with --force (written atomically)")
+    p.add_argument("--force", action="store_true", help="replace an earlier evaluation report in --out (nothing else is ever replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--save-logits", action="store_true",
                    help="also write logits.parquet (1,000 logits per image); re-score later with --model predictions:OUT/logits.parquet")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.task, args.artifact, images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
-        progress=not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing,
+        progress=not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
     )
     print(report.summary())
     return 0

@@ -83,7 +83,10 @@ def register(subparsers) -> None:
         ),
     )
     add_task_arguments(p)
-    p.add_argument("--out", required=True, help="output folder; each repo folder in it is replaced atomically")
+    p.add_argument("--out", required=True,
+                   help="output folder: new, empty, or an earlier export; each repo folder in it is written atomically")
+    p.add_argument("--force", action="store_true",
+                   help="replace repo folders an earlier export wrote in --out (nothing else is ever replaced)")
     p.add_argument("--namespace", default=None,
                    help="Hub namespace the cards' load lines should name (default: the local folder)")
     p.add_argument("--no-verify", action="store_true", help="skip loading each config back with datasets.load_dataset")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     require_task_inputs(args)
     common, per_task = task_options(args)
     repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=args.seed,
-                         namespace=args.namespace, task_overrides=per_task, **common)
+                         namespace=args.namespace, task_overrides=per_task, force=args.force, **common)
     for repo in repos:
         print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
     print("load with:")

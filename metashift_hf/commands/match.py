@@ -26,6 +26,7 @@ def register(subparsers) -> None:
                    help="wordnet: hypernym closure of the 1,000 classes; paper: the published tree (fetched once, "
                         "sha256-pinned); tree:PATH: a tree file in the published format (default: wordnet)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: ARTIFACT/match; required with --subset-names)")
+    p.add_argument("--force", action="store_true", help="replace an earlier match folder in --out (nothing else is ever replaced)")
     p.add_argument("--min-subsets", type=int, default=5, metavar="N",
                    help="binary tasks: each class needs at least N selected subsets (default: 5)")
     p.add_argument("--level", type=int, default=2, metavar="L",
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_match(hierarchy=args.hierarchy, artifact=args.artifact, subset_names=args.subset_names,
                        vocabulary=args.vocabulary, out=args.out, min_subsets=args.min_subsets, level=args.level,
-                       paper_tree=_paper_tree(args))
+                       paper_tree=_paper_tree(args), force=args.force)
     f, t = result.figures, result.figures["tasks"]
     out = args.out or f"{args.artifact}/match"
     print(f"hierarchy {f['hierarchy']} ({f['hierarchy_nodes']:,} nodes)")

@@ -26,6 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--from-export", metavar="DIR", default=None,
                    help="push the repo folders already in DIR (written by `metashift-hf export --namespace NS`) instead of exporting TASKs")
     p.add_argument("--out", default=None, help="where to export before pushing (default: a temporary folder)")
+    p.add_argument("--force", action="store_true", help="replace repo folders an earlier export wrote in --out")
     p.add_argument("--private", action="store_true", help="create the repos and the collection as private")
     p.add_argument("--allow-synthetic", action="store_true",
                    help="publish even though the artifact/export is synthetic (demo world): refused by default, "
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     options, per_task = task_options(args)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
         _print_load_lines(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
-                                        layout=args.layout, seed=args.seed, task_overrides=per_task, **common, **options))
+                                        layout=args.layout, seed=args.seed, task_overrides=per_task, force=args.force,
+                                        **common, **options))
     return 0
 
 

@@ -14,6 +14,8 @@ from ..core.fsutil import atomic_dir
 PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]
 
+REPORT_KIND = "evaluation report"  # the marker kind of an evaluate --out folder (core.fsutil)
+
 
 def _clean(value: Any) -> Any:
     """JSON-safe values: NaN -> None, numpy scalars -> Python."""
@@ -179,14 +181,14 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
 
 
 def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame,
-                 logits: pd.DataFrame | None = None) -> EvalReport:
+                 logits: pd.DataFrame | None = None, *, force: bool = False) -> EvalReport:
     """Write every output into ``out`` atomically (a temporary folder renamed at the end).
 
     ``logits`` (image_id, logits) is written as logits.parquet, readable back with
     ``--model predictions:OUT/logits.parquet`` (re-score another way without running the model).
     """
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind=REPORT_KIND, force=force) as tmp:
         plots: dict[str, str] = {}
         (tmp / "plots").mkdir()
         for cls, c in metrics["classes"].items():

@@ -16,12 +16,13 @@ from metashift_hf.wordnet_match.imagenet import imagenet_classes
 from .. import api
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
+from ..core.fsutil import check_out
 from .coverage import class_coverage
 from .models import Classifier, load_model
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
 from .predictions import PrecomputedPredictions
-from .report import EvalReport, write_report
+from .report import REPORT_KIND, EvalReport, write_report
 from .scoring import (
     COUNTING_RULE,
     context_bugs,
@@ -244,6 +245,7 @@ def evaluate(
     progress: bool = True,
     save_logits: bool = False,
     on_missing: str = "error",
+    force: bool = False,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
@@ -254,14 +256,21 @@ def evaluate(
     ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
+    ``force`` replaces an earlier report in ``out`` (never anything else: see core.fsutil.check_out).
     """
 
     for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
                                   ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
-                                  ("alpha", alpha, 0 < alpha < 1, "e.g. 0.05")):
+                                  ("alpha", alpha, 0 < alpha < 1, "e.g. 0.05"),
+                                  ("workers", workers, workers is None or workers >= 1, "e.g. 4, or leave it out")):
         if not ok:
             flag = "--" + name.replace("_", "-")
             raise MetashiftError(f"{flag} (Python: {name}) = {value} is out of range", f"use {hint}")
+    if out is not None:  # before the model loads: a refused --out costs nothing
+        model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
+        tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
+        inputs = [x if isinstance(x, (str, Path)) else None for x in (artifact, images, model_file, tree)]
+        check_out(out, REPORT_KIND, force=force, inputs=inputs)
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
@@ -326,4 +335,4 @@ def evaluate(
             raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
-    return write_report(out, metrics, groups, _per_image(scored), logits)
+    return write_report(out, metrics, groups, _per_image(scored), logits, force=force)
