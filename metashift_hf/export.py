@@ -50,7 +50,7 @@ def repo_name_for(task_id: str, layout: str) -> str:
 
 def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images, force: bool) -> Path:
     """The export folder, ours; every repo folder it will write checked before any is written."""
-    out = claim_dir(out_dir, EXPORT_KIND, inputs=[art.root, images if isinstance(images, (str, Path)) else None])
+    out = claim_dir(out_dir, EXPORT_KIND, inputs=[art.root, images])
     names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
     for name in names:
         check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")

@@ -43,6 +43,8 @@ COUNTING = ("each image counts once in its split, group and class; it counts onc
 PREDICTIONS_FIX = ("write a .csv or .parquet with a string column image_id and either a column prediction "
                    "(class name or class id) or one column per class named prob_<class> or logit_<class>")
 
+SCORES_KIND = "scores"  # the marker kind of a score --out folder (core.fsutil)
+
 
 @dataclass(frozen=True)
 class Predictions:
@@ -294,9 +296,9 @@ class Scores:
         out += ["", "Notes: " + "; ".join(f"{k}: {v}" for k, v in self.to_dict()["notes"].items()), ""]
         return "\n".join(out)
 
-    def write(self, out: "str | os.PathLike") -> Path:
-        """Write scores.json and scores.md into the folder ``out`` (replaced atomically)."""
-        with atomic_dir(out) as tmp:
+    def write(self, out: "str | os.PathLike", *, force: bool = False, inputs: tuple = ()) -> Path:
+        """Write scores.json and scores.md into the folder ``out`` (new, empty, or earlier scores with ``force``)."""
+        with atomic_dir(out, kind=SCORES_KIND, force=force, inputs=inputs) as tmp:
             self.write_into(tmp)
         return Path(out)
 

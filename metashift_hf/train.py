@@ -34,7 +34,7 @@ from metashift_hf.builders.images import open_images
 from .api import plan
 from .core import __version__
 from .core.errors import EmptyResultError, UnknownNameError
-from .core.fsutil import atomic_dir
+from .core.fsutil import atomic_dir, check_out
 from .evaluate.models import efficientnet_lite0, require_torch
 from .features import FEATURE_DIM, Backbone, image_features, load_backbone
 from .score import Predictions, Scores, score, task_spec_hash
@@ -53,6 +53,8 @@ SELECTION_RULE = ("model selection: the epoch with the highest average accuracy 
 DEFAULTS = {"linear": (50, 1e-3, 64), "finetune": (10, 5e-5, 32)}
 COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
 GREYSCALE_P = 0.1
+
+TRAIN_KIND = "training run"  # the marker kind of a train --out folder (core.fsutil)
 
 
 @dataclass(frozen=True)
@@ -380,12 +382,15 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
 
 def train(task: "str | TaskPlan", artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike | None" = None,
           config: TrainConfig = TrainConfig(), *, seed: int = 0, cache_dir: "str | os.PathLike | None" = None,
-          progress: bool = True, backbone: Backbone | None = None, **overrides: Any) -> TrainResult:
+          progress: bool = True, backbone: Backbone | None = None, force: bool = False, **overrides: Any) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``seed`` is the task's sampling seed (as for ``plan``); training seeds are 0..seeds-1.
     ``backbone``: a loaded :func:`metashift_hf.features.load_backbone` (reused across tasks).
+    ``out`` must be new, empty or (with ``force``) an earlier training run (core.fsutil.check_out).
     """
+    if out is not None:  # before any training: a refused --out costs nothing
+        check_out(out, TRAIN_KIND, force=force, inputs=[artifact, images])
     cfg = config.resolved()
     t0 = time.perf_counter()
     tp = task if not isinstance(task, str) else plan(task, artifact, seed=seed, **overrides)
@@ -423,13 +428,13 @@ def train(task: "str | TaskPlan", artifact: "str | os.PathLike", images: "str | 
             "features": feature_stats, "seconds": round(time.perf_counter() - t0, 3)}
     result = TrainResult(tp.task_id, cfg, tuple(runs), card, None if out is None else Path(out))
     if out is not None:
-        write_result(result, out)
+        write_result(result, out, force=force)
     return result
 
 
-def write_result(result: TrainResult, out: "str | os.PathLike") -> None:
+def write_result(result: TrainResult, out: "str | os.PathLike", force: bool = False) -> None:
     """``out/``: scores.json (aggregate), scores.md, run_card.json, seed-<s>/{predictions.csv, scores.json, scores.md}."""
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind=TRAIN_KIND, force=force) as tmp:
         for r in result.runs:
             d = tmp / f"seed-{r.seed}"
             d.mkdir()

@@ -189,3 +189,16 @@ def test_read_only_output_location_is_one_line(tmp_path, capsys, monkeypatch):
     pkl = write_candidate_pickle(tmp_path / "in.pkl")
     code, _, err = run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", tmp_path / "art2", "--no-plots", "--quiet")
     assert_one_line_error(code, err, "Read-only file system")
+
+
+@pytest.mark.parametrize("command", ["score", "train"])
+def test_score_and_train_refuse_a_foreign_out_before_any_work(tmp_path, capsys, command):
+    art = tiny_artifact(tmp_path / "art")
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "draft.md").write_text("mine")
+    extra = ["--predictions", tmp_path / "missing.csv"] if command == "score" else ["--images", tmp_path / "no-images"]
+    code, _, err = run_cli(capsys, command, "--task", "paper-dg-cat-dog-1", "--artifact", art.root, *extra,
+                           "--out", out, "--force")
+    assert_one_line_error(code, err, "not written by metashift-hf")
+    assert (out / "draft.md").read_text() == "mine"

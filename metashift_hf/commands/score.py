@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..score import score
+from ..core.fsutil import check_out
+from ..score import SCORES_KIND, score
 from .export import parse_overrides
 
 HELP = "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD"
@@ -30,14 +31,16 @@ def register(subparsers) -> None:
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions .csv or .parquet")
     p.add_argument("--splits", nargs="+", default=None, metavar="SPLIT",
                    help="score only these splits (default: every split of the task; each needs all its images predicted)")
-    p.add_argument("--out", required=True, help="output folder (replaced atomically)")
+    p.add_argument("--out", required=True, help="output folder: new, empty, or earlier scores with --force")
+    p.add_argument("--force", action="store_true", help="replace earlier scores in --out (nothing else is ever replaced)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [args.task])
+    check_out(args.out, SCORES_KIND, force=args.force, inputs=(args.predictions, args.artifact))  # before scoring
     scores = score(args.predictions, args.task, args.artifact, seed=args.seed, splits=args.splits, **options)
-    scores.write(args.out)
+    scores.write(args.out, force=args.force, inputs=(args.predictions, args.artifact))
     print(scores.summary())
     print(f"scores: {args.out}/scores.json, {args.out}/scores.md")
     return 0

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--image-size", type=int, default=None,
                    help="linear probe: backbone input size in pixels (default the model's 224; smaller suits small images)")
     p.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
-    p.add_argument("--out", required=True, help="output folder (replaced atomically)")
+    p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier run with --force")
+    p.add_argument("--force", action="store_true", help="replace an earlier training run in --out (nothing else is ever replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
                          lr=args.lr, batch_size=args.batch_size, image_size=args.image_size)
     result = train(args.task, args.artifact, images, args.out, config, seed=args.seed, cache_dir=args.cache_dir,
-                   progress=not args.no_progress, **options)
+                   progress=not args.no_progress, force=args.force, **options)
     print(result.summary())
     feats = result.card.get("features")
     if feats:

@@ -84,7 +84,7 @@ def check_out(final: str | os.PathLike, kind: str, *, force: bool = False,
     if _is_within(Path.cwd().resolve(), final):
         raise OutputExistsError(f"{where} is the current folder (or holds it)", f"name a new sub-folder for {flag}, e.g. {flag} out")
     for inp in inputs:
-        if inp is None:
+        if not isinstance(inp, (str, os.PathLike)):  # None, or an object already loaded (an Artifact)
             continue
         path = Path(inp).expanduser().resolve()
         if _is_within(path, final):

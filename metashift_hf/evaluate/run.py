@@ -269,8 +269,7 @@ def evaluate(
     if out is not None:  # before the model loads: a refused --out costs nothing
         model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
-        inputs = [x if isinstance(x, (str, Path)) else None for x in (artifact, images, model_file, tree)]
-        check_out(out, REPORT_KIND, force=force, inputs=inputs)
+        check_out(out, REPORT_KIND, force=force, inputs=[artifact, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
