@@ -1,27 +1,21 @@
-"""Shared fixtures. Tests are offline; reference data is read from ../shared/reference/."""
+"""Tests are offline and talk only to loopback. Fixtures live in tests/fixtures/ (registered here);
+reference data is read from ../shared/reference/ through the ``shared_ref`` fixture."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
-SHARED_REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
+pytest_plugins = [
+    "fixtures.reference",
+    "fixtures.environment",
+    "fixtures.wordnet",
+    "fixtures.worlds",
+    "fixtures.tasks",
+]
 
 
-@pytest.fixture(scope="session")
-def shared_ref() -> Path:
-    """The shared reference folder beside the checkout; tests that need it skip when it is absent."""
-    if not SHARED_REF.is_dir():
-        pytest.skip(f"shared reference data not found at {SHARED_REF} (only present on developer/CI machines)")
-    return SHARED_REF
-
-
-@pytest.fixture
-def isolated_manifest(monkeypatch, tmp_path):
-    """No data-manifest environment variables, and the user cache (with its manifest) in tmp_path."""
-    from metashift_hf import manifest as mf
-
-    for role in mf.ROLES:
-        monkeypatch.delenv(mf.env_var(role), raising=False)
-    monkeypatch.delenv(mf.MANIFEST_ENV, raising=False)
-    monkeypatch.setenv("METASHIFT_HF_CACHE", str(tmp_path / "cache"))
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that asks for shared_ref (directly or through a fixture) is marked, so that
+    # `-m "not needs_shared"` selects what a clean checkout runs.
+    for item in items:
+        if "shared_ref" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_shared)

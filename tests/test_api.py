@@ -10,16 +10,15 @@ import metashift_hf
 from metashift_hf import api
 from metashift_hf.api import plan
 from metashift_hf.core.errors import MetashiftError, MissingImagesError, UnknownNameError
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 
 @pytest.fixture(scope="module")
-def matched(world, tmp_path_factory):  # noqa: F811
-    """A copy of the world artifact matched by the real wordnet_match (offline WordNet 3.0)."""
+def matched(builder_world, tmp_path_factory):
+    """A copy of the builder world's artifact matched by the real wordnet_match (offline WordNet 3.0)."""
     from metashift_hf.builders.match_artifact import run_match
 
     root = tmp_path_factory.mktemp("matched") / "artifact"
-    shutil.copytree(world["artifact"].root, root)
+    shutil.copytree(builder_world["artifact"].root, root)
     try:
         run_match(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
     except MetashiftError as exc:  # e.g. WordNet dict files not installed on this machine
@@ -27,17 +26,17 @@ def matched(world, tmp_path_factory):  # noqa: F811
     return root
 
 
-def test_plan_needs_no_images(world):  # noqa: F811
-    p = api.plan("paper-subpop-cat-dog-p6", world["artifact"].root, scale=0.1, seed=2)
+def test_plan_needs_no_images(builder_world):
+    p = api.plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1, seed=2)
     t = p.table()
     assert list(t.columns) == ["split", "image_id", "label", "group", "context", "contexts", "community"]
     assert t.groupby("split").size().to_dict() == p.spec["split_sizes"]
-    assert p.spec["seed"] == 2 and p.spec["artifact_hash"] == world["artifact"].content_hash
+    assert p.spec["seed"] == 2 and p.spec["artifact_hash"] == builder_world["artifact"].content_hash
     assert p.spec["rules"]["min_images_per_subset"] == 25
 
 
-def test_available_tasks(world, matched):  # noqa: F811
-    ids = api.available_tasks(world["artifact"].root)
+def test_available_tasks(builder_world, matched):
+    ids = api.available_tasks(builder_world["artifact"].root)
     assert ids[:7] == ["paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
                        "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "paper-subpop-cat-dog-p1"]
     assert {"class-cat", "class-dog", "classes", "attributes"} <= set(ids)
@@ -46,13 +45,13 @@ def test_available_tasks(world, matched):  # noqa: F811
     assert "bin-cat-dog" in with_match and "imagenet-5" not in with_match  # unavailable rows are not offered
 
 
-def test_matched_task_default_shift(world, matched, tmp_path):  # noqa: F811
+def test_matched_task_default_shift(builder_world, matched, tmp_path):
     from metashift_hf import wordnet_match
 
-    task = api.prepare("bin-cat-dog", matched, world["folder"], cache_dir=tmp_path, seed=1)
+    task = api.prepare("bin-cat-dog", matched, builder_world["folder"], cache_dir=tmp_path, seed=1)
     ds, spec = task.dataset, task.spec
     assert task.task_id == "bin-cat-dog" and set(ds) == {"train", "validation", "test", "id_test"}
-    art = world["artifact"]
+    art = builder_world["artifact"]
     entry = wordnet_match.get_task(matched, "bin-cat-dog")
     selected = wordnet_match.load_match(matched).task_subsets(entry) if entry.subset_rule == "selected" else None
     for cls in ("cat", "dog"):
@@ -77,25 +76,25 @@ def test_matched_task_default_shift(world, matched, tmp_path):  # noqa: F811
         api.plan("imagenet-5", matched)
 
 
-def test_load_equals_prepare_and_top_level_export(world, tmp_path):  # noqa: F811
+def test_load_equals_prepare_and_top_level_export(builder_world, tmp_path):
     kw = dict(scale=0.1, seed=5, cache_dir=tmp_path)
-    prepared = api.prepare("paper-subpop-cat-dog-p1", world["artifact"], world["zip"], **kw)
-    loaded = metashift_hf.load("paper-subpop-cat-dog-p1", world["artifact"].root, world["folder"], **kw)
+    prepared = api.prepare("paper-subpop-cat-dog-p1", builder_world["artifact"], builder_world["zip"], **kw)
+    loaded = metashift_hf.load("paper-subpop-cat-dog-p1", builder_world["artifact"].root, builder_world["folder"], **kw)
     for s in prepared.dataset:
         assert prepared.dataset[s]["image_id"] == loaded[s]["image_id"]
     assert prepared.spec["minority_fraction"]["achieved"] == round(2 / 170, 6)
 
 
-def test_errors(world):  # noqa: F811
+def test_errors(builder_world):
     with pytest.raises(MissingImagesError, match="images"):
-        api.prepare("class-cat", world["artifact"])
+        api.prepare("class-cat", builder_world["artifact"])
     with pytest.raises(UnknownNameError, match="did you mean"):
-        api.plan("paper-subpop-cat-dog-p3", world["artifact"])
+        api.plan("paper-subpop-cat-dog-p3", builder_world["artifact"])
     with pytest.raises(UnknownNameError, match="scale"):
-        api.plan("paper-dg-cat-dog-1", world["artifact"], scal=0.1)
+        api.plan("paper-dg-cat-dog-1", builder_world["artifact"], scal=0.1)
 
 
-def test_plan_identical_across_processes_and_hash_seeds(world):  # noqa: F811
+def test_plan_identical_across_processes_and_hash_seeds(builder_world):
     """Set iteration order changes with PYTHONHASHSEED; plans must not."""
     import hashlib
     import os
@@ -109,10 +108,10 @@ def test_plan_identical_across_processes_and_hash_seeds(world):  # noqa: F811
     for hash_seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
         for task in ("paper-dg-cat-dog-2",):
-            r = subprocess.run([sys.executable, "-c", code, task, str(world["artifact"].root)], env=env,
+            r = subprocess.run([sys.executable, "-c", code, task, str(builder_world["artifact"].root)], env=env,
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             outs.add(r.stdout.strip())
     assert len(outs) == 1
-    local = plan("paper-dg-cat-dog-2", world["artifact"].root, scale=0.1, seed=7)
+    local = plan("paper-dg-cat-dog-2", builder_world["artifact"].root, scale=0.1, seed=7)
     assert hashlib.sha256(local.table().to_json().encode() + repr(sorted(local.spec.items())).encode()).hexdigest() in outs

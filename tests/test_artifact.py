@@ -11,20 +11,14 @@ from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
+from fixtures.worlds import two_cluster_subsets
 
 
 def world() -> dict[str, list[str]]:
     """Two classes with two context clusters each (joined by one bridge subset), plus small/unkept subsets."""
-    rng = np.random.default_rng(7)
-    d: dict[str, list[str]] = {}
+    d = two_cluster_subsets(seed=7, contexts=5)
     for subject in ("cat", "dog"):
-        pools = {"in": [f"{subject}-in-{i}" for i in range(120)], "out": [f"{subject}-out-{i}" for i in range(120)]}
-        for k in range(5):
-            d[f"{subject}(sofa{k})"] = sorted(rng.choice(pools["in"], 60, replace=False).tolist())
-            d[f"{subject}(grass{k})"] = sorted(rng.choice(pools["out"], 60, replace=False).tolist())
-        # one subset bridging both clusters keeps the meta-graph connected
-        d[f"{subject}(bridge)"] = pools["in"][:30] + pools["out"][:30]
-        d[f"{subject}(rare)"] = pools["in"][:3]
+        d[f"{subject}(rare)"] = [f"{subject}-in-{i}" for i in range(3)]
     d["cat(dog)"] = ["both-1", "both-2"]
     d["dog(cat)"] = ["both-2", "both-3"]
     d["bird(tree)"] = [f"b{i}" for i in range(30)]  # big enough but bird has one subset only

@@ -2,81 +2,29 @@
 missing/corrupt images, image metadata, migration options, real shared images."""
 from __future__ import annotations
 
-import io
 import shutil
 import zipfile
-from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, shift_spec, spec_from_description
 from metashift_hf.builders.tasks import plan_task
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
-from test_paper_tasks import paper_world
-
-ATTRS = {"cat": ("orange", "white", "black", "striped"), "dog": ("sitting", "black", "white")}
+from fixtures.worlds import ATTRS
 
 
-def _jpeg(i: int) -> bytes:
-    b = io.BytesIO()
-    Image.new("RGB", (12, 10), ((i * 37) % 256, (i * 91) % 256, (i * 13) % 256)).save(b, "JPEG", quality=80)
-    return b.getvalue()
-
-
-def _meta(i: int, iid: str) -> dict:
-    cls = "cat" if iid.startswith("cat") else "dog"
-    objects = {
-        "1": {"name": cls, "x": i % 7, "y": 2, "w": 5, "h": 4, "attributes": ["orange"] if i % 2 else [],
-              "relations": [{"name": "on", "object": "2"}]},
-        "2": {"name": "sofa", "x": 0, "y": 5, "w": 12, "h": 5, "attributes": [], "relations": []},
-    }
-    return {"image_id": iid, "width": 12, "height": 10, "location": "indoors" if i % 3 else None,
-            "weather": None, "objects": objects}
-
-
-@pytest.fixture(scope="session")
-def world(tmp_path_factory):
-    """A paper-like world at ~1/10 scale: artifact (with attribute subsets + images.parquet),
-    a folder of small real JPEGs and the same images in a zip (GQA layout images/<id>.jpg)."""
-    root = tmp_path_factory.mktemp("world")
-    subsets = paper_world(n_per_class=700)
-    rng = np.random.default_rng(7)
-    kinds = {}
-    for cls, attrs in ATTRS.items():
-        pool = sorted({i for k, v in subsets.items() if k.startswith(f"{cls}(") for i in v if i.startswith(cls)})
-        for a in attrs:
-            subsets[f"{cls}({a})"] = set(rng.choice(pool, size=40 + 10 * len(a), replace=False).tolist())
-            kinds[f"{cls}({a})"] = "attribute"
-    ids = sorted(set().union(*subsets.values()))
-    meta = [_meta(i, iid) for i, iid in enumerate(ids)]
-    art = build_artifact(CandidateSubsets.from_dict(subsets, kind=kinds), root / "artifact",
-                         BuildOptions(include_attributes=True), image_meta=meta, plots=False)
-    folder = root / "images"
-    folder.mkdir()
-    for i, iid in enumerate(ids):
-        (folder / f"{iid}.jpg").write_bytes(_jpeg(i))
-    zpath = root / "images.zip"
-    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_STORED) as z:
-        for iid in ids:
-            z.write(folder / f"{iid}.jpg", f"images/{iid}.jpg")
-    return {"root": root, "artifact": art, "folder": folder, "zip": zpath, "subsets": subsets,
-            "meta": {m["image_id"]: m for m in meta}}
-
-
-def build(world, task, images=None, cache=None, **kw):
+def build(builder_world, task, images=None, cache=None, **kw):
     kw.setdefault("overrides", {"scale": 0.1} if task.startswith("paper-") else None)
-    b = Metashift(config_name=task, artifact=world["artifact"].root, images=str(images or world["folder"]),
-                  cache_dir=str(cache or world["root"] / "cache"), **kw)
+    b = Metashift(config_name=task, artifact=builder_world["artifact"].root, images=str(images or builder_world["folder"]),
+                  cache_dir=str(cache or builder_world["root"] / "cache"), **kw)
     b.download_and_prepare()
     return b.as_dataset()
 
 
-def test_subpop_splits_match_spec_and_carry_original_bytes(world):
-    ds = build(world, "paper-subpop-cat-dog-p12")
+def test_subpop_splits_match_spec_and_carry_original_bytes(builder_world):
+    ds = build(builder_world, "paper-subpop-cat-dog-p12")
     spec = shift_spec(ds)
     assert set(ds) == {"train", "validation", "test"}
     assert spec["split_sizes"] == {s: ds[s].num_rows for s in ds} == {"train": 170, "validation": 16, "test": 56}
@@ -89,14 +37,14 @@ def test_subpop_splits_match_spec_and_carry_original_bytes(world):
     assert len(ids) == len(set(ids)), "an image is in two splits"
     raw = ds["test"].cast_column("image", __import__("datasets").Image(decode=False))
     for rec in raw.select(range(10)):
-        assert rec["image"]["bytes"] == (world["folder"] / f"{rec['image_id']}.jpg").read_bytes()
+        assert rec["image"]["bytes"] == (builder_world["folder"] / f"{rec['image_id']}.jpg").read_bytes()
         assert rec["image"]["path"] == f"{rec['image_id']}.jpg"
     assert ds["train"].features["label"].names == ["cat", "dog"]
 
 
-def test_dg_leakage_and_ambiguous_removed(world):
-    ds = build(world, "paper-dg-cat-dog-3", overrides={"scale": 0.2, "additional_test_per_group": None})
-    amb = world["subsets"]["cat(dog)"]
+def test_dg_leakage_and_ambiguous_removed(builder_world):
+    ds = build(builder_world, "paper-dg-cat-dog-3", overrides={"scale": 0.2, "additional_test_per_group": None})
+    amb = builder_world["subsets"]["cat(dog)"]
     per_split = {s: set(ds[s]["image_id"]) for s in ds}
     assert not any(per_split[s] & amb for s in per_split)
     names = list(per_split)
@@ -108,10 +56,10 @@ def test_dg_leakage_and_ambiguous_removed(world):
     assert any(e["additional"] for e in spec["test_groups"])
 
 
-def test_same_seed_identical_parquet_bytes_folder_and_zip(world, tmp_path):
+def test_same_seed_identical_parquet_bytes_folder_and_zip(builder_world, tmp_path):
     outs = []
-    for n, images in enumerate((world["folder"], world["folder"], world["zip"])):
-        ds = build(world, "paper-subpop-cat-dog-p6", images=images, cache=tmp_path / f"c{n}", seed=3)
+    for n, images in enumerate((builder_world["folder"], builder_world["folder"], builder_world["zip"])):
+        ds = build(builder_world, "paper-subpop-cat-dog-p6", images=images, cache=tmp_path / f"c{n}", seed=3)
         files = {}
         for s in ds:
             path = tmp_path / f"{n}-{s}.parquet"
@@ -120,50 +68,50 @@ def test_same_seed_identical_parquet_bytes_folder_and_zip(world, tmp_path):
         outs.append(files)
     assert outs[0] == outs[1], "same seed gave different parquet bytes"
     assert outs[0] == outs[2], "zip and folder sources gave different parquet bytes"
-    other = build(world, "paper-subpop-cat-dog-p6", cache=tmp_path / "c9", seed=4)
+    other = build(builder_world, "paper-subpop-cat-dog-p6", cache=tmp_path / "c9", seed=4)
     assert other["train"]["image_id"] != __import__("datasets").load_dataset(
         "parquet", data_files=str(tmp_path / "0-train.parquet"), split="train",
         cache_dir=str(tmp_path / "pq"))["image_id"]
 
 
-def test_missing_images_error_and_skip(world, tmp_path):
+def test_missing_images_error_and_skip(builder_world, tmp_path):
     folder = tmp_path / "imgs"
-    shutil.copytree(world["folder"], folder)
-    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], scale=0.1)
+    shutil.copytree(builder_world["folder"], folder)
+    plan = plan_task("paper-subpop-cat-dog-p1", builder_world["artifact"], scale=0.1)
     gone = plan.splits["train"][0].image_id
     (folder / f"{gone}.jpg").unlink()
     with pytest.raises(MissingImagesError) as exc:
-        build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c1")
+        build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c1")
     assert gone in exc.value.what and "--on-missing skip" in exc.value.fix
-    ds = build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
+    ds = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
     spec = shift_spec(ds)
     assert ds["train"].num_rows == spec["split_sizes"]["train"] == plan.spec["split_sizes"]["train"] - 1
     assert spec["skipped_images"]["n"] == 1 and spec["skipped_images"]["missing"] == [gone]
     # putting the image back gives a fresh build in the same cache, not the stale skipped one
-    shutil.copy(world["folder"] / f"{gone}.jpg", folder / f"{gone}.jpg")
-    again = build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
+    shutil.copy(builder_world["folder"] / f"{gone}.jpg", folder / f"{gone}.jpg")
+    again = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
     assert gone in again["train"]["image_id"] and "skipped_images" not in shift_spec(again)
 
 
-def test_corrupt_image_is_reported(world, tmp_path):
+def test_corrupt_image_is_reported(builder_world, tmp_path):
     folder = tmp_path / "imgs"
-    shutil.copytree(world["folder"], folder)
-    plan = plan_task("paper-subpop-cat-dog-p1", world["artifact"], scale=0.1)
+    shutil.copytree(builder_world["folder"], folder)
+    plan = plan_task("paper-subpop-cat-dog-p1", builder_world["artifact"], scale=0.1)
     bad = plan.splits["test"][3].image_id
     data = (folder / f"{bad}.jpg").read_bytes()
     (folder / f"{bad}.jpg").write_bytes(data[: len(data) // 2])
     with pytest.raises(MissingImagesError, match=bad):
-        build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c1")
-    ds = build(world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
+        build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c1")
+    ds = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
     assert bad not in ds["test"]["image_id"] and shift_spec(ds)["skipped_images"]["corrupt"] == [bad]
 
 
-def test_with_image_metadata_round_trip(world):
-    ds = build(world, "class-cat", with_image_metadata=True)
+def test_with_image_metadata_round_trip(builder_world):
+    ds = build(builder_world, "class-cat", with_image_metadata=True)
     assert set(ds) == {"train"}
     rows = ds["train"].remove_columns("image")
     for rec in rows.select(range(0, rows.num_rows, max(1, rows.num_rows // 20))):
-        m = world["meta"][rec["image_id"]]
+        m = builder_world["meta"][rec["image_id"]]
         assert (rec["width"], rec["height"], rec["location"], rec["weather"]) == (
             m["width"], m["height"], m["location"], m["weather"])
         want = [{"object_id": k, **{f: v[f] for f in ("name", "x", "y", "w", "h", "attributes")},
@@ -172,19 +120,19 @@ def test_with_image_metadata_round_trip(world):
     assert ds["train"].features["objects"].feature["x"].dtype == "int32"
 
 
-def test_class_collection_one_row_per_image_with_contexts(world):
-    ds = build(world, "class-dog")
+def test_class_collection_one_row_per_image_with_contexts(builder_world):
+    ds = build(builder_world, "class-dog")
     ids = ds["train"]["image_id"]
     assert len(ids) == len(set(ids))
-    a = world["artifact"]
+    a = builder_world["artifact"]
     assert set(ids) == a.class_images("dog")
     for rec in ds["train"].remove_columns("image").select(range(30)):
         assert all(rec["image_id"] in a.images(f"dog({c})") for c in rec["contexts"])
         assert rec["group"] == f"dog(community-{rec['community']})"
 
 
-def test_migration_options(world):
-    art = world["artifact"]
+def test_migration_options(builder_world):
+    art = builder_world["artifact"]
     attrs = plan_task("attributes", art, selected_classes=["cat"])
     assert {c for r in attrs.splits["train"] for c in r.contexts} <= set(ATTRS["cat"])
     same = plan_task("attributes", art, attributes_dataset=True, selected_classes=["cat"])
@@ -209,19 +157,19 @@ def test_migration_options(world):
     assert "bowl" in LEGACY_CLASSES
 
 
-def test_bad_task_name_did_you_mean(world):
+def test_bad_task_name_did_you_mean(builder_world):
     with pytest.raises(UnknownNameError) as exc:
-        Metashift(config_name="paper-dg-cat-dgo-1", artifact=world["artifact"].root, images=str(world["folder"]),
-                  cache_dir=str(world["root"] / "cache"))
+        Metashift(config_name="paper-dg-cat-dgo-1", artifact=builder_world["artifact"].root, images=str(builder_world["folder"]),
+                  cache_dir=str(builder_world["root"] / "cache"))
     assert "paper-dg-cat-dog-1" in exc.value.what
     with pytest.raises(UnknownNameError, match="class-cat"):
-        plan_task("class-cta", world["artifact"])
+        plan_task("class-cta", builder_world["artifact"])
 
 
-def test_description_carries_spec(world):
-    ds = build(world, "paper-subpop-cat-dog-p12")
+def test_description_carries_spec(builder_world):
+    ds = build(builder_world, "paper-subpop-cat-dog-p12")
     spec = spec_from_description(ds["train"].info.description)
-    assert spec == plan_task("paper-subpop-cat-dog-p12", world["artifact"], scale=0.1).spec
+    assert spec == plan_task("paper-subpop-cat-dog-p12", builder_world["artifact"], scale=0.1).spec
     with pytest.raises(InputFormatError):
         spec_from_description("no spec here")
 

@@ -6,21 +6,21 @@ import re
 import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf import __version__
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.export import export_prepared
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
 @pytest.fixture(scope="module")
-def exported(shared_ref, tmp_path_factory):
+def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("cards")
     art = build_tiny_artifact(root / "artifact")
     # A meta-graph picture as the build writes it when matplotlib is present.
     (art.root / "plots").mkdir(exist_ok=True)
     (art.root / "plots" / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"cat-plot")
-    images = copy_reference_images(shared_ref, root / "images")
+    images = sample_jpegs(root / "images")
     tasks = [make_prepared("paper-dg-cat-dog-1", images),
              make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional")]
     repos = export_prepared(tasks, art, root / "out", namespace="metashift-org")

@@ -3,32 +3,29 @@ manifest / environment (metashift-hf download) when no path is given."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf import cli, manifest as mf
+from fixtures.tasks import sample_jpegs
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")
 
 
-def _world(shared_ref, tmp_path):
+def _world(tmp_path):
     images = tmp_path / "images"
-    images.mkdir()
-    for src in sorted((shared_ref / "images").glob("*/*.jpg")):
-        shutil.copyfile(src, images / src.name)
-    ids = sorted(p.stem for p in images.iterdir())
+    ids = sorted(p.stem for p in sample_jpegs(images, n=15))
     subsets = {"cat(a)": ids[0:8], "cat(b)": ids[4:12], "cat(c)": ids[8:]}
     art = build_artifact(CandidateSubsets.from_dict(subsets), tmp_path / "art",
                          BuildOptions(min_images_per_subset=3, min_subsets_per_class=2), plots=False)
     return art, images, ids
 
 
-def test_export_missing_image_errors_then_skips(shared_ref, tmp_path, capsys):
-    art, images, ids = _world(shared_ref, tmp_path)
+def test_export_missing_image_errors_then_skips(tmp_path, capsys):
+    art, images, ids = _world(tmp_path)
     (images / f"{ids[3]}.jpg").unlink()
     args = ["export", "class-cat", "--artifact", str(art.root), "--images", str(images), "--no-verify"]
 
@@ -43,8 +40,9 @@ def test_export_missing_image_errors_then_skips(shared_ref, tmp_path, capsys):
     assert sum(spec["split_sizes"].values()) == len(ids) - 1
 
 
-def test_export_and_evaluate_find_registered_images(shared_ref, tmp_path, capsys):
-    art, images, ids = _world(shared_ref, tmp_path)
+@pytest.mark.slow
+def test_export_and_evaluate_find_registered_images(tmp_path, capsys):
+    art, images, ids = _world(tmp_path)
     args = ["export", "class-cat", "--artifact", str(art.root), "--no-verify", "--out", str(tmp_path / "o")]
     assert cli.main(args) == 2
     assert "--images not given" in capsys.readouterr().err

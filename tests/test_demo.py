@@ -5,10 +5,12 @@ import importlib.util
 import json
 
 import datasets
+import pytest
 
 from metashift_hf import cli
 
 
+@pytest.mark.slow
 def test_demo_runs_every_stage(tmp_path, capsys):
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out)]) == 0

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
+pytestmark = pytest.mark.slow  # a real model over real images
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402

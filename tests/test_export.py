@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hub_server import build_demo, build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.export import export_prepared, export_tasks, verify_export
 from metashift_hf import shards
 from metashift_hf.shards import write_config
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +22,15 @@ def art(tmp_path_factory):
 
 
 @pytest.fixture
-def images(shared_ref, tmp_path):
-    return copy_reference_images(shared_ref, tmp_path / "images")
+def images(tmp_path):
+    return sample_jpegs(tmp_path / "images")
 
 
 def _sha(p: Path) -> str:
     return hashlib.sha256(Path(p).read_bytes()).hexdigest()
 
 
-def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path, shared_ref):
+def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     originals = {p.stem: _sha(p) for p in images}
     task = make_prepared("paper-dg-cat-dog-1", images)
     repos = export_prepared([task], art, tmp_path / "out")
@@ -91,7 +91,8 @@ def test_deterministic_bytes(art, images, tmp_path):
 
 def test_shards_named_and_ordered(art, images, tmp_path):
     task = make_prepared("paper-dg-cat-dog-1", images)
-    cfg = write_config(task.dataset, tmp_path / "repo", "cfg", max_shard_bytes=300_000, row_group_rows=2)
+    train_bytes = sum(Path(p).stat().st_size for p in images[: len(images) * 2 // 3])  # the first 2/3 train
+    cfg = write_config(task.dataset, tmp_path / "repo", "cfg", max_shard_bytes=train_bytes // 3, row_group_rows=2)
     train = next(s for s in cfg.splits if s.name == "train")
     n = len(train.files)
     assert n > 1 and train.files == tuple(f"cfg/train-{i:05d}-of-{n:05d}.parquet" for i in range(n))
@@ -135,12 +136,13 @@ def test_verify_needs_an_exported_repo(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(demo_build, tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
-    world, art = build_demo(root)
+    world, art = demo_build
     return root, world, art
 
 
+@pytest.mark.slow
 def test_export_tasks_end_to_end_from_the_demo_world(demo):
     from metashift_hf.api import prepare
 
@@ -167,6 +169,7 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     assert all(f'load_dataset("{root / "out" / f"metashift-{t}"}", "{t}")' in index for t in tasks)
 
 
+@pytest.mark.slow
 def test_cli_export_prints_the_load_lines(demo, capsys):
     from metashift_hf.cli import main
 

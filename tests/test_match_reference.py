@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 from metashift_hf import wordnet_match
 from metashift_hf.builders.match_artifact import run_match

@@ -9,28 +9,7 @@ import pytest
 from metashift_hf.builders import paper_tasks as pt
 from metashift_hf.builders.shifts import SetSource
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
-
-
-def paper_world(n_per_class: int = 7000, seed: int = 0) -> dict[str, set[str]]:
-    """Cats mostly indoors, dogs mostly outdoors; every paper context present; 30 cat+dog images."""
-    rng = np.random.default_rng(seed)
-    indoor = sorted(set(pt.SUBPOP_GROUPS["cat(indoor)"]) | set(pt.SUBPOP_GROUPS["dog(indoor)"]))
-    outdoor = sorted(set(pt.SUBPOP_GROUPS["cat(outdoor)"]) | set(pt.SUBPOP_GROUPS["dog(outdoor)"]))
-    every = sorted({c for d in [pt.DG_TRAIN_CAT, pt.DG_TEST, pt.DG_ADDITIONAL_TEST, *pt.DG_DOG_EXPERIMENTS]
-                    for v in d.values() for c in v} | set(indoor) | set(outdoor))
-    subsets: dict[str, set[str]] = {}
-    for cls, p_in in (("cat", 0.8), ("dog", 0.25)):
-        for i in range(n_per_class):
-            iid = f"{cls}{i}"
-            pool = indoor if rng.random() < p_in else outdoor
-            if rng.random() < 0.15:
-                pool = every
-            for ctx in rng.choice(pool, size=rng.integers(3, 9), replace=False):
-                subsets.setdefault(f"{cls}({ctx})", set()).add(iid)
-    for j in range(30):
-        for name in ("cat(dog)", "dog(cat)", "cat(sofa)", "dog(shelf)"):
-            subsets.setdefault(name, set()).add(f"both{j}")
-    return subsets
+from fixtures.worlds import paper_world
 
 
 @pytest.fixture(scope="module")

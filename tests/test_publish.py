@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import build_demo, build_tiny_artifact, client_env, copy_reference_images, make_prepared, running_hub
 from metashift_hf import shards as shards_mod
 from metashift_hf.export import export_prepared
+from fixtures.fake_hub import client_env, running_hub
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 TOKEN = "hf_test_write_token_123"
 NS = "tester"
@@ -22,10 +23,10 @@ CONFIGS = ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
 
 
 @pytest.fixture(scope="module")
-def exported(shared_ref, tmp_path_factory):
+def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("publish")
     art = build_tiny_artifact(root / "artifact")
-    images = copy_reference_images(shared_ref, root / "images")
+    images = sample_jpegs(root / "images")
     tasks = [make_prepared(CONFIGS[0], images), make_prepared(CONFIGS[1], images, shift_type="conditional")]
     export_prepared(tasks, art, root / "out", namespace=NS)
     return {"root": root, "out": root / "out", "art": art, "tasks": tasks}
@@ -109,6 +110,7 @@ def commit_counts(state) -> dict[str, int]:
     return {repo_id: len(repo.commits) for (_, repo_id), repo in state.repos.items()}
 
 
+@pytest.mark.slow
 def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
     with running_hub() as (endpoint, state):
         r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
@@ -149,11 +151,15 @@ def test_dry_run_prints_the_plan_and_pushes_nothing(exported, tmp_path, local_cl
         assert r.returncode == 0, r.stderr[-3000:]
         assert "dry run: nothing is pushed" in r.stdout
         assert f"{NS}/metashift-{CONFIGS[0]} (new repo): upload 4 files" in r.stdout
-        assert f"upload    {CONFIGS[0]}/train-00000-of-00001.parquet  1.3 MB" in r.stdout
+        shard = f"{CONFIGS[0]}/train-00000-of-00001.parquet"
+        size = (exported["out"] / f"metashift-{CONFIGS[0]}" / shard).stat().st_size
+        assert 1_000 <= size < 1_000_000  # the sample JPEGs make a shard of some kB
+        assert f"upload    {shard}  {size / 1000:.1f} kB" in r.stdout
         assert state.repos == {} and state.collections == {}
         assert all(m == "GET" for m, _, _ in state.requests)
 
 
+@pytest.mark.slow
 def test_run_that_dies_halfway_completes_without_duplicates(exported, tmp_path):
     with running_hub() as (endpoint, state):
         # The index repo is committed, then the first task repo's commit fails after its LFS uploads.
@@ -171,6 +177,7 @@ def test_run_that_dies_halfway_completes_without_duplicates(exported, tmp_path):
         assert len(next(iter(state.collections.values()))["items"]) == 3
 
 
+@pytest.mark.slow
 def test_token_is_never_printed_or_logged(exported, tmp_path):
     debug = {"HF_HUB_VERBOSITY": "debug", "DATASETS_VERBOSITY": "debug"}
     with running_hub() as (endpoint, state):
@@ -232,10 +239,12 @@ def test_metadata_the_hub_refuses(exported, tmp_path, local_cli):
         assert state.count("POST", "/commit/") == 1  # only the index repo (sorted first) was committed
 
 
+@pytest.mark.slow
 def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeypatch):
     with running_hub() as (endpoint, state):
         assert cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
-        monkeypatch.setattr(shards_mod, "MAX_SHARD_BYTES", 400_000)  # more, smaller shards
+        train = exported["out"] / f"metashift-{CONFIGS[0]}" / CONFIGS[0] / "train-00000-of-00001.parquet"
+        monkeypatch.setattr(shards_mod, "MAX_SHARD_BYTES", train.stat().st_size // 3)  # more, smaller shards
         monkeypatch.setattr(shards_mod, "ROW_GROUP_ROWS", 2)
         resharded = tmp_path / "resharded"
         export_prepared(exported["tasks"], exported["art"], resharded, namespace=NS)
@@ -250,9 +259,10 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
         assert got["train"] == local_rows(exported["out"] / f"metashift-{CONFIGS[0]}", CONFIGS[0])["train"]
 
 
-def test_publish_tasks_from_the_cli_end_to_end(tmp_path):
+@pytest.mark.slow
+def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
     """The user's path: tasks -> export (cards name the Hub repo) -> push -> load by repo id."""
-    world, art = build_demo(tmp_path / "demo")
+    world, art = demo_build
     task = "paper-dg-cat-dog-1"
     args = ["publish", task, "--artifact", str(art.root), "--images", str(world.images_dir), "--namespace", NS,
             "--set", "scale=0.5"]

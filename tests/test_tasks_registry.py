@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 from metashift_hf import wordnet_match
 from metashift_hf.cli import main

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_wordnet_loader import wn, wordnet_cache  # noqa: F401  (shared session fixtures)
 
 from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
 import metashift_hf.download

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -24,19 +23,6 @@ needs_debian = pytest.mark.skipif(
     not (DEBIAN_DICT_DIR / "data.noun").is_file(),
     reason="Debian wordnet-base is not installed (apt-get install wordnet-base wordnet-sense-index)",
 )
-
-
-# Session fixtures shared with the other wordnet_match test files (they import them from here).
-@pytest.fixture(scope="session")
-def wordnet_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("wordnet-cache")
-
-
-@pytest.fixture(scope="session")
-def wn(wordnet_cache):
-    if not (DEBIAN_DICT_DIR / "data.noun").is_file():
-        pytest.skip("Debian wordnet-base is not installed (apt-get install wordnet-base wordnet-sense-index)")
-    return load_wordnet(cache_dir=wordnet_cache, use_nltk_corpus=False)
 
 
 def test_lexnames_table_is_the_fixed_45_lines():
