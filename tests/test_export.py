@@ -161,7 +161,7 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     dg = (repos[0].path / "README.md").read_text()
     assert "images/cat.png" in dg and (repos[0].path / "images" / "dog.png").is_file()
     assert "Distance d: paper 0.440" in dg and "**Domain generalisation**" in dg
-    assert "built from the seeded **demo world**" in dg
+    assert "Synthetic data, not MetaShift" in dg and "(artifact `source: demo`)" in dg
     assert "--seed 0 --set scale=0.5 --out DIR`" in dg and "Sizes were scaled by 0.5" in dg
     sub = (repos[1].path / "README.md").read_text()
     assert "**Subpopulation shift**" in sub and "Minority groups make up p =" in sub

@@ -9,11 +9,10 @@ from metashift_hf.builders import levels
 from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 
-def test_listed_and_planned(world):  # noqa: F811
-    art = world["artifact"]
+def test_listed_and_planned(builder_world):
+    art = builder_world["artifact"]
     ids = [i for i in task_ids(art) if i.startswith("shift-")]
     assert ids == levels.family_ids(["cat", "dog"])
     for tid in ("shift-marginal-cat-dog-d0", "shift-marginal-cat-dog-d3-mix25", "shift-conditional-cat-dog-delta49-rev",
@@ -31,24 +30,24 @@ def test_listed_and_planned(world):  # noqa: F811
         api.plan("shift-marginal-cat-dog-d2", art.root, train_per_clas=8)
 
 
-def test_tasks_list_kind_shift(world, capsys):  # noqa: F811
-    assert main(["tasks", "list", "--artifact", str(world["artifact"].root), "--kind", "shift"]) == 0
+def test_tasks_list_kind_shift(builder_world, capsys):
+    assert main(["tasks", "list", "--artifact", str(builder_world["artifact"].root), "--kind", "shift"]) == 0
     out = capsys.readouterr().out
     assert "shift-marginal-cat-dog-d3 " in out and "paper-" not in out
 
 
-def test_prepared_like_any_task(world, tmp_path):  # noqa: F811
+def test_prepared_like_any_task(builder_world, tmp_path):
     tid = "shift-conditional-cat-dog-delta30"
-    task = api.prepare(tid, world["artifact"].root, world["folder"], cache_dir=tmp_path)
-    p = api.plan(tid, world["artifact"].root)
+    task = api.prepare(tid, builder_world["artifact"].root, builder_world["folder"], cache_dir=tmp_path)
+    p = api.plan(tid, builder_world["artifact"].root)
     for split, rows in p.splits.items():
         assert sorted(task.dataset[split]["image_id"]) == sorted(r.image_id for r in rows)
     assert task.spec["level"]["delta"] == 0.3
 
 
-def test_paper_tasks_have_levels(world):  # noqa: F811
-    dg = api.plan("paper-dg-cat-dog-1", world["artifact"].root, scale=0.1)
+def test_paper_tasks_have_levels(builder_world):
+    dg = api.plan("paper-dg-cat-dog-1", builder_world["artifact"].root, scale=0.1)
     assert dg.spec["level"]["type"] == "marginal" and dg.spec["level"]["distance"] == dg.spec["distance"]["value"]
-    sp = api.plan("paper-subpop-cat-dog-p12", world["artifact"].root, scale=0.1)
+    sp = api.plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
     p = sp.spec["minority_fraction"]["achieved"]
     assert sp.spec["level"]["type"] == "conditional" and sp.spec["level"]["delta"] == pytest.approx(0.5 - p)

@@ -9,7 +9,6 @@ import sys
 import pytest
 from huggingface_hub import DatasetCard
 
-from hub_server import build_tiny_artifact, copy_reference_images, make_prepared
 from metashift_hf import stats as st
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
@@ -18,6 +17,7 @@ from metashift_hf.core.provenance import demo_world_summary
 from metashift_hf.demo_world import generate_demo_world
 from metashift_hf.export import export_prepared
 from metashift_hf.publish import push_repos
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +64,14 @@ def test_detection_needs_the_summary_to_list_the_same_bytes(world, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def synthetic_export(shared_ref, tmp_path_factory):
+def synthetic_export(tmp_path_factory):
     root = tmp_path_factory.mktemp("prov")
     art = build_tiny_artifact(root / "artifact")
     manifest = json.loads((art.root / "manifest.json").read_text())
     manifest.update(source="demo", synthetic=True)  # as a demo build records it
     (art.root / "manifest.json").write_text(json.dumps(manifest))
     art = Artifact.load(art.root)
-    images = copy_reference_images(shared_ref, root / "images")
+    images = sample_jpegs(root / "images")
     repos = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, root / "out", namespace="ns")
     return repos
 
@@ -87,11 +87,11 @@ def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synth
         assert "CC BY 4.0" not in body and "license: cc-by-4.0" not in body
 
 
-def test_real_cards_name_their_provenance_and_image_origin(shared_ref, tmp_path):
+def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     art = build_tiny_artifact(tmp_path / "artifact")  # source "custom"
     art.manifest["source"] = "gqa"
     art.provenance = "gqa"
-    images = copy_reference_images(shared_ref, tmp_path / "images")
+    images = sample_jpegs(tmp_path / "images")
     (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")
     text = (repo.path / "README.md").read_text()
     body = text.split("---\n", 2)[2]

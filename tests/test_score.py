@@ -17,7 +17,6 @@ from metashift_hf.core.errors import InputFormatError, MissingImagesError, Unkno
 from metashift_hf.evaluate.stats import wilson_interval
 from metashift_hf.export import export_tasks
 from metashift_hf.score import Predictions, expected_calibration_error, score
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 TASK = "paper-subpop-cat-dog-p6"
 OPTIONS = {"scale": 0.1}
@@ -31,10 +30,10 @@ def _guess(image_id: str, label: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(world, tmp_path_factory):  # noqa: F811
+def exported(builder_world, tmp_path_factory):
     """The task exported to parquet, read back with pyarrow alone: split, image_id, label name, group."""
     out = tmp_path_factory.mktemp("score-export")
-    export_tasks([TASK], world["artifact"].root, world["folder"], out, **OPTIONS)
+    export_tasks([TASK], builder_world["artifact"].root, builder_world["folder"], out, **OPTIONS)
     frames = []
     for path in sorted(out.glob(f"*/{TASK}/*.parquet")):
         t = pq.read_table(path, columns=["image_id", "label", "group"])
@@ -45,7 +44,7 @@ def exported(world, tmp_path_factory):  # noqa: F811
         frames.append(df)
     table = pd.concat(frames, ignore_index=True)
     table["prediction"] = [_guess(i, c) for i, c in zip(table["image_id"], table["label"])]
-    return {"table": table, "dir": out, "artifact": world["artifact"].root}
+    return {"table": table, "dir": out, "artifact": builder_world["artifact"].root}
 
 
 def test_per_group_matches_independent_computation(exported, tmp_path):

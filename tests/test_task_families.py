@@ -4,14 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from test_builder import world  # noqa: F401  (module fixture: the demo-style world artifact)
 
 from metashift_hf.builders import shifts, tasks
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 
 
-def test_every_id_has_exactly_one_family(world):  # noqa: F811
-    art = world["artifact"]
+def test_every_id_has_exactly_one_family(builder_world):
+    art = builder_world["artifact"]
     ids = tasks.task_ids(art)
     assert {"paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "class-cat", "classes"} <= set(ids)
     for task_id in ids:
@@ -22,8 +21,8 @@ def test_every_id_has_exactly_one_family(world):  # noqa: F811
     assert {"paper", "class", "collection", "binary", "multiclass"} <= set(tasks.kinds())
 
 
-def test_options_are_typed_and_checked(world):  # noqa: F811
-    art = world["artifact"]
+def test_options_are_typed_and_checked(builder_world):
+    art = builder_world["artifact"]
     fam = tasks.family_of(art, "paper-dg-cat-dog-1")
     opts = tasks.parse_options(fam, "paper-dg-cat-dog-1", {"scale": 1, "train_per_group": 20.0,
                                                             "additional_test_per_group": None})
@@ -42,10 +41,10 @@ def test_options_are_typed_and_checked(world):  # noqa: F811
     assert tasks.option_docs(tasks.ClassOptions)["min_local_groups"]
 
 
-def test_spec_records_given_options(world):  # noqa: F811
-    plan = tasks.plan_task("paper-subpop-cat-dog-p1", world["artifact"], scale=0.1)
+def test_spec_records_given_options(builder_world):
+    plan = tasks.plan_task("paper-subpop-cat-dog-p1", builder_world["artifact"], scale=0.1)
     assert plan.spec["overrides"] == {"scale": 0.1}
-    plan = tasks.plan_task("classes", world["artifact"], selected_classes=["cat"])
+    plan = tasks.plan_task("classes", builder_world["artifact"], selected_classes=["cat"])
     assert plan.spec["overrides"] == {"selected_classes": ["cat"]} and plan.classes == ["cat"]
 
 
@@ -76,10 +75,10 @@ class _OneClass(tasks.TaskFamily):
         return shifts.collection(task_id, source, contexts={cls: {c: ctx[c] for c in keep}}, seed=seed)
 
 
-def test_adding_a_family_is_one_registration(world, monkeypatch):  # noqa: F811
+def test_adding_a_family_is_one_registration(builder_world, monkeypatch):
     monkeypatch.setattr(tasks, "_FAMILIES", list(tasks.families()))
     tasks.register(_OneClass())
-    art = world["artifact"]
+    art = builder_world["artifact"]
     assert "one-cat" in tasks.task_ids(art)
     plan = tasks.plan_task("one-cat", art, cap=2)
     assert plan.classes == ["cat"] and plan.spec["overrides"] == {"cap": 2}

