@@ -39,4 +39,13 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         expected = sum(min(EVAL_SAMPLE_PER_SPLIT, len(s)) for s in splits.values())
         assert report["overall"]["n"] == expected
         assert report["run"]["model"]["name"] == "efficientnet-lite0"
+        assert report["run"]["mode"] == "restricted"
+        # the same logits scored hierarchy-aware, kept beside the headline
+        hier = json.loads((out / "eval-hierarchy" / "report.json").read_text())
+        assert hier["run"]["mode"] == "hierarchy" and hier["overall"]["n"] == expected
+        # linear-probe ERM on the subpopulation task: average vs worst group, as scored from its predictions
+        scores = json.loads((out / "train" / "seed-0" / "scores.json").read_text())
+        assert scores["task_id"] == "paper-subpop-cat-dog-p12" and scores["worst_group"]["accuracy"] <= scores["average"]
+        assert f"average {100 * scores['average']:.1f}% vs worst group" in printed
+        assert f"(restricted): {100 * report['overall']['accuracy']:.1f}%" in printed
     assert "Done in" in printed

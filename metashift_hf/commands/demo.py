@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
     p.add_argument("--seed", type=int, default=0, help="seed of the demo world and task sampling")
     p.add_argument("--n-images", type=int, default=None, help="size of the demo world (default: generator's)")
-    p.add_argument("--no-eval", action="store_true", help="skip the EfficientNet-Lite0 evaluation")
+    p.add_argument("--no-eval", action="store_true", help="skip the training and EfficientNet-Lite0 evaluation stages (no torch needed)")
     p.set_defaults(func=_run)
 
 

@@ -1,0 +1,53 @@
+"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.experiments.EXPERIMENTS."""
+from __future__ import annotations
+
+import argparse
+
+from ..experiments import EXPERIMENTS, run_experiment
+from ..manifest import resolve_input
+from ..train import METHODS, PROBES, TrainConfig
+from .export import parse_overrides
+
+
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """What to train (as for `metashift-hf train`)."""
+    p.add_argument("--method", choices=METHODS, default="erm", help="training objective (default erm)")
+    p.add_argument("--probe", choices=PROBES, default="linear", help="linear head on frozen features, or fine-tune all (default linear)")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1 per task (default 3)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    p.add_argument("--image-size", type=int, default=None, help="linear probe: backbone input size (default 224)")
+    p.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("experiment", help="run one of the paper's experiments (paper-dg, paper-subpop): train, table, plot",
+                              description="Each experiment trains a baseline on each of its tasks and writes results.json, "
+                                          "results.md, NAME.png and runs/<task>/ into --out.")
+    sub = p.add_subparsers(dest="experiment", metavar="|".join(EXPERIMENTS))
+    for name, exp in EXPERIMENTS.items():
+        q = sub.add_parser(name, help=exp.help, description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.")
+        q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
+        q.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
+        q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
+        q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
+        add_training_arguments(q)
+        q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
+        q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out (nothing else is ever replaced)")
+        q.add_argument("--no-progress", action="store_true", help="no progress bars")
+        q.set_defaults(func=run)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    options, _ = parse_overrides(args.overrides, [])
+    images = args.images or resolve_input("images", required=False)
+    config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
+                         image_size=args.image_size)
+    result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
+                            cache_dir=args.cache_dir, progress=not args.no_progress, force=args.force,
+                            say=print)
+    print(result.summary())
+    print(f"results: {args.out}/results.md, results.json, {args.experiment}.png, runs/<task>/")
+    return 0
