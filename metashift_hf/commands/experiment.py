@@ -5,19 +5,9 @@ import argparse
 
 from ..experiments import EXPERIMENTS, run_experiment
 from ..manifest import resolve_input
-from ..train import METHODS, PROBES, TrainConfig
+from ..train import TrainConfig
 from .export import parse_overrides
-
-
-def add_training_arguments(p: argparse.ArgumentParser) -> None:
-    """What to train (as for `metashift-hf train`)."""
-    p.add_argument("--method", choices=METHODS, default="erm", help="training objective (default erm)")
-    p.add_argument("--probe", choices=PROBES, default="linear", help="linear head on frozen features, or fine-tune all (default linear)")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1 per task (default 3)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
-    p.add_argument("--image-size", type=int, default=None, help="linear probe: backbone input size (default 224)")
-    p.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
+from .train import add_training_arguments
 
 
 def register(subparsers) -> None:
@@ -28,14 +18,12 @@ def register(subparsers) -> None:
     for name, exp in EXPERIMENTS.items():
         q = sub.add_parser(name, help=exp.help, description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.")
         q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
-        q.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
         q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
         q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
-        add_training_arguments(q)
+        add_training_arguments(q, default_seeds=3)
         q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
         q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out (nothing else is ever replaced)")
-        q.add_argument("--no-progress", action="store_true", help="no progress bars")
         q.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 

@@ -9,6 +9,20 @@ from .export import parse_overrides
 from .score import add_task_arguments
 
 
+def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int) -> None:
+    """What to train, shared with `metashift-hf experiment`."""
+    p.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
+    p.add_argument("--method", choices=METHODS, default="erm", help="training objective (default erm)")
+    p.add_argument("--probe", choices=PROBES, default="linear", help="linear head on frozen features, or fine-tune all (default linear)")
+    p.add_argument("--seeds", type=int, default=default_seeds, help=f"training seeds 0..N-1 (default {default_seeds})")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="linear probe: backbone input size in pixels (default the model's 224; smaller suits small images)")
+    p.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train ERM / reweight / GroupDRO baselines (EfficientNet-Lite0 linear probe or fine-tuning) and score them",
@@ -20,20 +34,11 @@ def register(subparsers) -> None:
                     "seed-<s>/{predictions.csv,scores.json,scores.md}, scores.json/scores.md (mean ± std over "
                     "seeds, ddof 1) and run_card.json into --out.")
     add_task_arguments(p)
-    p.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
-    p.add_argument("--method", choices=METHODS, default="erm", help="training objective (default erm)")
-    p.add_argument("--probe", choices=PROBES, default="linear", help="linear head on frozen features, or fine-tune all (default linear)")
-    p.add_argument("--seeds", type=int, default=1, help="number of training seeds 0..N-1 (default 1)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    add_training_arguments(p, default_seeds=1)
     p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default 64 linear, 32 finetune)")
-    p.add_argument("--image-size", type=int, default=None,
-                   help="linear probe: backbone input size in pixels (default the model's 224; smaller suits small images)")
-    p.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
     p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier run with --force")
     p.add_argument("--force", action="store_true", help="replace an earlier training run in --out (nothing else is ever replaced)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
