@@ -21,6 +21,7 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
+from metashift_hf.core.fsutil import hash_file
 
 from . import distances, metagraph
 from .distances import Distance, DistanceMatrix
@@ -61,14 +62,6 @@ IMAGES_SCHEMA = pa.schema([
 # ------------------------------------------------------------------------------------------------
 # writing
 # ------------------------------------------------------------------------------------------------
-def write_parquet(table: pa.Table, path: Path) -> None:
-    """Fixed settings so identical tables give identical bytes."""
-    pq.write_table(
-        table, path, compression="zstd", compression_level=3, use_dictionary=True,
-        write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",
-    )
-
-
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -122,9 +115,7 @@ def table_hash(folder: Path, names: Sequence[str]) -> str:
     h = hashlib.sha256()
     for name in sorted(names):
         h.update(name.encode() + b"\0")
-        with open(folder / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        hash_file(folder / name, h)
     return h.hexdigest()
 
 

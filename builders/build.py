@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file
+from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file, write_parquet
 from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_summary, is_synthetic
 
 from . import artifact as art
@@ -27,7 +27,6 @@ from .subsets import KINDS, CandidateSubsets, apply_rules, candidates_from_scene
 
 PAIRINGS = ("relation", "cooccurrence")
 GENERAL_CONTEXT_AS = ("subject", "context")
-COMMUNITY_METHODS = ("cnm", "louvain")
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class BuildOptions:
             raise bad("spectral_dim", self.spectral_dim, "use at least 1 (default 5)")
         if not isinstance(self.edge_threshold, (int, float)) or not 0.0 <= float(self.edge_threshold) <= 1.0:
             raise bad("edge_threshold", self.edge_threshold, "use a number in [0, 1] (default 0.2; the paper says 0.1)")
-        for f, allowed in (("community_method", COMMUNITY_METHODS), ("pairing", PAIRINGS),
+        for f, allowed in (("community_method", metagraph.COMMUNITY_METHODS), ("pairing", PAIRINGS),
                            ("general_context_as", GENERAL_CONTEXT_AS)):
             if getattr(self, f) not in allowed:
                 raise bad(f, getattr(self, f), f"use one of {', '.join(allowed)}")
@@ -257,11 +256,11 @@ def build_artifact(
     input_paths = [i.get("path") for i in inputs]
     with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp, \
             ThreadPoolExecutor(max_workers=1) as writer:
-        pending = [writer.submit(art.write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
+        pending = [writer.submit(write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
         files = ["membership.parquet"]
         if image_meta is not None:
             pending.append(writer.submit(
-                lambda: art.write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
+                lambda: write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
             files.append("images.parquet")
 
         clock = _Clock()
@@ -285,7 +284,7 @@ def build_artifact(
         for name, table in (("subsets", art.subsets_table(candidates, rules.kept, communities)),
                             ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t),
                             ("distances", _distances_table(analyses))):
-            art.write_parquet(table, tmp / f"{name}.parquet")
+            write_parquet(table, tmp / f"{name}.parquet")
             files.append(f"{name}.parquet")
         for job in pending:
             job.result()  # re-raises a writer error here

@@ -20,6 +20,7 @@ from metashift_hf.builders.distances import Distance
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import describe, is_synthetic
+from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
@@ -45,7 +46,6 @@ FIELD_MEANING = {
     "group": "`class(context-group)`, the group the image was sampled for",
     "community": "meta-graph community of the group's subsets (-1 when not applicable)",
 }
-PUBLISHED = {"classes": 410, "subsets": 12868, "candidate_keys": 17938}  # MetaShift paper, full set
 
 
 def _template(name: str) -> Template:
@@ -224,10 +224,10 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
         if is_synthetic(source):
             out.append(f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats['classes']} classes "
                        f"and {stats['subsets']:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
-                       f"({PUBLISHED['classes']} classes, {PUBLISHED['subsets']:,} subsets).")
+                       f"({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets).")
         else:
             out.append(f"The artifact has {stats['classes']} classes and {stats['subsets']:,} kept subsets; the paper reports "
-                       f"{PUBLISHED['classes']} and {PUBLISHED['subsets']:,} for the full MetaShift (source here: {source}). "
+                       f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {source}). "
                        "Differences come from the input version (GQA scene graphs vs. the published pickles) and from our rule "
                        "reading (a subset needs at least 25 images, a class more than 5 such subsets).")
     removed = spec.get("removed") or {}

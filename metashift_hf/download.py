@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 from .core import __version__
 from .core.errors import ChecksumError, InputFormatError, MetashiftError
-from .core.fsutil import atomic_file
+from .core.fsutil import atomic_file, hash_file, human_size, sha256_file
 from .core.paths import default_cache_dir
 from .core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
@@ -71,30 +71,8 @@ def check_disk_space(directory: str | os.PathLike, needed: int, what: str) -> No
         )
 
 
-def human_size(n: float) -> str:
-    """Bytes as a short human figure (1024-based), for messages."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return f"{n:.1f} GB"  # pragma: no cover (loop always returns)
-
-
 def part_path(final: Path) -> Path:
     return final.with_name(final.name + ".part")
-
-
-def _hash_prefix(path: Path, length: int) -> "hashlib._Hash":
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        left = length
-        while left:
-            block = f.read(min(_CHUNK, left))
-            if not block:
-                break
-            h.update(block)
-            left -= len(block)
-    return h
 
 
 def _user_agent() -> str:
@@ -128,7 +106,7 @@ class _Fetcher:
                 self.restart()
                 offset = 0
             if self.hashed != offset:
-                self.hasher, self.hashed = _hash_prefix(self.part, offset), offset
+                self.hasher, self.hashed = hash_file(self.part, length=offset), offset
             if offset == self.known.size:
                 return self.hasher.hexdigest()
             try:
@@ -182,7 +160,7 @@ class _Fetcher:
 
         total = self.known.size
         with open(self.part, mode) as out, tqdm(
-            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
+            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1000,
             desc=self.known.file_name, disable=not self.progress, leave=True,
         ) as bar:
             done = offset
@@ -295,27 +273,13 @@ def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], re
 def _verify_existing(final: Path, known: KnownFile, trusted_sha256, progress: bool) -> str:
     digest = trusted_sha256(final) if trusted_sha256 else None
     if digest is None:
-        digest = sha256_with_progress(final, progress=progress)
+        digest = sha256_file(final, progress=progress)
     if digest != known.sha256:
         raise ChecksumError(
             f"{final} exists but its sha256 is {digest}, expected {known.sha256} for {known.file_name}",
             f"delete {final} and run the download again",
         )
     return digest
-
-
-def sha256_with_progress(path: Path, *, progress: bool = True) -> str:
-    """sha256 of a file with a tqdm bar (hashing images.zip takes minutes)."""
-    from tqdm import tqdm
-
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024,
-                                     desc=f"sha256 {path.name}", disable=not progress) as bar:
-        while block := f.read(_CHUNK):
-            h.update(block)
-            bar.update(len(block))
-    return h.hexdigest()
 
 
 def extract_scene_graphs(zip_path: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:

@@ -25,7 +25,7 @@ from .core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from .core.fsutil import atomic_file, sha256_file
+from .core.fsutil import atomic_file, human_size, sha256_file
 from .core.paths import cache_root, default_cache_dir
 from .core.sources import (
     DEFAULT_ORDER,
@@ -41,9 +41,7 @@ from .download import (
     download_file,
     extract_scene_graphs,
     extraction_dir,
-    human_size,
     part_path,
-    sha256_with_progress,
 )
 
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
@@ -229,7 +227,7 @@ def register(role: str, path: str | os.PathLike, *, manifest: "DataManifest | st
     if not p.exists():
         raise MissingInputError(f"cannot register {role}: {p} does not exist", "check the path")
     if _claims_known(p, kf):
-        digest = man.trusted_sha256(p) or sha256_with_progress(p, progress=progress)
+        digest = man.trusted_sha256(p) or sha256_file(p, progress=progress)
         if digest != kf.sha256:
             raise ChecksumError(
                 f"{p} looks like {kf.file_name} but its sha256 is {digest}, expected {kf.sha256}",

@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 from .builders.artifact import Artifact
 from .core import __version__
 from .core.errors import InputFormatError, MetashiftError
-from .core.fsutil import sha256_file
+from .core.fsutil import human_size, sha256_file
 from .core.provenance import is_synthetic
 from .export import export_tasks, read_note
 from .shards import (
@@ -73,14 +73,6 @@ class PublishResult:
 def git_blob_sha1(path: Path) -> str:
     data = Path(path).read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -230,10 +222,10 @@ def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -
     for p in plans:
         state = "remote not checked" if p.exists is None else ("exists" if p.exists else "new repo")
         counts = {a: sum(1 for f in p.files if f.action == a) for a in ("upload", "unchanged", "delete")}
-        echo(f"{p.repo_id} ({state}): upload {counts['upload']} files ({_human(p.upload_bytes())}), "
+        echo(f"{p.repo_id} ({state}): upload {counts['upload']} files ({human_size(p.upload_bytes())}), "
              f"unchanged {counts['unchanged']}, delete {counts['delete']}")
         for f in p.files:
-            echo(f"  {f.action:9s} {f.path}  {_human(f.size)}")
+            echo(f"  {f.action:9s} {f.path}  {human_size(f.size)}")
 
 
 def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
@@ -299,7 +291,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
                         commit_description="\n".join(f"{f.action} {f.path}" for f in plan.files if f.action != "unchanged"))
         commits[plan.repo_id] = info.oid
         echo(f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
-             f"({_human(plan.upload_bytes())}) as {info.oid[:12]}")
+             f"({human_size(plan.upload_bytes())}) as {info.oid[:12]}")
     slug = update_collection(hub, namespace, collection_title, plans, private=private)
     echo(f"collection: {hub.endpoint}/collections/{slug}")
     return PublishResult(plans, commits, slug, False)

@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from datasets.features.features import require_storage_embed
 from datasets.table import embed_table_storage
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from .core.errors import InputFormatError
 
@@ -39,18 +41,22 @@ SPEC_FILE = "shift_spec.json"  # the task's shift spec, machine-readable, beside
 REPO_PREFIX = "metashift-"
 LAYOUTS = ("repo-per-task", "one-repo")
 
-# What the Hub accepts (huggingface_hub.utils.validate_repo_id, plus the Hub's 96-char limit).
-_REPO_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
 _CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _SPLIT_RE = re.compile(r"^\w+(\.\w+)*$")
 
 
 def validate_repo_name(name: str, what: str = "repo name") -> str:
-    """Raise unless the Hub would accept ``name`` as a namespace or repo name."""
-    if not _REPO_NAME_RE.fullmatch(name or "") or "--" in name or ".." in name or name.endswith(".git"):
+    """Raise unless the Hub would accept ``name`` as a namespace or repo name: huggingface_hub's
+    own check (``validate_repo_id``) on a single part (no '/'), ASCII only."""
+    try:
+        validate_repo_id(name)
+        ok = isinstance(name, str) and name.isascii() and "/" not in name
+    except HFValidationError:
+        ok = False
+    if not ok:
         raise InputFormatError(
             f"{what} {name!r} would be refused by the Hub",
-            "use 1-96 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, "
+            "use 1-96 ASCII letters, digits, '-', '_' or '.', starting and ending with a letter, digit or '_', "
             "with no '--' or '..' and not ending in '.git'",
         )
     return name

@@ -335,7 +335,7 @@ def test_download_records_manifest_and_extracts_scene_graphs(serve, tmp_path, mo
     assert [Path(p).name for p in entry["extracted"]] == ["train_sceneGraphs.json"]
     assert json.loads(Path(entry["extracted"][0]).read_text()) == TINY_SG
     # Second run: nothing fetched, digest trusted from the manifest (file unchanged).
-    monkeypatch.setattr(dl, "sha256_with_progress", lambda *a, **k: pytest.fail("re-hashed an unchanged file"))
+    monkeypatch.setattr(dl, "sha256_file", lambda *a, **k: pytest.fail("re-hashed an unchanged file"))
     manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None)
     assert len(s.requests) == 1
 

@@ -230,3 +230,16 @@ def test_images_given_as_paths_are_embedded_like_carried_bytes(tmp_path, monkeyp
     rows = pq.read_table(outs[0]).to_pylist()
     assert [r["image"] for r in rows] == [{"bytes": blobs[i], "path": f"{i}.jpg"} for i in ids]
     assert _sha(outs[0]) == _sha(outs[1])
+
+
+@pytest.mark.parametrize("name,ok", [("metashift-paper-dg-cat-dog-1", True), ("my_org.v2", True), ("a" * 96, True),
+                                     ("bad--ns", False), ("a..b", False), ("x.git", False), ("-x", False),
+                                     ("a" * 97, False), ("café", False), ("ns/repo", False), ("", False)])
+def test_repo_names_checked_by_huggingface_hub(name, ok):
+    """validate_repo_name is huggingface_hub's validate_repo_id on one part, with our message."""
+    if ok:
+        assert shards.validate_repo_name(name) == name
+    else:
+        with pytest.raises(InputFormatError, match="would be refused by the Hub") as err:
+            shards.validate_repo_name(name, "namespace")
+        assert "letters, digits" in err.value.fix

@@ -48,7 +48,7 @@ def test_register_known_file_verifies_and_remembers(shared_ref, tmp_path, monkey
     assert doc["format"] == mf.FORMAT and doc["inputs"]["attributes"]["path"] == str(src)
     assert mf.resolve_input("attributes") == src
     # Registering again does not re-hash the unchanged file.
-    monkeypatch.setattr(mf, "sha256_with_progress", lambda *a, **k: pytest.fail("re-hashed"))
+    monkeypatch.setattr(mf, "sha256_file", lambda *a, **k: pytest.fail("re-hashed"))
     mf.register("attributes", src, progress=False)
 
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.core.fsutil import atomic_dir
+from metashift_hf.core.fsutil import atomic_dir, write_parquet
 
 from .match import MatchResult, MatchRow, SubsetRecord
 from .tasks import TaskEntry
@@ -49,8 +49,7 @@ _TASKS_SCHEMA = pa.schema([
 
 
 def _write(rows: list[dict], schema: pa.Schema, path: Path) -> None:
-    table = pa.Table.from_pylist(rows, schema=schema)
-    pq.write_table(table, path, compression="zstd", write_statistics=False)
+    write_parquet(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def match_dir(path: str | os.PathLike) -> Path:

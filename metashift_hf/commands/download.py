@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..core.errors import MetashiftError, UnknownNameError
 from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, known_file
-from ..download import default_cache_dir, human_size, part_path
+from ..core.fsutil import human_size
+from ..download import default_cache_dir, part_path
 from ..manifest import DataManifest, download, env_var
 from ..manifest import register as register_input
 

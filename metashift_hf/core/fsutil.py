@@ -29,16 +29,53 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EP
 class OutputExistsError(MetashiftError):
     """An output folder holds something this command must not replace."""
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(chunk)
-            if not block:
-                break
+
+_CHUNK = 1 << 20
+
+
+def hash_file(path: str | os.PathLike, hasher: "hashlib._Hash | None" = None, *, length: int | None = None,
+              progress: bool = False) -> "hashlib._Hash":
+    """Feed the file's bytes (the first ``length`` only, if given) to ``hasher`` (default: a new
+    sha256) and return it; ``progress`` shows a bar (hashing the 21.8 GB images.zip takes minutes).
+    The one hashing loop of the project: files, prefixes of partial downloads, table sets."""
+    h = hasher if hasher is not None else hashlib.sha256()
+    total = os.path.getsize(path) if length is None else length
+    with open(path, "rb") as f, tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000,
+                                     desc=f"sha256 {Path(path).name}", disable=not progress) as bar:
+        left = total
+        while left > 0 and (block := f.read(min(_CHUNK, left))):
             h.update(block)
-    return h.hexdigest()
+            left -= len(block)
+            bar.update(len(block))
+    return h
+
+
+def sha256_file(path: str | os.PathLike, *, progress: bool = False) -> str:
+    """sha256 hex digest of a file."""
+    return hash_file(path, progress=progress).hexdigest()
+
+
+def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
+    """Every table the project writes (artifact, match folder, evaluation logits), with fixed
+    settings so identical tables give identical bytes. (Image shards have their own, measured
+    settings: metashift_hf.shards.)"""
+    pq.write_table(
+        table, path, compression="zstd", compression_level=3, use_dictionary=True,
+        write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",
+    )
+
+
+def human_size(n: float) -> str:
+    """Bytes as a short figure for messages, in SI units (1 GB = 10**9 bytes, as disks and the Hub count)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            break
+        n /= 1000
+    return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
 
 
 def umask_mode(kind: str = "dir") -> int:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
+import pyarrow as pa
 
-from ..core.fsutil import atomic_dir
+from ..core.fsutil import atomic_dir, write_parquet
 
 PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]
@@ -201,7 +202,7 @@ def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFra
         pg.to_csv(tmp / "per_group.csv", index=False, float_format="%.10g")
         per_image.to_csv(tmp / "predictions.csv", index=False, float_format="%.10g")
         if logits is not None:
-            logits.to_parquet(tmp / "logits.parquet", index=False, compression="zstd")
+            write_parquet(pa.Table.from_pandas(logits, preserve_index=False), tmp / "logits.parquet")
         (tmp / "report.json").write_text(json.dumps(report.metrics, indent=2, sort_keys=False, allow_nan=False) + "\n")
         (tmp / "report.md").write_text(render_markdown(report, per_group))
     return report
