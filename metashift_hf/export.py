@@ -31,6 +31,7 @@ from .shards import (
     _repo_bytes,
     export_order,
     repo_files,
+    validate_card_names,
     validate_config_name,
     validate_repo_name,
     validate_split_name,
@@ -79,6 +80,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     art = Artifact.load(artifact)
     for p in prepared:
         validate_config_name(p.task_id)
+        validate_card_names(p.spec, p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
     out_dir = _claim_out(out_dir, ids, layout, art, images, force)

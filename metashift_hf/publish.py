@@ -12,6 +12,7 @@ and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is hono
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -88,18 +89,49 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+DEFAULT_TIMEOUT = 60.0  # seconds without progress on one Hub request (connect, read or write)
+_TOKEN_PIECE = re.compile(r"[A-Za-z0-9_\-]{6,}")
+
+
+def scrub_token(text: str, token: str | None) -> str:
+    """``text`` with the token masked: in any letter case, and any piece of it 6+ characters long."""
+    if not token:
+        return text
+    text = re.sub(re.escape(token), "***", text, flags=re.IGNORECASE)
+    low = token.lower()
+    return _TOKEN_PIECE.sub(lambda m: "***" if m.group(0).lower() in low else m.group(0), text)
+
+
+def _use_timeout(seconds: float) -> None:
+    """Every request huggingface_hub makes from now on gives up after ``seconds`` without progress."""
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils import _http
+
+    if not (seconds > 0):
+        raise MetashiftError(f"--timeout {seconds} must be a positive number of seconds", "use e.g. --timeout 60")
+
+    def factory():
+        client = _http.default_client_factory()  # keeps the Hub's request hooks; it only has no timeout
+        client.timeout = seconds
+        return client
+
+    set_client_factory(factory)
+
+
 class _Hub:
     """Calls to huggingface_hub with Hub errors turned into MetashiftError (token scrubbed)."""
 
-    def __init__(self, token: str | None, endpoint: str | None = None) -> None:
+    def __init__(self, token: str | None, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         from huggingface_hub import HfApi, constants
 
         self.token = token
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        _use_timeout(timeout)
+        self.timeout = timeout
         self.api = HfApi(endpoint=self.endpoint, token=token if token else False)
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self.token, "***") if self.token else text
+        return scrub_token(text, self.token)
 
     def validate_card(self, readme: Path, repo_id: str) -> None:
         """Ask the Hub's validate-yaml endpoint (the one DatasetCard.validate uses) at *our* endpoint."""
@@ -134,8 +166,15 @@ class _Hub:
             raise MetashiftError(f"the Hub at {self.endpoint} failed while {what} ({status}: {server})",
                                  "run the same command again: publishing resumes where it stopped") from None
         except transport_errors as exc:
-            raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {what}: {self._scrub(str(exc))}",
-                                 "check the network or HF_ENDPOINT, then run the same command again") from None
+            detail = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {what} "
+                                 f"(no answer within {self.timeout:g} s, or the connection dropped: {detail})",
+                                 "check the network or HF_ENDPOINT (or raise --timeout), then run the same command "
+                                 "again: publishing resumes where it stopped") from None
+        except ValueError as exc:  # a 200 answer that is not the Hub's JSON (an HTML page, a proxy's login form)
+            raise MetashiftError(f"the server at {self.endpoint} did not answer like the Hub API while {what} "
+                                 f"({type(exc).__name__})",
+                                 "check HF_ENDPOINT: it must be the Hub's address, not a web page or proxy") from None
 
 
 def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
@@ -159,7 +198,7 @@ def is_synthetic_repo(repo_dir: Path) -> bool:
     """Whether an exported folder's card declares synthetic data (the `synthetic` tag cards.render sets)."""
     from huggingface_hub import DatasetCard
 
-    return "synthetic" in (DatasetCard.load(Path(repo_dir) / "README.md").data.tags or [])
+    return "synthetic" in (getattr(DatasetCard.load(Path(repo_dir) / "README.md").data, "tags", None) or [])
 
 
 def check_repo_dir(repo: ExportedRepo) -> list[str]:
@@ -231,7 +270,7 @@ def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -
 def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
                token: str | None = None, collection_title: str = COLLECTION_TITLE,
                echo: Callable[[str], None] = print, endpoint: str | None = None,
-               allow_synthetic: bool = False) -> PublishResult:
+               allow_synthetic: bool = False, timeout: float = DEFAULT_TIMEOUT) -> PublishResult:
     """Publish exported repo folders under ``namespace`` (see module docstring).
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
@@ -250,9 +289,12 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         if not allow_synthetic and is_synthetic_repo(r.path):
             _refuse_synthetic(f"exported repo {r.path}")
     token = resolve_token(token, dry_run)
-    hub = _Hub(token, endpoint)
+    hub = _Hub(token, endpoint, timeout)
     if token:
         me = hub.call("checking the token (whoami)", hub.api.whoami)
+        if not isinstance(me, dict):
+            raise MetashiftError(f"the server at {hub.endpoint} did not answer like the Hub API while checking the token",
+                                 "check HF_ENDPOINT: it must be the Hub's address")
         allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
         if namespace not in allowed:
             raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
@@ -266,9 +308,10 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
             remote = _remote_tree(hub, repo_id) if exists else {}
         plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
+    # Both runs list every file: only regular files of the repo layout are ever planned (shards.repo_files).
+    echo("dry run: nothing is pushed. Plan:" if dry_run else "Plan:")
+    print_plan(plans, echo)
     if dry_run:
-        echo("dry run: nothing is pushed. Plan:")
-        print_plan(plans, echo)
         return PublishResult(plans, {}, None, True)
 
     commits: dict[str, str | None] = {}
@@ -332,7 +375,7 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
                   collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
                   task_overrides: dict[str, dict] | None = None, allow_synthetic: bool = False,
-                  force: bool = False,
+                  force: bool = False, timeout: float = DEFAULT_TIMEOUT,
                   **overrides) -> PublishResult:
     """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them.
 
@@ -348,4 +391,4 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, force=force, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
-                      collection_title=collection_title, echo=echo, allow_synthetic=allow_synthetic)
+                      collection_title=collection_title, echo=echo, allow_synthetic=allow_synthetic, timeout=timeout)

@@ -62,6 +62,34 @@ def validate_repo_name(name: str, what: str = "repo name") -> str:
     return name
 
 
+# Names from scene graphs go into README tables, headings and links: characters that Markdown or
+# HTML would read as markup (raw tags, table pipes, links, code, emphasis) or a control character.
+_UNSAFE_TEXT_RE = re.compile(r"[<>|\[\]`*\\&\x00-\x1f\x7f]")
+
+
+def validate_card_names(spec: dict, task_id: str) -> None:
+    """Raise unless every class, group and context name of a task is plain text in a card.
+
+    Class names also name the meta-graph pictures (``images/<class>.png``), so they hold no ``/``.
+    """
+    groups = [g for key in ("train_groups", "validation_groups", "test_groups", "id_test_groups")
+              for g in (spec.get(key) or []) if isinstance(g, dict)]
+    names = [("class", c) for c in spec.get("classes") or []]
+    names += [("group", g.get("group")) for g in groups] + [("class", g.get("class")) for g in groups]
+    names += [("context", c) for g in groups for c in (g.get("contexts") or [])]
+    for role, name in names:
+        if name is None:
+            continue
+        text = str(name)
+        bad = _UNSAFE_TEXT_RE.search(text) or (role == "class" and "/" in text)
+        if bad:
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            raise InputFormatError(
+                f"task {task_id}: {role} name {shown.encode('unicode_escape').decode()!r} is not plain text "
+                "for a dataset card (it holds Markdown/HTML markup characters" + (" or '/'" if role == "class" else "") + ")",
+                "rename it in the scene graphs (letters, digits, spaces and - ' . , ( ) only) and build again")
+
+
 def validate_config_name(name: str) -> str:
     if not _CONFIG_RE.fullmatch(name or "") or "--" in name:
         raise InputFormatError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import MetashiftError
-from ..publish import COLLECTION_TITLE, check_repo_dir, publish_tasks, push_repos
+from ..publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, publish_tasks, push_repos
 from ..shards import ExportedRepo, repo_files
 from .export import add_task_arguments, require_task_inputs, task_options
 
@@ -32,6 +32,8 @@ def register(subparsers) -> None:
                    help="publish even though the artifact/export is synthetic (demo world): refused by default, "
                         "since the Hub would show drawn shapes as MetaShift")
     p.add_argument("--dry-run", action="store_true", help="print the plan (repos, files, sizes) and push nothing")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"give up on a Hub request after this many seconds without progress (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--collection", default=COLLECTION_TITLE, help=f"collection title (default {COLLECTION_TITLE!r})")
     p.set_defaults(func=run)
 
@@ -42,12 +44,16 @@ def run(args: argparse.Namespace) -> int:
 
 
     common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
-                  allow_synthetic=args.allow_synthetic)
+                  allow_synthetic=args.allow_synthetic, timeout=args.timeout)
+    if not args.timeout > 0:  # NaN included
+        raise MetashiftError(f"--timeout {args.timeout} must be a positive number of seconds", "use e.g. --timeout 60")
     if args.from_export:
         if args.tasks:
             raise MetashiftError("give either TASKs or --from-export, not both", "drop the task ids to push the exported folders as they are")
         folder = Path(args.from_export)
-        repos = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
+        # real folders only: a linked folder could point anywhere
+        repos = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")) \
+            if folder.is_dir() else []
         if not repos:
             raise MetashiftError(f"{folder} holds no exported repo folders", "run `metashift-hf export ... --out DIR` first")
         _print_load_lines(push_repos(repos, args.namespace, **common))
