@@ -20,10 +20,12 @@ from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_sum
 
 from . import artifact as art
 from . import distances, metagraph
+from .coco import coco_image_meta, read_coco_annotations
 from .pickles import load_candidate_pickle, verify_known
 from .plots import plot_class
 from .scene_graphs import read_scene_graphs
 from .subsets import KINDS, CandidateSubsets, apply_rules, candidates_from_scene_graphs
+from .tags import MultiLabelDataset, candidates_from_tags, read_tags_file
 
 PAIRINGS = ("relation", "cooccurrence")
 GENERAL_CONTEXT_AS = ("subject", "context")
@@ -58,6 +60,11 @@ class BuildOptions:
     include_attributes: bool = field(default=False, metadata={
         "help": "keep attribute subsets ('horse(white)'); off by default: the published full MetaShift has object "
                 "and general contexts only, MetaShift-Attributes is a separate set"})
+    subject_tags: tuple[str, ...] = field(default=(), metadata={
+        "help": "multi-label inputs (COCO, --tags, --hf-dataset): only these tags may be subjects, comma-separated "
+                "(empty: every tag)"})
+    subject_categories: tuple[str, ...] = field(default=(), metadata={
+        "help": "multi-label inputs: tags of these categories (COCO super-categories, e.g. animal) may be subjects too"})
 
     def validate(self) -> "BuildOptions":
         def bad(name: str, value: Any, fix: str) -> InputFormatError:
@@ -79,6 +86,10 @@ class BuildOptions:
                 raise bad(f, getattr(self, f), f"use one of {', '.join(allowed)}")
         if not (self.include_objects or self.include_general or self.include_attributes):
             raise bad("include_*", False, "include at least one of object, general, attribute contexts")
+        for f in ("subject_tags", "subject_categories"):
+            v = getattr(self, f)
+            if not isinstance(v, tuple) or not all(isinstance(x, str) and x.strip() == x and x for x in v):
+                raise bad(f, v, "give a tuple of non-empty names (CLI: comma-separated, e.g. cat,dog)")
         return self
 
     def kinds(self) -> tuple[str, ...]:
@@ -94,7 +105,8 @@ class BuildOptions:
         unknown = sorted(set(d) - names)
         if unknown:
             raise InputFormatError(f"unknown build options {unknown}", f"known options: {', '.join(sorted(names))}")
-        return cls(**d).validate()
+        # JSON (manifest.json) gives lists where the options hold tuples
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}).validate()
 
 
 class _Clock:
@@ -313,6 +325,9 @@ def build_from_inputs(
     scene_graphs: Sequence[str | os.PathLike] = (),
     candidate_subsets: str | os.PathLike | None = None,
     attributes_pickle: str | os.PathLike | None = None,
+    coco_annotations: Sequence[str | os.PathLike] = (),
+    tags: str | os.PathLike | None = None,
+    hf_dataset: MultiLabelDataset | None = None,
     options: BuildOptions = BuildOptions(),
     source: Provenance | None = None,
     plots: bool = True,
@@ -320,12 +335,17 @@ def build_from_inputs(
     log: Callable[[str], None] | None = None,
     force: bool = False,
 ) -> "art.Artifact":
-    """The ``metashift-hf build`` pipeline: scene graphs XOR published pickle(s) -> artifact.
+    """The ``metashift-hf build`` pipeline: one source -> artifact.
 
+    Sources: GQA scene graphs; the published pickle(s); COCO instance files (``coco_annotations``);
+    a tags table (``tags``: CSV/parquet of image_id,tag rows); a Hub dataset with a multi-label
+    column (``hf_dataset``). The multi-label sources make ``subject(context)`` subsets by
+    co-occurrence (builders/tags.py), restricted by ``options.subject_tags/subject_categories``.
     Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
     ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
     ``source`` is the provenance recorded in manifest.json (core.provenance); by default it is
-    ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published``.
+    ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published`` /
+    ``coco`` / ``custom``.
     """
 
 
@@ -334,16 +354,24 @@ def build_from_inputs(
     if source is not None and source not in PROVENANCES:
         raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
     # before the (long) read: an --out that may not be replaced fails at once
-    check_out(out, art.ARTIFACT_KIND, force=force, inputs=[*scene_graphs, candidate_subsets, attributes_pickle])
-    if scene_graphs and (candidate_subsets or attributes_pickle):
+    check_out(out, art.ARTIFACT_KIND, force=force,
+              inputs=[*scene_graphs, candidate_subsets, attributes_pickle, *coco_annotations, tags])
+    given = [name for name, v in (("--scene-graphs", scene_graphs),
+                                  ("--candidate-subsets/--attributes-pickle", candidate_subsets or attributes_pickle),
+                                  ("--coco-annotations", coco_annotations), ("--tags", tags),
+                                  ("--hf-dataset", hf_dataset)) if v]
+    if len(given) != 1:
         raise InputFormatError(
-            "both scene graphs and candidate-subset pickles were given",
-            "build from one source: --scene-graphs FILE [FILE ...], or --candidate-subsets PKL [--attributes-pickle PKL]",
+            f"{len(given)} sources given ({', '.join(given) or 'none'})" if given else "no input given",
+            "build from one source: --scene-graphs FILE [FILE ...], --candidate-subsets PKL [--attributes-pickle PKL], "
+            "--coco-annotations FILE [FILE ...], --tags FILE, or --hf-dataset NAME --tag-column COL",
         )
-    if not scene_graphs and not (candidate_subsets or attributes_pickle):
-        raise InputFormatError("no input given",
-                               "pass --scene-graphs FILE [FILE ...] or --candidate-subsets PKL [--attributes-pickle PKL]")
+    multi_label = bool(coco_annotations or tags or hf_dataset)
+    if not multi_label and (options.subject_tags or options.subject_categories):
+        raise InputFormatError("--subject-tags/--subject-categories apply to multi-label sources only",
+                               "use them with --coco-annotations, --tags or --hf-dataset")
     clock = _Clock()
+    image_meta = None
     if scene_graphs:
         sg = read_scene_graphs(scene_graphs, workers=workers)
         say(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
@@ -359,6 +387,30 @@ def build_from_inputs(
         # exact files, so `build --scene-graphs world/*.json` does not label drawn shapes as GQA.
         default_source = "demo" if demo_world_summary(scene_graphs, sg.sha256) else "gqa"
         del sg
+    elif multi_label:
+        if coco_annotations:
+            coco = read_coco_annotations(coco_annotations)
+            table = coco.tags
+            inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "coco_annotations"}
+                      for p, d in zip(coco_annotations, coco.sha256)]
+            image_meta = coco_image_meta(coco)
+            default_source = "coco"
+            say(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
+                f"from {len(coco_annotations)} file(s) in {clock}")
+        elif tags:
+            table = read_tags_file(tags)
+            inputs = [{"path": str(Path(tags).resolve()), "sha256": sha256_file(tags), "role": "tags"}]
+            default_source = "custom"
+            say(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
+        else:
+            table = hf_dataset.tag_table()
+            inputs = [hf_dataset.input_record()]
+            default_source = "custom"
+            say(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
+        clock = _Clock()
+        candidates = candidates_from_tags(table, subjects=options.subject_tags,
+                                          subject_categories=options.subject_categories)
+        say(f"candidates: {len(candidates)} subsets (tag co-occurrence) in {clock}")
     else:
         parts, inputs = [], []
         if attributes_pickle:
@@ -378,7 +430,6 @@ def build_from_inputs(
                 inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
         candidates = CandidateSubsets.combine(parts)
         say(f"candidates: loaded {len(candidates)} subsets in {clock}")
-        image_meta = None
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
                           source=source or default_source, plots=plots, log=log, force=force)

@@ -1,4 +1,4 @@
-"""Image sources: a folder of ``<id>.jpg`` or a zip such as GQA's ``images.zip``.
+"""Image sources: a folder of ``<id>.jpg`` or a zip such as GQA's ``images.zip`` or COCO's ``train2017.zip``.
 
 Bytes are always the original file content: images are never decoded and re-encoded for
 storage. A zip is read in place (random access through its central directory), never unpacked.
@@ -163,6 +163,9 @@ class ImageSource(abc.ABC):
         self.path = path
         self._index = index
         self._ids: list[str] | None = None
+        # COCO names files by the zero-padded image id (000000397133.jpg holds image 397133): such
+        # a file also answers to the unpadded id, unless a file is named by that id itself.
+        self._aliases = {s.lstrip("0") or "0": s for s in index if len(s) > 1 and s[0] == "0" and s.isdigit()}
 
     @abc.abstractmethod
     def _read(self, image_id: str, where: object) -> bytes:
@@ -174,7 +177,7 @@ class ImageSource(abc.ABC):
 
     # -- public API ----------------------------------------------------------------------------
     def has(self, image_id: str) -> bool:
-        return str(image_id) in self._index
+        return str(image_id) in self._index or str(image_id) in self._aliases
 
     def __contains__(self, image_id: object) -> bool:
         return self.has(str(image_id))
@@ -223,6 +226,8 @@ class ImageSource(abc.ABC):
 
     def _lookup(self, image_id: str) -> object:
         where = self._index.get(image_id)
+        if where is None and image_id in self._aliases:
+            where = self._index[self._aliases[image_id]]
         if where is None:
             raise MissingImagesError(
                 f"image {image_id!r} is not in {self.describe()}", _FIX_IMAGES, image_ids=[image_id]
@@ -234,7 +239,7 @@ class ImageSource(abc.ABC):
         ids = sorted({str(i) for i in image_ids})
         report = ImageCheck(source=self.describe(), requested=len(ids))
         for image_id in ids:
-            if image_id not in self._index:
+            if not self.has(image_id):
                 report.missing.append(image_id)
             elif verify:
                 try:

@@ -203,13 +203,12 @@ def default_sizes(task_id: str) -> DGSizes | SubpopSizes:
     return SubpopSizes(minority_per_class=SUBPOP_VARIANTS[task_id.rsplit("-", 1)[1]])
 
 
-def plan(task_id: str, source: GroupSource, *, seed: int = 0, scale: float | None = None,
-         overrides: Mapping[str, object] | None = None) -> TaskPlan:
-    """Build a paper task; ``scale`` multiplies every size (the pool check is then dropped, since
-    the paper's pools are absolute), ``overrides`` set individual size fields."""
+def sized(task_id: str, sizes: DGSizes | SubpopSizes, scale: float | None = None,
+          overrides: Mapping[str, object] | None = None) -> DGSizes | SubpopSizes:
+    """``sizes`` with ``scale`` (multiplies every size) and ``overrides`` (individual size fields,
+    ``minority_fraction`` for subpopulation sizes) applied and checked."""
     from dataclasses import fields, replace
 
-    sizes = default_sizes(task_id)
     if scale is not None:
         if not 0 < float(scale) <= 1:
             raise EmptyResultError(f"scale must lie in (0, 1], got {scale}",
@@ -230,7 +229,14 @@ def plan(task_id: str, source: GroupSource, *, seed: int = 0, scale: float | Non
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0):
             raise EmptyResultError(f"override {k}={v!r} for task {task_id} is not a non-negative integer",
                                    f"pass {k}=<count>, e.g. {k}=20")
-    sizes = replace(sizes, **{k: (None if v is None else int(v)) for k, v in overrides.items()})
+    return replace(sizes, **{k: (None if v is None else int(v)) for k, v in overrides.items()})
+
+
+def plan(task_id: str, source: GroupSource, *, seed: int = 0, scale: float | None = None,
+         overrides: Mapping[str, object] | None = None) -> TaskPlan:
+    """Build a paper task; ``scale`` multiplies every size (the pool check is then dropped, since
+    the paper's pools are absolute), ``overrides`` set individual size fields."""
+    sizes = sized(task_id, default_sizes(task_id), scale, overrides)
     if isinstance(sizes, DGSizes):
         return dg_plan(task_id, source, sizes=sizes, seed=seed)
     return subpop_plan(task_id, source, sizes=sizes, seed=seed, use_pool=scale is None)

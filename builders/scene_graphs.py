@@ -111,6 +111,21 @@ class _Buffer:
             self.pos = end
             return (value, text) if raw else value
 
+    def next_member(self, close: str, first: bool, what: str, image_id: str | None = None) -> str:
+        """Inside an object or array: '' (consumed) at ``close``, else the first character of the
+        next member, after its ',' separator when it is not the first."""
+        c = self.next_char()
+        if c == close:
+            self.pos += 1
+            return ""
+        if not first:
+            if c != ",":
+                raise self.error(f"expected ',' or '{close}' in {what}" if c else f"file ends inside {what}",
+                                 image_id=image_id)
+            self.pos += 1
+            c = self.next_char()
+        return c
+
     def keys(self, image_id: str | None, what: str, opened: bool = False) -> Iterator[str]:
         """Walk the JSON object at the cursor, yielding each key with the cursor on its value;
         the caller decodes the value before asking for the next key. ``opened``: the cursor is
@@ -121,16 +136,9 @@ class _Buffer:
             self.pos += 1
         first = True
         while True:
-            c = self.next_char()
-            if c == "}":
-                self.pos += 1
+            c = self.next_member("}", first, what, image_id)
+            if not c:
                 return
-            if not first:
-                if c != ",":
-                    raise self.error(f"expected ',' or '}}' in {what}" if c else f"file ends inside {what}",
-                                     image_id=image_id)
-                self.pos += 1
-                c = self.next_char()
             if c != '"':
                 raise self.error(f"expected a key string in {what}" if c else f"file ends inside {what}",
                                  image_id=image_id)

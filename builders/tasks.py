@@ -47,7 +47,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.names import SubsetName
 
-from . import levels, paper_tasks, shifts
+from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
@@ -303,6 +303,34 @@ class PaperSubpopFamily(_PaperFamily):
     name, title, kind = "paper-subpop", "paper subpopulation tasks (paper-subpop-cat-dog-<p>)", "paper"
     options_type = PaperSubpopOptions
     task_ids = paper_tasks.SUBPOP_IDS
+
+
+@dataclass(frozen=True)
+class CocoSubpopOptions(PaperSubpopOptions):
+    """Options of ``paper-coco-subpop-cat-dog-p13|p7|p1``; sizes default to the paper's COCO experiment:
+    1,500 training images per class (3,000), 131 balanced test images per group (524), 150 validation
+    images per class, minority 195 / 105 / 15 per class."""
+
+
+class CocoSubpopFamily(TaskFamily):
+    name, kind = "paper-coco-subpop", "paper"
+    title = "the paper's COCO subpopulation tasks (paper-coco-subpop-cat-dog-<p>)"
+    options_type = CocoSubpopOptions
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id in coco_tasks.TASK_IDS
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(shifts.ArtifactSource(artifact)) else []
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return coco_tasks.CLASSES
+
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
+        sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, _sizes(options))
+        plan = coco_tasks.plan(task_id, shifts.ArtifactSource(artifact), sizes=sizes, seed=seed)
+        plan.spec["level"] = levels.paper_level(plan.spec).as_dict()
+        return plan
 
 
 def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactSource, classes: list[str],
@@ -567,8 +595,8 @@ class JointShiftFamily(ShiftFamily):
     name, title, shift_type = "shift-joint", "joint shift levels (shift-joint-<a>-<b>-d<k>-delta<dd>)", "joint"
 
 
-for _family in (PaperDGFamily(), PaperSubpopFamily(), CollectionFamily(), ClassFamily(), MatchedFamily(),
-                MarginalShiftFamily(), ConditionalShiftFamily(), JointShiftFamily()):
+for _family in (PaperDGFamily(), PaperSubpopFamily(), CocoSubpopFamily(), CollectionFamily(), ClassFamily(),
+                MatchedFamily(), MarginalShiftFamily(), ConditionalShiftFamily(), JointShiftFamily()):
     register(_family)
 
 

@@ -372,3 +372,21 @@ def test_file_url_mirror_for_a_local_copy(tmp_path):
     (tmp_path / "d" / "blob.bin.part").write_bytes(PAYLOAD[:100])  # file:// ignores Range: start over
     path, url = _fetch(_known("http://127.0.0.1:9/unused"), tmp_path / "d", mirror=src.as_uri(), retries=0)
     assert path.read_bytes() == PAYLOAD and url == f"{src.as_uri()}/blob.bin"
+
+
+def test_coco_files_are_pinned_and_a_wrong_copy_is_refused(serve, tmp_path, capsys, monkeypatch):
+    # sizes and sha256 of COCO 2017 as pinned by TensorFlow Datasets (url_checksums/coco.txt)
+    assert {k: (KNOWN_FILES[k].file_name, KNOWN_FILES[k].size) for k in ("coco-annotations", "coco-images",
+                                                                        "coco-val-images")} == {
+        "coco-annotations": ("annotations_trainval2017.zip", 252_907_541),
+        "coco-images": ("train2017.zip", 19_336_861_798), "coco-val-images": ("val2017.zip", 815_585_330)}
+    assert all(len(KNOWN_FILES[k].sha256) == 64 for k in ("coco-annotations", "coco-images", "coco-val-images"))
+    s = serve(files={"annotations_trainval2017.zip": b"not the real zip"})
+    for k in ("coco-annotations", "coco-images"):
+        monkeypatch.setitem(KNOWN_FILES, k, KnownFile(**{**KNOWN_FILES[k].__dict__, "urls": ()}))
+    monkeypatch.setattr("metashift_hf.manifest.check_disk_space", lambda *a, **k: None)
+    rc = cli.main(["download", "--what", "coco-annotations,coco-images", "--dir", str(tmp_path / "d"), "--mirror",
+                   s.base, "--manifest", str(tmp_path / "m.json"), "--no-progress", "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "annotations_trainval2017.zip" in err and "fix:" in err
+    assert not [p for p in (tmp_path / "d").iterdir() if not p.name.endswith(".part")]

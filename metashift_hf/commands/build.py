@@ -8,6 +8,7 @@ import time
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.scene_graphs import default_workers
+from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.provenance import PROVENANCES, describe
 from metashift_hf.manifest import resolve_build_inputs
@@ -32,6 +33,21 @@ def register(subparsers) -> None:
     src.add_argument("--candidate-subsets", metavar="PKL", help="published full-candidate-subsets.pkl")
     src.add_argument("--attributes-pickle", metavar="PKL",
                      help="published attributes-candidate-subsets.pkl (implies --include-attributes)")
+    src.add_argument("--coco-annotations", nargs="+", metavar="FILE", default=[],
+                     help="COCO instances_train2017.json [instances_val2017.json] (or annotations_trainval2017.zip): "
+                          "subsets subject(context) by co-occurrence of labelled objects, COCO image ids")
+    src.add_argument("--tags", metavar="FILE",
+                     help="any multi-label dataset: CSV or parquet with columns image_id, tag (one row per tag; "
+                          "optional category column)")
+    src.add_argument("--hf-dataset", metavar="NAME",
+                     help="a Hub dataset id (or local dataset folder) with a multi-label column, read with "
+                          "datasets.load_dataset; needs --tag-column")
+    src.add_argument("--tag-column", metavar="COL", help="--hf-dataset: the multi-label column (list of names or "
+                     "ClassLabel ids)")
+    src.add_argument("--id-column", metavar="COL", help="--hf-dataset: image id column (default: image_id when "
+                     "present, else the row number)")
+    src.add_argument("--image-column", metavar="COL", help="--hf-dataset: the image column tasks read images from")
+    src.add_argument("--hf-split", metavar="SPLIT", default="train", help="--hf-dataset: split to read (default: train)")
     src.add_argument("--provenance", choices=PROVENANCES, default=None,
                      help="where the inputs come from, recorded in manifest.json and shown on every card "
                           "(default: demo when the scene graphs are listed by a demo_world.json beside them, "
@@ -46,6 +62,9 @@ def register(subparsers) -> None:
         help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
         if f.type in (bool, "bool"):
             opts.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        elif str(f.type).startswith("tuple"):
+            opts.add_argument(flag, dest=f.name, type=_names, default=f.default, metavar="A,B",
+                              help=f"{f.metadata.get('help', '')} (default: none)")
         else:
             kind = {"int": int, "float": float, "str": str}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
             opts.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=f.metadata.get("choices"),
@@ -58,12 +77,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """'cat, dog' -> ('cat', 'dog')."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def run(args: argparse.Namespace) -> int:
 
     options = BuildOptions.from_dict({f.name: getattr(args, f.name) for f in dataclasses.fields(BuildOptions)})
     if args.source:
 
-        if args.scene_graphs or args.candidate_subsets:
+        if args.scene_graphs or args.candidate_subsets or args.coco_annotations or args.tags or args.hf_dataset:
             raise InputFormatError("--source was given together with explicit input files",
                                    "use either --source gqa|published or --scene-graphs/--candidate-subsets")
         found = resolve_build_inputs(args.source, args.manifest,
@@ -71,11 +95,21 @@ def run(args: argparse.Namespace) -> int:
         args.scene_graphs = found["scene_graphs"]
         args.candidate_subsets = found["candidate_subsets"]
         args.attributes_pickle = args.attributes_pickle or found["attributes_pickle"]
+    hf = None
+    if args.hf_dataset:
+        if not args.tag_column:
+            raise InputFormatError("--hf-dataset needs --tag-column", "name the dataset's multi-label column")
+        hf = MultiLabelDataset(args.hf_dataset, args.tag_column, split=args.hf_split, id_column=args.id_column,
+                               image_column=args.image_column)
+    elif args.tag_column or args.id_column or args.image_column:
+        raise InputFormatError("--tag-column/--id-column/--image-column apply to --hf-dataset only",
+                               "add --hf-dataset NAME, or drop them")
     t0 = time.perf_counter()
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     artifact = build_from_inputs(
         args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
-        attributes_pickle=args.attributes_pickle, options=options, plots=not args.no_plots, log=log,
+        attributes_pickle=args.attributes_pickle, coco_annotations=args.coco_annotations, tags=args.tags,
+        hf_dataset=hf, options=options, plots=not args.no_plots, log=log,
         source=args.provenance,
         workers=default_workers() if args.workers is None else args.workers, force=args.force,
     )

@@ -11,12 +11,13 @@ import os
 from pathlib import Path
 from typing import Literal, Sequence, get_args
 
-Provenance = Literal["gqa", "published", "demo", "synthetic", "custom"]
+Provenance = Literal["gqa", "published", "coco", "demo", "synthetic", "custom"]
 PROVENANCES: tuple[str, ...] = get_args(Provenance)
 SYNTHETIC: frozenset[str] = frozenset({"demo", "synthetic"})
 DESCRIPTIONS = {
     "gqa": "GQA scene graphs of Visual Genome images",
     "published": "the published MetaShift candidate-subset pickles (Visual Genome images)",
+    "coco": "MS-COCO object annotations (instances_*.json) and COCO images",
     "demo": "the seeded metashift-hf demo world: drawn shapes, not photographs",
     "synthetic": "synthetic scene graphs/images, not Visual Genome",
     "custom": "user-supplied inputs of unknown origin",

@@ -17,6 +17,20 @@ _MS_GITHUB = "https://github.com/Weixin-Liang/MetaShift/raw/main/dataset"
 # github.com/.../raw/... answers with a redirect to this host; listing it directly saves a hop
 # when github.com itself is blocked but the raw host is not.
 _MS_RAW = "https://raw.githubusercontent.com/Weixin-Liang/MetaShift/main/dataset"
+_COCO = "images.cocodataset.org"
+# COCO 2017 sizes and sha256 as pinned by TensorFlow Datasets (tensorflow/datasets,
+# tensorflow_datasets/url_checksums/coco.txt); COCO itself publishes no checksums.
+_COCO_FILES = (  # key, folder, file name, size, sha256, description
+    ("coco-annotations", "annotations", "annotations_trainval2017.zip", 252_907_541,
+     "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268",
+     "MS-COCO 2017 annotations (build --coco-annotations reads instances_*2017.json from the zip)"),
+    ("coco-images", "zips", "train2017.zip", 19_336_861_798,
+     "69a8bb58ea5f8f99d24875f21416de2e9ded3178e903f1f7603e283b9e06d929",
+     "MS-COCO 2017 training images (118,287 JPEGs, read in place from the zip)"),
+    ("coco-val-images", "zips", "val2017.zip", 815_585_330,
+     "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05",
+     "MS-COCO 2017 validation images (5,000 JPEGs, read in place from the zip)"),
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,9 @@ KNOWN_FILES: dict[str, KnownFile] = {
             ),
             description="ImageNet-1k hierarchy tree used by the published ImageNet matching",
         ),
+        *(KnownFile(key=key, file_name=name, size=size, sha256=sha, description=text,
+                    urls=tuple(f"{scheme}://{_COCO}/{folder}/{name}" for scheme in ("https", "http")))
+          for key, folder, name, size, sha, text in _COCO_FILES),
     )
 }
 
@@ -93,6 +110,8 @@ SCENE_GRAPH_MEMBERS: tuple[str, ...] = ("train_sceneGraphs.json", "val_sceneGrap
 # The order files are fetched in by `metashift-hf download` without --what: small first, so a
 # broken connection shows up before the 21.8 GB images start.
 DEFAULT_ORDER: tuple[str, ...] = ("imagenet-tree", "attributes", "subsets", "scene-graphs", "images")
+# COCO is fetched only when named: download --what coco-annotations,coco-images[,coco-val-images]
+COCO_KEYS: tuple[str, ...] = ("coco-annotations", "coco-images", "coco-val-images")
 
 
 def known_file(key: str) -> KnownFile:
@@ -102,7 +121,7 @@ def known_file(key: str) -> KnownFile:
     except KeyError:
         raise UnknownNameError(
             f"unknown input {key!r}{did_you_mean(key, KNOWN_FILES)}",
-            f"use one of: {', '.join(DEFAULT_ORDER)}",
+            f"use one of: {', '.join(DEFAULT_ORDER + COCO_KEYS)}",
         ) from None
 
 
