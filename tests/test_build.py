@@ -154,7 +154,7 @@ def test_bad_inputs(tmp_path, scene_graphs, capsys):
     bad.write_text(scene_graphs.read_text()[:5000], encoding="utf-8")
     cases = [
         (["--scene-graphs", str(bad)], "malformed JSON at byte"),
-        (["--scene-graphs", str(scene_graphs), "--candidate-subsets", str(bad)], "both scene graphs and"),
+        (["--scene-graphs", str(scene_graphs), "--candidate-subsets", str(bad)], "2 sources given (--scene-graphs, "),
         ([], "no input given"),
         (["--scene-graphs", str(scene_graphs), "--min-images-per-subset", "100000"], "no class passes the rules"),
         (["--scene-graphs", str(scene_graphs), "--spectral-dim", "0"], "spectral_dim=0"),
