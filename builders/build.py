@@ -97,7 +97,8 @@ class BuildOptions:
         return tuple(k for k in KINDS if on[k])
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """JSON-ready (tuples as lists, as manifest.json stores them)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BuildOptions":
