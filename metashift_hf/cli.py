@@ -25,7 +25,8 @@ COMMANDS = {
     "evaluate": "evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
     "score": "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD",
     "train": "train ERM / reweight / GroupDRO baselines (EfficientNet-Lite0 linear probe or fine-tuning) and score them",
-    "experiment": "run one of the paper's experiments (paper-dg, paper-subpop): train, table, plot",
+    "experiment": "run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), clustered (k-means OOD sets), conflicts",
+    "bugs": "context bugs of any model's predictions on a task (two-proportion test + Benjamini-Hochberg), per class",
     "demo": "run the whole pipeline on the embedded demo data",
 }
 

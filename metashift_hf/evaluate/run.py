@@ -142,7 +142,7 @@ def task_content_hash(spec: Mapping | None, table: pd.DataFrame) -> str:
     return h.hexdigest()
 
 
-def _community_map(art) -> dict[str, int] | None:
+def community_map(art) -> dict[str, int] | None:
     if art is None:
         return None
     t = art.subsets_table()
@@ -150,7 +150,7 @@ def _community_map(art) -> dict[str, int] | None:
     return {s: int(c) for s, c in zip(t["subset"], t["community"])}
 
 
-def _distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
+def distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
     """Meta-graph distance from a subset to its class's largest community (community 0).
 
     Rule 'paper' (Euclidean between the subset's stored spectral embedding and the size-weighted mean
@@ -293,7 +293,7 @@ def evaluate(
         preds = predict(loaded, ids, read, batch_size=batch_size, workers=workers, progress=progress)
 
     scored = score_images(table, preds, coverage, mode, classes)
-    comm_map = _community_map(art)
+    comm_map = community_map(art)
     groups = group_table(scored, classes, comm_map)
     tested = context_bugs(scored, groups, min_subset_size, alpha)
     for col in ("rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug"):
@@ -301,7 +301,7 @@ def evaluate(
     bug_rows = tested[tested["bug"]].sort_values(["q_value", "subset"], kind="stable")
     if comm_map is not None:
         for i in bug_rows.index:
-            groups.loc[i, "distance_to_largest_community"] = _distance_to_largest(art, groups.at[i, "class"], groups.at[i, "subset"], comm_map)
+            groups.loc[i, "distance_to_largest_community"] = distance_to_largest(art, groups.at[i, "class"], groups.at[i, "subset"], comm_map)
     bug_rows = groups.loc[bug_rows.index]
 
     worst = worst_subsets(groups, min_subset_size)

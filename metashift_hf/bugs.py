@@ -1,0 +1,117 @@
+"""Context bugs of any model: the test `evaluate` runs for pretrained models, for trained models
+(``train``'s ``seed-<s>/predictions.csv``) and for any predictions file ``score`` accepts.
+
+Per class, every context subset with at least ``min_n`` images of the scored split is compared
+with the class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests;
+metashift_hf.evaluate.scoring.context_bugs). Harmful contexts (significant and below the rest) are
+listed per class ordered by meta-graph distance from the class's largest community (nearest first;
+subsets without a spectral distance last).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from metashift_hf.builders.artifact import Artifact
+
+from .core.errors import UnknownNameError, did_you_mean
+from .core.fsutil import atomic_dir
+from .evaluate.run import BUG_TEST, community_map, distance_to_largest
+from .evaluate.scoring import context_bugs, group_table
+from .api import plan
+from .score import Predictions, score
+
+BUGS_KIND = "bug report"
+
+
+@dataclass(frozen=True)
+class BugReport:
+    task_id: str
+    split: str
+    min_n: int
+    alpha: float
+    tested: pd.DataFrame  # one row per tested context subset
+    source: str
+
+    def harmful(self, top: int | None = None) -> dict[str, list[dict]]:
+        """class -> significant, below-the-rest subsets, nearest to the largest community first."""
+        rows = self.tested[self.tested["bug"] & (self.tested["accuracy"] < self.tested["rest_accuracy"])]
+        out: dict[str, list[dict]] = {}
+        for cls, part in rows.groupby("class", sort=True):
+            d = part["distance_to_largest_community"].astype(float)
+            part = part.assign(_d=d.fillna(np.inf)).sort_values(["_d", "q_value", "subset"], kind="stable")
+            out[str(cls)] = [_entry(r) for _, r in part.head(top if top else len(part)).iterrows()]
+        return out
+
+    def to_dict(self, top: int = 5) -> dict[str, Any]:
+        return {"task_id": self.task_id, "split": self.split, "predictions": self.source, "test": BUG_TEST,
+                "min_n": self.min_n, "alpha": self.alpha, "n_tests": int(self.tested["p_value"].notna().sum()),
+                "n_bugs": int(self.tested["bug"].sum()), "harmful": self.harmful(top),
+                "order": "per class by meta-graph distance ('paper' rule, spectral) from the class's largest "
+                         "community, nearest first; subsets without a spectral distance last",
+                "tested": [_entry(r) for _, r in self.tested.iterrows()]}
+
+    def markdown(self, top: int = 5) -> str:
+        d = self.to_dict(top)
+        out = [f"# Context bugs: {self.task_id}, split {self.split}", "", f"{BUG_TEST} alpha = {self.alpha}; "
+               f"{d['n_tests']} subsets tested (n >= {self.min_n}), {d['n_bugs']} significant.", ""]
+        for cls, rows in d["harmful"].items():
+            out += [f"## {cls}", "", "| subset | n | accuracy | rest | q | distance to largest community |",
+                    "|---|---:|---:|---:|---:|---:|"]
+            for r in rows:
+                dist = "n/a" if r["distance_to_largest_community"] is None else f"{r['distance_to_largest_community']:.3f}"
+                out.append(f"| {r['subset']} | {r['n']} | {100 * r['accuracy']:.1f}% | {100 * r['rest_accuracy']:.1f}% | "
+                           f"{r['q_value']:.3g} | {dist} |")
+            out.append("")
+        if not d["harmful"]:
+            out.append("No harmful context subset at this level.")
+        return "\n".join(out) + "\n"
+
+    def write(self, out: "str | os.PathLike", *, force: bool = False, inputs: Sequence = (), top: int = 5) -> None:
+        with atomic_dir(out, kind=BUGS_KIND, force=force, inputs=inputs) as tmp:
+            (tmp / "bugs.json").write_text(json.dumps(self.to_dict(top), indent=2) + "\n")
+            (tmp / "bugs.md").write_text(self.markdown(top))
+
+
+def _entry(r: pd.Series) -> dict:
+    def opt(v, cast):
+        return None if pd.isna(v) else cast(v)
+
+    return {"class": r["class"], "subset": r["subset"], "n": int(r["n"]), "accuracy": float(r["accuracy"]),
+            "rest_n": int(r["rest_n"]), "rest_accuracy": opt(r["rest_accuracy"], float), "z": opt(r["z"], float),
+            "p_value": opt(r["p_value"], float), "q_value": opt(r["q_value"], float), "bug": bool(r["bug"]),
+            "community": opt(r.get("community"), int),
+            "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float)}
+
+
+def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", task, artifact: "str | os.PathLike",
+              *, split: str = "test", min_n: int = 10, alpha: float = 0.05, seed: int = 0,
+              **options: Any) -> BugReport:
+    """Context bugs of one predictions table on one split of a task (see the module docstring)."""
+    art = Artifact.load(artifact)
+    tp = plan(task, art, seed=seed, **options) if isinstance(task, str) else task
+    splits = sorted(set(r for r in tp.splits))
+    if split not in splits:
+        raise UnknownNameError(f"task {tp.task_id} has no split {split!r}{did_you_mean(split, splits)}",
+                               f"use one of {', '.join(splits)}")
+    preds = predictions if isinstance(predictions, Predictions) else Predictions.read(predictions, tp.classes)
+    score(preds, tp, splits=[split])  # the same checks as `score` (unknown, missing, duplicate ids)
+    table = tp.table()
+    scored = table[table["split"] == split].reset_index(drop=True)
+    pos = {iid: i for i, iid in enumerate(preds.image_ids)}
+    pred = preds.predicted[[pos[i] for i in scored["image_id"]]]
+    scored["correct"] = np.array([tp.classes[p] for p in pred]) == scored["label"].to_numpy()
+    comm = community_map(art)
+    groups = group_table(scored, list(tp.classes), comm)
+    tested = context_bugs(scored, groups, min_n, alpha).reset_index(drop=True)
+    tested["distance_to_largest_community"] = [distance_to_largest(art, c, s, comm) if ok else None
+                                               for c, s, ok in zip(tested["class"], tested["subset"], tested["bug"])]
+    return BugReport(tp.task_id, split, int(min_n), float(alpha), tested, preds.source)
+
+
+__all__ = ["BugReport", "find_bugs", "BUGS_KIND"]

@@ -1,0 +1,44 @@
+"""``metashift-hf bugs``: context bugs of any predictions file (a trained model's, or any `score` input)."""
+from __future__ import annotations
+
+import argparse
+
+from ..bugs import BUGS_KIND, find_bugs
+from ..core.fsutil import check_out
+from .export import parse_overrides
+from .score import add_task_arguments
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bugs", help="context bugs of any model's predictions on a task (two-proportion test + Benjamini-Hochberg), per class",
+        description="Read predictions as `metashift-hf score` does (e.g. `metashift-hf train`'s seed-<s>/predictions.csv). "
+                    "Every context subset of a class with at least --min-n images of --split is compared with the "
+                    "class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests). "
+                    "Writes bugs.json and bugs.md: harmful contexts per class, ordered by meta-graph distance from the "
+                    "class's largest community (nearest first).")
+    add_task_arguments(p)
+    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions .csv or .parquet")
+    p.add_argument("--split", default="test", help="split to test (default test)")
+    p.add_argument("--min-n", type=int, default=10, help="smallest context subset tested (default 10)")
+    p.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default 0.05)")
+    p.add_argument("--top", type=int, default=5, help="harmful contexts listed per class (default 5)")
+    p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier bug report with --force")
+    p.add_argument("--force", action="store_true", help="replace an earlier bug report in --out")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options, _ = parse_overrides(args.overrides, [args.task])
+    inputs = (args.predictions, args.artifact)
+    check_out(args.out, BUGS_KIND, force=args.force, inputs=inputs)  # before the work
+    report = find_bugs(args.predictions, args.task, args.artifact, split=args.split, min_n=args.min_n,
+                       alpha=args.alpha, seed=args.seed, **options)
+    report.write(args.out, force=args.force, inputs=inputs, top=args.top)
+    d = report.to_dict(args.top)
+    print(f"{report.task_id} ({report.split}): {d['n_tests']} context subsets tested, {d['n_bugs']} significant")
+    for cls, rows in d["harmful"].items():
+        print(f"  {cls}: " + ", ".join(f"{r['subset']} {100 * r['accuracy']:.0f}% vs {100 * r['rest_accuracy']:.0f}%"
+                                      for r in rows))
+    print(f"report: {args.out}/bugs.json, {args.out}/bugs.md")
+    return 0

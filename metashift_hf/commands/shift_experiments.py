@@ -1,0 +1,100 @@
+"""The shift experiments of ``metashift-hf experiment``: ood-levels, clustered, conflicts (docs/experiments.md)."""
+from __future__ import annotations
+
+import argparse
+
+from metashift_hf.builders.levels import SHIFT_TYPES
+
+from ..conflicts import ConflictConfig
+from ..manifest import resolve_input
+from ..ood_experiments import clustered, conflicts, ood_levels
+from .export import parse_overrides
+
+HELP = {
+    "ood-levels": "train baselines on every level of a shift family (marginal|conditional|joint): curves, slope, AUC, knee",
+    "clustered": "k-means OOD sets per class when contexts are unknown: train on D_k, test on the rest; MI with contexts",
+    "conflicts": "which training subsets help or hurt which evaluation subsets (MetaShift 4.3): CSV + heatmap",
+}
+
+
+def _common(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
+    q.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
+    q.add_argument("--classes", nargs=2, default=["cat", "dog"], metavar=("A", "B"), help="the class pair (default cat dog)")
+    q.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    q.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
+    q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
+    q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out")
+
+
+def add_subcommands(sub) -> None:
+    """Add the three subcommands to `metashift-hf experiment`'s subparsers."""
+    q = sub.add_parser("ood-levels", help=HELP["ood-levels"], description=HELP["ood-levels"] + ".")
+    _common(q)
+    q.add_argument("--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)")
+    q.add_argument("--models", nargs="+", default=["erm", "reweight", "groupdro"], metavar="METHOD[:PROBE]",
+                   help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)")
+    q.add_argument("--seeds", type=int, default=2, help="training seeds per task (default 2)")
+    q.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
+    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="shift-family option for every task, e.g. levels=3 or train_per_class=30; repeatable")
+    q.set_defaults(func=run_ood_levels)
+    q = sub.add_parser("clustered", help=HELP["clustered"], description=HELP["clustered"] + ".")
+    _common(q)
+    q.add_argument("--k", type=int, default=8, help="clusters per class (default 8)")
+    q.add_argument("--n-init", type=int, default=10, help="k-means restarts (default 10)")
+    q.add_argument("--seed", type=int, default=0, help="k-means and split seed (default 0)")
+    q.add_argument("--model", default="erm", metavar="METHOD[:PROBE]", help="model trained on each D_k (default erm)")
+    q.add_argument("--seeds", type=int, default=2, help="training seeds per D_k (default 2)")
+    q.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear)")
+    q.set_defaults(func=run_clustered)
+    q = sub.add_parser("conflicts", help=HELP["conflicts"], description=HELP["conflicts"] + ".")
+    _common(q)
+    q.add_argument("--subsets", nargs="+", default=None, metavar="SUBSET",
+                   help="subsets to use, e.g. 'cat(sofa)' (default: every kept subset of the classes with >= --min-images)")
+    q.add_argument("--min-images", type=int, default=50, help="default subsets: at least this many images (default 50)")
+    q.add_argument("--per-subset", type=int, default=50, help="training images per subset (default 50)")
+    q.add_argument("--steps", type=int, default=2000, help="SGD steps (default 2000)")
+    q.add_argument("--every", type=int, default=20, help="steps per recorded window (default 20)")
+    q.add_argument("--lr", type=float, default=0.05, help="SGD learning rate on standardised features (default 0.05)")
+    q.add_argument("--seed", type=int, default=0, help="seed of draws and batches (default 0)")
+    q.set_defaults(func=run_conflicts)
+
+
+def _images(args) -> str | None:
+    return args.images or resolve_input("images", required=False)
+
+
+def run_ood_levels(args: argparse.Namespace) -> int:
+    options, _ = parse_overrides(args.overrides, [])
+    r = ood_levels(args.artifact, _images(args), args.out, classes=args.classes, shift_type=args.shift_type,
+                   models=args.models, seeds=args.seeds, seed=args.seed, device=args.device, epochs=args.epochs,
+                   cache_dir=args.cache_dir, options=options, force=args.force)
+    for c in r["curves"]:
+        slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
+        auc = "n/a" if c["auc"] is None else f"{c['auc']:.3f}"
+        print(f"{c['model']:<10} {c['curve']:<9} slope {slope}  AUC {auc}  knee {c['knee'] or 'none'}")
+    print(f"results: {args.out}/results.md, results.json, levels.csv, curves.png")
+    return 0
+
+
+def run_clustered(args: argparse.Namespace) -> int:
+    r = clustered(args.artifact, _images(args), args.out, classes=args.classes, k=args.k, seed=args.seed,
+                  n_init=args.n_init, model=args.model, seeds=args.seeds, device=args.device, epochs=args.epochs,
+                  cache_dir=args.cache_dir, force=args.force)
+    for c in r["per_class"]:
+        print(f"{c['class']}: MI(cluster; contexts) {c['mi_bits']:.3f} of H(cluster) {c['h_cluster_bits']:.3f} bits")
+    print(f"results: {args.out}/results.md, results.json, clusters.csv, assignments.csv")
+    return 0
+
+
+def run_conflicts(args: argparse.Namespace) -> int:
+    cfg = ConflictConfig(steps=args.steps, every=args.every, lr=args.lr, seed=args.seed)
+    r = conflicts(args.artifact, _images(args), args.out, classes=args.classes, subsets=args.subsets,
+                  min_images=args.min_images, per_subset=args.per_subset, config=cfg, device=args.device,
+                  cache_dir=args.cache_dir, force=args.force)
+    for kind in ("helps", "hurts"):
+        print(f"{kind}: " + ", ".join(f"{x['train']} -> {x['eval']} ({x['value']:+.2f})" for x in r["strongest"][kind][:3]))
+    print(f"results: {args.out}/conflicts.csv, conflicts.png, history.csv, results.json")
+    return 0

@@ -1,0 +1,95 @@
+"""Bug finding for any predictions file, and the ood-levels orchestration (training replaced by a
+stand-in whose accuracies are known, so curves, knee, agreement and the written files can be checked)."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from metashift_hf import api, ood_experiments
+from metashift_hf.bugs import find_bugs
+from metashift_hf.cli import main
+from metashift_hf.core.errors import MetashiftError, UnknownNameError
+from test_builder import world  # noqa: F401  (session fixture: artifact + images)
+
+TASK = "shift-conditional-cat-dog-delta30"
+
+
+def _predictions(tp, wrong_context: str, cls: str) -> pd.DataFrame:
+    """Every image right except the test images of ``cls`` holding ``wrong_context``."""
+    other = {c: [d for d in tp.classes if d != c][0] for c in tp.classes}
+    rows = []
+    for split, rs in tp.splits.items():
+        for r in rs:
+            bad = split == "test" and r.label == cls and wrong_context in r.contexts
+            rows.append({"image_id": r.image_id, "prediction": other[r.label] if bad else r.label})
+    return pd.DataFrame(rows)
+
+
+def test_bugs_find_the_planted_context(world, tmp_path, capsys):  # noqa: F811
+    art = world["artifact"]
+    tp = api.plan(TASK, art.root)
+    test_cat = [r for r in tp.splits["test"] if r.label == "cat"]
+    counts = pd.Series([c for r in test_cat for c in r.contexts]).value_counts()
+    target = counts.index[0]  # the largest context of the test cats: all of it predicted wrong
+    preds = _predictions(tp, target, "cat")
+    report = find_bugs(preds, TASK, art.root, min_n=5)
+    harmful = report.harmful()
+    assert f"cat({target})" in [h["subset"] for h in harmful["cat"]]
+    assert all(h["accuracy"] < h["rest_accuracy"] for rows in harmful.values() for h in rows)
+    dists = [h["distance_to_largest_community"] for h in harmful["cat"]]
+    known = [d for d in dists if d is not None]
+    assert known == sorted(known) and dists[:len(known)] == known  # nearest first, unknown last
+    path = tmp_path / "p.csv"
+    preds.to_csv(path, index=False)
+    out = tmp_path / "bugs"
+    assert main(["bugs", "--task", TASK, "--artifact", str(art.root), "--predictions", str(path), "--min-n", "5",
+                 "--out", str(out)]) == 0
+    assert f"cat({target})" in capsys.readouterr().out
+    d = json.loads((out / "bugs.json").read_text())
+    assert d["n_bugs"] >= 1 and d["split"] == "test"
+    with pytest.raises(UnknownNameError):
+        find_bugs(preds, TASK, art.root, split="nope")
+    with pytest.raises(MetashiftError):  # a prediction for an image outside the task
+        find_bugs(pd.concat([preds, pd.DataFrame([{"image_id": "zzz", "prediction": "cat"}])]), TASK, art.root)
+
+
+def test_model_specs():
+    assert ood_experiments.ModelSpec.parse("erm").name == "erm"
+    assert ood_experiments.ModelSpec.parse("groupdro:finetune").probe == "finetune"
+    with pytest.raises(UnknownNameError):
+        ood_experiments.ModelSpec.parse("ern")
+
+
+def test_ood_levels_orchestration(world, tmp_path, monkeypatch):  # noqa: F811
+    """Stand-in training: OOD accuracy 0.9 - distance (marginal), ID 0.9; groupdro 0.05 better."""
+    def fake_train(tp, *a, config=None, **k):
+        cfg = a[3] if len(a) > 3 else config  # train(task, artifact, images, out, config)
+        lev = tp.spec["level"]
+        ood = 0.9 - (lev["distance"] or 0) + 0.3 * lev["mixed_fraction"] + (0.05 if cfg.method == "groupdro" else 0)
+        idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
+        m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
+        agg = {"id": m(idv), "ood": m(ood), "drop_pct": m(100 * (idv - ood) / idv), "n_seeds": 2,
+               "splits": {"test": {"worst_group": m(ood - 0.1)}}}
+        return SimpleNamespace(aggregate=lambda: agg)
+
+    monkeypatch.setattr(ood_experiments, "train", fake_train)
+    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
+    out = tmp_path / "ood"
+    r = ood_experiments.ood_levels(world["artifact"].root, world["folder"], out, shift_type="marginal",
+                                   models=["erm", "groupdro"], seeds=2, say=lambda s: None)
+    assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
+    curves = {(c["model"], c["curve"]): c for c in r["curves"]}
+    main_curve = curves[("erm", "ood")]
+    assert main_curve["slope"] == pytest.approx(-1.0)  # accuracy falls one for one with d
+    assert curves[("erm", "mix")]["slope"] == pytest.approx(0.3)
+    d = main_curve["x"]
+    knee = next((i for i in range(1, len(d)) if 0.9 - d[i] < 0.9 * (0.9 - d[0])), None)
+    assert main_curve["knee"] == (None if knee is None else f"d{knee}")
+    assert r["agreement"]["per_level"][0]["kendall_tau"] == pytest.approx(1.0)
+    table = pd.read_csv(out / "levels.csv")
+    assert len(table) == 2 * 7 and set(table["level"]) >= {"d0", "d3", "d3-mix50"}
+    with pytest.raises(MetashiftError):  # --out now holds an experiment: replaced only with force
+        ood_experiments.ood_levels(world["artifact"].root, world["folder"], out, say=lambda s: None)
