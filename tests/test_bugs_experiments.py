@@ -12,7 +12,6 @@ from metashift_hf import api, ood_experiments
 from metashift_hf.bugs import find_bugs
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError, UnknownNameError
-from test_builder import world  # noqa: F401  (session fixture: artifact + images)
 
 TASK = "shift-conditional-cat-dog-delta30"
 
@@ -28,8 +27,8 @@ def _predictions(tp, wrong_context: str, cls: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_bugs_find_the_planted_context(world, tmp_path, capsys):  # noqa: F811
-    art = world["artifact"]
+def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
+    art = builder_world["artifact"]
     tp = api.plan(TASK, art.root)
     test_cat = [r for r in tp.splits["test"] if r.label == "cat"]
     counts = pd.Series([c for r in test_cat for c in r.contexts]).value_counts()
@@ -63,22 +62,24 @@ def test_model_specs():
         ood_experiments.ModelSpec.parse("ern")
 
 
-def test_ood_levels_orchestration(world, tmp_path, monkeypatch):  # noqa: F811
-    """Stand-in training: OOD accuracy 0.9 - distance (marginal), ID 0.9; groupdro 0.05 better."""
-    def fake_train(tp, *a, config=None, **k):
-        cfg = a[3] if len(a) > 3 else config  # train(task, artifact, images, out, config)
-        lev = tp.spec["level"]
-        ood = 0.9 - (lev["distance"] or 0) + 0.3 * lev["mixed_fraction"] + (0.05 if cfg.method == "groupdro" else 0)
-        idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
-        m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
-        agg = {"id": m(idv), "ood": m(ood), "drop_pct": m(100 * (idv - ood) / idv), "n_seeds": 2,
-               "splits": {"test": {"worst_group": m(ood - 0.1)}}}
-        return SimpleNamespace(aggregate=lambda: agg)
+def fake_train(tp, *a, config=None, **k):
+    """Stand-in training: OOD accuracy 0.9 - distance - delta (+0.3 x mixed fraction), ID 0.9; groupdro +0.05."""
+    cfg = a[3] if len(a) > 3 else config  # train(task, artifact, images, out, config)
+    lev = tp.spec["level"]
+    ood = 0.9 - (lev["distance"] or 0) - (lev["delta"] or 0) + 0.3 * lev["mixed_fraction"]
+    ood += 0.05 if cfg.method == "groupdro" else 0
+    idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
+    m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
+    agg = {"id": m(idv), "ood": m(ood), "drop_pct": m(100 * (idv - ood) / idv), "n_seeds": 2,
+           "splits": {"test": {"worst_group": m(ood - 0.1)}}}
+    return SimpleNamespace(aggregate=lambda: agg)
 
+
+def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "train", fake_train)
     monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
     out = tmp_path / "ood"
-    r = ood_experiments.ood_levels(world["artifact"].root, world["folder"], out, shift_type="marginal",
+    r = ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out, shift_type="marginal",
                                    models=["erm", "groupdro"], seeds=2, say=lambda s: None)
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
     curves = {(c["model"], c["curve"]): c for c in r["curves"]}
@@ -92,4 +93,18 @@ def test_ood_levels_orchestration(world, tmp_path, monkeypatch):  # noqa: F811
     table = pd.read_csv(out / "levels.csv")
     assert len(table) == 2 * 7 and set(table["level"]) >= {"d0", "d3", "d3-mix50"}
     with pytest.raises(MetashiftError):  # --out now holds an experiment: replaced only with force
-        ood_experiments.ood_levels(world["artifact"].root, world["folder"], out, say=lambda s: None)
+        ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out, say=lambda s: None)
+
+
+def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ood_experiments, "train", fake_train)
+    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
+    out = tmp_path / "cond"
+    assert main(["experiment", "ood-levels", "--artifact", str(builder_world["artifact"].root), "--images", str(builder_world["folder"]),
+                 "--type", "conditional", "--models", "erm", "groupdro", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "balanced" in printed and "reversed" in printed
+    r = json.loads((out / "results.json").read_text())
+    bal = next(c for c in r["curves"] if c["model"] == "erm" and c["curve"] == "balanced")
+    assert bal["slope"] == pytest.approx(-1.0) and bal["x"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.45, 0.49]
+    assert bal["knee"] == "delta10"  # 0.8 < 0.9 * 0.9

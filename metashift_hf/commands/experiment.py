@@ -1,4 +1,5 @@
-"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.experiments.EXPERIMENTS."""
+"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.experiments.EXPERIMENTS, plus
+the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
 from __future__ import annotations
 
 import argparse
@@ -7,16 +8,21 @@ from ..experiments import EXPERIMENTS, run_experiment
 from ..manifest import resolve_input
 from ..train import TrainConfig
 from .export import parse_overrides
+from .shift_experiments import HELP as SHIFT_HELP
+from .shift_experiments import add_subcommands
 from .train import add_training_arguments
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("experiment", help="run one of the paper's experiments (paper-dg, paper-subpop): train, table, plot",
-                              description="Each experiment trains a baseline on each of its tasks and writes results.json, "
-                                          "results.md, NAME.png and runs/<task>/ into --out.")
-    sub = p.add_subparsers(dest="experiment", metavar="|".join(EXPERIMENTS))
+    p = subparsers.add_parser("experiment", help="run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), "
+                                                 "clustered (k-means OOD sets), conflicts",
+                              description="paper-dg / paper-subpop train a baseline on each of their tasks and write "
+                                          "results.json, results.md, NAME.png and runs/<task>/ into --out; ood-levels, "
+                                          "clustered and conflicts are described in docs/experiments.md.")
+    sub = p.add_subparsers(dest="experiment", metavar="|".join([*EXPERIMENTS, *SHIFT_HELP]))
     for name, exp in EXPERIMENTS.items():
-        q = sub.add_parser(name, help=exp.help, description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.")
+        q = sub.add_parser(name, help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
+                           description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.".replace("%", "%%"))
         q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
         q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
         q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -25,6 +31,7 @@ def register(subparsers) -> None:
         q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
         q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out (nothing else is ever replaced)")
         q.set_defaults(func=run)
+    add_subcommands(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
