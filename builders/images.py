@@ -485,6 +485,37 @@ class ZipImages(ImageSource):
             self._zip = None
 
 
+class DatasetImages(ImageSource):
+    """The image column of a ``datasets.Dataset`` (``Image`` feature) by image id: the stored bytes
+    as they are (read with ``decode=False``), or the file a row points to."""
+
+    def __init__(self, ds, image_column: str, ids: Sequence[str], name: str) -> None:
+        feature = ds.features.get(image_column)
+        if feature is None or not hasattr(feature, "decode"):
+            raise InputFormatError(f"dataset {name}: column {image_column!r} is not an image column ({feature})",
+                                   "pass --image-column naming a column of datasets.Image type")
+        if len(ids) != len(ds):
+            raise InputFormatError(f"dataset {name}: {len(ids)} ids for {len(ds)} rows", "give one id per row")
+        self._ds = ds.cast_column(image_column, type(feature)(decode=False)).select_columns([image_column])
+        self._column, self._name = image_column, name
+        index: dict[str, object] = {}
+        for row, image_id in enumerate(ids):
+            index.setdefault(str(image_id), row)
+        super().__init__(Path(name), index)
+
+    def _read(self, image_id: str, where: object) -> bytes:
+        rec = self._ds[int(where)][self._column] or {}
+        if rec.get("bytes"):
+            return rec["bytes"]
+        if rec.get("path") and Path(rec["path"]).is_file():
+            return Path(rec["path"]).read_bytes()
+        raise MissingImagesError(f"image {image_id!r}: row {where} of {self.describe()} holds no image bytes",
+                                 _FIX_IMAGES, image_ids=[image_id])
+
+    def describe(self) -> str:
+        return f"dataset {self._name} column {self._column!r} ({len(self._index)} images)"
+
+
 def open_images(src: "str | os.PathLike | ImageSource") -> ImageSource:
     """Open a folder of ``<id>.jpg`` (plus one level of subfolders) or a zip of images."""
     if isinstance(src, ImageSource):

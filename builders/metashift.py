@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
 from datasets.builder import Key
-from metashift_hf.builders.images import open_images, sniff_image
+from metashift_hf.builders.images import DatasetImages, open_images, sniff_image
 
 from metashift_hf.core.errors import (
     InputFormatError,
@@ -184,7 +184,11 @@ class Metashift(datasets.ArrowBasedBuilder):
         else:
             self._artifact = Artifact.load(art)
             kwargs["artifact"] = str(Path(art))
-        if kwargs.get("images") is not None:
+        # a dataset's image column has no path to reopen: the source itself is kept, the config names it
+        self._dataset_images = kwargs.get("images") if isinstance(kwargs.get("images"), DatasetImages) else None
+        if self._dataset_images is not None:
+            kwargs["images"] = self._dataset_images.describe()
+        elif kwargs.get("images") is not None:
             # an ImageSource is reopened from its path, so the config stays plain (hashable, picklable)
             kwargs["images"] = str(getattr(kwargs["images"], "path", kwargs["images"]))
             # a changed folder (files added/removed) or zip gets a new cache instead of a stale one
@@ -249,6 +253,8 @@ class Metashift(datasets.ArrowBasedBuilder):
     # -- images ---------------------------------------------------------------------------------
     def _open_source(self):
 
+        if self._dataset_images is not None:
+            return self._dataset_images
         if self.config.images is None:
             raise MissingImagesError(f"task {self.config.name}: no image source given",
                                      "pass images= a folder of <id>.jpg files or GQA's images.zip")

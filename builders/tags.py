@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.names import SubsetName
 
+from .images import DatasetImages
 from .subsets import CandidateSubsets, _pairs_within_images
 
 
@@ -190,6 +191,27 @@ class MultiLabelDataset:
             raise InputFormatError(f"{self.name} has no column {self.image_column!r} (columns: {ds.column_names})",
                                    "pass --image-column COL naming the dataset's image column, or leave it out")
         return tags_from_dataset(ds, tag_column=self.tag_column, id_column=self.id_column, what=self.name)
+
+    def image_ids(self, ds) -> list[str]:
+        """One image id per row, as ``tag_table`` reads them."""
+        id_column = self.id_column or ("image_id" if "image_id" in ds.column_names else None)
+        if id_column is None:
+            return [str(i) for i in range(len(ds))]
+        return [str(x) for x in ds[id_column]]
+
+    def images(self, ds=None) -> DatasetImages:
+        """The dataset's own images (``image_column``) by image id."""
+        if not self.image_column:
+            raise InputFormatError(f"dataset {self.name}: no image column was given",
+                                   "rebuild with --image-column COL, or pass --images")
+        ds = self.load() if ds is None else ds
+        return DatasetImages(ds, self.image_column, self.image_ids(ds), self.name)
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> "MultiLabelDataset":
+        """The input record an artifact's manifest holds (``input_record``)."""
+        return cls(record["path"], record["tag_column"], split=record.get("split", "train"),
+                   id_column=record.get("id_column"), image_column=record.get("image_column"))
 
     def input_record(self) -> dict:
         return {"path": self.name, "sha256": "", "role": "hf_dataset", "split": self.split,

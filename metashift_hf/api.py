@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.metashift import Metashift, shift_spec
+from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.builders.tasks import plan_task, task_ids
 from metashift_hf.core.errors import MissingImagesError
 
@@ -63,6 +64,15 @@ def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
     return task_ids(Artifact.load(artifact))
 
 
+def dataset_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | None":
+    """An artifact built from a dataset with an image column (``build --hf-dataset ... --image-column``)
+    reads its images from that column; None for other artifacts."""
+    for record in Artifact.load(artifact).manifest.get("inputs", []):
+        if record.get("role") == "hf_dataset" and record.get("image_column"):
+            return MultiLabelDataset.from_record(record).images()
+    return None
+
+
 def prepare(task: str, artifact: "str | os.PathLike | Artifact",
             images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0,
             on_missing: str = "error", cache_dir: "str | os.PathLike | None" = None,
@@ -73,6 +83,8 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
     task is reused when task, artifact content, images path, seed and options are the same.
     """
 
+    if images is None:
+        images = dataset_images(artifact)
     if images is None:
         raise MissingImagesError(f"task {task}: prepare/load need images",
                                  "pass images= a folder of <id>.jpg files or GQA's images.zip "

@@ -1,0 +1,103 @@
+"""MetaShift from any multi-label dataset: a tags table (--tags) and a dataset with a multi-label
+column (--hf-dataset, read through datasets.load_dataset) build the same artifact from the same tags;
+images then come from the dataset's image column."""
+from __future__ import annotations
+
+import io
+import itertools
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from metashift_hf.api import prepare
+from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.tags import MultiLabelDataset, TagTable, candidates_from_tags, read_tags_file
+from metashift_hf.cli import main
+from metashift_hf.core.errors import InputFormatError
+
+N = 240
+
+
+def tags_of(i: int) -> list[str]:
+    # "cat" on 200 images with 8 contexts on about a third each: cat(c0..c7) have > 25 images
+    base = ["cat"] if i < 200 else ["dog"]
+    return base + [f"c{j}" for j in range(8) if (i + j) % 3 == 0]
+
+
+def jpeg(i: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (i % 256, (7 * i) % 256, 40)).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    import datasets
+
+    root = tmp_path_factory.mktemp("tags")
+    rows = [(f"im{i:03d}", t) for i in range(N) for t in tags_of(i)]
+    csv = root / "tags.csv"
+    csv.write_text("image_id,tag\n" + "".join(f"{a},{b}\n" for a, b in rows), encoding="utf-8")
+    pq.write_table(pa.table({"image_id": [a for a, _ in rows], "tag": [b for _, b in rows]}), root / "tags.parquet")
+    repo = root / "repo"
+    (repo / "data").mkdir(parents=True)
+    features = datasets.Features({"image_id": datasets.Value("string"),
+                                  "labels": datasets.Sequence(datasets.Value("string")), "image": datasets.Image()})
+    ds = datasets.Dataset.from_dict({"image_id": [f"im{i:03d}" for i in range(N)],
+                                     "labels": [tags_of(i) for i in range(N)],
+                                     "image": [{"bytes": jpeg(i), "path": None} for i in range(N)]}, features=features)
+    ds.to_parquet(str(repo / "data" / "train-00000-of-00001.parquet"))
+    return {"csv": csv, "parquet": root / "tags.parquet", "repo": repo}
+
+
+def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
+    a = build_from_inputs(tmp_path / "csv", tags=sources["csv"], plots=False)
+    b = build_from_inputs(tmp_path / "pq", tags=sources["parquet"], plots=False)
+    c = build_from_inputs(tmp_path / "hf", plots=False,
+                          hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    assert a.content_hash == b.content_hash == c.content_hash
+    assert a.classes() == ["cat"] and len(a.subsets_of("cat")) == 8
+    # co-occurrence: cat(c3) = images tagged cat and c3
+    assert a.images("cat(c3)") == frozenset(f"im{i:03d}" for i in range(N) if "cat" in tags_of(i) and "c3" in tags_of(i))
+    assert c.manifest["inputs"][0]["image_column"] == "image" and c.manifest["source"] == "custom"
+
+
+def test_images_come_from_the_dataset_column(sources, tmp_path):
+    art = build_from_inputs(tmp_path / "hf", plots=False,
+                            hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    task = prepare("class-cat", art, cache_dir=tmp_path / "cache")
+    ds = task.dataset["train"] if "train" in task.dataset else next(iter(task.dataset.values()))
+    ds = ds.cast_column("image", type(ds.features["image"])(decode=False))
+    for row in ds.select(range(min(20, len(ds)))):
+        assert row["image"]["bytes"] == jpeg(int(row["image_id"][2:]))
+
+
+def test_subject_tags_and_errors(sources, tmp_path, capsys):
+    table = read_tags_file(sources["csv"])
+    names = candidates_from_tags(table, subjects=["cat"]).names
+    assert names and all(n.startswith("cat(") for n in names)
+    with pytest.raises(InputFormatError, match="parentheses"):
+        TagTable.from_columns(["1", "1"], ["cat", "sofa (red)"])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("image,label\n1,cat\n")
+    with pytest.raises(InputFormatError, match="missing column"):
+        read_tags_file(bad)
+    out = tmp_path / "o"
+    assert main(["build", "--tags", str(sources["csv"]), "--out", str(out), "--no-plots", "--quiet",
+                 "--subject-tags", "cat"]) == 0
+    assert "classes: 1" in capsys.readouterr().out
+    assert main(["build", "--hf-dataset", str(sources["repo"]), "--out", str(tmp_path / "p")]) == 2
+    assert "--tag-column" in capsys.readouterr().err
+    assert main(["build", "--hf-dataset", str(sources["repo"]), "--tag-column", "labels", "--out",
+                 str(tmp_path / "q"), "--quiet", "--no-plots"]) == 0
+    with pytest.raises(InputFormatError, match="multi-label sources only"):
+        build_from_inputs(tmp_path / "r", scene_graphs=[sources["csv"]], options=BuildOptions(subject_tags=("x",)))
+
+
+def test_every_pair_of_tags_is_a_subset():
+    t = TagTable.from_columns(["1", "1", "1", "2"], ["a", "b", "c", "a"])
+    c = candidates_from_tags(t)
+    assert c.names == [f"{s}({o})" for s, o in itertools.permutations("abc", 2)]
+    assert all(c.images(n) == frozenset({"1"}) for n in c.names)
