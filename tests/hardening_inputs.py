@@ -48,3 +48,19 @@ def assert_one_line_error(code: int, err: str, *needles: str) -> None:
     assert lines[-2].startswith("error: ") and lines[-1].startswith("  fix: "), err
     for needle in needles:
         assert needle in err, (needle, err)
+
+
+def run_cli_bounded(*argv, timeout: float = 60, cwd=None):
+    """Run the command line in a child process that is killed after ``timeout`` seconds.
+
+    For inputs that made earlier versions hang or exhaust memory: the test then fails instead of
+    hanging the suite. Returns the CompletedProcess (``returncode`` -9 / None when killed).
+    """
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.run([sys.executable, "-m", "metashift_hf", *map(str, argv)], capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"metashift-hf {' '.join(map(str, argv))} ran past {timeout} s") from exc
