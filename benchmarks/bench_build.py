@@ -41,7 +41,9 @@ def synthetic_file(work: Path, images: int, seed: int) -> Path:
 
 def run_build(files: list[Path], out: Path, extra: list[str]) -> dict:
     """Run the build in a child process; wall time, CPU time and peak RSS of that child."""
-    cmd = [sys.executable, "-m", "metashift_hf.cli", "build", "--scene-graphs", *map(str, files), "--out", str(out), *extra]
+    # --force: the artifact of the previous run is replaced (build refuses to overwrite one otherwise)
+    cmd = [sys.executable, "-m", "metashift_hf.cli", "build", "--scene-graphs", *map(str, files), "--out", str(out),
+           "--force", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
