@@ -33,6 +33,9 @@ SHIFT_TAGS = {"marginal": "domain-generalization", "conditional": "subpopulation
 SOURCE_DATASETS = ["extended|visual_genome"]
 # Synthetic artifacts (demo world): images drawn by this package's generator (MIT, like the code),
 # so the card must not claim Visual Genome's licence or source for them.
+# COCO-built artifacts (build --coco-annotations): COCO's annotations are CC BY 4.0, its images Flickr's
+COCO_TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "coco"]
+COCO_SOURCE_DATASETS = ["extended|detection-datasets/coco"]
 SYNTHETIC_LICENSE = "mit"
 SYNTHETIC_SOURCE_DATASETS = ["original"]
 
@@ -75,6 +78,14 @@ def _about(provenance: str | None) -> str:
                    "construction follows MetaShift (Liang & Zou, ICLR 2022).")
         note = ("The points below describe the real MetaShift data (Visual Genome); this synthetic export only "
                 "imitates its structure.\n\n")
+    elif provenance == "coco":
+        licence = ("Images and object annotations come from [MS-COCO](https://cocodataset.org/) (Lin et al., ECCV "
+                   "2014), built as MetaShift's Appendix D describes (subsets by co-occurrence of labelled objects). "
+                   "COCO's annotations are released under **CC BY 4.0** (`license: cc-by-4.0` covers them and the "
+                   "subset structure); the images are Flickr photographs under their uploaders' licences and the "
+                   "Flickr terms of use, which COCO does not relicense. Cite COCO and MetaShift when you use it.")
+        note = ("The points below describe MetaShift on Visual Genome; a COCO build shares its construction, and "
+                "COCO's 80 object categories are coarser than Visual Genome's vocabulary.\n\n")
     else:
         licence = ("Images and scene graphs come from [Visual Genome](https://homes.cs.washington.edu/~ranjay/visualgenome/) "
                    "(Krishna et al., IJCV 2017) through [GQA](https://cs.stanford.edu/people/dorarad/gqa/) (Hudson & "
@@ -439,8 +450,9 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
         pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
-        tags=TAGS + shift_tags + (["synthetic"] if synthetic else []),
-        source_datasets=SYNTHETIC_SOURCE_DATASETS if synthetic else SOURCE_DATASETS,
+        tags=(COCO_TAGS if provenance == "coco" else TAGS) + shift_tags + (["synthetic"] if synthetic else []),
+        source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else
+                         COCO_SOURCE_DATASETS if provenance == "coco" else SOURCE_DATASETS),
     )
     if configs:
         dataset_infos_yaml(configs, data)

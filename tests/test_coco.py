@@ -135,3 +135,18 @@ def test_build_cli(world, tmp_path, capsys):
     assert "classes: 2" in capsys.readouterr().out
     assert main(["build", "--coco-annotations", *files, "--tags", files[0], "--out", str(tmp_path / "b")]) == 2
     assert "2 sources given" in capsys.readouterr().err
+
+
+def test_coco_card_names_coco_not_visual_genome(coco_artifact, world, tmp_path):
+    from huggingface_hub import DatasetCard
+
+    from metashift_hf.api import prepare
+    from metashift_hf.cards import render as cards
+
+    task = prepare("paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05,
+                   cache_dir=tmp_path / "cache")
+    info = cards.task_info(task, coco_artifact, repo_id="ns/metashift-coco")
+    text = cards.render_task_card(info, None)
+    card = DatasetCard(text)
+    assert "coco" in card.data.tags and "visual-genome" not in card.data.tags
+    assert card.data.license == "cc-by-4.0" and "MS-COCO" in text and "artifact `source: coco`" in text
