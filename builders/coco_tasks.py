@@ -14,6 +14,7 @@ from __future__ import annotations
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError, did_you_mean
 
 from .shifts import ArtifactSource, GroupDef, SubpopSizes, TaskPlan, subpopulation_shift
+from .spec import PaperFacts
 
 CLASSES = ("cat", "dog")
 INDOOR = ("indoor", "kitchen", "electronic", "appliance", "furniture")
@@ -23,8 +24,8 @@ TASK_IDS = tuple(f"paper-coco-subpop-cat-dog-{v}" for v in VARIANTS)
 TRAIN_PER_CLASS = 1500  # the paper: 3,000 training images
 TEST_PER_GROUP = 131  # the paper: balanced test of 524 images over the 4 groups
 VALIDATION_PER_CLASS = 150  # the paper gives none; 10% of training, as the GQA task (85 of 850)
-PAPER = {"train_total": 3000, "balanced_test_total": 524, "minority_fraction_p": ["13%", "7%", "1%"],
-         "indoor_supercategories": list(INDOOR), "outdoor_supercategories": list(OUTDOOR)}
+PAPER_SIZES = {"train_total": 3000, "test_total": 524}  # the test split is the balanced test set
+PAPER_FRACTIONS = ("13%", "7%", "1%")
 
 
 def default_sizes(task_id: str) -> SubpopSizes:
@@ -69,7 +70,8 @@ def plan(task_id: str, source: ArtifactSource, *, sizes: SubpopSizes, seed: int 
     return subpopulation_shift(
         task_id, source, majority=[g["cat(indoor)"], g["dog(outdoor)"]], minority=[g["cat(outdoor)"], g["dog(indoor)"]],
         sizes=sizes, seed=seed,
-        extra_spec={"paper": dict(PAPER), "group_contexts": {k: list(v.contexts) for k, v in g.items()},
-                    "ambiguous_rule": "images of both cat and dog; an image with indoor and outdoor objects is in "
-                                      "the minority group"})
+        paper=PaperFacts(sizes=dict(PAPER_SIZES), minority_fractions=PAPER_FRACTIONS,
+                         categories={"indoor": INDOOR, "outdoor": OUTDOOR},
+                         ambiguous_rule="images of both cat and dog; an image with indoor and outdoor objects is in "
+                                        "the minority group"))
 

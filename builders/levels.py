@@ -21,8 +21,8 @@ and the OOD test set is the same for every level of a family.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Literal, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,19 +34,30 @@ from .shifts import (
     GroupSource,
     Row,
     TaskPlan,
-    _base_spec,
     _finish,
-    _group_entry,
+    _group_spec,
     _RowMaker,
     ambiguous_images,
     seeded_order,
 )
+from .spec import (
+    ConditionalFacts,
+    Distance,
+    DistanceRule,
+    Factor,
+    FamilyDesign,
+    GroupSpec,
+    Level,
+    LevelType,
+    MinorityFraction,
+    MixedFraction,
+    ShiftSpec,
+)
 
-ShiftType = Literal["marginal", "conditional", "joint"]
+ShiftType = LevelType
 SHIFT_TYPES: tuple[ShiftType, ...] = ("marginal", "conditional", "joint")
 DELTAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.45, 0.49)
 MIX_FRACTIONS = (0.1, 0.25, 0.5)
-TestMode = Literal["ood", "balanced", "reversed"]
 PREFIX = "shift"
 
 # (class, contexts a, contexts b) -> meta-graph distance between the two sets of subsets of the class
@@ -56,22 +67,6 @@ DistanceFn = Callable[[str, Sequence[str], Sequence[str]], float]
 # --------------------------------------------------------------------------------------------
 # levels and ids
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Level:
-    """One level of a shift family, as it appears in the task id and in ``spec['level']``."""
-
-    type: ShiftType
-    name: str
-    rank: int | None = None  # distance rank (marginal, joint)
-    delta: float | None = None  # conditional, joint
-    mixed_fraction: float = 0.0  # marginal mix levels
-    test: TestMode = "ood"
-    distance: float | None = None  # filled in by the generator
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def _delta_name(delta: float) -> str:
     return f"delta{int(round(delta * 100)):02d}"
 
@@ -251,7 +246,7 @@ class MarginalDesign:
     train_contexts: tuple[tuple[str, ...], ...]  # per level (nearest level first), contexts in distance order
     distances: tuple[float, ...]  # mean over classes of the C_tr/C_te distance, per level
     per_class: tuple[dict[str, float], ...]
-    distance_rule: str
+    distance_rule: DistanceRule
 
     def values(self) -> dict[str, tuple[str, ...]]:
         """The factor: context group of an image (C_te = 'test', level k's C_tr = 'd<k>')."""
@@ -268,7 +263,7 @@ def shared_contexts(source: GroupSource, classes: Sequence[str], min_images: int
 
 
 def marginal_design(source: GroupSource, classes: Sequence[str], distance: DistanceFn, *,
-                    sizes: LevelSizes = LevelSizes(), distance_rule: str = "",
+                    sizes: LevelSizes = LevelSizes(), distance_rule: DistanceRule = "custom",
                     candidates: Sequence[str] | None = None) -> MarginalDesign:
     """C_te = the shared context with most images (fewest over classes) and its nearest shared
     contexts; the other shared contexts, sorted by distance to C_te, give ``levels`` groups of
@@ -412,38 +407,40 @@ def marginal_plan(tid: str, source: GroupSource, design: MarginalDesign, level: 
     add("test", fam.take("test", [c - r for c, r in zip(te_caps, res)], res))
     d = design.distances[k]
     lev = replace(level, distance=d)
-    spec = _base_spec(tid, "marginal", classes, seed,
-                      distance={"value": d, "rule": design.distance_rule, "per_class": design.per_class[k],
-                                "note": "mean over classes of the distance between the training and the test "
-                                        "contexts' subsets of the class"})
-    spec.update(_level_spec(lev, design, fam.dropped[v] + fam.dropped['test']))
-    spec["mixed_fraction"] = {"target": level.mixed_fraction, "images_per_class": n_mix}
-    _groups_spec(spec, classes, {"train": list(design.train_contexts[k]) + (list(design.test_contexts) if n_mix else []),
-                                 "validation": design.train_contexts[k], "id_test": design.train_contexts[k],
-                                 "test": design.test_contexts})
-    plan = _finish(tid, classes, splits, spec, Counter(ambiguous=0, leakage=0, duplicate=0))
+    distance = Distance(value=d, rule=design.distance_rule, per_class=design.per_class[k],
+                        note="mean over classes of the distance between the training and the test contexts' "
+                             "subsets of the class")
+    groups = _groups_spec(classes, {"train": list(design.train_contexts[k]) + (list(design.test_contexts) if n_mix else []),
+                                    "validation": design.train_contexts[k], "id_test": design.train_contexts[k],
+                                    "test": design.test_contexts})
+    plan = _finish(tid, "marginal", classes, seed, splits, groups, Counter(), distance=distance,
+                   mixed_fraction=MixedFraction(target=level.mixed_fraction, images_per_class=n_mix),
+                   **_level_spec(lev, design, fam.dropped[v] + fam.dropped['test']))
     check_level_plan(plan)
     return plan
 
 
-def _level_spec(level: Level, design: MarginalDesign | None, dropped: int, extra_values: Mapping | None = None) -> dict:
-    """``level``, ``factor`` (the values an image may hold in this task) and the family's design."""
-    values = {"test": list(design.test_contexts), "train": list(design.train_contexts[int(level.rank or 0)])} if design else {}
-    values.update({k: list(v) for k, v in (extra_values or {}).items()})
-    out = {"level": level.as_dict(),
-           "factor": {"name": "context group", "values": values, "dropped_two_values": int(dropped),
-                      "rule": "an image holding contexts of two values is dropped; test images also hold no context "
-                                   "of any level's training contexts, so every level has the same OOD test"}}
+def _level_spec(level: Level, design: MarginalDesign | None, dropped: int, extra_values: Mapping | None = None,
+                **factor: Any) -> dict[str, Any]:
+    """ShiftSpec fields ``level``, ``factor`` (the values an image may hold in this task) and
+    ``family`` (the family's design); ``factor``: further Factor fields."""
+    values = {"test": tuple(design.test_contexts), "train": tuple(design.train_contexts[int(level.rank or 0)])} if design else {}
+    values.update({k: tuple(v) for k, v in (extra_values or {}).items()})
+    out: dict[str, Any] = {
+        "level": level,
+        "factor": Factor(name="context group", values=values, dropped_two_values=int(dropped),
+                         rule="an image holding contexts of two values is dropped; test images also hold no context "
+                              "of any level's training contexts, so every level has the same OOD test", **factor)}
     if design is not None:
-        out["family"] = {"test_contexts": list(design.test_contexts),
-                         "train_contexts": [list(g) for g in design.train_contexts],
-                         "distances": list(design.distances), "distance_rule": design.distance_rule}
+        out["family"] = FamilyDesign(test_contexts=tuple(design.test_contexts),
+                                     train_contexts=tuple(tuple(g) for g in design.train_contexts),
+                                     distances=tuple(float(x) for x in design.distances),
+                                     distance_rule=design.distance_rule)
     return out
 
 
-def _groups_spec(spec: dict, classes: Sequence[str], contexts: Mapping[str, Sequence[str]]) -> None:
-    for s, ctxs in contexts.items():
-        spec[f"{s}_groups"] = [_group_entry(g, 0) for c in classes for g in _class_groups(c, ctxs)]
+def _groups_spec(classes: Sequence[str], contexts: Mapping[str, Sequence[str]]) -> dict[str, list[GroupSpec]]:
+    return {s: [_group_spec(g) for c in classes for g in _class_groups(c, ctxs)] for s, ctxs in contexts.items()}
 
 
 @dataclass(frozen=True)
@@ -540,16 +537,13 @@ def conditional_plan(tid: str, source: GroupSource, design: ConditionalDesign, l
     groups = {(c, v): GroupDef(c, labels[v], tuple(values[v]), "") for c in classes for v in ("s1", "s2")}
     rm = _RowMaker(source)
     splits = {s: [r for key, ids in drawn[s].items() for r in rm.rows(groups[key], ids)] for s in SPLITS if s in drawn}
-    spec = _base_spec(tid, "conditional", classes, seed,
-                      minority_fraction={"target": round(0.5 - delta, 6), "achieved": None},
-                      minority_groups=[groups[(a_cls, "s2")].name, groups[(b_cls, "s1")].name])
-    spec.update(_level_spec(level, None, dropped, values))
-    spec["factor"]["labels"] = labels
-    spec["conditional"] = {"p_s1": 0.5, "p_a_given_s1_train": 0.5 + delta, "p_a_given_s1_test": 0.5 + test_delta,
-                           "class_a": a_cls}
-    for s in ("train", "validation", "id_test", "test"):
-        spec[f"{s}_groups"] = [_group_entry(g, 0) for g in groups.values()]
-    plan = _finish(tid, classes, splits, spec, Counter(ambiguous=0, leakage=0, duplicate=0))
+    entries = {s: [_group_spec(g) for g in groups.values()] for s in ("train", "validation", "id_test", "test")}
+    plan = _finish(tid, "conditional", classes, seed, splits, entries, Counter(),
+                   minority_fraction=MinorityFraction(target=round(0.5 - delta, 6), achieved=None),
+                   minority_groups=(groups[(a_cls, "s2")].name, groups[(b_cls, "s1")].name),
+                   conditional=ConditionalFacts(p_s1=0.5, p_a_given_s1_train=0.5 + delta,
+                                                p_a_given_s1_test=0.5 + test_delta, class_a=a_cls),
+                   **_level_spec(level, None, dropped, values, labels=labels))
     check_level_plan(plan)
     return plan
 
@@ -604,17 +598,18 @@ def joint_plan(tid: str, source: GroupSource, design: MarginalDesign, level: Lev
         for x, ids in picked.items():
             splits["test"] += rm.rows(GroupDef(c, x, (x,), x), ids)
     lev = replace(level, distance=design.distances[k])
-    spec = _base_spec(tid, "joint", classes, seed,
-                      distance={"value": design.distances[k], "rule": design.distance_rule,
-                                "per_class": design.per_class[k]})
-    spec.update(_level_spec(lev, design, fam.dropped[f'd{k}'] + fam.dropped['test'] + dropped))
-    spec["factor"]["within_train"] = {s: list(x) for s, x in inner.items()}
-    spec["conditional"] = {"p_s1": 0.5, "p_a_given_s1_train": 0.5 + delta, "class_a": a_cls,
-                           "note": "s1/s2: the split of the training contexts that leaves the most images in the "
-                                   "smallest (class, value) cell"}
     ctxs = design.train_contexts[k]
-    _groups_spec(spec, classes, {"train": ctxs, "validation": ctxs, "id_test": ctxs, "test": design.test_contexts})
-    plan = _finish(tid, classes, splits, spec, Counter(ambiguous=0, leakage=0, duplicate=0))
+    groups = _groups_spec(classes, {"train": ctxs, "validation": ctxs, "id_test": ctxs, "test": design.test_contexts})
+    plan = _finish(
+        tid, "joint", classes, seed, splits, groups, Counter(),
+        distance=Distance(value=design.distances[k], rule=design.distance_rule, per_class=design.per_class[k],
+                          note="mean over classes of the distance between the training and the test contexts' "
+                               "subsets of the class"),
+        conditional=ConditionalFacts(p_s1=0.5, p_a_given_s1_train=0.5 + delta, class_a=a_cls,
+                                     note="s1/s2: the split of the training contexts that leaves the most images in "
+                                          "the smallest (class, value) cell"),
+        **_level_spec(lev, design, fam.dropped[f'd{k}'] + fam.dropped['test'] + dropped,
+                      within_train={s: tuple(x) for s, x in inner.items()}))
     check_level_plan(plan)
     return plan
 
@@ -623,11 +618,12 @@ def joint_plan(tid: str, source: GroupSource, design: MarginalDesign, level: Lev
 # the three checks
 # --------------------------------------------------------------------------------------------
 def check_level_plan(plan: TaskPlan, tol: float = 1e-9) -> None:
-    """Raise unless: every image has exactly one value of the factor (``spec['factor']``, and of
+    """Raise unless: every image has exactly one value of the factor (``spec.factor``, and of
     ``within_train`` for training-side images of joint tasks), no image is in two splits, and the
     class proportions P(Y) are equal in train and test."""
-    values = {v: set(c) for v, c in plan.spec["factor"]["values"].items()}
-    within = {v: set(c) for v, c in plan.spec["factor"].get("within_train", {}).items()}
+    factor = plan.spec.factor
+    values = {v: set(c) for v, c in factor.values.items()}
+    within = {v: set(c) for v, c in (factor.within_train or {}).items()}
     fix = "this is a bug in the level generator; please report it with the task id and seed"
     seen: dict[str, str] = {}
     for split, rows in plan.splits.items():
@@ -695,7 +691,7 @@ def family_ids(classes: Sequence[str], n_levels: int = 4) -> list[str]:
 
 
 def plan(tid: str, source: GroupSource, distance: DistanceFn, known_classes: Sequence[str], *, seed: int = 0,
-         sizes: LevelSizes = LevelSizes(), distance_rule: str = "",
+         sizes: LevelSizes = LevelSizes(), distance_rule: DistanceRule = "custom",
          candidates: Sequence[str] | None = None,
          paper_groups: Mapping[str, Sequence[str]] | None = None) -> TaskPlan:
     """The plan of one ``shift-<type>-<A>-<B>-<level>`` task."""
@@ -711,15 +707,15 @@ def plan(tid: str, source: GroupSource, distance: DistanceFn, known_classes: Seq
     return joint_plan(tid, source, mdesign, level, sizes=sizes, seed=seed)
 
 
-def paper_level(spec: Mapping) -> Level:
+def paper_level(spec: ShiftSpec) -> Level:
     """The paper tasks in this vocabulary: DG = marginal with level d (its distance), subpopulation
     = conditional with delta = 1/2 - p (p the minority fraction of training) and a balanced test."""
-    if spec.get("shift_type") == "marginal":
-        d = (spec.get("distance") or {}).get("value")
+    if spec.shift_type == "marginal":
+        d = spec.distance.value if spec.distance is not None else None
         return Level("marginal", f"d={d:.3f}" if d is not None else "d=?", distance=d)
-    if spec.get("shift_type") == "conditional":
-        mf = spec.get("minority_fraction") or {}
-        p = mf.get("achieved") if mf.get("achieved") is not None else mf.get("target")
+    if spec.shift_type == "conditional" and spec.minority_fraction is not None:
+        mf = spec.minority_fraction
+        p = mf.achieved if mf.achieved is not None else mf.target
         delta = round(0.5 - float(p), 6)
         return Level("conditional", f"delta={delta:g}", delta=delta, test="balanced")
-    raise UnknownNameError(f"shift type {spec.get('shift_type')!r} has no level", "pass a DG or subpopulation spec")
+    raise UnknownNameError(f"shift type {spec.shift_type!r} has no level", "pass a DG or subpopulation spec")

@@ -15,7 +15,6 @@ never decoded and re-encoded.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from metashift_hf.core.errors import (
 
 from . import shifts
 from .artifact import Artifact
+from .spec import ShiftSpec
 from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 
 # The old HF loader's default classes (kept for reference in docs; our default is every class).
@@ -143,20 +143,38 @@ def metadata_record(meta: dict | None, image_id: str) -> dict:
 
 
 def describe(plan: shifts.TaskPlan) -> str:
-    """The dataset description: one line about the task, then ``shift_spec:`` and the spec JSON."""
+    """The dataset description: one line about the task (the spec itself travels in the features)."""
     s = plan.spec
-    head = (f"MetaShift task {plan.task_id}: classes {', '.join(plan.classes)}; shift type {s['shift_type']}; "
-            f"splits {s['split_sizes']}.")
-    return head + "\nshift_spec:\n" + json.dumps(s, sort_keys=True, indent=1)
+    return (f"MetaShift task {plan.task_id}: classes {', '.join(plan.classes)}; shift type {s.shift_type}; "
+            f"splits {dict(s.split_sizes)}. Shift spec: metashift_hf.shift_spec(dataset).")
 
 
-def spec_from_description(description: str) -> dict:
-    """Inverse of :func:`describe` (for cards/evaluation reading a prepared dataset)."""
-    marker = "\nshift_spec:\n"
-    if marker not in (description or ""):
-        raise InputFormatError("dataset description has no 'shift_spec:' line",
-                               "prepare the dataset with metashift_hf.prepare / the metashift builder")
-    return json.loads(description.split(marker, 1)[1])
+# The shift spec rides in the ``id`` of the ``group`` feature: datasets keeps feature ids in the
+# parquet schema metadata, the README's dataset_info, the Arrow cache and Hub loads, while it drops
+# ``info.description`` when a dataset is loaded from exported parquet.
+SPEC_FEATURE = "group"
+_SPEC_MARK = "metashift-hf shift_spec "
+
+
+def features_with_spec(features: datasets.Features, spec: ShiftSpec) -> datasets.Features:
+    """``features`` with ``spec`` stamped into the ``group`` feature (same Arrow types)."""
+    if SPEC_FEATURE not in features:
+        raise InputFormatError(f"task {spec.task_id}: the dataset has no {SPEC_FEATURE!r} column to carry the shift spec",
+                               "prepare the task with metashift_hf.prepare (its datasets have a 'group' column)")
+    out = datasets.Features(features)
+    out[SPEC_FEATURE] = datasets.Value("string", id=_SPEC_MARK + spec.to_json(compact=True))
+    return out
+
+
+def spec_of_features(features: datasets.Features, where: str = "dataset") -> ShiftSpec:
+    """Inverse of :func:`features_with_spec`."""
+    feat = features.get(SPEC_FEATURE) if features is not None else None
+    mark = getattr(feat, "id", None) or ""
+    if not mark.startswith(_SPEC_MARK):
+        raise InputFormatError(f"{where} carries no shift spec (its {SPEC_FEATURE!r} feature has no spec id)",
+                               "prepare it with metashift_hf.prepare, or load it from a `metashift-hf export` "
+                               "folder or Hub repo; a spec file can be read with metashift_hf.shift_spec(PATH)")
+    return ShiftSpec.from_json(mark[len(_SPEC_MARK):], where=f"shift spec of {where}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +246,7 @@ class Metashift(datasets.ArrowBasedBuilder):
         features = base_features(self.plan.classes)
         if self.config.with_image_metadata:
             features = datasets.Features({**features, **METADATA_FEATURES})
+        features = features_with_spec(features, self.plan.spec)
         return datasets.DatasetInfo(
             description=describe(self.plan),
             features=features,
@@ -271,11 +290,11 @@ class Metashift(datasets.ArrowBasedBuilder):
             if not report.ok:
                 # Said out loud (stderr via logging's last-resort handler) and recorded in the spec.
                 logging.getLogger("metashift_hf").warning("task %s: skipped %s", plan.task_id, report.summary())
-                plan = plan.without_images(report.bad_ids, reason={"missing": report.missing[:100],
-                                                                   "corrupt": sorted(report.corrupt)[:100],
-                                                                   "summary": report.summary()})
+                plan = plan.without_images(report.bad_ids, missing=report.missing, corrupt=report.corrupt,
+                                           summary=report.summary())
                 self._plan = plan
                 self.info.description = describe(plan)
+                self.info.features = features_with_spec(self.info.features, plan.spec)
         else:
             src.resolve(ids, "error", verify=False)  # missing files: one report before writing anything
         return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s}) for s in plan.split_names()]
@@ -348,11 +367,14 @@ def _check_images(src, image_ids: list[str], data: "pa.BinaryArray | pa.ChunkedA
                     "or replace the file", image_ids=[image_id])
 
 
-def shift_spec(ds: "datasets.Dataset | datasets.DatasetDict") -> dict:
-    """The shift spec stored in a prepared dataset's info."""
+def spec_of_dataset(ds: "datasets.Dataset | datasets.DatasetDict") -> ShiftSpec:
+    """The shift spec a prepared or loaded dataset carries (every split carries the same)."""
     if isinstance(ds, datasets.DatasetDict):
+        if not ds:
+            raise InputFormatError("the DatasetDict has no splits", "load a task with at least one split")
         ds = next(iter(ds.values()))
-    return spec_from_description(ds.info.description)
+    return spec_of_features(ds.features, where=f"dataset {ds.info.dataset_name or ds.info.builder_name or ''}".strip())
 
 
-__all__ = ["Metashift", "MetashiftConfig", "shift_spec", "describe", "LEGACY_CLASSES"]
+__all__ = ["Metashift", "MetashiftConfig", "spec_of_dataset", "features_with_spec", "spec_of_features", "describe",
+           "LEGACY_CLASSES"]

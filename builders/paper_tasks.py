@@ -20,6 +20,7 @@ from metashift_hf.core.errors import (
 )
 
 from .metagraph import group_distance_code
+from .spec import Distance, PaperFacts
 from .shifts import (
     DGSizes,
     GroupDef,
@@ -96,7 +97,9 @@ SUBPOP_MAJORITY = ("cat(indoor)", "dog(outdoor)")
 # The original code truncates each group after a seeded shuffle; test + train must fit in it.
 SUBPOP_POOL = {"cat(outdoor)": 294, "dog(indoor)": 294, "cat(indoor)": 994, "dog(outdoor)": 994}
 SUBPOP_VARIANTS = {"p12": 100, "p6": 50, "p1": 10}  # minority training images per class
-SUBPOP_PAPER = {"train_total": 1700, "balanced_test_total": 576, "minority_fraction_p": ["12%", "6%", "1%"]}
+SUBPOP_PAPER_SIZES = {"train_total": 1700, "test_total": 576}  # the test split is the balanced test set
+SUBPOP_PAPER_FRACTIONS = ("12%", "6%", "1%")
+AMBIGUOUS_RULE = "images of cat(dog)/dog(cat) and images in subsets of both classes"
 
 DG_IDS = tuple(f"paper-dg-cat-dog-{i}" for i in range(1, 5))
 SUBPOP_IDS = tuple(f"paper-subpop-cat-dog-{v}" for v in SUBPOP_VARIANTS)
@@ -129,7 +132,7 @@ def applicable(source: GroupSource) -> list[str]:
     return ids
 
 
-def dg_distance(source: GroupSource, experiment: int) -> dict:
+def dg_distance(source: GroupSource, experiment: int) -> Distance:
     """The original code's distance of dog training set ``experiment`` (1..4) to dog(shelf).
 
     Meta-graph over every dog group of the task family (test, the 8 training groups, the
@@ -144,20 +147,18 @@ def dg_distance(source: GroupSource, experiment: int) -> dict:
     sets = {k: group_images(source, _group(k, v, True)) - amb for k, v in sorted(dog_groups.items())}
     sets = {k: v for k, v in sets.items() if v}
     train_names = sorted(DG_DOG_EXPERIMENTS[experiment - 1])
-    entry = {"rule": "code", "paper_value": DG_PAPER_DISTANCES[experiment - 1],
-             "original_code_value": DG_ORIGINAL_CODE_DISTANCES[experiment - 1]}
+    published = {"paper_value": DG_PAPER_DISTANCES[experiment - 1],
+                 "original_code_value": DG_ORIGINAL_CODE_DISTANCES[experiment - 1]}
     try:
         d = group_distance_code(sets, "dog(shelf)", train_names)
     except MetashiftError as exc:
-        entry.update(value=None, metric=None, note=f"not computable on this artifact: {exc.what}")
-        return entry
+        return Distance(value=None, rule="code", note=f"not computable on this artifact: {exc.what}", **published)
     if d.value is None:
-        entry.update(value=None, metric=d.status, note="dog(shelf) and a training group are disconnected in the "
-                     "meta-graph over all dog groups of the task family")
-    else:
-        entry.update(value=round(d.value, 6), metric=d.rule, note="mean distance of the two dog training groups to "
-                     "dog(shelf), meta-graph over all dog groups of the task family (edges < 0.2 dropped, spectral dim 5)")
-    return entry
+        return Distance(value=None, rule="code", metric=d.status, note="dog(shelf) and a training group are "
+                        "disconnected in the meta-graph over all dog groups of the task family", **published)
+    return Distance(value=round(d.value, 6), rule="code", metric=d.rule,
+                    note="mean distance of the two dog training groups to dog(shelf), meta-graph over all dog "
+                         "groups of the task family (edges < 0.2 dropped, spectral dim 5)", **published)
 
 
 def dg_plan(task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), seed: int = 0,
@@ -175,8 +176,7 @@ def dg_plan(task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), se
     return domain_generalisation(
         task_id, source, classes=list(CLASSES), train=train, test=test, additional_test=extra, sizes=sizes,
         seed=seed, distance=distance,
-        extra_spec={"leakage_order": list(LEAKAGE_ORDER), "paper_sizes": dict(DG_PAPER_SIZES),
-                    "ambiguous_rule": "images of cat(dog)/dog(cat) and images in subsets of both classes"})
+        paper=PaperFacts(sizes=dict(DG_PAPER_SIZES), ambiguous_rule=AMBIGUOUS_RULE, leakage_order=LEAKAGE_ORDER))
 
 
 def subpop_plan(task_id: str, source: GroupSource, *, sizes: SubpopSizes | None = None, seed: int = 0,
@@ -192,8 +192,8 @@ def subpop_plan(task_id: str, source: GroupSource, *, sizes: SubpopSizes | None 
         task_id, source, majority=[groups[n] for n in SUBPOP_MAJORITY],
         minority=[groups[n] for n in SUBPOP_MINORITY], sizes=sizes, seed=seed,
         pool=SUBPOP_POOL if use_pool else None,
-        extra_spec={"paper": dict(SUBPOP_PAPER), "pool": dict(SUBPOP_POOL) if use_pool else None,
-                    "ambiguous_rule": "images of cat(dog)/dog(cat) and images in subsets of both classes"})
+        paper=PaperFacts(sizes=dict(SUBPOP_PAPER_SIZES), ambiguous_rule=AMBIGUOUS_RULE,
+                         pool=dict(SUBPOP_POOL) if use_pool else None, minority_fractions=SUBPOP_PAPER_FRACTIONS))
 
 
 def default_sizes(task_id: str) -> DGSizes | SubpopSizes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from metashift_hf.core.errors import (
     UnknownNameError,
 )
 from metashift_hf.core.names import parse_subset_name
+
+from .spec import Distance, DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftSpec, ShiftType, SkippedImages
 
 SPLITS = ("train", "validation", "test", "id_test")
 
@@ -77,7 +79,7 @@ class TaskPlan:
     task_id: str
     classes: list[str]
     splits: dict[str, list[Row]]
-    spec: dict
+    spec: ShiftSpec
 
     def __post_init__(self) -> None:
         self.assert_disjoint()
@@ -88,7 +90,7 @@ class TaskPlan:
         Collections (``shift_type == "none"``) may list an image once per class it shows.
         """
         seen: dict[tuple[str, str], str] = {}
-        per_class = self.spec.get("shift_type") == "none"
+        per_class = self.spec.shift_type == "none"
         for split, rows in self.splits.items():
             for r in rows:
                 key = (r.image_id, r.label if per_class else "")
@@ -117,16 +119,18 @@ class TaskPlan:
         ]
         return pd.DataFrame(recs, columns=["split", "image_id", "label", "group", "context", "contexts", "community"])
 
-    def without_images(self, drop: Iterable[str], *, reason: dict | None = None) -> "TaskPlan":
-        """The same plan minus some images (``on_missing='skip'``); sizes in the spec are updated."""
+    def without_images(self, drop: Iterable[str], *, missing: Sequence[str] = (), corrupt: Sequence[str] = (),
+                       summary: str = "") -> "TaskPlan":
+        """The same plan minus some images (``on_missing='skip'``); sizes in the spec are updated and
+        the spec records what was skipped (``missing``/``corrupt`` ids, capped at 100 each)."""
         drop = set(drop)
         if not drop:
             return self
         splits = {s: [r for r in rows if r.image_id not in drop] for s, rows in self.splits.items()}
         splits = {s: rows for s, rows in splits.items() if rows}
-        spec = dict(self.spec)
-        _fill_sizes(spec, splits)
-        spec["skipped_images"] = dict(reason or {}, n=len(drop & set(self.image_ids())))
+        skipped = SkippedImages(n=len(drop & set(self.image_ids())), missing=tuple(missing[:100]),
+                                corrupt=tuple(sorted(corrupt)[:100]), summary=summary)
+        spec = replace(_with_sizes(self.spec, splits), skipped_images=skipped)
         return TaskPlan(self.task_id, self.classes, splits, spec)
 
 
@@ -317,60 +321,40 @@ def _need(task_id: str, group: str, have: int, need: int, what: str, overrides: 
         )
 
 
-def _group_entry(g: GroupDef, n: int, *, contexts_found: Sequence[str] | None = None, **extra) -> dict:
-    e = {"group": g.name, "class": g.cls, "contexts": list(g.contexts), "n": int(n)}
-    if contexts_found is not None:
-        e["contexts_found"] = list(contexts_found)
-    e.update(extra)
-    return e
+def _group_spec(g: GroupDef, *, contexts_found: Sequence[str] | None = None,
+                additional: bool | None = None) -> GroupSpec:
+    """A group of a split; ``n`` is filled from the rows by :func:`_with_sizes`."""
+    return GroupSpec(group=g.name, cls=g.cls, contexts=tuple(g.contexts), n=0,
+                     contexts_found=None if contexts_found is None else tuple(contexts_found), additional=additional)
 
 
-def _fill_sizes(spec: dict, splits: Mapping[str, list[Row]]) -> None:
-    spec["split_sizes"] = {s: len(rows) for s, rows in splits.items()}
+def _with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
+    """``spec`` with split sizes, group sizes and the achieved minority fraction counted from the rows."""
+    sized = {}
     for s in SPLITS:
-        key = f"{s}_groups"
-        if key not in spec:
-            continue
         counts = Counter(r.group for r in splits.get(s, []))
-        spec[key] = [dict(e, n=int(counts.get(e["group"], 0))) for e in spec[key]]
-    if spec.get("minority_fraction") and "train" in splits:
-        minority = set(spec.get("minority_groups", []))
+        groups = getattr(spec, f"{s}_groups") if s in splits else ()
+        sized[f"{s}_groups"] = tuple(replace(g, n=int(counts.get(g.group, 0))) for g in groups)
+    mf = spec.minority_fraction
+    if mf is not None and "train" in splits:
+        minority = set(spec.minority_groups)
         train = splits["train"]
-        spec["minority_fraction"]["achieved"] = (
-            round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
+        mf = replace(mf, achieved=round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
+    return replace(spec, split_sizes={s: len(rows) for s, rows in splits.items()}, minority_fraction=mf, **sized)
 
 
-def _base_spec(task_id: str, shift_type: str, classes: Sequence[str], seed: int, **kw) -> dict:
-    spec = {
-        "task_id": task_id,
-        "shift_type": shift_type,
-        "classes": list(classes),
-        "train_groups": [],
-        "validation_groups": [],
-        "test_groups": [],
-        "id_test_groups": [],
-        "distance": None,
-        "minority_fraction": None,
-        "split_sizes": {},
-        "seed": int(seed),
-        "removed": {"ambiguous": 0, "leakage": 0},
-        "artifact_hash": None,
-        "rules": None,
-    }
-    spec.update(kw)
-    return spec
-
-
-def _finish(task_id: str, classes: Sequence[str], splits: dict[str, list[Row]], spec: dict,
-            removed: Counter) -> TaskPlan:
+def _finish(task_id: str, shift_type: ShiftType, classes: Sequence[str], seed: int, splits: dict[str, list[Row]],
+            groups: Mapping[str, list[GroupSpec]], removed: Counter, notes: Sequence[str] = (),
+            **fields: Any) -> TaskPlan:
+    """The plan: empty splits dropped, the spec built from the groups and counted from the rows.
+    ``fields``: further :class:`ShiftSpec` fields (distance, minority_fraction, paper, ...)."""
     splits = {s: rows for s, rows in splits.items() if rows}
-    spec["removed"] = {"ambiguous": int(removed["ambiguous"]), "leakage": int(removed["leakage"]),
-                       "duplicate": int(removed["duplicate"])}
-    for s in SPLITS:
-        if s not in splits:
-            spec[f"{s}_groups"] = []
-    _fill_sizes(spec, splits)
-    return TaskPlan(task_id, list(classes), splits, spec)
+    spec = ShiftSpec(
+        task_id=task_id, shift_type=shift_type, classes=tuple(classes), seed=int(seed), split_sizes={},
+        removed=Removed(ambiguous=int(removed["ambiguous"]), leakage=int(removed["leakage"]),
+                        duplicate=int(removed["duplicate"])),
+        notes=tuple(notes), **{f"{s}_groups": tuple(groups.get(s, ())) for s in SPLITS}, **fields)
+    return TaskPlan(task_id, list(classes), splits, _with_sizes(spec, splits))
 
 
 def _check_classes(task_id: str, source: GroupSource, classes: Sequence[str]) -> None:
@@ -406,14 +390,14 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
                           train: Sequence[GroupDef], test: Sequence[GroupDef],
                           additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
                           seed: int = 0, ambiguous: frozenset[str] | None = None,
-                          distance: dict | None = None, extra_spec: dict | None = None) -> TaskPlan:
+                          distance: Distance | None = None, **spec_fields: Any) -> TaskPlan:
     """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
     ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0.
 
     Leakage order (the paper's): test groups lose ambiguous images; training groups lose ambiguous
     images and every test image; additional test groups lose ambiguous images and every image of a
     training group (and of the main test groups, so each image is counted once). Validation and
-    id_test are seeded hold-outs of the training groups.
+    id_test are seeded hold-outs of the training groups. ``spec_fields``: further ShiftSpec fields.
     """
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
@@ -427,7 +411,7 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
     add_sets = _carve(source, additional_test, ambiguous=amb, exclude=all_train | all_test, removed=removed)
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
-    spec = _base_spec(task_id, "marginal", classes, seed, distance=distance)
+    groups: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
     ov = "train_per_group=, validation_per_group=, id_test_per_group="
     for g in train:
         order = seeded_order(train_sets[g.name], seed, f"{task_id}/{g.name}")
@@ -440,7 +424,7 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
         splits["id_test"] += rm.rows(g, order[n_tr + n_va:n_tr + n_va + n_id])
         found = _found(source, g)
         for s in ("train", "validation", "id_test"):
-            spec[f"{s}_groups"].append(_group_entry(g, 0, contexts_found=found))
+            groups[s].append(_group_spec(g, contexts_found=found))
     notes = []
     for g, extra in [(g, False) for g in test] + [(g, True) for g in additional_test]:
         ids = (test_sets if not extra else add_sets)[g.name]
@@ -458,12 +442,9 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
         if cap is not None:
             order = order[:cap]
         splits["test"] += rm.rows(g, order)
-        spec["test_groups"].append(_group_entry(g, 0, contexts_found=_found(source, g), additional=extra))
-    if notes:
-        spec["notes"] = notes
-    if extra_spec:
-        spec.update(extra_spec)
-    return _finish(task_id, classes, splits, spec, removed)
+        groups["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
+    return _finish(task_id, "marginal", classes, seed, splits, groups, removed, notes, distance=distance,
+                   **spec_fields)
 
 
 def _found(source: GroupSource, g: GroupDef) -> list[str]:
@@ -507,8 +488,8 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
     return domain_generalisation(
         task_id, source, classes=sorted({shifted_class, other_class}), train=train, test=test, sizes=sizes,
-        seed=seed, distance={"value": achieved, "rule": "subset", "metric": metric,
-                             "note": f"target {target_distance}; mean distance of {chosen} to {test_subset}"})
+        seed=seed, distance=Distance(value=achieved, rule="subset", metric=metric,
+                                     note=f"target {target_distance}; mean distance of {chosen} to {test_subset}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -540,7 +521,7 @@ class SubpopSizes:
 def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence[GroupDef],
                         minority: Sequence[GroupDef], sizes: SubpopSizes = SubpopSizes(), seed: int = 0,
                         pool: Mapping[str, int] | None = None,
-                        ambiguous: frozenset[str] | None = None, extra_spec: dict | None = None) -> TaskPlan:
+                        ambiguous: frozenset[str] | None = None, **spec_fields: Any) -> TaskPlan:
     """Each class has one majority and one minority group. Per group, a seeded order gives the
     test images first (``test_per_group``, balanced), then the training images (minority
     ``minority_per_class``, majority the rest of ``train_per_class``), then validation with the
@@ -568,10 +549,7 @@ def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence
     v_min = int(round(v * m / sizes.train_per_class)) if sizes.train_per_class else 0
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
-    spec = _base_spec(task_id, "conditional", classes, seed,
-                      minority_fraction={"target": round(m / sizes.train_per_class, 6) if sizes.train_per_class else None,
-                                         "achieved": None},
-                      minority_groups=[g.name for g in minority])
+    groups: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
     ov = "train_per_class=, minority_per_class=, test_per_group=, validation_per_class="
     for c in classes:
         for g, n_train, n_val, sets in ((by_cls[c][0][0], sizes.train_per_class - m, v - v_min, majo_sets),
@@ -587,10 +565,11 @@ def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence
             splits["validation"] += rm.rows(g, order[t + n_train:t + n_train + n_val])
             found = _found(source, g)
             for s in ("train", "validation", "test"):
-                spec[f"{s}_groups"].append(_group_entry(g, 0, contexts_found=found))
-    if extra_spec:
-        spec.update(extra_spec)
-    return _finish(task_id, classes, splits, spec, removed)
+                groups[s].append(_group_spec(g, contexts_found=found))
+    target = round(m / sizes.train_per_class, 6) if sizes.train_per_class else None
+    return _finish(task_id, "conditional", classes, seed, splits, groups, removed,
+                   minority_fraction=MinorityFraction(target=target, achieved=None),
+                   minority_groups=tuple(g.name for g in minority), **spec_fields)
 
 
 # --------------------------------------------------------------------------------------------
@@ -622,9 +601,8 @@ def community_groups(source: GroupSource, cls: str, only: Iterable[str] | None =
 def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str],
                     sizes: CommunitySizes = CommunitySizes(), seed: int = 0,
                     distance_fn: Callable[[str, GroupDef, list[GroupDef]], float] | None = None,
-                    distance_rule: str = "", ambiguous: frozenset[str] | None = None,
-                    subsets: Mapping[str, Iterable[str]] | None = None,
-                    extra_spec: dict | None = None) -> TaskPlan:
+                    distance_rule: DistanceRule = "paper", ambiguous: frozenset[str] | None = None,
+                    subsets: Mapping[str, Iterable[str]] | None = None, **spec_fields: Any) -> TaskPlan:
     """Per class: the subsets of its largest meta-graph community (the smallest community id among
     the subsets used; ``subsets`` restricts them per class) = training distribution (train /
     validation / id_test); every other community = out-of-distribution test. An image in both
@@ -642,7 +620,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     removed: Counter = Counter()
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
-    spec = _base_spec(task_id, "marginal", classes, seed)
+    entries: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
     per_class_d: dict[str, float | None] = {}
     per_class_metric: dict[str, str] = {}
     notes = []
@@ -666,7 +644,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
         splits["id_test"] += rm.rows(id_g, order[n_va:n_va + n_id])
         splits["train"] += rm.rows(id_g, order[n_va + n_id:n_va + n_id + n_tr])
         for s in ("train", "validation", "id_test"):
-            spec[f"{s}_groups"].append(_group_entry(id_g, 0))
+            entries[s].append(_group_spec(id_g))
         if not ood:
             notes.append(f"{c} has a single community: no out-of-distribution test images")
         left = sizes.test_max_per_class
@@ -675,7 +653,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
             if left is not None:
                 o, left = o[:left], left - len(o[:left])
             splits["test"] += rm.rows(g, o)
-            spec["test_groups"].append(_group_entry(g, 0))
+            entries["test"].append(_group_spec(g))
         if distance_fn is not None and ood:
             try:
                 d = distance_fn(c, id_g, list(ood))
@@ -686,35 +664,32 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
             except MetashiftError as exc:
                 per_class_d[c] = None
                 notes.append(f"{c}: no distance ({exc.what})")
+    distance = None
     if distance_fn is not None:
         vals = [d for d in per_class_d.values() if d is not None]
-        spec["distance"] = {
-            "value": float(np.mean(vals)) if vals else None, "rule": distance_rule,
-            "metric": "+".join(sorted({m for c, m in per_class_metric.items() if per_class_d[c] is not None})),
-            "per_class_metric": per_class_metric,
-            "note": "per class: mean distance from the training community's group to each test community's "
-                    "group; value: mean over classes",
-            "per_class": per_class_d,
-        }
-    if notes:
-        spec["notes"] = notes
-    if extra_spec:
-        spec.update(extra_spec)
-    return _finish(task_id, classes, splits, spec, removed)
+        distance = Distance(
+            value=float(np.mean(vals)) if vals else None, rule=distance_rule,
+            metric="+".join(sorted({m for c, m in per_class_metric.items() if per_class_d[c] is not None})),
+            per_class_metric=per_class_metric,
+            note="per class: mean distance from the training community's group to each test community's "
+                 "group; value: mean over classes",
+            per_class=per_class_d)
+    return _finish(task_id, "marginal", classes, seed, splits, entries, removed, notes, distance=distance,
+                   **spec_fields)
 
 
 # --------------------------------------------------------------------------------------------
 # collections (no shift)
 # --------------------------------------------------------------------------------------------
 def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapping[str, frozenset[str]]],
-               seed: int = 0, extra_spec: dict | None = None) -> TaskPlan:
+               seed: int = 0, **spec_fields: Any) -> TaskPlan:
     """One ``train`` split: every image of each class once (an image showing two classes appears
     once per class), with the list of its contexts among ``contexts[cls]`` (context -> ids).
     Group = ``<cls>(community-<k>)`` with k the most frequent community among its contexts.
     """
     classes = sorted(contexts)
     rows: list[Row] = []
-    spec = _base_spec(task_id, "none", classes, seed)
+    train_groups: list[GroupSpec] = []
     rm = _RowMaker(source)
     for c in classes:
         index: dict[str, list[str]] = {}
@@ -728,8 +703,7 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
             g = f"{c}(community-{k})" if k >= 0 else f"{c}(all)"
             group_ctx.setdefault(g, set()).update(ctxs)
             rows.append(Row(i, c, g, "", ctxs, k))
-        spec["train_groups"] += [{"group": g, "class": c, "contexts": sorted(group_ctx[g]), "n": 0}
-                                 for g in sorted(group_ctx)]
-    if extra_spec:
-        spec.update(extra_spec)
-    return _finish(task_id, classes, {"train": rows}, spec, Counter())
+        train_groups += [GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0)
+                         for g in sorted(group_ctx)]
+    return _finish(task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(),
+                   **spec_fields)

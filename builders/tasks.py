@@ -33,7 +33,8 @@ import os
 import types
 import typing
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, dataclass, field, fields
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Union
 
@@ -51,6 +52,7 @@ from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
+from .spec import CollectionFilters, RegistryFacts, Rules
 
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 # The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).
@@ -290,7 +292,7 @@ class _PaperFamily(TaskFamily):
                                    "build the artifact from GQA scene graphs (or the demo world), which has both")
         plan = paper_tasks.plan(task_id, shifts.ArtifactSource(artifact), seed=seed, scale=options.scale,
                                 overrides=_sizes(options))
-        plan.spec["level"] = levels.paper_level(plan.spec).as_dict()
+        plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
 
@@ -329,7 +331,7 @@ class CocoSubpopFamily(TaskFamily):
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
         sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, _sizes(options))
         plan = coco_tasks.plan(task_id, shifts.ArtifactSource(artifact), sizes=sizes, seed=seed)
-        plan.spec["level"] = levels.paper_level(plan.spec).as_dict()
+        plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
 
@@ -377,12 +379,9 @@ def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactS
     return out
 
 
-def _filters(opts: ClassOptions) -> dict:
-    sel = getattr(opts, "selected_classes", None)
-    att = getattr(opts, "attributes", None)
-    return {"selected_classes": None if sel is None else list(sel), "attributes": None if att is None else list(att),
-            "image_subset_size_threshold": opts.image_subset_size_threshold,
-            "min_local_groups": opts.min_local_groups}
+def _filters(opts: ClassOptions) -> CollectionFilters:
+    return CollectionFilters(image_subset_size_threshold=opts.image_subset_size_threshold,
+                             min_local_groups=opts.min_local_groups)
 
 
 class ClassFamily(TaskFamily):
@@ -406,7 +405,7 @@ class ClassFamily(TaskFamily):
             raise unknown_task(task_id, artifact)
         source = shifts.ArtifactSource(artifact)
         ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
-        return shifts.collection(task_id, source, contexts=ctx, seed=seed, extra_spec={"filters": _filters(options)})
+        return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=_filters(options))
 
 
 class CollectionFamily(TaskFamily):
@@ -447,7 +446,8 @@ class CollectionFamily(TaskFamily):
                                        "build with --include-attributes or from the attributes pickle")
         source = shifts.ArtifactSource(artifact)
         ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
-        return shifts.collection(task_id, source, contexts=ctx, seed=seed, extra_spec={"filters": _filters(options)})
+        filters = replace(_filters(options), selected_classes=options.selected_classes, attributes=options.attributes)
+        return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=filters)
 
 
 def _match_dir(artifact: Artifact) -> Path:
@@ -522,9 +522,10 @@ class MatchedFamily(TaskFamily):
             task_id, shifts.ArtifactSource(artifact), classes=classes, sizes=options, seed=seed,
             distance_fn=_community_distance(artifact), distance_rule="paper",
             subsets=_matched_subsets(artifact, entry),
-            extra_spec={"registry": {"kind": entry.kind, "lca": entry.lca, "lca_name": entry.lca_name,
-                                     "lca_depth": entry.lca_depth, "path_similarity": entry.path_similarity,
-                                     "subset_rule": entry.subset_rule}})
+            registry=RegistryFacts(
+                kind=entry.kind, lca=entry.lca, lca_name=entry.lca_name, lca_depth=int(entry.lca_depth),
+                path_similarity=None if math.isnan(entry.path_similarity) else float(entry.path_similarity),
+                subset_rule=entry.subset_rule))
 
 
 def _context_distance(artifact: Artifact):
@@ -638,10 +639,12 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
     raise unknown_task(task_id, artifact)
 
 
-def _base_rules(artifact: Artifact) -> dict:
+def _rules(artifact: Artifact) -> Rules:
     o = artifact.options
-    return {k: o.get(k) for k in ("min_images_per_subset", "min_subsets_per_class", "edge_threshold",
-                                  "community_method", "spectral_dim", "pairing") if k in o}
+    return Rules(min_images_per_subset=int(o.get("min_images_per_subset", 25)),
+                 min_subsets_per_class=int(o.get("min_subsets_per_class", 5)),
+                 edge_threshold=float(o.get("edge_threshold", 0.2)), community_method=str(o.get("community_method", "cnm")),
+                 spectral_dim=int(o.get("spectral_dim", 5)), pairing=str(o.get("pairing", "relation")))
 
 
 def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
@@ -661,9 +664,7 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     family = family_of(art, task)
     opts = parse_options(family, task, options)
     plan = family.plan(art, task, opts, int(seed))
-    plan.spec["artifact_hash"] = art.content_hash
-    plan.spec["rules"] = _base_rules(art)
-    plan.spec["overrides"] = given_options(opts)
+    plan.spec = replace(plan.spec, artifact_hash=art.content_hash, rules=_rules(art), overrides=given_options(opts))
     return plan
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from metashift_hf.builders.distances import Distance
+from metashift_hf.builders.distances import Distance as DistanceAnswer
+from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.names import SubsetName
 from metashift_hf.core.provenance import describe, is_synthetic
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.shards import dataset_infos_yaml
@@ -124,14 +126,14 @@ class TaskInfo:
 
     task_id: str
     repo_id: str  # what users pass to load_dataset (ns/repo, or the local folder)
-    spec: dict
+    spec: ShiftSpec
     label_names: list[str]
     fields: list[tuple[str, str]]  # (name, type)
     split_rows: dict[str, int]
     group_rows: dict[str, dict[str, int]]
     build: dict[str, Any]
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
-    distances: list[tuple[str, str, str, Distance | None, Distance | None]] = field(default_factory=list)  # class, train, test, d code, d paper
+    distances: list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]] = field(default_factory=list)  # class, train, test, d code, d paper
     differences: list[str] = field(default_factory=list)
 
 
@@ -150,9 +152,8 @@ def _feature_type(feature) -> str:
     return type(feature).__name__
 
 
-def _groups(spec: dict) -> dict[str, list[dict]]:
-    return {key[: -len("_groups")]: list(spec.get(key) or []) for key in
-            ("train_groups", "validation_groups", "test_groups", "id_test_groups") if spec.get(key)}
+def _groups(spec: ShiftSpec) -> dict[str, tuple[GroupSpec, ...]]:
+    return spec.groups()
 
 
 def _artifact_manifest(art) -> dict:
@@ -163,13 +164,13 @@ def _artifact_manifest(art) -> dict:
         raise InputFormatError(f"artifact manifest {path} is unreadable: {exc}", "rebuild the artifact with `metashift-hf build`") from exc
 
 
-def _group_members(group: dict, kept: set[str]) -> list[str]:
-    cls = group.get("class")
-    contexts = group.get("contexts_found") or group.get("contexts") or []
-    return [f"{cls}({c})" for c in contexts if f"{cls}({c})" in kept]
+def _group_members(group: GroupSpec, kept: set[str]) -> list[str]:
+    contexts = group.contexts_found or group.contexts
+    names = (str(SubsetName(group.cls, c)) for c in contexts)
+    return [n for n in names if n in kept]
 
 
-def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, Distance | None, Distance | None]]:
+def _distance_rows(spec: ShiftSpec, art) -> list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]]:
     """Group-to-group distances (code and paper rule) between each class's train and test groups.
 
     Computed over this task's groups of the class, so the code-rule value can differ from the
@@ -178,18 +179,18 @@ def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, Distance | None
 
     groups = _groups(spec)
     rows = []
-    for cls in spec.get("classes", []):
+    for cls in spec.classes:
         try:
             kept = set(art.subsets_of(cls))
         except MetashiftError:
             continue
         members = {}
         for key in ("train", "validation", "test", "id_test"):
-            for g in groups.get(key, []):
-                if g.get("class") == cls and _group_members(g, kept):
-                    members.setdefault(g["group"], _group_members(g, kept))
-        train = sorted({g["group"] for g in groups.get("train", []) if g.get("group") in members})
-        test = sorted({g["group"] for g in groups.get("test", []) if g.get("group") in members} - set(train))
+            for g in groups.get(key, ()):
+                if g.cls == cls and _group_members(g, kept):
+                    members.setdefault(g.group, _group_members(g, kept))
+        train = sorted({g.group for g in groups.get("train", ()) if g.group in members})
+        test = sorted({g.group for g in groups.get("test", ()) if g.group in members} - set(train))
         for a in train:
             for b in test:
                 values = []
@@ -202,33 +203,33 @@ def _distance_rows(spec: dict, art) -> list[tuple[str, str, str, Distance | None
     return rows
 
 
-def _ours(key: str, spec: dict):
+def _ours(key: str, spec: ShiftSpec):
     """Our value of a published size such as ``train_total`` or ``test_dog_shelf``."""
     if key.endswith("_total"):
-        return (spec.get("split_sizes") or {}).get(key[: -len("_total")])
+        return spec.split_sizes.get(key[: -len("_total")])
     split, _, rest = key.partition("_")
-    for g in _groups(spec).get(split, []):
-        if f"{g.get('class')}_{g.get('group', '').split('(', 1)[-1].rstrip(')')}".replace(" ", "_") == rest:
-            return g.get("n")
+    for g in _groups(spec).get(split, ()):
+        if f"{g.cls}_{SubsetName.parse(g.group).context}".replace(" ", "_") == rest:
+            return g.n
     return None
 
 
-def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
+def _differences(spec: ShiftSpec, build: dict, stats: dict) -> list[str]:
     out = []
-    dist = spec.get("distance") or {}
-    if dist.get("paper_value") is not None:
-        code = f"; the original code's value is {_fmt(dist['original_code_value'])}" if dist.get("original_code_value") is not None else ""
-        out.append(f"Distance d: paper {_fmt(dist['paper_value'])}, ours {_fmt(dist.get('value'))} ({dist.get('rule')} rule){code}.")
-    if dist.get("note"):
-        out.append(f"How d is computed here: {dist['note']}.")
-    for key, value in sorted((spec.get("paper_sizes") or {}).items()):
+    dist = spec.distance
+    if dist is not None and dist.paper_value is not None:
+        code = f"; the original code's value is {_fmt(dist.original_code_value)}" if dist.original_code_value is not None else ""
+        out.append(f"Distance d: paper {_fmt(dist.paper_value)}, ours {_fmt(dist.value)} ({dist.rule} rule){code}.")
+    if dist is not None and dist.note:
+        out.append(f"How d is computed here: {dist.note}.")
+    for key, value in sorted((spec.paper.sizes if spec.paper else {}).items()):
         out.append(f"`{key}`: paper {_fmt(value)}, ours {_fmt(_ours(key, spec))}.")
-    scale = (spec.get("overrides") or {}).get("scale")
+    scale = spec.overrides.get("scale")  # overrides: the task options given, by name
     if scale is not None:
         out.append(f"Sizes were scaled by {_fmt(scale)} (task option `scale`), so sampled group sizes are that fraction of the paper's.")
-    mf = spec.get("minority_fraction") or {}
-    if mf and mf.get("target") is not None and mf.get("achieved") is not None and mf["target"] != mf["achieved"]:
-        out.append(f"Minority fraction: target p = {_fmt(mf['target'])}, achieved {_fmt(mf['achieved'])} "
+    mf = spec.minority_fraction
+    if mf is not None and mf.target is not None and mf.achieved is not None and mf.target != mf.achieved:
+        out.append(f"Minority fraction: target p = {_fmt(mf.target)}, achieved {_fmt(mf.achieved)} "
                    "(group sizes are whole images, so p can only be approached).")
     source = build.get("artifact_source")
     if stats and "classes" in stats and "subsets" in stats:
@@ -241,7 +242,7 @@ def _differences(spec: dict, build: dict, stats: dict) -> list[str]:
                        f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {source}). "
                        "Differences come from the input version (GQA scene graphs vs. the published pickles) and from our rule "
                        "reading (a subset needs at least 25 images, a class more than 5 such subsets).")
-    removed = spec.get("removed") or {}
+    removed = asdict(spec.removed)
     if any(removed.values()):
         out.append("Images that are ambiguous or would leak between splits are removed (" +
                    ", ".join(f"{k}: {v}" for k, v in sorted(removed.items())) +
@@ -257,10 +258,10 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
 
 
     ds = prepared.dataset
-    spec = dict(prepared.spec)
+    spec = prepared.spec
     first = next(iter(ds.values()))
     label = first.features.get("label")
-    names = list(label.names) if isinstance(label, datasets.ClassLabel) else [str(c) for c in spec.get("classes", [])]
+    names = list(label.names) if isinstance(label, datasets.ClassLabel) else list(spec.classes)
     group_rows = {}
     for split, d in ds.items():
         group_rows[split] = dict(sorted(Counter(d["group"]).items())) if "group" in d.features else {}
@@ -271,10 +272,10 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
         "artifact_package_version": manifest.get("package_version"),
         "artifact_hash": art.content_hash,
         "artifact_source": art.provenance,
-        "seed": spec.get("seed"),
-        "rules": spec.get("rules") or options,
+        "seed": spec.seed,
+        "rules": asdict(spec.rules) if spec.rules is not None else options,
     }
-    plots = [c for c in spec.get("classes", []) if (Path(art.root) / "plots" / f"{c}.png").is_file()]
+    plots = [c for c in spec.classes if (Path(art.root) / "plots" / f"{c}.png").is_file()]
     stats = dict(getattr(art, "stats", None) or {})
     return TaskInfo(
         task_id=prepared.task_id,
@@ -304,30 +305,31 @@ def copy_plots(info: TaskInfo, art, repo_dir: Path) -> list[str]:
 
 # -- words and tables ----------------------------------------------------------------------------
 
-def _contexts(groups: list[dict]) -> str:
+def _contexts(groups: "tuple[GroupSpec, ...]") -> str:
     """Group names (``class(context-group)``); their member contexts are in the groups table."""
-    return ", ".join(str(g.get("group")) for g in groups) or "–"
+    return ", ".join(g.group for g in groups) or "–"
 
 
-def _metric(dist: dict) -> str:
+def _metric(dist: Distance) -> str:
     """Which distance rule gave the number (spectral / resistance), when the spec records it."""
-    return f", {dist['metric']} distance" if dist.get("metric") else ""
+    return f", {dist.metric} distance" if dist.metric else ""
 
 
-def shift_in_words(spec: dict) -> str:
-    kind = spec.get("shift_type", "none")
+def shift_in_words(spec: ShiftSpec) -> str:
+    kind = spec.shift_type
     groups = _groups(spec)
-    classes = ", ".join(f"`{c}`" for c in spec.get("classes", []))
-    dist = spec.get("distance") or {}
-    d = f" The train/test distance is d = {_fmt(dist.get('value'))} ({dist.get('rule', 'code')} rule{_metric(dist)})." if dist.get("value") is not None else ""
+    classes = ", ".join(f"`{c}`" for c in spec.classes)
+    dist = spec.distance
+    d = (f" The train/test distance is d = {_fmt(dist.value)} ({dist.rule} rule{_metric(dist)})."
+         if dist is not None and dist.value is not None else "")
     if kind == "marginal":
         return (f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
                 f"trained on images of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in "
                 f"other contexts ({_contexts(groups.get('test', []))}) that it never saw in training.{d}")
     if kind == "conditional":
-        mf = spec.get("minority_fraction") or {}
-        p = (f" Minority groups make up p = {_fmt(mf.get('achieved'))} of the training set (target {_fmt(mf.get('target'))})."
-             if mf else "")
+        mf = spec.minority_fraction
+        p = (f" Minority groups make up p = {_fmt(mf.achieved)} of the training set (target {_fmt(mf.target)})."
+             if mf is not None else "")
         return (f"**Subpopulation shift** (conditional shift: which contexts go with which label changes) over {classes}: "
                 f"training and test sets contain the same kinds of groups in different proportions.{p} Train groups: "
                 f"{_contexts(groups.get('train', []))}; test groups: {_contexts(groups.get('test', []))}.{d}")
@@ -338,43 +340,42 @@ def shift_in_words(spec: dict) -> str:
 INDEX_NOTE = "Overview of the MetaShift tasks: what each one shifts and how to load it."
 
 
-def collection_note(spec: dict) -> str:
+def collection_note(spec: ShiftSpec) -> str:
     """The shift spec in one line (the Hub caps collection notes at 500 characters)."""
     groups = _groups(spec)
-    d = (spec.get("distance") or {}).get("value")
-    p = (spec.get("minority_fraction") or {}).get("achieved")
-    text = (f"{spec.get('shift_type', 'none')} shift; train {_contexts(groups.get('train', []))} -> "
-            f"test {_contexts(groups.get('test', []))}" + (f"; d={_fmt(d)}" if d is not None else "") +
+    d = spec.distance.value if spec.distance is not None else None
+    p = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
+    text = (f"{spec.shift_type} shift; train {_contexts(groups.get('train', ()))} -> "
+            f"test {_contexts(groups.get('test', ()))}" + (f"; d={_fmt(d)}" if d is not None else "") +
             (f"; p={_fmt(p)}" if p is not None else ""))
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-def shift_label(spec: dict) -> str:
-    return {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.get("shift_type"), "no designed shift")
+def shift_label(spec: ShiftSpec) -> str:
+    return {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.shift_type, "no designed shift")
 
 
-def summary(spec: dict) -> str:
+def summary(spec: ShiftSpec) -> str:
     kind = shift_label(spec)
-    return f"Classify {', '.join(f'`{c}`' for c in spec.get('classes', []))} under {kind}."
+    return f"Classify {', '.join(f'`{c}`' for c in spec.classes)} under {kind}."
 
 
-def _shift_table(spec: dict) -> str:
-    dist = spec.get("distance") or {}
-    mf = spec.get("minority_fraction") or {}
+def _shift_table(spec: ShiftSpec) -> str:
+    dist, mf = spec.distance, spec.minority_fraction
     groups = _groups(spec)
     rows = [
-        ("shift type", spec.get("shift_type", "none")),
-        ("train groups", _contexts(groups.get("train", []))),
-        ("test groups", _contexts(groups.get("test", []))),
-        ("distance d", f"{_fmt(dist.get('value'))} ({dist.get('rule')}{_metric(dist)})" if dist else "–"),
-        ("minority fraction p", f"{_fmt(mf.get('achieved'))} (target {_fmt(mf.get('target'))})" if mf else "–"),
-        ("split sizes", ", ".join(f"{k}: {v}" for k, v in (spec.get("split_sizes") or {}).items()) or "–"),
+        ("shift type", spec.shift_type),
+        ("train groups", _contexts(groups.get("train", ()))),
+        ("test groups", _contexts(groups.get("test", ()))),
+        ("distance d", f"{_fmt(dist.value)} ({dist.rule}{_metric(dist)})" if dist is not None else "–"),
+        ("minority fraction p", f"{_fmt(mf.achieved)} (target {_fmt(mf.target)})" if mf is not None else "–"),
+        ("split sizes", ", ".join(f"{k}: {v}" for k, v in spec.split_sizes.items()) or "–"),
     ]
     return "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows)
 
 
-def _shift_groups_table(spec: dict) -> str:
-    rows = [f"| {split} | `{_cell(g.get('group'))}` | {_cell(g.get('class'))} | {_cell(', '.join(g.get('contexts', [])) or '–')} | {_fmt(g.get('n'))} |"
+def _shift_groups_table(spec: ShiftSpec) -> str:
+    rows = [f"| {split} | `{_cell(g.group)}` | {_cell(g.cls)} | {_cell(', '.join(g.contexts) or '–')} | {_fmt(g.n)} |"
             for split, groups in _groups(spec).items() for g in groups]
     return "\n".join(rows) or "| – | – | – | – | – |"
 
@@ -405,10 +406,10 @@ def render_task_section(info: TaskInfo) -> str:
         ("artifact source", b.get("artifact_source")),
         ("seed", b.get("seed")),
         ("rules", ", ".join(f"{k}={v}" for k, v in sorted((b.get("rules") or {}).items())) or "–"),
-        ("removed images", ", ".join(f"{k}: {v}" for k, v in sorted((spec.get("removed") or {}).items())) or "none"),
-        ("task options", ", ".join(f"{k}={v}" for k, v in sorted((spec.get("overrides") or {}).items())) or "defaults"),
+        ("removed images", ", ".join(f"{k}: {v}" for k, v in sorted(asdict(spec.removed).items())) or "none"),
+        ("task options", ", ".join(f"{k}={v}" for k, v in sorted(spec.overrides.items())) or "defaults"),
     ]
-    options = "".join(f" --set {k}={json.dumps(v)}" for k, v in sorted((spec.get("overrides") or {}).items()))
+    options = "".join(f" --set {k}={json.dumps(v)}" for k, v in sorted(spec.overrides.items()))
     reproduce = (f"metashift-hf export {info.task_id} --artifact ARTIFACT --images IMAGES --seed {_fmt(b.get('seed'))}"
                  f"{options} --out DIR")
     groups_rows = [f"| {s} | `{_cell(g)}` | {n} |" for s, gs in info.group_rows.items() for g, n in gs.items()]
@@ -443,7 +444,7 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
     from huggingface_hub import DatasetCardData
 
 
-    shift_tags = sorted({SHIFT_TAGS[i.spec.get("shift_type")] for i in infos if i.spec.get("shift_type") in SHIFT_TAGS})
+    shift_tags = sorted({SHIFT_TAGS[i.spec.shift_type] for i in infos if i.spec.shift_type in SHIFT_TAGS})
     synthetic = is_synthetic(provenance)
     data = DatasetCardData(
         license=SYNTHETIC_LICENSE if synthetic else LICENSE,
@@ -477,12 +478,12 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
     for i in infos:
         spec = i.spec
         groups = _groups(spec)
-        dist = (spec.get("distance") or {}).get("value")
-        mf = (spec.get("minority_fraction") or {}).get("achieved")
+        dist = spec.distance.value if spec.distance is not None else None
+        mf = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
         rows.append(
-            f"| `{i.task_id}` | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.get('classes', []))} | "
-            f"{shift_label(spec)} ({spec.get('shift_type', 'none')}) | {_cell(_contexts(groups.get('train', [])))} | "
-            f"{_cell(_contexts(groups.get('test', [])))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
+            f"| `{i.task_id}` | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.classes)} | "
+            f"{shift_label(spec)} ({spec.shift_type}) | {_cell(_contexts(groups.get('train', ())))} | "
+            f"{_cell(_contexts(groups.get('test', ())))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
                    provenance=provenance_banner(art.provenance),

@@ -11,7 +11,8 @@ from .core import __version__
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
-         "Artifact": "metashift_hf.builders.artifact"}
+         "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.specs",
+         "ShiftSpec": "metashift_hf.builders.spec"}
 # ``metashift_hf.score(predictions, task)``: the submodule itself is callable (see metashift_hf/score.py),
 # so the attribute is the same object before and after ``import metashift_hf.score``.
 _LAZY_MODULES = ("score",)
@@ -31,4 +32,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score"]
+__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec"]

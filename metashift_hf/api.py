@@ -3,7 +3,7 @@
     import metashift_hf
     ds = metashift_hf.load("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")
     task = metashift_hf.prepare("paper-subpop-cat-dog-p12", artifact="ARTIFACT", images="img/", scale=0.1)
-    task.spec["minority_fraction"]   # {"target": ..., "achieved": ...}
+    task.spec.minority_fraction      # MinorityFraction(target=..., achieved=...)
 
 Keyword overrides are either options of the old HF loader (``selected_classes``,
 ``attributes_dataset``, ``attributes``, ``with_image_metadata``, ``image_subset_size_threshold``,
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.metashift import Metashift, shift_spec
+from metashift_hf.builders.metashift import Metashift, spec_of_dataset
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.builders.tasks import plan_task, task_ids
 from metashift_hf.core.errors import MissingImagesError
@@ -38,7 +39,7 @@ _MATERIALISE_ONLY = ("with_image_metadata", "verify_images")  # no effect on the
 class PreparedTask:
     task_id: str
     dataset: "datasets.DatasetDict"
-    spec: dict
+    spec: ShiftSpec
 
 
 def _split_options(options: dict[str, Any], allowed: tuple[str, ...]) -> tuple[dict, dict]:
@@ -94,7 +95,7 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
                         overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)
     builder.download_and_prepare()
     ds = builder.as_dataset()
-    return PreparedTask(task_id=task, dataset=ds, spec=shift_spec(ds))
+    return PreparedTask(task_id=task, dataset=ds, spec=spec_of_dataset(ds))
 
 
 def load(task: str, artifact: "str | os.PathLike | Artifact",

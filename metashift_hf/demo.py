@@ -104,13 +104,13 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     prepared = {t: prepare(t, art, world.images_dir, seed=seed, **DEMO_TASKS.get(t, {})) for t in tasks}
     for task in tasks:
         spec = prepared[task].spec
-        sizes = ", ".join(f"{k} {v}" for k, v in spec.get("split_sizes", {}).items())
-        dist = spec.get("distance") or {}
-        extra = f"; d = {dist['value']:.3f} ({dist.get('rule')} rule)" if dist.get("value") is not None else ""
-        mf = spec.get("minority_fraction") or {}
-        if mf:
-            extra += f"; minority p target {mf.get('target')}, achieved {mf.get('achieved')}"
-        say(f"   {task}: {spec.get('shift_type')} shift; {sizes}{extra}")
+        sizes = ", ".join(f"{k} {v}" for k, v in spec.split_sizes.items())
+        dist = spec.distance
+        extra = f"; d = {dist.value:.3f} ({dist.rule} rule)" if dist is not None and dist.value is not None else ""
+        mf = spec.minority_fraction
+        if mf is not None:
+            extra += f"; minority p target {mf.target}, achieved {mf.achieved}"
+        say(f"   {task}: {spec.shift_type} shift; {sizes}{extra}")
 
     stage("5/7 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
 

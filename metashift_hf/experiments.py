@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .api import plan
+from .builders.spec import ShiftSpec
 from .core import __version__
 from .core.errors import UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir, check_out
@@ -52,7 +53,7 @@ class Experiment:
     name: str
     help: str
     tasks: tuple[str, ...]
-    row: Callable[[TrainResult, dict], Row]
+    row: Callable[[TrainResult, ShiftSpec], Row]
     columns: tuple[Column, ...]
     plot: Plot
     paper: str  # what the paper reports in this shape, for the reader of results.md
@@ -62,24 +63,24 @@ def _m(agg: dict, key: str) -> dict:
     return {"mean": agg[key]["mean"], "std": agg[key]["std"]}
 
 
-def _dg_row(result: TrainResult, spec: dict) -> Row:
+def _dg_row(result: TrainResult, spec: ShiftSpec) -> Row:
     agg = result.aggregate()
-    dist = spec.get("distance") or {}
+    dist = spec.distance
     return {"task": result.task_id,
-            "train_groups": ", ".join(g["group"] for g in spec["train_groups"] if g["class"] == "dog"),
-            "test_groups": ", ".join(g["group"] for g in spec["test_groups"]),
-            "distance": dist.get("value"), "distance_rule": dist.get("rule"),
+            "train_groups": ", ".join(g.group for g in spec.train_groups if g.cls == "dog"),
+            "test_groups": ", ".join(g.group for g in spec.test_groups),
+            "distance": dist.value if dist else None, "distance_rule": dist.rule if dist else None,
             "ood_accuracy": _m(agg, "ood"), "id_accuracy": _m(agg, "id"), "drop_pct": _m(agg, "drop_pct"),
-            "worst_group": agg["worst_group"]["mean"], "n_test": spec["split_sizes"].get("test")}
+            "worst_group": agg["worst_group"]["mean"], "n_test": spec.split_sizes.get("test")}
 
 
-def _subpop_row(result: TrainResult, spec: dict) -> Row:
+def _subpop_row(result: TrainResult, spec: ShiftSpec) -> Row:
     agg = result.aggregate()
-    mf = spec.get("minority_fraction") or {}
-    return {"task": result.task_id, "p": mf.get("target"), "p_achieved": mf.get("achieved"),
+    mf = spec.minority_fraction
+    return {"task": result.task_id, "p": mf.target if mf else None, "p_achieved": mf.achieved if mf else None,
             "average": _m(agg, "average"), "worst_group": {"mean": agg["worst_group"]["mean"], "std": agg["worst_group"]["std"]},
             "adjusted_average": _m(agg, "adjusted_average"), "worst_groups": ", ".join(sorted(set(agg["worst_group"]["groups"]))),
-            "n_test": spec["split_sizes"].get("test")}
+            "n_test": spec.split_sizes.get("test")}
 
 
 EXPERIMENTS: dict[str, Experiment] = {

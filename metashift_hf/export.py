@@ -11,13 +11,14 @@ The shard writer and repo layout are in :mod:`metashift_hf.shards`; the cards in
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .api import prepare
 from .builders.artifact import Artifact
+from .builders.metashift import features_with_spec
+from .builders.spec import ShiftSpec
 from .cards import render as cards
 from .core.errors import InputFormatError, MetashiftError, UnknownNameError
 from .core.fsutil import atomic_dir, atomic_file, check_out, claim_dir
@@ -37,6 +38,7 @@ from .shards import (
     validate_split_name,
     write_config,
 )
+from .specs import read_spec_file
 
 
 EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
@@ -94,10 +96,10 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         for p in prepared:
             name = repo_name_for(p.task_id, layout)
             with atomic_dir(out_dir / name, kind=REPO_KIND, force=force) as tmp:
-                cfg = write_config(p.dataset, tmp, p.task_id)
+                cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
                 info = cards.task_info(p, art, cfg, repo_id=load_target(name))
                 cards.copy_plots(info, art, tmp)
-                _write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
+                write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 card = cards.render_task_card(info, [cfg])
                 with atomic_file(tmp / "README.md", "w") as f:
                     f.write(card)
@@ -113,10 +115,10 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             cfgs = []
             for p in prepared:
-                cfg = write_config(p.dataset, tmp, p.task_id)
+                cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
                 info = cards.task_info(p, art, cfg, repo_id=load_target(INDEX_REPO))
                 cards.copy_plots(info, art, tmp)
-                _write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
+                write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 cfgs.append(cfg)
                 infos.append(info)
             with atomic_file(tmp / "README.md", "w") as f:
@@ -126,9 +128,18 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     return exported
 
 
-def _write_spec(path: Path, spec: dict) -> None:
+def _spec_features(prepared):
+    """The features written for a prepared task: its own, carrying its shift spec (so that a
+    dataset loaded from the export or the Hub gives the spec back: metashift_hf.shift_spec(ds))."""
+    first = next(iter(prepared.dataset.values()), None)
+    if first is None:
+        return None  # write_config reports the empty task
+    return features_with_spec(first.features, prepared.spec)
+
+
+def write_spec(path: Path, spec: ShiftSpec) -> None:
     with atomic_file(path, "w") as f:
-        f.write(json.dumps(spec, sort_keys=True, indent=2, default=str) + "\n")
+        f.write(spec.to_json())
 
 
 def read_note(repo_dir: Path) -> str:
@@ -139,10 +150,7 @@ def read_note(repo_dir: Path) -> str:
     specs = sorted(Path(repo_dir).glob(f"*/{SPEC_FILE}"))
     if len(specs) != 1:
         return ""
-    try:
-        return cards.collection_note(json.loads(specs[0].read_text()))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputFormatError(f"{specs[0]} is not valid JSON ({exc})", "export the repo again") from None
+    return cards.collection_note(read_spec_file(specs[0]))
 
 
 def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",

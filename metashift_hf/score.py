@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .api import plan
+from metashift_hf.builders.spec import ShiftSpec
 from .core import __version__
 from .core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir
@@ -317,10 +318,10 @@ def _md_row(g: GroupScore) -> str:
     return f"| {g.split} | {g.group} | {g.n} | {g.correct} | {_pct(g.accuracy)} | [{_pct(g.ci_low)}, {_pct(g.ci_high)}] |"
 
 
-def task_spec_hash(spec: dict) -> str:
+def task_spec_hash(spec: ShiftSpec) -> str:
     import hashlib
 
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(spec.to_json(compact=True).encode()).hexdigest()
 
 
 def _split_scores(split: str, rows: pd.DataFrame, k: int, train_share: dict[str, float],

@@ -19,6 +19,7 @@ from datasets.table import embed_table_storage
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .builders.spec import ShiftSpec
 from .core.errors import InputFormatError
 
 # Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks
@@ -67,16 +68,15 @@ def validate_repo_name(name: str, what: str = "repo name") -> str:
 _UNSAFE_TEXT_RE = re.compile(r"[<>|\[\]`*\\&\x00-\x1f\x7f]")
 
 
-def validate_card_names(spec: dict, task_id: str) -> None:
+def validate_card_names(spec: ShiftSpec, task_id: str) -> None:
     """Raise unless every class, group and context name of a task is plain text in a card.
 
     Class names also name the meta-graph pictures (``images/<class>.png``), so they hold no ``/``.
     """
-    groups = [g for key in ("train_groups", "validation_groups", "test_groups", "id_test_groups")
-              for g in (spec.get(key) or []) if isinstance(g, dict)]
-    names = [("class", c) for c in spec.get("classes") or []]
-    names += [("group", g.get("group")) for g in groups] + [("class", g.get("class")) for g in groups]
-    names += [("context", c) for g in groups for c in (g.get("contexts") or [])]
+    groups = [g for split in spec.groups().values() for g in split]
+    names = [("class", c) for c in spec.classes]
+    names += [("group", g.group) for g in groups] + [("class", g.cls) for g in groups]
+    names += [("context", c) for g in groups for c in g.contexts]
     for role, name in names:
         if name is None:
             continue
@@ -191,17 +191,20 @@ def _embedded(column: pa.ChunkedArray) -> bool:
 
 def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
                 row_group_rows: int | None = None, compression: str = COMPRESSION,
-                content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING, sort_by_id: bool = True) -> SplitFiles:
+                content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING, sort_by_id: bool = True,
+                features=None) -> SplitFiles:
     """Write one split as parquet shards with the image bytes embedded in the file.
 
     Streams one row group at a time (memory stays at ~``row_group_rows`` images) and starts a new
     shard before one would pass ``max_shard_bytes``; shards get their final ``-of-n`` names at the end.
+    ``features`` (same Arrow types as the dataset's, e.g. carrying the shift spec) replace the
+    dataset's in the schema metadata.
     """
     validate_split_name(split, config)
     limit = max_shard_bytes or MAX_SHARD_BYTES
     row_group_rows = row_group_rows or ROW_GROUP_ROWS
     ordered = export_order(dataset) if sort_by_id else dataset  # unsorted only for the storage benchmark
-    metadata = _schema_metadata(dataset.features)
+    metadata = _schema_metadata(features or dataset.features)
     folder = Path(repo_dir) / config
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[Path] = []
@@ -237,12 +240,12 @@ def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_b
     return SplitFiles(split, rows, int(num_bytes), tuple(files))
 
 
-def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> ConfigFiles:
-    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``."""
+def write_config(dataset_dict, repo_dir: Path, config: str, *, features=None, **settings) -> ConfigFiles:
+    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``; ``features``: see :func:`write_split`."""
     validate_config_name(config)
     if not len(dataset_dict):
         raise InputFormatError(f"config {config!r} has no splits", "prepare the task again; every task has at least one split")
-    features = None
+    written, features = features, None
     splits = []
     for split in dataset_dict:  # keep the builder's split order (train, validation, test...)
         ds = dataset_dict[split]
@@ -253,9 +256,9 @@ def write_config(dataset_dict, repo_dir: Path, config: str, **settings) -> Confi
                 f"split {split!r} of config {config!r} has different features from the other splits",
                 "give every split of a task the same features",
             )
-        splits.append(write_split(ds, repo_dir, config, split, **settings))
+        splits.append(write_split(ds, repo_dir, config, split, features=written, **settings))
     size = sum((repo_dir / f).stat().st_size for s in splits for f in s.files)
-    return ConfigFiles(config, features, tuple(splits), size)
+    return ConfigFiles(config, written or features, tuple(splits), size)
 
 
 def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:

@@ -418,7 +418,7 @@ def train(task: "str | TaskPlan", artifact: "str | os.PathLike", images: "str | 
         t_seed = time.perf_counter()
     torch = sys.modules.get("torch")
     card = {"package_version": __version__, "task_id": tp.task_id, "task_spec_hash": task_spec_hash(tp.spec),
-            "task_seed": seed, "task_overrides": tp.spec.get("overrides", dict(overrides)), "artifact_hash": tp.spec.get("artifact_hash"),
+            "task_seed": seed, "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
             "method": cfg.method, "probe": cfg.probe, "seeds": list(range(cfg.seeds)), "config": asdict(cfg),
             "backbone": backbone_card, "device": cfg.device,
             "torch_version": getattr(torch, "__version__", None), "model_selection": SELECTION_RULE,

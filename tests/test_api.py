@@ -30,9 +30,9 @@ def test_plan_needs_no_images(builder_world):
     p = api.plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1, seed=2)
     t = p.table()
     assert list(t.columns) == ["split", "image_id", "label", "group", "context", "contexts", "community"]
-    assert t.groupby("split").size().to_dict() == p.spec["split_sizes"]
-    assert p.spec["seed"] == 2 and p.spec["artifact_hash"] == builder_world["artifact"].content_hash
-    assert p.spec["rules"]["min_images_per_subset"] == 25
+    assert t.groupby("split").size().to_dict() == p.spec.split_sizes
+    assert p.spec.seed == 2 and p.spec.artifact_hash == builder_world["artifact"].content_hash
+    assert p.spec.rules.min_images_per_subset == 25
 
 
 def test_available_tasks(builder_world, matched):
@@ -67,8 +67,8 @@ def test_matched_task_default_shift(builder_world, matched, tmp_path):
         assert all(set(r["contexts"]) & ood_ctx for r in test)
     ids = [i for s in ds for i in ds[s]["image_id"]]
     assert len(ids) == len(set(ids))
-    assert spec["distance"]["rule"] == "paper" and set(spec["distance"]["per_class"]) == {"cat", "dog"}
-    assert spec["registry"]["kind"] == "binary"
+    assert spec.distance.rule == "paper" and set(spec.distance.per_class) == {"cat", "dog"}
+    assert spec.registry.kind == "binary"
     with pytest.raises(UnknownNameError, match="validation_fraction"):
         api.plan("bin-cat-dog", matched, validation_fractio=0.2)
     assert "imagenet-5" not in api.available_tasks(matched)  # airplane/elephant/horse are absent here
@@ -82,7 +82,7 @@ def test_load_equals_prepare_and_top_level_export(builder_world, tmp_path):
     loaded = metashift_hf.load("paper-subpop-cat-dog-p1", builder_world["artifact"].root, builder_world["folder"], **kw)
     for s in prepared.dataset:
         assert prepared.dataset[s]["image_id"] == loaded[s]["image_id"]
-    assert prepared.spec["minority_fraction"]["achieved"] == round(2 / 170, 6)
+    assert prepared.spec.minority_fraction.achieved == round(2 / 170, 6)
 
 
 def test_errors(builder_world):
@@ -103,7 +103,7 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
 
     code = ("import hashlib, sys; from metashift_hf.api import plan; "
             "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
-            "print(hashlib.sha256(p.table().to_json().encode() + repr(sorted(p.spec.items())).encode()).hexdigest())")
+            "print(hashlib.sha256(p.table().to_json().encode() + p.spec.to_json().encode()).hexdigest())")
     outs = set()
     for hash_seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
@@ -114,4 +114,4 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
             outs.add(r.stdout.strip())
     assert len(outs) == 1
     local = plan("paper-dg-cat-dog-2", builder_world["artifact"].root, scale=0.1, seed=7)
-    assert hashlib.sha256(local.table().to_json().encode() + repr(sorted(local.spec.items())).encode()).hexdigest() in outs
+    assert hashlib.sha256(local.table().to_json().encode() + local.spec.to_json().encode()).hexdigest() in outs

@@ -8,7 +8,8 @@ import zipfile
 import pytest
 
 from metashift_hf.builders.build import BuildOptions, build_artifact
-from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, shift_spec, spec_from_description
+from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, describe, features_with_spec, spec_of_features
+from metashift_hf.builders.metashift import spec_of_dataset as shift_spec
 from metashift_hf.builders.tasks import plan_task
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
@@ -27,12 +28,12 @@ def test_subpop_splits_match_spec_and_carry_original_bytes(builder_world):
     ds = build(builder_world, "paper-subpop-cat-dog-p12")
     spec = shift_spec(ds)
     assert set(ds) == {"train", "validation", "test"}
-    assert spec["split_sizes"] == {s: ds[s].num_rows for s in ds} == {"train": 170, "validation": 16, "test": 56}
+    assert spec.split_sizes == {s: ds[s].num_rows for s in ds} == {"train": 170, "validation": 16, "test": 56}
     for s in ("train", "validation", "test"):
         groups = ds[s]["group"]
-        for e in spec[f"{s}_groups"]:
-            assert groups.count(e["group"]) == e["n"] > 0
-    assert spec["minority_fraction"]["achieved"] == round(20 / 170, 6)
+        for e in getattr(spec, f"{s}_groups"):
+            assert groups.count(e.group) == e.n > 0
+    assert spec.minority_fraction.achieved == round(20 / 170, 6)
     ids = [i for s in ds for i in ds[s]["image_id"]]
     assert len(ids) == len(set(ids)), "an image is in two splits"
     raw = ds["test"].cast_column("image", __import__("datasets").Image(decode=False))
@@ -52,8 +53,8 @@ def test_dg_leakage_and_ambiguous_removed(builder_world):
         for b in names[i + 1:]:
             assert not per_split[a] & per_split[b], (a, b)
     spec = shift_spec(ds)
-    assert spec["distance"]["paper_value"] == 1.12 and spec["distance"]["rule"] == "code"
-    assert any(e["additional"] for e in spec["test_groups"])
+    assert spec.distance.paper_value == 1.12 and spec.distance.rule == "code"
+    assert any(e.additional for e in spec.test_groups)
 
 
 def test_same_seed_identical_parquet_bytes_folder_and_zip(builder_world, tmp_path):
@@ -85,12 +86,12 @@ def test_missing_images_error_and_skip(builder_world, tmp_path):
     assert gone in exc.value.what and "--on-missing skip" in exc.value.fix
     ds = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
     spec = shift_spec(ds)
-    assert ds["train"].num_rows == spec["split_sizes"]["train"] == plan.spec["split_sizes"]["train"] - 1
-    assert spec["skipped_images"]["n"] == 1 and spec["skipped_images"]["missing"] == [gone]
+    assert ds["train"].num_rows == spec.split_sizes["train"] == plan.spec.split_sizes["train"] - 1
+    assert spec.skipped_images.n == 1 and spec.skipped_images.missing == (gone,)
     # putting the image back gives a fresh build in the same cache, not the stale skipped one
     shutil.copy(builder_world["folder"] / f"{gone}.jpg", folder / f"{gone}.jpg")
     again = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
-    assert gone in again["train"]["image_id"] and "skipped_images" not in shift_spec(again)
+    assert gone in again["train"]["image_id"] and shift_spec(again).skipped_images is None
 
 
 def test_corrupt_image_is_reported(builder_world, tmp_path):
@@ -103,7 +104,7 @@ def test_corrupt_image_is_reported(builder_world, tmp_path):
     with pytest.raises(MissingImagesError, match=bad):
         build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c1")
     ds = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
-    assert bad not in ds["test"]["image_id"] and shift_spec(ds)["skipped_images"]["corrupt"] == [bad]
+    assert bad not in ds["test"]["image_id"] and shift_spec(ds).skipped_images.corrupt == (bad,)
 
 
 def test_with_image_metadata_round_trip(builder_world):
@@ -166,12 +167,16 @@ def test_bad_task_name_did_you_mean(builder_world):
         plan_task("class-cta", builder_world["artifact"])
 
 
-def test_description_carries_spec(builder_world):
+def test_features_carry_spec(builder_world):
     ds = build(builder_world, "paper-subpop-cat-dog-p12")
-    spec = spec_from_description(ds["train"].info.description)
-    assert spec == plan_task("paper-subpop-cat-dog-p12", builder_world["artifact"], scale=0.1).spec
-    with pytest.raises(InputFormatError):
-        spec_from_description("no spec here")
+    plan = plan_task("paper-subpop-cat-dog-p12", builder_world["artifact"], scale=0.1)
+    assert spec_of_features(ds["train"].features) == plan.spec == shift_spec(ds)
+    assert ds["train"].info.description == describe(plan)
+    assert spec_of_features(features_with_spec(ds["test"].features, plan.spec)) == plan.spec
+    plain = ds["train"].features.copy()
+    plain["group"] = __import__("datasets").Value("string")
+    with pytest.raises(InputFormatError, match="no shift spec"):
+        spec_of_features(plain)
 
 
 REAL = {  # real GQA/VG ids of the shared images and real subsets they belong to (attributes pickle)

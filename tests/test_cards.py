@@ -102,7 +102,7 @@ def test_index_card_lists_every_task_repo(exported):
     for t in tasks:
         row = next(line for line in text.splitlines() if line.startswith(f"| `{t.task_id}` |"))
         assert f'load_dataset("metashift-org/metashift-{t.task_id}", "{t.task_id}")' in row
-        assert t.spec["shift_type"] in row and "cat(sofa), dog(sofa)" in row and "0.500" in row
+        assert t.spec.shift_type in row and "cat(sofa), dog(sofa)" in row and "0.500" in row
     assert "@inproceedings{liang2022metashift" in text
 
 

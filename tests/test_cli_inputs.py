@@ -8,7 +8,9 @@ import pytest
 
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
+import metashift_hf
 from metashift_hf import cli, manifest as mf
+from metashift_hf.builders.spec import ShiftSpec
 from fixtures.tasks import sample_jpegs
 
 
@@ -35,9 +37,9 @@ def test_export_missing_image_errors_then_skips(tmp_path, capsys):
     assert not (tmp_path / "out1" / "metashift-class-cat").exists()
 
     assert cli.main(args + ["--out", str(tmp_path / "out2"), "--on-missing", "skip"]) == 0
-    spec = json.loads((tmp_path / "out2" / "metashift-class-cat" / "class-cat" / "shift_spec.json").read_text())
-    assert spec["skipped_images"]["missing"] == [ids[3]] and spec["skipped_images"]["n"] == 1
-    assert sum(spec["split_sizes"].values()) == len(ids) - 1
+    spec = metashift_hf.shift_spec(tmp_path / "out2" / "metashift-class-cat")
+    assert spec.skipped_images.missing == (ids[3],) and spec.skipped_images.n == 1
+    assert sum(spec.split_sizes.values()) == len(ids) - 1
 
 
 @pytest.mark.slow
@@ -82,5 +84,5 @@ def test_tasks_show_takes_task_options(tmp_path, capsys):
     assert "shift spec: not available" in capsys.readouterr().out  # paper sizes: 100 per training group
     assert cli.main(show + ["--set", "scale=0.2", "--seed", "3"]) == 0
     out = capsys.readouterr().out
-    spec = json.loads(out[out.index("shift spec:") + len("shift spec:"):])
-    assert spec["seed"] == 3 and spec["split_sizes"]["train"] == 4 * 20
+    spec = ShiftSpec.from_json(out[out.index("shift spec:") + len("shift spec:"):])
+    assert spec.seed == 3 and spec.split_sizes["train"] == 4 * 20

@@ -97,10 +97,10 @@ def test_reader_errors(tmp_path):
 def test_coco_subpopulation_task_has_the_paper_sizes_and_no_leakage(coco_artifact, world, task_id, minority):
     plan = plan_task(task_id, coco_artifact, seed=0)
     spec = plan.spec
-    assert spec["split_sizes"]["train"] == 3000 and spec["split_sizes"]["test"] == 524
-    assert {g["group"]: g["n"] for g in spec["test_groups"]} == {
+    assert spec.split_sizes["train"] == 3000 and spec.split_sizes["test"] == 524
+    assert {g.group: g.n for g in spec.test_groups} == {
         "cat(indoor)": 131, "cat(outdoor)": 131, "dog(indoor)": 131, "dog(outdoor)": 131}
-    train = {g["group"]: g["n"] for g in spec["train_groups"]}
+    train = {g.group: g.n for g in spec.train_groups}
     assert train["cat(outdoor)"] == train["dog(indoor)"] == minority
     assert train["cat(indoor)"] == train["dog(outdoor)"] == 1500 - minority
     seen: dict[str, str] = {}
@@ -111,8 +111,10 @@ def test_coco_subpopulation_task_has_the_paper_sizes_and_no_leakage(coco_artifac
     assert both and not both & set(seen)
     # group membership follows the super-categories
     sup = {n: s for _, n, s in COCO_CATEGORIES}
-    assert all(sup[c] in coco_tasks.INDOOR for c in spec["group_contexts"]["cat(indoor)"])
-    assert all(sup[c] in coco_tasks.OUTDOOR for c in spec["group_contexts"]["dog(outdoor)"])
+    contexts = {g.group: g.contexts for g in spec.train_groups}
+    assert contexts["cat(indoor)"] and all(sup[c] in coco_tasks.INDOOR for c in contexts["cat(indoor)"])
+    assert contexts["dog(outdoor)"] and all(sup[c] in coco_tasks.OUTDOOR for c in contexts["dog(outdoor)"])
+    assert spec.paper.categories == {"indoor": coco_tasks.INDOOR, "outdoor": coco_tasks.OUTDOOR}
     # every image is found in the COCO image folders under its unpadded COCO id
     with open_images(world) as src:
         assert all(r.image_id in src for rows in plan.splits.values() for r in rows)

@@ -56,7 +56,7 @@ def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "context bugs" in printed and str(out / "report.md") in printed
     rep = json.loads((out / "report.json").read_text())
-    assert rep["run"]["task_id"] == "bin-cat-dog" and rep["run"]["shift_type"] == plan.spec["shift_type"]
+    assert rep["run"]["task_id"] == "bin-cat-dog" and rep["run"]["shift_type"] == plan.spec.shift_type
     assert rep["run"]["artifact_hash"] and len(rep["run"]["task_content_hash"]) == 64
     # expected numbers straight from the plan
     wrong = table.label.eq("dog") & table.image_id.str[1:].astype(int).ge(70)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import metashift_hf
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.export import export_prepared, export_tasks, verify_export
 from metashift_hf import shards
@@ -38,7 +40,8 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     repo = repos[0]
     assert repo.files == ("README.md", "paper-dg-cat-dog-1/shift_spec.json", "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
                           "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
-    assert json.loads((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
+    assert ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
+    assert metashift_hf.shift_spec(repo.path) == task.spec
     assert repos[1].files == ("README.md",) and repos[1].configs == ()
     shutil.rmtree(tmp_path / "images")  # embedded bytes must not need the source files any more
     result = verify_export(repo.path, "paper-dg-cat-dog-1")
@@ -144,6 +147,8 @@ def demo(demo_build, tmp_path_factory):
 
 @pytest.mark.slow
 def test_export_tasks_end_to_end_from_the_demo_world(demo):
+    import datasets
+
     from metashift_hf.api import prepare
 
     root, world, art = demo
@@ -157,7 +162,16 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
         expected = prepare(task, art.root, world.images_dir, **overrides)
         result = verify_export(repo.path, task, expected.dataset)
         assert result.splits == {s: len(d) for s, d in expected.dataset.items()}
-        assert json.loads((repo.path / task / "shift_spec.json").read_text()) == json.loads(json.dumps(expected.spec))
+        # every exported config's shift_spec.json parses with the public call and round-trips equal
+        spec_file = repo.path / task / "shift_spec.json"
+        spec = metashift_hf.shift_spec(spec_file)
+        assert spec == expected.spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
+        assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(repo.path, task) == spec
+        assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == spec
+        assert metashift_hf.shift_spec(task, artifact=art.root, **{k: v for k, v in overrides.items()
+                                                                  if k != "cache_dir"}) == spec
+        loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
+        assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
     dg = (repos[0].path / "README.md").read_text()
     assert "images/cat.png" in dg and (repos[0].path / "images" / "dog.png").is_file()
     assert "Distance d: paper 0.440" in dg and "**Domain generalisation**" in dg

@@ -14,6 +14,8 @@ import datasets
 import pytest
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
 
+from metashift_hf.builders.spec import GroupSpec, ShiftSpec
+
 from metashift_hf.api import PreparedTask
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.export import export_prepared
@@ -79,11 +81,12 @@ def test_publish_from_export_skips_a_linked_repo_folder(tmp_path, capsys):
 def test_export_refuses_markup_in_names(tmp_path, name):
     art = tiny_artifact(tmp_path / "art")
     ds = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"image_id": ["1"], "label": [0]})})
-    spec = {"classes": [name, "dog"],
-            "train_groups": [{"group": f"{name}(x)", "class": name, "contexts": ["x"]}]}
+    spec = ShiftSpec("t", "none", (name, "dog"), 0, {},
+                     train_groups=(GroupSpec(group=f"{name}(x)", cls=name, contexts=("x",), n=1),))
     with pytest.raises(InputFormatError, match="not plain text"):
         export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out")
-    spec = {"classes": ["cat", "dog"], "train_groups": [{"group": "cat(y)", "class": "cat", "contexts": ["<script>"]}]}
+    spec = ShiftSpec("t", "none", ("cat", "dog"), 0, {},
+                     train_groups=(GroupSpec(group="cat(y)", cls="cat", contexts=("<script>",), n=1),))
     with pytest.raises(InputFormatError, match="context name"):
         export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out2")
 

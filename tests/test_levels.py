@@ -8,6 +8,7 @@ import pytest
 
 from metashift_hf.builders import levels
 from metashift_hf.builders.shifts import Row, SetSource, TaskPlan
+from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
 
 CONTEXTS = [f"c{i:02d}" for i in range(20)]
@@ -85,10 +86,10 @@ def test_marginal_levels(src):
     assert len(n_train) == 1  # the same training size at every level
     for k, p in enumerate(lv):
         spec = p.spec
-        assert spec["shift_type"] == "marginal" and spec["level"]["type"] == "marginal"
-        assert spec["level"]["name"] == f"d{k}" and spec["level"]["distance"] == pytest.approx(design.distances[k])
-        tr_ctx = set(spec["factor"]["values"]["train"])
-        te_ctx = set(spec["factor"]["values"]["test"])
+        assert spec.shift_type == "marginal" and spec.level.type == "marginal"
+        assert spec.level.name == f"d{k}" and spec.level.distance == pytest.approx(design.distances[k])
+        tr_ctx = set(spec.factor.values["train"])
+        te_ctx = set(spec.factor.values["test"])
         assert not tr_ctx & te_ctx
         for split in ("train", "validation", "id_test", "test"):
             rows = p.splits[split]
@@ -107,14 +108,14 @@ def test_marginal_mix_is_the_control(src):
     test = split_ids(base, "test")
     for pct in (10, 25, 50):
         p = plan(src, f"shift-marginal-cat-dog-d3-mix{pct}")
-        te_ctx = set(p.spec["factor"]["values"]["test"])
+        te_ctx = set(p.spec.factor.values["test"])
         mixed = [r for r in p.splits["train"] if r.context in te_ctx]
         assert len(p.splits["train"]) == len(base.splits["train"])  # fixed size
         n_tr = len(base.splits["train"]) // 2
         assert len(mixed) == 2 * int(round(pct / 100 * n_tr))
         assert split_ids(p, "test") == test  # tests on the rest of C_te, same set at every fraction
         assert not {r.image_id for r in mixed} & test
-        assert p.spec["level"]["mixed_fraction"] == pct / 100
+        assert p.spec.level.mixed_fraction == pct / 100
 
 
 @pytest.mark.parametrize("delta", levels.DELTAS)
@@ -125,8 +126,8 @@ def test_conditional_levels(src, delta):
         if test_mode == "reversed" and delta == 0:
             continue
         p = plan(src, tid)
-        assert p.spec["level"] == {"type": "conditional", "name": tid.split("cat-dog-")[1], "rank": None,
-                                   "delta": delta, "mixed_fraction": 0.0, "test": test_mode, "distance": None}
+        assert p.spec.level == Level(type="conditional", name=tid.split("cat-dog-")[1], rank=None, delta=delta,
+                                     mixed_fraction=0.0, test=test_mode, distance=None)
         levels.check_level_plan(p)
         for split in ("train", "test", "validation", "id_test"):
             rows = p.splits[split]
@@ -136,7 +137,7 @@ def test_conditional_levels(src, delta):
             p_a_s1 = cnt[("cat", "indoor")] / n_s1
             want = 0.5 + delta if split != "test" else (0.5 if test_mode == "balanced" else 0.5 - delta)
             assert p_a_s1 == pytest.approx(want, abs=1.0 / n_s1 + 1e-9)
-        assert p.spec["minority_fraction"]["target"] == pytest.approx(0.5 - delta)
+        assert p.spec.minority_fraction.target == pytest.approx(0.5 - delta)
 
 
 def test_conditional_training_sets_are_nested_and_sized_alike(src):
@@ -152,10 +153,10 @@ def test_joint_grid(src):
     for delta in (0.0, 0.3, 0.49):
         p = plan(src, f"shift-joint-cat-dog-d2-{levels._delta_name(delta)}")
         levels.check_level_plan(p)
-        assert p.spec["level"]["rank"] == 2 and p.spec["level"]["delta"] == delta
+        assert p.spec.level.rank == 2 and p.spec.level.delta == delta
         assert split_ids(p, "test") == split_ids(m, "test")  # marginal family's OOD test
-        inner = {k: set(v) for k, v in p.spec["factor"]["within_train"].items()}
-        assert inner["s1"] | inner["s2"] == set(p.spec["factor"]["values"]["train"])
+        inner = {k: set(v) for k, v in p.spec.factor.within_train.items()}
+        assert inner["s1"] | inner["s2"] == set(p.spec.factor.values["train"])
         rows = p.splits["train"]
         s_of = {x: s for s, xs in inner.items() for x in xs}
         cnt = Counter((r.label, s_of[r.context]) for r in rows)
@@ -168,7 +169,7 @@ def test_joint_grid(src):
 
 def test_images_with_two_values_are_dropped(src):
     p = plan(src, "shift-marginal-cat-dog-d1")
-    assert p.spec["factor"]["dropped_two_values"] > 0  # the world puts 20% of images in two contexts
+    assert p.spec.factor.dropped_two_values > 0  # the world puts 20% of images in two contexts
 
 
 def test_deterministic_and_seeded(src):
@@ -179,7 +180,8 @@ def test_deterministic_and_seeded(src):
 
 
 def test_check_refuses_bad_plans():
-    spec = {"shift_type": "marginal", "factor": {"values": {"train": ["a"], "test": ["b"]}}}
+    spec = ShiftSpec("t", "marginal", ("cat", "dog"), 0, {},
+                     factor=Factor(name="x", values={"train": ("a",), "test": ("b",)}, dropped_two_values=0, rule=""))
     ok = {"train": [Row("1", "cat", "cat(a)", "a", ("a",), 0), Row("2", "dog", "dog(a)", "a", ("a",), 0)],
           "test": [Row("3", "cat", "cat(b)", "b", ("b",), 0), Row("4", "dog", "dog(b)", "b", ("b",), 0)]}
     levels.check_level_plan(TaskPlan("t", ["cat", "dog"], ok, spec))

@@ -42,7 +42,7 @@ def test_facts_equal_shared_reference(shared_ref):
                                        ("paper-subpop-cat-dog-p1", 10)])
 def test_subpop_paper_sizes(world, task_id, m):
     plan = pt.plan(task_id, world, seed=0)
-    sizes = plan.spec["split_sizes"]
+    sizes = plan.spec.split_sizes
     assert sizes["train"] == 1700 and sizes["test"] == 576
     test = plan.splits["test"]
     for g in pt.SUBPOP_GROUPS:
@@ -50,7 +50,7 @@ def test_subpop_paper_sizes(world, task_id, m):
     train = plan.splits["train"]
     for g in pt.SUBPOP_MINORITY:
         assert sum(r.group == g for r in train) == m
-    assert plan.spec["minority_fraction"]["achieved"] == round(2 * m / 1700, 6)
+    assert plan.spec.minority_fraction.achieved == round(2 * m / 1700, 6)
     ids = [r.image_id for rows in plan.splits.values() for r in rows]
     assert len(ids) == len(set(ids)) and not any(i.startswith("both") for i in ids)
 
@@ -58,8 +58,8 @@ def test_subpop_paper_sizes(world, task_id, m):
 def test_dg_paper_sizes_and_leakage_order(world):
     subsets = paper_world()
     plan = pt.plan("paper-dg-cat-dog-2", world, seed=1, overrides={"additional_test_per_group": None})
-    assert plan.spec["split_sizes"]["train"] == 400  # the paper's train_total
-    train_groups = {e["group"] for e in plan.spec["train_groups"]}
+    assert plan.spec.split_sizes["train"] == 400  # the paper's train_total
+    train_groups = {e.group for e in plan.spec.train_groups}
     assert train_groups == {"cat(sofa)", "cat(bed)", "dog(bag)", "dog(box)"}
     def union(cls, ctxs):
         return set().union(*[subsets.get(f"{cls}({c})", set()) for c in ctxs])
@@ -69,13 +69,13 @@ def test_dg_paper_sizes_and_leakage_order(world):
     full_train = set().union(*[union(n[:3], c) for n, c in {**pt.DG_TRAIN_CAT, **pt.DG_DOG_EXPERIMENTS[1]}.items()])
     extra = {r.image_id for r in plan.splits["test"] if r.group in pt.DG_ADDITIONAL_TEST}
     assert extra and not extra & full_train
-    d = plan.spec["distance"]
-    assert d["rule"] == "code" and d["paper_value"] == 0.71 and np.isfinite(d["value"])
-    assert plan.spec["removed"]["ambiguous"] > 0
+    d = plan.spec.distance
+    assert d.rule == "code" and d.paper_value == 0.71 and np.isfinite(d.value)
+    assert plan.spec.removed.ambiguous > 0
 
 
 def test_dg_distances_differ_across_experiments(world):
-    vals = [pt.dg_distance(world, k)["value"] for k in range(1, 5)]
+    vals = [pt.dg_distance(world, k).value for k in range(1, 5)]
     assert all(np.isfinite(v) for v in vals) and len(set(vals)) == 4
 
 
@@ -85,12 +85,12 @@ def test_scale_and_overrides():
         pt.plan("paper-subpop-cat-dog-p12", small)
     assert "scale" in exc.value.fix
     plan = pt.plan("paper-subpop-cat-dog-p12", small, scale=0.1)
-    assert plan.spec["split_sizes"]["train"] == 170 and plan.spec["split_sizes"]["test"] == 56
+    assert plan.spec.split_sizes["train"] == 170 and plan.spec.split_sizes["test"] == 56
     plan = pt.plan("paper-subpop-cat-dog-p12", small, scale=0.1, overrides={"minority_fraction": 0.2})
     assert sum(r.group == "cat(outdoor)" for r in plan.splits["train"]) == 17
     plan = pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_group": 20, "validation_per_group": 5,
                                                             "id_test_per_group": 5})
-    assert plan.spec["split_sizes"]["train"] == 80
+    assert plan.spec.split_sizes["train"] == 80
     with pytest.raises(UnknownNameError, match="train_per_group"):
         pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_grup": 3})
     with pytest.raises(UnknownNameError, match="did you mean"):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 import sys
 from pathlib import Path
 
 import pytest
 
 from metashift_hf import shards as shards_mod
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.export import export_prepared
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
@@ -82,6 +84,16 @@ for repo, config in zip(sys.argv[1::2], sys.argv[2::2]):
     out["streamed_train"] = [r["image_id"] for r in stream.select_columns(["image_id"])]
     result.append(out)
 print(json.dumps(result))
+"""
+
+
+SPEC_SCRIPT = r"""
+import sys
+import datasets
+import metashift_hf
+repo, config = sys.argv[1:3]
+print(metashift_hf.shift_spec(repo).to_json(compact=True))
+print(metashift_hf.shift_spec(datasets.load_dataset(repo, config)).to_json(compact=True))
 """
 
 
@@ -283,6 +295,14 @@ def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
         assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in index
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{task}", task))
         assert len(got["train"]) == len(got["streamed_train"]) > 0 and set(got) >= {"train", "test"}
+        # the pushed shift_spec.json, the spec read by repo id and the spec of the loaded dataset agree
+        pushed = ShiftSpec.from_json(head.files[f"{task}/shift_spec.json"].content)
+        env = client_env(endpoint, str(tmp_path / "reader"), None)
+        r = subprocess.run([sys.executable, "-c", SPEC_SCRIPT, f"{NS}/metashift-{task}", task], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        by_id, from_dataset = (ShiftSpec.from_json(line) for line in r.stdout.strip().splitlines()[-2:])
+        assert by_id == from_dataset == pushed and pushed.task_id == task and pushed.overrides == {"scale": 0.5}
 
 
 def test_collection_notes_follow_the_shift_spec(exported, tmp_path, local_cli):
@@ -291,9 +311,8 @@ def test_collection_notes_follow_the_shift_spec(exported, tmp_path, local_cli):
     spec_file = changed / f"metashift-{CONFIGS[0]}" / CONFIGS[0] / "shift_spec.json"
     with running_hub() as (endpoint, state):
         assert local_cli(publish_args(exported["out"]), endpoint, tmp_path / "h").returncode == 0
-        spec = json.loads(spec_file.read_text())
-        spec["distance"]["value"] = 0.75
-        spec_file.write_text(json.dumps(spec))
+        spec = ShiftSpec.from_json(spec_file.read_text())
+        spec_file.write_text(replace(spec, distance=replace(spec.distance, value=0.75)).to_json())
         r = local_cli(publish_args(changed), endpoint, tmp_path / "h")
         assert r.returncode == 0, r.stderr[-3000:]
         (collection,) = state.collections.values()

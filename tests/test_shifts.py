@@ -21,6 +21,7 @@ from metashift_hf.builders.shifts import (
     seeded_order,
     subpopulation_shift,
 )
+from metashift_hf.builders.spec import MinorityFraction, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError
 
 
@@ -79,21 +80,21 @@ def test_dg_no_leakage_and_ambiguous_removed():
     # main test images never appear in the training groups' rows
     main_test = {r.image_id for r in plan.splits["test"] if r.group in ("cat(c)", "dog(c)")}
     assert main_test == (subsets["cat(c)"] | subsets["dog(c)"]) - amb  # test groups are used whole
-    assert plan.spec["removed"]["ambiguous"] > 0 and plan.spec["removed"]["leakage"] > 0
+    assert plan.spec.removed.ambiguous > 0 and plan.spec.removed.leakage > 0
 
 
 def test_dg_sizes_match_spec():
     plan = dg(SetSource(make_world()))
     spec = plan.spec
-    assert spec["split_sizes"] == {s: len(r) for s, r in plan.splits.items()}
-    assert spec["split_sizes"]["train"] == 100 and spec["split_sizes"]["validation"] == 20
-    assert spec["split_sizes"]["id_test"] == 20
+    assert spec.split_sizes == {s: len(r) for s, r in plan.splits.items()}
+    assert spec.split_sizes["train"] == 100 and spec.split_sizes["validation"] == 20
+    assert spec.split_sizes["id_test"] == 20
     for s in ("train", "validation", "id_test", "test"):
-        for e in spec[f"{s}_groups"]:
-            assert e["n"] == sum(r.group == e["group"] for r in plan.splits[s])
-    assert {e["group"] for e in spec["train_groups"]} == {"cat(a)", "dog(b)"}
-    assert [e["additional"] for e in spec["test_groups"]] == [False, False, True, True]
-    assert spec["shift_type"] == "marginal"
+        for e in getattr(spec, f"{s}_groups"):
+            assert e.n == sum(r.group == e.group for r in plan.splits[s])
+    assert {e.group for e in spec.train_groups} == {"cat(a)", "dog(b)"}
+    assert [e.additional for e in spec.test_groups] == [False, False, True, True]
+    assert spec.shift_type == "marginal"
 
 
 def test_dg_rows_carry_contexts_and_labels():
@@ -150,8 +151,8 @@ def test_subpop_sizes_fraction_and_balance():
     assert len(test) == 200 and all(sum(r.group == g for r in test) == 50 for g in per)
     va = plan.splits["validation"]
     assert len(va) == 80 and sum(r.group == "cat(outdoor)" for r in va) == 4
-    assert plan.spec["minority_fraction"] == {"target": 0.1, "achieved": 0.1}
-    assert plan.spec["shift_type"] == "conditional"
+    assert plan.spec.minority_fraction == MinorityFraction(target=0.1, achieved=0.1)
+    assert plan.spec.shift_type == "conditional"
     ids = all_ids(plan)
     assert len(ids) == len(set(ids))
 
@@ -191,7 +192,7 @@ def test_community_shift_train_is_largest_community():
     test_cat = {r.image_id for r in plan.splits["test"] if r.label == "cat"}
     assert test_cat and not test_cat & (subsets["cat(a)"] | subsets["cat(b)"])
     assert {r.community for r in plan.splits["test"] if r.label == "cat"} == {1, 2}
-    assert plan.spec["distance"]["value"] == 2.0 and plan.spec["distance"]["metric"] == "spectral"
+    assert plan.spec.distance.value == 2.0 and plan.spec.distance.metric == "spectral"
     with pytest.raises(EmptyResultError, match="fractions"):
         community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.5, 0.5))
     id_cat = len(((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"]) - set().union(
@@ -209,13 +210,13 @@ def test_collection_one_row_per_image_with_all_contexts():
     assert len(rows) == len(cat_imgs) == len({r.image_id for r in rows})
     for r in rows[:100]:
         assert set(r.contexts) == {k[4:-1] for k, v in subsets.items() if k.startswith("cat(") and r.image_id in v}
-    assert plan.spec["shift_type"] == "none"
+    assert plan.spec.shift_type == "none"
 
 
 def test_plan_asserts_no_image_in_two_splits():
     r = Row("1", "cat", "cat(a)", "a", ("a",), 0)
     with pytest.raises(MetashiftError, match="leak"):
-        TaskPlan("t", ["cat"], {"train": [r], "test": [r]}, {"shift_type": "marginal"})
+        TaskPlan("t", ["cat"], {"train": [r], "test": [r]}, ShiftSpec("t", "marginal", ("cat",), 0, {}))
 
 
 def test_contexts_near_distance():
@@ -228,9 +229,9 @@ def test_contexts_near_distance():
 def test_without_images_updates_sizes():
     plan = dg(SetSource(make_world()))
     drop = [plan.splits["train"][0].image_id, plan.splits["test"][0].image_id]
-    p2 = plan.without_images(drop, reason={"missing": drop})
-    assert p2.spec["split_sizes"]["train"] == plan.spec["split_sizes"]["train"] - 1
-    assert p2.spec["skipped_images"]["n"] == 2
+    p2 = plan.without_images(drop, missing=drop)
+    assert p2.spec.split_sizes["train"] == plan.spec.split_sizes["train"] - 1
+    assert p2.spec.skipped_images.n == 2
 
 
 class _Distances:
@@ -251,8 +252,8 @@ def test_dg_by_distance_picks_contexts_nearest_target():
     plan = domain_generalisation_by_distance(
         "dg-d", src, d, shifted_class="dog", test_context="c", target_distance=1.0, other_class="cat",
         other_train_contexts=["a"], other_test_contexts=["c"], k=2, sizes=DGSizes(30, 5, 5))
-    assert {e["group"] for e in plan.spec["train_groups"]} == {"cat(a)", "dog(b)", "dog(d)"}
-    assert plan.spec["distance"]["value"] == pytest.approx(1.0) and plan.spec["distance"]["metric"] == "spectral"
-    assert {e["group"] for e in plan.spec["test_groups"]} == {"cat(c)", "dog(c)"}
+    assert {e.group for e in plan.spec.train_groups} == {"cat(a)", "dog(b)", "dog(d)"}
+    assert plan.spec.distance.value == pytest.approx(1.0) and plan.spec.distance.metric == "spectral"
+    assert {e.group for e in plan.spec.test_groups} == {"cat(c)", "dog(c)"}
     ids = all_ids(plan)
     assert len(ids) == len(set(ids))

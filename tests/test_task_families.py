@@ -43,9 +43,9 @@ def test_options_are_typed_and_checked(builder_world):
 
 def test_spec_records_given_options(builder_world):
     plan = tasks.plan_task("paper-subpop-cat-dog-p1", builder_world["artifact"], scale=0.1)
-    assert plan.spec["overrides"] == {"scale": 0.1}
+    assert plan.spec.overrides == {"scale": 0.1}
     plan = tasks.plan_task("classes", builder_world["artifact"], selected_classes=["cat"])
-    assert plan.spec["overrides"] == {"selected_classes": ["cat"]} and plan.classes == ["cat"]
+    assert plan.spec.overrides == {"selected_classes": ["cat"]} and plan.classes == ["cat"]
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,25 @@ def test_adding_a_family_is_one_registration(builder_world, monkeypatch):
     art = builder_world["artifact"]
     assert "one-cat" in tasks.task_ids(art)
     plan = tasks.plan_task("one-cat", art, cap=2)
-    assert plan.classes == ["cat"] and plan.spec["overrides"] == {"cap": 2}
+    assert plan.classes == ["cat"] and plan.spec.overrides == {"cap": 2}
     with pytest.raises(InputFormatError, match="cap"):
         tasks.plan_task("one-cat", art, cap="two")
     with pytest.raises(MetashiftError, match="twice"):
         tasks.register(_OneClass())
+
+
+def test_every_family_spec_round_trips_through_json(builder_world):
+    from metashift_hf.builders.spec import ShiftSpec
+
+    art = builder_world["artifact"]
+    ids = tasks.task_ids(art)
+    picked = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p1", "class-cat", "classes"]
+    picked += [next(i for i in ids if i.startswith(f"shift-{t}-")) for t in ("marginal", "conditional", "joint")
+               if any(i.startswith(f"shift-{t}-") for i in ids)]
+    for task_id in picked:
+        options = {"scale": 0.1} if task_id.startswith("paper-") else {}
+        try:
+            spec = tasks.plan_task(task_id, art, **options).spec
+        except MetashiftError as exc:  # a shift level this small world cannot supply: say which
+            pytest.fail(f"{task_id}: {exc}")
+        assert ShiftSpec.from_json(spec.to_json()) == spec, task_id

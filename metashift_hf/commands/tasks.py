@@ -129,5 +129,5 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"shift spec: not available: {exc.what}" + (f"\n  fix: {exc.fix} (here: --set KEY=VALUE)" if exc.fix else ""))
             return 0
         print("shift spec:")
-        print(json.dumps(spec, indent=2, sort_keys=True, default=str))
+        print(spec.to_json(), end="")
     return 0

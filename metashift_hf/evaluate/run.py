@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from .. import api
@@ -131,10 +132,10 @@ def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
     return table, list(classes or []), read
 
 
-def task_content_hash(spec: Mapping | None, table: pd.DataFrame) -> str:
+def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
     """sha256 over the shift spec and the sorted (split, image_id, label, contexts, group) rows."""
     h = hashlib.sha256()
-    h.update(json.dumps(spec or {}, sort_keys=True, default=str).encode())
+    h.update((spec.to_json(compact=True) if spec is not None else "{}").encode())
     cols = [c for c in ("split", "image_id", "label", "group") if c in table]
     for rec in table.sort_values(["split", "image_id"]).itertuples(index=False):
         d = rec._asdict()
@@ -310,10 +311,10 @@ def evaluate(
     metrics: dict[str, Any] = {
         "run": {
             "package_version": __version__, "task_id": task_id, "task_content_hash": task_content_hash(spec, table),
-            "artifact_hash": (art.content_hash if art is not None else (spec or {}).get("artifact_hash")),
+            "artifact_hash": (art.content_hash if art is not None else spec.artifact_hash if spec else None),
             "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
-            "shift_type": (spec or {}).get("shift_type"),
+            "shift_type": spec.shift_type if spec else None,
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,

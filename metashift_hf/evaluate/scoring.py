@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from metashift_hf.builders.spec import ShiftSpec
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError
 from .predictions import Predictions
 from .stats import benjamini_hochberg, two_proportion_test, wilson_interval
@@ -84,10 +85,10 @@ def split_order(splits: Iterable[str]) -> list[str]:
     return [s for s in SPLIT_ORDER if s in splits] + sorted(splits - set(SPLIT_ORDER))
 
 
-def split_roles(splits: Iterable[str], spec: Mapping | None) -> tuple[str, str] | None:
+def split_roles(splits: Iterable[str], spec: ShiftSpec | None) -> tuple[str, str] | None:
     """(ID split, OOD split): id_test when present else validation, against test; None without a shift."""
     splits = set(splits)
-    if spec is not None and spec.get("shift_type") == "none":
+    if spec is not None and spec.shift_type == "none":
         return None
     ood = "test" if "test" in splits else None
     iid = "id_test" if "id_test" in splits else ("validation" if "validation" in splits else None)

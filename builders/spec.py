@@ -1,0 +1,344 @@
+"""The shift spec: what a task's splits are and how they differ, as a frozen, versioned value.
+
+Every task plan carries one (:class:`ShiftSpec`); it is written as ``shift_spec.json`` beside the
+shards of an exported config and into the ``datasets`` info, and read back strictly:
+:meth:`ShiftSpec.from_json` refuses unknown keys, missing keys, values of the wrong type and a
+``spec_version`` other than :data:`SPEC_VERSION` with an :class:`InputFormatError`.
+
+JSON keys are the field names, except ``GroupSpec.cls`` which is ``"class"``. Tuples are JSON
+lists, mappings JSON objects; every field is always written (``null`` when absent), so a spec
+read back is equal to the one written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from metashift_hf.core.errors import InputFormatError
+
+SPEC_VERSION = 1
+# marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
+# joint: both at once (shift-joint); none: collections
+ShiftType = Literal["marginal", "conditional", "joint", "none"]
+DistanceRule = Literal["code", "paper", "subset", "custom"]  # custom: a caller-supplied distance function
+LevelType = Literal["marginal", "conditional", "joint"]
+TestMode = Literal["ood", "balanced", "reversed"]
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One group of one split: the union of ``<class>(<context>)`` subsets, ``n`` rows in the split."""
+
+    group: str
+    cls: str = field(metadata={"json": "class"})
+    contexts: tuple[str, ...]
+    n: int
+    contexts_found: tuple[str, ...] | None = None  # the contexts this artifact has (paper groups)
+    additional: bool | None = None  # DG test groups: an additional (not the paper's) test group
+
+
+@dataclass(frozen=True)
+class Distance:
+    """Meta-graph distance between training and test groups (docs/metagraph.md for the rules)."""
+
+    value: float | None
+    rule: DistanceRule
+    note: str
+    per_class: Mapping[str, float | None] | None = None  # matched tasks: one value per class
+    metric: str | None = None  # which distance gave the number: spectral / resistance (builders.distances)
+    per_class_metric: Mapping[str, str] | None = None  # matched tasks: per class, or 'disconnected'
+    paper_value: float | None = None  # paper DG tasks: the published figure
+    original_code_value: float | None = None  # paper DG tasks: what the released code prints
+
+
+@dataclass(frozen=True)
+class MinorityFraction:
+    """Share of minority-group images in the training split: asked for and obtained."""
+
+    target: float | None
+    achieved: float | None
+
+
+@dataclass(frozen=True)
+class Removed:
+    """Images removed while carving groups (ambiguous: show two classes; leakage: in another
+    split; duplicate: already in an earlier group of the same split)."""
+
+    ambiguous: int = 0
+    leakage: int = 0
+    duplicate: int = 0
+
+
+@dataclass(frozen=True)
+class SkippedImages:
+    """Images dropped by ``on_missing='skip'`` (lists capped at 100 ids each)."""
+
+    n: int
+    missing: tuple[str, ...]
+    corrupt: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The artifact's build rules that shaped the subsets (from its manifest)."""
+
+    min_images_per_subset: int
+    min_subsets_per_class: int
+    edge_threshold: float
+    community_method: str
+    spectral_dim: int
+    pairing: str
+
+
+@dataclass(frozen=True)
+class RegistryFacts:
+    """Matched tasks: the match-registry entry the task came from."""
+
+    kind: str  # binary | multiclass
+    lca: str
+    lca_name: str
+    lca_depth: int
+    path_similarity: float | None  # None when undefined
+    subset_rule: str  # selected | kept
+
+
+@dataclass(frozen=True)
+class CollectionFilters:
+    """Collections: the old loader's filters as given (None = not used)."""
+
+    selected_classes: tuple[str, ...] | None = None
+    attributes: tuple[str, ...] | None = None
+    image_subset_size_threshold: int | None = None
+    min_local_groups: int | None = None
+
+
+@dataclass(frozen=True)
+class PaperFacts:
+    """Paper tasks: published sizes and the rules transcribed from the paper/code."""
+
+    sizes: Mapping[str, int]  # published counts, e.g. train_total (compared in the card)
+    ambiguous_rule: str
+    leakage_order: tuple[str, ...] = ()
+    pool: Mapping[str, int] | None = None  # subpopulation: the original code's per-group truncation
+    minority_fractions: tuple[str, ...] = ()  # subpopulation: the published p values
+    categories: Mapping[str, tuple[str, ...]] | None = None  # COCO: the super-categories of each context value
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a shift family (builders.levels), as in the task id: ``shift-marginal-cat-dog-d3``."""
+
+    type: LevelType
+    name: str
+    rank: int | None = None  # distance rank (marginal, joint)
+    delta: float | None = None  # conditional, joint: P(A|s1) = 1/2 + delta in training
+    mixed_fraction: float = 0.0  # marginal mix levels
+    test: TestMode = "ood"
+    distance: float | None = None  # filled in by the generator
+
+
+@dataclass(frozen=True)
+class Factor:
+    """Shift-level tasks: the context factor S whose values an image may hold."""
+
+    name: str
+    values: Mapping[str, tuple[str, ...]]  # value -> its contexts
+    dropped_two_values: int  # images dropped because they hold contexts of two values
+    rule: str
+    labels: Mapping[str, str] | None = None  # conditional: value -> its group label
+    within_train: Mapping[str, tuple[str, ...]] | None = None  # joint: s1/s2 inside the training contexts
+
+
+@dataclass(frozen=True)
+class FamilyDesign:
+    """Marginal/joint shift families: every level's training contexts and distance to the test contexts."""
+
+    test_contexts: tuple[str, ...]
+    train_contexts: tuple[tuple[str, ...], ...]
+    distances: tuple[float, ...]
+    distance_rule: str
+
+
+@dataclass(frozen=True)
+class ConditionalFacts:
+    """Conditional/joint shift levels: P(S = s1) and P(Y = class_a | S = s1) in train (and test)."""
+
+    p_s1: float
+    p_a_given_s1_train: float
+    class_a: str
+    p_a_given_s1_test: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MixedFraction:
+    """Marginal mix levels: share of test-context images mixed into training."""
+
+    target: float
+    images_per_class: int
+
+
+@dataclass(frozen=True)
+class ShiftSpec:
+    """The machine-readable description of one task (DEVELOPERS.md "Task layer")."""
+
+    task_id: str
+    shift_type: ShiftType
+    classes: tuple[str, ...]
+    seed: int
+    split_sizes: Mapping[str, int]
+    train_groups: tuple[GroupSpec, ...] = ()
+    validation_groups: tuple[GroupSpec, ...] = ()
+    test_groups: tuple[GroupSpec, ...] = ()
+    id_test_groups: tuple[GroupSpec, ...] = ()
+    distance: Distance | None = None
+    minority_fraction: MinorityFraction | None = None
+    minority_groups: tuple[str, ...] = ()
+    removed: Removed = Removed()
+    artifact_hash: str | None = None
+    rules: Rules | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # the task options given (JSON values)
+    notes: tuple[str, ...] = ()
+    skipped_images: SkippedImages | None = None
+    registry: RegistryFacts | None = None
+    filters: CollectionFilters | None = None
+    paper: PaperFacts | None = None
+    level: Level | None = None
+    factor: Factor | None = None
+    family: FamilyDesign | None = None
+    conditional: ConditionalFacts | None = None
+    mixed_fraction: MixedFraction | None = None
+    spec_version: int = SPEC_VERSION
+
+    def groups(self) -> dict[str, tuple[GroupSpec, ...]]:
+        """Split -> its groups, for the splits that have any (train, validation, test, id_test order)."""
+        out = {"train": self.train_groups, "validation": self.validation_groups, "test": self.test_groups,
+               "id_test": self.id_test_groups}
+        return {k: v for k, v in out.items() if v}
+
+    def to_dict(self) -> dict:
+        return _encode(self)
+
+    def to_json(self, *, compact: bool = False) -> str:
+        """Sorted-key JSON: indented with a final newline (files), or on one line (``compact``)."""
+        if compact:
+            return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "shift spec") -> "ShiftSpec":
+        if not isinstance(data, Mapping):
+            raise InputFormatError(f"{where}: not a JSON object", _FIX)
+        version = data.get("spec_version")
+        if version != SPEC_VERSION:
+            raise InputFormatError(
+                f"{where}: spec_version {version!r}, this package reads {SPEC_VERSION}",
+                "read it with the metashift-hf version that wrote it, or export/prepare the task again")
+        return _decode(cls, data, where)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = "shift spec") -> "ShiftSpec":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InputFormatError(f"{where} is not valid JSON ({exc})", _FIX) from None
+        return cls.from_dict(data, where)
+
+
+_FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
+
+
+# ---------------------------------------------------------------------------------------------
+# strict (de)serialisation driven by the dataclass type hints
+# ---------------------------------------------------------------------------------------------
+def _json_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("json", f.name)
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {_json_name(f): _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf; the fields that can hold one are optional
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _decode(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise InputFormatError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}", _FIX)
+    fs = {_json_name(f): f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fs))
+    missing = sorted(set(fs) - set(data))
+    if unknown or missing:
+        raise InputFormatError(
+            f"{where}: {cls.__name__} has " + "; ".join(
+                p for p in (f"unknown keys {unknown}" if unknown else "", f"missing keys {missing}" if missing else "")
+                if p), _FIX)
+    hints = _hints(cls)
+    return cls(**{f.name: _value(data[k], hints[f.name], f"{where}.{k}") for k, f in fs.items()})
+
+
+def _value(v: Any, hint: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _value(v, a, where)
+            except InputFormatError as exc:
+                errors.append(exc.what)
+        raise InputFormatError(errors[0] if len(errors) == 1 else f"{where}: {v!r} fits none of {hint}", _FIX)
+    if hint is Any:
+        return v
+    if origin is Literal:
+        if v not in args:
+            raise InputFormatError(f"{where}: {v!r} is not one of {list(args)}", _FIX)
+        return v
+    if dataclasses.is_dataclass(hint):
+        return _decode(hint, v, where)
+    if origin is tuple:
+        if not isinstance(v, list):
+            raise InputFormatError(f"{where}: expected a list, got {type(v).__name__}", _FIX)
+        return tuple(_value(x, args[0], f"{where}[{i}]") for i, x in enumerate(v))
+    if origin in (Mapping, dict):
+        if not isinstance(v, Mapping):
+            raise InputFormatError(f"{where}: expected an object, got {type(v).__name__}", _FIX)
+        return {str(k): _value(x, args[1], f"{where}.{k}") for k, x in v.items()}
+    if hint is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InputFormatError(f"{where}: expected a number, got {v!r}", _FIX)
+        return float(v)
+    if hint in (int, str, bool):
+        if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
+            raise InputFormatError(f"{where}: expected {hint.__name__}, got {v!r}", _FIX)
+        return v
+    raise InputFormatError(f"{where}: no decoder for {hint}", "this is a bug in builders.spec")
+
+
+__all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "Distance", "MinorityFraction", "Removed",
+           "SkippedImages", "Rules", "RegistryFacts", "CollectionFilters", "PaperFacts", "Level", "Factor", "FamilyDesign",
+           "ConditionalFacts", "MixedFraction", "DistanceRule", "LevelType", "TestMode"]
