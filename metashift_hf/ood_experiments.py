@@ -141,10 +141,10 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
             res = train(tp, art, images, None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
                         progress=False)
             a = res.aggregate()
-            lev = tp.spec["level"]
-            rows.append({"model": m.name, "task_id": tid, "level": tasks[tid], "type": lev["type"],
-                         "distance": lev.get("distance"), "delta": lev.get("delta"),
-                         "mixed_fraction": lev.get("mixed_fraction"), "test": lev.get("test"),
+            lev = tp.spec.level
+            rows.append({"model": m.name, "task_id": tid, "level": tasks[tid], "type": lev.type,
+                         "distance": lev.distance, "delta": lev.delta,
+                         "mixed_fraction": lev.mixed_fraction, "test": lev.test,
                          "n_train": len(tp.splits["train"]), "n_test": len(tp.splits["test"]),
                          "id": a["id"]["mean"], "id_std": a["id"]["std"], "ood": a["ood"]["mean"],
                          "ood_std": a["ood"]["std"], "drop_pct": a["drop_pct"]["mean"],
@@ -171,8 +171,8 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
     result = {"experiment": "ood-levels", "classes": list(classes), "type": shift_type,
               "models": [m.name for m in specs], "seeds": seeds, "task_seed": seed, "options": options,
               "levels": rows, "curves": summaries, "agreement": agreement,
-              "family": next(iter(plans.values())).spec.get("family"),
-              "factor": {tid: p.spec["factor"] for tid, p in list(plans.items())[:1]},
+              "family": next(iter(plans.values())).spec.to_dict()["family"],
+              "factor": {tid: p.spec.to_dict()["factor"] for tid, p in list(plans.items())[:1]},
               "model_selection": "each run keeps the epoch with the best ID validation accuracy (metashift_hf.train)"}
     with _out(out, force, artifact, images) as tmp:
         table.to_csv(tmp / "levels.csv", index=False)

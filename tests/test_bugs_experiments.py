@@ -65,8 +65,8 @@ def test_model_specs():
 def fake_train(tp, *a, config=None, **k):
     """Stand-in training: OOD accuracy 0.9 - distance - delta (+0.3 x mixed fraction), ID 0.9; groupdro +0.05."""
     cfg = a[3] if len(a) > 3 else config  # train(task, artifact, images, out, config)
-    lev = tp.spec["level"]
-    ood = 0.9 - (lev["distance"] or 0) - (lev["delta"] or 0) + 0.3 * lev["mixed_fraction"]
+    lev = tp.spec.level
+    ood = 0.9 - (lev.distance or 0) - (lev.delta or 0) + 0.3 * lev.mixed_fraction
     ood += 0.05 if cfg.method == "groupdro" else 0
     idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
     m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
