@@ -12,8 +12,11 @@ from __future__ import annotations
 import abc
 import io
 import os
+import re
+import stat
 import struct
 import threading
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -25,6 +28,12 @@ import pyarrow as pa
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+# Bounds on one image, checked from the declared size before anything is read or inflated: GQA's
+# largest JPEG is a few MB, so a 64 MiB image is a damaged or hostile file, not a photograph.
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+# Pixels: PIL refuses to open an image of more than twice its MAX_IMAGE_PIXELS (89.5 M) and warns
+# above it; what exports must also decode, so the check uses PIL's own limit.
+MAX_IMAGE_PIXELS = 89_478_485
 OnMissing = Literal["error", "skip"]
 _SHOW_IDS = 10  # how many ids an error message lists before "..."
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, 30 bytes
@@ -46,6 +55,13 @@ def _image_stem(name: str) -> str | None:
     return stem
 
 
+def _safe_member(name: str) -> bool:
+    """A zip member path that stays inside the archive's tree: relative, no '..', no drive, no '\\'."""
+    if not name or name.startswith("/") or "\\" in name or (len(name) > 1 and name[1] == ":"):
+        return False
+    return ".." not in name.split("/")
+
+
 def _shorten(ids: list[str]) -> str:
     shown = ", ".join(ids[:_SHOW_IDS])
     return shown + (f", ... ({len(ids) - _SHOW_IDS} more)" if len(ids) > _SHOW_IDS else "")
@@ -53,6 +69,9 @@ def _shorten(ids: list[str]) -> str:
 
 # Start-of-frame markers (baseline, progressive, lossless, arithmetic); C4/C8/CC are not frames.
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+_BAD_SCAN_BYTES = re.compile(rb"\xff[\x02-\xbf]")
 
 
 def _jpeg_problem(data: bytes) -> str | None:
@@ -81,12 +100,19 @@ def _jpeg_problem(data: bytes) -> str | None:
             width = int.from_bytes(data[pos + 7:pos + 9], "big")
             if not width or not height:
                 return f"not a decodable image (JPEG frame of {width}x{height} pixels)"
+            if width * height > MAX_IMAGE_PIXELS:
+                return f"image too large to decode ({width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,})"
             frame = True
         elif marker == 0xDA:  # start of scan: entropy-coded data follows
             if not frame:
                 return "not a decodable image (JPEG scan before any frame header)"
             # Trailing padding after EOI is legal and occurs in the wild, so look near the end only.
-            return None if b"\xff\xd9" in data[-4096:] else "truncated JPEG (no end-of-image marker)"
+            if b"\xff\xd9" not in data[-4096:]:
+                return "truncated JPEG (no end-of-image marker)"
+            # In entropy-coded data a 0xFF byte is followed by 0x00 (stuffing), a restart marker or a
+            # segment marker (>= 0xC0, progressive scans); 0x02-0xBF never: scrambled scan data has them.
+            bad = _BAD_SCAN_BYTES.search(data, pos + 2 + length)
+            return None if bad is None else f"not a decodable image (JPEG scan data damaged at byte {bad.start()})"
         pos += 2 + length
     return "truncated JPEG (headers cut short)"
 
@@ -107,9 +133,12 @@ def sniff_image(data: bytes) -> str | None:
 
     try:
         with Image.open(io.BytesIO(data)) as im:
+            width, height = im.size
+            if width * height > MAX_IMAGE_PIXELS:
+                return f"image too large to decode ({width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,})"
             im.verify()
     except Exception as exc:  # PIL raises many types for garbage; all mean "not an image"
-        return f"not a decodable image ({type(exc).__name__}: {exc})"
+        return f"not a decodable image ({type(exc).__name__}: {str(exc)[:200]})"
     return None
 
 
@@ -303,7 +332,9 @@ class FolderImages(ImageSource):
                     subdirs.append(Path(entry.path))
                 continue
             stem = _image_stem(entry.name)
-            if stem is None:
+            # regular files only (a link to one is fine): a FIFO would block the read for ever and
+            # a link to /dev/zero never ends; such an id is reported missing
+            if stem is None or not entry.is_file():
                 continue
             if stem in index:
                 self.duplicates += 1
@@ -311,10 +342,32 @@ class FolderImages(ImageSource):
                 index[stem] = Path(entry.path)
         return subdirs
 
-    def _read(self, image_id: str, where: object) -> bytes:
+    def _open(self, image_id: str, where) -> tuple:
+        """An open regular file of at most MAX_IMAGE_BYTES and its size (checked before reading).
+
+        Opened non-blocking, so a FIFO swapped in after indexing cannot hang the read.
+        """
         try:
-            with open(where, "rb") as f:  # type: ignore[arg-type]
-                return f.read()
+            fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise MissingImagesError(
+                f"image {image_id!r} could not be read from {where}: {exc}", _FIX_IMAGES, image_ids=[image_id]
+            ) from exc
+        f = os.fdopen(fd, "rb")
+        st = os.fstat(fd)
+        why = ("it is not a regular file" if not stat.S_ISREG(st.st_mode) else
+               f"{st.st_size:,} bytes, more than the {MAX_IMAGE_BYTES:,} an image may have"
+               if st.st_size > MAX_IMAGE_BYTES else None)
+        if why:
+            f.close()
+            raise MissingImagesError(f"image {image_id!r} ({where}) is refused: {why}", _FIX_IMAGES, image_ids=[image_id])
+        return f, st.st_size
+
+    def _read(self, image_id: str, where: object) -> bytes:
+        f, size = self._open(image_id, where)
+        try:
+            with f:
+                return f.read(size + 1)[:MAX_IMAGE_BYTES + 1]
         except OSError as exc:
             raise MissingImagesError(
                 f"image {image_id!r} could not be read from {where}: {exc}", _FIX_IMAGES, image_ids=[image_id]
@@ -322,13 +375,15 @@ class FolderImages(ImageSource):
 
     def _size(self, image_id: str, where: object) -> int | None:
         try:
-            return os.stat(where).st_size  # type: ignore[arg-type]
+            st = os.stat(where)  # type: ignore[arg-type]
         except OSError:
             return None  # reported by _read, with the reason
+        return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_IMAGE_BYTES else None
 
     def _read_into(self, image_id: str, where: object, view: memoryview) -> None:
+        f, _ = self._open(image_id, where)
         try:
-            with open(where, "rb") as f:  # type: ignore[arg-type]
+            with f:
                 n = f.readinto(view)
                 grown = f.read(1)
         except OSError as exc:
@@ -362,6 +417,7 @@ class ZipImages(ImageSource):
             ) from exc
         index: dict[str, zipfile.ZipInfo] = {}
         self.duplicates = 0
+        self.unsafe: list[str] = []  # member paths that leave the archive's tree: never indexed
         # Sorted by entry name so the winner of a duplicate id does not depend on zip order.
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
             if info.is_dir():
@@ -369,11 +425,17 @@ class ZipImages(ImageSource):
             stem = _image_stem(info.filename)
             if stem is None or info.filename.startswith("__MACOSX/"):
                 continue
+            if not _safe_member(info.filename):
+                self.unsafe.append(info.filename)
+                continue
             if stem in index:
                 self.duplicates += 1
             else:
                 index[stem] = info
         zf.close()
+        if self.unsafe:
+            warnings.warn(f"{path}: {len(self.unsafe)} entries with unsafe paths ignored "
+                          f"({_shorten(self.unsafe)})", stacklevel=2)
         super().__init__(path, index)
         self._reset_handles()
 
@@ -432,6 +494,7 @@ class ZipImages(ImageSource):
 
     def _read(self, image_id: str, where: object) -> bytes:
         info: zipfile.ZipInfo = where  # type: ignore[assignment]
+        self._check_declared(image_id, info)
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) and not info.flag_bits & 0x1:
             with self._zip_lock:
                 try:
@@ -445,21 +508,29 @@ class ZipImages(ImageSource):
             raise self._bad(image_id, info, "entry data cut short (zip truncated)")
         if info.compress_type == zipfile.ZIP_DEFLATED:
             try:
-                raw = zlib.decompress(raw, -15)
+                # never more than the declared size (+1 to see a lie): a bomb stops here
+                raw = zlib.decompressobj(-15).decompress(raw, info.file_size + 1)
             except zlib.error as exc:
                 raise self._bad(image_id, info, f"deflate error {exc}") from exc
         self._check_crc(image_id, info, raw)
         return raw
+
+    def _check_declared(self, image_id: str, info: zipfile.ZipInfo) -> None:
+        if max(info.file_size, info.compress_size) > MAX_IMAGE_BYTES:
+            raise self._bad(image_id, info, f"{info.file_size:,} bytes declared, more than the "
+                                            f"{MAX_IMAGE_BYTES:,} an image may have")
 
     def _check_crc(self, image_id: str, info: zipfile.ZipInfo, data) -> None:
         if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
             raise self._bad(image_id, info, "CRC/size mismatch (damaged entry)")
 
     def _size(self, image_id: str, where: object) -> int | None:
-        return where.file_size  # type: ignore[attr-defined]
+        size = where.file_size  # type: ignore[attr-defined]
+        return size if size <= MAX_IMAGE_BYTES else None  # None: _read reports it
 
     def _read_into(self, image_id: str, where: object, view: memoryview) -> None:
         info: zipfile.ZipInfo = where  # type: ignore[assignment]
+        self._check_declared(image_id, info)
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
             view[:] = self._read(image_id, info)  # deflated (GQA's zip stores its JPEGs) or refused
             return
@@ -472,6 +543,7 @@ class ZipImages(ImageSource):
 
     def describe(self) -> str:
         extra = f", {self.duplicates} duplicate ids ignored" if self.duplicates else ""
+        extra += f", {len(self.unsafe)} entries with unsafe paths ignored" if self.unsafe else ""
         return f"zip {self.path} ({len(self._index)} images{extra})"
 
     def close(self) -> None:

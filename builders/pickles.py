@@ -12,7 +12,7 @@ import pickle
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from metashift_hf.core.errors import ChecksumError, InputFormatError, UnsafePickleError
+from metashift_hf.core.errors import ChecksumError, InputFormatError, UnsafePickleError, short_repr
 from metashift_hf.core.fsutil import sha256_file
 from metashift_hf.core.sources import known_file
 
@@ -234,14 +234,6 @@ def verify_known(path: str | os.PathLike) -> str | None:
     return digest
 
 
-def _short(value) -> str:
-    """A bounded repr: never walks more than a few items of a structure from a file."""
-    import reprlib
-
-    r = reprlib.Repr()
-    r.maxstring, r.maxother, r.maxlevel = 80, 80, 3
-    return r.repr(value)
-
 
 def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) -> CandidateSubsets:
     """Load a published-format pickle into CandidateSubsets (kinds from the published conventions)."""
@@ -257,12 +249,12 @@ def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) 
     for key, value in data.items():
         if not isinstance(key, str) or not isinstance(value, (set, frozenset, list, tuple)):
             raise InputFormatError(
-                f"{path}: key {_short(key)} maps to {type(value).__name__}, expected a set of image-id strings",
+                f"{path}: key {short_repr(key)} maps to {type(value).__name__}, expected a set of image-id strings",
                 "pass the MetaShift candidate-subset pickle",
             )
         bad = next((v for v in value if not isinstance(v, str)), None)
         if bad is not None:
-            raise InputFormatError(f"{path}: key {_short(key)} holds image id {_short(bad)}, expected a string",
+            raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, expected a string",
                                    "image ids must be GQA id strings such as '2375429'")
         mapping[key] = value  # type: ignore[assignment]
     classify = attribute_kind if attributes else published_kind

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.errors import InputFormatError, short_repr
 from metashift_hf.core.fsutil import sha256_file
 
 from .ontology import ATTRIBUTE_CATEGORY
@@ -104,6 +104,10 @@ class _Buffer:
                     self.fill()
                     continue
                 raise self.error(exc.msg, exc.pos, image_id) from None
+            except RecursionError:
+                raise self.error("a value nested too deeply", None, image_id) from None
+            except ValueError as exc:  # e.g. an integer of more digits than Python converts
+                raise self.error(str(exc).split(";")[0][:200], None, image_id) from None
             if end == len(self.text) and not self.eof:  # a number cut by the buffer end decodes short
                 self.fill()
                 continue
@@ -234,7 +238,9 @@ def _missing(path: Path, image_id: str, what: str, fix: str = "") -> InputFormat
     )
 
 
+MAX_SIDE = 1_000_000  # pixels: far above any photograph, and well inside int64
 _META_BATCH = 8192
+
 
 
 def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
@@ -250,7 +256,10 @@ def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
                 return _missing(path, image_id, f"object {oid!r} {key!r} is a {type(o[key]).__name__}, expected a list")
         for r in o["relations"]:
             if type(r) is not dict or "object" not in r:
-                return _missing(path, image_id, f"object {oid!r} has relation {r!r} without an 'object'")
+                return _missing(path, image_id, f"object {oid!r} has relation {short_repr(r)} without an 'object'")
+            if type(r["object"]) is not str:
+                return _missing(path, image_id, f"object {oid!r} has relation {short_repr(r.get('name'))} whose 'object' is "
+                                                f"a {type(r['object']).__name__}, expected an object id string")
             if r["object"] not in objects:
                 return _missing(
                     path, image_id,
@@ -260,7 +269,7 @@ def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
                 )
         for a in o["attributes"]:
             if type(a) is not str:
-                return _missing(path, image_id, f"object {oid!r} has attribute {a!r}, expected a string")
+                return _missing(path, image_id, f"object {oid!r} has attribute {short_repr(a)}, expected a string")
     return _missing(path, image_id, "malformed objects")
 
 
@@ -317,6 +326,9 @@ class _Extractor:
                     "pass each scene-graph file once (GQA train and val files are disjoint)",
                 )
             self.seen[image_id] = str(path)
+            if not image_id.strip() or image_id != image_id.strip() or any(c in image_id for c in '/\\\0'):
+                raise _missing(path, image_id, "the image id is empty, padded with spaces or holds a path character",
+                               "image ids name files (<id>.jpg): use GQA ids such as '2375429'")
             if type(rec) is not dict:
                 raise _missing(path, image_id, f"scene graph is a {type(rec).__name__}, expected an object")
             try:
@@ -328,8 +340,8 @@ class _Extractor:
             if type(objects) is not dict:
                 raise _missing(path, image_id, f"'objects' is a {type(objects).__name__}, expected an object")
             for key, v in (("width", width), ("height", height)):
-                if type(v) is not int or v <= 0:
-                    raise _missing(path, image_id, f"{key!r} is {v!r}, expected a positive integer")
+                if type(v) is not int or not 0 < v <= MAX_SIDE:
+                    raise _missing(path, image_id, f"{key!r} is {short_repr(v)}, expected an integer from 1 to {MAX_SIDE:,}")
             objs = list(objects.values())
             try:
                 names = [codes[o["name"]] for o in objs]

@@ -49,3 +49,12 @@ def did_you_mean(name: str, candidates, n: int = 3) -> str:
 
     close = difflib.get_close_matches(name, list(candidates), n=n)
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def short_repr(value, limit: int = 60) -> str:
+    """A bounded repr of a value read from a file: never walks a large or deeply nested structure."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlevel = limit, limit, 2
+    return r.repr(value)
