@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import time
@@ -26,6 +27,8 @@ from .plots import plot_class
 from .scene_graphs import read_scene_graphs
 from .subsets import KINDS, CandidateSubsets, apply_rules, candidates_from_scene_graphs
 from .tags import MultiLabelDataset, candidates_from_tags, read_tags_file
+
+logger = logging.getLogger(__name__)
 
 PAIRINGS = ("relation", "cooccurrence")
 GENERAL_CONTEXT_AS = ("subject", "context")
@@ -246,7 +249,6 @@ def build_artifact(
     inputs: Sequence[Mapping[str, Any]] = (),
     source: Provenance = "custom",
     plots: bool = True,
-    log: Callable[[str], None] | None = None,
     force: bool = False,
 ) -> "art.Artifact":
     """Apply the rules, analyse every class and write the artifact folder atomically.
@@ -258,10 +260,9 @@ def build_artifact(
 
 
     options = options.validate()
-    say = log or (lambda msg: None)
     clock = _Clock()
     candidates, rules = _apply_rules(candidates, options)
-    say(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
+    logger.info(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
 
     # One writer thread compresses the tables that do not depend on the meta-graphs while the
     # classes are analysed (pyarrow releases the GIL). Leaving the `with` waits for it; atomic_dir
@@ -289,7 +290,7 @@ def build_artifact(
                 subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
                 spectral_dim=options.spectral_dim, seed=options.seed,
             )
-        say(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
+        logger.info(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
 
         clock = _Clock()
         communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
@@ -309,14 +310,14 @@ def build_artifact(
         }
         art.write_json(tmp / "manifest.json", manifest)
         art.write_json(tmp / "stats.json", _stats(candidates, rules, class_rows, len(edges_t), options))
-        say(f"tables: written in {clock}")
+        logger.info(f"tables: written in {clock}")
         plot = _plotter() if plots else None
         if plot is not None:
             clock = _Clock()
             (tmp / "plots").mkdir()
             for subject in rules.classes:
                 plot(analyses[subject], members_of[subject], tmp / "plots" / _plot_name(subject))
-            say(f"plots: {len(rules.classes)} PNGs in {clock}")
+            logger.info(f"plots: {len(rules.classes)} PNGs in {clock}")
     return art.Artifact.load(out)
 
 
@@ -333,7 +334,6 @@ def build_from_inputs(
     source: Provenance | None = None,
     plots: bool = True,
     workers: int = 1,
-    log: Callable[[str], None] | None = None,
     force: bool = False,
 ) -> "art.Artifact":
     """The ``metashift-hf build`` pipeline: one source -> artifact.
@@ -350,7 +350,6 @@ def build_from_inputs(
     """
 
 
-    say = log or (lambda msg: None)
     options = options.validate()
     if source is not None and source not in PROVENANCES:
         raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
@@ -375,12 +374,12 @@ def build_from_inputs(
     image_meta = None
     if scene_graphs:
         sg = read_scene_graphs(scene_graphs, workers=workers)
-        say(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
-            f"from {len(scene_graphs)} file(s) in {clock}")
+        logger.info(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
+                    f"from {len(scene_graphs)} file(s) in {clock}")
         clock = _Clock()
         candidates = candidates_from_scene_graphs(
             sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds())
-        say(f"candidates: {len(candidates)} subsets ({options.pairing} pairing) in {clock}")
+        logger.info(f"candidates: {len(candidates)} subsets ({options.pairing} pairing) in {clock}")
         inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
                   for p, d in zip(scene_graphs, sg.sha256)]
         image_meta = sg.meta
@@ -396,22 +395,22 @@ def build_from_inputs(
                       for p, d in zip(coco_annotations, coco.sha256)]
             image_meta = coco_image_meta(coco)
             default_source = "coco"
-            say(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
-                f"from {len(coco_annotations)} file(s) in {clock}")
+            logger.info(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
+                        f"from {len(coco_annotations)} file(s) in {clock}")
         elif tags:
             table = read_tags_file(tags)
             inputs = [{"path": str(Path(tags).resolve()), "sha256": sha256_file(tags), "role": "tags"}]
             default_source = "custom"
-            say(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
+            logger.info(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
         else:
             table = hf_dataset.tag_table()
             inputs = [hf_dataset.input_record()]
             default_source = "custom"
-            say(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
+            logger.info(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
         clock = _Clock()
         candidates = candidates_from_tags(table, subjects=options.subject_tags,
                                           subject_categories=options.subject_categories)
-        say(f"candidates: {len(candidates)} subsets (tag co-occurrence) in {clock}")
+        logger.info(f"candidates: {len(candidates)} subsets (tag co-occurrence) in {clock}")
     else:
         parts, inputs = [], []
         if attributes_pickle:
@@ -430,7 +429,7 @@ def build_from_inputs(
                 digest = verify_known(path) or sha256_file(path)
                 inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
         candidates = CandidateSubsets.combine(parts)
-        say(f"candidates: loaded {len(candidates)} subsets in {clock}")
+        logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, plots=plots, log=log, force=force)
+                          source=source or default_source, plots=plots, force=force)

@@ -44,6 +44,8 @@ LEGACY_CLASSES = ("cat", "dog", "bus", "truck", "elephant", "horse", "bowl", "cu
 # MetashiftConfig fields that are task options (builders.tasks), merged with ``overrides``.
 TASK_OPTION_FIELDS = ("selected_classes", "attributes", "image_subset_size_threshold", "min_local_groups")
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class MetashiftConfig(datasets.BuilderConfig):
@@ -288,8 +290,8 @@ class Metashift(datasets.ArrowBasedBuilder):
             # Check everything first so that the spec's sizes describe exactly what is written.
             present, report = src.resolve(ids, "skip", verify=bool(self.config.verify_images))
             if not report.ok:
-                # Said out loud (stderr via logging's last-resort handler) and recorded in the spec.
-                logging.getLogger("metashift_hf").warning("task %s: skipped %s", plan.task_id, report.summary())
+                # Said out loud (a logging warning: the CLI shows it on stderr) and recorded in the spec.
+                logger.warning("task %s: skipped %s", plan.task_id, report.summary())
                 plan = plan.without_images(report.bad_ids, missing=report.missing, corrupt=report.corrupt,
                                            summary=report.summary())
                 self._plan = plan

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import os
 import sys
+from typing import Iterator
 
 from .core import __version__
 from .core.errors import MetashiftError
@@ -46,6 +49,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="MetaShift on the Hugging Face ecosystem: build, match, tasks, export, publish, evaluate.",
     )
     parser.add_argument("--version", action="version", version=f"metashift-hf {__version__}")
+    _add_output_options(parser, False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = set(COMMANDS) if argv is None else {_selected(argv)}
     for name, helptext in COMMANDS.items():
@@ -53,7 +57,80 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             importlib.import_module(f"metashift_hf.commands.{name}").register(sub)
         else:
             sub.add_parser(name, help=helptext)
+    for command_parser in sub.choices.values():
+        # Also accepted after the command (`metashift-hf build ... -q`); SUPPRESS keeps the value given
+        # before the command when the option is not repeated after it.
+        _add_output_options(command_parser, argparse.SUPPRESS)
     return parser
+
+
+def _add_output_options(parser: argparse.ArgumentParser, default: object) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("-q", "--quiet", action="store_true", default=default,
+                       help="print only results, warnings and errors (no progress messages or bars)")
+    group.add_argument("-v", "--verbose", action="store_true", default=default,
+                       help="also print debugging messages")
+
+
+class _StderrHandler(logging.Handler):
+    """Plain messages to whatever ``sys.stderr`` is at the time of the message (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001  (logging's own contract: never raise from emit)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def user_output(quiet: bool, verbose: bool) -> Iterator[bool]:
+    """What the user sees while a command runs: the package's log messages as plain lines on stderr
+    (warnings only when ``quiet``, debugging too when ``verbose``). Yields whether progress bars are
+    shown: not when quiet, nor when stderr is not a terminal. Everything is put back afterwards, so
+    ``main()`` can run more than once in a process."""
+    logger = logging.getLogger("metashift_hf")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    progress = not quiet and sys.stderr.isatty()
+    # datasets and huggingface_hub read these when imported (the command imports them later).
+    env = {k: os.environ.get(k) for k in _BAR_SWITCHES}
+    if not progress:
+        os.environ.update(dict.fromkeys(_BAR_SWITCHES, "1"))
+    bars = [] if progress else _third_party_bars_off()
+    try:
+        yield progress
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for enable in bars:
+            enable()
+
+
+_BAR_SWITCHES = ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
+
+
+def _third_party_bars_off() -> list:
+    """Switch off the bars of datasets / huggingface_hub where they are already imported (a command
+    run in-process); return how to switch back on what was on."""
+    undo = []
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and datasets.is_progress_bar_enabled():
+        datasets.disable_progress_bars()
+        undo.append(datasets.enable_progress_bars)
+    hub = sys.modules.get("huggingface_hub")
+    if hub is not None and not hub.utils.are_progress_bars_disabled():
+        hub.utils.disable_progress_bars()
+        undo.append(hub.utils.enable_progress_bars)
+    return undo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return int(args.func(args) or 0)
+        with user_output(args.quiet, args.verbose) as args.progress:  # commands pass it as progress=
+            return int(args.func(args) or 0)
     except MetashiftError as exc:
         return _report(exc)
     except OSError as exc:

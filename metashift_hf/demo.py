@@ -4,14 +4,14 @@ scene graphs + JPEGs (generated, seeded) -> artifact (subsets, meta-graphs, comm
 -> WordNet/ImageNet matching + task registry -> task datasets (DG, subpopulation, matched)
 -> Hub-ready repos, loaded back with ``datasets.load_dataset`` -> a linear-probe ERM baseline on the
 subpopulation task (average vs worst-group accuracy) -> EfficientNet-Lite0 evaluation (restricted + hierarchy).
-Each stage prints what it made; the last lines say where everything is.
+Each stage logs what it made (the CLI shows it on stderr); the last lines say where everything is.
 """
 from __future__ import annotations
 
 import importlib.util
+import logging
 import time
 from pathlib import Path
-from typing import Callable
 
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
@@ -23,6 +23,8 @@ from .demo_world import generate_demo_world
 from .evaluate import evaluate as run_eval
 from .export import export_prepared, verify_export
 from .train import TrainConfig, train
+
+logger = logging.getLogger(__name__)
 
 # Demo-scale versions of the paper tasks: the embedded world is ~1/5 of the paper's cat/dog data.
 DEMO_TASKS = {
@@ -45,38 +47,38 @@ def _eval_extra_installed() -> bool:
 
 
 def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | None = None,
-             evaluate: bool = True, say: Callable[[str], None] = print) -> dict:
+             evaluate: bool = True) -> dict:
     """Run every stage on the demo world under ``out``; return the paths it wrote."""
 
     import datasets
 
-    datasets.disable_progress_bars()  # the demo prints its own one line per step
+    datasets.disable_progress_bars()  # the demo logs its own one line per step
     # The demo owns its folder: a re-run replaces what an earlier demo wrote there, nothing else.
     out = claim_dir(out, "demo")
     t0 = time.perf_counter()
     paths: dict[str, Path] = {}
 
     def stage(title: str) -> None:
-        say(f"\n== {title}  [{time.perf_counter() - t0:.1f}s]")
+        logger.info(f"\n== {title}  [{time.perf_counter() - t0:.1f}s]")
 
     stage("1/7 demo world: GQA-style scene graphs + real JPEGs (seeded)")
     kwargs = {} if n_images is None else {"n_images": n_images}
     world = generate_demo_world(out / "world", seed=seed, **kwargs)
     n_img = sum(1 for _ in world.images_dir.glob("*.jpg"))
-    say(f"   {len(world.scene_graphs)} scene-graph files, {n_img} JPEGs in {world.images_dir}")
+    logger.info(f"   {len(world.scene_graphs)} scene-graph files, {n_img} JPEGs in {world.images_dir}")
     paths["world"] = world.root
 
     stage("2/7 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
     art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
     st = art.stats
-    say(f"   {st['candidate_keys']} candidate subsets -> {st['classes']} classes, {st['subsets']} subsets, "
-        f"{st['images']} images (rules: >= {art.options['min_images_per_subset']} images per subset, "
-        f"> {art.options['min_subsets_per_class']} subsets per class)")
+    logger.info(f"   {st['candidate_keys']} candidate subsets -> {st['classes']} classes, {st['subsets']} subsets, "
+                f"{st['images']} images (rules: >= {art.options['min_images_per_subset']} images per subset, "
+                f"> {art.options['min_subsets_per_class']} subsets per class)")
     for subject in sorted(art.classes(), key=lambda c: -len(art.subsets_of(c)))[:6]:
         subs = art.subsets_of(subject)
         info = art.class_info(subject)
-        say(f"   {subject}: {len(subs)} subsets, {info['n_images']} images, {info['n_communities']} communities")
-    _show_distances(art, say)
+        logger.info(f"   {subject}: {len(subs)} subsets, {info['n_images']} images, {info['n_communities']} communities")
+    _show_distances(art)
     paths["artifact"] = art.root
 
     stage("3/7 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
@@ -85,17 +87,17 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
 
         result = run_match(artifact=art, hierarchy="wordnet")
         fig = result.figures
-        say(f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "
-            f"{fig.get('subsets')} subsets -> {fig.get('classes')} classes -> "
-            f"{fig.get('imagenet_leaves_covered')} ImageNet-1k leaves covered")
+        logger.info(f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "
+                    f"{fig.get('subsets')} subsets -> {fig.get('classes')} classes -> "
+                    f"{fig.get('imagenet_leaves_covered')} ImageNet-1k leaves covered")
         tasks_fig = fig.get("tasks", {})
-        say(f"   task registry: {tasks_fig.get('binary')} binary tasks; multiclass available: "
-            f"{', '.join(tasks_fig.get('multiclass_available', [])) or 'none'}")
+        logger.info(f"   task registry: {tasks_fig.get('binary')} binary tasks; multiclass available: "
+                    f"{', '.join(tasks_fig.get('multiclass_available', [])) or 'none'}")
         ids = {t.task_id for t in result.tasks if getattr(t, "available", True)}
         matched_task = next((t for t in MATCHED_PREFERENCE if t in ids), None)
         paths["match"] = art.root / "match"
     except MetashiftError as exc:
-        say(f"   skipped matching: {exc.what}\n   fix: {exc.fix}")
+        logger.warning(f"   skipped matching: {exc.what}\n   fix: {exc.fix}")
 
     stage("4/7 tasks: domain generalisation, subpopulation shift, matched task")
 
@@ -110,7 +112,7 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         mf = spec.minority_fraction
         if mf is not None:
             extra += f"; minority p target {mf.target}, achieved {mf.achieved}"
-        say(f"   {task}: {spec.shift_type} shift; {sizes}{extra}")
+        logger.info(f"   {task}: {spec.shift_type} shift; {sizes}{extra}")
 
     stage("5/7 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
 
@@ -119,61 +121,61 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         for config in repo.configs:
             # compared row by row (ids, labels, exact JPEG bytes) with the prepared task, streaming too
             result = verify_export(repo.path, config, expected=prepared[config].dataset)
-            say(f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows "
-                f"identical to the prepared task")
-            say(f"     >>> datasets.load_dataset({str(repo.path)!r}, {config!r})")
-    say(f"   index card for a collection: {hub / 'metashift' / 'README.md'}")
+            logger.info(f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows "
+                        f"identical to the prepared task")
+            logger.info(f"     >>> datasets.load_dataset({str(repo.path)!r}, {config!r})")
+    logger.info(f"   index card for a collection: {hub / 'metashift' / 'README.md'}")
     paths["hub"] = hub
 
     headline: list[str] = []
     stage("6/7 train: linear-probe ERM baseline (EfficientNet-Lite0 features) on the subpopulation task")
     if not evaluate:
-        say("   skipped (--no-eval)")
+        logger.info("   skipped (--no-eval)")
     elif not _eval_extra_installed():
-        say(f"   skipped: {EXTRA_MISSING}")
+        logger.info(f"   skipped: {EXTRA_MISSING}")
     else:
         config = TrainConfig(method="erm", probe="linear", seeds=1, image_size=DEMO_IMAGE_SIZE)
         result = train(TRAIN_TASK, art, world.images_dir, out / "train", config, seed=seed, cache_dir=out / "cache",
                        progress=False, force=True, **DEMO_TASKS[TRAIN_TASK])
         h = result.runs[0].scores.headline
         feats = result.card["features"]
-        say(f"   features: {feats['computed']} images through the backbone at {DEMO_IMAGE_SIZE} px (the demo's JPEGs are "
-            f"96-128 px), {feats['seconds']:.1f}s, cached in {feats['cache_dir']}")
-        say("   " + result.runs[0].scores.summary().replace("\n", "\n   "))
-        say(f"   (model selection on the ID validation split; 3 seeds: metashift-hf train --task {TRAIN_TASK} --artifact "
-            f"{art.root} --images {world.images_dir} --set scale={DEMO_TASKS[TRAIN_TASK]['scale']} --seeds 3 "
-            f"--out {out / 'train-3'})")
+        logger.info(f"   features: {feats['computed']} images through the backbone at {DEMO_IMAGE_SIZE} px (the demo's JPEGs are "
+                    f"96-128 px), {feats['seconds']:.1f}s, cached in {feats['cache_dir']}")
+        logger.info("   " + result.runs[0].scores.summary().replace("\n", "\n   "))
+        logger.info(f"   (model selection on the ID validation split; 3 seeds: metashift-hf train --task {TRAIN_TASK} --artifact "
+                    f"{art.root} --images {world.images_dir} --set scale={DEMO_TASKS[TRAIN_TASK]['scale']} --seeds 3 "
+                    f"--out {out / 'train-3'})")
         headline.append(f"ERM on {TRAIN_TASK}: average {100 * h.average:.1f}% vs worst group "
                         f"{h.worst_group.group} {100 * h.worst_group.accuracy:.1f}% (test, n={h.n})")
         paths["train"] = out / "train"
 
     stage("7/7 evaluate: EfficientNet-Lite0 (real ImageNet weights) on the matched task")
     if not evaluate:
-        say("   skipped (--no-eval)")
+        logger.info("   skipped (--no-eval)")
     elif matched_task is None:
-        say("   skipped: no matched task (matching did not run)")
+        logger.info("   skipped: no matched task (matching did not run)")
     elif not _eval_extra_installed():
-        say(f"   skipped: {EXTRA_MISSING}")
+        logger.info(f"   skipped: {EXTRA_MISSING}")
     else:
         task = prepared[matched_task]
         sample = PreparedTask(matched_task, task.dataset.__class__({
             split: ds.shuffle(seed=seed).select(range(min(EVAL_SAMPLE_PER_SPLIT, len(ds))))
             for split, ds in task.dataset.items()}), task.spec)
-        say(f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
-            f"(all images: metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
-            f"--artifact {art.root} --images {world.images_dir} --out {out / 'eval-full'})")
+        logger.info(f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
+                    f"(all images: metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
+                    f"--artifact {art.root} --images {world.images_dir} --out {out / 'eval-full'})")
         report = run_eval("efficientnet-lite0", sample, art.root, world.images_dir, out / "eval", mode="restricted",
                           seed=seed, progress=False, save_logits=True, force=True)
-        say("   " + report.summary().replace("\n", "\n   "))
+        logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
         hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", sample, art.root, None, out / "eval-hierarchy",
                         mode="hierarchy", seed=seed, progress=False, force=True)
         ov, hov = report["overall"], hier["overall"]
-        say(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
-            f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "
-            "so the open 1,000-way choice almost never lands on the right leaves, while restricted mode (argmax over "
-            f"the task's {len(report['run']['classes'])} classes) shows what the features still separate. "
-            f"Report: {out / 'eval-hierarchy' / 'report.md'}")
+        logger.info(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
+                    f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "
+                    "so the open 1,000-way choice almost never lands on the right leaves, while restricted mode (argmax over "
+                    f"the task's {len(report['run']['classes'])} classes) shows what the features still separate. "
+                    f"Report: {out / 'eval-hierarchy' / 'report.md'}")
         headline.append(f"EfficientNet-Lite0 on {matched_task} (restricted): {100 * ov['accuracy']:.1f}% "
                         f"[{100 * ov['ci'][0]:.1f}%, {100 * ov['ci'][1]:.1f}%] n={ov['n']}; hierarchy mode "
                         f"{100 * hov['accuracy']:.1f}%")
@@ -181,15 +183,15 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         paths["eval-hier"] = out / "eval-hierarchy"
 
     if headline:
-        say("\nHeadline:\n   " + "\n   ".join(headline))
-    say(f"\nDone in {time.perf_counter() - t0:.1f}s. Outputs under {out.resolve()}:")
+        logger.info("\nHeadline:\n   " + "\n   ".join(headline))
+    logger.info(f"\nDone in {time.perf_counter() - t0:.1f}s. Outputs under {out.resolve()}:")
     for name, path in paths.items():
-        say(f"   {name:9s} {path}")
+        logger.info(f"   {name:9s} {path}")
     return {k: str(v) for k, v in paths.items()}
 
 
-def _show_distances(art, say: Callable[[str], None]) -> None:
-    """Print the nearest and farthest subset pairs of the first class with embeddings."""
+def _show_distances(art) -> None:
+    """Log the nearest and farthest subset pairs of the first class with embeddings."""
     import itertools
 
     for subject in art.classes():
@@ -198,6 +200,6 @@ def _show_distances(art, say: Callable[[str], None]) -> None:
             continue
         pairs = sorted((art.distance(a, b).value, a, b) for a, b in itertools.combinations(subs, 2))
         (d0, a0, b0), (d1, a1, b1) = pairs[0], pairs[-1]
-        say(f"   distances in {subject}: closest {a0} ~ {b0} = {d0:.3f}; farthest {a1} ~ {b1} = {d1:.3f}")
-        say(f"     (metashift-hf distance --artifact {art.root} {a1!r} {b1!r})")
+        logger.info(f"   distances in {subject}: closest {a0} ~ {b0} = {d0:.3f}; farthest {a1} ~ {b1} = {d1:.3f}")
+        logger.info(f"     (metashift-hf distance --artifact {art.root} {a1!r} {b1!r})")
         return

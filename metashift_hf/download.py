@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import logging
 import os
 import shutil
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +33,8 @@ _CHUNK = 1 << 20
 # Failures that say "this mirror does not have the file": go straight to the next mirror.
 _PERMANENT_HTTP = {400, 401, 403, 404, 405, 410, 451}
 
+logger = logging.getLogger(__name__)
+
 
 class DownloadError(MetashiftError):
     """Every mirror failed to deliver a file (network errors, missing file, wrong size)."""
@@ -44,10 +46,6 @@ class DiskSpaceError(MetashiftError):
 
 class _MirrorFailed(Exception):
     """Internal: this mirror cannot deliver the file; try the next one."""
-
-
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def mirror_urls(known: KnownFile, mirror: str | None = None) -> list[str]:
@@ -83,10 +81,9 @@ def _user_agent() -> str:
 class _Fetcher:
     """Fills one ``.part`` file from one URL, resuming over dropped connections."""
 
-    def __init__(self, known: KnownFile, part: Path, *, timeout: float, retries: int, progress: bool,
-                 log: Callable[[str], None]) -> None:
+    def __init__(self, known: KnownFile, part: Path, *, timeout: float, retries: int, progress: bool) -> None:
         self.known, self.part = known, part
-        self.timeout, self.retries, self.progress, self.log = timeout, retries, progress, log
+        self.timeout, self.retries, self.progress = timeout, retries, progress
         self.hasher = hashlib.sha256()
         self.hashed = 0  # bytes of the part file already fed to ``hasher``
 
@@ -118,8 +115,8 @@ class _Fetcher:
                 failures = 0 if progressed else failures + 1
                 if failures > self.retries:
                     raise _MirrorFailed(f"{type(exc).__name__}: {exc} (after {self.retries} retries)") from None
-                self.log(f"{self.known.file_name}: connection to {url} broke ({type(exc).__name__}: {exc}); "
-                         f"resuming at byte {self._size():,}")
+                logger.warning(f"{self.known.file_name}: connection to {url} broke ({type(exc).__name__}: {exc}); "
+                               f"resuming at byte {self._size():,}")
                 time.sleep(min(0.5 * 2 ** failures, 30.0) if failures else 0.0)
 
     def _attempt(self, url: str, offset: int) -> None:
@@ -130,7 +127,7 @@ class _Fetcher:
             resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and offset:  # our partial file is not a prefix the server accepts
-                self.log(f"{self.known.file_name}: {url} refused to resume (HTTP 416); starting over")
+                logger.warning(f"{self.known.file_name}: {url} refused to resume (HTTP 416); starting over")
                 self.restart()
                 raise ConnectionError("range not satisfiable; restarting from byte 0") from None
             raise
@@ -144,7 +141,7 @@ class _Fetcher:
                 mode = "ab"
             elif status == 200:
                 if offset:
-                    self.log(f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over")
+                    logger.warning(f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over")
                     self.restart()
                     offset = 0
                 mode = "wb"
@@ -190,7 +187,6 @@ def download_file(
     timeout: float = 60.0,
     retries: int = 3,
     trusted_sha256: Callable[[Path], str | None] | None = None,
-    log: Callable[[str], None] = _stderr,
 ) -> tuple[Path, str | None]:
     """Download one known file into ``dest_dir`` (default: the cache) and return ``(path, url)``.
 
@@ -214,7 +210,7 @@ def download_file(
 
     with _exclusive(part, final):
         return _from_mirrors(known, part, final, list(urls) if urls else mirror_urls(known, mirror), have > 0,
-                             _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress, log=log), log)
+                             _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress))
 
 
 @contextlib.contextmanager
@@ -240,7 +236,7 @@ def _exclusive(part: Path, final: Path) -> Iterator[None]:
 
 
 def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], resumed_from_earlier_run: bool,
-                  fetcher: "_Fetcher", log: Callable[[str], None]) -> tuple[Path, str]:
+                  fetcher: "_Fetcher") -> tuple[Path, str]:
     failures: list[str] = []
     bad_checksum = False
     for url in urls:
@@ -248,7 +244,7 @@ def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], re
             digest = fetcher.fetch(url)
         except _MirrorFailed as exc:
             failures.append(f"{url}: {exc}")
-            log(f"{known.file_name}: {url}: {exc}; trying the next mirror")
+            logger.warning(f"{known.file_name}: {url}: {exc}; trying the next mirror")
             continue
         if digest == known.sha256:
             os.replace(part, final)
@@ -258,7 +254,7 @@ def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], re
         bad_checksum = True
         extra = " (continuing a partial file from an earlier run)" if resumed_from_earlier_run else ""
         failures.append(f"{url}: served bytes with sha256 {digest}, expected {known.sha256}{extra}")
-        log(f"{known.file_name}: checksum mismatch from {url}{extra}; deleted it, trying the next mirror")
+        logger.warning(f"{known.file_name}: checksum mismatch from {url}{extra}; deleted it, trying the next mirror")
         resumed_from_earlier_run = False
     detail = "; ".join(failures)
     fix = (f"try another mirror with --mirror BASE_URL (the file is looked up as BASE_URL/{known.file_name}), "

@@ -12,10 +12,11 @@ mtime so it is not re-hashed while the file is unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from .builders.images import open_images
 from .core.errors import (
@@ -36,7 +37,6 @@ from .core.sources import (
 )
 from .download import (
     DownloadError,
-    _stderr,
     check_disk_space,
     download_file,
     extract_scene_graphs,
@@ -45,6 +45,8 @@ from .download import (
 )
 
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
+
+logger = logging.getLogger(__name__)
 FORMAT = "metashift-hf-data-manifest"
 FORMAT_VERSION = 1
 ROLES: tuple[str, ...] = DEFAULT_ORDER
@@ -336,7 +338,6 @@ def download(
     mirror: str | None = None,
     progress: bool = True,
     manifest=None,
-    log: Callable[[str], None] = _stderr,
     **fetch_options,
 ) -> dict[str, Path]:
     """Download several known files, record each in the data manifest, extract the scene graphs.
@@ -357,12 +358,12 @@ def download(
     paths: dict[str, Path] = {}
     for kf in knowns:
         path, url = download_file(kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256,
-                                  log=log, **fetch_options)
+                                  **fetch_options)
         man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url)
         if kf.key == "scene-graphs":
             jsons = extract_scene_graphs(path, extraction_dir(path))
             man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url, extracted=jsons)
         man.save()
         paths[kf.key] = path
-        log(f"{kf.file_name}: {'downloaded from ' + url if url else 'already present and verified'} -> {path}")
+        logger.info(f"{kf.file_name}: {'downloaded from ' + url if url else 'already present and verified'} -> {path}")
     return paths

@@ -12,6 +12,7 @@ and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is hono
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from .shards import (
     validate_repo_name,
     validate_split_name,
 )
+
+logger = logging.getLogger(__name__)
 
 COLLECTION_TITLE = "MetaShift"
 COLLECTION_DESCRIPTION = "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
@@ -257,19 +260,21 @@ def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int
     return plan
 
 
-def print_plan(plans: Iterable[RepoPlan], echo: Callable[[str], None] = print) -> None:
+def plan_lines(plans: Iterable[RepoPlan]) -> list[str]:
+    """The plan as a reader sees it: per repo, what is uploaded, kept and deleted, with sizes."""
+    lines = []
     for p in plans:
         state = "remote not checked" if p.exists is None else ("exists" if p.exists else "new repo")
         counts = {a: sum(1 for f in p.files if f.action == a) for a in ("upload", "unchanged", "delete")}
-        echo(f"{p.repo_id} ({state}): upload {counts['upload']} files ({human_size(p.upload_bytes())}), "
-             f"unchanged {counts['unchanged']}, delete {counts['delete']}")
-        for f in p.files:
-            echo(f"  {f.action:9s} {f.path}  {human_size(f.size)}")
+        lines.append(f"{p.repo_id} ({state}): upload {counts['upload']} files ({human_size(p.upload_bytes())}), "
+                     f"unchanged {counts['unchanged']}, delete {counts['delete']}")
+        lines += [f"  {f.action:9s} {f.path}  {human_size(f.size)}" for f in p.files]
+    return lines
 
 
 def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
                token: str | None = None, collection_title: str = COLLECTION_TITLE,
-               echo: Callable[[str], None] = print, endpoint: str | None = None,
+               endpoint: str | None = None,
                allow_synthetic: bool = False, timeout: float = DEFAULT_TIMEOUT) -> PublishResult:
     """Publish exported repo folders under ``namespace`` (see module docstring).
 
@@ -308,11 +313,10 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
             remote = _remote_tree(hub, repo_id) if exists else {}
         plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
-    # Both runs list every file: only regular files of the repo layout are ever planned (shards.repo_files).
-    echo("dry run: nothing is pushed. Plan:" if dry_run else "Plan:")
-    print_plan(plans, echo)
-    if dry_run:
+    if dry_run:  # the caller shows plan_lines(result.plans)
         return PublishResult(plans, {}, None, True)
+    # Real runs list every file too: only regular files of the repo layout are ever planned (shards.repo_files).
+    logger.info("\n".join(["Plan:", *plan_lines(plans)]))
 
     commits: dict[str, str | None] = {}
     for i, (r, plan) in enumerate(zip(items, plans)):
@@ -321,7 +325,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             # create_repo made a first commit (.gitattributes): plan against the real tree.
             plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
         if not plan.changed:
-            echo(f"{plan.repo_id}: up to date, no commit")
+            logger.info(f"{plan.repo_id}: up to date, no commit")
             commits[plan.repo_id] = None
             continue
         if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
@@ -333,10 +337,10 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
                         commit_message=f"Publish with metashift-hf {__version__}",
                         commit_description="\n".join(f"{f.action} {f.path}" for f in plan.files if f.action != "unchanged"))
         commits[plan.repo_id] = info.oid
-        echo(f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
-             f"({human_size(plan.upload_bytes())}) as {info.oid[:12]}")
+        logger.info(f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
+                    f"({human_size(plan.upload_bytes())}) as {info.oid[:12]}")
     slug = update_collection(hub, namespace, collection_title, plans, private=private)
-    echo(f"collection: {hub.endpoint}/collections/{slug}")
+    logger.info(f"collection: {hub.endpoint}/collections/{slug}")
     return PublishResult(plans, commits, slug, False)
 
 
@@ -373,7 +377,7 @@ def resolve_token(token: str | None, dry_run: bool) -> str | None:
 
 def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
                   seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
-                  collection_title: str = COLLECTION_TITLE, echo: Callable[[str], None] = print,
+                  collection_title: str = COLLECTION_TITLE,
                   task_overrides: dict[str, dict] | None = None, allow_synthetic: bool = False,
                   force: bool = False, timeout: float = DEFAULT_TIMEOUT,
                   **overrides) -> PublishResult:
@@ -391,4 +395,4 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, force=force, **overrides)
     return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
-                      collection_title=collection_title, echo=echo, allow_synthetic=allow_synthetic, timeout=timeout)
+                      collection_title=collection_title, allow_synthetic=allow_synthetic, timeout=timeout)

@@ -14,7 +14,7 @@ from metashift_hf import cli
 def test_demo_runs_every_stage(tmp_path, capsys):
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # the stages log what they made; the CLI shows it on stderr
 
     stats = json.loads((out / "artifact" / "stats.json").read_text())
     assert stats["classes"] >= 10 and stats["subsets"] >= 100

@@ -109,7 +109,6 @@ def _known(*bases: str, data: bytes = PAYLOAD, name: str = "blob.bin") -> KnownF
 def _fetch(kf, dest, **kw):
     kw.setdefault("progress", False)
     kw.setdefault("timeout", 5)
-    kw.setdefault("log", lambda msg: None)
     return dl.download_file(kf, dest, **kw)
 
 
@@ -132,15 +131,14 @@ def test_resume_continues_a_part_file_left_by_a_crash(serve, tmp_path):
     assert s.httpd.bytes_sent == len(PAYLOAD) - half  # only the missing tail crossed the wire
 
 
-def test_dropped_connection_is_resumed_with_range(serve, tmp_path):
+def test_dropped_connection_is_resumed_with_range(serve, tmp_path, caplog):
     s = serve("drop")
-    logs: list[str] = []
-    path, _ = _fetch(_known(s.base), tmp_path, log=logs.append)
+    path, _ = _fetch(_known(s.base), tmp_path)
     assert path.read_bytes() == PAYLOAD
     assert len(s.requests) == 2 and s.requests[0][1] is None
     offset = int(s.requests[1][1].split("=")[1].rstrip("-"))
     assert 0 < offset < len(PAYLOAD)  # the second request continued, it did not start over
-    assert any("resuming at byte" in m for m in logs)
+    assert any("resuming at byte" in m for m in caplog.messages)
 
 
 def test_ctrl_c_keeps_the_part_file_and_the_next_run_resumes(serve, tmp_path, monkeypatch):
@@ -179,14 +177,13 @@ def test_second_concurrent_download_of_the_same_file_is_refused(serve, tmp_path)
     assert s.requests == []
 
 
-def test_server_ignoring_range_restarts_cleanly(serve, tmp_path):
+def test_server_ignoring_range_restarts_cleanly(serve, tmp_path, caplog):
     s = serve("norange")
     (tmp_path / "blob.bin.part").write_bytes(b"garbage from an older, different file" * 1000)
-    logs: list[str] = []
-    path, _ = _fetch(_known(s.base), tmp_path, log=logs.append)
+    path, _ = _fetch(_known(s.base), tmp_path)
     assert path.read_bytes() == PAYLOAD
     assert s.requests[0][1] is not None  # it asked to resume ...
-    assert any("ignored the Range request" in m for m in logs)  # ... and started over on a 200
+    assert any("ignored the Range request" in m for m in caplog.messages)  # ... and started over on a 200
 
 
 def test_wrong_bytes_keep_nothing_and_name_the_mirror(serve, tmp_path):
@@ -204,12 +201,11 @@ def test_404_falls_over_to_the_next_mirror(serve, tmp_path):
     assert len(missing.requests) == 1
 
 
-def test_bad_mirror_then_good_mirror(serve, tmp_path):
+def test_bad_mirror_then_good_mirror(serve, tmp_path, caplog):
     bad, good = serve("wrong"), serve()
-    logs: list[str] = []
-    path, url = _fetch(_known(bad.base, good.base), tmp_path, log=logs.append)
+    path, url = _fetch(_known(bad.base, good.base), tmp_path)
     assert path.read_bytes() == PAYLOAD and url.startswith(good.base)
-    assert any("checksum mismatch from " + bad.base in m for m in logs)
+    assert any("checksum mismatch from " + bad.base in m for m in caplog.messages)
     assert good.requests == [("/files/blob.bin", None)]  # started from byte 0, nothing reused
 
 
@@ -327,8 +323,7 @@ def test_download_records_manifest_and_extracts_scene_graphs(serve, tmp_path, mo
     kf = _known(s.base, data=data, name="sceneGraphs.zip")
     monkeypatch.setitem(KNOWN_FILES, "scene-graphs", KnownFile(**{**kf.__dict__, "key": "scene-graphs"}))
     man = tmp_path / "m.json"
-    paths = manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None,
-                        timeout=5)
+    paths = manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, timeout=5)
     assert paths["scene-graphs"].read_bytes() == data
     entry = json.loads(man.read_text())["inputs"]["scene-graphs"]
     assert entry["url"] == f"{s.base}/sceneGraphs.zip" and entry["origin"] == "downloaded"
@@ -336,7 +331,7 @@ def test_download_records_manifest_and_extracts_scene_graphs(serve, tmp_path, mo
     assert json.loads(Path(entry["extracted"][0]).read_text()) == TINY_SG
     # Second run: nothing fetched, digest trusted from the manifest (file unchanged).
     monkeypatch.setattr(dl, "sha256_file", lambda *a, **k: pytest.fail("re-hashed an unchanged file"))
-    manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man, log=lambda m: None)
+    manifest_mod.download(["scene-graphs"], tmp_path / "cache", progress=False, manifest=man)
     assert len(s.requests) == 1
 
 

@@ -101,7 +101,7 @@ def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
 
 def test_publish_refuses_a_synthetic_export_unless_allowed(synthetic_export):
     with pytest.raises(MetashiftError, match="synthetic") as err:
-        push_repos([r.path for r in synthetic_export], "ns", dry_run=True, echo=lambda _: None)
+        push_repos([r.path for r in synthetic_export], "ns", dry_run=True)
     assert "--allow-synthetic" in err.value.fix
-    res = push_repos([r.path for r in synthetic_export], "ns", dry_run=True, echo=lambda _: None, allow_synthetic=True)
+    res = push_repos([r.path for r in synthetic_export], "ns", dry_run=True, allow_synthetic=True)
     assert res.dry_run and len(res.plans) == 2

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
@@ -73,7 +72,6 @@ def register(subparsers) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes reading a large scene-graph file (default: 2 on a machine with 2+ cores)")
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=run)
 
 
@@ -105,11 +103,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputFormatError("--tag-column/--id-column/--image-column apply to --hf-dataset only",
                                "add --hf-dataset NAME, or drop them")
     t0 = time.perf_counter()
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     artifact = build_from_inputs(
         args.out, scene_graphs=args.scene_graphs, candidate_subsets=args.candidate_subsets,
         attributes_pickle=args.attributes_pickle, coco_annotations=args.coco_annotations, tags=args.tags,
-        hf_dataset=hf, options=options, plots=not args.no_plots, log=log,
+        hf_dataset=hf, options=options, plots=not args.no_plots,
         source=args.provenance,
         workers=default_workers() if args.workers is None else args.workers, force=args.force,
     )

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
 
 from ..core.errors import MetashiftError, UnknownNameError
@@ -11,6 +11,8 @@ from ..core.fsutil import human_size
 from ..download import default_cache_dir, part_path
 from ..manifest import DataManifest, download, env_var
 from ..manifest import register as register_input
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return _status(man)
     if args.register:
         for role, path in args.register:
-            e = register_input(role, path, manifest=man, progress=not args.no_progress)
+            e = register_input(role, path, manifest=man, progress=args.progress and not args.no_progress)
             state = "sha256 verified" if e.get("known") else "not a known file, shape-checked only"
             print(f"{role}: {e['path']} ({state}) -> {man.path}")
         return 0
@@ -59,15 +61,15 @@ def run(args: argparse.Namespace) -> int:
         raise UnknownNameError("--what is empty", f"name one or more of: {', '.join(DEFAULT_ORDER)}")
     knowns = [known_file(k) for k in keys]
     total = sum(k.size for k in knowns)
-    print(f"fetching {', '.join(k.file_name for k in knowns)} ({human_size(total)} in all)", file=sys.stderr)
+    logger.info(f"fetching {', '.join(k.file_name for k in knowns)} ({human_size(total)} in all)")
     try:
-        paths = download(keys, args.dir, mirror=args.mirror, progress=not args.no_progress, manifest=man,
+        paths = download(keys, args.dir, mirror=args.mirror, progress=args.progress and not args.no_progress, manifest=man,
                          timeout=args.timeout, retries=args.retries)
     except KeyboardInterrupt:
         folder = Path(args.dir) if args.dir else default_cache_dir()
         parts = [str(part_path(folder / k.file_name)) for k in knowns if part_path(folder / k.file_name).exists()]
         if parts:
-            print(f"partial download kept in {', '.join(parts)}; run the same command to resume", file=sys.stderr)
+            logger.warning(f"partial download kept in {', '.join(parts)}; run the same command to resume")
         raise
     for key, path in paths.items():
         print(f"{key}: {path}")

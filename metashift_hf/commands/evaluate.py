@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.task, args.artifact, images, args.out,
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
-        progress=not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
+        progress=args.progress and not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
     )
     print(report.summary())
     return 0

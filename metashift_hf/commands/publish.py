@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import MetashiftError
-from ..publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, publish_tasks, push_repos
+from ..publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
 from ..shards import ExportedRepo, repo_files
 from .export import add_task_arguments, require_task_inputs, task_options
 
@@ -56,21 +56,23 @@ def run(args: argparse.Namespace) -> int:
             if folder.is_dir() else []
         if not repos:
             raise MetashiftError(f"{folder} holds no exported repo folders", "run `metashift-hf export ... --out DIR` first")
-        _print_load_lines(push_repos(repos, args.namespace, **common))
+        _print_result(push_repos(repos, args.namespace, **common))
         return 0
     require_task_inputs(args)
     options, per_task = task_options(args)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
-        _print_load_lines(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
+        _print_result(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
                                         layout=args.layout, seed=args.seed, task_overrides=per_task, force=args.force,
                                         **common, **options))
     return 0
 
 
-def _print_load_lines(result) -> None:
-    """The lines a user types, read from the pushed READMEs (while the export folder exists)."""
+def _print_result(result) -> None:
+    """The plan of a dry run; else the lines a user types, read from the pushed READMEs (while the export folder exists)."""
 
     if result.dry_run:
+        print("dry run: nothing is pushed. Plan:")
+        print("\n".join(plan_lines(result.plans)))
         return
     print("load with:")
     for plan in result.plans:

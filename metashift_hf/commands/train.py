@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
                          lr=args.lr, batch_size=args.batch_size, image_size=args.image_size)
     result = train(args.task, args.artifact, images, args.out, config, seed=args.seed, cache_dir=args.cache_dir,
-                   progress=not args.no_progress, force=args.force, **options)
+                   progress=args.progress and not args.no_progress, force=args.force, **options)
     print(result.summary())
     feats = result.card.get("features")
     if feats:
