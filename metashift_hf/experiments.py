@@ -11,6 +11,7 @@ into a table row; a new experiment is one more entry. Output folder: ``results.j
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from .core.errors import UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir, check_out
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
+
+logger = logging.getLogger(__name__)
 
 Row = dict[str, Any]
 EXPERIMENT_KIND = "experiment"  # the marker kind of an experiment --out folder (core.fsutil)
@@ -184,8 +187,7 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
 
 def run_experiment(name: str, artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike",
                    config: TrainConfig = TrainConfig(), *, seed: int = 0, overrides: Mapping[str, Any] | None = None,
-                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True, force: bool = False,
-                   say: Callable[[str], None] = lambda _: None) -> ExperimentResult:
+                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True, force: bool = False) -> ExperimentResult:
     """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
 
     ``out`` must be new, empty or (with ``force``) an earlier experiment (core.fsutil.check_out).
@@ -202,7 +204,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike", images: "str | os.P
     backbone = load_backbone(image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
     results: dict[str, TrainResult] = {}
     for t in exp.tasks:
-        say(f"   training {t} ...")
+        logger.info(f"   training {t} ...")
         results[t] = train(plans[t], artifact, images, None, cfg, seed=seed, cache_dir=cache_dir, progress=progress,
                            backbone=backbone if cfg.probe == "linear" else None)
     rows = tuple(exp.row(results[t], plans[t].spec) for t in exp.tasks)

@@ -176,7 +176,7 @@ class _Drop(_Quiet):
 
 
 def _push(tmp_path, endpoint, **kw):
-    return push_repos([fake_repo(tmp_path)], "tester", token=TOKEN, endpoint=endpoint, echo=lambda s: None, **kw)
+    return push_repos([fake_repo(tmp_path)], "tester", token=TOKEN, endpoint=endpoint, **kw)
 
 
 def test_hub_echoing_the_token_lower_cased_never_prints_it(tmp_path):

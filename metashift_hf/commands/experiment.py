@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
                          image_size=args.image_size)
     result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
-                            cache_dir=args.cache_dir, progress=not args.no_progress, force=args.force,
-                            say=print)
+                            cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,
+                            force=args.force)
     print(result.summary())
     print(f"results: {args.out}/results.md, results.json, {args.experiment}.png, runs/<task>/")
     return 0
