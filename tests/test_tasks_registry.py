@@ -115,6 +115,7 @@ def test_match_and_tasks_commands(small, tmp_path, capsys, monkeypatch, wordnet_
     assert "no input" in capsys.readouterr().err
     assert main(["match", "--subset-names", str(names), "--hierarchy", "wordnet"]) == 2
     assert "needs --out" in capsys.readouterr().err
-    assert main(["match", "--subset-names", str(names), "--hierarchy", "bogus", "--out", str(out)]) == 2
+    # a new folder: an --out holding the earlier match is refused before the hierarchy is looked at
+    assert main(["match", "--subset-names", str(names), "--hierarchy", "bogus", "--out", str(tmp_path / "m2")]) == 2
     assert "unknown hierarchy" in capsys.readouterr().err
     assert main(["tasks", "list"]) == 2
