@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ from .features import image_features, load_backbone
 from .level_curves import curve_summary, rank_agreement
 from .train import METHODS, PROBES, TrainConfig, train
 
-Say = Callable[[str], None]
+logger = logging.getLogger(__name__)
 KIND = "experiment"  # the --out marker kind
 
 
@@ -124,7 +125,7 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
                classes: Sequence[str] = ("cat", "dog"), shift_type: str = "marginal",
                models: Sequence[str] = ("erm",), seeds: int = 2, seed: int = 0, device: str = "cpu",
                epochs: int | None = None, cache_dir: "str | os.PathLike | None" = None,
-               options: dict | None = None, force: bool = False, say: Say = print) -> dict:
+               options: dict | None = None, force: bool = False) -> dict:
     """Train every model on every level task; write results.json, results.md, levels.csv, curves.png."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     specs = [ModelSpec.parse(m) for m in models]
@@ -151,7 +152,7 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
                          "worst_group": a["splits"]["test"]["worst_group"]["mean"],
                          "worst_group_std": a["splits"]["test"]["worst_group"]["std"], "n_seeds": a["n_seeds"]})
             r = rows[-1]
-            say(f"   {m.name:<10} {tid:<42} ID {_pct(r['id'])}  OOD {_pct(r['ood'])}  worst group {_pct(r['worst_group'])}")
+            logger.info(f"   {m.name:<10} {tid:<42} ID {_pct(r['id'])}  OOD {_pct(r['ood'])}  worst group {_pct(r['worst_group'])}")
     table = pd.DataFrame(rows)
     summaries = []
     for m in specs:
@@ -276,8 +277,7 @@ def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clust
 def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike", *,
               classes: Sequence[str] = ("cat", "dog"), k: int = 8, seed: int = 0, n_init: int = 10,
               model: str = "erm", seeds: int = 2, device: str = "cpu", epochs: int | None = None,
-              cache_dir: "str | os.PathLike | None" = None, top: int = 3, force: bool = False,
-              say: Say = print) -> dict:
+              cache_dir: "str | os.PathLike | None" = None, top: int = 3, force: bool = False) -> dict:
     """Clustered OOD sets when contexts are unknown; results.json, results.md, clusters.csv."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     art = Artifact.load(artifact)
@@ -312,8 +312,8 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         rows.append({"k": kk, "size": len(d_sets[kk]), "n_train": len(tp.splits["train"]), "id": a["id"]["mean"],
                      "ood_mean_over_clusters": ood_mean, "ood_pooled": a["ood"]["mean"],
                      "worst_group": a["splits"]["test"]["worst_group"]["mean"], "mi_membership_bits": mi_d})
-        say(f"   D_{kk}: {len(d_sets[kk])} images, ID {_pct(rows[-1]['id'])}, mean OOD over clusters {_pct(ood_mean)}, "
-            f"MI(membership; contexts) {mi_d:.3f} bits")
+        logger.info(f"   D_{kk}: {len(d_sets[kk])} images, ID {_pct(rows[-1]['id'])}, mean OOD over clusters {_pct(ood_mean)}, "
+                    f"MI(membership; contexts) {mi_d:.3f} bits")
     result = {"experiment": "clustered", "classes": list(classes), "k": k, "seed": seed, "n_init": n_init,
               "model": m.name, "seeds": seeds, "backbone": bb.card(), "per_class": per_class, "per_k": rows,
               "notes": {"clusters": "k-means (scikit-learn) per class on the backbone's pooled penultimate features, "
@@ -354,7 +354,7 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
               classes: Sequence[str] = ("cat", "dog"), subsets: Sequence[str] | None = None, min_images: int = 50,
               per_subset: int = 50, eval_per_subset: int = 50, min_eval: int = 10,
               config: cf.ConflictConfig = cf.ConflictConfig(), device: str = "cpu",
-              cache_dir: "str | os.PathLike | None" = None, force: bool = False, say: Say = print) -> dict:
+              cache_dir: "str | os.PathLike | None" = None, force: bool = False) -> dict:
     """Training-subset x evaluation-subset conflict matrix (CSV + heatmap), the windows' history."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     art = Artifact.load(artifact)
@@ -408,7 +408,7 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
               "final_eval_loss": dict(zip(run.eval_names, run.loss_after[-1].tolist())),
               "strongest": _strongest(matrix),
               "notes": cf.__doc__.split("\n\n", 1)[1].strip()}
-    say(f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {config.steps // config.every} windows")
+    logger.info(f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {config.steps // config.every} windows")
     with _out(out, force, artifact, images) as tmp:
         cf.write_matrix(matrix, tmp / "conflicts.csv", tmp / "conflicts.png", f"training conflicts, {' vs '.join(classes)}")
         run.history().to_csv(tmp / "history.csv", index=False)

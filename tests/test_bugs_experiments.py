@@ -80,7 +80,7 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
     out = tmp_path / "ood"
     r = ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out, shift_type="marginal",
-                                   models=["erm", "groupdro"], seeds=2, say=lambda s: None)
+                                   models=["erm", "groupdro"], seeds=2)
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
     curves = {(c["model"], c["curve"]): c for c in r["curves"]}
     main_curve = curves[("erm", "ood")]
@@ -93,7 +93,7 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     table = pd.read_csv(out / "levels.csv")
     assert len(table) == 2 * 7 and set(table["level"]) >= {"d0", "d3", "d3-mix50"}
     with pytest.raises(MetashiftError):  # --out now holds an experiment: replaced only with force
-        ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out, say=lambda s: None)
+        ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out)
 
 
 def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys):
