@@ -403,7 +403,9 @@ def build_from_inputs(
             default_source = "custom"
             logger.info(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
         else:
-            table = hf_dataset.tag_table()
+            ds = hf_dataset.load()
+            hf_dataset = hf_dataset.resolved(ds)
+            table = hf_dataset.tag_table(ds)
             inputs = [hf_dataset.input_record()]
             default_source = "custom"
             logger.info(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")

@@ -8,7 +8,7 @@ every ordered pair of its distinct tags, the subject restricted to the tags allo
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
@@ -184,6 +184,14 @@ class MultiLabelDataset:
             raise InputFormatError(f"cannot load dataset {self.name!r} split {self.split!r} ({exc})",
                                    "pass a Hub dataset id or a local dataset folder, and --hf-split if it has no "
                                    "'train' split") from None
+
+    def resolved(self, ds) -> "MultiLabelDataset":
+        """With ``image_column`` set to the dataset's image column when none was given and exactly one
+        column is an image feature (so its images are used without asking)."""
+        if self.image_column:
+            return self
+        found = [c for c, f in ds.features.items() if type(f).__name__ == "Image"]
+        return replace(self, image_column=found[0]) if len(found) == 1 else self
 
     def tag_table(self, ds=None) -> TagTable:
         ds = self.load() if ds is None else ds

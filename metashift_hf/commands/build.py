@@ -45,7 +45,8 @@ def register(subparsers) -> None:
                      "ClassLabel ids)")
     src.add_argument("--id-column", metavar="COL", help="--hf-dataset: image id column (default: image_id when "
                      "present, else the row number)")
-    src.add_argument("--image-column", metavar="COL", help="--hf-dataset: the image column tasks read images from")
+    src.add_argument("--image-column", metavar="COL", help="--hf-dataset: the image column tasks read images from "
+                     "(default: the one column of Image type, if exactly one)")
     src.add_argument("--hf-split", metavar="SPLIT", default="train", help="--hf-dataset: split to read (default: train)")
     src.add_argument("--provenance", choices=PROVENANCES, default=None,
                      help="where the inputs come from, recorded in manifest.json and shown on every card "
