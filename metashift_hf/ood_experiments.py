@@ -373,23 +373,24 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         raise EmptyResultError(f"{len(names)} subset(s) of {', '.join(classes)} have >= {min_images} images",
                                "lower --min-images or pass --subsets")
     train_ids: dict[str, list[str]] = {}
+    eval_ids: dict[str, list[str]] = {}
     used: set[str] = set()
-    skipped_train = []
-    for n in names:  # an image trains one subset only: later subsets lose images earlier ones took
-        order = [i for i in seeded_order(cand[n], config.seed, f"conflicts/train/{n}") if i not in used]
-        if len(order) < min_eval:
-            skipped_train.append(n)
-            continue
-        train_ids[n] = order[:per_subset]
-        used |= set(train_ids[n])
-    eval_ids = {}
-    skipped = []
+    skipped_train, skipped = [], []
     for n in names:
-        rest = [i for i in seeded_order(cand[n], config.seed, f"conflicts/eval/{n}") if i not in used][:eval_per_subset]
-        if len(rest) >= min_eval:
-            eval_ids[n] = rest
+        # an image serves one subset once: evaluation (up to half of what is left) first, then training
+        avail = [i for i in seeded_order(cand[n], config.seed, f"conflicts/{n}") if i not in used]
+        n_eval = min(eval_per_subset, len(avail) // 2)
+        ev, tr = avail[:n_eval], avail[n_eval:n_eval + per_subset]
+        if len(ev) >= min_eval:
+            eval_ids[n] = ev
+            used |= set(ev)
         else:
             skipped.append(n)
+        if len(tr) >= min_eval:
+            train_ids[n] = tr
+            used |= set(tr)
+        else:
+            skipped_train.append(n)
     if len(train_ids) < 2 or not eval_ids:
         raise EmptyResultError(f"{len(train_ids)} training and {len(eval_ids)} evaluation subsets keep images after "
                                "the training draw",
