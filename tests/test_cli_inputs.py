@@ -80,8 +80,9 @@ def test_tasks_show_takes_task_options(tmp_path, capsys):
             n += 40
     art = build_artifact(CandidateSubsets.from_dict(subsets), tmp_path / "art", BuildOptions(), plots=False)
     show = ["tasks", "show", "paper-dg-cat-dog-1", "--artifact", str(art.root)]
-    assert cli.main(show) == 0
-    assert "shift spec: not available" in capsys.readouterr().out  # paper sizes: 100 per training group
+    assert cli.main(show) == 2  # the entry on stdout, the error on stderr (paper sizes: 100 per training group)
+    captured = capsys.readouterr()
+    assert "paper-dg-cat-dog-1" in captured.out and "error: shift spec of paper-dg-cat-dog-1 not available" in captured.err
     assert cli.main(show + ["--set", "scale=0.2", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     spec = ShiftSpec.from_json(out[out.index("shift spec:") + len("shift spec:"):])

@@ -239,6 +239,8 @@ def tree_hierarchy(path: str | os.PathLike, wn=None, name: str | None = None) ->
         raise InputFormatError(f"tree file {path} does not exist", "check the path after tree:") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFormatError(f"tree file {path} is not JSON: {exc}", "give the published JSON tree") from exc
+    except RecursionError:
+        raise InputFormatError(f"tree file {path} is nested too deeply to read", "give the published JSON tree") from None
     root, children, hidden, hidden_ids = parse_tree(data, str(path))
     if wn is not None:
         for nid in sorted(set(children) - {root}):

@@ -125,9 +125,9 @@ def run_show(args: argparse.Namespace) -> int:
         try:
             options, _ = parse_overrides(args.overrides, [args.task_id])
             spec = plan(args.task_id, args.artifact, seed=args.seed, **options).spec
-        except MetashiftError as exc:  # e.g. sizes the artifact cannot supply: the entry is still worth showing
-            print(f"shift spec: not available: {exc.what}" + (f"\n  fix: {exc.fix} (here: --set KEY=VALUE)" if exc.fix else ""))
-            return 0
+        except MetashiftError as exc:  # the entry (printed above) is still worth showing; the error goes to stderr
+            raise MetashiftError(f"shift spec of {args.task_id} not available: {exc.what}",
+                                 f"{exc.fix} (here: --set KEY=VALUE)" if exc.fix else "") from None
         print("shift spec:")
         print(spec.to_json(), end="")
     return 0

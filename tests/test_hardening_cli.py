@@ -1,0 +1,47 @@
+"""Hardening, tracebacks and misleading errors on the command line: every bad value gives one
+`error:`/`fix:` line on stderr and exit status 2, and is checked before any expensive work."""
+from __future__ import annotations
+
+import pytest
+from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    return tiny_artifact(tmp_path_factory.mktemp("hard") / "art")
+
+
+def test_tasks_show_errors_go_to_stderr_with_status_2(art, capsys):
+    code, out, err = run_cli(capsys, "tasks", "show", "class-cat", "--artifact", art.root, "--set", "min_local_groups=abc")
+    assert_one_line_error(code, err, "min_local_groups")
+    assert "error" not in out and "not available" not in out
+
+
+@pytest.mark.parametrize("value", ["scale=abc", "scale=true", "scale=[1,2]", "scale=NaN", "scale=0", "scale=-1",
+                                   "train_per_group=2.5", "train_per_group=-5"])
+def test_bad_set_values_are_one_line_errors(art, tmp_path, capsys, value):
+    code, _, err = run_cli(capsys, "export", "paper-dg-cat-dog-1", "--artifact", art.root, "--images", tmp_path,
+                           "--out", tmp_path / "out", "--set", value)
+    assert_one_line_error(code, err, value.split("=")[0])
+    assert "group has" not in err  # -5 is a bad value, not a group size
+
+
+def test_evaluate_workers_checked_before_the_model_loads(art, tmp_path, capsys, monkeypatch):
+    import metashift_hf.evaluate.run as run
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before --workers was checked")
+
+    monkeypatch.setattr(run, "load_model", no_model)
+    code, _, err = run_cli(capsys, "evaluate", "--model", "efficientnet-lite0", "--task", "class-cat",
+                           "--artifact", art.root, "--images", tmp_path, "--out", tmp_path / "ev", "--workers", "-3")
+    assert_one_line_error(code, err, "--workers")
+
+
+def test_deeply_nested_tree_json_is_one_line(tmp_path, capsys):
+    tree = tmp_path / "deep.json"
+    tree.write_text('{"a":' * 100_000 + "{}" + "}" * 100_000)
+    names = tmp_path / "names.txt"
+    names.write_text("cat(sofa)\n")
+    code, _, err = run_cli(capsys, "match", "--subset-names", names, "--hierarchy", f"tree:{tree}", "--out", tmp_path / "m")
+    assert_one_line_error(code, err, "nested too deeply")
