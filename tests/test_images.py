@@ -1,4 +1,5 @@
-"""Image sources: real GQA/VG JPEGs from a folder and from zips, original bytes, missing/corrupt reports."""
+"""Image sources: JPEGs in a GQA/VG-like folder tree and in zips, original bytes, missing/corrupt reports;
+the shared real photographs pass the JPEG sniffer."""
 from __future__ import annotations
 
 import shutil
@@ -11,14 +12,26 @@ import pytest
 
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
 from metashift_hf.builders.images import FolderImages, ZipImages, open_images, sniff_image
+from fixtures.tasks import sample_jpegs
+
+
+# The shared reference folder's layout and ids (gqa/ and vg/ subfolders), as generated JPEGs.
+TREE = {"gqa": ["1339", "2331963", "2354786", "2368326", "2375429", "2400861", "2405722", "n166008", "n578564"],
+        "vg": ["1", "2", "2415125", "2415126", "4", "5"]}
 
 
 @pytest.fixture(scope="module")
-def real_images(shared_ref: Path) -> dict[str, Path]:
-    """id -> path of every shared real image (gqa/ and vg/)."""
-    files = sorted((shared_ref / "images").glob("*/*.jpg"))
-    assert len(files) >= 15, files  # the shared folder may grow; ids named below must be there
-    return {f.stem: f for f in files}
+def image_tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("images")
+    for sub, names in TREE.items():
+        sample_jpegs(root / sub, names=names)
+    return root
+
+
+@pytest.fixture(scope="module")
+def jpegs(image_tree: Path) -> dict[str, Path]:
+    """id -> path of every JPEG in the tree (gqa/ and vg/)."""
+    return {f.stem: f for f in sorted(image_tree.glob("*/*.jpg"))}
 
 
 def _zip(path: Path, files: dict[str, Path], prefix: str, compression: int) -> Path:
@@ -29,39 +42,39 @@ def _zip(path: Path, files: dict[str, Path], prefix: str, compression: int) -> P
     return path
 
 
-def test_folder_with_subfolders_reads_original_bytes(shared_ref, real_images):
-    with open_images(shared_ref / "images") as src:
+def test_folder_with_subfolders_reads_original_bytes(image_tree, jpegs):
+    with open_images(image_tree) as src:
         assert isinstance(src, FolderImages)
-        assert src.ids() == sorted(real_images)
-        for image_id, f in real_images.items():
+        assert src.ids() == sorted(jpegs)
+        for image_id, f in jpegs.items():
             assert src.has(image_id)
             assert src.read(image_id) == f.read_bytes()
-        assert "2375429" in src and f"{len(real_images)} images" in src.describe()
+        assert "2375429" in src and f"{len(jpegs)} images" in src.describe()
         assert src.check(src.ids()).ok
 
 
 @pytest.mark.parametrize("prefix", ["images/", ""])
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2])
-def test_zip_layouts_read_original_bytes(tmp_path, real_images, prefix, compression):
-    path = _zip(tmp_path / "images.zip", real_images, prefix, compression)
+def test_zip_layouts_read_original_bytes(tmp_path, jpegs, prefix, compression):
+    path = _zip(tmp_path / "images.zip", jpegs, prefix, compression)
     with open_images(path) as src:
         assert isinstance(src, ZipImages)
-        assert src.ids() == sorted(real_images)
-        for image_id, f in real_images.items():
+        assert src.ids() == sorted(jpegs)
+        for image_id, f in jpegs.items():
             assert src.read(image_id) == f.read_bytes()
-        ids = sorted(real_images)[::-1]
-        assert src.read_many(ids).to_pylist() == [real_images[i].read_bytes() for i in ids]
-        present, report = src.resolve(real_images)
-        assert present == sorted(real_images) and report.ok
+        ids = sorted(jpegs)[::-1]
+        assert src.read_many(ids).to_pylist() == [jpegs[i].read_bytes() for i in ids]
+        present, report = src.resolve(jpegs)
+        assert present == sorted(jpegs) and report.ok
 
 
-def test_sources_pickle_and_survive_fork(tmp_path, real_images):
+def test_sources_pickle_and_survive_fork(tmp_path, jpegs):
     import multiprocessing
     import pickle
 
-    path = _zip(tmp_path / "images.zip", real_images, "images/", zipfile.ZIP_DEFLATED)
-    expected = {i: f.read_bytes() for i, f in real_images.items()}
-    for src in (open_images(path), open_images(next(iter(real_images.values())).parents[1])):
+    path = _zip(tmp_path / "images.zip", jpegs, "images/", zipfile.ZIP_DEFLATED)
+    expected = {i: f.read_bytes() for i, f in jpegs.items()}
+    for src in (open_images(path), open_images(next(iter(jpegs.values())).parents[1])):
         with src:
             src.read("4")  # open a handle before pickling/forking
             clone = pickle.loads(pickle.dumps(src))
@@ -73,9 +86,9 @@ def test_sources_pickle_and_survive_fork(tmp_path, real_images):
             clone.close()
 
 
-def test_zip_reads_are_thread_safe(tmp_path, real_images):
-    path = _zip(tmp_path / "images.zip", real_images, "images/", zipfile.ZIP_DEFLATED)
-    expected = {i: f.read_bytes() for i, f in real_images.items()}
+def test_zip_reads_are_thread_safe(tmp_path, jpegs):
+    path = _zip(tmp_path / "images.zip", jpegs, "images/", zipfile.ZIP_DEFLATED)
+    expected = {i: f.read_bytes() for i, f in jpegs.items()}
     errors: list[str] = []
     with open_images(path) as src:
 
@@ -95,12 +108,12 @@ def test_zip_reads_are_thread_safe(tmp_path, real_images):
 
 
 @pytest.fixture()
-def damaged_folder(tmp_path, real_images) -> Path:
+def damaged_folder(tmp_path, jpegs) -> Path:
     folder = tmp_path / "imgs"
     folder.mkdir()
     for image_id in ("2375429", "4", "2415126"):
-        shutil.copy(real_images[image_id], folder / f"{image_id}.jpg")
-    whole = real_images["1339"].read_bytes()
+        shutil.copy(jpegs[image_id], folder / f"{image_id}.jpg")
+    whole = jpegs["1339"].read_bytes()
     (folder / "1339.jpg").write_bytes(whole[: len(whole) // 2])  # truncated JPEG
     (folder / "77.jpg").write_bytes(b"\x00garbage, not an image" * 10)
     return folder
@@ -145,8 +158,8 @@ def test_read_missing_id_names_source(damaged_folder):
     assert "12345" in exc.value.what and str(damaged_folder) in exc.value.what
 
 
-def test_damaged_zip_entry_is_corrupt_not_crash(tmp_path, real_images):
-    path = _zip(tmp_path / "images.zip", {"4": real_images["4"], "5": real_images["5"]}, "images/", zipfile.ZIP_STORED)
+def test_damaged_zip_entry_is_corrupt_not_crash(tmp_path, jpegs):
+    path = _zip(tmp_path / "images.zip", {"4": jpegs["4"], "5": jpegs["5"]}, "images/", zipfile.ZIP_STORED)
     with zipfile.ZipFile(path) as zf:
         info = zf.getinfo("images/4.jpg")
         offset = info.header_offset + 30 + len(info.filename) + len(info.extra) + 1000
@@ -154,7 +167,7 @@ def test_damaged_zip_entry_is_corrupt_not_crash(tmp_path, real_images):
     data[offset : offset + 8] = b"XXXXXXXX"  # flip bytes inside the stored JPEG
     path.write_bytes(bytes(data))
     with open_images(path) as src:
-        assert src.read("5") == real_images["5"].read_bytes()
+        assert src.read("5") == jpegs["5"].read_bytes()
         with pytest.raises(MissingImagesError, match="CRC"):
             src.read("4")
         with pytest.raises(MissingImagesError, match="CRC"):
@@ -181,23 +194,31 @@ def test_bad_sources_give_clear_errors(tmp_path):
         open_images(cut)
 
 
-def test_duplicate_ids_prefer_top_level(tmp_path, real_images):
+def test_duplicate_ids_prefer_top_level(tmp_path, jpegs):
     (tmp_path / "vg").mkdir()
-    shutil.copy(real_images["4"], tmp_path / "4.jpg")
-    shutil.copy(real_images["5"], tmp_path / "vg" / "4.jpg")
+    shutil.copy(jpegs["4"], tmp_path / "4.jpg")
+    shutil.copy(jpegs["5"], tmp_path / "vg" / "4.jpg")
     with open_images(tmp_path) as src:
-        assert src.read("4") == real_images["4"].read_bytes()
+        assert src.read("4") == jpegs["4"].read_bytes()
         assert "1 duplicate" in src.describe()
 
 
-def test_sniff_image_accepts_real_and_rejects_garbage(real_images, tmp_path):
+def test_sniff_image_accepts_every_shared_real_photograph(shared_ref):
+    """Real GQA/VG photographs (encoders, markers and sizes the generated JPEGs do not have) all pass."""
+    files = sorted((shared_ref / "images").glob("*/*.jpg"))
+    assert len(files) >= 15, files
+    for f in files:
+        assert sniff_image(f.read_bytes()) is None, f
+
+
+def test_sniff_image_accepts_jpegs_and_rejects_garbage(jpegs, tmp_path):
     from PIL import Image
 
-    for f in real_images.values():
+    for f in jpegs.values():
         assert sniff_image(f.read_bytes()) is None, f
-    data = real_images["2375429"].read_bytes()
+    data = jpegs["2375429"].read_bytes()
     assert sniff_image(b"") == "empty file"
-    for cut in (3, 200, 5000, len(data) - 50):
+    for cut in (3, 200, len(data) // 2, len(data) - 50):
         assert "truncated" in sniff_image(data[:cut]), cut
     assert "bad JPEG marker" in sniff_image(b"\xff\xd8\xff" + b"garbage" * 50)
     # a zero-sized frame header

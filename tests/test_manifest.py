@@ -13,6 +13,7 @@ from metashift_hf import cli, manifest as mf
 from metashift_hf.core.errors import ChecksumError, InputFormatError, UnknownNameError
 from metashift_hf.core.fsutil import sha256_file
 from metashift_hf.core.sources import KNOWN_FILES, identify, known_file
+from fixtures.tasks import sample_jpegs
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")
@@ -79,9 +80,9 @@ def test_register_custom_files_are_shape_checked(tmp_path):
         mf.register("subset", pkl)
 
 
-def test_register_images_zip_made_from_shared_real_images(shared_ref, tmp_path):
+def test_register_images_zip_made_from_jpegs(tmp_path):
     z = tmp_path / "my_images.zip"
-    jpgs = sorted((shared_ref / "images").glob("*/*.jpg"))
+    jpgs = sample_jpegs(tmp_path / "jpegs")
     with zipfile.ZipFile(z, "w") as zf:
         for p in jpgs:
             zf.write(p, f"images/{p.name}")
