@@ -78,6 +78,11 @@ def _user_agent() -> str:
     return f"metashift-hf/{__version__} (+urllib)"
 
 
+# First bytes of each kind of known file: a partial file that starts otherwise is discarded.
+_MAGIC = {".zip": (b"PK\x03\x04", b"PK\x05\x06"), ".json": (b"{", b"[", b"\xef\xbb\xbf"), ".pkl": (b"\x80",),
+          ".gz": (b"\x1f\x8b",)}
+
+
 class _Fetcher:
     """Fills one ``.part`` file from one URL, resuming over dropped connections."""
 
@@ -90,6 +95,17 @@ class _Fetcher:
     def _size(self) -> int:
         return self.part.stat().st_size if self.part.exists() else 0
 
+    def _plausible_start(self, head: bytes | None = None) -> bool:
+        """Whether the file's first bytes are what its type starts with (a .part never resumes from an
+        error page that a mirror sent instead)."""
+        starts = next((m for suffix, m in _MAGIC.items() if self.known.file_name.endswith(suffix)), None)
+        if starts is None:
+            return True
+        if head is None:
+            with open(self.part, "rb") as f:
+                head = f.read(8)
+        return not head or any(head[:len(m)] == m[:len(head)] for m in starts)
+
     def restart(self) -> None:
         self.part.unlink(missing_ok=True)
         self.hasher, self.hashed = hashlib.sha256(), 0
@@ -99,7 +115,10 @@ class _Fetcher:
         failures = 0  # consecutive attempts that made no progress
         while True:
             offset = self._size()
-            if offset > self.known.size:
+            if offset > self.known.size or (offset and not self._plausible_start()):
+                if offset <= self.known.size:
+                    logger.warning(f"{self.known.file_name}: the partial file {self.part} does not start like a "
+                                   f"{self.part.suffixes[0] if self.part.suffixes else ''} file; discarded, starting over")
                 self.restart()
                 offset = 0
             if self.hashed != offset:
@@ -147,6 +166,9 @@ class _Fetcher:
                 mode = "wb"
             else:
                 raise _MirrorFailed(f"unexpected HTTP {status}")
+            ctype = (resp.headers.get("Content-Type") or "").lower()
+            if ctype.startswith(("text/html", "application/xhtml")) and not self.known.file_name.endswith((".html", ".htm")):
+                raise _MirrorFailed(f"answered with a web page ({ctype}), not {self.known.file_name}")
             length = resp.headers.get("Content-Length")
             if length is not None and length.isdigit() and offset + int(length) != total:
                 raise _MirrorFailed(f"serves {offset + int(length):,} bytes for {self.known.file_name}, expected {total:,}")
@@ -167,6 +189,9 @@ class _Fetcher:
                 block = read(min(_CHUNK, total - done))
                 if not block:
                     raise ConnectionError(f"connection closed after {done:,} of {total:,} bytes")
+                if done == 0 and not self._plausible_start(block[:8]):
+                    self.restart()  # nothing of it is kept (the open handle just goes away)
+                    raise _MirrorFailed(f"sends bytes that do not start like {self.known.file_name}")
                 out.write(block)
                 self.hasher.update(block)
                 done += len(block)

@@ -106,6 +106,10 @@ class DataManifest:
             raise InputFormatError(f"data manifest {p} has format_version {data.get('format_version')!r}; "
                                    f"this metashift-hf reads {FORMAT_VERSION}",
                                    f"delete {p} and re-register or re-download the inputs")
+        for role, e in data["inputs"].items():
+            if not isinstance(e, dict) or not isinstance(e.get("path"), str) or not e["path"]:
+                raise InputFormatError(f"data manifest {p}: the entry {str(role)[:60]!r} has no path string",
+                                       f"delete {p} (or that entry) and re-register or re-download the inputs")
         return cls(p, data["inputs"])
 
     def save(self) -> None:

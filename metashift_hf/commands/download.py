@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import urllib.parse
 from pathlib import Path
 
 from ..core.errors import MetashiftError, UnknownNameError
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             state = "sha256 verified" if e.get("known") else "not a known file, shape-checked only"
             print(f"{role}: {e['path']} ({state}) -> {man.path}")
         return 0
+    _check_options(args)
     keys = [k.strip() for k in args.what.split(",") if k.strip()]
     if not keys:
         raise UnknownNameError("--what is empty", f"name one or more of: {', '.join(DEFAULT_ORDER)}")
@@ -75,6 +77,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"{key}: {path}")
     print(f"recorded in {man.path}")
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Values that would otherwise fail late, retry for nothing or blame the network."""
+    if not args.timeout > 0:  # NaN included
+        raise MetashiftError(f"--timeout {args.timeout} must be a positive number of seconds", "use e.g. --timeout 60")
+    if args.retries < 0:
+        raise MetashiftError(f"--retries {args.retries} must be 0 or more", "use e.g. --retries 3")
+    if args.mirror is not None:
+        parsed = urllib.parse.urlparse(args.mirror)
+        if parsed.scheme not in ("http", "https", "file") or (parsed.scheme != "file" and not parsed.netloc):
+            raise MetashiftError(f"--mirror {args.mirror!r} is not a URL",
+                                 "give a base URL such as https://example.org/gqa (the file is fetched as BASE_URL/<file name>)")
+    if args.dir is not None and Path(args.dir).exists() and not Path(args.dir).is_dir():
+        raise MetashiftError(f"--dir {args.dir} is a file, not a folder", "name a folder to download into")
 
 
 def _status(man) -> int:
