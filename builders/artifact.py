@@ -21,7 +21,7 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from metashift_hf.core.fsutil import hash_file
+from metashift_hf.core.fsutil import hash_file, sha256_file
 
 from . import distances, metagraph
 from .distances import Distance, DistanceMatrix
@@ -122,6 +122,11 @@ def table_hash(folder: Path, names: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------------------------
 # reading
 # ------------------------------------------------------------------------------------------------
+# (path, size, mtime, inode) -> sha256 of table files already checked in this process, so loading
+# the same artifact again does not hash its tables again.
+_VERIFIED: dict[tuple, str] = {}
+
+
 class Artifact:
     """Read-only view of an artifact folder. ``Artifact.load(path)`` is the only reader."""
 
@@ -133,8 +138,8 @@ class Artifact:
         self.content_hash: str = manifest.get("content_hash", "")
         # Where the data comes from (core.provenance): cards, stats and publish read it.
         self.provenance: str = str(manifest.get("source", "custom"))
-        subsets = pq.read_table(root / "subsets.parquet")
-        self._subsets = subsets.to_pandas()
+        self._subsets = self._table("subsets", required=("subset", "subject", "context", "n_images", "kept",
+                                                          "community")).to_pandas()
         self._names: list[str] = self._subsets["subset"].tolist()
         self._pos = {n: i for i, n in enumerate(self._names)}
         sizes = self._subsets["n_images"].to_numpy(dtype=np.int64)
@@ -143,7 +148,7 @@ class Artifact:
         for i, s in enumerate(self._subsets["subject"].tolist()):
             self._by_subject.setdefault(s, []).append(i)
         self._kept = self._subsets["kept"].to_numpy(dtype=bool)
-        self._classes_df = pq.read_table(root / "classes.parquet").to_pandas()
+        self._classes_df = self._table("classes", required=("subject",)).to_pandas()
         self._classes: list[str] = self._classes_df["subject"].tolist()
         self._membership: pa.StringArray | None = None
         self._embeddings: dict[str, np.ndarray] | None = None
@@ -151,6 +156,34 @@ class Artifact:
         self._images_table: pa.Table | None = None
         self._word_set: set[str] | None = None
         self._matrices: dict[str, DistanceMatrix] = {}
+
+    def _table(self, name: str, *, required: Sequence[str] = (), **read_options) -> pa.Table:
+        """One table of the artifact, checked first against the sha256 its build recorded (so tables
+        of two builds are never mixed), read with one-line errors for truncated or foreign files."""
+        path = self.root / f"{name}.parquet"
+        fix = f"rebuild the artifact with `metashift-hf build --out {self.root} --force`"
+        expected = (self.manifest.get("table_sha256") or {}).get(path.name)
+        if expected is not None:  # artifacts of earlier versions recorded only content_hash
+            try:
+                st = path.stat()
+            except OSError as exc:
+                raise InputFormatError(f"{path} is unreadable ({exc.strerror})", fix) from None
+            key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+            if _VERIFIED.get(key) != expected:
+                digest = sha256_file(path)
+                if digest != expected:
+                    raise InputFormatError(
+                        f"{path} is not the file this artifact's build wrote (sha256 {digest[:16]}..., manifest.json "
+                        f"records {expected[:16]}...): tables from different builds, or a damaged file", fix)
+                _VERIFIED[key] = digest
+        try:
+            table = pq.read_table(path, **read_options)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise InputFormatError(f"{path} is not a readable table ({str(exc).splitlines()[0][:200]})", fix) from None
+        missing = [c for c in required if c not in table.column_names]
+        if missing:
+            raise InputFormatError(f"{path} lacks the column(s) {', '.join(missing)} (not an artifact table)", fix)
+        return table
 
     @classmethod
     def load(cls, path: "str | os.PathLike | Artifact") -> "Artifact":
@@ -214,7 +247,7 @@ class Artifact:
             self._subject(subject)
             raise UnknownNameError(f"{subject!r} is not a class of {self.root} (fewer kept subsets than the rule needs)",
                                    "pick one of Artifact.classes()")
-        t = pq.read_table(self.root / "edges.parquet", filters=[("subject", "=", subject)])
+        t = self._table("edges", filters=[("subject", "=", subject)], required=("source", "target", "weight"))
         return t.to_pandas()[["source", "target", "weight"]]
 
     def communities(self, subject: str) -> dict[str, int]:
@@ -225,7 +258,7 @@ class Artifact:
     # -- images ---------------------------------------------------------------------------------
     def _member_ids(self) -> pa.StringArray:
         if self._membership is None:
-            col = pq.read_table(self.root / "membership.parquet", columns=["image_id"]).column("image_id")
+            col = self._table("membership", columns=["image_id"]).column("image_id")
             arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
             if len(arr) != int(self._offsets[-1]):
                 raise InputFormatError(
@@ -276,7 +309,7 @@ class Artifact:
         if not path.is_file():
             return None
         if self._image_rows is None:
-            self._images_table = pq.read_table(path)
+            self._images_table = self._table("images", required=("image_id", "objects"))
             self._image_rows = {s: i for i, s in enumerate(self._images_table.column("image_id").to_pylist())}
         row = self._image_rows.get(str(image_id))
         if row is None:
@@ -288,7 +321,7 @@ class Artifact:
     # -- meta-graph -----------------------------------------------------------------------------
     def _embedding_map(self) -> dict[str, np.ndarray]:
         if self._embeddings is None:
-            t = pq.read_table(self.root / "embeddings.parquet")
+            t = self._table("embeddings", required=("subset", "embedding"))
             self._embeddings = {
                 s: np.asarray(e, dtype=np.float64)
                 for s, e in zip(t.column("subset").to_pylist(), t.column("embedding").to_pylist())

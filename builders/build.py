@@ -307,6 +307,8 @@ def build_artifact(
             "source": source, "synthetic": is_synthetic(source), "inputs": [dict(i) for i in inputs],
             "options": options.to_dict(),
             "tables": sorted(files), "content_hash": art.table_hash(tmp, files),
+            # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
+            "table_sha256": {f: sha256_file(tmp / f) for f in sorted(files)},
         }
         art.write_json(tmp / "manifest.json", manifest)
         art.write_json(tmp / "stats.json", _stats(candidates, rules, class_rows, len(edges_t), options))
