@@ -202,3 +202,38 @@ def test_score_and_train_refuse_a_foreign_out_before_any_work(tmp_path, capsys, 
                            "--out", out, "--force")
     assert_one_line_error(code, err, "not written by metashift-hf")
     assert (out / "draft.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", ["export", "evaluate"])
+def test_disk_full_during_export_or_evaluate_is_one_line(tmp_path, capsys, monkeypatch, command):
+    import io
+
+    from PIL import Image
+
+    import metashift_hf.evaluate.report as report_mod
+    import metashift_hf.export as export_mod
+
+    art = tiny_artifact(tmp_path / "art")
+    ids = sorted(art.class_images("cat") | art.class_images("dog"))
+    images = tmp_path / "images"
+    images.mkdir()
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, "JPEG")
+    for i in ids:
+        (images / f"{i}.jpg").write_bytes(buf.getvalue())
+    predictions = tmp_path / "pred.csv"
+    predictions.write_text("image_id,imagenet_index\n" + "".join(f"{i},281\n" for i in ids))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if command == "export":  # inside the repo folder's atomic write
+        monkeypatch.setattr(export_mod, "write_config", full)
+        argv = ["export", "class-cat", "--artifact", art.root, "--images", images, "--out", tmp_path / "out", "--no-verify"]
+    else:  # inside the report folder's atomic write
+        monkeypatch.setattr(report_mod, "render_markdown", full)
+        argv = ["evaluate", "--model", f"predictions:{predictions}", "--task", "class-cat", "--artifact", art.root,
+                "--out", tmp_path / "ev", "--no-progress"]
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, "No space left on device")
+    assert not any(p.name.startswith((".out.tmp", ".ev.tmp", ".metashift-class-cat.tmp")) for p in tmp_path.rglob(".*"))
