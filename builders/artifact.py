@@ -221,7 +221,7 @@ class Artifact:
         if subject not in self._by_subject:
             raise UnknownNameError(
                 f"unknown class {subject!r} in artifact {self.root}{did_you_mean(subject, self._classes or self._by_subject)}",
-                "list the classes with Artifact.classes() or `metashift-hf stats --artifact DIR`",
+                "list the classes with `metashift-hf classes --artifact ARTIFACT` (Python: Artifact.classes())",
             )
         return self._by_subject[subject]
 
@@ -229,7 +229,8 @@ class Artifact:
         if name not in self._pos:
             raise UnknownNameError(
                 f"unknown subset {name!r} in artifact {self.root}{did_you_mean(name, self._names)}",
-                "subset names are 'subject(context)', e.g. 'dog(frisbee)'; see subsets_table()",
+                "subset names are 'subject(context)', e.g. 'dog(frisbee)'; list them with "
+                "`metashift-hf subsets CLASS --artifact ARTIFACT` (Python: Artifact.subsets_table())",
             )
         return self._pos[name]
 

@@ -45,7 +45,7 @@ def load_inputs(artifact=None, subset_names=None, vocabulary=None):
     if (artifact is None) == (subset_names is None):
         raise MetashiftError(
             "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
-            "use --artifact DIR, or --subset-names FILE [--vocabulary FILE]",
+            "use --artifact ARTIFACT, or --subset-names FILE [--vocabulary FILE]",
         )
     if artifact is not None:
         art = Artifact.load(artifact)

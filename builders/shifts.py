@@ -361,7 +361,7 @@ def _check_classes(task_id: str, source: GroupSource, classes: Sequence[str]) ->
     for c in classes:
         if not source.kept_contexts(c) and not source.class_images(c):
             raise UnknownNameError(f"task {task_id}: class {c!r} has no subsets in this artifact",
-                                   "pick classes the artifact has (metashift-hf tasks list --artifact DIR)")
+                                   "pick classes the artifact has (metashift-hf tasks list --artifact ARTIFACT)")
 
 
 # --------------------------------------------------------------------------------------------

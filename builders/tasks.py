@@ -46,7 +46,7 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from metashift_hf.core.names import SubsetName
+from metashift_hf.core.names import SubsetName, id_slug
 
 from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
@@ -384,6 +384,16 @@ def _filters(opts: ClassOptions) -> CollectionFilters:
                              min_local_groups=opts.min_local_groups)
 
 
+def class_task_id(cls: str) -> str:
+    """``class-<name>`` with the name made Hub-safe (``class-living_room``), so every listed id exports."""
+    return f"{ClassFamily.prefix}{id_slug(cls)}"
+
+
+def class_of_task(task_id: str, artifact: Artifact) -> str | None:
+    """The class a ``class-<name>`` id stands for, or None."""
+    return next((c for c in artifact.classes() if class_task_id(c) == task_id), None)
+
+
 class ClassFamily(TaskFamily):
     """``class-<name>``: every image of one class once, with all its contexts."""
 
@@ -394,14 +404,15 @@ class ClassFamily(TaskFamily):
         return task_id.startswith(self.prefix)
 
     def ids(self, artifact: Artifact) -> list[str]:
-        return [f"{self.prefix}{c}" for c in sorted(artifact.classes())]
+        return sorted(class_task_id(c) for c in artifact.classes())
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
-        return (task_id[len(self.prefix):],)
+        cls = class_of_task(task_id, artifact)
+        return (cls,) if cls is not None else (task_id[len(self.prefix):],)
 
     def plan(self, artifact: Artifact, task_id: str, options: ClassOptions, seed: int) -> shifts.TaskPlan:
-        (cls,) = self.classes(artifact, task_id)
-        if cls not in artifact.classes():
+        cls = class_of_task(task_id, artifact)
+        if cls is None:
             raise unknown_task(task_id, artifact)
         source = shifts.ArtifactSource(artifact)
         ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
@@ -512,7 +523,7 @@ class MatchedFamily(TaskFamily):
         entry = match_registry(artifact)[task_id]
         if not entry.available:
             raise EmptyResultError(f"task {task_id} is not available on {artifact.root}: {entry.reason}",
-                                   "pick another id from `metashift-hf tasks list --artifact DIR`")
+                                   "pick another id from `metashift-hf tasks list --artifact ARTIFACT`")
         classes = sorted(entry.classes)
         missing = [c for c in classes if c not in artifact.classes()]
         if missing:
@@ -623,8 +634,8 @@ def task_ids(artifact: Artifact) -> list[str]:
 def unknown_task(task: str, artifact: Artifact) -> UnknownNameError:
     return UnknownNameError(
         f"unknown task {task!r} for artifact {artifact.root}" + did_you_mean(task, task_ids(artifact)),
-        "list the valid ids with `metashift-hf tasks list --artifact DIR` "
-        "(matched bin-/multiclass ids need `metashift-hf match --artifact DIR` first)",
+        "list the valid ids with `metashift-hf tasks list --artifact ARTIFACT` "
+        "(matched bin-/multiclass ids need `metashift-hf match --artifact ARTIFACT` first)",
     )
 
 
@@ -632,7 +643,7 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
     """The family that owns ``task_id`` (UnknownNameError with suggestions when none does)."""
     if not task_id:
         raise UnknownNameError("no task id given", "pass a task id, e.g. 'paper-dg-cat-dog-1' "
-                               "(list them with `metashift-hf tasks list --artifact DIR`)")
+                               "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
     for f in _FAMILIES:
         if f.owns(artifact, task_id):
             return f
@@ -668,6 +679,6 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     return plan
 
 
-__all__ = ["TaskFamily", "TaskInfo", "kinds", "register", "families", "family_of", "plan_task", "task_ids", "parse_options",
+__all__ = ["TaskFamily", "TaskInfo", "class_task_id", "class_of_task", "kinds", "register", "families", "family_of", "plan_task", "task_ids", "parse_options",
            "given_options", "option_docs", "DEFAULT", "PaperDGOptions", "PaperSubpopOptions", "ClassOptions",
            "CollectionOptions"]

@@ -32,4 +32,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # Without this, dir()/tab completion shows only what is already imported, not the lazy API.
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
+
+
 __all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec"]

@@ -21,7 +21,7 @@ from metashift_hf.builders.metashift import Metashift, spec_of_dataset
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.builders.tasks import plan_task, task_ids
-from metashift_hf.core.errors import MissingImagesError
+from metashift_hf.core.errors import EmptyResultError, MetashiftError, MissingImagesError
 
 if TYPE_CHECKING:
     import datasets
@@ -56,6 +56,50 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
 
     options = {k: v for k, v in overrides.items() if k not in _MATERIALISE_ONLY}
     return plan_task(task, artifact, seed=seed, **options)
+
+
+_TRY_SCALES = (0.5, 0.25, 0.1, 0.05)
+
+
+def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
+                  **overrides: Any) -> float | None:
+    """The largest of 0.5, 0.25, 0.1, 0.05 at which ``task`` plans, or None (also when it takes no ``scale``)."""
+    for scale in _TRY_SCALES:
+        try:
+            plan(task, artifact, seed=seed, **{**overrides, "scale": scale})
+        except EmptyResultError:
+            continue  # still too big: try a smaller scale
+        except MetashiftError:
+            return None  # the task takes no scale option (or fails for another reason)
+        return scale
+    return None
+
+
+def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
+             task_overrides: dict[str, dict] | None = None, **overrides: Any) -> dict[str, "TaskPlan"]:
+    """Plan every task before any is materialised, so ``export A B C`` fails on C before building A.
+
+    A task whose sizes the artifact cannot supply raises EmptyResultError whose fix is the concrete
+    option that makes it plan, e.g. ``--set paper-subpop-cat-dog-p12:scale=0.5``.
+    """
+    art = Artifact.load(artifact)
+    plans = {}
+    for task in tasks:
+        options = {k: v for k, v in (task_overrides or {}).get(task, overrides).items() if k != "on_missing"}
+        try:
+            plans[task] = plan(task, art, seed=seed, **options)
+        except EmptyResultError as exc:
+            scale = fitting_scale(task, art, seed=seed, **options)
+            fix = (f"pass --set {task}:scale={scale} (the largest of {', '.join(map(str, _TRY_SCALES))} at which it "
+                   f"plans; Python: scale={scale})" if scale is not None else
+                   f"pass smaller sizes for this task with --set {task}:KEY=VALUE ({exc.fix})")
+            raise EmptyResultError(f"task {task} cannot be planned with {_options_text(options)}: {exc.what}",
+                                   fix) from None
+    return plans
+
+
+def _options_text(options: dict) -> str:
+    return "the default sizes" if not options else "options " + ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
 def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
@@ -106,4 +150,4 @@ def load(task: str, artifact: "str | os.PathLike | Artifact",
                    **overrides).dataset
 
 
-__all__ = ["PreparedTask", "prepare", "load", "plan", "available_tasks"]
+__all__ = ["PreparedTask", "prepare", "load", "plan", "plan_all", "fitting_scale", "available_tasks"]

@@ -19,6 +19,8 @@ from .core.fsutil import write_error
 COMMANDS = {
     "download": "download GQA / published MetaShift files (resumable, sha256-verified) or register local copies",
     "build": "build MetaShift (subsets, meta-graphs, communities, embeddings) into an artifact folder",
+    "classes": "list the classes of an artifact (subsets, images, communities, task id)",
+    "subsets": "list context subsets 'class(context)' with images and meta-graph community",
     "distance": "print the spectral-embedding distance between two subsets of one class",
     "stats": "compare a built artifact with the published MetaShift statistics",
     "match": "match MetaShift names to WordNet/ImageNet-1k and write the task registry",
@@ -142,19 +144,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         with user_output(args.quiet, args.verbose) as args.progress:  # commands pass it as progress=
-            return int(args.func(args) or 0)
+            rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so a reader that went away (`| head`) is caught below, not at exit
+        return rc
     except MetashiftError as exc:
         return _report(exc)
+    except BrokenPipeError:  # before OSError, its base class
+        # The reader (e.g. `| head`) went away: stop quietly, and keep Python's exit-time flush from failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         # disk full, read-only or forbidden output: the machine's state, said in one line
         known = write_error(exc, exc.filename or "the output")
         if known is None:
             raise
         return _report(known)
-    except BrokenPipeError:
-        # The reader (e.g. `| head`) went away: stop quietly, and keep Python's exit-time flush from failing too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was kept", file=sys.stderr)
         return 130

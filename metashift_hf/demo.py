@@ -16,7 +16,7 @@ from pathlib import Path
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
 
-from .api import PreparedTask, prepare
+from .api import prepare
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
 from .demo_world import generate_demo_world
@@ -157,15 +157,13 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     elif not _eval_extra_installed():
         logger.info(f"   skipped: {EXTRA_MISSING}")
     else:
-        task = prepared[matched_task]
-        sample = PreparedTask(matched_task, task.dataset.__class__({
-            split: ds.shuffle(seed=seed).select(range(min(EVAL_SAMPLE_PER_SPLIT, len(ds))))
-            for split, ds in task.dataset.items()}), task.spec)
         logger.info(f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
-                    f"(all images: metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
-                    f"--artifact {art.root} --images {world.images_dir} --out {out / 'eval-full'})")
-        report = run_eval("efficientnet-lite0", sample, art.root, world.images_dir, out / "eval", mode="restricted",
-                          seed=seed, progress=False, save_logits=True, force=True)
+                    f"(metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
+                    f"--sample {EVAL_SAMPLE_PER_SPLIT} --artifact {art.root} --images {world.images_dir} --out DIR; "
+                    "drop --sample for every image)")
+        report = run_eval("efficientnet-lite0", prepared[matched_task], art.root, world.images_dir, out / "eval",
+                          mode="restricted", seed=seed, progress=False, save_logits=True, force=True,
+                          sample=EVAL_SAMPLE_PER_SPLIT)
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
         hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", sample, art.root, None, out / "eval-hierarchy",

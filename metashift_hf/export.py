@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .api import prepare
+from .api import plan_all, prepare
 from .builders.artifact import Artifact
 from .builders.metashift import features_with_spec
 from .builders.spec import ShiftSpec
@@ -71,7 +71,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     if not prepared:
-        raise MetashiftError("no tasks to export", "name at least one task (see `metashift-hf tasks`)")
+        raise MetashiftError("no tasks to export", "name at least one task (list them with `metashift-hf tasks list --artifact ARTIFACT`)")
     if namespace is not None:
         validate_repo_name(namespace, "namespace")
     ids = [p.task_id for p in prepared]
@@ -169,6 +169,7 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
     art = Artifact.load(artifact)
     _claim_out(out_dir, tasks, layout, art, images, force)  # before the (long) preparation
     per_task = task_overrides or {}
+    plan_all(tasks, art, seed=seed, task_overrides=per_task, **overrides)  # every task plans before any is built
     prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
     return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 

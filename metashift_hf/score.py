@@ -370,7 +370,7 @@ def _task_plan(task: "str | TaskPlan", artifact, seed: int, overrides: dict) -> 
     if isinstance(task, str):
         if artifact is None:
             raise UnknownNameError(f"task {task!r} is made from an artifact, and none was given",
-                                   "pass artifact= / --artifact DIR (from metashift-hf build)")
+                                   "pass artifact= / --artifact ARTIFACT (from metashift-hf build)")
         return plan(task, artifact, seed=seed, **overrides)
     if hasattr(task, "table") and hasattr(task, "spec") and hasattr(task, "classes"):
         return task

@@ -245,7 +245,7 @@ def _match_rows(root: Path, exact: bool) -> list[Row]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
 
-        raise InputFormatError(f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact DIR`") from exc
+        raise InputFormatError(f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact ARTIFACT`") from exc
     hierarchy = str(doc.get("hierarchy", ""))
     pub = PUBLISHED_MATCH.get(hierarchy, {})
     # Exact only for the published vocabulary over the pinned full pickle.

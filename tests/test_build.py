@@ -73,7 +73,7 @@ def test_scene_graph_build(sg_artifact, scene_graphs):
 
 def test_distance_command(sg_artifact, capsys):
     a, b = embedded_pair(sg_artifact)
-    assert main(["distance", "--artifact", str(sg_artifact.root), a, b]) == 0
+    assert main(["distance", "--artifact", str(sg_artifact.root), a, b, "--value"]) == 0
     value, rule = capsys.readouterr().out.split()
     assert float(value) == pytest.approx(sg_artifact.distance(a, b).value, abs=1e-6) and rule == "(spectral)"
 

@@ -97,3 +97,27 @@ def test_cli_errors(matched, tmp_path, capsys):
     assert rc == 2 and "unknown hierarchy" in capsys.readouterr().err
     rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--batch-size", "0", "--out", str(tmp_path / "x")])
     assert rc == 2 and "--batch-size" in capsys.readouterr().err
+
+
+def test_cli_sample_and_set(matched, tmp_path, capsys):
+    """--sample N scores at most N images per split (seeded, recorded); --set reaches the task's planner."""
+    from metashift_hf import api
+
+    table = api.plan("bin-cat-dog", matched, train_max_per_class=10).table()
+    _predictions(tmp_path / "p.csv", sorted(set(api.plan("bin-cat-dog", matched).table().image_id)))
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'p.csv'}", "--task", "bin-cat-dog",
+                   "--artifact", str(matched), "--out", str(out), "--no-progress", "--sample", "4",
+                   "--set", "train_max_per_class=10"])
+        assert rc == 0, capsys.readouterr().err
+        runs.append(json.loads((out / "report.json").read_text()))
+    rep = runs[0]
+    assert rep["run"]["sample_per_split"] == 4 and rep["run"]["task_options"] == {"train_max_per_class": 10}
+    assert all(s["n"] <= 4 for s in rep["splits"].values()) and rep["overall"]["n"] <= 4 * len(rep["splits"])
+    assert runs[0]["overall"] == runs[1]["overall"]  # same seed, same sample
+    assert len(table[table.split == "train"]) <= 20  # the option is the planner's: at most 10 per class
+    rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'p.csv'}", "--task", "bin-cat-dog",
+               "--artifact", str(matched), "--out", str(tmp_path / "z"), "--sample", "0"])
+    assert rc == 2 and "--sample" in capsys.readouterr().err

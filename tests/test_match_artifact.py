@@ -1,6 +1,8 @@
 """Matching on an artifact: vocabulary from its subsets, the build rules apply, output in ARTIFACT/match."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from metashift_hf import wordnet_match
@@ -81,14 +83,14 @@ def test_tasks_commands_on_the_artifact(artifact, capsys):
 
     assert main(["tasks", "list", "--artifact", str(artifact.root), "--class", "cat"]) == 0
     listed = capsys.readouterr().out
-    assert "bin-cat-dog" in listed and "UNAVAILABLE: absent from the input" in listed
+    assert "bin-cat-dog" in listed and "unavailable: absent from the input" in listed
     api = pytest.importorskip("metashift_hf.api")
     others = api.available_tasks(artifact.root)
     assert "class-cat" in others and "class-cat" in listed  # non-registry ids come from the task layer
-    assert main(["tasks", "show", "bin-cat-dog", "--artifact", str(artifact.root)]) == 0
-    shown = capsys.readouterr().out
-    assert '"task_id": "bin-cat-dog"' in shown and "shift spec" in shown
-    # a registry id that the task layer also lists is shown from the registry
-    assert main(["tasks", "show", "imagenet-5", "--artifact", str(artifact.root)]) == 0
-    shown = capsys.readouterr().out
-    assert '"kind": "multiclass"' in shown and '"available": false' in shown and "shift spec" not in shown
+    assert main(["tasks", "show", "bin-cat-dog", "--artifact", str(artifact.root), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["task"]["task_id"] == "bin-cat-dog" and shown["shift_spec"]["task_id"] == "bin-cat-dog"
+    # a registry id that the task layer also lists is shown from the registry: unavailable -> an error
+    assert main(["tasks", "show", "imagenet-5", "--artifact", str(artifact.root)]) == 2
+    err = capsys.readouterr().err
+    assert "error: task imagenet-5 is not available" in err and "fix:" in err

@@ -97,11 +97,13 @@ def test_match_and_tasks_commands(small, tmp_path, capsys, monkeypatch, wordnet_
 
     assert main(["tasks", "list", "--match", str(out), "--kind", "multiclass"]) == 0
     listed = capsys.readouterr().out
-    assert "imagenet-5" in listed and "UNAVAILABLE" in listed and "airplane" in listed
+    assert "imagenet-5" in listed and "unavailable:" in listed and "airplane" in listed
 
-    assert main(["tasks", "show", "bin-cat-dog", "--match", str(out)]) == 0
-    shown = json.loads(capsys.readouterr().out)
+    assert main(["tasks", "show", "bin-cat-dog", "--match", str(out), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["task"]
     assert shown["classes"] == ["cat", "dog"] and shown["lca_name"] == "carnivore.n.01"
+    assert main(["tasks", "show", "bin-cat-dog", "--match", str(out)]) == 0
+    assert "lowest common ancestor carnivore.n.01" in capsys.readouterr().out
 
     assert main(["tasks", "show", "bin-dog-cat", "--match", str(out)]) == 2
     err = capsys.readouterr().err

@@ -20,6 +20,9 @@ from .hierarchy import Hierarchy
 from .wordnet import noun_synsets, wnid_of
 
 
+_EARLIER = "earlier senses not nodes"  # in a row's reason when a later sense was matched
+
+
 @dataclass(frozen=True)
 class SubsetRecord:
     subset: str
@@ -87,6 +90,12 @@ class MatchResult:
     def task_subsets(self, task) -> dict[str, list[str]]:
         """The subsets each class of a registry task draws from (per the task's ``subset_rule``)."""
         return {c: self.subsets_of(c, task.subset_rule) for c in task.classes}
+
+    def later_senses(self) -> list[MatchRow]:
+        """Matched names of selected subsets whose matched sense is not WordNet's first noun sense
+        (``kite`` -> the hawk, not the toy): their ImageNet classes may not be what the images show."""
+        used = {n for s in self.subsets if s.selected for n in (s.subject, s.context)}
+        return [r for n, r in self.table.items() if n in used and r.matched and _EARLIER in r.reason]
 
     def row(self, name: str) -> MatchRow:
         if name not in self.table:
@@ -180,7 +189,7 @@ def match_name(name: str, hierarchy: Hierarchy, wn) -> MatchRow:
         skipped = ", ".join(s.name() for s in senses[:position])
         reason = f"sense {position + 1} of {len(senses)} is a node of {hierarchy.name}"
         if skipped:
-            reason += f" (earlier senses not nodes: {skipped})"
+            reason += f" ({_EARLIER}: {skipped})"
         return MatchRow(name, True, sense.name(), wnid, sense.definition(), hierarchy.depth[wnid],
                         indices, own, tuple(sorted(leaves)), reason)
     listed = ", ".join(s.name() for s in senses[:6]) + (", ..." if len(senses) > 6 else "")

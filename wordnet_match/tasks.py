@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from metashift_hf.core.errors import UnknownNameError, did_you_mean
+from metashift_hf.core.names import id_slug
 
 from .hierarchy import Hierarchy
 from .match import MatchResult
@@ -46,8 +47,7 @@ class TaskEntry:
     reason: str = ""
 
 
-def slug(name: str) -> str:
-    return name.replace(" ", "_")
+slug = id_slug  # one rule for names inside every task id (core.names)
 
 
 def binary_task_id(a: str, b: str) -> str:

@@ -72,7 +72,8 @@ def register(subparsers) -> None:
                               help=help_text)
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="processes reading a large scene-graph file (default: 2 on a machine with 2+ cores)")
+                   help="parallel workers: here processes that read a large scene-graph file "
+                        "(default: 2 on a machine with 2+ cores)")
     p.set_defaults(func=run)
 
 

@@ -5,10 +5,13 @@ import argparse
 import csv
 import io
 
+import numpy as np
+
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.distances import RULE_HELP, DistanceMatrix
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import atomic_file
+from metashift_hf.core.names import SubsetName
 
 
 def register(subparsers) -> None:
@@ -16,17 +19,19 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "distance",
         help="distance between two subsets of one class (number + rule, or 'disconnected'), or a class's matrix",
-        description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact DIR "
-                    "'dog(shelf)' 'dog(bed)'; prints the number and the rule that gave it, or 'disconnected' when "
+        description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact ARTIFACT "
+                    "'dog(shelf)' 'dog(bed)'; prints the number, the rule that gave it and its place among the class's pairs, or 'disconnected' when "
                     f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "
                     "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out.",
     )
-    p.add_argument("--artifact", required=True, metavar="DIR", help="artifact folder written by `metashift-hf build`")
-    p.add_argument("a", nargs="?", help="subset name 'subject(context)'")
+    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`")
+    p.add_argument("a", nargs="?", help="subset name 'subject(context)' (list them with `metashift-hf subsets CLASS`)")
     p.add_argument("b", nargs="?", help="subset name of the same subject")
     p.add_argument("--class", dest="subject", metavar="C", help="class whose whole matrix --matrix prints")
     p.add_argument("--matrix", action="store_true", help="every pair of the class's kept subsets, with rule and status")
     p.add_argument("--out", metavar="FILE", help="write the --matrix CSV to FILE instead of printing it")
+    p.add_argument("--value", action="store_true",
+                   help="print only 'NUMBER (rule)' or 'disconnected' (for scripts) instead of the sentence")
     p.set_defaults(func=run)
 
 
@@ -44,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.matrix:
         if not args.subject or args.a or args.b:
             raise InputFormatError("--matrix needs --class C and no subset names",
-                                   "run metashift-hf distance --artifact DIR --class dog --matrix [--out FILE]")
+                                   "run metashift-hf distance --artifact ARTIFACT --class dog --matrix [--out FILE]")
         artifact = Artifact.load(args.artifact)
         m = artifact.distance_matrix(args.subject)
         text = matrix_csv(m)
@@ -59,7 +64,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not (args.a and args.b) or args.subject or args.out:
         raise InputFormatError("give two subset names, or --class C --matrix",
-                               "run metashift-hf distance --artifact DIR 'dog(shelf)' 'dog(bed)'")
+                               "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)'")
     artifact = Artifact.load(args.artifact)
-    print(artifact.distance(args.a, args.b))
+    d = artifact.distance(args.a, args.b)
+    if args.value:
+        print(d)
+        return 0
+    subject = SubsetName.parse(args.a).subject
+    if d.value is None:
+        print(f"{args.a} and {args.b} are disconnected: no path joins them in the meta-graph of class {subject!r}, "
+              "so no distance is defined (a lower --edge-threshold at build joins more subsets)")
+        return 0
+    print(f"d({args.a}, {args.b}) = {d.value:.3f}")
+    print(f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, whose edges "
+          f"join subsets sharing images (overlap >= {artifact.options.get('edge_threshold', '?')}); 0 = same place, "
+          "larger = more different contexts.")
+    m = artifact.distance_matrix(subject)
+    upper = m.values[np.triu_indices(len(m.names), 1)]
+    pairs = upper[np.isfinite(upper)]
+    if len(pairs):
+        print(f"  for scale: the {len(pairs):,} connected pairs of {subject!r} range from {pairs.min():.3f} to "
+              f"{pairs.max():.3f} (median {np.median(pairs):.3f}); this pair is farther apart than "
+              f"{float((pairs < d.value).mean()):.0%} of them.")
     return 0

@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("--what", default=",".join(DEFAULT_ORDER),
                    help=f"comma-separated files to fetch (default: all = {','.join(DEFAULT_ORDER)}; "
-                        "images is 21.8 GB; COCO only when named: coco-annotations,coco-images,coco-val-images)")
+                        f"images is {human_size(KNOWN_FILES['images'].size)}; COCO only when named: "
+                        "coco-annotations,coco-images,coco-val-images)")
     p.add_argument("--dir", default=None,
                    help="download folder (default: $METASHIFT_HF_CACHE or the user cache folder)")
     p.add_argument("--mirror", default=None, metavar="BASE_URL",

@@ -12,8 +12,8 @@ from ..shards import LAYOUTS
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments shared by export and publish (both materialise tasks the same way)."""
 
-    p.add_argument("tasks", nargs="*", metavar="TASK", help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks`)")
-    p.add_argument("--artifact", help="artifact folder from `metashift-hf build`")
+    p.add_argument("tasks", nargs="*", metavar="TASK", help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks list`)")
+    p.add_argument("--artifact", metavar="ARTIFACT", help="artifact folder from `metashift-hf build`")
     p.add_argument("--images", help="image folder of <id>.jpg or GQA images.zip")
     p.add_argument("--layout", choices=LAYOUTS, default="repo-per-task",
                    help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
@@ -21,6 +21,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
     p.add_argument("--on-missing", choices=("error", "skip"), default="error",
                    help="images missing or corrupt in --images: error (default; lists them) or skip them")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (as for download and evaluate)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
                    help="task option, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 for one, "
                         "class-cat:scale=null to drop it for one; repeatable")
@@ -59,9 +60,14 @@ def task_options(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
 
 
 def require_task_inputs(args: argparse.Namespace) -> None:
+    if args.no_progress:
+        import datasets  # heavy: imported only by the commands that materialise tasks
+
+        datasets.disable_progress_bars()
 
     if not args.tasks:
-        raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` (list them with `metashift-hf tasks`)")
+        raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` "
+                             "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
     if not args.images:  # the images registered or downloaded once (metashift-hf download)
 
         args.images = resolve_input("images", required=False)
@@ -83,7 +89,7 @@ def register(subparsers) -> None:
         ),
     )
     add_task_arguments(p)
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", required=True, metavar="DIR",
                    help="output folder: new, empty, or an earlier export; each repo folder in it is written atomically")
     p.add_argument("--force", action="store_true",
                    help="replace repo folders an earlier export wrote in --out (nothing else is ever replaced)")

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                     "(default ARTIFACT/match). --explain NAME says why a name did or did not match.",
     )
     src = p.add_argument_group("inputs (one source)")
-    src.add_argument("--artifact", metavar="DIR", help="an artifact from `metashift-hf build` (sizes known: kept subsets only)")
+    src.add_argument("--artifact", metavar="ARTIFACT", help="an artifact from `metashift-hf build` (sizes known: kept subsets only)")
     src.add_argument("--subset-names", metavar="FILE", help="subset names, one 'subject(context)' per line")
     src.add_argument("--vocabulary", metavar="FILE",
                      help="names to match: class_hierarchy.json, a JSON list or one per line (default: names in the subsets)")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                              "an artifact already carries its subsets and names")
     if not args.artifact and not args.subset_names:
         raise MetashiftError("no input: nothing to match",
-                             "use --artifact DIR, or --subset-names FILE [--vocabulary FILE] --out DIR")
+                             "use --artifact ARTIFACT, or --subset-names FILE [--vocabulary FILE] --out DIR")
     if args.subset_names and not args.out:
         raise MetashiftError("--subset-names needs --out DIR (there is no artifact to write into)",
                              "add --out DIR")
@@ -69,6 +69,15 @@ def run(args: argparse.Namespace) -> int:
     for task in (x for x in result.tasks if x.kind == "multiclass"):
         state = "available" if task.available else "UNAVAILABLE"
         print(f"  {task.task_id}: {state}" + (f" ({task.reason})" if task.reason else ""))
+    later = result.later_senses()
+    if later:
+        print(f"warning: {len(later):,} name(s) of selected subsets matched a later WordNet sense, not the first "
+              "(published rule: the first sense that is a hierarchy node), so their images may not show what the "
+              "ImageNet classes mean (e.g. kite the toy, matched as the hawk):")
+        for r in later[:10]:
+            print(f"  {r.name} -> {r.synset}: {r.definition}")
+        print(("  ... " + ", ".join(r.name for r in later[10:]) + "\n" if len(later) > 10 else "")
+              + "  check one with `metashift-hf match --explain NAME` (it lists every sense)")
     print(f"wrote {out}")
     return 0
 

@@ -13,7 +13,7 @@ HELP = "score a predictions file (class or probabilities per image) on a task: p
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     """--task/--artifact/--seed/--set, shared by the commands that read a task plan."""
     p.add_argument("--task", required=True, help="task id, e.g. paper-subpop-cat-dog-p12")
-    p.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
+    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder from `metashift-hf build`")
     p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, e.g. scale=0.5 (as for export); repeatable")

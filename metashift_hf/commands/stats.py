@@ -18,7 +18,7 @@ def register(subparsers) -> None:
             "content hash against the tables for every artifact."
         ),
     )
-    p.add_argument("--artifact", required=True, help="artifact folder written by `metashift-hf build --out DIR`")
+    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build --out ARTIFACT`")
     p.add_argument("--verify", action="store_true", help="exit with status 1 when any check fails")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
     p.set_defaults(func=run)

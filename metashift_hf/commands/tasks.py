@@ -5,7 +5,7 @@ import argparse
 import json
 import math
 
-from metashift_hf.api import available_tasks, plan
+from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.core.errors import (
@@ -30,18 +30,24 @@ def register(subparsers) -> None:
                     "artifact, from metashift_hf.api.available_tasks (paper-*, class-<name>, attributes).",
     )
     sub = p.add_subparsers(dest="tasks_command", metavar="list|show")
-    for name, helptext in (("list", "list task ids with their classes"), ("show", "show one task")):
+    for name, helptext in (("list", "list task ids with their classes and split sizes"),
+                           ("show", "show one task: its classes, splits, groups and shift")):
         q = sub.add_parser(name, help=helptext)
         if name == "show":
             q.add_argument("task_id", metavar="ID")
             q.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
             q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                            help="task option for the shift spec, e.g. scale=0.5 (as for export); repeatable")
-        q.add_argument("--artifact", metavar="DIR", help="artifact folder (its registry is DIR/match)")
+            q.add_argument("--json", action="store_true",
+                           help="print the registry entry and the whole shift spec as JSON (for machines)")
+        q.add_argument("--artifact", metavar="ARTIFACT", help="artifact folder (its registry is ARTIFACT/match)")
         q.add_argument("--match", metavar="DIR", help="a match folder written with `metashift-hf match --out DIR`")
         if name == "list":
             q.add_argument("--kind", choices=KINDS, help="only tasks of this kind")
             q.add_argument("--class", dest="class_name", metavar="NAME", help="only tasks involving this class")
+            q.add_argument("--sizes", action=argparse.BooleanOptionalAction, default=None,
+                           help=f"plan each listed task for its split sizes (default: when at most {SIZES_AUTO_MAX} "
+                                "tasks are listed; needs --artifact)")
         q.set_defaults(func=run_list if name == "list" else run_show)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
@@ -63,7 +69,7 @@ def _registry(args):
 
     source = args.match or args.artifact
     if not source:
-        raise MetashiftError("no registry given", "use --artifact DIR (after `metashift-hf match --artifact DIR`) "
+        raise MetashiftError("no registry given", "use --artifact ARTIFACT (after `metashift-hf match --artifact ARTIFACT`) "
                                                   "or --match DIR")
     try:
         return registry(source), source
@@ -77,17 +83,37 @@ def _fmt_sim(value: float) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
+SIZES_AUTO_MAX = 100
+SPLIT_COLUMNS = (("train", "TRAIN"), ("validation", "VAL"), ("test", "TEST"), ("id_test", "ID_TEST"))
+LEGEND = """columns: TRAIN/VAL/TEST/ID_TEST = rows per split at the default sizes (seed 0); STATUS = ok, or why the task
+  cannot be planned as is (with the --set that makes it plan); LCA = lowest common ancestor of the classes in the
+  WordNet/ImageNet hierarchy @ its depth (root = 0; deeper = more similar classes); SIM = WordNet path similarity
+  of the classes (1 = same synset; higher = harder to tell apart); SUBSETS = kept context subsets per class.
+  `metashift-hf tasks show ID --artifact ARTIFACT` explains one task."""
+
+
+def _sizes(task_id: str, art) -> tuple[dict[str, int], str]:
+    """(rows per split, status) of a task at its default sizes."""
+    try:
+        return dict(plan(task_id, art).spec.split_sizes or {}), "ok"
+    except EmptyResultError:
+        scale = fitting_scale(task_id, art)
+        return {}, f"too big for this artifact at default sizes; plans with --set {task_id}:scale={scale}" if scale \
+            else "too big for this artifact at default sizes"
+    except MetashiftError as exc:
+        return {}, f"cannot plan: {exc.what}"
+
+
 def run_list(args: argparse.Namespace) -> int:
 
     tasks, source = _registry(args)
-    rows = []
+    rows: list[tuple[str, ...]] = []  # id, kind, classes, lca, sim, subsets, status
     for t in tasks:
         if (args.kind and t.kind != args.kind) or (args.class_name and args.class_name not in t.classes):
             continue
-        status = "" if t.available else "  UNAVAILABLE: " + t.reason
         lca = f"{t.lca_name}@{t.lca_depth}" if t.lca else "-"
-        rows.append(f"{t.task_id:<36} {t.kind:<10} {','.join(t.classes):<40} lca={lca:<28} "
-                    f"sim={_fmt_sim(t.path_similarity)} subsets={','.join(map(str, t.n_subsets))}{status}")
+        rows.append((t.task_id, t.kind, ",".join(t.classes), lca, _fmt_sim(t.path_similarity),
+                     ",".join(map(str, t.n_subsets)), "" if t.available else "unavailable: " + t.reason))
     registry_ids = {t.task_id for t in tasks}
     for task_id in _other_task_ids(args.artifact):
         if task_id in registry_ids:
@@ -95,13 +121,62 @@ def run_list(args: argparse.Namespace) -> int:
         info = _other_info(args.artifact, task_id)
         if (args.kind and info.kind != args.kind) or (args.class_name and args.class_name not in info.classes):
             continue
-        rows.append(f"{task_id:<36} {info.kind:<10} {','.join(info.classes)}")
+        rows.append((task_id, info.kind, ",".join(info.classes), "-", "-", "-", ""))
     if not rows and (args.kind or args.class_name):
         raise EmptyResultError(f"no task in {source} matches --kind {args.kind} --class {args.class_name}",
-                               "drop a filter, or check the class name with `metashift-hf match --explain NAME`")
-    print("\n".join(rows))
-    print(f"{len(rows):,} task(s)")
+                               "drop a filter, or check the class name with `metashift-hf classes --artifact ARTIFACT`")
+    sizes = args.sizes if args.sizes is not None else (bool(args.artifact) and len(rows) <= SIZES_AUTO_MAX)
+    if sizes and not args.artifact:
+        raise MetashiftError("--sizes needs the artifact", "pass --artifact ARTIFACT")
+    art = Artifact.load(args.artifact) if sizes else None
+    table = [("ID", "KIND", "CLASSES", *([c for _, c in SPLIT_COLUMNS] if sizes else []), "LCA", "SIM", "SUBSETS", "STATUS")]
+    for task_id, kind, classes, lca, sim, subsets, status in rows:
+        counts: list[str] = []
+        if sizes:
+            if not status:
+                split_sizes, status = _sizes(task_id, art)
+                counts = [f"{split_sizes[s]:,}" if s in split_sizes else "-" for s, _ in SPLIT_COLUMNS]
+            else:
+                counts = ["-"] * len(SPLIT_COLUMNS)
+        table.append((task_id, kind, classes, *counts, lca, sim, subsets, status or "ok"))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(f"{len(rows):,} task(s)" + ("" if sizes else "; split sizes: pass --sizes (plans every listed task)"))
+    print(LEGEND)
     return 0
+
+
+def _group_lines(spec: dict) -> list[str]:
+    out = []
+    for split in ("train", "validation", "test", "id_test"):
+        for g in spec.get(f"{split}_groups") or []:
+            contexts = ", ".join(g.get("contexts_found") or g.get("contexts") or []) or "-"
+            out.append(f"  {split:<10} {g.get('group', ''):<28} {g.get('n', 0):>6,}  contexts: {contexts}")
+    return out
+
+
+def spec_summary(spec: dict) -> list[str]:
+    """A shift spec as a few readable lines (``tasks show``; ``--json`` gives all of it)."""
+    kind = {"marginal": "domain generalisation / marginal shift: train and test contexts differ",
+            "conditional": "subpopulation / conditional shift: the same groups in other proportions",
+            "none": "no designed shift (a collection)"}.get(spec.get("shift_type"), str(spec.get("shift_type")))
+    lines = [f"shift:    {kind}"]
+    dist = spec.get("distance") or {}
+    if dist.get("value") is not None:
+        paper = f"; paper {dist['paper_value']}" if dist.get("paper_value") is not None else ""
+        lines.append(f"distance: d = {dist['value']:.3f} ({dist.get('rule')} rule{paper})")
+    mf = spec.get("minority_fraction") or {}
+    if mf.get("target") is not None:
+        lines.append(f"minority: p = {mf.get('achieved')} of the training rows (target {mf.get('target')})")
+    sizes = spec.get("split_sizes") or {}
+    lines.append("splits:   " + ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
+    removed = {k: v for k, v in (spec.get("removed") or {}).items() if v}
+    if removed:
+        lines.append("removed:  " + ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items()))
+                     + " images (ambiguous or leaking between splits)")
+    lines += ["groups:", *_group_lines(spec)]
+    return lines
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -111,23 +186,32 @@ def run_show(args: argparse.Namespace) -> int:
     entry = None
     if any(t.task_id == args.task_id for t in tasks):  # registry first: available_tasks lists its ids too
         entry = find_task(tasks, args.task_id)
-        print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                          for k, v in entry.__dict__.items()}, indent=2))
+        facts = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in entry.__dict__.items()}
     elif args.task_id in others:
         info = _other_info(args.artifact, args.task_id)
-        print(json.dumps({"task_id": info.task_id, "family": info.family, "kind": info.kind,
-                          "classes": list(info.classes)}, indent=2))
+        facts = {"task_id": info.task_id, "family": info.family, "kind": info.kind, "classes": list(info.classes)}
     else:
         known = sorted({t.task_id for t in tasks} | set(others))
         raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
                                "list the ids with `metashift-hf tasks list`")
-    if args.artifact and (entry is None or entry.available):
-        try:
-            options, _ = parse_overrides(args.overrides, [args.task_id])
-            spec = plan(args.task_id, args.artifact, seed=args.seed, **options).spec
-        except MetashiftError as exc:  # the entry (printed above) is still worth showing; the error goes to stderr
-            raise MetashiftError(f"shift spec of {args.task_id} not available: {exc.what}",
-                                 f"{exc.fix} (here: --set KEY=VALUE)" if exc.fix else "") from None
-        print("shift spec:")
-        print(spec.to_json(), end="")
+    if entry is not None and not entry.available:
+        raise EmptyResultError(f"task {args.task_id} is not available on {source}: {entry.reason}",
+                               "pick another id from `metashift-hf tasks list --artifact ARTIFACT`")
+    spec = None
+    if args.artifact:
+        options, _ = parse_overrides(args.overrides, [args.task_id])
+        # the spec's JSON form (builders.spec.ShiftSpec.to_json): what --json prints and the summary reads
+        spec = json.loads(plan_all([args.task_id], args.artifact, seed=args.seed, **options)[args.task_id].spec.to_json())
+    if args.json:
+        print(json.dumps({"task": facts, "shift_spec": spec}, indent=2, sort_keys=True, default=str))
+        return 0
+    print(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}")
+    if entry is not None:
+        print(f"wordnet:  lowest common ancestor {entry.lca_name} at depth {entry.lca_depth}; "
+              f"path similarity {_fmt_sim(entry.path_similarity)}")
+    if spec is None:
+        print("(pass --artifact ARTIFACT for its splits, groups and shift)")
+        return 0
+    print("\n".join(spec_summary(spec)))
+    print(f"whole spec: metashift-hf tasks show {args.task_id} --artifact ARTIFACT --json")
     return 0

@@ -54,3 +54,12 @@ def parse_subset_name(name: str) -> tuple[str, str]:
     """``'subject(context)'`` -> ``(subject, context)``; InputFormatError if malformed."""
     parsed = SubsetName.parse(name)
     return parsed.subject, parsed.context
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def id_slug(name: str) -> str:
+    """A name as it appears inside a task id: characters the Hub refuses in config and folder names
+    (spaces, apostrophes, ...) become ``_``, so ``living room`` gives ``class-living_room``."""
+    return _UNSAFE.sub("_", name)

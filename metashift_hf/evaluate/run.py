@@ -39,7 +39,8 @@ BUG_TEST = ("Each context subset with at least --min-subset-size images is compa
             "across all tested subsets of all classes in the report.")
 
 
-def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error"):
+def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error",
+               options: Mapping[str, Any] | None = None):
     """(task_id, spec or None, per-image table, class names, byte reader or None).
 
     A task id is planned (no images) when predictions come from a file, else materialised with
@@ -50,15 +51,16 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
     if isinstance(task, str):
         if artifact is None:
             raise MetashiftError(f"task {task!r} is made from an artifact, and none was given",
-                                 "pass --artifact DIR (from metashift-hf build) and --images SRC (folder or images.zip)")
+                                 "pass --artifact ARTIFACT (from metashift-hf build) and --images SRC (folder or images.zip)")
 
         if not need_images:
-            plan = api.plan(task, artifact, seed=seed)
+            plan = api.plan(task, artifact, seed=seed, **dict(options or {}))
             return plan.task_id, plan.spec, _checked(plan.table(), task), list(plan.classes), None
         if images is None:
             raise MetashiftError(f"task {task!r}: the model needs the images, and --images was not given",
                                  "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use --model predictions:FILE")
-        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed, on_missing=on_missing)
+        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
+                               **dict(options or {}))
         return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
     if isinstance(task, datasets.Dataset):
         task = datasets.DatasetDict({"test": task})
@@ -68,6 +70,18 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
         return (task.task_id, getattr(task, "spec", None)) + _from_dataset(task.dataset)
     raise InputFormatError(f"cannot evaluate on a {type(task).__name__}",
                            "pass a task id string (with artifact and images), a metashift_hf.prepare(...) result or a datasets.DatasetDict")
+
+
+def sample_rows(table: pd.DataFrame, per_split: int, seed: int) -> pd.DataFrame:
+    """At most ``per_split`` images of each split, drawn with ``seed`` (all rows of a drawn image kept)."""
+    rng = np.random.default_rng(seed)
+    keep = []
+    for split in sorted(set(table["split"])):
+        ids = sorted(set(table.loc[table["split"] == split, "image_id"]))
+        keep += [(split, i) for i in (rng.choice(ids, per_split, replace=False) if len(ids) > per_split else ids)]
+    chosen = pd.MultiIndex.from_tuples(keep, names=["split", "image_id"])
+    mask = pd.MultiIndex.from_frame(table[["split", "image_id"]]).isin(chosen)
+    return table[mask].reset_index(drop=True)
 
 
 def _checked(table: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -247,6 +261,8 @@ def evaluate(
     save_logits: bool = False,
     on_missing: str = "error",
     force: bool = False,
+    sample: int | None = None,
+    task_options: Mapping[str, Any] | None = None,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
@@ -258,12 +274,16 @@ def evaluate(
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
     ``force`` replaces an earlier report in ``out`` (never anything else: see core.fsutil.check_out).
+    ``sample``: score at most this many images per split, drawn with ``seed`` (quick looks; the
+    report's n and intervals say how few). ``task_options``: the task's options (``scale=0.5``),
+    as ``--set`` gives them to export.
     """
 
     for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
                                   ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
                                   ("alpha", alpha, 0 < alpha < 1, "e.g. 0.05"),
-                                  ("workers", workers, workers is None or workers >= 1, "e.g. 4, or leave it out")):
+                                  ("workers", workers, workers is None or workers >= 1, "e.g. 4, or leave it out"),
+                                  ("sample", sample, sample is None or sample >= 1, "e.g. 100")):
         if not ok:
             flag = "--" + name.replace("_", "-")
             raise MetashiftError(f"{flag} (Python: {name}) = {value} is out of range", f"use {hint}")
@@ -275,7 +295,9 @@ def evaluate(
     loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
                                                      need_images=not isinstance(loaded, PrecomputedPredictions),
-                                                     on_missing=on_missing)
+                                                     on_missing=on_missing, options=task_options)
+    if sample is not None:
+        table = sample_rows(table, sample, seed)
     if table.empty:
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
     art = None
@@ -315,6 +337,7 @@ def evaluate(
             "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
+            "sample_per_split": sample, "task_options": dict(task_options or {}),
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,
