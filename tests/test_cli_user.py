@@ -10,7 +10,6 @@ import sys
 import pytest
 
 import metashift_hf
-from hub_server import build_demo
 from metashift_hf.api import available_tasks
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
@@ -20,9 +19,8 @@ HUB_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    world, art = build_demo(tmp_path_factory.mktemp("cli-user"))
-    return world, art
+def demo(demo_build):
+    return demo_build  # (world, artifact), built once per session; these tests only read them
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -101,9 +99,10 @@ def test_distance_says_what_the_number_means(demo, capsys):
     assert main(["distance", "--artifact", root, "dog(shelf)", "dog(bed)"]) == 0
     out = capsys.readouterr().out
     value = float(re.match(r"d\(dog\(shelf\), dog\(bed\)\) = ([0-9.]+)", out).group(1))
-    assert "Euclidean distance between the two subsets' spectral embeddings" in out and "range from" in out
+    assert "rule: spectral, the Euclidean distance of the original spectral embeddings" in out and "range from" in out
     assert main(["distance", "--artifact", root, "dog(shelf)", "dog(bed)", "--value"]) == 0
-    assert float(capsys.readouterr().out) == pytest.approx(value, abs=5e-4)
+    number, rule = capsys.readouterr().out.split()
+    assert float(number) == pytest.approx(value, abs=5e-4) and rule == "(spectral)"
     assert main(["distance", "--artifact", root, "dog(shelff)", "dog(bed)"]) == 2
     err = capsys.readouterr().err
     assert "metashift-hf subsets CLASS --artifact ARTIFACT" in err
