@@ -147,9 +147,12 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_SPLITS = ("train", "validation", "test", "id_test")
+
+
 def _group_lines(spec: dict) -> list[str]:
     out = []
-    for split in ("train", "validation", "test", "id_test"):
+    for split in _SPLITS:
         for g in spec.get(f"{split}_groups") or []:
             contexts = ", ".join(g.get("contexts_found") or g.get("contexts") or []) or "-"
             out.append(f"  {split:<10} {g.get('group', ''):<28} {g.get('n', 0):>6,}  contexts: {contexts}")
@@ -170,7 +173,8 @@ def spec_summary(spec: dict) -> list[str]:
     if mf.get("target") is not None:
         lines.append(f"minority: p = {mf.get('achieved')} of the training rows (target {mf.get('target')})")
     sizes = spec.get("split_sizes") or {}
-    lines.append("splits:   " + ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
+    order = [s for s in _SPLITS if s in sizes] + sorted(set(sizes) - set(_SPLITS))
+    lines.append("splits:   " + ", ".join(f"{k} {sizes[k]:,}" for k in order))
     removed = {k: v for k, v in (spec.get("removed") or {}).items() if v}
     if removed:
         lines.append("removed:  " + ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items()))
