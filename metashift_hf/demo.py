@@ -166,8 +166,9 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
                           sample=EVAL_SAMPLE_PER_SPLIT)
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
-        hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", sample, art.root, None, out / "eval-hierarchy",
-                        mode="hierarchy", seed=seed, progress=False, force=True)
+        hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", prepared[matched_task], art.root, None,
+                        out / "eval-hierarchy", mode="hierarchy", seed=seed, progress=False, force=True,
+                        sample=EVAL_SAMPLE_PER_SPLIT)  # same seed: the same images
         ov, hov = report["overall"], hier["overall"]
         logger.info(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
                     f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "
