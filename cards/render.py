@@ -21,6 +21,7 @@ from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.names import SubsetName
+from metashift_hf.core.names import id_slug
 from metashift_hf.core.provenance import describe, is_synthetic
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.shards import dataset_infos_yaml
@@ -135,6 +136,7 @@ class TaskInfo:
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
     distances: list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]] = field(default_factory=list)  # class, train, test, d code, d paper
     differences: list[str] = field(default_factory=list)
+    example: dict = field(default_factory=dict)  # the first row without its image bytes (data-instance section)
 
 
 def _feature_type(feature) -> str:
@@ -277,7 +279,9 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     }
     plots = [c for c in spec.classes if (Path(art.root) / "plots" / f"{c}.png").is_file()]
     stats = dict(getattr(art, "stats", None) or {})
+    example = first.select_columns([c for c in first.column_names if c != "image"])[0] if len(first) else {}
     return TaskInfo(
+        example=dict(example),
         task_id=prepared.task_id,
         repo_id=repo_id,
         spec=spec,
@@ -292,11 +296,16 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     )
 
 
+def plot_file(cls: str) -> str:
+    """The picture's name in the repo: Hub-safe, since a space breaks a Markdown image link."""
+    return f"{id_slug(cls)}.png"
+
+
 def copy_plots(info: TaskInfo, art, repo_dir: Path) -> list[str]:
     """Copy the class meta-graph PNGs into ``repo_dir/images/`` (the card links them)."""
     copied = []
     for cls in info.plots:
-        dst = Path(repo_dir) / "images" / f"{cls}.png"
+        dst = Path(repo_dir) / "images" / plot_file(cls)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(art.root) / "plots" / f"{cls}.png", dst)
         copied.append(dst.relative_to(repo_dir).as_posix())
@@ -384,7 +393,7 @@ def render_task_section(info: TaskInfo) -> str:
     spec = info.spec
     if info.plots:
         metagraph = "\n\n".join(f"Meta-graph of `{c}` (nodes: context subsets; edges: overlap; colours: communities):\n\n"
-                                f"![meta-graph of {c}](images/{c}.png)" for c in info.plots)
+                                f"![meta-graph of {c}](images/{plot_file(c)})" for c in info.plots)
     else:
         metagraph = "No meta-graph picture: the artifact was built without matplotlib."
     if info.distances:
@@ -454,6 +463,10 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
         tags=(COCO_TAGS if provenance == "coco" else TAGS) + shift_tags + (["synthetic"] if synthetic else []),
         source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else
                          COCO_SOURCE_DATASETS if provenance == "coco" else SOURCE_DATASETS),
+        task_ids=["multi-class-image-classification"],
+        paperswithcode_id=None if synthetic else "metashift",
+        # an index repo holds only its README: without this the Hub viewer says "no data files found"
+        viewer=None if configs else False,
     )
     if configs:
         dataset_infos_yaml(configs, data)
@@ -464,11 +477,41 @@ def _card(data, body: str) -> str:
     return f"---\n{data.to_yaml()}\n---\n\n{body.rstrip()}\n"
 
 
+def recommended_metric(info: TaskInfo) -> str:
+    """How to score and report this task, by shift type (what `metashift-hf score` computes)."""
+    kind = info.spec.shift_type
+    if kind == "conditional":
+        val = info.group_rows.get("validation") or {}
+        few = (f" The `validation` split is small per group (as few as {min(val.values()):,} images in a group: "
+               f"{', '.join(f'`{g}` {n:,}' for g, n in sorted(val.items(), key=lambda x: x[1])[:3])}), so "
+               "worst-group accuracy on it is noisy: select models on it with care and report intervals.") if val else ""
+        return ("Report **average and worst-group accuracy on `test`** (groups: the `group` field), each with a 95% "
+                "interval, and the training minority fraction p." + few)
+    if kind == "marginal":
+        return ("Report **accuracy on `test` (out of distribution) next to in-distribution accuracy** (`id_test`, "
+                "else `validation`), the gap between them, and per-group accuracy (`group` field), each with a 95% "
+                "interval; name the distance d of the shift.")
+    return "No designed shift: report per-group accuracy (`group` field) with 95% intervals."
+
+
+def _example(info: TaskInfo) -> str:
+    row = {"image": "<PIL.Image: the original JPEG>", **info.example}
+    return "```python\n" + "\n".join(f"{k!r}: {v!r}," for k, v in row.items()) + "\n```"
+
+
 def render_task_card(info: TaskInfo, configs) -> str:
     provenance = info.build.get("artifact_source")
     body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id, provenance=provenance_banner(provenance),
+                   metric=recommended_metric(info), example=_example(info),
                    task_section=render_task_section(info), about=_about(provenance))
     return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance), body)
+
+
+def _task_link(info: TaskInfo) -> str:
+    """The task id as a link to its repo: the Hub page for ``ns/repo``, else the local folder."""
+    if info.repo_id.count("/") == 1 and not info.repo_id.startswith((".", "/")):
+        return f"[`{info.task_id}`](https://huggingface.co/datasets/{info.repo_id})"
+    return f"[`{info.task_id}`](../{Path(info.repo_id).name})"
 
 
 def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
@@ -481,9 +524,9 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
         dist = spec.distance.value if spec.distance is not None else None
         mf = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
         rows.append(
-            f"| `{i.task_id}` | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.classes)} | "
+            f"| {_task_link(i)} | `load_dataset(\"{i.repo_id}\", \"{i.task_id}\")` | {', '.join(spec.classes)} | "
             f"{shift_label(spec)} ({spec.shift_type}) | {_cell(_contexts(groups.get('train', ())))} | "
-            f"{_cell(_contexts(groups.get('test', ())))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values())} |")
+            f"{_cell(_contexts(groups.get('test', ())))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values()):,} |")
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
                    provenance=provenance_banner(art.provenance),

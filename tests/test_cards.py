@@ -100,7 +100,7 @@ def test_index_card_lists_every_task_repo(exported):
     card = DatasetCard.load(index.path / "README.md")
     assert card.data.license == "cc-by-4.0" and "configs" not in card.data.to_dict()
     for t in tasks:
-        row = next(line for line in text.splitlines() if line.startswith(f"| `{t.task_id}` |"))
+        row = next(line for line in text.splitlines() if line.startswith(f"| [`{t.task_id}`]("))
         assert f'load_dataset("metashift-org/metashift-{t.task_id}", "{t.task_id}")' in row
         assert t.spec.shift_type in row and "cat(sofa), dog(sofa)" in row and "0.500" in row
     assert "@inproceedings{liang2022metashift" in text
@@ -118,3 +118,40 @@ def test_missing_placeholder_value_is_an_error(tmp_path, monkeypatch):
 def test_size_categories():
     assert [cards.size_category(n) for n in (5, 1500, 20_000, 500_000, 2_000_000)] == \
         ["n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M"]
+
+
+def test_hub_user_sections_yaml_links_and_images_render(exported, tmp_path):
+    """Issue 12: the YAML keys and sections Hub users look for; every image link renders; the index
+    card turns the viewer off and links its tasks."""
+    import markdown
+
+    _, _, repos = exported
+    task_repo, index_repo = repos[0], repos[-1]
+    card = DatasetCard.load(task_repo.path / "README.md")
+    data = card.data.to_dict()
+    assert data["pretty_name"] and data["task_categories"] == ["image-classification"]
+    assert data["task_ids"] == ["multi-class-image-classification"] and data["paperswithcode_id"] == "metashift"
+    assert data["size_categories"] and "viewer" not in data
+    for heading in ("## Summary", "## Data instance", "## Intended uses", "## Recommended metric",
+                    "## Personal and sensitive information"):
+        assert heading in card.text, heading
+    assert "arxiv.org/abs/2202.06523" in card.text and "github.com/Weixin-Liang/MetaShift" in card.text
+    assert "collate_fn=collate" in card.text and "'image_id':" in card.text
+    html = markdown.markdown(card.text, extensions=["tables", "fenced_code"])
+    images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', html)
+    assert images and all((task_repo.path / src).is_file() for src in images), images
+    assert not re.search(r"!\[[^\]]*\]\([^)]*\s[^)]*\)", card.text)  # no image link with a space
+    index = DatasetCard.load(index_repo.path / "README.md")
+    assert index.data.to_dict()["viewer"] is False
+    assert "[`paper-dg-cat-dog-1`](https://huggingface.co/datasets/metashift-org/metashift-paper-dg-cat-dog-1)" in index.text
+
+
+def test_subpopulation_card_warns_about_small_validation_groups(exported):
+    from types import SimpleNamespace
+
+    text = (exported[2][1].path / "README.md").read_text()
+    assert "average and worst-group accuracy on `test`" in text
+    info = SimpleNamespace(spec=SimpleNamespace(shift_type="conditional"),
+                           group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}})
+    words = cards.recommended_metric(info)
+    assert "as few as 3 images in a group: `dog(indoor)` 3, `cat(outdoor)` 5, `cat(indoor)` 40" in words
