@@ -59,6 +59,7 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
 
 
 _TRY_SCALES = (0.5, 0.25, 0.1, 0.05)
+_PREPARE_ONLY = ("on_missing", "cache_dir")  # arguments of prepare(), not task options
 
 
 def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
@@ -85,7 +86,7 @@ def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed
     art = Artifact.load(artifact)
     plans = {}
     for task in tasks:
-        options = {k: v for k, v in (task_overrides or {}).get(task, overrides).items() if k != "on_missing"}
+        options = {k: v for k, v in (task_overrides or {}).get(task, overrides).items() if k not in _PREPARE_ONLY}
         try:
             plans[task] = plan(task, art, seed=seed, **options)
         except EmptyResultError as exc:
