@@ -140,6 +140,9 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
                         overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)
     builder.download_and_prepare()
     ds = builder.as_dataset()
+    if not ds or not any(len(split) for split in ds.values()):  # every image dropped by on_missing="skip"
+        raise EmptyResultError(f"task {task}: no image left to use (all were missing or unusable in {images})",
+                               "point --images (Python: images=) at the folder or zip that holds the task's images")
     return PreparedTask(task_id=task, dataset=ds, spec=spec_of_dataset(ds))
 
 

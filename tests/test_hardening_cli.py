@@ -45,3 +45,15 @@ def test_deeply_nested_tree_json_is_one_line(tmp_path, capsys):
     names.write_text("cat(sofa)\n")
     code, _, err = run_cli(capsys, "match", "--subset-names", names, "--hierarchy", f"tree:{tree}", "--out", tmp_path / "m")
     assert_one_line_error(code, err, "nested too deeply")
+
+
+@pytest.mark.parametrize("command", ["export", "evaluate"])
+def test_task_emptied_by_on_missing_skip_is_one_line(art, tmp_path, capsys, command):
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "unrelated.jpg").write_bytes(b"\xff\xd8\xff\xe0")  # a folder without any of the task's images
+    common = ["--artifact", art.root, "--images", images, "--on-missing", "skip"]
+    argv = (["export", "class-cat", *common, "--out", tmp_path / "out"] if command == "export" else
+            ["evaluate", "--model", "efficientnet-lite0", "--task", "class-cat", *common, "--out", tmp_path / "ev"])
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, "no image left")
