@@ -48,13 +48,18 @@ def spring_positions(n: int, edges: list[tuple[int, int, float]], seed: int = LA
     return pos / lim if lim > 0 else pos
 
 
-def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathLike) -> None:
-    """Write the meta-graph of one class (a ``ClassAnalysis``) as a PNG at ``path``."""
+def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathLike) -> list[str]:
+    """Write the meta-graph of one class (a ``ClassAnalysis``) as a PNG at ``path``.
+
+    Returns the legend's entries (one per community colour), in the order drawn.
+    """
     try:
         from matplotlib import colormaps
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.collections import LineCollection
         from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib import patheffects
     except ImportError as exc:
         raise MetashiftError(
             f"cannot draw meta-graph pictures: matplotlib is not installed ({exc})",
@@ -72,7 +77,7 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     area = 30.0 + 400.0 * np.sqrt(sizes / sizes.max())
 
     n = len(names)
-    side = float(min(24.0, max(7.0, 0.35 * np.sqrt(n) * 4)))
+    side = float(min(20.0, max(7.0, 0.35 * np.sqrt(n) * 4)))
     fig = Figure(figsize=(side, side * 0.75), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
@@ -89,10 +94,22 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     if internal:
         ax.add_collection(LineCollection(internal, colors=in_colours, linewidths=0.8, alpha=0.7, zorder=2))
     ax.scatter(xy[:, 0], xy[:, 1], s=area, c=colours, alpha=0.85, edgecolors="black", linewidths=0.3, zorder=3)
-    font = 8 if n <= 60 else 6 if n <= 200 else 4
+    font = 9 if n <= 60 else 8 if n <= 200 else 7  # never below 7 pt: smaller text is unreadable
+    # a white halo keeps labels readable where edges and nodes crowd (dense hubs)
+    halo = [patheffects.withStroke(linewidth=2.5, foreground="white")]
     for s, (x, y) in zip(names, xy):
         label = s[s.find("(") + 1 : -1] if s.endswith(")") and "(" in s else s
-        ax.annotate(label, (x, y), fontsize=font, ha="center", va="center", zorder=4)
+        ax.annotate(label, (x, y), fontsize=font, ha="center", va="center", zorder=4, path_effects=halo,
+                    annotation_clip=False, clip_on=False)
+    legend = []
+    handles = []
+    for c in sorted(set(comm.tolist())):
+        k = int((comm == c).sum())
+        legend.append(f"community {c}: {k} subset{'s' if k != 1 else ''}")
+        handles.append(Line2D([], [], marker="o", linestyle="", markersize=8, markeredgecolor="black",
+                              markeredgewidth=0.3, color=colours[int(np.flatnonzero(comm == c)[0])]))
+    ax.legend(handles, legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False,
+              title="colour = meta-graph community", title_fontsize=9)
     n_comm = len(set(comm.tolist()))
     ax.set_title(
         f"{analysis.subject or names[0].split('(')[0]}: {n} subsets, {len(analysis.edges)} edges "
@@ -102,7 +119,8 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     )
     ax.set_axis_off()
     ax.autoscale_view()
-    ax.margins(0.05)
+    ax.margins(0.12)  # room for the labels of outer nodes (text is not counted by autoscale)
     with atomic_file(path, "wb") as f:
         # no Software/date metadata: the same analysis gives the same bytes
-        fig.savefig(f, format="png", metadata={"Software": None})
+        fig.savefig(f, format="png", metadata={"Software": None}, bbox_inches="tight", pad_inches=0.1)
+    return legend

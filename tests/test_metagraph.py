@@ -484,3 +484,24 @@ def test_plot_written_and_deterministic(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert data == p2.read_bytes()
     assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".")] == []  # no temp files left
+
+
+def test_plot_has_a_community_legend_and_tight_margins(tmp_path):
+    """Issue 12: a legend explains the colours; the picture is cropped to its content (no wide margins)."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from metashift_hf.builders.plots import plot_class
+
+    members = _two_blobs(9, 4)
+    a = mg.analyse_class("k", members)
+    legend = plot_class(a, members, tmp_path / "k.png")
+    n_comm = len(set(a.communities.values()))
+    assert len(legend) == n_comm and all(entry.startswith("community ") for entry in legend)
+    assert sum(int(e.split(": ")[1].split()[0]) for e in legend) == len(a.subsets)
+    with Image.open(tmp_path / "k.png") as im:
+        rgb = np.asarray(im.convert("RGB"))
+    ink = np.argwhere(rgb.min(axis=2) < 250)  # non-white pixels
+    (top, left), (bottom, right) = ink.min(axis=0), ink.max(axis=0)
+    h, w = rgb.shape[:2]
+    assert max(top, h - bottom) < 0.08 * h and max(left, w - right) < 0.08 * w
