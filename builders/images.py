@@ -74,9 +74,10 @@ _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _BAD_SCAN_BYTES = re.compile(rb"\xff[\x02-\xbf]")
 
 
-def _jpeg_problem(data: bytes) -> str | None:
-    """Walk the JPEG marker segments up to the scan: a frame header with a non-zero size must come
-    first, and an end-of-image marker must sit near the end (a truncated download has none)."""
+def jpeg_problem(data: "bytes | memoryview", *, scan: bool = True) -> str | None:
+    """Walk the JPEG marker segments up to the scan: a frame header with a non-zero size within
+    PIL's pixel limit must come first, and an end-of-image marker must sit near the end (a truncated
+    download has none). ``scan`` also looks through the entropy-coded data for scrambled bytes."""
     pos, size, frame = 2, len(data), False
     while pos + 4 <= size:
         if data[pos] != 0xFF:
@@ -107,8 +108,10 @@ def _jpeg_problem(data: bytes) -> str | None:
             if not frame:
                 return "not a decodable image (JPEG scan before any frame header)"
             # Trailing padding after EOI is legal and occurs in the wild, so look near the end only.
-            if b"\xff\xd9" not in data[-4096:]:
+            if b"\xff\xd9" not in bytes(data[-4096:]):
                 return "truncated JPEG (no end-of-image marker)"
+            if not scan:
+                return None
             # In entropy-coded data a 0xFF byte is followed by 0x00 (stuffing), a restart marker or a
             # segment marker (>= 0xC0, progressive scans); 0x02-0xBF never: scrambled scan data has them.
             bad = _BAD_SCAN_BYTES.search(data, pos + 2 + length)
@@ -128,7 +131,7 @@ def sniff_image(data: bytes) -> str | None:
     if not data:
         return "empty file"
     if data[:3] == b"\xff\xd8\xff":
-        return _jpeg_problem(data)
+        return jpeg_problem(data)
     from PIL import Image
 
     try:

@@ -189,3 +189,19 @@ def test_malformed_scene_graphs_give_one_line(tmp_path, capsys, case):
     code, _, err = run_cli(capsys, "build", "--scene-graphs", path, "--out", tmp_path / "art", "--no-plots", "--workers", "1")
     assert_one_line_error(code, err, str(path))
     assert len(err) < 2000
+
+
+def test_export_refuses_an_image_whose_header_claims_too_many_pixels(tmp_path, capsys):
+    from hardening_inputs import tiny_artifact
+
+    art = tiny_artifact(tmp_path / "art")
+    ids = sorted(art.class_images("cat"))
+    images = tmp_path / "images"
+    images.mkdir()
+    small = jpeg(1, side=16)
+    for i in ids:
+        (images / f"{i}.jpg").write_bytes(small)
+    (images / f"{ids[0]}.jpg").write_bytes(_with_frame_size(small, 60000, 60000))
+    code, _, err = run_cli(capsys, "export", "class-cat", "--artifact", art.root, "--images", images,
+                           "--out", tmp_path / "out", "--no-verify")
+    assert_one_line_error(code, err, "too large to decode", ids[0])
