@@ -168,15 +168,25 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
     acc = ctx["accuracy"].to_numpy()
     err = [acc - ctx["ci_low"].to_numpy(), ctx["ci_high"].to_numpy() - acc]
     ax.barh(list(y), acc, xerr=err, color=colors, ecolor="black", capsize=2)
+    # a 0% bar has no width: a dot at the value and the figure in words keep every result visible
+    ax.scatter(acc, list(y), c=colors, edgecolors="black", linewidths=0.5, s=18, zorder=3)
+    for yi, a in zip(y, acc):
+        ax.annotate(f"{a:.0%}", (a, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
+    from matplotlib.patches import Patch  # matplotlib is optional: imported with pyplot above
+
+    handles = [Patch(color=palette(c % 10) if c >= 0 else (0.6, 0.6, 0.6),
+                     label=f"community {c}" if c >= 0 else "no community") for c in sorted(set(comm))]
     ax.set_yticks(list(y), [f"{g} (n={n})" for g, n in zip(ctx["group"], ctx["n"])], fontsize=7)
     ax.axvline(class_accuracy, color="black", linestyle="--", linewidth=1, label=f"class accuracy {class_accuracy:.2f}")
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (95% Wilson interval); colour = meta-graph community")
     ax.set_title(f"{cls}: accuracy per context subset (n >= {min_n}; {len(ctx)} of {total} shown, worst at the top)", fontsize=9)
-    ax.legend(loc="best", fontsize=7)
+    line_handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=line_handles + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+              title="colour = meta-graph community", title_fontsize=7, frameon=False)  # outside: never over a bar
     fig.tight_layout()
     # no timestamp in the PNG metadata, so reruns write identical files
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
     return True
 
