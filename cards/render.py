@@ -460,7 +460,9 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
         pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
-        tags=(COCO_TAGS if provenance == "coco" else TAGS) + shift_tags + (["synthetic"] if synthetic else []),
+        # synthetic data is not Visual Genome / GQA: its tags must not say so
+        tags=[t for t in (COCO_TAGS if provenance == "coco" else TAGS) if not (synthetic and t in ("visual-genome", "gqa"))]
+        + shift_tags + (["synthetic"] if synthetic else []),
         source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else
                          COCO_SOURCE_DATASETS if provenance == "coco" else SOURCE_DATASETS),
         task_ids=["multi-class-image-classification"],
