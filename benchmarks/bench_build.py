@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
             options = Artifact.load(out).options
             work = bench_metagraph.artifact_workload(str(out))
-            r = bench_metagraph.run(work, edge_threshold=options["edge_threshold"],
-                                    spectral_dim=options["spectral_dim"], repeat=1)
+            r = bench_metagraph.run(work, edge_threshold=options.edge_threshold,
+                                    spectral_dim=options.spectral_dim, repeat=1)
             print("meta-graph stage on the built classes (ours = builders.metagraph.analyse_class, "
                   "reference = networkx graph + greedy_modularity_communities + spectral_layout):")
             bench_metagraph.print_table(r)

@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     acc = study(art, args.max_classes, args.seed)
     n = len(art.classes()[: args.max_classes or None])
-    print(table(acc, f"{args.artifact}: {n} classes, edge_threshold {art.options.get('edge_threshold')}, "
-                     f"K = {art.options.get('spectral_dim')}"))
+    print(table(acc, f"{args.artifact}: {n} classes, edge_threshold {art.options.edge_threshold}, "
+                     f"K = {art.options.spectral_dim}"))
     print(f"\n({time.perf_counter() - t0:.1f} s wall; eigen-solver failures (graphs, incl. reordered and "
           f"perturbed copies): {FAILURES or 'none'})")
     return 0

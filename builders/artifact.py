@@ -5,9 +5,11 @@ settings and sorted rows so the same inputs give byte-identical files (and the s
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -24,6 +26,8 @@ from metashift_hf.core.errors import (
 from metashift_hf.core.fsutil import hash_file, sha256_file
 
 from . import distances, metagraph
+from .build_options import BuildOptions
+from .jsontypes import decode, encode
 from .distances import Distance, DistanceMatrix
 from .metagraph import ClassAnalysis
 from .subsets import CandidateSubsets, parse_subset_name
@@ -120,6 +124,76 @@ def table_hash(folder: Path, names: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# manifest.json and stats.json, typed
+# ------------------------------------------------------------------------------------------------
+_REBUILD = "rebuild the artifact with `metashift-hf build` (this version)"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """manifest.json: the format, what the artifact was built from and with which options."""
+
+    format: str
+    format_version: int
+    package_version: str
+    options: BuildOptions
+    tables: tuple[str, ...]  # the table files the content hash covers
+    content_hash: str
+    inputs: tuple[Mapping[str, Any], ...] = ()  # build inputs: path, role, sha256 when known
+    source: str = "custom"  # provenance (core.provenance); older artifacts did not record it
+    synthetic: bool = False
+    table_sha256: Mapping[str, str] | None = None  # per table file; older artifacts did not record it
+
+    def to_dict(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "manifest.json") -> "Manifest":
+        m = decode(cls, data, where, _REBUILD, defaults=True)
+        return dataclasses.replace(m, options=m.options.validate())
+
+
+@dataclass(frozen=True)
+class SizeSummary:
+    min: int
+    median: float
+    mean: float
+    max: int
+
+
+@dataclass(frozen=True)
+class KindCounts:
+    candidates: int
+    kept: int
+
+
+@dataclass(frozen=True)
+class ArtifactStats:
+    """stats.json: the headline figures of a build (``metashift-hf stats`` checks them against the tables)."""
+
+    candidate_keys: int  # candidate subsets
+    candidate_images: int
+    kept_subsets_any_class: int  # subsets with enough images, before the class rule
+    classes: int
+    subsets: int  # kept subsets
+    images: int  # images of kept subsets
+    subsets_per_class: SizeSummary
+    images_per_subset: SizeSummary
+    kinds: Mapping[str, KindCounts]
+    embedding_status: Mapping[str, int]
+    edges: int
+    name_collisions_merged: int
+    rules: Mapping[str, int]
+
+    def to_dict(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "stats.json") -> "ArtifactStats":
+        return decode(cls, data, where, _REBUILD)
+
+
+# ------------------------------------------------------------------------------------------------
 # reading
 # ------------------------------------------------------------------------------------------------
 # (path, size, mtime, inode) -> sha256 of table files already checked in this process, so loading
@@ -130,14 +204,14 @@ _VERIFIED: dict[tuple, str] = {}
 class Artifact:
     """Read-only view of an artifact folder. ``Artifact.load(path)`` is the only reader."""
 
-    def __init__(self, root: Path, manifest: dict, stats: dict) -> None:
+    def __init__(self, root: Path, manifest: Manifest, stats: ArtifactStats) -> None:
         self.root = root
         self.manifest = manifest
         self.stats = stats
-        self.options: dict = dict(manifest.get("options", {}))
-        self.content_hash: str = manifest.get("content_hash", "")
+        self.options: BuildOptions = manifest.options
+        self.content_hash: str = manifest.content_hash
         # Where the data comes from (core.provenance): cards, stats and publish read it.
-        self.provenance: str = str(manifest.get("source", "custom"))
+        self.provenance: str = manifest.source
         self._subsets = self._table("subsets", required=("subset", "subject", "context", "n_images", "kept",
                                                           "community")).to_pandas()
         self._names: list[str] = self._subsets["subset"].tolist()
@@ -162,7 +236,7 @@ class Artifact:
         of two builds are never mixed), read with one-line errors for truncated or foreign files."""
         path = self.root / f"{name}.parquet"
         fix = f"rebuild the artifact with `metashift-hf build --out {self.root} --force`"
-        expected = (self.manifest.get("table_sha256") or {}).get(path.name)
+        expected = (self.manifest.table_sha256 or {}).get(path.name)
         if expected is not None:  # artifacts of earlier versions recorded only content_hash
             try:
                 st = path.stat()
@@ -211,7 +285,8 @@ class Artifact:
         for t in ("subsets", "membership", "classes", "edges", "embeddings"):
             if not (root / f"{t}.parquet").is_file():
                 raise InputFormatError(f"{root}: {t}.parquet is missing", "rebuild the artifact")
-        return cls(root, manifest, stats)
+        return cls(root, Manifest.from_dict(manifest, str(manifest_path)),
+                   ArtifactStats.from_dict(stats, str(root / "stats.json")))
 
     # -- names ----------------------------------------------------------------------------------
     def classes(self) -> list[str]:
@@ -340,8 +415,8 @@ class Artifact:
             self._subject(subject)
             raise UnknownNameError(
                 f"{subject!r} has candidate subsets in {self.root} but is not a class "
-                f"(it needs more than {self.options.get('min_subsets_per_class', 5)} subsets of at least "
-                f"{self.options.get('min_images_per_subset', 25)} images){did_you_mean(subject, self._classes)}",
+                f"(it needs more than {self.options.min_subsets_per_class} subsets of at least "
+                f"{self.options.min_images_per_subset} images){did_you_mean(subject, self._classes)}",
                 "pick one of Artifact.classes(), or rebuild with lower --min-images-per-subset/--min-subsets-per-class",
             )
         return self._classes_df.iloc[self._classes.index(subject)].to_dict()
@@ -353,7 +428,7 @@ class Artifact:
             self.class_info(subject)  # raises when the subject is not a class at all
             raise UnknownNameError(
                 f"subset {name!r} exists but was not kept ({int(self._subsets['n_images'].iloc[i])} images, "
-                f"the rule needs {self.options.get('min_images_per_subset', 25)})",
+                f"the rule needs {self.options.min_images_per_subset})",
                 f"use a kept subset of {subject!r}: {', '.join(self.subsets_of(subject)[:5])} ...",
             )
         return subject, i
@@ -399,8 +474,8 @@ class Artifact:
             communities=self.communities(subject),
             embedding={n: emb[n].copy() for n in names if n in emb},
             embedding_status=info["embedding_status"], embedding_note=info["embedding_note"],
-            subject=subject, community_method=o.get("community_method", "cnm"),
-            edge_threshold=float(o.get("edge_threshold", 0.2)), spectral_dim=int(o.get("spectral_dim", 5)),
+            subject=subject, community_method=o.community_method,
+            edge_threshold=float(o.edge_threshold), spectral_dim=int(o.spectral_dim),
         )
         return result, self.members(names)
 
@@ -437,7 +512,7 @@ class Artifact:
             unions = {g: np.unique(np.concatenate([idx[m] for m in members])) for g, members in full.items()}
             return metagraph.group_distance_code(
                 unions, a, b if isinstance(b, str) else targets,
-                edge_threshold=o.get("edge_threshold", 0.2), spectral_dim=o.get("spectral_dim", 5),
+                edge_threshold=o.edge_threshold, spectral_dim=o.spectral_dim,
             )
         if rule == "paper":
             for members in full.values():

@@ -100,7 +100,7 @@ def run_match(
     presets = [t for t in result.tasks if t.kind == "multiclass"]
     result.figures["tasks"] = {
         "min_subsets": min_subsets,
-        "min_images_per_subset": (art.options.get("min_images_per_subset") if art is not None else None),
+        "min_images_per_subset": (art.options.min_images_per_subset if art is not None else None),
         "level": level,
         "binary": len(binary),
         "multiclass_available": [t.task_id for t in presets if t.available],

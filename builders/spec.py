@@ -11,16 +11,14 @@ read back is equal to the one written.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from metashift_hf.core.errors import InputFormatError
+
+from .jsontypes import decode, encode
 
 SPEC_VERSION = 1
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
@@ -224,7 +222,7 @@ class ShiftSpec:
         return {k: v for k, v in out.items() if v}
 
     def to_dict(self) -> dict:
-        return _encode(self)
+        return encode(self)
 
     def to_json(self, *, compact: bool = False) -> str:
         """Sorted-key JSON: indented with a final newline (files), or on one line (``compact``)."""
@@ -241,7 +239,7 @@ class ShiftSpec:
             raise InputFormatError(
                 f"{where}: spec_version {version!r}, this package reads {SPEC_VERSION}",
                 "read it with the metashift-hf version that wrote it, or export/prepare the task again")
-        return _decode(cls, data, where)
+        return decode(cls, data, where, _FIX)
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "shift spec") -> "ShiftSpec":
@@ -253,90 +251,6 @@ class ShiftSpec:
 
 
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
-
-
-# ---------------------------------------------------------------------------------------------
-# strict (de)serialisation driven by the dataclass type hints
-# ---------------------------------------------------------------------------------------------
-def _json_name(f: dataclasses.Field) -> str:
-    return f.metadata.get("json", f.name)
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {_json_name(f): _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN/inf; the fields that can hold one are optional
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _decode(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise InputFormatError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}", _FIX)
-    fs = {_json_name(f): f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fs))
-    missing = sorted(set(fs) - set(data))
-    if unknown or missing:
-        raise InputFormatError(
-            f"{where}: {cls.__name__} has " + "; ".join(
-                p for p in (f"unknown keys {unknown}" if unknown else "", f"missing keys {missing}" if missing else "")
-                if p), _FIX)
-    hints = _hints(cls)
-    return cls(**{f.name: _value(data[k], hints[f.name], f"{where}.{k}") for k, f in fs.items()})
-
-
-def _value(v: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
-        if v is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _value(v, a, where)
-            except InputFormatError as exc:
-                errors.append(exc.what)
-        raise InputFormatError(errors[0] if len(errors) == 1 else f"{where}: {v!r} fits none of {hint}", _FIX)
-    if hint is Any:
-        return v
-    if origin is Literal:
-        if v not in args:
-            raise InputFormatError(f"{where}: {v!r} is not one of {list(args)}", _FIX)
-        return v
-    if dataclasses.is_dataclass(hint):
-        return _decode(hint, v, where)
-    if origin is tuple:
-        if not isinstance(v, list):
-            raise InputFormatError(f"{where}: expected a list, got {type(v).__name__}", _FIX)
-        return tuple(_value(x, args[0], f"{where}[{i}]") for i, x in enumerate(v))
-    if origin in (Mapping, dict):
-        if not isinstance(v, Mapping):
-            raise InputFormatError(f"{where}: expected an object, got {type(v).__name__}", _FIX)
-        return {str(k): _value(x, args[1], f"{where}.{k}") for k, x in v.items()}
-    if hint is float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise InputFormatError(f"{where}: expected a number, got {v!r}", _FIX)
-        return float(v)
-    if hint in (int, str, bool):
-        if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
-            raise InputFormatError(f"{where}: expected {hint.__name__}, got {v!r}", _FIX)
-        return v
-    raise InputFormatError(f"{where}: no decoder for {hint}", "this is a bug in builders.spec")
 
 
 __all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "Distance", "MinorityFraction", "Removed",

@@ -340,7 +340,7 @@ def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactS
                          opts: ClassOptions) -> dict[str, dict[str, frozenset[str]]]:
     """class -> {context: ids} after the migration filters (kind, subset list, size, local groups)."""
     threshold, min_groups = opts.image_subset_size_threshold, opts.min_local_groups
-    base = int(artifact.options.get("min_images_per_subset", 25))
+    base = artifact.options.min_images_per_subset
     if threshold is not None and threshold < base:
         raise InputFormatError(
             f"image_subset_size_threshold={threshold} is below the artifact's min_images_per_subset={base}: "
@@ -652,10 +652,9 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
 
 def _rules(artifact: Artifact) -> Rules:
     o = artifact.options
-    return Rules(min_images_per_subset=int(o.get("min_images_per_subset", 25)),
-                 min_subsets_per_class=int(o.get("min_subsets_per_class", 5)),
-                 edge_threshold=float(o.get("edge_threshold", 0.2)), community_method=str(o.get("community_method", "cnm")),
-                 spectral_dim=int(o.get("spectral_dim", 5)), pairing=str(o.get("pairing", "relation")))
+    return Rules(min_images_per_subset=o.min_images_per_subset, min_subsets_per_class=o.min_subsets_per_class,
+                 edge_threshold=float(o.edge_threshold), community_method=o.community_method,
+                 spectral_dim=o.spectral_dim, pairing=o.pairing)
 
 
 def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,

@@ -16,6 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from metashift_hf.builders.artifact import ArtifactStats
 from metashift_hf.builders.distances import Distance as DistanceAnswer
 from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
 from metashift_hf.core import __version__
@@ -158,14 +159,6 @@ def _groups(spec: ShiftSpec) -> dict[str, tuple[GroupSpec, ...]]:
     return spec.groups()
 
 
-def _artifact_manifest(art) -> dict:
-    path = Path(art.root) / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputFormatError(f"artifact manifest {path} is unreadable: {exc}", "rebuild the artifact with `metashift-hf build`") from exc
-
-
 def _group_members(group: GroupSpec, kept: set[str]) -> list[str]:
     contexts = group.contexts_found or group.contexts
     names = (str(SubsetName(group.cls, c)) for c in contexts)
@@ -216,7 +209,7 @@ def _ours(key: str, spec: ShiftSpec):
     return None
 
 
-def _differences(spec: ShiftSpec, build: dict, stats: dict) -> list[str]:
+def _differences(spec: ShiftSpec, build: dict, stats: ArtifactStats) -> list[str]:
     out = []
     dist = spec.distance
     if dist is not None and dist.paper_value is not None:
@@ -234,13 +227,13 @@ def _differences(spec: ShiftSpec, build: dict, stats: dict) -> list[str]:
         out.append(f"Minority fraction: target p = {_fmt(mf.target)}, achieved {_fmt(mf.achieved)} "
                    "(group sizes are whole images, so p can only be approached).")
     source = build.get("artifact_source")
-    if stats and "classes" in stats and "subsets" in stats:
+    if stats is not None:
         if is_synthetic(source):
-            out.append(f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats['classes']} classes "
-                       f"and {stats['subsets']:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
+            out.append(f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats.classes} classes "
+                       f"and {stats.subsets:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
                        f"({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets).")
         else:
-            out.append(f"The artifact has {stats['classes']} classes and {stats['subsets']:,} kept subsets; the paper reports "
+            out.append(f"The artifact has {stats.classes} classes and {stats.subsets:,} kept subsets; the paper reports "
                        f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {source}). "
                        "Differences come from the input version (GQA scene graphs vs. the published pickles) and from our rule "
                        "reading (a subset needs at least 25 images, a class more than 5 such subsets).")
@@ -267,18 +260,17 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     group_rows = {}
     for split, d in ds.items():
         group_rows[split] = dict(sorted(Counter(d["group"]).items())) if "group" in d.features else {}
-    manifest = _artifact_manifest(art)
-    options = dict(getattr(art, "options", None) or manifest.get("options") or {})
+    manifest = art.manifest
     build = {
         "package_version": __version__,
-        "artifact_package_version": manifest.get("package_version"),
+        "artifact_package_version": manifest.package_version,
         "artifact_hash": art.content_hash,
         "artifact_source": art.provenance,
         "seed": spec.seed,
-        "rules": asdict(spec.rules) if spec.rules is not None else options,
+        "rules": asdict(spec.rules) if spec.rules is not None else art.options.to_dict(),
     }
     plots = [c for c in spec.classes if (Path(art.root) / "plots" / f"{c}.png").is_file()]
-    stats = dict(getattr(art, "stats", None) or {})
+    stats = art.stats
     example = first.select_columns([c for c in first.column_names if c != "image"])[0] if len(first) else {}
     return TaskInfo(
         example=dict(example),

@@ -113,7 +113,7 @@ def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
 def dataset_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | None":
     """An artifact built from a dataset with an image column (``build --hf-dataset ... --image-column``)
     reads its images from that column; None for other artifacts."""
-    for record in Artifact.load(artifact).manifest.get("inputs", []):
+    for record in Artifact.load(artifact).manifest.inputs:
         if record.get("role") == "hf_dataset" and record.get("image_column"):
             return MultiLabelDataset.from_record(record).images()
     return None

@@ -71,9 +71,9 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     stage("2/7 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
     art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
     st = art.stats
-    logger.info(f"   {st['candidate_keys']} candidate subsets -> {st['classes']} classes, {st['subsets']} subsets, "
-                f"{st['images']} images (rules: >= {art.options['min_images_per_subset']} images per subset, "
-                f"> {art.options['min_subsets_per_class']} subsets per class)")
+    logger.info(f"   {st.candidate_keys} candidate subsets -> {st.classes} classes, {st.subsets} subsets, "
+                f"{st.images} images (rules: >= {art.options.min_images_per_subset} images per subset, "
+                f"> {art.options.min_subsets_per_class} subsets per class)")
     for subject in sorted(art.classes(), key=lambda c: -len(art.subsets_of(c)))[:6]:
         subs = art.subsets_of(subject)
         info = art.class_info(subject)

@@ -26,7 +26,8 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metashift_hf.builders.artifact import Artifact, table_hash
+from metashift_hf.builders.artifact import Artifact, ArtifactStats, Manifest, SizeSummary, table_hash
+from metashift_hf.builders.build_options import BuildOptions
 from metashift_hf.builders.subsets import GENERAL_CATEGORY
 
 from .core.errors import InputFormatError
@@ -116,20 +117,20 @@ def _fmt(x: float | None, sign: bool = False) -> str:
 
 
 def _mean(summary: Any) -> float | None:
-    """stats.json gives per-class/per-subset figures as {min, median, mean, max} or a number."""
-    if isinstance(summary, dict):
-        summary = summary.get("mean")
+    """stats.json gives per-class/per-subset figures as a SizeSummary (min, median, mean, max) or a number."""
+    if isinstance(summary, SizeSummary):
+        summary = summary.mean
     return None if summary is None else float(summary)
 
 
 # --- what the artifact was built from ---------------------------------------------------------
-def _pinned_inputs(manifest: dict) -> tuple[set[str], int]:
+def _pinned_inputs(manifest: Manifest) -> tuple[set[str], int]:
     """Keys of the known files among the build inputs (by sha256; hashed here when the manifest has
     no digest but the file is still there with a known size), and the number of other inputs."""
     by_sha = {k.sha256: k.key for k in KNOWN_FILES.values()}
     by_size = {k.size: k for k in KNOWN_FILES.values() if k.key != "images"}
     pinned, other = set(), 0
-    for inp in manifest.get("inputs") or []:
+    for inp in manifest.inputs:
         digest = inp.get("sha256")
         path = Path(inp.get("path", ""))
         # Images never change the figures (the build reads no pixels): they do not decide the reference.
@@ -162,7 +163,7 @@ def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, boo
 
 
 # --- figures measured from the tables ---------------------------------------------------------
-def measure(root: str | os.PathLike, options: dict) -> dict[str, float]:
+def measure(root: str | os.PathLike, options: BuildOptions) -> dict[str, float]:
     """Every figure of ``FIGURES`` recomputed from the artifact's parquet tables."""
 
     root = Path(root)
@@ -170,7 +171,7 @@ def measure(root: str | os.PathLike, options: dict) -> dict[str, float]:
                             columns=["subset", "subject", "context", "kind", "n_images", "kept"]).to_pandas()
     members = pq.read_table(root / "membership.parquet")
     kept = subsets[subsets["kept"]]
-    min_images = int(options.get("min_images_per_subset", PUBLISHED_RULES["min_images_per_subset"]))
+    min_images = options.min_images_per_subset
     n_classes = kept["subject"].nunique()
     kept_names = kept["subset"].tolist()
     kept_ids = pc.filter(members["image_id"], pc.is_in(members["subset"], value_set=_as_array(kept_names)))
@@ -203,20 +204,19 @@ def _as_array(values: list[str]):
     return pa.array(values, pa.string())
 
 
-def _consistency_rows(root: Path, manifest: dict, stats: dict, measured: dict[str, float], options: dict) -> list[Row]:
+def _consistency_rows(root: Path, manifest: Manifest, stats: ArtifactStats, measured: dict[str, float],
+                      options: BuildOptions) -> list[Row]:
     """stats.json and the manifest's content hash against the tables themselves."""
 
     rows = []
     for key in ("candidate_keys", "kept_subsets_any_class", "classes", "subsets", "candidate_images", "images",
                 "subsets_per_class", "images_per_subset"):
-        if key not in stats:
-            continue
-        written = _mean(stats[key])
+        written = _mean(getattr(stats, key))
         ok = written is not None and math.isclose(written, measured[key], rel_tol=0, abs_tol=5e-4 * max(1, abs(written)))
         rows.append(Row(f"stats.json {key}", written, measured[key], "consistency", ok,
                         "" if ok else "stats.json disagrees with the tables: the artifact was altered or mis-built"))
     classes = pq.read_table(root / "classes.parquet", columns=["subject", "n_subsets"]).to_pandas()
-    need = int(options.get("min_subsets_per_class", PUBLISHED_RULES["min_subsets_per_class"]))
+    need = options.min_subsets_per_class
     ok = len(classes) == measured["classes"] and bool((classes["n_subsets"] > need).all())
     rows.append(Row("classes.parquet = kept subjects", measured["classes"], len(classes), "consistency", ok,
                     "" if ok else f"classes.parquet must list exactly the subjects with more than {need} kept subsets"))
@@ -227,9 +227,9 @@ def _consistency_rows(root: Path, manifest: dict, stats: dict, measured: dict[st
         lacking = len(ids) - int(pc.sum(pc.is_in(ids, value_set=have.combine_chunks())).as_py() or 0)
         rows.append(Row("images.parquet covers candidate images", len(ids), len(ids) - lacking, "consistency",
                         lacking == 0, "" if lacking == 0 else f"{lacking} candidate images have no metadata row"))
-    tables = manifest.get("tables")
+    tables = manifest.tables
     if tables:
-        ok = table_hash(root, tables) == manifest.get("content_hash")
+        ok = table_hash(root, tables) == manifest.content_hash
         rows.append(Row("content_hash", None, None, "consistency", ok,
                         "tables match manifest.json" if ok else "tables differ from manifest.json's content_hash: "
                         "the artifact was modified after it was built; rebuild it"))
@@ -267,7 +267,7 @@ def _match_rows(root: Path, exact: bool) -> list[Row]:
     return rows
 
 
-def _explain(fig: str, reference: str, source: str, options: dict) -> str:
+def _explain(fig: str, reference: str, source: str, options: BuildOptions) -> str:
     if reference == "attributes" or is_synthetic(source):
         return ""
     notes = {
@@ -281,12 +281,12 @@ def _explain(fig: str, reference: str, source: str, options: dict) -> str:
         return notes[fig]
     if source == "gqa" and fig in ("candidate_keys", "kept_subsets_any_class", "classes", "subsets",
                                    "subsets_per_class", "images_per_subset", "candidate_images", "images"):
-        bits = [f"pairing={options.get('pairing', '?')} on GQA scene graphs"]
-        if options.get("pairing") == "cooccurrence":
+        bits = [f"pairing={options.pairing} on GQA scene graphs"]
+        if options.pairing == "cooccurrence":
             bits.append("co-occurrence gives both directions of every pair, the published keys are often one-directional")
-        if options.get("include_attributes"):
+        if options.include_attributes:
             bits.append("attribute subsets included (the published full pickle has none)")
-        if options.get("general_context_as") == "context":
+        if options.general_context_as == "context":
             bits.append("general contexts written as 'dog(ocean)', the published keys write 'ocean(dog)'")
         if fig == "candidate_images":
             bits.append("the published pickle covers 72,596 images chosen by an unpublished script")
@@ -298,7 +298,7 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
     """The comparison table for one artifact folder (see the module docstring for the checks)."""
 
     art = Artifact.load(artifact)
-    manifest, stats, options = art.manifest, art.stats, dict(art.options)
+    manifest, stats, options = art.manifest, art.stats, art.options
     source = art.provenance
     pinned, other = _pinned_inputs(manifest)
     reference, basis, exact = _reference(source, pinned, other)
@@ -325,7 +325,7 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
     if reference != "none":
         # The published figures hold only under the published rules; say so where they differ.
         for key, pub in PUBLISHED_RULES.items():
-            ours = options.get(key)
+            ours = getattr(options, key)
             ours_f = float(ours) if isinstance(ours, (int, float)) else None
             row = Row(f"rule {key}", pub, ours_f)
             if exact or source == "gqa":

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.artifact import Artifact, ArtifactStats, Manifest
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
@@ -58,11 +58,13 @@ def test_tables_follow_contract(built):
     emb = pq.read_table(root / "embeddings.parquet").to_pandas()
     assert all(np.isfinite(np.asarray(e)).all() for e in emb.embedding)
     stats = built.stats
-    for key in ("classes", "subsets", "images", "candidate_keys", "candidate_images", "subsets_per_class",
-                "images_per_subset", "kept_subsets_any_class"):
-        assert key in stats
-    assert (stats["classes"], stats["subsets"], stats["candidate_keys"], stats["kept_subsets_any_class"]) == (2, 22, 27, 23)
-    assert stats["images"] == len(built.class_images("cat") | built.class_images("dog"))
+    assert isinstance(stats, ArtifactStats) and isinstance(built.manifest, Manifest)
+    assert isinstance(built.options, BuildOptions) and built.manifest.options == built.options
+    assert stats.subsets_per_class.max >= stats.subsets_per_class.min and stats.kinds["object"].kept >= 0
+    assert (stats.classes, stats.subsets, stats.candidate_keys, stats.kept_subsets_any_class) == (2, 22, 27, 23)
+    assert stats.images == len(built.class_images("cat") | built.class_images("dog"))
+    assert Manifest.from_dict(built.manifest.to_dict()) == built.manifest
+    assert ArtifactStats.from_dict(stats.to_dict()) == stats
 
 
 def test_reader_api(built):
@@ -186,3 +188,22 @@ def test_interrupted_build_leaves_old_artifact(tmp_path, monkeypatch):
         build_artifact(CandidateSubsets.from_dict(world()), out, BuildOptions(edge_threshold=0.5), plots=False, force=True)
     assert Artifact.load(out).content_hash == first.content_hash
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
+
+
+def test_manifest_and_stats_are_read_strictly(tmp_path):
+    d = {f"x(a{j})": [f"a{i}" for i in range(30)] for j in range(7)}
+    art = build_artifact(CandidateSubsets.from_dict(d), tmp_path / "art", plots=False)
+    assert art.options.min_images_per_subset == 25 and art.manifest.tables and art.stats.classes == 1
+    manifest = json.loads((art.root / "manifest.json").read_text())
+    (art.root / "manifest.json").write_text(json.dumps(dict(manifest, colour="red")))
+    with pytest.raises(InputFormatError, match="unknown keys \\['colour'\\]"):
+        Artifact.load(art.root)
+    (art.root / "manifest.json").write_text(json.dumps(dict(manifest, options=dict(manifest["options"], spectral_dim="5"))))
+    with pytest.raises(InputFormatError, match="spectral_dim"):
+        Artifact.load(art.root)
+    (art.root / "manifest.json").write_text(json.dumps(manifest))
+    stats = json.loads((art.root / "stats.json").read_text())
+    del stats["edges"]
+    (art.root / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(InputFormatError, match="missing keys \\['edges'\\]"):
+        Artifact.load(art.root)

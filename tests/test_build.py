@@ -57,8 +57,8 @@ def test_build_from_attributes_pickle(shared_ref, tmp_path, capsys):
 def test_scene_graph_build(sg_artifact, scene_graphs):
     art = sg_artifact
     manifest = art.manifest
-    assert manifest["source"] == "gqa" and manifest["inputs"][0]["role"] == "scene_graphs"
-    assert art.options["pairing"] == "relation" and art.stats["classes"] >= 3
+    assert manifest.source == "gqa" and manifest.inputs[0]["role"] == "scene_graphs"
+    assert art.options.pairing == "relation" and art.stats.classes >= 3
     kinds = set(art.subsets_table().kind)
     assert kinds == {"object", "general", "attribute"}
     data = json.loads(scene_graphs.read_text())
@@ -118,7 +118,7 @@ def test_options_reach_the_artifact(scene_graphs, tmp_path):
                  "--pairing", "cooccurrence", "--min-images-per-subset", "30", "--no-plots", "--quiet"]) == 0
     art = Artifact.load(out)
     o = art.options
-    assert (o["edge_threshold"], o["community_method"], o["seed"], o["pairing"], o["min_images_per_subset"]) == (
+    assert (o.edge_threshold, o.community_method, o.seed, o.pairing, o.min_images_per_subset) == (
         0.1, "louvain", 4, "cooccurrence", 30)
     assert set(art.subsets_table().kind) == {"object"}
     assert (art.subsets_table().query("kept").n_images >= 30).all()

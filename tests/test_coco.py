@@ -53,7 +53,7 @@ def test_world_builds_to_exactly_the_cooccurrence_subsets(world, coco_artifact):
     # COCO's super-categories: a subset's category is its context's
     sup = {n: s for _, n, s in COCO_CATEGORIES}
     assert all(row.category == sup[row.context] for row in table.itertuples())
-    assert coco_artifact.manifest["source"] == "coco" and coco_artifact.classes() == ["cat", "dog", "person"]
+    assert coco_artifact.manifest.source == "coco" and coco_artifact.classes() == ["cat", "dog", "person"]
     assert coco_artifact.image_metadata(next(iter(expected["cat(couch)"])))["width"] == 16
 
 

@@ -1,6 +1,8 @@
 """Provenance: recorded at build from the inputs, shown on every card, and guarding stats and publish."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import shutil
 import subprocess
@@ -43,7 +45,7 @@ def test_cli_build_of_demo_scene_graphs_is_labelled_demo(world, tmp_path):
 
 def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
     art = build_from_inputs(tmp_path / "a", scene_graphs=world.scene_graphs, source="synthetic", plots=False)
-    assert art.provenance == "synthetic" and art.manifest["synthetic"] is True
+    assert art.provenance == "synthetic" and art.manifest.synthetic is True
     assert st.compare(art.root).reference == "none"
     with pytest.raises(InputFormatError, match="provenance"):
         build_from_inputs(tmp_path / "b", scene_graphs=world.scene_graphs, source="photos", plots=False)
@@ -89,7 +91,7 @@ def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synth
 
 def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     art = build_tiny_artifact(tmp_path / "artifact")  # source "custom"
-    art.manifest["source"] = "gqa"
+    art.manifest = dataclasses.replace(art.manifest, source="gqa")
     art.provenance = "gqa"
     images = sample_jpegs(tmp_path / "images")
     (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")

@@ -61,10 +61,10 @@ def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
     assert a.classes() == ["cat"] and len(a.subsets_of("cat")) == 8
     # co-occurrence: cat(c3) = images tagged cat and c3
     assert a.images("cat(c3)") == frozenset(f"im{i:03d}" for i in range(N) if "cat" in tags_of(i) and "c3" in tags_of(i))
-    assert c.manifest["inputs"][0]["image_column"] == "image" and c.manifest["source"] == "custom"
+    assert c.manifest.inputs[0]["image_column"] == "image" and c.manifest.source == "custom"
     # the image column is found without --image-column when the dataset has exactly one
     d = build_from_inputs(tmp_path / "hf2", plots=False, hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels"))
-    assert d.manifest["inputs"][0]["image_column"] == "image" and d.content_hash == c.content_hash
+    assert d.manifest.inputs[0]["image_column"] == "image" and d.content_hash == c.content_hash
 
 
 def test_images_come_from_the_dataset_column(sources, tmp_path):

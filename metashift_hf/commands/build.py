@@ -114,10 +114,10 @@ def run(args: argparse.Namespace) -> int:
     )
     s = artifact.stats
     print(f"built {artifact.root} in {time.perf_counter() - t0:.1f} s")
-    print(f"  candidate subsets: {s['candidate_keys']:,} over {s['candidate_images']:,} images "
-          f"({s['kept_subsets_any_class']:,} with >= {options.min_images_per_subset} images)")
-    print(f"  classes: {s['classes']:,}   subsets: {s['subsets']:,}   images: {s['images']:,}")
-    status = ", ".join(f"{k}: {v}" for k, v in s.get("embedding_status", {}).items())
+    print(f"  candidate subsets: {s.candidate_keys:,} over {s.candidate_images:,} images "
+          f"({s.kept_subsets_any_class:,} with >= {options.min_images_per_subset} images)")
+    print(f"  classes: {s.classes:,}   subsets: {s.subsets:,}   images: {s.images:,}")
+    status = ", ".join(f"{k}: {v}" for k, v in s.embedding_status.items())
     print(f"  embeddings: {status}")
     print(f"  content hash: {artifact.content_hash[:16]}")
     print(f"  provenance: {artifact.provenance} ({describe(artifact.provenance)})")
