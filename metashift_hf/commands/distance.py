@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"d({args.a}, {args.b}) = {d.value:.3f}")
     print(f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, whose edges "
-          f"join subsets sharing images (overlap >= {artifact.options.get('edge_threshold', '?')}); 0 = same place, "
+          f"join subsets sharing images (overlap >= {artifact.options.edge_threshold}); 0 = same place, "
           "larger = more different contexts.")
     m = artifact.distance_matrix(subject)
     upper = m.values[np.triu_indices(len(m.names), 1)]
