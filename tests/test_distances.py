@@ -13,10 +13,12 @@ from metashift_hf.builders import distances as dist
 from metashift_hf.builders import metagraph as mg
 from metashift_hf.builders.build import build_from_inputs
 
-# sha256 over "a\tb\t<float.hex of the distance>\n" for every pair of embedded subsets (a < b, classes
-# sorted) of the attributes pickle at the default rules, computed by the release before this rule
-# existed (Artifact.distance = float(np.linalg.norm(ea - eb)); 688 pairs).
-ORIGINAL_SPECTRAL_SHA256 = "820619d642c204db64040e9498922ff4666cf60e94e17e42ae68df4e5ba7dc0f"
+# sha256 over "a\tb\t<distance to 6 decimals>\n" for every pair of embedded subsets (a < b, classes
+# sorted) of the attributes pickle at the default rules, as the release before this rule existed
+# computed them (Artifact.distance = float(np.linalg.norm(ea - eb)); 688 pairs). Rounded because
+# LAPACK builds differ in the last bits of the eigenvectors; bit-for-bit equality with the original
+# formula on the stored embeddings is checked separately, on whatever platform runs the test.
+ORIGINAL_SPECTRAL_SHA256 = "c6458babed4ddefcb639fcf6d233d0711f297d20c0e2511ada57c1ff8680cc44"
 
 
 def test_attributes_pickle_every_pair_answered_spectral_unchanged(shared_ref, tmp_path):
@@ -31,7 +33,9 @@ def test_attributes_pickle_every_pair_answered_spectral_unchanged(shared_ref, tm
             d = art.distance(a, b)  # never raises for a pair of kept subsets of one class
             counts[(d.rule, d.status)] = counts.get((d.rule, d.status), 0) + 1
             if d.rule == "spectral":
-                h.update(f"{a}\t{b}\t{d.value.hex()}\n".encode())
+                original = float(np.linalg.norm(art.embedding(a) - art.embedding(b)))
+                assert d.value.hex() == original.hex(), (a, b)
+                h.update(f"{a}\t{b}\t{d.value:.6f}\n".encode())
             assert (d.value is None) == (d.status == "disconnected")
     assert sum(counts.values()) == 3780
     assert counts == {("spectral", "ok"): 688, ("resistance", "ok"): 129, (None, "disconnected"): 2963}
