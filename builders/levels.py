@@ -34,7 +34,7 @@ from .shifts import (
     GroupSource,
     Row,
     TaskPlan,
-    _finish,
+    finish_plan,
     _group_spec,
     _RowMaker,
     ambiguous_images,
@@ -413,7 +413,7 @@ def marginal_plan(tid: str, source: GroupSource, design: MarginalDesign, level: 
     groups = _groups_spec(classes, {"train": list(design.train_contexts[k]) + (list(design.test_contexts) if n_mix else []),
                                     "validation": design.train_contexts[k], "id_test": design.train_contexts[k],
                                     "test": design.test_contexts})
-    plan = _finish(tid, "marginal", classes, seed, splits, groups, Counter(), distance=distance,
+    plan = finish_plan(tid, "marginal", classes, seed, splits, groups, Counter(), distance=distance,
                    mixed_fraction=MixedFraction(target=level.mixed_fraction, images_per_class=n_mix),
                    **_level_spec(lev, design, fam.dropped[v] + fam.dropped['test']))
     check_level_plan(plan)
@@ -538,7 +538,7 @@ def conditional_plan(tid: str, source: GroupSource, design: ConditionalDesign, l
     rm = _RowMaker(source)
     splits = {s: [r for key, ids in drawn[s].items() for r in rm.rows(groups[key], ids)] for s in SPLITS if s in drawn}
     entries = {s: [_group_spec(g) for g in groups.values()] for s in ("train", "validation", "id_test", "test")}
-    plan = _finish(tid, "conditional", classes, seed, splits, entries, Counter(),
+    plan = finish_plan(tid, "conditional", classes, seed, splits, entries, Counter(),
                    minority_fraction=MinorityFraction(target=round(0.5 - delta, 6), achieved=None),
                    minority_groups=(groups[(a_cls, "s2")].name, groups[(b_cls, "s1")].name),
                    conditional=ConditionalFacts(p_s1=0.5, p_a_given_s1_train=0.5 + delta,
@@ -600,7 +600,7 @@ def joint_plan(tid: str, source: GroupSource, design: MarginalDesign, level: Lev
     lev = replace(level, distance=design.distances[k])
     ctxs = design.train_contexts[k]
     groups = _groups_spec(classes, {"train": ctxs, "validation": ctxs, "id_test": ctxs, "test": design.test_contexts})
-    plan = _finish(
+    plan = finish_plan(
         tid, "joint", classes, seed, splits, groups, Counter(),
         distance=Distance(value=design.distances[k], rule=design.distance_rule, per_class=design.per_class[k],
                           note="mean over classes of the distance between the training and the test contexts' "

@@ -343,7 +343,7 @@ def _with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
     return replace(spec, split_sizes={s: len(rows) for s, rows in splits.items()}, minority_fraction=mf, **sized)
 
 
-def _finish(task_id: str, shift_type: ShiftType, classes: Sequence[str], seed: int, splits: dict[str, list[Row]],
+def finish_plan(task_id: str, shift_type: ShiftType, classes: Sequence[str], seed: int, splits: dict[str, list[Row]],
             groups: Mapping[str, list[GroupSpec]], removed: Counter, notes: Sequence[str] = (),
             **fields: Any) -> TaskPlan:
     """The plan: empty splits dropped, the spec built from the groups and counted from the rows.
@@ -443,7 +443,7 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
             order = order[:cap]
         splits["test"] += rm.rows(g, order)
         groups["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
-    return _finish(task_id, "marginal", classes, seed, splits, groups, removed, notes, distance=distance,
+    return finish_plan(task_id, "marginal", classes, seed, splits, groups, removed, notes, distance=distance,
                    **spec_fields)
 
 
@@ -567,7 +567,7 @@ def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence
             for s in ("train", "validation", "test"):
                 groups[s].append(_group_spec(g, contexts_found=found))
     target = round(m / sizes.train_per_class, 6) if sizes.train_per_class else None
-    return _finish(task_id, "conditional", classes, seed, splits, groups, removed,
+    return finish_plan(task_id, "conditional", classes, seed, splits, groups, removed,
                    minority_fraction=MinorityFraction(target=target, achieved=None),
                    minority_groups=tuple(g.name for g in minority), **spec_fields)
 
@@ -674,7 +674,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
             note="per class: mean distance from the training community's group to each test community's "
                  "group; value: mean over classes",
             per_class=per_class_d)
-    return _finish(task_id, "marginal", classes, seed, splits, entries, removed, notes, distance=distance,
+    return finish_plan(task_id, "marginal", classes, seed, splits, entries, removed, notes, distance=distance,
                    **spec_fields)
 
 
@@ -705,5 +705,5 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
             rows.append(Row(i, c, g, "", ctxs, k))
         train_groups += [GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0)
                          for g in sorted(group_ctx)]
-    return _finish(task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(),
+    return finish_plan(task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(),
                    **spec_fields)

@@ -23,7 +23,8 @@ from .jsontypes import decode, encode
 SPEC_VERSION = 1
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
-ShiftType = Literal["marginal", "conditional", "joint", "none"]
+# clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.ood_experiments)
+ShiftType = Literal["marginal", "conditional", "joint", "clustered", "none"]
 DistanceRule = Literal["code", "paper", "subset", "custom"]  # custom: a caller-supplied distance function
 LevelType = Literal["marginal", "conditional", "joint"]
 TestMode = Literal["ood", "balanced", "reversed"]

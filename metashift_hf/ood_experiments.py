@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,8 +29,10 @@ from metashift_hf.builders.shifts import (
     Row,
     TaskPlan,
     ambiguous_images,
+    finish_plan,
     seeded_order,
 )
+from metashift_hf.builders.spec import GroupSpec
 
 from . import clusters as cl
 from . import conflicts as cf
@@ -268,10 +271,12 @@ def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clust
         for j, members in by.items():
             if j != k:
                 splits["test"] += [Row(i, c, f"{c}(cluster-{j})", "", tags[(c, i)], j) for i in sorted(members)]
-    spec = {"task_id": tid, "shift_type": "clustered", "classes": list(classes), "seed": seed,
-            "level": {"type": "clustered", "name": f"k{k}"},
-            "split_sizes": {s: len(v) for s, v in splits.items() if v}}
-    return TaskPlan(tid, list(classes), {s: v for s, v in splits.items() if v}, spec)
+    # Groups are clusters, not contexts: a GroupSpec per (split, class, cluster) with no contexts.
+    groups = {s: [GroupSpec(group=g, cls=c, contexts=(), n=0) for g, c in sorted({(r.group, r.label) for r in rows})]
+              for s, rows in splits.items()}
+    notes = [f"k-means cluster {k} of each class (clusters ordered by size, 0 = largest) is in distribution; "
+             "the other clusters are the OOD test split"]
+    return finish_plan(tid, "clustered", classes, seed, splits, groups, Counter(), notes)
 
 
 def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike", *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -108,3 +109,37 @@ def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys
     bal = next(c for c in r["curves"] if c["model"] == "erm" and c["curve"] == "balanced")
     assert bal["slope"] == pytest.approx(-1.0) and bal["x"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.45, 0.49]
     assert bal["knee"] == "delta10"  # 0.8 < 0.9 * 0.9
+
+
+def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):
+    """The clustered experiment end to end on a small world (features and training stood in): each D_k
+    is a typed, leak-free task plan whose test split holds every other cluster."""
+    rng = np.random.default_rng(0)
+    feats: dict[str, np.ndarray] = {}
+    plans = []
+
+    def fake_features(ids, images, **k):
+        return SimpleNamespace(rows=lambda wanted: np.stack([feats.setdefault(i, rng.normal(size=4)) for i in wanted]))
+
+    def fake_cluster_train(tp, *a, **k):
+        plans.append(tp)
+        m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
+        groups = sorted({(r.group, sum(x.group == r.group for x in tp.splits["test"])) for r in tp.splits["test"]})
+        agg = {"id": m(0.8), "ood": m(0.6), "splits": {"test": {"worst_group": m(0.4)}},
+               "per_group": [{"split": "test", "group": g, "n": n, "mean": 0.6} for g, n in groups]}
+        return SimpleNamespace(aggregate=lambda: agg)
+
+    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: SimpleNamespace(card=lambda: {"name": "stand-in"}))
+    monkeypatch.setattr(ood_experiments, "image_features", fake_features)
+    monkeypatch.setattr(ood_experiments, "train", fake_cluster_train)
+    out = tmp_path / "clustered"
+    r = ood_experiments.clustered(builder_world["artifact"].root, builder_world["folder"], out, k=3, seeds=1)
+    assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "clusters.csv", "assignments.csv"}
+    assert [row["k"] for row in r["per_k"]] == [0, 1, 2] and len(plans) == 3
+    for kk, tp in enumerate(plans):
+        assert tp.spec.shift_type == "clustered" and tp.spec.task_id == f"clustered-cat-dog-k{kk}"
+        assert {r.group for r in tp.splits["train"]} == {f"cat(cluster-{kk})", f"dog(cluster-{kk})"}
+        assert all(not r.group.endswith(f"(cluster-{kk})") for r in tp.splits["test"])
+        assert sum(tp.spec.split_sizes.values()) == sum(len(v) for v in tp.splits.values())
+        assert json.loads(tp.spec.to_json())["shift_type"] == "clustered"
+    assert all(0.0 <= c["mi_bits"] <= c["h_cluster_bits"] + 1e-9 for c in r["per_class"])

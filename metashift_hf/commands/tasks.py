@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 
 from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.core.errors import (
     EmptyResultError,
@@ -150,32 +152,36 @@ def run_list(args: argparse.Namespace) -> int:
 _SPLITS = ("train", "validation", "test", "id_test")
 
 
-def _group_lines(spec: dict) -> list[str]:
+def _group_lines(spec: ShiftSpec) -> list[str]:
     out = []
     for split in _SPLITS:
-        for g in spec.get(f"{split}_groups") or []:
-            contexts = ", ".join(g.get("contexts_found") or g.get("contexts") or []) or "-"
-            out.append(f"  {split:<10} {g.get('group', ''):<28} {g.get('n', 0):>6,}  contexts: {contexts}")
+        for g in getattr(spec, f"{split}_groups"):
+            contexts = ", ".join(g.contexts_found or g.contexts) or "-"
+            out.append(f"  {split:<10} {g.group:<28} {g.n:>6,}  contexts: {contexts}")
     return out
 
 
-def spec_summary(spec: dict) -> list[str]:
+_KINDS = {"marginal": "domain generalisation / marginal shift: train and test contexts differ",
+          "conditional": "subpopulation / conditional shift: the same groups in other proportions",
+          "joint": "joint shift: other contexts and other proportions",
+          "clustered": "clustered OOD sets: train on one image cluster per class, test on the others",
+          "none": "no designed shift (a collection)"}
+
+
+def spec_summary(spec: ShiftSpec) -> list[str]:
     """A shift spec as a few readable lines (``tasks show``; ``--json`` gives all of it)."""
-    kind = {"marginal": "domain generalisation / marginal shift: train and test contexts differ",
-            "conditional": "subpopulation / conditional shift: the same groups in other proportions",
-            "none": "no designed shift (a collection)"}.get(spec.get("shift_type"), str(spec.get("shift_type")))
-    lines = [f"shift:    {kind}"]
-    dist = spec.get("distance") or {}
-    if dist.get("value") is not None:
-        paper = f"; paper {dist['paper_value']}" if dist.get("paper_value") is not None else ""
-        lines.append(f"distance: d = {dist['value']:.3f} ({dist.get('rule')} rule{paper})")
-    mf = spec.get("minority_fraction") or {}
-    if mf.get("target") is not None:
-        lines.append(f"minority: p = {mf.get('achieved')} of the training rows (target {mf.get('target')})")
-    sizes = spec.get("split_sizes") or {}
+    lines = [f"shift:    {_KINDS[spec.shift_type]}"]
+    dist = spec.distance
+    if dist is not None and dist.value is not None:
+        paper = f"; paper {dist.paper_value}" if dist.paper_value is not None else ""
+        lines.append(f"distance: d = {dist.value:.3f} ({dist.rule} rule{paper})")
+    mf = spec.minority_fraction
+    if mf is not None and mf.target is not None:
+        lines.append(f"minority: p = {mf.achieved} of the training rows (target {mf.target})")
+    sizes = spec.split_sizes
     order = [s for s in _SPLITS if s in sizes] + sorted(set(sizes) - set(_SPLITS))
     lines.append("splits:   " + ", ".join(f"{k} {sizes[k]:,}" for k in order))
-    removed = {k: v for k, v in (spec.get("removed") or {}).items() if v}
+    removed = {k: v for k, v in dataclasses.asdict(spec.removed).items() if v}
     if removed:
         lines.append("removed:  " + ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items()))
                      + " images (ambiguous or leaking between splits)")
@@ -204,10 +210,10 @@ def run_show(args: argparse.Namespace) -> int:
     spec = None
     if args.artifact:
         options, _ = parse_overrides(args.overrides, [args.task_id])
-        # the spec's JSON form (builders.spec.ShiftSpec.to_json): what --json prints and the summary reads
-        spec = json.loads(plan_all([args.task_id], args.artifact, seed=args.seed, **options)[args.task_id].spec.to_json())
+        spec = plan_all([args.task_id], args.artifact, seed=args.seed, **options)[args.task_id].spec
     if args.json:
-        print(json.dumps({"task": facts, "shift_spec": spec}, indent=2, sort_keys=True, default=str))
+        shift_spec = None if spec is None else json.loads(spec.to_json())
+        print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))
         return 0
     print(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}")
     if entry is not None:
