@@ -19,6 +19,7 @@ from typing import Any
 from metashift_hf.builders.artifact import ArtifactStats
 from metashift_hf.builders.distances import Distance as DistanceAnswer
 from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
+from metashift_hf.cards.pictures import TaskPictures, group_subsets
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.names import SubsetName
@@ -138,6 +139,7 @@ class TaskInfo:
     distances: list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]] = field(default_factory=list)  # class, train, test, d code, d paper
     differences: list[str] = field(default_factory=list)
     example: dict = field(default_factory=dict)  # the first row without its image bytes (data-instance section)
+    pictures: TaskPictures | None = None  # the task's own pictures (cards.pictures), None when not drawn
 
 
 def _feature_type(feature) -> str:
@@ -159,12 +161,6 @@ def _groups(spec: ShiftSpec) -> dict[str, tuple[GroupSpec, ...]]:
     return spec.groups()
 
 
-def _group_members(group: GroupSpec, kept: set[str]) -> list[str]:
-    contexts = group.contexts_found or group.contexts
-    names = (str(SubsetName(group.cls, c)) for c in contexts)
-    return [n for n in names if n in kept]
-
-
 def _distance_rows(spec: ShiftSpec, art) -> list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]]:
     """Group-to-group distances (code and paper rule) between each class's train and test groups.
 
@@ -182,8 +178,8 @@ def _distance_rows(spec: ShiftSpec, art) -> list[tuple[str, str, str, DistanceAn
         members = {}
         for key in ("train", "validation", "test", "id_test"):
             for g in groups.get(key, ()):
-                if g.cls == cls and _group_members(g, kept):
-                    members.setdefault(g.group, _group_members(g, kept))
+                if g.cls == cls and group_subsets(g, kept):
+                    members.setdefault(g.group, group_subsets(g, kept))
         train = sorted({g.group for g in groups.get("train", ()) if g.group in members})
         test = sorted({g.group for g in groups.get("test", ()) if g.group in members} - set(train))
         for a in train:
@@ -381,13 +377,40 @@ def _shift_groups_table(spec: ShiftSpec) -> str:
     return "\n".join(rows) or "| – | – | – | – | – |"
 
 
+NO_PICTURES = "drawn only where matplotlib is installed (`pip install 'metashift-hf[plot]'`)"
+
+
+def _metagraph_section(info: TaskInfo) -> str:
+    """Per class: its meta-graph with this task's groups highlighted, then the artifact's community picture."""
+    graphs = info.pictures.graphs if info.pictures is not None else {}
+    parts = []
+    for c in info.spec.classes:
+        shown = []
+        if c in graphs:
+            shown.append(graphs[c].markdown())
+        if c in info.plots:
+            shown.append(f"![meta-graph of {c}](images/{plot_file(c)})\n\n*Communities of the meta-graph of `{c}` "
+                         "(nodes: context subsets, size ~ images; edges: overlap; colours: communities).*")
+        if shown:
+            parts.append(f"#### `{c}`\n\n" + "\n\n".join(shown))
+    if parts:
+        return "\n\n".join(parts)
+    if info.pictures is None and not info.plots:
+        return f"No meta-graph picture: they are {NO_PICTURES}."
+    return "No meta-graph picture: no class of the task has a meta-graph in the artifact."
+
+
+def _examples_section(info: TaskInfo) -> str:
+    if info.pictures is not None and info.pictures.examples is not None:
+        return info.pictures.examples.markdown()
+    if info.pictures is None:
+        return f"No example picture in this export: example grids are {NO_PICTURES}."
+    return "No example picture: the task has no rows with a group."
+
+
 def render_task_section(info: TaskInfo) -> str:
     spec = info.spec
-    if info.plots:
-        metagraph = "\n\n".join(f"Meta-graph of `{c}` (nodes: context subsets; edges: overlap; colours: communities):\n\n"
-                                f"![meta-graph of {c}](images/{plot_file(c)})" for c in info.plots)
-    else:
-        metagraph = "No meta-graph picture: the artifact was built without matplotlib."
+    metagraph = _metagraph_section(info)
     if info.distances:
         lines = ["Distances between each class's train and test groups, computed from the artifact over this task's "
                  "groups (code rule: meta-graph rebuilt over the merged groups, spectral embedding, Euclidean; paper rule: "
@@ -426,6 +449,7 @@ def render_task_section(info: TaskInfo) -> str:
         shift_table=_shift_table(spec),
         shift_groups_table=_shift_groups_table(spec),
         metagraph_section=metagraph,
+        examples_section=_examples_section(info),
         distance_section=distance,
         build_table="\n".join(f"| {a} | {_cell(v)} |" for a, v in build_rows),
         reproduce=reproduce,

@@ -5,6 +5,8 @@ A repo folder holds exactly what ``publish`` pushes::
     <repo>/README.md                                  YAML (configs, dataset_info, ...) + card body
     <repo>/<config>/<split>-00000-of-00001.parquet    image bytes embedded, never re-encoded
     <repo>/images/<class>.png                         meta-graph pictures copied from the artifact
+    <repo>/images/<config>-<class>-groups.png         the class meta-graph, the task's groups by role
+    <repo>/images/<config>-examples.png               example images, a row per group (cards.pictures)
 
 ``datasets.load_dataset("<repo dir or ns/repo>", "<config>")`` reads it with no loading script.
 The shard writer and repo layout are in :mod:`metashift_hf.shards`; the cards in :mod:`metashift_hf.cards`.
@@ -19,6 +21,7 @@ from .api import plan_all, prepare
 from .builders.artifact import Artifact
 from .builders.metashift import features_with_spec
 from .builders.spec import ShiftSpec
+from .cards import pictures
 from .cards import render as cards
 from .core.errors import InputFormatError, MetashiftError, UnknownNameError
 from .core.fsutil import atomic_dir, atomic_file, check_out, claim_dir
@@ -99,6 +102,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
                 info = cards.task_info(p, art, cfg, repo_id=load_target(name))
                 cards.copy_plots(info, art, tmp)
+                info.pictures = pictures.draw_task_pictures(p, art, tmp)
                 write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 card = cards.render_task_card(info, [cfg])
                 with atomic_file(tmp / "README.md", "w") as f:
@@ -118,6 +122,7 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
                 cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
                 info = cards.task_info(p, art, cfg, repo_id=load_target(INDEX_REPO))
                 cards.copy_plots(info, art, tmp)
+                info.pictures = pictures.draw_task_pictures(p, art, tmp)
                 write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
                 cfgs.append(cfg)
                 infos.append(info)

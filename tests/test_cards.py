@@ -1,16 +1,27 @@
 """Dataset cards: README YAML that huggingface_hub parses, and a body with every section the issue asks for."""
 from __future__ import annotations
 
+import importlib.util
+import io
 import re
+import sys
 
 import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from metashift_hf import __version__
+from metashift_hf.builders.spec import GroupSpec, ShiftSpec
+from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.export import export_prepared
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+
+
+# what export draws for the first task of ``exported`` (matplotlib installed): both classes' role graphs, the grid
+TASK_PICTURES = ("images/paper-dg-cat-dog-1-cat-groups.png", "images/paper-dg-cat-dog-1-dog-groups.png",
+                 "images/paper-dg-cat-dog-1-examples.png")
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +151,11 @@ def test_hub_user_sections_yaml_links_and_images_render(exported, tmp_path):
     html = markdown.markdown(card.text, extensions=["tables", "fenced_code"])
     images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', html)
     assert images and all((task_repo.path / src).is_file() for src in images), images
+    # every picture of the repo is shown: the copied community graph and the task's own pictures
+    drawn = sorted(p.relative_to(task_repo.path).as_posix() for p in (task_repo.path / "images").glob("*.png"))
+    assert sorted(images) == drawn
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert set(TASK_PICTURES) <= set(images)
     assert not re.search(r"!\[[^\]]*\]\([^)]*\s[^)]*\)", card.text)  # no image link with a space
     index = DatasetCard.load(index_repo.path / "README.md")
     assert index.data.to_dict()["viewer"] is False
@@ -155,3 +171,93 @@ def test_subpopulation_card_warns_about_small_validation_groups(exported):
                            group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}})
     words = cards.recommended_metric(info)
     assert "as few as 3 images in a group: `dog(indoor)` 3, `cat(outdoor)` 5, `cat(indoor)` 40" in words
+
+
+# -- the task's own pictures (cards.pictures) -----------------------------------------------------
+
+def _spec(**groups) -> ShiftSpec:
+    def make(split):
+        return tuple(GroupSpec(group=name, cls=cls, contexts=tuple(ctx), n=10) for name, cls, ctx in groups.get(split, ()))
+    return ShiftSpec(task_id="t", shift_type="marginal", classes=("cat", "dog"), train_groups=make("train"),
+                     validation_groups=make("validation"), test_groups=make("test"), id_test_groups=make("id_test"),
+                     split_sizes={}, seed=0)
+
+
+def test_subset_roles_of_a_small_task():
+    kept = {f"cat({c})" for c in ("sofa", "bed", "shelf", "grass", "desk", "tree")} | {"dog(sofa)"}
+    spec = _spec(train=[("cat(sofa)", "cat", ["sofa", "bed"]), ("dog(sofa)", "dog", ["sofa"])],
+                 validation=[("cat(sofa)", "cat", ["sofa", "bed"])],
+                 test=[("cat(shelf)", "cat", ["shelf", "bed", "missing"])],
+                 id_test=[("cat(grass)", "cat", ["grass"])])
+    # bed is in a train and a test group; a context the artifact does not have is no subset; the
+    # id_test group adds grass; desk and tree take no part; dog's groups are not cat's
+    assert pictures.subset_splits(spec, "cat", kept) == {
+        "cat(bed)": ("train", "validation", "test"), "cat(grass)": ("id_test",), "cat(shelf)": ("test",),
+        "cat(sofa)": ("train", "validation")}
+    assert pictures.subset_roles(spec, "cat", kept) == {
+        "cat(bed)": "train+test", "cat(grass)": "id_test", "cat(shelf)": "test", "cat(sofa)": "train"}
+    assert pictures.subset_roles(spec, "dog", kept) == {"dog(sofa)": "train"}
+    assert [pictures.role_of(s) for s in (["validation"], ["validation", "id_test"], ["test", "id_test"])] == \
+        ["validation", "id_test", "test"]
+    assert set(pictures.subset_roles(spec, "cat", kept).values()) <= set(pictures.ROLE_STYLES)
+
+
+def test_example_picks_are_seeded_per_group_and_sorted():
+    rows = list(range(40))
+    a = pictures.pick_examples(rows, 5, 0, "train", "cat(sofa)")
+    assert a == pictures.pick_examples(rows, 5, 0, "train", "cat(sofa)") == sorted(a) and len(set(a)) == 5
+    assert a != pictures.pick_examples(rows, 5, 0, "test", "cat(sofa)")
+    assert pictures.pick_examples(rows[:3], 5, 0, "train", "cat(sofa)") == [0, 1, 2]
+
+
+def test_task_pictures_are_pngs_linked_with_alt_text_and_caption(exported):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    _, tasks, repos = exported
+    repo = repos[0].path
+    text = (repo / "README.md").read_text()
+    for name in TASK_PICTURES:
+        data = (repo / name).read_bytes()
+        assert data.startswith(PNG), name
+        with Image.open(io.BytesIO(data)) as im:
+            im.verify()  # a whole, valid PNG
+        assert name in repos[0].files
+    assert "### Examples" in text and "### Meta-graph and distances" in text
+    examples = "![example images of each group of paper-dg-cat-dog-1](images/paper-dg-cat-dog-1-examples.png)"
+    assert text.index("### Examples") < text.index(examples) < text.index("### Shift")
+    caption = text[text.index(examples):].split("\n")[2]
+    assert caption.startswith("*Up to 5 images per group") and caption.endswith("*") and "seed 0" in caption
+    graph = ("![meta-graph of cat with the train and test groups of paper-dg-cat-dog-1 highlighted]"
+             "(images/paper-dg-cat-dog-1-cat-groups.png)")
+    assert graph in text
+    caption = text[text.index(graph):].split("\n")[2]
+    assert caption.startswith("*Meta-graph of `cat` in this task (train `cat(sofa)`; test `cat(grass)`)")
+    assert "train groups blue, test groups red" in caption and "other subsets faded grey" in caption
+    # the community picture follows, under the same class heading
+    assert text.index("#### `cat`") < text.index(graph) < text.index("![meta-graph of cat](images/cat.png)")
+    # rows of the grid: the train and test groups, labelled by split (validation/id_test add none here)
+    rows = pictures._rows_of(tasks[0].dataset)
+    assert [(s, g) for s, g, _ in rows] == [("train", "cat(sofa)"), ("train", "dog(sofa)"),
+                                           ("test", "cat(grass)"), ("test", "dog(grass)")]
+
+
+def test_task_pictures_are_deterministic(exported, tmp_path):
+    pytest.importorskip("matplotlib")
+    art, tasks, repos = exported
+    again = export_prepared(tasks[:1], art, tmp_path / "out")[0]
+    for name in TASK_PICTURES:
+        assert (again.path / name).read_bytes() == (repos[0].path / name).read_bytes(), name
+
+
+def test_without_matplotlib_the_card_omits_the_pictures(exported, tmp_path, monkeypatch):
+    import markdown
+
+    art, tasks, _ = exported
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails as if not installed
+    repo = export_prepared(tasks[:1], art, tmp_path / "out")[0]
+    assert sorted(p.name for p in (repo.path / "images").iterdir()) == ["cat.png"]  # the artifact's copy only
+    text = (repo.path / "README.md").read_text()
+    assert "No example picture in this export" in text and "groups.png" not in text
+    html = markdown.markdown(DatasetCard.load(repo.path / "README.md").text, extensions=["tables", "fenced_code"])
+    assert re.findall(r'<img alt="[^"]*" src="([^"]+)"', html) == ["images/cat.png"]

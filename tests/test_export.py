@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -38,8 +39,11 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     repos = export_prepared([task], art, tmp_path / "out")
     assert [r.name for r in repos] == ["metashift-paper-dg-cat-dog-1", "metashift"]
     repo = repos[0]
-    assert repo.files == ("README.md", "paper-dg-cat-dog-1/shift_spec.json", "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
-                          "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
+    # the task's own pictures (cards.pictures) where matplotlib is installed; tests/test_cards.py checks them
+    pictures = (("images/paper-dg-cat-dog-1-cat-groups.png", "images/paper-dg-cat-dog-1-dog-groups.png",
+                 "images/paper-dg-cat-dog-1-examples.png") if importlib.util.find_spec("matplotlib") else ())
+    assert repo.files == ("README.md", *pictures, "paper-dg-cat-dog-1/shift_spec.json",
+                          "paper-dg-cat-dog-1/test-00000-of-00001.parquet", "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
     assert ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
     assert metashift_hf.shift_spec(repo.path) == task.spec
     assert repos[1].files == ("README.md",) and repos[1].configs == ()

@@ -505,3 +505,29 @@ def test_plot_has_a_community_legend_and_tight_margins(tmp_path):
     (top, left), (bottom, right) = ink.min(axis=0), ink.max(axis=0)
     h, w = rgb.shape[:2]
     assert max(top, h - bottom) < 0.08 * h and max(left, w - right) < 0.08 * w
+
+
+def test_isolated_subsets_sit_on_a_compact_grid_not_a_ring(tmp_path):
+    """A class without edges (every subset its own community) draws as a labelled grid, and the
+    picture says there are no edges; subsets without an edge beside a connected part go below it."""
+    from metashift_hf.builders.plots import GRID_STEP, layout, spring_positions
+
+    names = [f"k(c{i:02d})" for i in range(18)]
+    lay = layout(names, [])
+    assert lay.isolated == names and lay.grid_columns == 6  # 3 rows of 6, in name order
+    assert np.allclose(np.diff(lay.xy[:6, 0]), GRID_STEP) and np.allclose(lay.xy[:6, 1], 0.0)
+    assert np.allclose(lay.xy[6:12, 1], -GRID_STEP) and np.allclose(lay.xy[12:, 1], -2 * GRID_STEP)
+    # a connected class keeps exactly the spring layout it always had
+    edges = [("k(a)", "k(b)", 0.5), ("k(b)", "k(c)", 0.4)]
+    assert np.array_equal(layout(["k(a)", "k(b)", "k(c)"], edges).xy, spring_positions(3, [(0, 1, 0.5), (1, 2, 0.4)]))
+    mixed = layout(["k(a)", "k(b)", "k(c)", "k(z)"], edges[:1])
+    assert mixed.isolated == ["k(c)", "k(z)"] and (mixed.xy[2:, 1] < mixed.xy[:2, 1].min()).all()
+
+    pytest.importorskip("matplotlib")
+    from metashift_hf.builders.plots import plot_class
+
+    members = {f"k(c{i})": arr(*range(100 * i, 100 * i + 30)) for i in range(6)}  # no two overlap
+    a = mg.analyse_class("k", members)
+    assert a.edges == []
+    assert plot_class(a, members, tmp_path / "k.png") == ["6 subsets, each its own community (no edges)"]
+    assert (tmp_path / "k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,6 +4,7 @@ Clients run in subprocesses because both libraries read HF_ENDPOINT once, at imp
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -131,9 +132,11 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
         # create_repo's initial commit + exactly one commit with all shards and the README
         assert commit_counts(state) == {rid: 2 for rid in repos}
         head = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")].head
-        assert sorted(head.files) == [".gitattributes", "README.md", f"{CONFIGS[0]}/shift_spec.json",
-                                      f"{CONFIGS[0]}/test-00000-of-00001.parquet",
-                                      f"{CONFIGS[0]}/train-00000-of-00001.parquet"]
+        pictures = ([f"images/{CONFIGS[0]}-{c}-groups.png" for c in ("cat", "dog")] + [f"images/{CONFIGS[0]}-examples.png"]
+                    if importlib.util.find_spec("matplotlib") else [])  # the task card's pictures (cards.pictures)
+        assert sorted(head.files) == sorted([".gitattributes", "README.md", f"{CONFIGS[0]}/shift_spec.json",
+                                             f"{CONFIGS[0]}/test-00000-of-00001.parquet",
+                                             f"{CONFIGS[0]}/train-00000-of-00001.parquet", *pictures])
         assert all(e.lfs_oid for p, e in head.files.items() if p.endswith(".parquet"))
         (collection,) = state.collections.values()
         assert [i["id"] for i in collection["items"]][0] == f"{NS}/metashift"  # the overview first
