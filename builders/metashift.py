@@ -93,7 +93,12 @@ class MetashiftConfig(datasets.BuilderConfig):
 # ---------------------------------------------------------------------------------------------
 # features
 # ---------------------------------------------------------------------------------------------
-def base_features(classes: list[str]) -> datasets.Features:
+def base_features(classes: list[str], groups: list[str]) -> datasets.Features:
+    """The task features (meanings: DEVELOPERS.md "Task layer", docs/tasks.md "Features").
+
+    ``groups``: the task's group names, sorted (:meth:`shifts.TaskPlan.group_names`); ``group_id``
+    is a ClassLabel over them, so ``names[group_id] == group`` on every row.
+    """
     return datasets.Features({
         "image": datasets.Image(),
         "image_id": datasets.Value("string"),
@@ -101,8 +106,17 @@ def base_features(classes: list[str]) -> datasets.Features:
         "context": datasets.Value("string"),
         "contexts": datasets.List(datasets.Value("string")),
         "group": datasets.Value("string"),
+        "group_id": datasets.ClassLabel(names=list(groups)),
         "community": datasets.Value("int64"),
     })
+
+
+def task_features(plan: shifts.TaskPlan, with_image_metadata: bool = False) -> datasets.Features:
+    """The features of ``plan``'s dataset, the shift spec stamped into ``group``."""
+    features = base_features(plan.classes, plan.group_names())
+    if with_image_metadata:
+        features = datasets.Features({**features, **METADATA_FEATURES})
+    return features_with_spec(features, plan.spec)
 
 
 METADATA_FEATURES = {
@@ -245,10 +259,7 @@ class Metashift(datasets.ArrowBasedBuilder):
         return self._plan
 
     def _info(self) -> datasets.DatasetInfo:
-        features = base_features(self.plan.classes)
-        if self.config.with_image_metadata:
-            features = datasets.Features({**features, **METADATA_FEATURES})
-        features = features_with_spec(features, self.plan.spec)
+        features = task_features(self.plan, self.config.with_image_metadata)
         return datasets.DatasetInfo(
             description=describe(self.plan),
             features=features,
@@ -296,7 +307,8 @@ class Metashift(datasets.ArrowBasedBuilder):
                                            summary=report.summary())
                 self._plan = plan
                 self.info.description = describe(plan)
-                self.info.features = features_with_spec(self.info.features, plan.spec)
+                # a group whose every image was dropped leaves group_id's names too
+                self.info.features = task_features(plan, self.config.with_image_metadata)
         else:
             src.resolve(ids, "error", verify=False)  # missing files: one report before writing anything
         return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s}) for s in plan.split_names()]
@@ -311,6 +323,7 @@ class Metashift(datasets.ArrowBasedBuilder):
         meta_types = {k: schema.field(k).type for k in METADATA_FEATURES} if meta else {}
         verify = bool(self.config.verify_images) and self.config.on_missing == "error"
         label_index = {c: i for i, c in enumerate(self.plan.classes)}
+        group_index = {g: i for i, g in enumerate(features["group_id"].names)}
         rows = self.plan.splits[split]
         # Same record-batch size as datasets' own writer for image features (100), so the arrow files
         # are laid out as the example-by-example writer laid them out.
@@ -332,6 +345,7 @@ class Metashift(datasets.ArrowBasedBuilder):
                 "context": pa.array([r.context for r in chunk], pa.string()),
                 "contexts": pa.array([list(r.contexts) for r in chunk], schema.field("contexts").type),
                 "group": pa.array([r.group for r in chunk], pa.string()),
+                "group_id": pa.array([group_index[r.group] for r in chunk], pa.int64()),
                 "community": pa.array([int(r.community) for r in chunk], pa.int64()),
             }
             if meta:
@@ -380,4 +394,4 @@ def spec_of_dataset(ds: "datasets.Dataset | datasets.DatasetDict") -> ShiftSpec:
 
 
 __all__ = ["Metashift", "MetashiftConfig", "spec_of_dataset", "features_with_spec", "spec_of_features", "describe",
-           "LEGACY_CLASSES"]
+           "task_features", "LEGACY_CLASSES"]

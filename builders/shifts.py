@@ -43,9 +43,12 @@ SPLITS = ("train", "validation", "test", "id_test")
 class GroupDef:
     """A group = union of ``<cls>(<context>)`` subsets, named ``<cls>(<label>)``.
 
-    ``context`` is the group's defining context (the ``context`` feature), "" when it has none
-    (e.g. a community or an indoor/outdoor group); ``community`` is fixed for community groups,
-    otherwise it is looked up for ``<cls>(<context>)``.
+    Rows of the group get ``label`` as their ``context`` feature, so ``group == f"{cls}({context})"``
+    on every row. ``context`` records whether the group is named after one of its own contexts
+    (``dog(shelf)`` holds ``dog(shelf)``; merged groups such as ``dog(cabinet)`` too), "" when not
+    (a community or an indoor/outdoor group). ``community`` is fixed for community groups;
+    otherwise rows get the community all of the group's subsets share, or their own
+    (:meth:`_RowMaker.rows`).
     """
 
     cls: str
@@ -64,12 +67,14 @@ class GroupDef:
 
 @dataclass(frozen=True)
 class Row:
+    """One dataset row (the features, DEVELOPERS.md "Task layer"); ``group == f"{label}({context})"``."""
+
     image_id: str
     label: str  # class name; the builder maps it to a ClassLabel index
     group: str
-    context: str
-    contexts: tuple[str, ...]
-    community: int
+    context: str  # the context part of ``group`` (its label: a context, indoor, community-0, ...)
+    contexts: tuple[str, ...]  # the image's own kept contexts of its class
+    community: int  # the group's community if one, else the row's majority community; -1: none
 
 
 @dataclass
@@ -108,16 +113,22 @@ class TaskPlan:
     def image_ids(self) -> list[str]:
         return sorted({r.image_id for rows in self.splits.values() for r in rows})
 
+    def group_names(self) -> list[str]:
+        """Every group of the plan's rows, over all splits, sorted: the ``group_id`` names."""
+        return sorted({r.group for rows in self.splits.values() for r in rows})
+
     def table(self):
         """All rows as a pandas DataFrame with a ``split`` column (rows in plan order)."""
         import pandas as pd
 
+        gid = {g: i for i, g in enumerate(self.group_names())}
         recs = [
-            {"split": s, "image_id": r.image_id, "label": r.label, "group": r.group, "context": r.context,
-             "contexts": list(r.contexts), "community": r.community}
+            {"split": s, "image_id": r.image_id, "label": r.label, "group": r.group, "group_id": gid[r.group],
+             "context": r.context, "contexts": list(r.contexts), "community": r.community}
             for s in self.split_names() for r in self.splits[s]
         ]
-        return pd.DataFrame(recs, columns=["split", "image_id", "label", "group", "context", "contexts", "community"])
+        return pd.DataFrame(recs, columns=["split", "image_id", "label", "group", "group_id", "context", "contexts",
+                                           "community"])
 
     def without_images(self, drop: Iterable[str], *, missing: Sequence[str] = (), corrupt: Sequence[str] = (),
                        summary: str = "") -> "TaskPlan":
@@ -276,12 +287,23 @@ def _carve(source: GroupSource, groups: Sequence[GroupDef], *, ambiguous: frozen
     return out
 
 
+def majority_community(source: GroupSource, cls: str, contexts: Iterable[str]) -> int:
+    """The community holding most of ``contexts`` (an image's kept contexts of ``cls``; ties: smaller
+    id), -1 when none of them is kept: a row's ``community`` when its group spans several."""
+    comms = Counter(source.community(f"{cls}({c})") for c in contexts)
+    comms.pop(-1, None)
+    if not comms:
+        return -1
+    return min(comms, key=lambda k: (-comms[k], k))
+
+
 class _RowMaker:
     """Builds :class:`Row` objects: contexts of an image = every kept context of its class holding it."""
 
     def __init__(self, source: GroupSource) -> None:
         self.source = source
         self._index: dict[str, dict[str, list[str]]] = {}
+        self._group_comm: dict[GroupDef, int | None] = {}
 
     def contexts(self, cls: str, image_id: str) -> tuple[str, ...]:
         idx = self._index.get(cls)
@@ -293,22 +315,29 @@ class _RowMaker:
             self._index[cls] = idx
         return tuple(idx.get(image_id, ()))
 
-    def group_community(self, g: GroupDef) -> int:
+    def group_community(self, g: GroupDef) -> int | None:
+        """The community of ``g``: fixed for community groups, else the one community every subset of
+        ``g`` that has images is kept in; None when they span several (or one is not kept)."""
         if g.community is not None:
             return g.community
-        return self.source.community(f"{g.cls}({g.context})") if g.context else -1
+        if g not in self._group_comm:
+            comms = {self.source.community(s) for s in g.subsets() if self.source.subset_images(s)}
+            self._group_comm[g] = next(iter(comms)) if len(comms) == 1 and -1 not in comms else None
+        return self._group_comm[g]
 
     def majority_community(self, cls: str, ctxs: Sequence[str]) -> int:
-        """Most frequent community among an image's contexts (ties: smaller id), -1 if none."""
-        comms = Counter(self.source.community(f"{cls}({c})") for c in ctxs)
-        comms.pop(-1, None)
-        if not comms:
-            return -1
-        return min(comms, key=lambda k: (-comms[k], k))
+        return majority_community(self.source, cls, ctxs)
 
     def rows(self, g: GroupDef, ids: Iterable[str]) -> list[Row]:
+        """Rows of group ``g``: ``context`` = the group's label; ``community`` = the group's
+        (:meth:`group_community`), else the row's :meth:`majority_community` (-1: no kept context)."""
         comm = self.group_community(g)
-        return [Row(i, g.cls, g.name, g.context, self.contexts(g.cls, i), comm) for i in ids]
+        out = []
+        for i in ids:
+            ctxs = self.contexts(g.cls, i)
+            out.append(Row(i, g.cls, g.name, g.label, ctxs,
+                           comm if comm is not None else self.majority_community(g.cls, ctxs)))
+        return out
 
 
 def _need(task_id: str, group: str, have: int, need: int, what: str, overrides: str) -> None:
@@ -685,7 +714,8 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
                seed: int = 0, **spec_fields: Any) -> TaskPlan:
     """One ``train`` split: every image of each class once (an image showing two classes appears
     once per class), with the list of its contexts among ``contexts[cls]`` (context -> ids).
-    Group = ``<cls>(community-<k>)`` with k the most frequent community among its contexts.
+    Group = ``<cls>(community-<k>)`` with k the most frequent community among its contexts (ties:
+    smaller k), ``<cls>(all)`` when it has none; the row's ``context`` is ``community-<k>`` / ``all``.
     """
     classes = sorted(contexts)
     rows: list[Row] = []
@@ -700,9 +730,10 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
         for i in sorted(index):
             ctxs = tuple(index[i])
             k = rm.majority_community(c, ctxs)
-            g = f"{c}(community-{k})" if k >= 0 else f"{c}(all)"
+            label = f"community-{k}" if k >= 0 else "all"
+            g = f"{c}({label})"
             group_ctx.setdefault(g, set()).update(ctxs)
-            rows.append(Row(i, c, g, "", ctxs, k))
+            rows.append(Row(i, c, g, label, ctxs, k))
         train_groups += [GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0)
                          for g in sorted(group_ctx)]
     return finish_plan(task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(),

@@ -49,10 +49,14 @@ FIELD_MEANING = {
     "image": "the original JPEG bytes (decoded to a PIL image on access)",
     "image_id": "GQA / Visual Genome image id",
     "label": "class index (names below)",
-    "context": "the context that defines the image's group, or empty",
+    "context": "the context part of the image's group: `group` is `class(context)` "
+               "(e.g. `cabinet`, `indoor`, `community-0`); the image's own contexts are in `contexts`",
     "contexts": "every kept context of the image's class that the image belongs to",
-    "group": "`class(context-group)`, the group the image was sampled for",
-    "community": "meta-graph community of the group's subsets (-1 when not applicable)",
+    "group": "`class(context)`, the group the image was sampled for",
+    "group_id": "index of `group` among the task's groups (names: every group of every split, sorted), "
+                "e.g. for GroupDRO",
+    "community": "meta-graph community of the group when all its subsets share one; otherwise the community "
+                 "holding most of the image's `contexts` (ties: smallest id); -1 when the image has none",
 }
 
 

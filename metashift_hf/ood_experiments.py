@@ -30,6 +30,7 @@ from metashift_hf.builders.shifts import (
     TaskPlan,
     ambiguous_images,
     finish_plan,
+    majority_community,
     seeded_order,
 )
 from metashift_hf.builders.spec import GroupSpec
@@ -239,8 +240,10 @@ def _plot_curves(summaries: list[dict], table: pd.DataFrame, curves: dict, path:
 # --------------------------------------------------------------------------------------------
 # clustered OOD sets
 # --------------------------------------------------------------------------------------------
-def _class_pool(art: Artifact, classes: Sequence[str]) -> tuple[dict[str, list[str]], dict[tuple[str, str], tuple[str, ...]]]:
-    """Per class its unambiguous images (sorted), and each image's kept contexts."""
+def _class_pool(art: Artifact, classes: Sequence[str]) -> tuple[dict[str, list[str]], dict[tuple[str, str], tuple[str, ...]],
+                                                                 dict[tuple[str, str], int]]:
+    """Per class its unambiguous images (sorted); each image's kept contexts, and the community
+    holding most of them (a cluster spans communities: the rows' ``community``, builders.shifts)."""
     source = ArtifactSource(art)
     amb = ambiguous_images(source, classes)
     ids, tags = {}, {}
@@ -253,11 +256,12 @@ def _class_pool(art: Artifact, classes: Sequence[str]) -> tuple[dict[str, list[s
                     holds.setdefault(i, []).append(ctx)
         ids[c] = sorted(holds)
         tags.update({(c, i): tuple(v) for i, v in holds.items()})
-    return ids, tags
+    return ids, tags, {key: majority_community(source, key[0], v) for key, v in tags.items()}
 
 
 def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clustering],
-                  tags: dict[tuple[str, str], tuple[str, ...]], seed: int) -> TaskPlan:
+                  tags: dict[tuple[str, str], tuple[str, ...]], seed: int,
+                  comms: dict[tuple[str, str], int]) -> TaskPlan:
     """Train/validation/id_test from each class's k-th cluster (70/10/20, seeded); test = the others."""
     tid = f"clustered-{'-'.join(classes)}-k{k}"
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
@@ -267,10 +271,11 @@ def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clust
         n_va, n_it = int(round(0.1 * len(order))), int(round(0.2 * len(order)))
         parts = {"validation": order[:n_va], "id_test": order[n_va:n_va + n_it], "train": order[n_va + n_it:]}
         for s, members in parts.items():
-            splits[s] += [Row(i, c, f"{c}(cluster-{k})", "", tags[(c, i)], k) for i in members]
+            splits[s] += [Row(i, c, f"{c}(cluster-{k})", f"cluster-{k}", tags[(c, i)], comms[(c, i)]) for i in members]
         for j, members in by.items():
             if j != k:
-                splits["test"] += [Row(i, c, f"{c}(cluster-{j})", "", tags[(c, i)], j) for i in sorted(members)]
+                splits["test"] += [Row(i, c, f"{c}(cluster-{j})", f"cluster-{j}", tags[(c, i)], comms[(c, i)])
+                                   for i in sorted(members)]
     # Groups are clusters, not contexts: a GroupSpec per (split, class, cluster) with no contexts.
     groups = {s: [GroupSpec(group=g, cls=c, contexts=(), n=0) for g, c in sorted({(r.group, r.label) for r in rows})]
               for s, rows in splits.items()}
@@ -287,7 +292,7 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     check_out(out, KIND, force=force, inputs=[artifact, images])
     art = Artifact.load(artifact)
     m = ModelSpec.parse(model)
-    ids, tags = _class_pool(art, classes)
+    ids, tags, comms = _class_pool(art, classes)
     bb = load_backbone(device=device)
     fs = image_features([i for c in classes for i in ids[c]], images, backbone=bb, cache_dir=cache_dir, progress=False)
     clusterings = [cl.kmeans_by_size(c, ids[c], fs.rows(ids[c]), k, seed=seed, n_init=n_init) for c in classes]
@@ -304,7 +309,7 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     for kk in sorted(d_sets):
         member = [1 if i in d_sets[kk] else 0 for _, i in all_ids]
         mi_d = cl.mutual_information(member, [tags[key] for key in all_ids])
-        tp = _cluster_plan(kk, classes, clusterings, tags, seed)
+        tp = _cluster_plan(kk, classes, clusterings, tags, seed, comms)
         res = train(tp, art, images, None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
                     progress=False)
         a = res.aggregate()

@@ -29,7 +29,9 @@ def matched(builder_world, tmp_path_factory):
 def test_plan_needs_no_images(builder_world):
     p = api.plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1, seed=2)
     t = p.table()
-    assert list(t.columns) == ["split", "image_id", "label", "group", "context", "contexts", "community"]
+    assert list(t.columns) == ["split", "image_id", "label", "group", "group_id", "context", "contexts", "community"]
+    assert [p.group_names()[i] for i in t["group_id"]] == list(t["group"])
+    assert list(t["group"]) == [f"{c}({x})" for c, x in zip(t["label"], t["context"])]
     assert t.groupby("split").size().to_dict() == p.spec.split_sizes
     assert p.spec.seed == 2 and p.spec.artifact_hash == builder_world["artifact"].content_hash
     assert p.spec.rules.min_images_per_subset == 25
@@ -67,6 +69,12 @@ def test_matched_task_default_shift(builder_world, matched, tmp_path):
         assert all(set(r["contexts"]) & ood_ctx for r in test)
     ids = [i for s in ds for i in ds[s]["image_id"]]
     assert len(ids) == len(set(ids))
+    names = ds["train"].features["group_id"].names
+    for s in ds:  # matched groups are communities: context community-<k>, community k
+        classes = ds[s].features["label"].names
+        for r in ds[s].remove_columns("image"):
+            assert names[r["group_id"]] == r["group"] == f"{classes[r['label']]}({r['context']})"
+            assert r["context"] == f"community-{r['community']}"
     assert spec.distance.rule == "paper" and set(spec.distance.per_class) == {"cat", "dog"}
     assert spec.registry.kind == "binary"
     with pytest.raises(UnknownNameError, match="validation_fraction"):

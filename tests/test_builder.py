@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import zipfile
+from collections import Counter
 
 import pytest
 
@@ -88,6 +89,7 @@ def test_missing_images_error_and_skip(builder_world, tmp_path):
     spec = shift_spec(ds)
     assert ds["train"].num_rows == spec.split_sizes["train"] == plan.spec.split_sizes["train"] - 1
     assert spec.skipped_images.n == 1 and spec.skipped_images.missing == (gone,)
+    assert ds["train"].features["group_id"].names == sorted({g for d in ds.values() for g in d["group"]})
     # putting the image back gives a fresh build in the same cache, not the stale skipped one
     shutil.copy(builder_world["folder"] / f"{gone}.jpg", folder / f"{gone}.jpg")
     again = build(builder_world, "paper-subpop-cat-dog-p1", images=folder, cache=tmp_path / "c2", on_missing="skip")
@@ -177,6 +179,53 @@ def test_features_carry_spec(builder_world):
     plain["group"] = __import__("datasets").Value("string")
     with pytest.raises(InputFormatError, match="no shift spec"):
         spec_of_features(plain)
+
+
+def _community_by_the_rule(art, cls: str, group, contexts) -> int:
+    """The documented rule, independently: the group's community when all its subsets that have images
+    share one kept community (community groups: their own), else the one holding most of the row's
+    contexts (ties: smallest id), -1 when the row has none."""
+    comm = art.communities(cls)
+    label = group.group[len(cls) + 1:-1]
+    if label.startswith("community-"):
+        return int(label.split("-")[1])
+    shared = {comm.get(f"{cls}({c})", -1) for c in (group.contexts_found if group.contexts_found is not None
+                                                    else group.contexts)}
+    if len(shared) == 1 and -1 not in shared:
+        return shared.pop()
+    counts = Counter(comm[f"{cls}({c})"] for c in contexts if f"{cls}({c})" in comm)
+    return min(counts, key=lambda k: (-counts[k], k)) if counts else -1
+
+
+@pytest.mark.parametrize("task", ["paper-subpop-cat-dog-p12", "paper-dg-cat-dog-1", "class-dog", "attributes"])
+def test_group_fields_mean_one_thing_on_every_task(builder_world, task, tmp_path):
+    import datasets
+
+    ds = build(builder_world, task)
+    art = builder_world["artifact"]
+    spec = shift_spec(ds)
+    groups = {g.group: g for gs in spec.groups().values() for g in gs}
+    first = next(iter(ds.values())).features
+    cols = list(first)
+    assert cols[cols.index("group") + 1] == "group_id" and isinstance(first["group_id"], datasets.ClassLabel)
+    names = first["group_id"].names
+    assert names == sorted({g for d in ds.values() for g in d["group"]})
+    for split, d in ds.items():
+        assert d.features["group_id"] == first["group_id"]
+        classes = d.features["label"].names
+        for r in d.remove_columns("image"):
+            cls = classes[r["label"]]
+            assert names[r["group_id"]] == r["group"] == f"{cls}({r['context']})" and r["context"], r
+            assert r["community"] == _community_by_the_rule(art, cls, groups[r["group"]], r["contexts"]), r
+            assert r["community"] >= 0 or not r["contexts"], r  # -1 only without a kept context
+    if task.startswith("paper-subpop"):
+        assert {c for d in ds.values() for c in d["context"]} == {"indoor", "outdoor"}
+        assert all(k >= 0 for d in ds.values() for k, c in zip(d["community"], d["contexts"]) if c)
+    # the ClassLabel survives parquet and datasets.load_dataset
+    path = tmp_path / "train.parquet"
+    ds["train"].to_parquet(str(path))
+    back = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "pq"))
+    assert back.features["group_id"] == first["group_id"] and back["group_id"] == ds["train"]["group_id"]
 
 
 REAL = {  # real GQA/VG ids of the shared images and real subsets they belong to (attributes pickle)

@@ -107,6 +107,8 @@ def test_coco_subpopulation_task_has_the_paper_sizes_and_no_leakage(coco_artifac
     for split, rows in plan.splits.items():
         for r in rows:
             assert seen.setdefault(r.image_id, split) == split, f"{r.image_id} in {seen[r.image_id]} and {split}"
+            assert r.group == f"{r.label}({r.context})" and r.context in ("indoor", "outdoor")
+            assert r.community >= 0 or not r.contexts
     both = coco_artifact.class_images("cat", kept_only=False) & coco_artifact.class_images("dog", kept_only=False)
     assert both and not both & set(seen)
     # group membership follows the super-categories

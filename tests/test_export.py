@@ -58,6 +58,9 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     for row in raw:
         assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == originals[row["image_id"]]  # never re-encoded
     assert loaded["train"].features["label"].names == ["cat", "dog"]
+    assert loaded["train"].features["group_id"] == task.dataset["train"].features["group_id"]  # a ClassLabel again
+    names = loaded["train"].features["group_id"].names
+    assert all(names[r["group_id"]] == r["group"] for r in loaded["test"].remove_columns("image"))
     assert loaded["train"][0]["image"].size[0] > 0  # decodes as an image
     assert repo.load_line() == f'load_dataset("{repo.path}", "paper-dg-cat-dog-1")'
     assert repo.load_line(namespace="ns") == 'load_dataset("ns/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1")'
@@ -176,6 +179,10 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
                                                                   if k != "cache_dir"}) == spec
         loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
         assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
+        for s, d in loaded.items():  # group_id comes back a ClassLabel over the task's groups
+            assert d.features["group_id"] == expected.dataset[s].features["group_id"]
+            key = lambda x: sorted(zip(x["image_id"], x["group_id"], x["context"], x["community"]))  # noqa: E731
+            assert key(d) == key(expected.dataset[s])
     dg = (repos[0].path / "README.md").read_text()
     assert "images/cat.png" in dg and (repos[0].path / "images" / "dog.png").is_file()
     assert "Distance d: paper 0.440" in dg and "**Domain generalisation**" in dg

@@ -131,7 +131,8 @@ def test_conditional_levels(src, delta):
         levels.check_level_plan(p)
         for split in ("train", "test", "validation", "id_test"):
             rows = p.splits[split]
-            cnt = Counter((r.label, r.group.split("(")[1][:-1]) for r in rows)
+            assert all(r.group == f"{r.label}({r.context})" for r in rows)  # context: the s1/s2 value's label
+            cnt = Counter((r.label, r.context) for r in rows)
             n_s1 = cnt[("cat", "indoor")] + cnt[("dog", "indoor")]
             assert n_s1 * 2 == len(rows)  # P(s1) = 1/2 in every split
             p_a_s1 = cnt[("cat", "indoor")] / n_s1
