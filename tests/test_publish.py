@@ -165,7 +165,10 @@ def test_dry_run_prints_the_plan_and_pushes_nothing(exported, tmp_path, local_cl
         r = local_cli(publish_args(exported["out"], "--dry-run"), endpoint, tmp_path / "home")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "dry run: nothing is pushed" in r.stdout
-        assert f"{NS}/metashift-{CONFIGS[0]} (new repo): upload 4 files" in r.stdout
+        repo = exported["out"] / f"metashift-{CONFIGS[0]}"
+        files = [p for p in repo.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        assert {p.suffix for p in files} == {".md", ".parquet", ".json", ".png"}  # card, shards, spec, pictures
+        assert f"{NS}/metashift-{CONFIGS[0]} (new repo): upload {len(files)} files" in r.stdout
         shard = f"{CONFIGS[0]}/train-00000-of-00001.parquet"
         size = (exported["out"] / f"metashift-{CONFIGS[0]}" / shard).stat().st_size
         assert 1_000 <= size < 1_000_000  # the sample JPEGs make a shard of some kB
