@@ -230,6 +230,8 @@ class Artifact:
         self._images_table: pa.Table | None = None
         self._word_set: set[str] | None = None
         self._matrices: dict[str, DistanceMatrix] = {}
+        # analysis() per class: shift-level designs ask for hundreds of set distances of one class
+        self._analyses: dict[str, tuple[ClassAnalysis, dict[str, np.ndarray]]] = {}
 
     def _table(self, name: str, *, required: Sequence[str] = (), **read_options) -> pa.Table:
         """One table of the artifact, checked first against the sha256 its build recorded (so tables
@@ -461,8 +463,13 @@ class Artifact:
 
     def analysis(self, subject: str):
         """The stored meta-graph of a class as a ``metagraph.ClassAnalysis`` (edges, communities,
-        embeddings read back from the tables, nothing recomputed) and its members (local indices)."""
+        embeddings read back from the tables, nothing recomputed) and its members (local indices).
+        Read once per class and shared: treat both as read-only."""
+        if subject not in self._analyses:
+            self._analyses[subject] = self._read_analysis(subject)
+        return self._analyses[subject]
 
+    def _read_analysis(self, subject: str) -> tuple[ClassAnalysis, dict[str, np.ndarray]]:
         info = self.class_info(subject)
         names = self.subsets_of(subject)
         edges = self.edges(subject)
