@@ -83,3 +83,15 @@ def test_mean_distance_names_every_rule():
     assert dist.mean_distance([s, r]) == dist.Distance(2.0, "resistance+spectral", "ok")
     assert dist.mean_distance([s, dist.DISCONNECTED]) == dist.DISCONNECTED
     assert str(s) == "1.000000 (spectral)" and str(dist.DISCONNECTED) == "disconnected"
+
+
+def test_spectral_numbers_are_the_original_per_pair_norm_bit_for_bit():
+    rng = np.random.default_rng(7)
+    names = [f"c({i:03d})" for i in range(60)]
+    emb = {n: rng.normal(size=5) * 10.0 ** rng.integers(-3, 3) for n in names}
+    w = np.ones((60, 60)) - np.eye(60)  # one component: every pair is spectral
+    m = dist.distance_matrix(names, w, emb)
+    for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+        original = float(np.linalg.norm(emb[a] - emb[b]))
+        assert m.values[i, j].hex() == m.values[j, i].hex() == original.hex() and m.rules[i, j] == "spectral"
+    assert (np.diag(m.values) == 0).all()
