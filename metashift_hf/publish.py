@@ -48,6 +48,7 @@ class FilePlan:
     path: str
     size: int
     action: str  # "upload" | "unchanged" | "delete"
+    data: bytes | None = None  # what is published when it differs from the local file (the card)
 
 
 @dataclass
@@ -74,9 +75,23 @@ class PublishResult:
     dry_run: bool
 
 
-def git_blob_sha1(path: Path) -> str:
-    data = Path(path).read_bytes()
+def git_blob_sha1(path: Path | bytes) -> str:
+    data = path if isinstance(path, bytes) else Path(path).read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+# What a card names our repos by: load lines (a namespace/repo, or the local folder of an export made
+# without --namespace), relative links of the index card, and Hub links of an earlier namespace.
+_LOAD_REF = re.compile(r'load_dataset\("(?P<ref>[^"\n]*?(?P<name>metashift(?:-[A-Za-z0-9._-]+)?))/?"')
+_REPO_LINK = re.compile(r'\]\((?:\.\./|https://huggingface\.co/datasets/[A-Za-z0-9._-]+/)(?P<name>metashift(?:-[A-Za-z0-9._-]+)?)\)')
+
+
+def retarget_card(text: str, namespace: str) -> str:
+    """The card as published under ``namespace``: every load line and link naming one of our repos
+    names ``namespace/<repo>``, so a folder exported without (or with another) --namespace never
+    reaches the Hub with load lines that point at a local path or somebody else's repos."""
+    text = _LOAD_REF.sub(lambda m: f'load_dataset("{namespace}/{m.group("name")}"', text)
+    return _REPO_LINK.sub(lambda m: f"](https://huggingface.co/datasets/{namespace}/{m.group('name')})", text)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -136,13 +151,13 @@ class _Hub:
     def _scrub(self, text: str) -> str:
         return scrub_token(text, self.token)
 
-    def validate_card(self, readme: Path, repo_id: str) -> None:
+    def validate_card(self, readme: Path, content: str, repo_id: str) -> None:
         """Ask the Hub's validate-yaml endpoint (the one DatasetCard.validate uses) at *our* endpoint."""
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
         def post():
             response = get_session().post(f"{self.endpoint}/api/validate-yaml", headers={"Accept": "text/plain"},
-                                          json={"repoType": "dataset", "content": readme.read_text(encoding="utf-8")})
+                                          json={"repoType": "dataset", "content": content})
             if response.status_code == 400:
                 raise MetashiftError(f"the Hub refuses the README metadata of {readme.parent}: {self._scrub(response.text)}",
                                      "fix the card metadata (cards.py) and export again")
@@ -244,15 +259,18 @@ def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
     return out
 
 
-def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None, configs: list[str]) -> RepoPlan:
+def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None, configs: list[str],
+              card: bytes | None = None) -> RepoPlan:
+    """What to upload, keep and delete; ``card``: the README as published (:func:`retarget_card`)."""
     plan = RepoPlan(repo_id, repo.path, None if remote is None else bool(remote), note=repo.note)
     local = repo_files(repo.path)
     for rel in local:
         path = repo.path / rel
-        size = path.stat().st_size
+        data = card if rel == "README.md" else None
+        size = len(data) if data is not None else path.stat().st_size
         old = (remote or {}).get(rel)
-        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(path))
-        plan.files.append(FilePlan(rel, size, "unchanged" if same else "upload"))
+        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(data if data is not None else path))
+        plan.files.append(FilePlan(rel, size, "unchanged" if same else "upload", data))
     managed = tuple(f"{c}/" for c in configs) + _MANAGED_DIRS
     for rel, (_, size, _) in sorted((remote or {}).items()):
         if rel not in local and rel.startswith(managed):
@@ -305,6 +323,8 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
                                  f"use --namespace with one of: {', '.join(sorted(n for n in allowed if n))}")
 
+    cards = {r.name: retarget_card((r.path / "README.md").read_text(encoding="utf-8"), namespace).encode("utf-8")
+             for r in items}
     plans = []
     for r in items:
         repo_id = f"{namespace}/{r.name}"
@@ -312,7 +332,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         if token:
             exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
             remote = _remote_tree(hub, repo_id) if exists else {}
-        plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
+        plans.append(plan_repo(r, repo_id, remote, configs[r.name], cards[r.name]))
     if dry_run:  # the caller shows plan_lines(result.plans)
         return PublishResult(plans, {}, None, True)
     # Real runs list every file too: only regular files of the repo layout are ever planned (shards.repo_files).
@@ -323,14 +343,15 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         hub.call(f"creating {plan.repo_id}", hub.api.create_repo, plan.repo_id, repo_type="dataset", private=private, exist_ok=True)
         if plan.exists is False:
             # create_repo made a first commit (.gitattributes): plan against the real tree.
-            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
+            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name], cards[r.name])
         if not plan.changed:
             logger.info(f"{plan.repo_id}: up to date, no commit")
             commits[plan.repo_id] = None
             continue
         if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
-            hub.validate_card(plan.local_dir / "README.md", plan.repo_id)
-        ops = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(plan.local_dir / f.path))
+            hub.validate_card(plan.local_dir / "README.md", cards[r.name].decode("utf-8"), plan.repo_id)
+        ops = [CommitOperationAdd(path_in_repo=f.path,
+                                  path_or_fileobj=f.data if f.data is not None else str(plan.local_dir / f.path))
                for f in plan.files if f.action == "upload"]
         ops += [CommitOperationDelete(path_in_repo=f.path) for f in plan.files if f.action == "delete"]
         info = hub.call(f"committing to {plan.repo_id}", hub.api.create_commit, plan.repo_id, ops, repo_type="dataset",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from metashift_hf import publish as publish_mod
 from metashift_hf import shards as shards_mod
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.export import export_prepared
@@ -360,3 +361,34 @@ def test_token_stays_out_of_logging_in_process(exported, caplog, capsys, monkeyp
     assert caplog.records  # the clients did log at DEBUG
     everything = caplog.text + out.out + out.err + str(bad.value)
     assert TOKEN not in everything and "hf_wrong_token_456" not in everything
+
+
+def test_retarget_card_names_the_namespace_everywhere():
+    card = ('ds = load_dataset("/home/me/out/metashift-bin-cat-dog", "bin-cat-dog")\n'
+            '| [`a`](../metashift-a) | `load_dataset("other/metashift-a", "a")` |\n'
+            '| [`b`](https://huggingface.co/datasets/other/metashift-b) | `load_dataset("./out/metashift-b/", "b")` |\n'
+            'see [the paper](https://huggingface.co/datasets/someone/unrelated) and load_dataset("parquet", data_files=x)\n')
+    out = publish_mod.retarget_card(card, "ns")
+    assert 'load_dataset("ns/metashift-bin-cat-dog", "bin-cat-dog")' in out
+    assert "[`a`](https://huggingface.co/datasets/ns/metashift-a) | `load_dataset(\"ns/metashift-a\", \"a\")`" in out
+    assert "[`b`](https://huggingface.co/datasets/ns/metashift-b) | `load_dataset(\"ns/metashift-b\", \"b\")`" in out
+    assert "/home/me" not in out and "other/" not in out and "./out" not in out
+    # links and load lines that are not our repos stay as written
+    assert "(https://huggingface.co/datasets/someone/unrelated)" in out and 'load_dataset("parquet"' in out
+    assert publish_mod.retarget_card(out, "ns") == out
+
+
+def test_export_without_namespace_publishes_cards_that_name_the_namespace(exported, tmp_path):
+    out = tmp_path / "local-export"
+    export_prepared(exported["tasks"], exported["art"], out)  # no --namespace: cards name local folders
+    assert str(out) in (out / f"metashift-{CONFIGS[0]}" / "README.md").read_text()
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(out), endpoint, tmp_path / "home")
+        assert r.returncode == 0, r.stderr[-3000:]
+        task = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")].head.files["README.md"].content.decode()
+        index = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
+        assert f'load_dataset("{NS}/metashift-{CONFIGS[0]}", "{CONFIGS[0]}")' in task and str(out) not in task
+        assert f"(https://huggingface.co/datasets/{NS}/metashift-{CONFIGS[1]})" in index and str(out) not in index
+        # the published card is what plan and commit compared: publishing again changes nothing
+        again = cli(publish_args(out), endpoint, tmp_path / "home")
+        assert again.returncode == 0 and "up to date, no commit" in again.stderr
