@@ -151,7 +151,7 @@ def perturbed(members: dict[str, np.ndarray], rng: np.random.Generator, p: float
 
 def study(artifact: Artifact, max_classes: int | None = None, seed: int = 0) -> dict[str, dict]:
     o = artifact.options
-    thr, k = float(o.get("edge_threshold", 0.2)), int(o.get("spectral_dim", 5))
+    thr, k = float(o.edge_threshold), int(o.spectral_dim)
     rng = np.random.default_rng(seed)
     acc = {r: {"pairs": 0, "covered": 0, "answered": 0, "sp": [], "kt": [], "reorder": [], "reorder_flip": 0,
                "pert_sp": [], "pert_flip": 0, "cpu": 0.0} for r in RULES}
