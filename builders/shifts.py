@@ -26,6 +26,7 @@ import numpy as np
 
 from metashift_hf.core.errors import (
     EmptyResultError,
+    InputFormatError,
     MetashiftError,
     UnknownNameError,
 )
@@ -644,6 +645,12 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
         raise EmptyResultError(f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
                                "must be fractions in [0, 1) that leave images for train",
                                "pass e.g. validation_fraction=0.1, id_test_fraction=0.2")
+    for name, cap, least in (("train_max_per_class", sizes.train_max_per_class, 1),
+                             ("test_max_per_class", sizes.test_max_per_class, 0)):
+        # a bad cap is a bad value, not a group size ("group has -5 images")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < least):
+            raise InputFormatError(f"task {task_id}: option {name}={cap!r} is not an integer of at least {least}",
+                                   f"pass {name}=<count of at least {least}>, or leave it out for no cap")
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
     removed: Counter = Counter()

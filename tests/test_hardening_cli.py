@@ -57,3 +57,20 @@ def test_task_emptied_by_on_missing_skip_is_one_line(art, tmp_path, capsys, comm
             ["evaluate", "--model", "efficientnet-lite0", "--task", "class-cat", *common, "--out", tmp_path / "ev"])
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, "no image left")
+
+
+@pytest.mark.parametrize("value", ["train_max_per_class=2.5", "train_max_per_class=-5", "train_max_per_class=0",
+                                   "train_max_per_class=true", "test_max_per_class=-1"])
+def test_bad_community_caps_are_bad_values_not_group_sizes(art, value):
+    """The matched bin-/multiclass tasks' caps: -5 once read 'group has -5 images'."""
+    import json
+
+    from metashift_hf.builders import shifts, tasks
+    from metashift_hf.core.errors import InputFormatError
+
+    name, raw = value.split("=")
+    family = next(f for f in tasks._FAMILIES if f.options_type is shifts.CommunitySizes)
+    with pytest.raises(InputFormatError, match=name) as exc:
+        options = tasks.parse_options(family, "bin-cat-dog", {name: json.loads(raw)})
+        shifts.community_shift("bin-cat-dog", shifts.ArtifactSource(art), classes=("cat", "dog"), sizes=options)
+    assert "group" not in exc.value.what
