@@ -79,7 +79,8 @@ def provenance_banner(provenance: str | None) -> str:
     return f"> Provenance: built from {describe(provenance)} (artifact `source: {provenance}`)."
 
 
-def _about(provenance: str | None) -> str:
+def _about(provenance: str | None, *, sections: bool = True) -> str:
+    """Licence, biases and citation; ``sections`` = this card holds the task sections the bias text points to."""
     if is_synthetic(provenance):
         licence = ("The images and scene graphs of this export are **synthetic**: drawn by the `metashift-hf` demo "
                    "generator (seeded shapes on tinted backgrounds), not taken from Visual Genome, GQA, YFCC100M or "
@@ -104,7 +105,21 @@ def _about(provenance: str | None) -> str:
                    "licences). Visual Genome, GQA scene graphs and the MetaShift data are released under **CC BY 4.0**; "
                    "this export keeps that licence (`license: cc-by-4.0`). Cite the works below when you use it.")
         note = ""
-    return _render("about.md", licence=licence, biases_note=note)
+    return _render("about.md", licence=licence, biases_note=note,
+                   sizes_where="in the tables\n  above" if sections else "in each task's card",
+                   in_cards="" if sections else " in each task's card")
+
+
+def personal_information(provenance: str | None) -> str:
+    """The card's personal and sensitive information section, by where the images come from."""
+    if is_synthetic(provenance):
+        return ("None: the images are drawn shapes made by a seeded program, not photographs, so they show no people, "
+                "faces, licence plates or homes. Names such as `man` are labels copied from the structure of the real "
+                "data, not descriptions of persons.")
+    photos = "MS-COCO images are Flickr photographs" if provenance == "coco" else "Visual Genome images are photographs"
+    return (f"{photos} of everyday scenes and may show people, faces, licence plates or homes; no names or other "
+            "identifiers are attached, and labels describe objects, not persons. People-related class and attribute "
+            "names were assigned by annotators from appearance (see the limitations below).")
 
 
 def _render(name: str, **values: Any) -> str:
@@ -144,6 +159,7 @@ class TaskInfo:
     differences: list[str] = field(default_factory=list)
     example: dict = field(default_factory=dict)  # the first row without its image bytes (data-instance section)
     pictures: TaskPictures | None = None  # the task's own pictures (cards.pictures), None when not drawn
+    split_images: dict[str, int] = field(default_factory=dict)  # distinct image_id per split (< rows: multi-label)
 
 
 def _feature_type(feature) -> str:
@@ -280,6 +296,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
         label_names=names,
         fields=[(k, _feature_type(v)) for k, v in first.features.items()],
         split_rows={s: len(d) for s, d in ds.items()},
+        split_images={s: len(set(d["image_id"])) for s, d in ds.items() if "image_id" in d.features},
         group_rows=group_rows,
         build=build,
         plots=plots,
@@ -361,6 +378,25 @@ def summary(spec: ShiftSpec) -> str:
     return f"Classify {', '.join(f'`{c}`' for c in spec.classes)} under {kind}."
 
 
+def is_multi_label(info: TaskInfo) -> bool:
+    """One row per (class, image): an image showing several classes appears once per class (e.g. `classes`)."""
+    return any(info.split_images.get(split, n) < n for split, n in info.split_rows.items())
+
+
+def multi_label_note(info: TaskInfo) -> str:
+    if not is_multi_label(info):
+        return ""
+    counts = ", ".join(f"{info.split_rows[s]:,} rows for {info.split_images[s]:,} images in `{s}`"
+                       for s in info.split_rows if s in info.split_images)
+    return ("\n\nThis is a **multi-label** task: each row is one (image, class) pair, so an image showing several "
+            f"classes appears once per class ({counts}). For multi-label training or scoring, gather each image's "
+            "labels by `image_id`:\n\n```python\nfrom collections import defaultdict\n\nlabels = defaultdict(set)\n"
+            "for image_id, label in zip(ds[\"train\"][\"image_id\"], ds[\"train\"][\"label\"]):\n"
+            "    labels[image_id].add(label)\n```\n\nFor single-label classification, keep one row per `image_id` "
+            "(e.g. `ds[\"train\"].to_pandas().drop_duplicates(\"image_id\")`) and expect label noise where images show "
+            "several classes.")
+
+
 def _shift_table(spec: ShiftSpec) -> str:
     dist, mf = spec.distance, spec.minority_fraction
     groups = _groups(spec)
@@ -376,9 +412,17 @@ def _shift_table(spec: ShiftSpec) -> str:
 
 
 def _shift_groups_table(spec: ShiftSpec) -> str:
-    rows = [f"| {split} | `{_cell(g.group)}` | {_cell(g.cls)} | {_cell(', '.join(g.contexts) or '–')} | {_fmt(g.n)} |"
-            for split, groups in _groups(spec).items() for g in groups]
-    return "\n".join(rows) or "| – | – | – | – | – |"
+    """One row per group (its splits listed): the row counts live in the Splits and groups table."""
+    first: dict[str, GroupSpec] = {}
+    splits: dict[str, list[str]] = {}
+    for split, groups in _groups(spec).items():
+        for g in groups:
+            first.setdefault(g.group, g)
+            if split not in splits.setdefault(g.group, []):
+                splits[g.group].append(split)
+    rows = [f"| `{_cell(name)}` | {_cell(g.cls)} | {', '.join(splits[name])} | {_cell(', '.join(g.contexts) or '–')} |"
+            for name, g in first.items()]
+    return "\n".join(rows) or "| – | – | – | – |"
 
 
 NO_PICTURES = "drawn only where matplotlib is installed (`pip install 'metashift-hf[plot]'`)"
@@ -412,7 +456,8 @@ def _examples_section(info: TaskInfo) -> str:
     return "No example picture: the task has no rows with a group."
 
 
-def render_task_section(info: TaskInfo) -> str:
+def render_task_section(info: TaskInfo, heading: str | None = None) -> str:
+    """The task's details; ``heading`` defaults to "## Task `ID`" (an index card holding several tasks)."""
     spec = info.spec
     metagraph = _metagraph_section(info)
     if info.distances:
@@ -423,6 +468,11 @@ def render_task_section(info: TaskInfo) -> str:
                  "a subset has no embedding; `disconnected` = no path joins the groups; `–` = not computable):", "",
                  "| class | train group | test group | d (code rule) | d (paper rule) |", "|---|---|---|---|---|"]
         lines += [f"| {c} | `{a}` | `{b}` | {d or '–'} | {dp or '–'} |" for c, a, b, d, dp in info.distances]
+        dist = spec.distance
+        if dist is not None and dist.value is not None:
+            how = f": {dist.note.rstrip('.')}." if dist.note else " (see \"Where our numbers differ from the paper\")."
+            lines += ["", f"The task's headline d = {_fmt(dist.value)} ({dist.rule} rule, under \"Shift\") is computed "
+                          f"over other groups than these pairs, so it need not equal any row{how}"]
         distance = "\n".join(lines)
     else:
         distance = "No group distance applies (no class has both train and test groups made of kept subsets)."
@@ -444,10 +494,11 @@ def render_task_section(info: TaskInfo) -> str:
     return _render(
         "task_section.md",
         task_id=info.task_id,
-        summary=summary(spec),
+        heading=heading or f"## Task `{info.task_id}`",
+        summary=summary(spec) + multi_label_note(info),
         fields_table="\n".join(f"| `{n}` | {t} | {FIELD_MEANING.get(n, '')} |" for n, t in info.fields),
         label_names=", ".join(f"{i} = `{n}`" for i, n in enumerate(info.label_names)),
-        splits_table="\n".join(f"| {s} | {n} |" for s, n in info.split_rows.items()),
+        splits_table="\n".join(f"| {s} | {n:,} |" for s, n in info.split_rows.items()),
         groups_table="\n".join(groups_rows) or "| – | – | – |",
         shift_words=shift_in_words(spec),
         shift_table=_shift_table(spec),
@@ -485,7 +536,8 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
         + shift_tags + (["synthetic"] if synthetic else []),
         source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else
                          COCO_SOURCE_DATASETS if provenance == "coco" else SOURCE_DATASETS),
-        task_ids=["multi-class-image-classification"],
+        task_ids=(["multi-label-image-classification"] if infos and all(is_multi_label(i) for i in infos)
+                  else ["multi-class-image-classification"]),
         paperswithcode_id=None if synthetic else "metashift",
         # an index repo holds only its README: without this the Hub viewer says "no data files found"
         viewer=None if configs else False,
@@ -525,7 +577,9 @@ def render_task_card(info: TaskInfo, configs) -> str:
     provenance = info.build.get("artifact_source")
     body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id, provenance=provenance_banner(provenance),
                    metric=recommended_metric(info), example=_example(info),
-                   task_section=render_task_section(info), about=_about(provenance))
+                   personal=personal_information(provenance),
+                   # the page title already names the task: no second "Task `ID`" heading
+                   task_section=render_task_section(info, heading="## Details"), about=_about(provenance))
     return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance), body)
 
 
@@ -552,5 +606,6 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
                    provenance=provenance_banner(art.provenance),
-                   tasks_table="\n".join(rows), sections=sections, about=_about(art.provenance))
+                   tasks_table="\n".join(rows), sections=sections,
+                   about=_about(art.provenance, sections=bool(sections)))
     return _card(card_data(infos, configs, "MetaShift", art.provenance), body)

@@ -60,10 +60,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=helptext)
     for command_parser in sub.choices.values():
-        # Also accepted after the command (`metashift-hf build ... -q`); SUPPRESS keeps the value given
-        # before the command when the option is not repeated after it.
-        _add_output_options(command_parser, argparse.SUPPRESS)
+        # Also accepted after the command (`metashift-hf build ... -q`, `metashift-hf tasks list ... -q`);
+        # SUPPRESS keeps the value given before the command when the option is not repeated after it.
+        _add_output_options_below(command_parser)
     return parser
+
+
+def _add_output_options_below(parser: argparse.ArgumentParser) -> None:
+    """-q/-v on ``parser`` and on every nested sub-command parser (`tasks list`, `experiment paper-dg`)."""
+    _add_output_options(parser, argparse.SUPPRESS)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_output_options_below(child)
 
 
 def _add_output_options(parser: argparse.ArgumentParser, default: object) -> None:

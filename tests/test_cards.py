@@ -261,3 +261,36 @@ def test_without_matplotlib_the_card_omits_the_pictures(exported, tmp_path, monk
     assert "No example picture in this export" in text and "groups.png" not in text
     html = markdown.markdown(DatasetCard.load(repo.path / "README.md").text, extensions=["tables", "fenced_code"])
     assert re.findall(r'<img alt="[^"]*" src="([^"]+)"', html) == ["images/cat.png"]
+
+
+def test_card_layout_one_title_named_headers_one_group_table_and_index_bias_text(exported):
+    """Issue 12: no second "Task `ID`" heading under the title, no empty table header rows, one row per
+    group for the contexts (counts stay in Splits and groups), the headline d explained beside the pair
+    table, and an index card without task sections whose bias text points to the task cards."""
+    _, _, repos = exported
+    text = (repos[0].path / "README.md").read_text()
+    assert text.count("paper-dg-cat-dog-1`\n") == 1 and "## Task `paper-dg-cat-dog-1`" not in text
+    assert "# MetaShift task `paper-dg-cat-dog-1`" in text and "## Details" in text
+    assert not re.search(r"^\|(\s*\|)+\s*$", text, flags=re.M)  # no header row of empty cells
+    assert "| property | value |" in text and "| setting | value |" in text
+    assert "| group | class | splits | contexts |" in text and "| split | group | class | contexts | n |" not in text
+    assert text.count("| `cat(sofa)` | cat | train | sofa0, sofa1 |") == 1
+    assert "The task's headline d = 0.500 (code rule" in text and "between the sofa and grass groups" in text
+    index = (repos[-1].path / "README.md").read_text()
+    assert "### How it was built" not in index and "tables\n  above" not in index
+    assert "group sizes in each task's card" in index and "(counts under \"How it was built\" in each task's card)" in index
+    assert "group sizes in the tables\n  above" in text  # a task card does hold those tables
+
+
+def test_multi_label_task_says_so_and_how_to_use_it(exported, tmp_path):
+    """The `classes` collection has one row per (class, image): its card says multi-label, with rows vs images."""
+    art, _, _ = exported
+    images = sample_jpegs(tmp_path / "images")
+    prepared = make_prepared("classes", images[:4] + images, shift_type="none")  # 4 images twice in train
+    repo = export_prepared([prepared], art, tmp_path / "out", namespace="ns")[0]
+    card = DatasetCard.load(repo.path / "README.md")
+    assert card.data.task_ids == ["multi-label-image-classification"]
+    assert "**multi-label** task" in card.text and "12 rows for 8 images in `train`" in card.text
+    assert "labels[image_id].add(label)" in card.text
+    single = DatasetCard.load(exported[2][0].path / "README.md")
+    assert single.data.task_ids == ["multi-class-image-classification"] and "multi-label" not in single.text

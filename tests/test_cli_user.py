@@ -177,3 +177,20 @@ def test_match_flags_names_matched_to_a_later_sense():
         "lasso": row("lasso", "sense 2 of 2 is a node of wordnet (earlier senses not nodes: lasso.n.01)"),
     }, [SubsetRecord("dog(kite)", "dog", "kite", 30, True, True), SubsetRecord("dog(lasso)", "dog", "lasso", 30, True, False)])
     assert [r.name for r in result.later_senses()] == ["kite"]  # lasso is in no selected subset
+
+
+def test_tasks_list_without_sizes_claims_no_status_and_nested_commands_take_quiet(demo, capsys):
+    """Unplanned rows say `-`, not `ok` (p12 does not plan at default sizes on the demo world); -q/-v are
+    accepted after nested commands (`tasks list ... -q`); a long class list is cut to keep rows readable."""
+    root = str(demo[1].root)
+    assert main(["tasks", "list", "--artifact", root, "--no-sizes", "-q"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in out[1:]}
+    assert rows["paper-subpop-cat-dog-p12"].rstrip().endswith(" -") and not rows["paper-dg-cat-dog-1"].endswith("ok")
+    assert any("STATUS not checked: pass --sizes" in line for line in out)
+    assert "(39 classes)" in rows["classes"] and max(len(line) for line in out) < 200
+    assert main(["tasks", "show", "paper-dg-cat-dog-1", "--artifact", root, "-q"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "paper-dg", "--help", "-q"])
+    assert exit_.value.code == 0 and "--quiet" in capsys.readouterr().out

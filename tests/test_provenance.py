@@ -43,6 +43,19 @@ def test_cli_build_of_demo_scene_graphs_is_labelled_demo(world, tmp_path):
     assert rep.reference == "none" and all(r.published is None for r in rep.rows if r.check != "consistency")
 
 
+def test_cli_build_of_a_glob_that_includes_the_demo_summary(world, tmp_path):
+    """`build --scene-graphs world/*.json` also names demo_world.json: read for provenance, not as a scene graph."""
+    files = sorted(p for p in world.summary_path.parent.glob("*.json") if not p.name.startswith("."))  # as sh globs
+    assert world.summary_path in files
+    r = _cli("build", "--scene-graphs", *map(str, files), "--out", str(tmp_path / "a"), "--no-plots")
+    assert r.returncode == 0, r.stderr
+    assert "summary, not a scene-graph file" in r.stderr and "provenance: demo" in r.stdout
+    inputs = json.loads((tmp_path / "a" / "manifest.json").read_text())["inputs"]
+    assert sorted(i["path"].rsplit("/", 1)[-1] for i in inputs) == sorted(p.name for p in world.scene_graphs)
+    r = _cli("build", "--scene-graphs", str(world.summary_path), "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and "only the demo world's summary" in r.stderr
+
+
 def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
     art = build_from_inputs(tmp_path / "a", scene_graphs=world.scene_graphs, source="synthetic", plots=False)
     assert art.provenance == "synthetic" and art.manifest.synthetic is True
@@ -87,6 +100,9 @@ def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synth
         first_paragraph = body.split("\n\n")[1]  # after the title
         assert "Synthetic data, not MetaShift" in first_paragraph, first_paragraph
         assert "CC BY 4.0" not in body and "license: cc-by-4.0" not in body
+    task_card = DatasetCard.load(synthetic_export[0].path / "README.md").text
+    personal = task_card.split("## Personal and sensitive information", 1)[1].split("\n## ", 1)[0]
+    assert "drawn shapes" in personal and "Visual Genome images are photographs" not in personal
 
 
 def test_real_cards_name_their_provenance_and_image_origin(tmp_path):

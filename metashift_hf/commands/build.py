@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import time
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.scene_graphs import default_workers
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.core.provenance import PROVENANCES, describe
+from metashift_hf.core.provenance import PROVENANCES, describe, is_demo_world_summary
 from metashift_hf.manifest import resolve_build_inputs
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -95,6 +98,16 @@ def run(args: argparse.Namespace) -> int:
         args.scene_graphs = found["scene_graphs"]
         args.candidate_subsets = found["candidate_subsets"]
         args.attributes_pickle = args.attributes_pickle or found["attributes_pickle"]
+    if args.scene_graphs:
+        # `--scene-graphs world/*.json` also names the demo world's summary: it is provenance, not a scene graph
+        # (it stays beside the files, where the build finds it and records `source: demo`).
+        summaries = [f for f in args.scene_graphs if is_demo_world_summary(f)]
+        args.scene_graphs = [f for f in args.scene_graphs if f not in summaries]
+        for f in summaries:
+            logger.info("%s is the demo world's summary, not a scene-graph file: read for provenance only", f)
+        if not args.scene_graphs:
+            raise InputFormatError(f"--scene-graphs names only the demo world's summary {summaries[0]}",
+                                   "also name the scene graphs: train_sceneGraphs.json val_sceneGraphs.json")
     hf = None
     if args.hf_dataset:
         if not args.tag_column:

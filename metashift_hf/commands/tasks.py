@@ -81,6 +81,18 @@ def _registry(args):
         return [], source  # an artifact not matched yet still has its paper/class tasks
 
 
+CLASSES_WIDTH = 60
+
+
+def _fmt_classes(classes) -> str:
+    """'cat,dog'; a long list (the `classes` collection names every class) cut to keep rows readable."""
+    text = ",".join(classes)
+    if len(text) <= CLASSES_WIDTH:
+        return text
+    tail = f",… ({len(classes)} classes)"
+    return text[: CLASSES_WIDTH - len(tail)].rsplit(",", 1)[0] + tail
+
+
 def _fmt_sim(value: float) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
@@ -88,7 +100,7 @@ def _fmt_sim(value: float) -> str:
 SIZES_AUTO_MAX = 100
 SPLIT_COLUMNS = (("train", "TRAIN"), ("validation", "VAL"), ("test", "TEST"), ("id_test", "ID_TEST"))
 LEGEND = """columns: TRAIN/VAL/TEST/ID_TEST = rows per split at the default sizes (seed 0); STATUS = ok, or why the task
-  cannot be planned as is (with the --set that makes it plan); LCA = lowest common ancestor of the classes in the
+  cannot be planned as is (with the --set that makes it plan), `-` = not checked (pass --sizes); LCA = lowest common ancestor of the classes in the
   WordNet/ImageNet hierarchy @ its depth (root = 0; deeper = more similar classes); SIM = WordNet path similarity
   of the classes (1 = same synset; higher = harder to tell apart); SUBSETS = kept context subsets per class.
   `metashift-hf tasks show ID --artifact ARTIFACT` explains one task."""
@@ -114,7 +126,7 @@ def run_list(args: argparse.Namespace) -> int:
         if (args.kind and t.kind != args.kind) or (args.class_name and args.class_name not in t.classes):
             continue
         lca = f"{t.lca_name}@{t.lca_depth}" if t.lca else "-"
-        rows.append((t.task_id, t.kind, ",".join(t.classes), lca, _fmt_sim(t.path_similarity),
+        rows.append((t.task_id, t.kind, _fmt_classes(t.classes), lca, _fmt_sim(t.path_similarity),
                      ",".join(map(str, t.n_subsets)), "" if t.available else "unavailable: " + t.reason))
     registry_ids = {t.task_id for t in tasks}
     for task_id in _other_task_ids(args.artifact):
@@ -123,7 +135,7 @@ def run_list(args: argparse.Namespace) -> int:
         info = _other_info(args.artifact, task_id)
         if (args.kind and info.kind != args.kind) or (args.class_name and args.class_name not in info.classes):
             continue
-        rows.append((task_id, info.kind, ",".join(info.classes), "-", "-", "-", ""))
+        rows.append((task_id, info.kind, _fmt_classes(info.classes), "-", "-", "-", ""))
     if not rows and (args.kind or args.class_name):
         raise EmptyResultError(f"no task in {source} matches --kind {args.kind} --class {args.class_name}",
                                "drop a filter, or check the class name with `metashift-hf classes --artifact ARTIFACT`")
@@ -140,11 +152,13 @@ def run_list(args: argparse.Namespace) -> int:
                 counts = [f"{split_sizes[s]:,}" if s in split_sizes else "-" for s, _ in SPLIT_COLUMNS]
             else:
                 counts = ["-"] * len(SPLIT_COLUMNS)
-        table.append((task_id, kind, classes, *counts, lca, sim, subsets, status or "ok"))
+        # Without --sizes nothing was planned: claim no "ok" for a task that may not plan at default sizes.
+        table.append((task_id, kind, classes, *counts, lca, sim, subsets, status or ("ok" if sizes else "-")))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    print(f"{len(rows):,} task(s)" + ("" if sizes else "; split sizes: pass --sizes (plans every listed task)"))
+    print(f"{len(rows):,} task(s)" + ("" if sizes else "; split sizes and STATUS not checked: pass --sizes (plans every "
+                                       "listed task), or list fewer with --kind/--class"))
     print(LEGEND)
     return 0
 

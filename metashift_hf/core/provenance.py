@@ -36,6 +36,18 @@ def describe(provenance: str | None) -> str:
     return DESCRIPTIONS.get(str(provenance), f"unknown ({provenance})")
 
 
+def is_demo_world_summary(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a demo world's summary file (`build --scene-graphs world/*.json` globs it in)."""
+    path = Path(path)
+    if path.name != DEMO_WORLD_SUMMARY:
+        return False
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and summary.get("format") == DEMO_WORLD_FORMAT
+
+
 def demo_world_summary(files: Sequence[str | os.PathLike], digests: Sequence[str]) -> Path | None:
     """The demo-world summary that lists every one of ``files`` with its sha256, else None.
 
