@@ -204,14 +204,11 @@ def test_score_and_train_refuse_a_foreign_out_before_any_work(tmp_path, capsys, 
     assert (out / "draft.md").read_text() == "mine"
 
 
-@pytest.mark.parametrize("command", ["export", "evaluate"])
-def test_disk_full_during_export_or_evaluate_is_one_line(tmp_path, capsys, monkeypatch, command):
+def _artifact_with_images(tmp_path):
+    """The tiny artifact and a folder with an 8x8 JPEG for each of its cat and dog images."""
     import io
 
     from PIL import Image
-
-    import metashift_hf.evaluate.report as report_mod
-    import metashift_hf.export as export_mod
 
     art = tiny_artifact(tmp_path / "art")
     ids = sorted(art.class_images("cat") | art.class_images("dog"))
@@ -221,19 +218,55 @@ def test_disk_full_during_export_or_evaluate_is_one_line(tmp_path, capsys, monke
     Image.new("RGB", (8, 8)).save(buf, "JPEG")
     for i in ids:
         (images / f"{i}.jpg").write_bytes(buf.getvalue())
+    return art, images, ids
+
+
+def test_an_export_gets_the_umask_permissions(tmp_path, capsys):
+    """Export folders were 0700 and README.md 0600 under umask 022."""
+    art, images, _ = _artifact_with_images(tmp_path)
+    old = os.umask(0o022)
+    try:
+        code, _, err = run_cli(capsys, "export", "class-cat", "--artifact", art.root, "--images", images,
+                               "--out", tmp_path / "out", "--no-verify", "--quiet")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    written = [tmp_path / "out", *(tmp_path / "out").rglob("*")]
+    assert (tmp_path / "out" / "metashift-class-cat" / "README.md") in written
+    modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in written}
+    assert all(m == (0o755 if (tmp_path / p).is_dir() else 0o644) for p, m in modes.items()), modes
+
+
+@pytest.mark.parametrize("failure", ["disk-full", "read-only", "read-only-location"])
+@pytest.mark.parametrize("command", ["export", "evaluate"])
+def test_disk_full_or_read_only_during_export_or_evaluate_is_one_line(tmp_path, capsys, monkeypatch, command, failure):
+    import metashift_hf.evaluate.report as report_mod
+    import metashift_hf.export as export_mod
+
+    art, images, ids = _artifact_with_images(tmp_path)
     predictions = tmp_path / "pred.csv"
     predictions.write_text("image_id,imagenet_index\n" + "".join(f"{i},281\n" for i in ids))
 
-    def full(*a, **k):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    code_ = errno.ENOSPC if failure == "disk-full" else errno.EROFS
 
+    def full(*a, **k):
+        raise OSError(code_, os.strerror(code_))
+
+    if failure == "read-only-location":  # the output's temporary folder cannot be made at all
+        import tempfile
+
+        real_mkdtemp = tempfile.mkdtemp
+        monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, dir=None, **k: full() if str(dir).startswith(str(tmp_path))
+                            else real_mkdtemp(*a, dir=dir, **k))
     if command == "export":  # inside the repo folder's atomic write
-        monkeypatch.setattr(export_mod, "write_config", full)
+        if failure != "read-only-location":
+            monkeypatch.setattr(export_mod, "write_config", full)
         argv = ["export", "class-cat", "--artifact", art.root, "--images", images, "--out", tmp_path / "out", "--no-verify"]
     else:  # inside the report folder's atomic write
-        monkeypatch.setattr(report_mod, "render_markdown", full)
+        if failure != "read-only-location":
+            monkeypatch.setattr(report_mod, "render_markdown", full)
         argv = ["evaluate", "--model", f"predictions:{predictions}", "--task", "class-cat", "--artifact", art.root,
                 "--out", tmp_path / "ev", "--no-progress"]
     code, _, err = run_cli(capsys, *argv)
-    assert_one_line_error(code, err, "No space left on device")
+    assert_one_line_error(code, err, os.strerror(code_))
     assert not any(p.name.startswith((".out.tmp", ".ev.tmp", ".metashift-class-cat.tmp")) for p in tmp_path.rglob(".*"))
