@@ -257,6 +257,14 @@ def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) 
             raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, expected a string",
                                    "image ids must be GQA id strings such as '2375429'")
         mapping[key] = value  # type: ignore[assignment]
+    # ids name files (<id>.jpg): as for scene graphs, no empty, padded or path-like id (checked once per distinct id)
+    bad = next((v for v in set().union(*mapping.values())
+                if not v.strip() or v != v.strip() or "/" in v or "\\" in v or "\0" in v), None)
+    if bad is not None:
+        key = next(k for k, v in mapping.items() if bad in v)
+        raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, which is empty, "
+                               "padded with spaces or holds a path character",
+                               "image ids name files (<id>.jpg): use GQA id strings such as '2375429'")
     classify = attribute_kind if attributes else published_kind
     kinds, cats = {}, {}
     for name in mapping:

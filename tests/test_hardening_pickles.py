@@ -88,3 +88,16 @@ def test_valid_old_protocol_pickle_loads(tmp_path, protocol):
     assert b"__builtin__" in path.read_bytes()
     c = load_candidate_pickle(path)
     assert c.images("cat(ctx0)") == frozenset(d["cat(ctx0)"])
+
+
+@pytest.mark.parametrize("image_id", ["", " 1", "../evil", "a\\b", "a\0"])
+def test_unusable_image_id_in_a_pickle_is_refused(tmp_path, image_id):
+    """Ids name files (<id>.jpg): an empty, padded or path-like id is refused, as in scene graphs."""
+    from metashift_hf.core.errors import InputFormatError
+
+    subsets = small_subsets()
+    subsets["cat(ctx0)"].add(image_id)
+    path = tmp_path / "ids.pkl"
+    path.write_bytes(pickle.dumps(subsets, protocol=4))
+    with pytest.raises(InputFormatError, match=r"cat\(ctx0\).*empty, padded with spaces or holds a path character"):
+        load_candidate_pickle(path)
