@@ -92,3 +92,12 @@ def test_manifest_entry_whose_path_is_an_object(tmp_path, capsys):
                                "inputs": {"attributes": {"path": {"evil": 1}}}}))
     code, _, err = run_cli(capsys, "download", "--status", "--manifest", man)
     assert_one_line_error(code, err, "has no path string")
+
+
+def test_html_only_mirror_leaves_no_part_file(tmp_path):
+    """Its page once stayed in .part, and the next run against a good mirror resumed from it."""
+    from metashift_hf.core.errors import MetashiftError
+
+    with mirror("html") as bad, pytest.raises(MetashiftError, match="web page"):
+        download_file(KNOWN, tmp_path, urls=[bad], progress=False, retries=1, timeout=5)
+    assert list(tmp_path.iterdir()) == []
