@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NoReturn
 
 from .builders.artifact import Artifact
 from .core import __version__
@@ -168,11 +168,22 @@ class _Hub:
     def call(self, what: str, fn: Callable, *args, **kwargs):
         from huggingface_hub.errors import HfHubHTTPError
 
-        transport_errors = _transport_errors()
-
+        known = (HfHubHTTPError, *_transport_errors(), ValueError)
         try:
             return fn(*args, **kwargs)
-        except HfHubHTTPError as exc:
+        except known as exc:
+            self._fail(what, exc)
+        except RuntimeError as exc:
+            # huggingface_hub wraps a failed LFS upload: RuntimeError("Error while uploading 'x' ...") from the real error
+            if not isinstance(exc.__cause__, known):
+                raise
+            self._fail(f"{what} ({str(exc).splitlines()[0].rstrip('.')})", exc.__cause__)
+
+    def _fail(self, what: str, exc: BaseException) -> NoReturn:
+        """One MetashiftError for a failed request: what the Hub said, or that it could not be reached."""
+        from huggingface_hub.errors import HfHubHTTPError
+
+        if isinstance(exc, HfHubHTTPError):
             status = exc.response.status_code if exc.response is not None else None
             server = self._scrub(getattr(exc, "server_message", "") or str(exc).splitlines()[0])
             if status == 401:
@@ -183,16 +194,15 @@ class _Hub:
                                      "or publish under your own --namespace") from None
             raise MetashiftError(f"the Hub at {self.endpoint} failed while {what} ({status}: {server})",
                                  "run the same command again: publishing resumes where it stopped") from None
-        except transport_errors as exc:
-            detail = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {what} "
-                                 f"(no answer within {self.timeout:g} s, or the connection dropped: {detail})",
-                                 "check the network or HF_ENDPOINT (or raise --timeout), then run the same command "
-                                 "again: publishing resumes where it stopped") from None
-        except ValueError as exc:  # a 200 answer that is not the Hub's JSON (an HTML page, a proxy's login form)
+        if isinstance(exc, ValueError):  # a 200 answer that is not the Hub's JSON (an HTML page, a proxy's login form)
             raise MetashiftError(f"the server at {self.endpoint} did not answer like the Hub API while {what} "
                                  f"({type(exc).__name__})",
                                  "check HF_ENDPOINT: it must be the Hub's address, not a web page or proxy") from None
+        detail = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {self._scrub(what)} "
+                             f"(no answer within {self.timeout:g} s, or the connection dropped: {detail})",
+                             "check the network or HF_ENDPOINT (or raise --timeout), then run the same command "
+                             "again: publishing resumes where it stopped") from None
 
 
 def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:

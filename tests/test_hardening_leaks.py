@@ -251,13 +251,7 @@ def test_a_real_run_lists_every_file_it_uploads(tmp_path, monkeypatch, caplog):
     assert TOKEN not in caplog.text
 
 
-_LFS_DROP_BUG = pytest.mark.xfail(
-    strict=True, raises=RuntimeError,
-    reason="publish.py: huggingface_hub wraps a dropped LFS upload in RuntimeError('Error while uploading ...'), "
-           "which _Hub.call does not catch: a traceback (audit11)")
-
-
-@pytest.mark.parametrize("drop", ["commit", pytest.param("lfs-upload", marks=_LFS_DROP_BUG)])
+@pytest.mark.parametrize("drop", ["commit", "lfs-upload"])
 def test_connection_dropped_mid_upload_is_one_line(tmp_path, monkeypatch, drop):
     t0 = time.monotonic()
     with _loopback_hub(monkeypatch, drop=drop) as (endpoint, _), \
