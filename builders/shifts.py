@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from metashift_hf.core.errors import (
+    EmptyGroupError,
     EmptyResultError,
     InputFormatError,
     MetashiftError,
@@ -342,13 +343,14 @@ class _RowMaker:
 
 
 def _need(task_id: str, group: str, have: int, need: int, what: str, overrides: str) -> None:
+    what_ = (f"task {task_id}: group {group} has {have} images after removing ambiguous/leaking images, "
+             f"but {what} needs {need}")
+    if have == 0 and need > 0:  # smaller sizes cannot help an empty group
+        raise EmptyGroupError(what_, "this task cannot be made from this artifact (every image of the group also "
+                                     "shows another class of the task, or is taken by another split); pick another task")
     if have < need:
-        raise EmptyResultError(
-            f"task {task_id}: group {group} has {have} images after removing ambiguous/leaking images, "
-            f"but {what} needs {need}",
-            f"lower the sizes with overrides ({overrides}), e.g. scale=<fraction> for the paper tasks, "
-            "or use an artifact with more images",
-        )
+        raise EmptyResultError(what_, f"lower the sizes with overrides ({overrides}), e.g. scale=<fraction> for the "
+                                      "paper tasks, or use an artifact with more images")
 
 
 def _group_spec(g: GroupDef, *, contexts_found: Sequence[str] | None = None,

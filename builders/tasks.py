@@ -316,7 +316,7 @@ class CocoSubpopOptions(PaperSubpopOptions):
 
 class CocoSubpopFamily(TaskFamily):
     name, kind = "paper-coco-subpop", "paper"
-    title = "the paper's COCO subpopulation tasks (paper-coco-subpop-cat-dog-<p>)"
+    title = "paper COCO subpopulation tasks (paper-coco-subpop-cat-dog-<p>)"
     options_type = CocoSubpopOptions
 
     def owns(self, artifact: Artifact, task_id: str) -> bool:

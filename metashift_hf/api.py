@@ -21,7 +21,7 @@ from metashift_hf.builders.metashift import Metashift, spec_of_dataset
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.builders.tasks import plan_task, task_ids
-from metashift_hf.core.errors import EmptyResultError, MetashiftError, MissingImagesError
+from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError
 
 if TYPE_CHECKING:
     import datasets
@@ -89,6 +89,8 @@ def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed
         options = {k: v for k, v in (task_overrides or {}).get(task, overrides).items() if k not in _PREPARE_ONLY}
         try:
             plans[task] = plan(task, art, seed=seed, **options)
+        except EmptyGroupError as exc:
+            raise EmptyGroupError(f"task {task} cannot be planned: {exc.what}", exc.fix) from None
         except EmptyResultError as exc:
             scale = fitting_scale(task, art, seed=seed, **options)
             fix = (f"pass --set {task}:scale={scale} (the largest of {', '.join(map(str, _TRY_SCALES))} at which it "

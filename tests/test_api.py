@@ -9,7 +9,8 @@ import pytest
 import metashift_hf
 from metashift_hf import api
 from metashift_hf.api import plan
-from metashift_hf.core.errors import MetashiftError, MissingImagesError, UnknownNameError
+from metashift_hf.builders import shifts
+from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError, UnknownNameError
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +124,20 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
     assert len(outs) == 1
     local = plan("paper-dg-cat-dog-2", builder_world["artifact"].root, scale=0.1, seed=7)
     assert hashlib.sha256(local.table().to_json().encode() + local.spec.to_json().encode()).hexdigest() in outs
+
+
+def test_an_empty_group_is_not_a_size_problem(builder_world, monkeypatch):
+    with pytest.raises(EmptyGroupError, match="has 0 images") as empty:
+        shifts._need("t", "dog(x)", 0, 1, "train", "scale=")
+    assert "--set" not in empty.value.fix and "cannot be made" in empty.value.fix
+    with pytest.raises(EmptyResultError, match="has 3 images") as small:
+        shifts._need("t", "dog(x)", 3, 5, "train", "scale=")
+    assert not isinstance(small.value, EmptyGroupError) and "lower the sizes" in small.value.fix
+
+    def empty_plan(task, *a, **k):
+        raise EmptyGroupError(f"task {task}: group dog(x) has 0 images", "this task cannot be made from this artifact")
+    monkeypatch.setattr(api, "plan", empty_plan)
+    monkeypatch.setattr(api, "fitting_scale", lambda *a, **k: pytest.fail("no scale can plan an empty group"))
+    with pytest.raises(EmptyGroupError) as exc:
+        api.plan_all(["paper-dg-cat-dog-1"], builder_world["artifact"].root)
+    assert "--set" not in exc.value.fix and "cannot be made" in exc.value.fix

@@ -43,6 +43,10 @@ class EmptyResultError(MetashiftError):
     """Thresholds or filters left nothing to work with."""
 
 
+class EmptyGroupError(EmptyResultError):
+    """A task group has no usable image at all: smaller sizes cannot help."""
+
+
 def did_you_mean(name: str, candidates, n: int = 3) -> str:
     """A short 'did you mean' hint for unknown names."""
     import difflib
