@@ -69,6 +69,17 @@ def _template(name: str) -> Template:
         )
     return Template(path.read_text(encoding="utf-8"))
 
+IMAGE_ID_MEANING = {"coco": "MS-COCO image id", "custom": "image id as the source dataset gives it"}
+
+
+def field_meaning(name: str, provenance: str | None) -> str:
+    """What a feature holds; ``image_id`` says whose id it is (the artifact's provenance)."""
+    if name == "image_id":
+        if is_synthetic(provenance):
+            return "image id in the generated world (not a Visual Genome / GQA id)"
+        return IMAGE_ID_MEANING.get(provenance or "", FIELD_MEANING["image_id"])
+    return FIELD_MEANING.get(name, "")
+
 
 def provenance_banner(provenance: str | None) -> str:
     """The first thing every card says: where the data comes from (core.provenance)."""
@@ -496,7 +507,8 @@ def render_task_section(info: TaskInfo, heading: str | None = None) -> str:
         task_id=info.task_id,
         heading=heading or f"## Task `{info.task_id}`",
         summary=summary(spec) + multi_label_note(info),
-        fields_table="\n".join(f"| `{n}` | {t} | {FIELD_MEANING.get(n, '')} |" for n, t in info.fields),
+        fields_table="\n".join(f"| `{n}` | {t} | {field_meaning(n, info.build.get('artifact_source'))} |"
+                               for n, t in info.fields),
         label_names=", ".join(f"{i} = `{n}`" for i, n in enumerate(info.label_names)),
         splits_table="\n".join(f"| {s} | {n:,} |" for s, n in info.split_rows.items()),
         groups_table="\n".join(groups_rows) or "| – | – | – |",

@@ -103,6 +103,7 @@ def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synth
     task_card = DatasetCard.load(synthetic_export[0].path / "README.md").text
     personal = task_card.split("## Personal and sensitive information", 1)[1].split("\n## ", 1)[0]
     assert "drawn shapes" in personal and "Visual Genome images are photographs" not in personal
+    assert "| `image_id` | string | image id in the generated world (not a Visual Genome / GQA id) |" in task_card
 
 
 def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
@@ -115,6 +116,7 @@ def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     body = text.split("---\n", 2)[2]
     assert body.lstrip().split("\n\n")[1].startswith("> Provenance: built from GQA scene graphs")
     assert "YFCC100M" in body and "MS-COCO" in body and "CC BY 4.0" in body
+    assert "| `image_id` | string | GQA / Visual Genome image id |" in body
 
 
 def test_publish_refuses_a_synthetic_export_unless_allowed(synthetic_export):
