@@ -14,6 +14,7 @@ from typing import NamedTuple, NoReturn
 
 from metashift_hf.core.errors import ChecksumError, InputFormatError, UnsafePickleError, short_repr
 from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.names import usable_image_id
 from metashift_hf.core.sources import known_file
 
 from .subsets import CandidateSubsets, attribute_kind, published_kind
@@ -258,8 +259,7 @@ def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) 
                                    "image ids must be GQA id strings such as '2375429'")
         mapping[key] = value  # type: ignore[assignment]
     # ids name files (<id>.jpg): as for scene graphs, no empty, padded or path-like id (checked once per distinct id)
-    bad = next((v for v in set().union(*mapping.values())
-                if not v.strip() or v != v.strip() or "/" in v or "\\" in v or "\0" in v), None)
+    bad = next((v for v in set().union(*mapping.values()) if not usable_image_id(v)), None)
     if bad is not None:
         key = next(k for k, v in mapping.items() if bad in v)
         raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, which is empty, "

@@ -51,6 +51,20 @@ def _matplotlib():
     return colormaps, patheffects, FigureCanvasAgg, LineCollection, Figure, Line2D
 
 
+def new_figure(size: tuple[float, float]):
+    """A matplotlib Figure of ``size`` inches at 100 dpi, drawn off screen (no pyplot state)."""
+    _colormaps, _patheffects, FigureCanvasAgg, _lines, Figure, _line2d = _matplotlib()
+    fig = Figure(figsize=size, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _dot(Line2D, colour, size: float):
+    """A legend handle: one filled dot with a thin black ring, like the nodes."""
+    return Line2D([], [], marker="o", linestyle="", markersize=size, markeredgecolor="black", markeredgewidth=0.3,
+                  color=colour)
+
+
 def save_png(fig, path: str | os.PathLike) -> None:
     """Write a figure as PNG, atomically; no Software/date metadata, so the same input gives the same bytes."""
     with atomic_file(path, "wb") as f:
@@ -159,7 +173,7 @@ def _edge_note(analysis, lay: Layout) -> str:
     return note
 
 
-def _nodes_and_labels(ax, analysis, members, lay: Layout, patheffects, *, face, edgecolors, linewidths,
+def _nodes_and_labels(ax, members, lay: Layout, patheffects, *, face, edgecolors, linewidths,
                       alpha, label_colours=None):
     sizes = np.array([len(members[s]) for s in lay.names], dtype=np.float64)
     # area grows with the square root of the image count, so a 5,000-image subset does not hide the rest
@@ -199,7 +213,7 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     Returns the legend's entries (one per community colour, or one line for a graph without edges,
     where every subset is its own community), in the order drawn.
     """
-    colormaps, patheffects, FigureCanvasAgg, LineCollection, Figure, Line2D = _matplotlib()
+    colormaps, patheffects, _canvas, LineCollection, _figure, Line2D = _matplotlib()
     lay = layout(analysis.subsets, analysis.edges)
     names, xy = lay.names, lay.xy
     index = {s: i for i, s in enumerate(names)}
@@ -208,8 +222,7 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
     # without edges every subset is its own community: one neutral colour says more than 18 random ones
     colours = ["tab:blue"] * len(names) if no_edges else _community_colours(colormaps, comm)
 
-    fig = Figure(figsize=_figure_size(lay), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(_figure_size(lay))
     ax = fig.add_subplot(1, 1, 1)
     internal, external, in_colours = [], [], []
     for a, b, _w in analysis.edges:
@@ -223,19 +236,17 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
         ax.add_collection(LineCollection(external, colors="silver", linewidths=0.5, zorder=1))
     if internal:
         ax.add_collection(LineCollection(internal, colors=in_colours, linewidths=0.8, alpha=0.7, zorder=2))
-    _nodes_and_labels(ax, analysis, members, lay, patheffects, face=colours, edgecolors="black", linewidths=0.3,
+    _nodes_and_labels(ax, members, lay, patheffects, face=colours, edgecolors="black", linewidths=0.3,
                       alpha=0.85)
     legend, handles = [], []
     if no_edges:
         legend.append(f"{len(names)} subsets, each its own community (no edges)")
-        handles.append(Line2D([], [], marker="o", linestyle="", markersize=8, markeredgecolor="black",
-                              markeredgewidth=0.3, color=colours[0]))
+        handles.append(_dot(Line2D, colours[0], 8))
     else:
         for c in sorted(set(comm.tolist())):
             k = int((comm == c).sum())
             legend.append(f"community {c}: {k} subset{'s' if k != 1 else ''}")
-            handles.append(Line2D([], [], marker="o", linestyle="", markersize=8, markeredgecolor="black",
-                                  markeredgewidth=0.3, color=colours[int(np.flatnonzero(comm == c)[0])]))
+            handles.append(_dot(Line2D, colours[int(np.flatnonzero(comm == c)[0])], 8))
     ax.legend(handles, legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False,
               title="colour = meta-graph community", title_fontsize=9)
     n_comm = len(set(comm.tolist()))
@@ -296,22 +307,20 @@ def plot_roles(analysis, members: Mapping[str, np.ndarray], roles: Mapping[str, 
                group_labels: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
     """The class meta-graph (same layout as ``plot_class``) with each subset filled by its role.
 
-    ``roles`` maps subset -> a key of ``styles`` (missing subsets are "other": faded grey); the
-    node ring keeps the community colour of ``plot_class``. ``group_labels`` (text, member subsets)
+    ``roles`` maps subset -> a key of ``styles`` (missing subsets are "other": faded grey); rings
+    are thin and neutral (the community colours are in ``plot_class``'s picture). ``group_labels`` (text, member subsets)
     put a boxed label at the mean position of each group's members. Returns the legend entries.
     """
-    colormaps, patheffects, FigureCanvasAgg, LineCollection, Figure, Line2D = _matplotlib()
+    _colormaps, patheffects, _canvas, LineCollection, _figure, Line2D = _matplotlib()
     lay = layout(analysis.subsets, analysis.edges)
     names, xy = lay.names, lay.xy
     index = {s: i for i, s in enumerate(names)}
-    comm = [analysis.communities[s] for s in names]
     # thin rings only: community colours would clash with the role fills (the community picture has them)
     rings = ["black" if s in roles else "darkgray" for s in names]
     face = [styles[roles[s]].colour if s in roles else OTHER_COLOUR for s in names]
     labels = ["black" if s in roles else "dimgray" for s in names]
     size = _figure_size(lay)
-    fig = Figure(figsize=size, dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(size)
     ax = fig.add_subplot(1, 1, 1)
     # edges between two subsets of the task stand out; the rest stay in the background
     strong = [(xy[index[a]], xy[index[b]]) for a, b, _w in analysis.edges if a in roles and b in roles]
@@ -320,18 +329,16 @@ def plot_roles(analysis, members: Mapping[str, np.ndarray], roles: Mapping[str, 
         ax.add_collection(LineCollection(weak, colors="gainsboro", linewidths=0.5, zorder=1))
     if strong:
         ax.add_collection(LineCollection(strong, colors="gray", linewidths=0.7, alpha=0.8, zorder=2))
-    _nodes_and_labels(ax, analysis, members, lay, patheffects, face=face, edgecolors=rings,
+    _nodes_and_labels(ax, members, lay, patheffects, face=face, edgecolors=rings,
                       linewidths=[0.6 if s in roles else 0.4 for s in names], alpha=0.95, label_colours=labels)
     _group_callouts(ax, xy, index, group_labels, size[1])
     used = [k for k in styles if k in set(roles.values())]
     legend = [styles[k].label for k in used]
-    handles = [Line2D([], [], marker="o", linestyle="", markersize=9, markeredgecolor="black", markeredgewidth=0.3,
-                      color=styles[k].colour) for k in used]
+    handles = [_dot(Line2D, styles[k].colour, 9) for k in used]
     n_other = sum(1 for s in names if s not in roles)
     if n_other:
         legend.append(f"other subsets ({n_other})")
-        handles.append(Line2D([], [], marker="o", linestyle="", markersize=9, markeredgecolor="black",
-                              markeredgewidth=0.3, color=OTHER_COLOUR))
+        handles.append(_dot(Line2D, OTHER_COLOUR, 9))
     # below the graph: the sides hold the group callouts
     below = 28.0 / (0.77 * size[1] * 72.0) if lay.isolated else 0.0  # under the grid's labels
     ax.legend(handles, legend, loc="upper center", bbox_to_anchor=(0.5, -below), ncol=len(handles), fontsize=9,

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from metashift_hf.core.errors import InputFormatError, short_repr
 from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.names import usable_image_id
 
 from .ontology import ATTRIBUTE_CATEGORY
 
@@ -326,7 +327,7 @@ class _Extractor:
                     "pass each scene-graph file once (GQA train and val files are disjoint)",
                 )
             self.seen[image_id] = str(path)
-            if not image_id.strip() or image_id != image_id.strip() or any(c in image_id for c in '/\\\0'):
+            if not usable_image_id(image_id):
                 raise _missing(path, image_id, "the image id is empty, padded with spaces or holds a path character",
                                "image ids name files (<id>.jpg): use GQA ids such as '2375429'")
             if type(rec) is not dict:

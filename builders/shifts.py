@@ -31,7 +31,7 @@ from metashift_hf.core.errors import (
     MetashiftError,
     UnknownNameError,
 )
-from metashift_hf.core.names import parse_subset_name
+from metashift_hf.core.names import parse_subset_name, subset_name
 
 from .spec import Distance, DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftSpec, ShiftType, SkippedImages
 
@@ -292,7 +292,7 @@ def _carve(source: GroupSource, groups: Sequence[GroupDef], *, ambiguous: frozen
 def majority_community(source: GroupSource, cls: str, contexts: Iterable[str]) -> int:
     """The community holding most of ``contexts`` (an image's kept contexts of ``cls``; ties: smaller
     id), -1 when none of them is kept: a row's ``community`` when its group spans several."""
-    comms = Counter(source.community(f"{cls}({c})") for c in contexts)
+    comms = Counter(source.community(subset_name(cls, c)) for c in contexts)
     comms.pop(-1, None)
     if not comms:
         return -1
@@ -327,18 +327,15 @@ class _RowMaker:
             self._group_comm[g] = next(iter(comms)) if len(comms) == 1 and -1 not in comms else None
         return self._group_comm[g]
 
-    def majority_community(self, cls: str, ctxs: Sequence[str]) -> int:
-        return majority_community(self.source, cls, ctxs)
-
     def rows(self, g: GroupDef, ids: Iterable[str]) -> list[Row]:
         """Rows of group ``g``: ``context`` = the group's label; ``community`` = the group's
-        (:meth:`group_community`), else the row's :meth:`majority_community` (-1: no kept context)."""
+        (:meth:`group_community`), else the row's :func:`majority_community` (-1: no kept context)."""
         comm = self.group_community(g)
         out = []
         for i in ids:
             ctxs = self.contexts(g.cls, i)
             out.append(Row(i, g.cls, g.name, g.label, ctxs,
-                           comm if comm is not None else self.majority_community(g.cls, ctxs)))
+                           comm if comm is not None else majority_community(self.source, g.cls, ctxs)))
         return out
 
 
@@ -729,7 +726,6 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
     classes = sorted(contexts)
     rows: list[Row] = []
     train_groups: list[GroupSpec] = []
-    rm = _RowMaker(source)
     for c in classes:
         index: dict[str, list[str]] = {}
         for ctx in sorted(contexts[c]):
@@ -738,9 +734,9 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
         group_ctx: dict[str, set[str]] = {}
         for i in sorted(index):
             ctxs = tuple(index[i])
-            k = rm.majority_community(c, ctxs)
+            k = majority_community(source, c, ctxs)
             label = f"community-{k}" if k >= 0 else "all"
-            g = f"{c}({label})"
+            g = subset_name(c, label)
             group_ctx.setdefault(g, set()).update(ctxs)
             rows.append(Row(i, c, g, label, ctxs, k))
         train_groups += [GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0)

@@ -18,13 +18,13 @@ from typing import Mapping
 import numpy as np
 
 from metashift_hf.builders import plots
+from metashift_hf.builders.shifts import SPLITS
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import SubsetName, id_slug
 
 logger = logging.getLogger(__name__)
 
-SPLIT_ORDER = ("train", "validation", "test", "id_test")
 # Role of a subset in a task, in legend order (Okabe-Ito colours: distinct for colour-blind readers).
 ROLE_STYLES: dict[str, plots.RoleStyle] = {
     "train": plots.RoleStyle("train groups", "#0072B2", "blue"),
@@ -33,7 +33,7 @@ ROLE_STYLES: dict[str, plots.RoleStyle] = {
     "id_test": plots.RoleStyle("id_test groups only", "#009E73", "green"),
     "validation": plots.RoleStyle("validation groups only", "#E69F00", "orange"),
 }
-SPLIT_COLOURS = {"train": "#0072B2", "test": "#D55E00", "id_test": "#009E73", "validation": "#E69F00"}
+SPLIT_COLOURS = {split: ROLE_STYLES[split].colour for split in SPLITS}  # the example grid's row labels
 EXAMPLES_PER_GROUP = 5
 MAX_EXAMPLE_ROWS = 24  # a taller grid is no longer a picture one reads on a card
 THUMB_PIXELS = 160
@@ -78,7 +78,7 @@ def subset_splits(spec: ShiftSpec, cls: str, kept: set[str]) -> dict[str, tuple[
             for s in group_subsets(g, kept):
                 if split not in found.setdefault(s, []):
                     found[s].append(split)
-    return {s: tuple(sorted(v, key=SPLIT_ORDER.index)) for s, v in sorted(found.items())}
+    return {s: tuple(sorted(v, key=SPLITS.index)) for s, v in sorted(found.items())}
 
 
 def role_of(splits: tuple[str, ...] | list[str]) -> str:
@@ -167,9 +167,8 @@ def _rows_of(ds) -> list[tuple[str, str, list[int]]]:
     and test group, and the validation / id_test groups whose name differs from those."""
     out = []
     shown: set[str] = set()
-    splits = sorted(ds, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER), s))
     # train and test first so that validation / id_test rows are only the groups they add
-    for split in [s for s in splits if s in ("train", "test")] + [s for s in splits if s not in ("train", "test")]:
+    for split in sorted(ds, key=lambda s: s not in ("train", "test")):
         d = ds[split]
         if "group" not in d.column_names or len(d) == 0:
             continue
@@ -217,10 +216,6 @@ def draw_examples(prepared, repo_dir: Path, *, per_group: int = EXAMPLES_PER_GRO
     """One PNG: a row per group (labelled with split, group and rows), ``per_group`` thumbnails each."""
     import datasets  # heavy; only to read the image column undecoded
 
-    # optional plot extra (matplotlib), imported only when a picture is drawn
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     spec = prepared.spec
     ds = prepared.dataset
     rows = _rows_of(ds)
@@ -234,8 +229,7 @@ def draw_examples(prepared, repo_dir: Path, *, per_group: int = EXAMPLES_PER_GRO
         raw = ds[split].select(chosen).cast_column("image", datasets.Image(decode=False))
         cells.append([_thumbnail(img) for img in raw.with_format("arrow")[:].column("image").to_pylist()])
     height = 0.6 + 1.35 * len(rows)
-    fig = Figure(figsize=(2.6 + 1.45 * per_group, height), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = plots.new_figure((2.6 + 1.45 * per_group, height))
     grid = fig.add_gridspec(len(rows), per_group + 1, width_ratios=[1.8] + [1.0] * per_group, wspace=0.05,
                             hspace=0.12, top=1.0 - 0.45 / height, bottom=0.1 / height)
     for r, ((split, group, indices), thumbs) in enumerate(zip(rows, cells)):

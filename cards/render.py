@@ -69,6 +69,7 @@ def _template(name: str) -> Template:
         )
     return Template(path.read_text(encoding="utf-8"))
 
+
 IMAGE_ID_MEANING = {"coco": "MS-COCO image id", "custom": "image id as the source dataset gives it"}
 
 
@@ -209,8 +210,8 @@ def _distance_rows(spec: ShiftSpec, art) -> list[tuple[str, str, str, DistanceAn
         members = {}
         for key in ("train", "validation", "test", "id_test"):
             for g in groups.get(key, ()):
-                if g.cls == cls and group_subsets(g, kept):
-                    members.setdefault(g.group, group_subsets(g, kept))
+                if g.cls == cls and (subsets := group_subsets(g, kept)):
+                    members.setdefault(g.group, subsets)
         train = sorted({g.group for g in groups.get("train", ()) if g.group in members})
         test = sorted({g.group for g in groups.get("test", ()) if g.group in members} - set(train))
         for a in train:

@@ -8,6 +8,7 @@ import math
 
 from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.shifts import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.core.errors import (
@@ -163,12 +164,9 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-_SPLITS = ("train", "validation", "test", "id_test")
-
-
 def _group_lines(spec: ShiftSpec) -> list[str]:
     out = []
-    for split in _SPLITS:
+    for split in SPLITS:
         for g in getattr(spec, f"{split}_groups"):
             contexts = ", ".join(g.contexts_found or g.contexts) or "-"
             out.append(f"  {split:<10} {g.group:<28} {g.n:>6,}  contexts: {contexts}")
@@ -193,7 +191,7 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
     if mf is not None and mf.target is not None:
         lines.append(f"minority: p = {mf.achieved} of the training rows (target {mf.target})")
     sizes = spec.split_sizes
-    order = [s for s in _SPLITS if s in sizes] + sorted(set(sizes) - set(_SPLITS))
+    order = [s for s in SPLITS if s in sizes] + sorted(set(sizes) - set(SPLITS))
     lines.append("splits:   " + ", ".join(f"{k} {sizes[k]:,}" for k in order))
     removed = {k: v for k, v in dataclasses.asdict(spec.removed).items() if v}
     if removed:

@@ -56,6 +56,12 @@ def parse_subset_name(name: str) -> tuple[str, str]:
     return parsed.subject, parsed.context
 
 
+def usable_image_id(image_id: str) -> bool:
+    """Whether an image id can name its file (``<id>.jpg``): not empty, not padded with spaces, no
+    path character or NUL."""
+    return bool(image_id.strip()) and image_id == image_id.strip() and not any(c in image_id for c in "/\\\0")
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

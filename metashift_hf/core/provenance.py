@@ -36,16 +36,19 @@ def describe(provenance: str | None) -> str:
     return DESCRIPTIONS.get(str(provenance), f"unknown ({provenance})")
 
 
-def is_demo_world_summary(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a demo world's summary file (`build --scene-graphs world/*.json` globs it in)."""
-    path = Path(path)
-    if path.name != DEMO_WORLD_SUMMARY:
-        return False
+def _read_summary(path: Path) -> dict | None:
+    """The demo-world summary at ``path``, or None when there is none (missing, not JSON, another format)."""
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(summary, dict) and summary.get("format") == DEMO_WORLD_FORMAT
+        return None
+    return summary if isinstance(summary, dict) and summary.get("format") == DEMO_WORLD_FORMAT else None
+
+
+def is_demo_world_summary(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a demo world's summary file (`build --scene-graphs world/*.json` globs it in)."""
+    path = Path(path)
+    return path.name == DEMO_WORLD_SUMMARY and _read_summary(path) is not None
 
 
 def demo_world_summary(files: Sequence[str | os.PathLike], digests: Sequence[str]) -> Path | None:
@@ -57,13 +60,8 @@ def demo_world_summary(files: Sequence[str | os.PathLike], digests: Sequence[str
     found = None
     for path, digest in zip(files, digests):
         summary_path = Path(path).resolve().parent / DEMO_WORLD_SUMMARY
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(summary, dict) or summary.get("format") != DEMO_WORLD_FORMAT:
-            return None
-        if digest not in set((summary.get("sha256") or {}).values()):
+        summary = _read_summary(summary_path)
+        if summary is None or digest not in set((summary.get("sha256") or {}).values()):
             return None
         found = summary_path
     return found
