@@ -12,7 +12,8 @@ from .core import __version__
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
          "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.specs",
-         "ShiftSpec": "metashift_hf.builders.spec"}
+         "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.evaluator",
+         "open_task": "metashift_hf.task_source"}
 # ``metashift_hf.score(predictions, task)``: the submodule itself is callable (see metashift_hf/score.py),
 # so the attribute is the same object before and after ``import metashift_hf.score``.
 _LAZY_MODULES = ("score",)
@@ -37,4 +38,5 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
 
 
-__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec"]
+__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec", "Evaluator",
+           "open_task"]

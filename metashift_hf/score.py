@@ -19,17 +19,17 @@ import types
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .api import plan
 from metashift_hf.builders.spec import ShiftSpec
 from .core import __version__
 from .core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir
 from .evaluate.scoring import split_order, split_roles
+from .task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -184,6 +184,7 @@ class SplitScores:
     n: int
     average: float
     worst_group: GroupScore
+    worst_class: GroupScore
     adjusted_average: float | None
     balanced_accuracy: float
     macro_f1: float
@@ -195,6 +196,7 @@ class SplitScores:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["worst_group"] = asdict(self.worst_group)
+        d["worst_class"] = asdict(self.worst_class)
         return d
 
 
@@ -236,6 +238,7 @@ class Scores:
         return {
             "average": h.average,
             "worst_group": asdict(h.worst_group),
+            "worst_class": asdict(h.worst_class),
             "adjusted_average": h.adjusted_average,
             "per_group": [asdict(g) for s in self.splits.values() for g in s.per_group],
             "id": self.id,
@@ -263,12 +266,16 @@ class Scores:
             "package_version": __version__,
         }
 
+    def __str__(self) -> str:
+        return self.summary()
+
     def summary(self) -> str:
-        """A few lines for the terminal: headline split, worst group, ID/OOD."""
+        """A few lines for the terminal: headline split, worst group, worst class, ID/OOD."""
         h = self.headline
         lines = [f"{self.task_id}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
                  f"{h.worst_group.group} {_pct(h.worst_group.accuracy)} [{_pct(h.worst_group.ci_low)}, "
-                 f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, adjusted {_pct(h.adjusted_average)}, "
+                 f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, worst class {h.worst_class.group} "
+                 f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, "
                  f"balanced {_pct(h.balanced_accuracy)}, macro-F1 {h.macro_f1:.3f}"
                  + (f", ECE {h.ece:.3f}" if h.ece is not None else "")]
         if self.id is not None and self.ood is not None:
@@ -280,10 +287,11 @@ class Scores:
     def markdown(self) -> str:
         """scores.md: headline, per-split table, per-group table with intervals, classes, worst contexts."""
         out = [f"# Scores: {self.task_id}", "", self.summary().replace("\n", "  \n"), "",
-               "| split | n | average | worst group | adjusted | balanced | macro-F1 | ECE |",
-               "|---|---:|---:|---|---:|---:|---:|---:|"]
+               "| split | n | average | worst group | worst class | adjusted | balanced | macro-F1 | ECE |",
+               "|---|---:|---:|---|---|---:|---:|---:|---:|"]
         for s in [*self.splits.values(), self.overall]:
             out.append(f"| {s.split} | {s.n} | {_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
+                       f"{s.worst_class.group} {_pct(s.worst_class.accuracy)} | "
                        f"{_pct(s.adjusted_average)} | {_pct(s.balanced_accuracy)} | {s.macro_f1:.3f} | "
                        f"{'-' if s.ece is None else f'{s.ece:.3f}'} |")
         for title, rows in (("Groups", [g for s in self.splits.values() for g in s.per_group]),
@@ -298,16 +306,26 @@ class Scores:
         return "\n".join(out)
 
     def write(self, out: "str | os.PathLike", *, force: bool = False, inputs: tuple = ()) -> Path:
-        """Write scores.json and scores.md into the folder ``out`` (new, empty, or earlier scores with ``force``)."""
+        """Write scores.json, scores.md and per_group.csv into ``out`` (new, empty, or earlier scores with ``force``)."""
         with atomic_dir(out, kind=SCORES_KIND, force=force, inputs=inputs) as tmp:
             self.write_into(tmp)
         return Path(out)
 
+    def per_group_frame(self) -> pd.DataFrame:
+        """per_group.csv: one row per (split, level, name) for levels group, class and context, with intervals."""
+        rows = [{"split": g.split, "level": level, "name": g.group, "n": g.n, "correct": g.correct,
+                 "accuracy": g.accuracy, "ci_low": g.ci_low, "ci_high": g.ci_high}
+                for s in [*self.splits.values(), self.overall]
+                for level, scores in (("group", s.per_group), ("class", s.per_class), ("context", s.per_context))
+                for g in scores]
+        return pd.DataFrame(rows, columns=["split", "level", "name", "n", "correct", "accuracy", "ci_low", "ci_high"])
+
     def write_into(self, folder: "str | os.PathLike") -> None:
-        """Write scores.json and scores.md into an existing folder (used inside a larger atomic write)."""
+        """Write scores.json, scores.md and per_group.csv into an existing folder (inside a larger atomic write)."""
         folder = Path(folder)
         (folder / "scores.json").write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
         (folder / "scores.md").write_text(self.markdown())
+        self.per_group_frame().to_csv(folder / "per_group.csv", index=False)
 
 
 def _pct(x: float | None) -> str:
@@ -337,19 +355,25 @@ def _split_scores(split: str, rows: pd.DataFrame, k: int, train_share: dict[str,
         for ctx in sorted(set(ctxs)):
             members.setdefault(f"{label}({ctx})", []).append(bool(ok))
     contexts = tuple(GroupScore.of(s, split, np.array(v)) for s, v in sorted(members.items()))
-    worst = min(groups, key=lambda g: (g.accuracy, -g.n, g.group))
+    worst = _worst(groups)
     weights = {g.group: train_share.get(g.group, 0.0) for g in groups}
     total = sum(weights.values())
     adjusted = (sum(weights[g.group] * g.accuracy for g in groups) / total) if total > 0 else None
     y, p = rows["y"].to_numpy(), rows["pred"].to_numpy()
     labels = list(range(k))
     return SplitScores(
-        split=split, n=int(correct.size), average=float(correct.mean()), worst_group=worst, adjusted_average=adjusted,
+        split=split, n=int(correct.size), average=float(correct.mean()), worst_group=worst,
+        worst_class=_worst(classes), adjusted_average=adjusted,
         # balanced accuracy: mean recall over the classes present in the split
         balanced_accuracy=float(np.mean([(p[y == c] == c).mean() for c in np.unique(y)])),
         macro_f1=float(f1_score(y, p, labels=labels, average="macro", zero_division=0)),
         ece=None if probs is None else expected_calibration_error(probs, y),
         per_group=groups, per_class=classes, per_context=contexts)
+
+
+def _worst(scores: Sequence[GroupScore]) -> GroupScore:
+    """Lowest accuracy; ties go to the larger group, then the name (a stable, explainable choice)."""
+    return min(scores, key=lambda g: (g.accuracy, -g.n, g.group))
 
 
 def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> float:
@@ -366,28 +390,28 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = ECE
     return float(ece)
 
 
-def _task_plan(task: "str | TaskPlan", artifact, seed: int, overrides: dict) -> "TaskPlan":
-    if isinstance(task, str):
-        if artifact is None:
-            raise UnknownNameError(f"task {task!r} is made from an artifact, and none was given",
-                                   "pass artifact= / --artifact ARTIFACT (from metashift-hf build)")
-        return plan(task, artifact, seed=seed, **overrides)
-    if hasattr(task, "table") and hasattr(task, "spec") and hasattr(task, "classes"):
-        return task
-    raise InputFormatError(f"cannot score against a {type(task).__name__}",
-                           "pass a task id (with artifact=) or a metashift_hf.plan(...) result")
-
-
-def score(predictions: "str | os.PathLike | pd.DataFrame | Predictions", task: "str | TaskPlan",
-          artifact: "str | os.PathLike | None" = None, *, seed: int = 0, splits: Sequence[str] | None = None,
-          **overrides: Any) -> Scores:
+def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | Predictions", task: Any,
+          artifact: "str | os.PathLike | None" = None, *, seed: int | None = None, splits: Sequence[str] | None = None,
+          config: str | None = None, revision: str | None = None, **overrides: Any) -> Scores:
     """Score predictions on a task's splits (every split by default; ``splits`` restricts them).
 
+    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id
+    (``config``/``revision`` pick one), or a task id planned on ``artifact`` (with ``seed`` and size
+    ``overrides``); see :func:`metashift_hf.task_source.open_task`. ``predictions``: a .csv/.parquet
+    path, a DataFrame or a dict of columns (``image_id`` plus ``prediction`` or ``prob_<class>``).
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).
     """
-    tp = _task_plan(task, artifact, seed, overrides)
+    tp = open_task(task, artifact=artifact, seed=seed, options=overrides, config=config, revision=revision).plan
+    return score_plan(predictions, tp, splits=splits)
+
+
+def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | Predictions", tp: "TaskPlan", *,
+               splits: Sequence[str] | None = None) -> Scores:
+    """:func:`score` on an already resolved task plan."""
     classes = tuple(tp.classes)
+    if isinstance(predictions, Mapping):  # a dict of columns (arrays or lists), as a training loop has them
+        predictions = pd.DataFrame(dict(predictions))
     preds = predictions if isinstance(predictions, Predictions) else Predictions.read(predictions, classes)
     if preds.classes != classes:
         raise InputFormatError(f"predictions are for classes {list(preds.classes)}, the task has {list(classes)}",

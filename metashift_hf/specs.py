@@ -34,7 +34,8 @@ def read_spec_file(path: str | os.PathLike) -> ShiftSpec:
     return ShiftSpec.from_json(text, where=str(path))
 
 
-def _pick_config(where: str, configs: list[str], config: str | None) -> str:
+def pick_config(where: str, configs: list[str], config: str | None) -> str:
+    """``config`` when ``where`` holds it; else the only config there is (several: name one)."""
     if config is not None:
         if config not in configs:
             raise UnknownNameError(f"{where} has no config {config!r} with a {SPEC_FILE}" + did_you_mean(config, configs),
@@ -42,29 +43,28 @@ def _pick_config(where: str, configs: list[str], config: str | None) -> str:
         return config
     if len(configs) != 1:
         raise UnknownNameError(f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs) or 'none'}",
-                               "name the config: shift_spec(REPO, CONFIG)" if configs else
+                               "name the config (--config CONFIG; Python: config=)" if configs else
                                "pass a folder or repo written by `metashift-hf export` / `publish`")
     return configs[0]
+
+
+def folder_configs(folder: Path) -> list[str]:
+    """The configs of an exported repo folder: its subfolders holding a shift spec."""
+    return sorted(p.parent.name for p in Path(folder).glob(f"*/{SPEC_FILE}"))
 
 
 def _from_folder(folder: Path, config: str | None) -> ShiftSpec:
     if config is None and (folder / SPEC_FILE).is_file():
         return read_spec_file(folder / SPEC_FILE)  # the config folder itself
-    configs = sorted(p.parent.name for p in folder.glob(f"*/{SPEC_FILE}"))
-    return read_spec_file(folder / _pick_config(str(folder), configs, config) / SPEC_FILE)
+    return read_spec_file(folder / pick_config(str(folder), folder_configs(folder), config) / SPEC_FILE)
 
 
-def _from_hub(repo_id: str, config: str | None, revision: str | None) -> ShiftSpec:
-    from huggingface_hub import hf_hub_download, list_repo_files
+def _hub_call(repo_id: str, config: str | None, call):
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 
     where = f"Hub dataset repo {repo_id}"
     try:
-        if config is None:
-            files = list_repo_files(repo_id, repo_type="dataset", revision=revision)
-            configs = sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{SPEC_FILE}"))
-            config = _pick_config(where, configs, None)
-        local = hf_hub_download(repo_id, f"{config}/{SPEC_FILE}", repo_type="dataset", revision=revision)
+        return call()
     except RepositoryNotFoundError:
         raise UnknownNameError(f"{where} does not exist (or is private and no token was given)",
                                "check the repo id (namespace/name), or log in with `hf auth login`") from None
@@ -73,10 +73,28 @@ def _from_hub(repo_id: str, config: str | None, revision: str | None) -> ShiftSp
                                "name a config the repo holds; repos written by `metashift-hf publish` have one per task") from None
     except HfHubHTTPError as exc:
         raise MetashiftError(f"{where}: the Hub answered {exc}", "check the connection and the repo id") from None
+
+
+def hub_configs(repo_id: str, revision: str | None = None) -> list[str]:
+    """The configs of a Hub dataset repo written by `publish`: its folders holding a shift spec."""
+    from huggingface_hub import list_repo_files
+
+    files = _hub_call(repo_id, None, lambda: list_repo_files(repo_id, repo_type="dataset", revision=revision))
+    return sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{SPEC_FILE}"))
+
+
+def _from_hub(repo_id: str, config: str | None, revision: str | None) -> ShiftSpec:
+    from huggingface_hub import hf_hub_download
+
+    if config is None:
+        config = pick_config(f"Hub dataset repo {repo_id}", hub_configs(repo_id, revision), None)
+    local = _hub_call(repo_id, config, lambda: hf_hub_download(repo_id, f"{config}/{SPEC_FILE}", repo_type="dataset",
+                                                                revision=revision))
     return read_spec_file(local)
 
 
-def _looks_like_repo_id(text: str) -> bool:
+def looks_like_repo_id(text: str) -> bool:
+    """``namespace/name`` as the Hub spells repo ids (no check that it exists)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -116,7 +134,7 @@ def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.Pa
             return read_spec_file(path)
         if path.is_dir():
             return _from_folder(path, config)
-        if isinstance(source, str) and _looks_like_repo_id(source):
+        if isinstance(source, str) and looks_like_repo_id(source):
             return _from_hub(source, config, revision)
         raise UnknownNameError(f"{source!r} is neither a file, a folder nor a Hub repo id (namespace/name)",
                                "pass an exported folder, a shift_spec.json, a Hub dataset repo id, or a task id "
@@ -126,4 +144,4 @@ def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.Pa
                            "folder or a Hub repo id")
 
 
-__all__ = ["shift_spec", "read_spec_file"]
+__all__ = ["shift_spec", "read_spec_file", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]
