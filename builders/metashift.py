@@ -384,6 +384,14 @@ def _check_images(src, image_ids: list[str], data: "pa.BinaryArray | pa.ChunkedA
                     "or replace the file", image_ids=[image_id])
 
 
+def carries_spec(ds: "datasets.Dataset | datasets.DatasetDict") -> bool:
+    """Whether ``ds`` carries a shift spec (a task of this package), as :func:`spec_of_dataset` reads it."""
+    if isinstance(ds, datasets.DatasetDict):
+        ds = next(iter(ds.values()), None)
+    feat = None if ds is None else ds.features.get(SPEC_FEATURE)
+    return (getattr(feat, "id", None) or "").startswith(_SPEC_MARK)
+
+
 def spec_of_dataset(ds: "datasets.Dataset | datasets.DatasetDict") -> ShiftSpec:
     """The shift spec a prepared or loaded dataset carries (every split carries the same)."""
     if isinstance(ds, datasets.DatasetDict):
@@ -393,5 +401,5 @@ def spec_of_dataset(ds: "datasets.Dataset | datasets.DatasetDict") -> ShiftSpec:
     return spec_of_features(ds.features, where=f"dataset {ds.info.dataset_name or ds.info.builder_name or ''}".strip())
 
 
-__all__ = ["Metashift", "MetashiftConfig", "spec_of_dataset", "features_with_spec", "spec_of_features", "describe",
+__all__ = ["Metashift", "MetashiftConfig", "spec_of_dataset", "carries_spec", "features_with_spec", "spec_of_features", "describe",
            "task_features", "LEGACY_CLASSES"]

@@ -17,14 +17,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders.artifact import Artifact
-
 from .core.errors import UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir
 from .evaluate.run import BUG_TEST, community_map, distance_to_largest
 from .evaluate.scoring import context_bugs, group_table
-from .api import plan
-from .score import Predictions, score
+from .score import Predictions, score_plan
+from .task_source import open_task
 
 BUGS_KIND = "bug report"
 
@@ -89,18 +87,23 @@ def _entry(r: pd.Series) -> dict:
             "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float)}
 
 
-def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", task, artifact: "str | os.PathLike",
-              *, split: str = "test", min_n: int = 10, alpha: float = 0.05, seed: int = 0,
-              **options: Any) -> BugReport:
-    """Context bugs of one predictions table on one split of a task (see the module docstring)."""
-    art = Artifact.load(artifact)
-    tp = plan(task, art, seed=seed, **options) if isinstance(task, str) else task
+def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", task: Any,
+              artifact: "str | os.PathLike | None" = None, *, split: str = "test", min_n: int = 10,
+              alpha: float = 0.05, seed: int | None = None, **options: Any) -> BugReport:
+    """Context bugs of one predictions table on one split of a task (see the module docstring).
+
+    ``task``: anything :func:`metashift_hf.task_source.open_task` takes (a dataset, an exported folder,
+    a Hub repo id, or a task id with ``artifact``). Distances to the largest community need the
+    artifact's meta-graph; from a dataset alone they are left empty.
+    """
+    data = open_task(task, artifact=artifact, seed=seed, options=options)
+    art, tp = data.artifact, data.plan
     splits = sorted(set(r for r in tp.splits))
     if split not in splits:
         raise UnknownNameError(f"task {tp.task_id} has no split {split!r}{did_you_mean(split, splits)}",
                                f"use one of {', '.join(splits)}")
     preds = predictions if isinstance(predictions, Predictions) else Predictions.read(predictions, tp.classes)
-    score(preds, tp, splits=[split])  # the same checks as `score` (unknown, missing, duplicate ids)
+    score_plan(preds, tp, splits=[split])  # the same checks as `score` (unknown, missing, duplicate ids)
     table = tp.table()
     scored = table[table["split"] == split].reset_index(drop=True)
     pos = {iid: i for i, iid in enumerate(preds.image_ids)}

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .api import plan
 from .builders.spec import ShiftSpec
 from .core import __version__
-from .core.errors import UnknownNameError, did_you_mean
+from .builders.artifact import Artifact
+from .core.errors import InputFormatError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir, check_out
 from .features import load_backbone
+from .shards import REPO_PREFIX
+from .task_source import TaskData, open_task
 from .train import TrainConfig, TrainResult, train, write_result
 
 logger = logging.getLogger(__name__)
@@ -185,37 +187,61 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
     return True
 
 
-def run_experiment(name: str, artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike",
-                   config: TrainConfig = TrainConfig(), *, seed: int = 0, overrides: Mapping[str, Any] | None = None,
+def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
+                     images: "str | os.PathLike | None" = None, source: "str | os.PathLike | None" = None,
+                     seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
+    """Every task of experiment ``name``, resolved before any training: planned on ``artifact``, or read
+    from ``source``, a folder written by ``export`` or a Hub namespace (task T is ``SOURCE/metashift-T``)."""
+    if name not in EXPERIMENTS:
+        raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
+                               f"use one of: {', '.join(EXPERIMENTS)}")
+    if (artifact is None) == (source is None):
+        raise InputFormatError(f"experiment {name}: give either an artifact (--artifact) or the exported tasks "
+                               "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+    tasks = EXPERIMENTS[name].tasks
+    if source is not None:
+        return {t: open_task(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed, options=overrides)
+                for t in tasks}
+    art = Artifact.load(artifact)
+    return {t: open_task(t, artifact=art, images=images, seed=seed, options=overrides) for t in tasks}
+
+
+def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str | os.PathLike | None",
+                   out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *, seed: int | None = None,
+                   overrides: Mapping[str, Any] | None = None, source: "str | os.PathLike | None" = None,
                    cache_dir: "str | os.PathLike | None" = None, progress: bool = True, force: bool = False) -> ExperimentResult:
     """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
 
-    ``out`` must be new, empty or (with ``force``) an earlier experiment (core.fsutil.check_out).
+    The tasks are planned on ``artifact`` (with ``images``, ``seed``, ``overrides``) or read from ``source``
+    (see :func:`experiment_tasks`). ``out`` must be new, empty or (with ``force``) an earlier experiment.
     """
     if name not in EXPERIMENTS:
         raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
                                f"use one of: {', '.join(EXPERIMENTS)}")
     exp = EXPERIMENTS[name]
-    check_out(out, EXPERIMENT_KIND, force=force, inputs=(artifact, images))  # before any training
+    check_out(out, EXPERIMENT_KIND, force=force, inputs=(artifact, images, source))  # before any training
     cfg = config.resolved()
     t0 = time.perf_counter()
-    # every task's plan first: a task the artifact cannot supply fails before any training
-    plans = {t: plan(t, artifact, seed=seed, **dict(overrides or {})) for t in exp.tasks}
+    # every task first: a task the artifact cannot supply (or the source lacks) fails before any training
+    data = experiment_tasks(name, artifact=artifact, images=images, source=source, seed=seed, overrides=overrides)
+    plans = {t: d.plan for t, d in data.items()}
     backbone = load_backbone(image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
     results: dict[str, TrainResult] = {}
     for t in exp.tasks:
         logger.info(f"   training {t} ...")
-        results[t] = train(plans[t], artifact, images, None, cfg, seed=seed, cache_dir=cache_dir, progress=progress,
+        results[t] = train(data[t], None, None, None, cfg, cache_dir=cache_dir, progress=progress,
                            backbone=backbone if cfg.probe == "linear" else None)
     rows = tuple(exp.row(results[t], plans[t].spec) for t in exp.tasks)
     first = results[exp.tasks[0]].card
-    card = {"package_version": __version__, "experiment": name, "tasks": list(exp.tasks), "task_seed": seed,
-            "task_overrides": dict(overrides or {}), "method": cfg.method, "probe": cfg.probe, "seeds": first["seeds"],
+    card = {"package_version": __version__, "experiment": name, "tasks": list(exp.tasks),
+            "task_sources": {t: d.where for t, d in data.items()},
+            "task_seed": {t: d.spec.seed for t, d in data.items()},
+            "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()}, "method": cfg.method, "probe": cfg.probe, "seeds": first["seeds"],
             "backbone": first["backbone"], "model_selection": first["model_selection"],
             "features": {t: r.card["features"] for t, r in results.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     result = ExperimentResult(name, rows, cfg, card, Path(out))
-    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force, inputs=(artifact, images)) as tmp:
+    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force, inputs=(artifact, images, source)) as tmp:
         for t, r in results.items():
             write_result(r, tmp / "runs" / t)
         (tmp / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")

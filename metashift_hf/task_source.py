@@ -188,12 +188,12 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
                                "drop --artifact: the dataset carries its rows and shift spec")
     dd, where, form = task_dataset(task, config=config, revision=revision)
     spec = spec_of_dataset(dd)
-    _refuse_planning_options(spec, where, seed, options, images)
+    refuse_planning_options(spec, where, seed, options, images)
     return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd)
 
 
-def _refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, options: Mapping[str, Any] | None,
-                             images: Any) -> None:
+def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, options: Mapping[str, Any] | None,
+                            images: Any) -> None:
     """A dataset's rows are fixed: a seed, size option or image source that would change them is refused."""
     if options:
         raise InputFormatError(f"{where} is already planned (options {dict(spec.overrides) or 'default'} in its shift "
@@ -207,4 +207,5 @@ def _refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, opti
                                "drop --images")
 
 
-__all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_images", "in_export_order"]
+__all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_images", "in_export_order",
+           "refuse_planning_options"]

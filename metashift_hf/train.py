@@ -31,13 +31,14 @@ from PIL import Image, ImageEnhance
 
 from metashift_hf.builders.images import open_images
 
-from .api import plan
 from .core import __version__
+from .core import options as opt
 from .core.errors import EmptyResultError, UnknownNameError
 from .core.fsutil import atomic_dir, check_out
-from .evaluate.models import efficientnet_lite0, require_torch
+from .models import efficientnet_lite0, require_torch
 from .features import FEATURE_DIM, Backbone, image_features, load_backbone
-from .score import Predictions, Scores, score, task_spec_hash
+from .score import Predictions, Scores, score_plan, task_spec_hash
+from .task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -77,14 +78,17 @@ class TrainConfig:
             raise UnknownNameError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
         if self.probe not in PROBES:
             raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
-        if self.seeds < 1:
-            raise UnknownNameError(f"--seeds {self.seeds} must be at least 1", "use e.g. --seeds 3")
+        if not isinstance(self.device, str) or not self.device:
+            raise opt.OptionError(f"device {self.device!r} is not a device name", "use cpu, cuda or cuda:N")
         epochs, lr, bs = DEFAULTS[self.probe]
-        cfg = replace(self, epochs=self.epochs or epochs, lr=self.lr or lr, batch_size=self.batch_size or bs)
-        if cfg.epochs < 1 or cfg.batch_size < 1 or not cfg.lr > 0:
-            raise UnknownNameError(f"epochs {cfg.epochs}, lr {cfg.lr}, batch size {cfg.batch_size}: out of range",
-                                   "use positive values")
-        return cfg
+        # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
+        return replace(self, seeds=opt.positive_int(self.seeds, "seeds"),
+                       epochs=epochs if self.epochs is None else opt.positive_int(self.epochs, "epochs"),
+                       lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
+                       batch_size=bs if self.batch_size is None else opt.positive_int(self.batch_size, "batch_size"),
+                       weight_decay=opt.non_negative_float(self.weight_decay, "weight_decay"),
+                       groupdro_eta=opt.positive_float(self.groupdro_eta, "groupdro_eta"),
+                       image_size=opt.optional(opt.positive_int, self.image_size, "image_size"))
 
 
 @dataclass(frozen=True)
@@ -380,20 +384,26 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
-def train(task: "str | TaskPlan", artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike | None" = None,
-          config: TrainConfig = TrainConfig(), *, seed: int = 0, cache_dir: "str | os.PathLike | None" = None,
-          progress: bool = True, backbone: Backbone | None = None, force: bool = False, **overrides: Any) -> TrainResult:
+def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str | os.PathLike | None" = None,
+          out: "str | os.PathLike | None" = None, config: TrainConfig = TrainConfig(), *, seed: int | None = None,
+          cache_dir: "str | os.PathLike | None" = None, progress: bool = True, backbone: Backbone | None = None,
+          force: bool = False, **overrides: Any) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
-    ``seed`` is the task's sampling seed (as for ``plan``); training seeds are 0..seeds-1.
-    ``backbone``: a loaded :func:`metashift_hf.features.load_backbone` (reused across tasks).
-    ``out`` must be new, empty or (with ``force``) an earlier training run (core.fsutil.check_out).
+    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
+    :func:`metashift_hf.task_source.open_task` result, or a task id planned on ``artifact`` (then
+    ``images``, ``seed`` and size ``overrides`` apply; a dataset brings its own images and spec).
+    Training seeds are 0..seeds-1. ``backbone``: a loaded :func:`metashift_hf.features.load_backbone`
+    (reused across tasks). ``out`` must be new, empty or (with ``force``) an earlier training run.
     """
     if out is not None:  # before any training: a refused --out costs nothing
-        check_out(out, TRAIN_KIND, force=force, inputs=[artifact, images])
+        check_out(out, TRAIN_KIND, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
     cfg = config.resolved()
     t0 = time.perf_counter()
-    tp = task if not isinstance(task, str) else plan(task, artifact, seed=seed, **overrides)
+    source = open_task(task, artifact=artifact, images=images, seed=seed, options=overrides)
+    tp = source.plan
+    if source.dataset is not None:  # the parquet's own bytes; an artifact's images are opened only when needed
+        images = source.images()
     data = _task_data(tp)
     feature_stats: dict[str, Any] | None = None
     if cfg.probe == "linear":
@@ -414,11 +424,11 @@ def train(task: "str | TaskPlan", artifact: "str | os.PathLike", images: "str | 
     for s, probs, epoch, val in runs_iter:
         frame = _predictions_frame(data, probs)
         preds = Predictions.read(frame, tp.classes)
-        runs.append(SeedRun(s, score(preds, tp), epoch, val, time.perf_counter() - t_seed, frame))
+        runs.append(SeedRun(s, score_plan(preds, tp), epoch, val, time.perf_counter() - t_seed, frame))
         t_seed = time.perf_counter()
     torch = sys.modules.get("torch")
     card = {"package_version": __version__, "task_id": tp.task_id, "task_spec_hash": task_spec_hash(tp.spec),
-            "task_seed": seed, "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
+            "task_seed": tp.spec.seed, "task_source": source.where, "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
             "method": cfg.method, "probe": cfg.probe, "seeds": list(range(cfg.seeds)), "config": asdict(cfg),
             "backbone": backbone_card, "device": cfg.device,
             "torch_version": getattr(torch, "__version__", None), "model_selection": SELECTION_RULE,

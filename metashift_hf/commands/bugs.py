@@ -5,8 +5,8 @@ import argparse
 
 from ..bugs import BUGS_KIND, find_bugs
 from ..core.fsutil import check_out
-from .export import parse_overrides
-from .score import add_task_arguments
+from ..core.options import level, positive_int
+from .task_args import add_task_arguments, task_from_args
 
 
 def register(subparsers) -> None:
@@ -20,20 +20,18 @@ def register(subparsers) -> None:
     add_task_arguments(p)
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions .csv or .parquet")
     p.add_argument("--split", default="test", help="split to test (default test)")
-    p.add_argument("--min-n", type=int, default=10, help="smallest context subset tested (default 10)")
-    p.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default 0.05)")
-    p.add_argument("--top", type=int, default=5, help="harmful contexts listed per class (default 5)")
+    p.add_argument("--min-n", type=positive_int, default=10, help="smallest context subset tested (default 10)")
+    p.add_argument("--alpha", type=level, default=0.05, help="false discovery rate (default 0.05)")
+    p.add_argument("--top", type=positive_int, default=5, help="harmful contexts listed per class (default 5)")
     p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier bug report with --force")
     p.add_argument("--force", action="store_true", help="replace an earlier bug report in --out")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    options, _ = parse_overrides(args.overrides, [args.task])
-    inputs = (args.predictions, args.artifact)
+    inputs = (args.predictions, args.artifact, args.task)
     check_out(args.out, BUGS_KIND, force=args.force, inputs=inputs)  # before the work
-    report = find_bugs(args.predictions, args.task, args.artifact, split=args.split, min_n=args.min_n,
-                       alpha=args.alpha, seed=args.seed, **options)
+    report = find_bugs(args.predictions, task_from_args(args), split=args.split, min_n=args.min_n, alpha=args.alpha)
     report.write(args.out, force=args.force, inputs=inputs, top=args.top)
     d = report.to_dict(args.top)
     print(f"{report.task_id} ({report.split}): {d['n_tests']} context subsets tested, {d['n_bugs']} significant")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.options import seed
 from ..experiments import EXPERIMENTS, run_experiment
 from ..manifest import resolve_input
 from ..train import TrainConfig
@@ -23,8 +24,11 @@ def register(subparsers) -> None:
     for name, exp in EXPERIMENTS.items():
         q = sub.add_parser(name, help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
                            description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.".replace("%", "%%"))
-        q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
-        q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
+        q.add_argument("--artifact", default=None, help="artifact folder from `metashift-hf build` (the tasks are planned on it)")
+        q.add_argument("--from", dest="source", default=None, metavar="SRC",
+                       help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace "
+                            "(task T is SRC/metashift-T); no --artifact, --images or --set needed")
+        q.add_argument("--seed", type=seed, default=None, help="seed of the tasks' sampling, with --artifact (default 0)")
         q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
         add_training_arguments(q, default_seeds=3)
@@ -37,11 +41,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
-    images = args.images or resolve_input("images", required=False)
+    images = args.images or (resolve_input("images", required=False) if args.artifact else None)
     config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
                          image_size=args.image_size)
     result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
-                            cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,
+                            source=args.source, cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,
                             force=args.force)
     print(result.summary())
     print(f"results: {args.out}/results.md, results.json, {args.experiment}.png, runs/<task>/")

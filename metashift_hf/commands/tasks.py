@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
@@ -17,6 +18,8 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
+from metashift_hf.core.options import seed
+from metashift_hf.specs import shift_spec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
@@ -37,8 +40,11 @@ def register(subparsers) -> None:
                            ("show", "show one task: its classes, splits, groups and shift")):
         q = sub.add_parser(name, help=helptext)
         if name == "show":
-            q.add_argument("task_id", metavar="ID")
-            q.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+            q.add_argument("task_id", metavar="ID",
+                           help="a task id (with --artifact or --match), an exported repo folder or a Hub repo id NS/NAME")
+            q.add_argument("--config", default=None, help="config of a folder or Hub repo that holds several tasks")
+            q.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
+            q.add_argument("--seed", type=seed, default=0, help="seed of the task's sampling, with --artifact (default 0)")
             q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                            help="task option for the shift spec, e.g. scale=0.5 (as for export); repeatable")
             q.add_argument("--json", action="store_true",
@@ -201,8 +207,25 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
     return lines
 
 
-def run_show(args: argparse.Namespace) -> int:
+def _show_exported(args: argparse.Namespace) -> int:
+    """``tasks show FOLDER|NS/REPO``: the shift spec an exported task carries (no artifact needed)."""
+    if args.overrides or args.seed:
+        raise MetashiftError(f"{args.task_id} is already planned: --set/--seed apply to a task id with --artifact",
+                             "drop --set/--seed")
+    spec = shift_spec(args.task_id, args.config, revision=args.revision)
+    if args.json:
+        print(json.dumps({"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
+                         indent=2, sort_keys=True, default=str))
+        return 0
+    print(f"task {spec.task_id} (from {args.task_id}): classes {', '.join(spec.classes)}")
+    print("\n".join(spec_summary(spec)))
+    print(f"whole spec: metashift-hf tasks show {args.task_id} --json")
+    return 0
 
+
+def run_show(args: argparse.Namespace) -> int:
+    if args.artifact is None and args.match is None and ("/" in args.task_id or Path(args.task_id).is_dir()):
+        return _show_exported(args)  # task ids have no slash: this is a folder or a Hub repo id
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)
     entry = None

@@ -15,14 +15,16 @@ from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from .. import api
+from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
+from ..task_source import TaskData, refuse_planning_options, task_dataset
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
-from .coverage import class_coverage
-from .models import Classifier, load_model
+from ..models import runtime_card
+from .coverage import head_coverage
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
-from .predictions import PrecomputedPredictions
+from .predictions import PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
 from .scoring import (
     COUNTING_RULE,
@@ -40,48 +42,73 @@ BUG_TEST = ("Each context subset with at least --min-subset-size images is compa
 
 
 def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error",
-               options: Mapping[str, Any] | None = None):
+               options: Mapping[str, Any] | None = None, config: str | None = None, revision: str | None = None):
     """(task_id, spec or None, per-image table, class names, byte reader or None).
 
-    A task id is planned (no images) when predictions come from a file, else materialised with
-    ``metashift_hf.prepare``; a ``prepare`` result or a DatasetDict is used as given.
+    A task id on an artifact is planned (no images) when predictions come from a file, else
+    materialised with ``metashift_hf.prepare``. Any other form (an exported folder, a Hub repo id,
+    a ``prepare`` result, a Dataset/DatasetDict: metashift_hf.task_source) is read as it is, its
+    images from its own bytes; a dataset without a shift spec is scored as task ``custom``.
     """
-    import datasets
-
-    if isinstance(task, str):
-        if artifact is None:
-            raise MetashiftError(f"task {task!r} is made from an artifact, and none was given",
-                                 "pass --artifact ARTIFACT (from metashift-hf build) and --images SRC (folder or images.zip)")
-
+    if isinstance(task, TaskData) and task.dataset is None:  # planned on an artifact: materialise the same plan
+        seed, options = task.spec.seed, dict(task.spec.overrides)
+        task, artifact, images = task.task_id, task.artifact, images or task.images_path
+    if isinstance(task, str) and artifact is not None:
         if not need_images:
             plan = api.plan(task, artifact, seed=seed, **dict(options or {}))
             return plan.task_id, plan.spec, _checked(plan.table(), task), list(plan.classes), None
         if images is None:
             raise MetashiftError(f"task {task!r}: the model needs the images, and --images was not given",
-                                 "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use --model predictions:FILE")
+                                 "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
+                                 "folder or Hub repo (it carries its images), or --model predictions:FILE")
         prepared = api.prepare(task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
                                **dict(options or {}))
         return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
-    if isinstance(task, datasets.Dataset):
-        task = datasets.DatasetDict({"test": task})
-    if isinstance(task, datasets.DatasetDict):
-        return ("custom", None) + _from_dataset(task)
-    if hasattr(task, "dataset") and hasattr(task, "task_id"):
-        return (task.task_id, getattr(task, "spec", None)) + _from_dataset(task.dataset)
-    raise InputFormatError(f"cannot evaluate on a {type(task).__name__}",
-                           "pass a task id string (with artifact and images), a metashift_hf.prepare(...) result or a datasets.DatasetDict")
+    if isinstance(task, TaskData):
+        dd, where = task.dataset, task.where
+    else:
+        dd, where, _ = task_dataset(task, config=config, revision=revision)
+    spec = spec_of_dataset(dd) if carries_spec(dd) else None
+    if spec is not None:
+        refuse_planning_options(spec, where, None, options, images)
+    return (spec.task_id if spec else "custom", spec) + _from_dataset(dd)
+
+
+SAMPLE_RULE = ("at most N images per split, stratified by class: each class keeps its share of the split "
+               "(largest remainders, ties by class name), drawn with the seed; every row of a drawn image is kept")
 
 
 def sample_rows(table: pd.DataFrame, per_split: int, seed: int) -> pd.DataFrame:
-    """At most ``per_split`` images of each split, drawn with ``seed`` (all rows of a drawn image kept)."""
+    """At most ``per_split`` images of each split, stratified by class (:data:`SAMPLE_RULE`)."""
     rng = np.random.default_rng(seed)
     keep = []
     for split in sorted(set(table["split"])):
-        ids = sorted(set(table.loc[table["split"] == split, "image_id"]))
-        keep += [(split, i) for i in (rng.choice(ids, per_split, replace=False) if len(ids) > per_split else ids)]
+        part = table[table["split"] == split]
+        first_class: dict[str, str] = {}
+        for iid, label in sorted(zip(part["image_id"], part["label"])):
+            first_class.setdefault(iid, label)  # an image of two classes (collections) counts under one
+        by_class: dict[str, list[str]] = {}
+        for iid, label in first_class.items():
+            by_class.setdefault(label, []).append(iid)
+        quota = _stratified_quota({c: len(v) for c, v in by_class.items()}, per_split)
+        for c in sorted(by_class):
+            ids = by_class[c]
+            keep += [(split, i) for i in (rng.choice(ids, quota[c], replace=False) if quota[c] < len(ids) else ids)]
     chosen = pd.MultiIndex.from_tuples(keep, names=["split", "image_id"])
     mask = pd.MultiIndex.from_frame(table[["split", "image_id"]]).isin(chosen)
     return table[mask].reset_index(drop=True)
+
+
+def _stratified_quota(sizes: Mapping[str, int], total: int) -> dict[str, int]:
+    """Largest-remainder shares of ``total`` in proportion to ``sizes`` (all of them when they fit)."""
+    n = sum(sizes.values())
+    if n <= total:
+        return dict(sizes)
+    exact = {c: k * total / n for c, k in sizes.items()}
+    quota = {c: int(x) for c, x in exact.items()}
+    for c in sorted(sizes, key=lambda c: (-(exact[c] - quota[c]), c))[:total - sum(quota.values())]:
+        quota[c] += 1
+    return quota
 
 
 def _checked(table: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -232,10 +259,10 @@ def _bug_list(bug_rows: pd.DataFrame) -> list[dict]:
             for _, r in bug_rows.iterrows()]
 
 
-def _per_image(scored: pd.DataFrame) -> pd.DataFrame:
-    """predictions.csv rows: contexts joined by '|', ImageNet name of the top-1 class, sorted."""
+def _per_image(scored: pd.DataFrame, labels: list[str] | None = None) -> pd.DataFrame:
+    """predictions.csv rows: contexts joined by '|', name of the top-1 class (ImageNet-1k or the head's), sorted."""
 
-    names = [c.name.split(",")[0] for c in imagenet_classes()]
+    names = [c.name.split(",")[0] for c in imagenet_classes()] if labels is None else labels
     per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
                               pred_name=[names[i] for i in scored["pred_index"]])
     return per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
@@ -263,20 +290,24 @@ def evaluate(
     force: bool = False,
     sample: int | None = None,
     task_options: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
+    config: str | None = None,
+    revision: str | None = None,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
     ``model``: "efficientnet-lite0", "torchvision:NAME", "timm:NAME", "predictions:FILE", a loaded
     Classifier/PrecomputedPredictions, or any callable list[PIL.Image] -> (n, 1000) logits.
-    ``task``: a task id (needs ``artifact`` and ``images``), a ``metashift_hf.prepare`` result or a
-    DatasetDict with image, image_id, label (ClassLabel), contexts (and group, community).
+    ``task``: an exported folder or a Hub dataset repo id (``config``/``revision`` pick one), a loaded
+    Dataset/DatasetDict (image, image_id, label ClassLabel, contexts, group, community), a
+    ``metashift_hf.prepare`` result, or a task id planned on ``artifact`` (then ``images`` is needed).
     ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
     ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
     ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
     ``force`` replaces an earlier report in ``out`` (never anything else: see core.fsutil.check_out).
     ``sample``: score at most this many images per split, drawn with ``seed`` (quick looks; the
     report's n and intervals say how few). ``task_options``: the task's options (``scale=0.5``),
-    as ``--set`` gives them to export.
+    as ``--set`` gives them to export. ``dtype``: "float32" or "bfloat16" (recorded in the run card).
     """
 
     for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
@@ -292,10 +323,11 @@ def evaluate(
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
         check_out(out, REPORT_KIND, force=force, inputs=[artifact, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
-    loaded = model if isinstance(model, (Classifier, PrecomputedPredictions)) else load_model(model, device)
+    loaded = load_scorer(model, device, dtype)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
                                                      need_images=not isinstance(loaded, PrecomputedPredictions),
-                                                     on_missing=on_missing, options=task_options)
+                                                     on_missing=on_missing, options=task_options, config=config,
+                                                     revision=revision)
     if sample is not None:
         table = sample_rows(table, sample, seed)
     if table.empty:
@@ -304,8 +336,9 @@ def evaluate(
     if artifact is not None:
 
         art = Artifact.load(artifact)
+    labels = getattr(loaded, "labels", None)  # the head's label map (None: ImageNet-1k predictions file)
     if coverage is None:
-        coverage, hierarchy_card = class_coverage(classes, hierarchy)
+        coverage, hierarchy_card = head_coverage(classes, hierarchy, labels)
     else:
         hierarchy_card = {"name": "custom coverage", "classes": {c: len(list(coverage.get(c, ()))) for c in classes}}
 
@@ -337,7 +370,8 @@ def evaluate(
             "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
-            "sample_per_split": sample, "task_options": dict(task_options or {}),
+            "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(task_options or {}),
+            "dtype": model_card.get("dtype", dtype), "runtime": runtime_card(),
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,
@@ -358,4 +392,5 @@ def evaluate(
             raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
-    return write_report(out, metrics, groups, _per_image(scored), logits, force=force)
+    names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
+    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force)
