@@ -8,6 +8,7 @@ error instead of a card with a hole in it.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -24,7 +25,7 @@ from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.names import SubsetName
 from metashift_hf.core.names import id_slug
-from metashift_hf.core.provenance import describe, is_synthetic
+from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.shards import dataset_infos_yaml
 
@@ -34,7 +35,7 @@ LICENSE = "cc-by-4.0"
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
 # shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
 # distribution; subpopulation shift changes how contexts go with labels (conditional).
-SHIFT_TAGS = {"marginal": "domain-generalization", "conditional": "subpopulation-shift"}
+SHIFT_TAGS = {"marginal": "domain-generalization", "joint": "domain-generalization", "conditional": "subpopulation-shift"}
 SOURCE_DATASETS = ["extended|visual_genome"]
 # Synthetic artifacts (demo world): images drawn by this package's generator (MIT, like the code),
 # so the card must not claim Visual Genome's licence or source for them.
@@ -43,6 +44,11 @@ COCO_TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-cl
 COCO_SOURCE_DATASETS = ["extended|detection-datasets/coco"]
 SYNTHETIC_LICENSE = "mit"
 SYNTHETIC_SOURCE_DATASETS = ["original"]
+# User data (source custom: build --tags / --hf-dataset): licence and origin only as the user gave them
+# (build --license / --source-name / --homepage), else none is claimed; never Visual Genome's.
+CUSTOM_TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification"]
+# BibTeX of the data sources, after MetaShift's in every card's Citation block (templates/citation_*.md)
+CITE_VG, CITE_COCO = "citation_vg.md", "citation_coco.md"
 
 # Meaning of the task fields (DEVELOPERS.md, "Task layer"); unknown extra fields show their type only.
 FIELD_MEANING = {
@@ -82,17 +88,27 @@ def field_meaning(name: str, provenance: str | None) -> str:
     return FIELD_MEANING.get(name, "")
 
 
-def provenance_banner(provenance: str | None) -> str:
+def _user_source(info: SourceInfo | None) -> str:
+    """User data as the card names it: its name (linked to its homepage), as the builder gave them."""
+    name = info.name if info and info.name else "a user-supplied dataset"
+    return f"[{name}]({info.homepage})" if info and info.homepage else name
+
+
+def provenance_banner(provenance: str | None, source_info: SourceInfo | None = None) -> str:
     """The first thing every card says: where the data comes from (core.provenance)."""
     if is_synthetic(provenance):
         return (f"> **Synthetic data, not MetaShift.** This export was built from {describe(provenance)} "
                 f"(artifact `source: {provenance}`). Its images are not Visual Genome / GQA photographs, and no "
                 "figure here is comparable with the MetaShift paper's. Use it to try the pipeline, not to measure models.")
+    if provenance == "custom":
+        return (f"> Provenance: built from {_user_source(source_info)} with MetaShift's construction (artifact "
+                "`source: custom`): not Visual Genome / GQA data, and not comparable with the MetaShift paper's figures.")
     return f"> Provenance: built from {describe(provenance)} (artifact `source: {provenance}`)."
 
 
-def _about(provenance: str | None, *, sections: bool = True) -> str:
+def _about(provenance: str | None, source_info: SourceInfo | None = None, *, sections: bool = True) -> str:
     """Licence, biases and citation; ``sections`` = this card holds the task sections the bias text points to."""
+    cite = CITE_VG
     if is_synthetic(provenance):
         licence = ("The images and scene graphs of this export are **synthetic**: drawn by the `metashift-hf` demo "
                    "generator (seeded shapes on tinted backgrounds), not taken from Visual Genome, GQA, YFCC100M or "
@@ -104,10 +120,26 @@ def _about(provenance: str | None, *, sections: bool = True) -> str:
         licence = ("Images and object annotations come from [MS-COCO](https://cocodataset.org/) (Lin et al., ECCV "
                    "2014), built as MetaShift's Appendix D describes (subsets by co-occurrence of labelled objects). "
                    "COCO's annotations are released under **CC BY 4.0** (`license: cc-by-4.0` covers them and the "
-                   "subset structure); the images are Flickr photographs under their uploaders' licences and the "
-                   "Flickr terms of use, which COCO does not relicense. Cite COCO and MetaShift when you use it.")
+                   "subset structure); the images are Flickr photographs under their uploaders' licences (each "
+                   "image's licence is named in COCO's instances JSON: `images[].license` indexes `licenses[]`) and "
+                   "the [Flickr terms of use](https://www.flickr.com/help/terms), which COCO does not relicense. "
+                   "Cite COCO and MetaShift when you use it.")
         note = ("The points below describe MetaShift on Visual Genome; a COCO build shares its construction, and "
                 "COCO's 80 object categories are coarser than Visual Genome's vocabulary.\n\n")
+        cite = CITE_COCO
+    elif provenance == "custom":
+        given = source_info.license if source_info else None
+        licence = (f"Images and labels come from {_user_source(source_info)}, not from Visual Genome or GQA; the subset "
+                   "construction follows MetaShift (Liang & Zou, ICLR 2022). ")
+        licence += (f"Whoever built this export declared the data's licence as `{given}` (`license: {given}`); the "
+                    "images keep any terms of their own, which the source states." if given else
+                    "**No licence was given** when the artifact was built, so this card claims none: check the "
+                    "source's terms before using or sharing it (`metashift-hf build ... --license ID` records one; "
+                    "`metashift-hf publish` refuses an export without it).")
+        licence += " Cite the source dataset and MetaShift when you use it."
+        note = ("The points below describe MetaShift on Visual Genome; this export shares its construction, but its "
+                "labels, images and their biases are the source dataset's.\n\n")
+        cite = ""
     else:
         licence = ("Images and scene graphs come from [Visual Genome](https://homes.cs.washington.edu/~ranjay/visualgenome/) "
                    "(Krishna et al., IJCV 2017) through [GQA](https://cs.stanford.edu/people/dorarad/gqa/) (Hudson & "
@@ -117,17 +149,21 @@ def _about(provenance: str | None, *, sections: bool = True) -> str:
                    "licences). Visual Genome, GQA scene graphs and the MetaShift data are released under **CC BY 4.0**; "
                    "this export keeps that licence (`license: cc-by-4.0`). Cite the works below when you use it.")
         note = ""
-    return _render("about.md", licence=licence, biases_note=note,
+    return _render("about.md", licence=licence, biases_note=note, source_citations=_template(cite).template if cite else "",
                    sizes_where="in the tables\n  above" if sections else "in each task's card",
                    in_cards="" if sections else " in each task's card")
 
 
-def personal_information(provenance: str | None) -> str:
+def personal_information(provenance: str | None, source_info: SourceInfo | None = None) -> str:
     """The card's personal and sensitive information section, by where the images come from."""
     if is_synthetic(provenance):
         return ("None: the images are drawn shapes made by a seeded program, not photographs, so they show no people, "
                 "faces, licence plates or homes. Names such as `man` are labels copied from the structure of the real "
                 "data, not descriptions of persons.")
+    if provenance == "custom":
+        return (f"The images come from {_user_source(source_info)}; whether they show people, faces, licence plates or "
+                "homes, and how their labels were assigned, is for that source's documentation to say. This export "
+                "adds no names or other identifiers.")
     photos = "MS-COCO images are Flickr photographs" if provenance == "coco" else "Visual Genome images are photographs"
     return (f"{photos} of everyday scenes and may show people, faces, licence plates or homes; no names or other "
             "identifiers are attached, and labels describe objects, not persons. People-related class and attribute "
@@ -260,6 +296,11 @@ def _differences(spec: ShiftSpec, build: dict, stats: ArtifactStats) -> list[str
             out.append(f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats.classes} classes "
                        f"and {stats.subsets:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
                        f"({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets).")
+        elif source in ("coco", "custom"):
+            out.append(f"The artifact has {stats.classes} classes and {stats.subsets:,} kept subsets, built from "
+                       f"{describe(source)} (source here: {source}), not from Visual Genome: the paper's figures for the "
+                       f"full MetaShift ({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets) do "
+                       "not apply to it.")
         else:
             out.append(f"The artifact has {stats.classes} classes and {stats.subsets:,} kept subsets; the paper reports "
                        f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {source}). "
@@ -294,6 +335,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
         "artifact_package_version": manifest.package_version,
         "artifact_hash": art.content_hash,
         "artifact_source": art.provenance,
+        "artifact_source_info": art.manifest.source_info,  # user data's licence and origin (not a table row)
         "seed": spec.seed,
         "rules": asdict(spec.rules) if spec.rules is not None else art.options.to_dict(),
     }
@@ -352,6 +394,11 @@ def shift_in_words(spec: ShiftSpec) -> str:
     dist = spec.distance
     d = (f" The train/test distance is d = {_fmt(dist.value)} ({dist.rule} rule{_metric(dist)})."
          if dist is not None and dist.value is not None else "")
+    if kind == "joint":  # paper DG tasks, shift-joint levels: new contexts, and contexts go with labels differently
+        return (f"**Domain generalisation** with a context-label shift (joint shift: P(context) and P(label | context) "
+                f"both change) over {classes}: the model is trained on images of each class in some contexts "
+                f"({_contexts(groups.get('train', []))}) and tested in other contexts "
+                f"({_contexts(groups.get('test', []))}).{d}")
     if kind == "marginal":
         return (f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
                 f"trained on images of each class in some contexts ({_contexts(groups.get('train', []))}) and tested in "
@@ -382,7 +429,8 @@ def collection_note(spec: ShiftSpec) -> str:
 
 
 def shift_label(spec: ShiftSpec) -> str:
-    return {"marginal": "domain generalisation", "conditional": "subpopulation shift"}.get(spec.shift_type, "no designed shift")
+    return {"marginal": "domain generalisation", "joint": "domain generalisation (joint shift)",
+            "conditional": "subpopulation shift"}.get(spec.shift_type, "no designed shift")
 
 
 def summary(spec: ShiftSpec) -> str:
@@ -532,26 +580,36 @@ def size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str | None):
-    """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included)."""
+def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str | None,
+              source_info: SourceInfo | None = None):
+    """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included).
+
+    Licence, paperswithcode id, source datasets and tags follow the provenance: MetaShift's own
+    (Visual Genome / GQA) only for ``gqa`` / ``published``; COCO's for ``coco``; the generator's for
+    synthetic data; for user data (``custom``) only what its builder gave (``build --license``), else none.
+    """
     from huggingface_hub import DatasetCardData
 
 
     shift_tags = sorted({SHIFT_TAGS[i.spec.shift_type] for i in infos if i.spec.shift_type in SHIFT_TAGS})
     synthetic = is_synthetic(provenance)
+    custom = provenance == "custom"
     data = DatasetCardData(
-        license=SYNTHETIC_LICENSE if synthetic else LICENSE,
+        license=(SYNTHETIC_LICENSE if synthetic else (source_info.license if source_info else None) if custom
+                 else LICENSE),
         pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
         # synthetic data is not Visual Genome / GQA: its tags must not say so
-        tags=[t for t in (COCO_TAGS if provenance == "coco" else TAGS) if not (synthetic and t in ("visual-genome", "gqa"))]
+        tags=[t for t in (COCO_TAGS if provenance == "coco" else CUSTOM_TAGS if custom else TAGS)
+              if not (synthetic and t in ("visual-genome", "gqa"))]
         + shift_tags + (["synthetic"] if synthetic else []),
-        source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else
+        source_datasets=(SYNTHETIC_SOURCE_DATASETS if synthetic else None if custom else
                          COCO_SOURCE_DATASETS if provenance == "coco" else SOURCE_DATASETS),
         task_ids=(["multi-label-image-classification"] if infos and all(is_multi_label(i) for i in infos)
                   else ["multi-class-image-classification"]),
-        paperswithcode_id=None if synthetic else "metashift",
+        # the paperswithcode entry is MetaShift on Visual Genome: not COCO builds, user or synthetic data
+        paperswithcode_id="metashift" if provenance in ("gqa", "published") else None,
         # an index repo holds only its README: without this the Hub viewer says "no data files found"
         viewer=None if configs else False,
     )
@@ -567,6 +625,10 @@ def _card(data, body: str) -> str:
 def recommended_metric(info: TaskInfo) -> str:
     """How to score and report this task, by shift type (what `metashift-hf score` computes)."""
     kind = info.spec.shift_type
+    if info.spec.registry is not None:
+        return ("Report **accuracy per class and per context with 95% intervals, the worst context and the context bugs** "
+                "of pretrained ImageNet-1k classifiers (top-1 counted correct when it lies under the class's matched "
+                "WordNet synset, or restricted to the task's classes), as `metashift-hf evaluate` computes them.")
     if kind == "conditional":
         val = info.group_rows.get("validation") or {}
         few = (f" The `validation` split is small per group (as few as {min(val.values()):,} images in a group: "
@@ -574,7 +636,7 @@ def recommended_metric(info: TaskInfo) -> str:
                "worst-group accuracy on it is noisy: select models on it with care and report intervals.") if val else ""
         return ("Report **average and worst-group accuracy on `test`** (groups: the `group` field), each with a 95% "
                 "interval, and the training minority fraction p." + few)
-    if kind == "marginal":
+    if kind in ("marginal", "joint"):
         return ("Report **accuracy on `test` (out of distribution) next to in-distribution accuracy** (`id_test`, "
                 "else `validation`), the gap between them, and per-group accuracy (`group` field), each with a 95% "
                 "interval; name the distance d of the shift.")
@@ -583,17 +645,64 @@ def recommended_metric(info: TaskInfo) -> str:
 
 def _example(info: TaskInfo) -> str:
     row = {"image": "<PIL.Image: the original JPEG>", **info.example}
-    return "```python\n" + "\n".join(f"{k!r}: {v!r}," for k, v in row.items()) + "\n```"
+    return "```python\n{\n" + "\n".join(f"    {k!r}: {v!r}," for k, v in row.items()) + "\n}\n```"
+
+
+def first_sentence(spec: ShiftSpec) -> str:
+    """The one sentence a Hub visitor needs first: train on what, test on what, and what shifts."""
+    groups = _groups(spec)
+    train, test = _contexts(groups.get("train", ())), _contexts(groups.get("test", ()))
+    dist = spec.distance
+    d = f", meta-graph distance d = {_fmt(dist.value)}" if dist is not None and dist.value is not None else ""
+    what = {"marginal": "new contexts at test time (P(context) shifts)",
+            "joint": "new contexts at test time, and which contexts go with which class changes "
+                     "(P(context) and P(class | context) shift)",
+            "conditional": "the same kinds of groups in other proportions (P(class | context) shifts)"}
+    if spec.shift_type not in what:
+        return (f"**Classify {', '.join(f'`{c}`' for c in spec.classes)}: train and test are drawn from the same "
+                "groups; there is no designed shift.**")
+    return f"**Train on {train}; test on {test}; the shift is {what[spec.shift_type]}{d}.**"
+
+
+_SCORE_IN_PYTHON = '''```python
+import numpy as np
+import metashift_hf
+
+ev = metashift_hf.Evaluator(ds)
+y_pred = np.zeros(len(ds["test"]), dtype=np.int64)  # your model's class indices, in ds["test"] row order
+print(ev.eval(y_pred, split="test"))  # average, worst group and class, intervals, ID vs OOD
+groups = ev.grouping("group", split="train")  # integer group ids (and their names) for reweighting or GroupDRO
+```'''
+
+
+def usage(info: TaskInfo) -> str:
+    """Commands that run as written with only this package and this repo (tests run them verbatim)."""
+    task = f"{shlex.quote(info.repo_id)} --config {info.task_id}"
+    if info.spec.registry is not None:  # matched to ImageNet-1k: what a pretrained classifier gets right
+        return ("Evaluate a pretrained ImageNet-1k classifier (`--model efficientnet-lite0`, whose weights ship with "
+                "the package, or another model of the registry: docs/evaluate.md): accuracy per class and per context "
+                "with intervals, worst context and context bugs:\n\n"
+                f"```bash\nmetashift-hf evaluate --model efficientnet-lite0 --task {task} --out eval-lite0\n```\n\n"
+                f"Or score your own model's predictions on the task's classes from Python:\n\n{_SCORE_IN_PYTHON}")
+    return ("Score your model inside its training loop (numpy or torch arrays; the truth and the groups come from the "
+            f"task):\n\n{_SCORE_IN_PYTHON}\n\nOr from the shell: an ERM baseline (a linear probe on EfficientNet-Lite0 "
+            "features), then the scores of its predictions (`score` takes any model's .csv with `image_id` and "
+            "`prediction` or `prob_<class>` columns):\n\n"
+            f"```bash\nmetashift-hf train --task {task} --probe linear --out runs-erm\n"
+            f"metashift-hf score --task {task} --predictions runs-erm/seed-0/predictions.csv --out scores-erm\n```")
 
 
 def render_task_card(info: TaskInfo, configs) -> str:
     provenance = info.build.get("artifact_source")
-    body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id, provenance=provenance_banner(provenance),
-                   metric=recommended_metric(info), example=_example(info),
-                   personal=personal_information(provenance),
+    source_info = info.build.get("artifact_source_info")
+    body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id,
+                   provenance=provenance_banner(provenance, source_info),
+                   first_sentence=first_sentence(info.spec), metric=recommended_metric(info), usage=usage(info),
+                   example=_example(info),
+                   personal=personal_information(provenance, source_info),
                    # the page title already names the task: no second "Task `ID`" heading
-                   task_section=render_task_section(info, heading="## Details"), about=_about(provenance))
-    return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance), body)
+                   task_section=render_task_section(info, heading="## Details"), about=_about(provenance, source_info))
+    return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance, source_info), body)
 
 
 def _task_link(info: TaskInfo) -> str:
@@ -618,7 +727,7 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
             f"{_cell(_contexts(groups.get('test', ())))} | {_fmt(dist)} | {_fmt(mf)} | {sum(i.split_rows.values()):,} |")
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = _render("index_card.md", package_version=__version__, artifact_hash=art.content_hash,
-                   provenance=provenance_banner(art.provenance),
+                   provenance=provenance_banner(art.provenance, art.manifest.source_info),
                    tasks_table="\n".join(rows), sections=sections,
-                   about=_about(art.provenance, sections=bool(sections)))
-    return _card(card_data(infos, configs, "MetaShift", art.provenance), body)
+                   about=_about(art.provenance, art.manifest.source_info, sections=bool(sections)))
+    return _card(card_data(infos, configs, "MetaShift", art.provenance, art.manifest.source_info), body)

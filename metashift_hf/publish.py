@@ -83,6 +83,9 @@ def git_blob_sha1(path: Path | bytes) -> str:
 # What a card names our repos by: load lines (a namespace/repo, or the local folder of an export made
 # without --namespace), relative links of the index card, and Hub links of an earlier namespace.
 _LOAD_REF = re.compile(r'load_dataset\("(?P<ref>[^"\n]*?(?P<name>metashift(?:-[A-Za-z0-9._-]+)?))/?"')
+# the card's commands: --task 'a folder' (shlex-quoted) or --task folder/or/ns/metashift-x
+_TASK_REF = re.compile(r"--task (?:'[^'\n]*?(?P<n1>metashift(?:-[A-Za-z0-9._-]+)?)/?'|"
+                       r"[^'\s]*?(?P<n2>metashift(?:-[A-Za-z0-9._-]+)?)/?(?=\s|$))")
 _REPO_LINK = re.compile(r'\]\((?:\.\./|https://huggingface\.co/datasets/[A-Za-z0-9._-]+/)(?P<name>metashift(?:-[A-Za-z0-9._-]+)?)\)')
 
 
@@ -91,6 +94,7 @@ def retarget_card(text: str, namespace: str) -> str:
     names ``namespace/<repo>``, so a folder exported without (or with another) --namespace never
     reaches the Hub with load lines that point at a local path or somebody else's repos."""
     text = _LOAD_REF.sub(lambda m: f'load_dataset("{namespace}/{m.group("name")}"', text)
+    text = _TASK_REF.sub(lambda m: f"--task {namespace}/{m.group('n1') or m.group('n2')}", text)
     return _REPO_LINK.sub(lambda m: f"](https://huggingface.co/datasets/{namespace}/{m.group('name')})", text)
 
 
@@ -222,6 +226,23 @@ def _refuse_synthetic(what: str) -> None:
     )
 
 
+_FIX_LICENSE = ("rebuild the artifact with the data's licence: `metashift-hf build ... --license ID` (its Hub licence id, "
+                "e.g. cc-by-4.0; --source-name and --homepage say where it comes from), then export or publish again")
+
+
+def _refuse_unlicensed(what: str) -> None:
+    raise MetashiftError(f"{what} was built from user data (source custom) with no licence, so its cards state none "
+                         "and the Hub would show it unlicensed", _FIX_LICENSE)
+
+
+def has_license(repo_dir: Path) -> bool:
+    """Whether an exported folder's card states a licence (cards.render leaves it out only for user
+    data built without ``--license``)."""
+    from huggingface_hub import DatasetCard
+
+    return bool(getattr(DatasetCard.load(Path(repo_dir) / "README.md").data, "license", None))
+
+
 def is_synthetic_repo(repo_dir: Path) -> bool:
     """Whether an exported folder's card declares synthetic data (the `synthetic` tag cards.render sets)."""
     from huggingface_hub import DatasetCard
@@ -321,6 +342,8 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         configs[r.name] = check_repo_dir(r)
         if not allow_synthetic and is_synthetic_repo(r.path):
             _refuse_synthetic(f"exported repo {r.path}")
+        if not has_license(r.path):
+            _refuse_unlicensed(f"exported repo {r.path}")
     token = resolve_token(token, dry_run)
     hub = _Hub(token, endpoint, timeout)
     if token:
@@ -422,6 +445,8 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
     art = Artifact.load(artifact)
     if not allow_synthetic and is_synthetic(art.provenance):
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
+    if art.provenance == "custom" and not (art.manifest.source_info and art.manifest.source_info.license):
+        _refuse_unlicensed(f"artifact {art.root}")  # before the (long) export
     token = resolve_token(token, dry_run)  # before the (long) export, not after it
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, force=force, **overrides)
