@@ -26,7 +26,7 @@ from metashift_hf.builders.images import ImageSource, open_images
 from .core.errors import UnknownNameError
 from .core.fsutil import atomic_file
 from .core.paths import cache_root
-from .evaluate.models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, require_torch
+from .models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, require_torch
 from .evaluate.predict import map_batches
 
 BACKBONES = ("efficientnet-lite0",)

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow  # a real model over real images
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
-from metashift_hf.evaluate.models import load_model, require_torch  # noqa: E402
+from metashift_hf.evaluate.predictions import load_scorer  # noqa: E402
+from metashift_hf.models import load_model, require_torch  # noqa: E402
 from metashift_hf.evaluate.predict import predict  # noqa: E402
 
 # image id -> (folder, ImageNet-1k top-1 index, its name), verified by looking at each image
@@ -212,9 +213,9 @@ def test_precomputed_predictions_match_the_model(tmp_path, task, run_hier):
         evaluate(f"predictions:{tmp_path / 'few.csv'}", task, progress=False)
     pd.DataFrame({"image_id": ids, "imagenet_index": [1000] * 10}).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(InputFormatError, match="0-999"):
-        load_model(f"predictions:{tmp_path / 'bad.csv'}")
+        load_scorer(f"predictions:{tmp_path / 'bad.csv'}")
     with pytest.raises(InputFormatError, match="does not exist"):
-        load_model(f"predictions:{tmp_path / 'nope.csv'}")
+        load_scorer(f"predictions:{tmp_path / 'nope.csv'}")
 
 
 def test_same_inputs_same_outputs(tmp_path, model, task, run_hier):
@@ -247,7 +248,7 @@ def test_callable_model_and_bad_outputs(task):
 def test_unavailable_models_give_clear_errors(monkeypatch):
     with pytest.raises(MetashiftError, match="torchvision") as e:
         load_model("torchvision:resnet50")
-    assert "pip install torchvision" in e.value.fix
+    assert "metashift-hf[torchvision]" in e.value.fix
     with pytest.raises(MetashiftError, match="timm"):
         load_model("timm:resnet50")
     with pytest.raises(UnknownNameError, match="unknown --model"):

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.evaluate.models import TF_LITE_MEAN, TF_LITE_STD, Preprocessing
+from metashift_hf.models import TF_LITE_MEAN, TF_LITE_STD, Preprocessing
 from metashift_hf.evaluate.predictions import PrecomputedPredictions
 
 

@@ -32,7 +32,7 @@ def test_evaluate_workers_checked_before_the_model_loads(art, tmp_path, capsys, 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded before --workers was checked")
 
-    monkeypatch.setattr(run, "load_model", no_model)
+    monkeypatch.setattr(run, "load_scorer", no_model)
     code, _, err = run_cli(capsys, "evaluate", "--model", "efficientnet-lite0", "--task", "class-cat",
                            "--artifact", art.root, "--images", tmp_path, "--out", tmp_path / "ev", "--workers", "-3")
     assert_one_line_error(code, err, "--workers")

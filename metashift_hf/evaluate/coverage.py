@@ -1,13 +1,14 @@
-"""Which ImageNet-1k classes count as correct for a MetaShift class, under a chosen hierarchy."""
+"""Which outputs of a model's head (ImageNet-1k classes, or any WordNet nouns) count as correct for a MetaShift class."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import match_name
-from metashift_hf.wordnet_match.wordnet import load_wordnet
+from metashift_hf.wordnet_match.wordnet import load_wordnet, noun_synsets, synset_of_offset, wnid_of
 
 from ..core.errors import EmptyResultError
+from ..models import LabelMap
 
 
 def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
@@ -35,3 +36,61 @@ def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[
         "classes": {c: {"synset": r.synset, "wnid": r.wnid, "leaves_covered": len(r.imagenet_indices)} for c, r in sorted(rows.items())},
     }
     return {c: frozenset(int(i) for i in r.imagenet_indices) for c, r in rows.items()}, card
+
+
+def head_coverage(classes: Sequence[str], hierarchy: str = "wordnet",
+                  labels: LabelMap | None = None) -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
+    """Class name -> indices of the model's head outputs that count as correct for it.
+
+    An ImageNet-1k head in class-index order (or ``labels`` None) is :func:`class_coverage`. A head
+    whose labels are ImageNet-1k classes in another order or a subset is mapped through them. Any
+    other head (ImageNet-21k wnids) is scored through WordNet 3.0: an output covers a class when one
+    of the class name's noun senses is the output's synset or one of its hypernyms (instance
+    hypernyms too); only ``hierarchy="wordnet"`` applies there. Unmapped outputs cover no class.
+    """
+    if labels is None or labels.is_imagenet_1k:
+        return class_coverage(classes, hierarchy)
+    card_labels = labels.card()
+    in_1k = labels.imagenet_indices()
+    if all(w is None or i is not None for w, i in zip(labels.wnids, in_1k)):
+        cov, card = class_coverage(classes, hierarchy)
+        out = {c: frozenset(k for k, i in enumerate(in_1k) if i is not None and i in cov[c]) for c in classes}
+        _refuse_empty(out, hierarchy)
+        card = {**card, "head": card_labels, "rule": card["rule"] + "; head outputs mapped to ImageNet-1k classes by their labels"}
+        return out, card
+    if hierarchy != "wordnet":
+        raise EmptyResultError(
+            f"the model's head has {labels.size} outputs beyond ImageNet-1k (e.g. ImageNet-21k wnids); only the "
+            f"WordNet hierarchy scores them, not {hierarchy!r}",
+            "use --hierarchy wordnet with this model",
+        )
+    wn = load_wordnet()
+    senses = {c: {wnid_of(s) for s in noun_synsets(wn, c)} for c in classes}
+    unresolved: list[dict] = []
+    ancestors: list[set[str]] = []
+    for k, w in enumerate(labels.wnids):
+        syn = synset_of_offset(wn, int(w[1:])) if w else None
+        if syn is None or syn.pos() != "n":
+            if w:
+                unresolved.append({"index": k, "label": labels.names[k], "wnid": w})
+            ancestors.append(set())
+            continue
+        up = syn.closure(lambda s: s.hypernyms() + s.instance_hypernyms())
+        ancestors.append({w} | {wnid_of(s) for s in up})
+    out = {c: frozenset(k for k, a in enumerate(ancestors) if a & senses[c]) for c in classes}
+    _refuse_empty(out, hierarchy)
+    card = {
+        "name": "wordnet (head wnids)",
+        "source": "WordNet 3.0 hypernym closure of each head output's synset",
+        "rule": "correct iff the top-1 head output's synset is, or lies under, any WordNet noun sense of the class name",
+        "head": {**card_labels, "wnids_not_in_wordnet": unresolved[:50]},
+        "classes": {c: {"senses": sorted(senses[c]), "outputs_covered": len(out[c])} for c in sorted(classes)},
+    }
+    return out, card
+
+
+def _refuse_empty(coverage: dict[str, frozenset[int]], hierarchy: str) -> None:
+    empty = sorted(c for c, v in coverage.items() if not v)
+    if empty:
+        raise EmptyResultError(f"under hierarchy {hierarchy!r} no output of the model's head covers: {', '.join(empty)}",
+                               "use a model whose head includes these classes, or drop them from the task")

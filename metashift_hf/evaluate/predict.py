@@ -1,7 +1,6 @@
 """Batched prediction with decoding and preprocessing overlapped with inference."""
 from __future__ import annotations
 
-import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
@@ -10,7 +9,7 @@ import numpy as np
 from PIL import UnidentifiedImageError
 
 from ..core.errors import MissingImagesError
-from .models import Classifier
+from ..models import Classifier, decode_workers
 from .predictions import Predictions
 
 PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
@@ -25,7 +24,7 @@ def predict(
     progress: bool = True,
 ) -> Predictions:
     """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time."""
-    logits = map_batches(classifier.prepare, classifier.logits, image_ids, read, width=1000, batch_size=batch_size,
+    logits = map_batches(classifier.prepare, classifier.logits, image_ids, read, width=classifier.labels.size, batch_size=batch_size,
                          workers=workers, progress=progress, desc=f"evaluate {classifier.name}")
     return Predictions(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)
 
@@ -50,7 +49,7 @@ def map_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = list(image_ids)
-    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    workers = decode_workers(workers)
 
     def load(iid: str):
         data = read(iid)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import sha256_file
+from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, load_model
 
 N_CLASSES = 1000
 
@@ -48,12 +49,17 @@ class PrecomputedPredictions:
     path: Path
     predictions: Predictions
     sha256: str
+    # set when the outputs come from the zoo's logits cache: the model's own card and head labels
+    model_card: dict[str, Any] | None = None
+    labels: LabelMap | None = None
 
     @property
     def name(self) -> str:
-        return f"predictions:{self.path.name}"
+        return self.model_card["name"] if self.model_card else f"predictions:{self.path.name}"
 
     def card(self) -> dict[str, Any]:
+        if self.model_card is not None:
+            return {**self.model_card, "logits_from": str(self.path)}
         return {"name": self.name, "kind": "predictions", "weights_sha256": None, "file_sha256": self.sha256,
                 "preprocessing": "done elsewhere (precomputed predictions)",
                 "has_logits": self.predictions.logits is not None}
@@ -116,3 +122,21 @@ def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:
     if not np.isfinite(arr).all():
         raise InputFormatError(f"predictions file {path} has NaN or infinite logits", "write finite logits for every image")
     return arr
+
+
+@dataclass(frozen=True)
+class PredictionsSource(ModelSource):
+    """``predictions:FILE``: outputs computed elsewhere, read instead of running a model."""
+
+    def load(self, rest: str, device: str, dtype: str) -> PrecomputedPredictions:
+        return PrecomputedPredictions.read(rest)
+
+
+EVAL_SOURCES: dict[str, ModelSource] = {**MODEL_SOURCES, "predictions": PredictionsSource("predictions", "predictions:FILE", "")}
+
+
+def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32") -> "Classifier | PrecomputedPredictions":
+    """What evaluate scores: a model from the registry, or a predictions file (``predictions:FILE``)."""
+    if isinstance(spec, (Classifier, PrecomputedPredictions)):
+        return spec
+    return load_model(spec, device, dtype=dtype, sources=EVAL_SOURCES)
