@@ -708,11 +708,12 @@ def plan(tid: str, source: GroupSource, distance: DistanceFn, known_classes: Seq
 
 
 def paper_level(spec: ShiftSpec) -> Level:
-    """The paper tasks in this vocabulary: DG = marginal with level d (its distance), subpopulation
-    = conditional with delta = 1/2 - p (p the minority fraction of training) and a balanced test."""
-    if spec.shift_type == "marginal":
+    """The paper tasks in this vocabulary: DG = its declared type (joint: builders/paper_tasks.py
+    DG_SHIFT_TYPE) with level d (its distance) and no designed delta, subpopulation = conditional with
+    delta = 1/2 - p (p the minority fraction of training) and a balanced test."""
+    if spec.shift_type in ("marginal", "joint") and spec.minority_fraction is None:
         d = spec.distance.value if spec.distance is not None else None
-        return Level("marginal", f"d={d:.3f}" if d is not None else "d=?", distance=d)
+        return Level(spec.shift_type, f"d={d:.3f}" if d is not None else "d=?", distance=d)
     if spec.shift_type == "conditional" and spec.minority_fraction is not None:
         mf = spec.minority_fraction
         p = mf.achieved if mf.achieved is not None else mf.target

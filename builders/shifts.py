@@ -33,6 +33,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.names import parse_subset_name, subset_name
 
+from .measured import measure
 from .spec import Distance, DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftSpec, ShiftType, SkippedImages
 
 SPLITS = ("train", "validation", "test", "id_test")
@@ -369,7 +370,8 @@ def _with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         minority = set(spec.minority_groups)
         train = splits["train"]
         mf = replace(mf, achieved=round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
-    return replace(spec, split_sizes={s: len(rows) for s, rows in splits.items()}, minority_fraction=mf, **sized)
+    return replace(spec, split_sizes={s: len(rows) for s, rows in splits.items()}, minority_fraction=mf,
+                   measured=measure(splits, spec.shift_type, spec.level), **sized)
 
 
 def finish_plan(task_id: str, shift_type: ShiftType, classes: Sequence[str], seed: int, splits: dict[str, list[Row]],
@@ -419,9 +421,12 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
                           train: Sequence[GroupDef], test: Sequence[GroupDef],
                           additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
                           seed: int = 0, ambiguous: frozenset[str] | None = None,
-                          distance: Distance | None = None, **spec_fields: Any) -> TaskPlan:
+                          distance: Distance | None = None, shift_type: ShiftType = "marginal",
+                          **spec_fields: Any) -> TaskPlan:
     """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
-    ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0.
+    ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0. ``shift_type``: the
+    declared type (``joint`` when training groups are class-specific and a test context has both
+    classes, as in the paper's DG tasks: S then tells Y in training, not in test).
 
     Leakage order (the paper's): test groups lose ambiguous images; training groups lose ambiguous
     images and every test image; additional test groups lose ambiguous images and every image of a
@@ -472,7 +477,7 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
             order = order[:cap]
         splits["test"] += rm.rows(g, order)
         groups["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
-    return finish_plan(task_id, "marginal", classes, seed, splits, groups, removed, notes, distance=distance,
+    return finish_plan(task_id, shift_type, classes, seed, splits, groups, removed, notes, distance=distance,
                    **spec_fields)
 
 

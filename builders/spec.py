@@ -3,7 +3,7 @@
 Every task plan carries one (:class:`ShiftSpec`); it is written as ``shift_spec.json`` beside the
 shards of an exported config and into the ``datasets`` info, and read back strictly:
 :meth:`ShiftSpec.from_json` refuses unknown keys, missing keys, values of the wrong type and a
-``spec_version`` other than :data:`SPEC_VERSION` with an :class:`InputFormatError`.
+``spec_version`` it cannot read (:data:`READABLE_VERSIONS`) with an :class:`InputFormatError`.
 
 JSON keys are the field names, except ``GroupSpec.cls`` which is ``"class"``. Tuples are JSON
 lists, mappings JSON objects; every field is always written (``null`` when absent), so a spec
@@ -20,7 +20,10 @@ from metashift_hf.core.errors import InputFormatError
 
 from .jsontypes import decode, encode
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2
+# 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
+# declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
+READABLE_VERSIONS = (1, 2)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
 # clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.ood_experiments)
@@ -185,6 +188,38 @@ class MixedFraction:
 
 
 @dataclass(frozen=True)
+class SplitShift:
+    """One split against ``train``: total-variation figures over S = the row's context (builders/measured.py)."""
+
+    split: str
+    n: int
+    p_s_tv: float  # TV(P_train(S), P_split(S))
+    p_y_given_s_tv: float | None  # on the contexts both splits have, weighted by the split's P(S); None: none shared
+    shared_mass: float  # share of the split's rows whose context training has
+    dependence: float  # sum_s P(s) TV(P(Y|s), P(Y)) inside this split
+    conditional: float  # max(p_y_given_s_tv, |dependence_train - dependence|): the P(Y|S) shift
+    p_y_tv: float  # TV of the class proportions (reported, not used by the rule)
+    p_s_threshold: float  # a P(S) shift counts above this (floor or permutation 95th percentile)
+    conditional_threshold: float  # a P(Y|S) shift counts above this
+    type: ShiftType  # marginal | conditional | joint | none, by the rule
+
+
+@dataclass(frozen=True)
+class MeasuredShift:
+    """The shift measured between train and each other split; ``type`` is the test split's."""
+
+    rule: str
+    dependence_train: float
+    splits: tuple[SplitShift, ...]
+    type: ShiftType
+    agrees: bool  # type == the declared shift_type
+    note: str  # why the declared type differs ("" when it agrees)
+
+    def split(self, name: str) -> SplitShift | None:
+        return next((s for s in self.splits if s.split == name), None)
+
+
+@dataclass(frozen=True)
 class ShiftSpec:
     """The machine-readable description of one task (DEVELOPERS.md "Task layer")."""
 
@@ -214,6 +249,7 @@ class ShiftSpec:
     family: FamilyDesign | None = None
     conditional: ConditionalFacts | None = None
     mixed_fraction: MixedFraction | None = None
+    measured: MeasuredShift | None = None
     spec_version: int = SPEC_VERSION
 
     def groups(self) -> dict[str, tuple[GroupSpec, ...]]:
@@ -236,10 +272,14 @@ class ShiftSpec:
         if not isinstance(data, Mapping):
             raise InputFormatError(f"{where}: not a JSON object", _FIX)
         version = data.get("spec_version")
-        if version != SPEC_VERSION:
+        if version not in READABLE_VERSIONS:
             raise InputFormatError(
-                f"{where}: spec_version {version!r}, this package reads {SPEC_VERSION}",
+                f"{where}: spec_version {version!r}, this package reads {', '.join(map(str, READABLE_VERSIONS))}",
                 "read it with the metashift-hf version that wrote it, or export/prepare the task again")
+        if version == 1:  # written before `measured` existed: read as not measured
+            if "measured" in data:
+                raise InputFormatError(f"{where}: spec_version 1 has no 'measured' key", _FIX)
+            data = {**data, "measured": None}
         return decode(cls, data, where, _FIX)
 
     @classmethod
@@ -256,4 +296,4 @@ _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift
 
 __all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "Distance", "MinorityFraction", "Removed",
            "SkippedImages", "Rules", "RegistryFacts", "CollectionFilters", "PaperFacts", "Level", "Factor", "FamilyDesign",
-           "ConditionalFacts", "MixedFraction", "DistanceRule", "LevelType", "TestMode"]
+           "ConditionalFacts", "MixedFraction", "MeasuredShift", "SplitShift", "READABLE_VERSIONS", "DistanceRule", "LevelType", "TestMode"]

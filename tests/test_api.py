@@ -2,8 +2,6 @@
 matched-task default shift, errors."""
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 import metashift_hf
@@ -11,20 +9,6 @@ from metashift_hf import api
 from metashift_hf.api import plan
 from metashift_hf.builders import shifts
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError, UnknownNameError
-
-
-@pytest.fixture(scope="module")
-def matched(builder_world, tmp_path_factory):
-    """A copy of the builder world's artifact matched by the real wordnet_match (offline WordNet 3.0)."""
-    from metashift_hf.builders.match_artifact import run_match
-
-    root = tmp_path_factory.mktemp("matched") / "artifact"
-    shutil.copytree(builder_world["artifact"].root, root)
-    try:
-        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
-    except MetashiftError as exc:  # e.g. WordNet dict files not installed on this machine
-        pytest.skip(f"wordnet_match unavailable: {exc.what}")
-    return root
 
 
 def test_plan_needs_no_images(builder_world):

@@ -47,7 +47,7 @@ def test_prepared_like_any_task(builder_world, tmp_path):
 
 def test_paper_tasks_have_levels(builder_world):
     dg = api.plan("paper-dg-cat-dog-1", builder_world["artifact"].root, scale=0.1)
-    assert dg.spec.level.type == "marginal" and dg.spec.level.distance == dg.spec.distance.value
+    assert dg.spec.level.type == "joint" and dg.spec.level.distance == dg.spec.distance.value
     sp = api.plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
     p = sp.spec.minority_fraction.achieved
     assert sp.spec.level.type == "conditional" and sp.spec.level.delta == pytest.approx(0.5 - p)

@@ -1,0 +1,149 @@
+"""The shift a task's splits actually have, measured from its rows (``ShiftSpec.measured``).
+
+With Y the class and S the context (the row's ``context`` feature: the context part of its group,
+e.g. ``shelf``, ``indoor``, ``floor``), P(S, Y) = P(S) P(Y|S). For every split X other than
+``train``, comparing X with ``train``:
+
+- ``p_s_tv``: total variation between P_train(S) and P_X(S), ½ Σ_s |p_train(s) − p_X(s)|;
+- ``p_y_given_s_tv``: on the contexts both splits have, Σ_s p_X(s) TV(P_train(Y|s), P_X(Y|s)) /
+  Σ_s p_X(s) (None when they share none; ``shared_mass`` = that denominator);
+- ``dependence`` / ``dependence_train``: how much S says about Y inside one split,
+  Σ_s p(s) TV(P(Y|s), P(Y)) (0 when every context has the split's class mix);
+- ``conditional`` = max(p_y_given_s_tv, |dependence_train − dependence|): where the test contexts
+  are new, P(Y|S) can only be compared through how informative S is of Y on each side;
+- ``p_y_tv``: TV between the class proportions (reported, not used by the rule).
+
+Rule (:data:`RULE`): a part shifts when its figure exceeds both :data:`FLOOR` (0.05) and the 95th
+percentile of the same figure over :data:`PERMUTATIONS` random re-splits of the two splits' rows
+(same sizes, ``numpy.random.default_rng(0)``): sampling noise alone does not make a shift. Type:
+P(S) only -> marginal, P(Y|S) only -> conditional, both -> joint, neither -> none. The task's
+measured type is its ``test`` split's.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from .spec import Level, MeasuredShift, ShiftType, SplitShift
+
+FLOOR = 0.05
+PERMUTATIONS = 200
+QUANTILE = 0.95
+RULE = (f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
+        f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
+        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence)): "
+        "conditional, both: joint, neither: none")
+COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
+
+
+class _RowLike(Protocol):
+    label: str
+    context: str
+
+
+def _figures(counts_a: np.ndarray, counts_b: np.ndarray) -> tuple[float, float | None, float, float, float, float, float]:
+    """(p_s_tv, p_y_given_s_tv, shared_mass, dependence_a, dependence_b, conditional, p_y_tv) of two
+    (context x class) count tables; b is the compared split, a is train."""
+    na, nb = counts_a.sum(), counts_b.sum()
+    sa, sb = counts_a.sum(1), counts_b.sum(1)
+    ps_a, ps_b = sa / na, sb / nb
+    py_a, py_b = counts_a.sum(0) / na, counts_b.sum(0) / nb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cond_a = np.where(sa[:, None] > 0, counts_a / np.maximum(sa, 1)[:, None], 0.0)
+        cond_b = np.where(sb[:, None] > 0, counts_b / np.maximum(sb, 1)[:, None], 0.0)
+    shared = (sa > 0) & (sb > 0)
+    mass = float(ps_b[shared].sum())
+    tv_cond = 0.5 * np.abs(cond_a - cond_b).sum(1)
+    pys = float((ps_b[shared] * tv_cond[shared]).sum() / mass) if mass > 0 else None
+    dep_a = float((ps_a * 0.5 * np.abs(cond_a - py_a).sum(1))[sa > 0].sum())
+    dep_b = float((ps_b * 0.5 * np.abs(cond_b - py_b).sum(1))[sb > 0].sum())
+    conditional = max(pys or 0.0, abs(dep_a - dep_b))
+    return (float(0.5 * np.abs(ps_a - ps_b).sum()), pys, mass, dep_a, dep_b, conditional,
+            float(0.5 * np.abs(py_a - py_b).sum()))
+
+
+def _type(marginal: bool, conditional: bool) -> ShiftType:
+    return "joint" if marginal and conditional else "marginal" if marginal else "conditional" if conditional else "none"
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)
+
+
+def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: str) -> SplitShift:
+    """``other`` (split ``split``) against ``train``, with the permutation thresholds (module docstring)."""
+    rows = list(train) + list(other)
+    contexts = sorted({r.context for r in rows})
+    labels = sorted({r.label for r in rows})
+    s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
+    code = np.array([s_idx[r.context] * len(labels) + y_idx[r.label] for r in rows], dtype=np.int64)
+    k, n_a = len(contexts) * len(labels), len(train)
+
+    def tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = np.bincount(codes[:n_a], minlength=k).reshape(len(contexts), len(labels)).astype(np.float64)
+        b = np.bincount(codes[n_a:], minlength=k).reshape(len(contexts), len(labels)).astype(np.float64)
+        return a, b
+
+    p_s, pys, mass, dep_a, dep_b, cond, p_y = _figures(*tables(code))
+    rng = np.random.default_rng(0)  # fixed: the same rows always give the same thresholds
+    null = np.array([_figures(*tables(rng.permutation(code)))[0:6:5] for _ in range(PERMUTATIONS)])
+    q_s, q_c = (float(np.quantile(null[:, j], QUANTILE)) for j in (0, 1))
+    return SplitShift(split=split, n=len(other), p_s_tv=_r(p_s), p_y_given_s_tv=_r(pys), shared_mass=_r(mass),
+                      dependence=_r(dep_b), conditional=_r(cond), p_y_tv=_r(p_y), p_s_threshold=_r(max(FLOOR, q_s)),
+                      conditional_threshold=_r(max(FLOOR, q_c)),
+                      type=_type(p_s > max(FLOOR, q_s), cond > max(FLOOR, q_c)))
+
+
+def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Level | None = None) -> MeasuredShift | None:
+    """Every split against ``train`` (None without a train split). When the measured type differs
+    from ``declared``, ``note`` says why where the design explains it (:func:`_why`), else stays ""."""
+    train = splits.get("train")
+    if not train:
+        return None
+    parts = tuple(measure_split(train, rows, s) for s, rows in splits.items() if s != "train" and rows)
+    dep_train = _r(_dependence(train))
+    test = next((p for p in parts if p.split == "test"), None)
+    measured: ShiftType = test.type if test is not None else "none"
+    agrees = declared == measured
+    by_community = all(r.context.startswith("community-") for rs in splits.values() for r in rs)
+    return MeasuredShift(rule=RULE, dependence_train=dep_train, splits=parts, type=measured, agrees=agrees,
+                         note="" if agrees else _why(declared, level, measured, test, dep_train, by_community))
+
+
+def _why(declared: str, level: Level | None, measured: ShiftType, test: SplitShift | None, dep_train: float | None,
+         by_community: bool = False) -> str:
+    """The design reasons a declared type may differ from the measured one ("" when none applies)."""
+    if declared not in COMPARED:
+        return (f"declared {declared!r} names how the OOD sets were made, not a shift type; measured on S = the "
+                "row's context")
+    if level is not None and level.delta == 0 and level.type == "conditional" and measured == "none":
+        return "delta = 0 is the family's no-shift control level: P(Y|S) is the same in train and test by design"
+    if level is not None and level.delta == 0 and level.type == "joint" and test is not None:
+        return (f"delta = 0: P(A|s1) = 1/2 holds for the values s1/s2 of the training contexts, not per context, so "
+                f"this level is not the marginal task; measured per context: P(Y|S) shift {test.conditional:.3f} "
+                f"(threshold {test.conditional_threshold:.3f}), S-Y dependence in train {dep_train:.3f}")
+    if by_community and declared == "marginal" and measured == "joint" and test is not None:
+        return (f"community groups: S = community-<k> is numbered per class (k-th largest community of that class's "
+                f"meta-graph), so the test split's community mix differs by class; the label then tells the class "
+                f"(S-Y dependence in test {test.dependence:.3f}) and P(Y) differs (TV {test.p_y_tv:.3f}): the design "
+                "moves P(S) and cannot hold P(Y|S)")
+    if (level is not None and level.delta and declared in ("conditional", "joint") and test is not None
+            and measured not in ("conditional", "joint")):
+        return (f"the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise at this size: "
+                f"measured {test.conditional:.3f}, threshold {test.conditional_threshold:.3f}")
+    return ""
+
+
+def _dependence(rows: Sequence[_RowLike]) -> float:
+    contexts = sorted({r.context for r in rows})
+    labels = sorted({r.label for r in rows})
+    t = np.zeros((len(contexts), len(labels)))
+    s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
+    for r in rows:
+        t[s_idx[r.context], y_idx[r.label]] += 1
+    return _figures(t, t)[3]
+
+
+__all__ = ["FLOOR", "PERMUTATIONS", "RULE", "measure", "measure_split"]

@@ -1,0 +1,125 @@
+"""ShiftSpec.measured (builders/measured.py): P(S) and P(Y|S) shift figures measured from the rows, a
+type derived by the documented rule, and the declared type agreeing with it (or the spec saying why),
+over every task family."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from metashift_hf.builders import measured, tasks
+from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
+from metashift_hf.coco_world import write_coco_world
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.core.errors import InputFormatError
+
+
+@dataclass(frozen=True)
+class R:
+    label: str
+    context: str
+
+
+def rows(spec: dict[tuple[str, str], int]) -> list[R]:
+    return [R(y, s) for (y, s), n in spec.items() for _ in range(n)]
+
+
+def test_hand_computed_figures():
+    train = rows({("cat", "sofa"): 30, ("dog", "sofa"): 10, ("cat", "grass"): 10, ("dog", "grass"): 30})
+    # same contexts, same P(S), P(cat|sofa) 0.75 -> 0.5 and P(cat|grass) 0.25 -> 0.5: TV 0.25 everywhere
+    balanced = rows({("cat", "sofa"): 20, ("dog", "sofa"): 20, ("cat", "grass"): 20, ("dog", "grass"): 20})
+    s = measured.measure_split(train, balanced, "test")
+    assert (s.p_s_tv, s.p_y_given_s_tv, s.shared_mass, s.dependence, s.p_y_tv) == (0.0, 0.25, 1.0, 0.0, 0.0)
+    assert s.conditional == 0.25 and s.type == "conditional" and s.n == 80
+    # new contexts, class-balanced in both: P(S) shifts entirely, S says nothing about Y anywhere
+    flat = rows({("cat", "sofa"): 20, ("dog", "sofa"): 20})
+    new = rows({("cat", "shelf"): 25, ("dog", "shelf"): 25})
+    s = measured.measure_split(flat, new, "test")
+    assert (s.p_s_tv, s.p_y_given_s_tv, s.shared_mass, s.conditional) == (1.0, None, 0.0, 0.0) and s.type == "marginal"
+    # new contexts, and S tells Y in training only (the paper DG shape): joint
+    s = measured.measure_split(rows({("cat", "sofa"): 20, ("dog", "boat"): 20}), new, "test")
+    assert (s.p_s_tv, s.conditional) == (1.0, 0.5) and s.type == "joint"
+    # the same rows on both sides: nothing shifts, and a small wobble stays under the permutation threshold
+    assert measured.measure_split(train, train, "test").type == "none"
+    wobble = rows({("cat", "sofa"): 29, ("dog", "sofa"): 11, ("cat", "grass"): 10, ("dog", "grass"): 30})
+    s = measured.measure_split(train, wobble, "test")
+    assert 0 < s.conditional < s.conditional_threshold and s.type == "none"
+    assert s.conditional_threshold >= measured.FLOOR and s.p_s_threshold >= measured.FLOOR
+
+
+def test_declared_type_and_the_design_reasons():
+    train = rows({("cat", "sofa"): 20, ("dog", "sofa"): 20})
+    same = measured.measure({"train": train, "test": train}, "conditional", Level("conditional", "delta00", delta=0.0))
+    assert same.type == "none" and not same.agrees and "control level" in same.note
+    plain = measured.measure({"train": train, "test": train}, "conditional")
+    assert not plain.agrees and plain.note == ""  # no design reason: the test below would flag it
+    assert measured.measure({"train": train}, "none").splits == ()
+    assert measured.measure({"test": train}, "none") is None
+
+
+def _consistent(spec: ShiftSpec) -> None:
+    m = spec.measured
+    assert m is not None, spec.task_id
+    assert m.rule == measured.RULE
+    for s in m.splits:
+        assert s.split != "train" and s.n == spec.split_sizes[s.split]
+        assert 0 <= s.p_s_tv <= 1 and 0 <= s.conditional <= 1 and s.shared_mass <= 1 + 1e-9
+        marginal, conditional = s.p_s_tv > s.p_s_threshold, s.conditional > s.conditional_threshold
+        expect = "joint" if marginal and conditional else "marginal" if marginal else "conditional" if conditional else "none"
+        assert s.type == expect, (spec.task_id, s)
+    test = m.split("test")
+    if "test" in spec.split_sizes:
+        assert test is not None and m.type == test.type, spec.task_id
+    assert m.agrees == (m.type == spec.shift_type), spec.task_id
+    assert m.agrees or m.note, f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, no reason given"
+
+
+DEMO_IDS = ["paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
+            "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "paper-subpop-cat-dog-p1", "classes", "class-cat",
+            "shift-marginal-cat-dog-d0", "shift-marginal-cat-dog-d3-mix25", "shift-conditional-cat-dog-delta00",
+            "shift-conditional-cat-dog-delta10", "shift-conditional-cat-dog-delta49-rev",
+            "shift-joint-cat-dog-d0-delta00", "shift-joint-cat-dog-d1-delta10", "shift-joint-cat-dog-d2-delta49"]
+
+
+def test_every_family_on_the_demo_is_measured_and_consistent(demo_build):
+    _, art = demo_build
+    seen = set()
+    for tid in DEMO_IDS:
+        spec = tasks.plan_task(tid, art, **({"scale": 0.5} if tid.startswith("paper-") else {})).spec
+        seen.add(tasks.family_of(art, tid).name)
+        _consistent(spec)
+        assert ShiftSpec.from_json(spec.to_json()) == spec
+    assert seen >= {"paper-dg", "paper-subpop", "collections", "class", "shift-marginal", "shift-conditional",
+                    "shift-joint"}
+    dg = [tasks.plan_task(f"paper-dg-cat-dog-{k}", art, scale=0.5).spec for k in (1, 4)]
+    # the issue's case: in -4 training every cat is indoor and no dog is, the test is all shelf: joint
+    assert [s.shift_type for s in dg] == ["joint", "joint"] and all(s.measured.agrees for s in dg)
+    assert dg[1].measured.split("test").p_s_tv == 1.0 and dg[1].measured.dependence_train == 0.5
+
+
+def test_matched_and_coco_families_are_measured(matched, tmp_path_factory):
+    art = Artifact.load(matched)
+    spec = tasks.plan_task("bin-cat-dog", art).spec
+    assert tasks.family_of(art, "bin-cat-dog").name == "matched"
+    _consistent(spec)
+    world = write_coco_world(tmp_path_factory.mktemp("measured-coco") / "world", seed=3)
+    coco = build_from_inputs(tmp_path_factory.mktemp("measured-coco-art") / "a",
+                             coco_annotations=sorted((world / "annotations").glob("instances_*.json")), plots=False)
+    spec = tasks.plan_task("paper-coco-subpop-cat-dog-p13", coco).spec
+    _consistent(spec)
+
+
+def test_old_specs_still_read(demo_build):
+    _, art = demo_build
+    spec = tasks.plan_task("paper-subpop-cat-dog-p1", art, scale=0.5).spec
+    data = json.loads(spec.to_json())
+    assert data["spec_version"] == SPEC_VERSION == 2
+    v1 = {k: v for k, v in data.items() if k != "measured"} | {"spec_version": 1}
+    old = ShiftSpec.from_dict(v1)
+    assert old.measured is None and old.spec_version == 1 and old.task_id == spec.task_id
+    with pytest.raises(InputFormatError, match="measured"):
+        ShiftSpec.from_dict(v1 | {"measured": None})
+    with pytest.raises(InputFormatError, match="spec_version 3"):
+        ShiftSpec.from_dict(data | {"spec_version": 3})
