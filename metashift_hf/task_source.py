@@ -187,7 +187,7 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
         raise InputFormatError(f"--artifact plans a task id, but the task is a {type(task).__name__}",
                                "drop --artifact: the dataset carries its rows and shift spec")
     dd, where, form = task_dataset(task, config=config, revision=revision)
-    spec = spec_of_dataset(dd)
+    spec = task.spec if isinstance(task, PreparedTask) else spec_of_dataset(dd)
     refuse_planning_options(spec, where, seed, options, images)
     return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd)
 
