@@ -24,6 +24,7 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.fsutil import hash_file, sha256_file
+from metashift_hf.core.options import path as path_option
 
 from . import distances, metagraph
 from .build_options import BuildOptions
@@ -267,7 +268,7 @@ class Artifact:
         API taking "an artifact" accepts a path or an instance through this one call."""
         if isinstance(path, Artifact):
             return path
-        root = Path(path)
+        root = Path(path_option(path, "artifact"))
         manifest_path = root / "manifest.json"
         fix = "pass the folder written by `metashift-hf build --out DIR`"
         if not manifest_path.is_file():

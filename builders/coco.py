@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.errors import InputFormatError, short_repr
 
 from .scene_graphs import _Buffer as JsonBuffer
 from .tags import TagTable
@@ -49,6 +49,10 @@ COCO_CATEGORIES: tuple[tuple[int, str, str], ...] = tuple(
 COCO_INSTANCE_MEMBERS = ("annotations/instances_train2017.json", "annotations/instances_val2017.json")
 _FIX = ("pass COCO's instances_train2017.json / instances_val2017.json (from annotations_trainval2017.zip, "
         "`metashift-hf download --what coco-annotations`) or the zip itself")
+_FIX_JSON = ("the file is damaged or truncated: download annotations_trainval2017.zip again "
+             "(`metashift-hf download --what coco-annotations`), or check the program that wrote it")
+ID_MAX = 2**63 - 1  # ids are kept in int64 arrays; COCO's own are below 10**12
+SIZE_MAX = 2**31 - 1  # a width or height in pixels
 
 
 @dataclass
@@ -61,10 +65,14 @@ class CocoAnnotations:
     n_annotations: int
 
 
-def _array_items(buf: JsonBuffer, what: str) -> Iterator[object]:
+def _not_coco(where: str, why: str) -> InputFormatError:
+    return InputFormatError(f"{where} is not COCO instances JSON: {why}", _FIX)
+
+
+def _array_items(buf: JsonBuffer, what: str, where: str) -> Iterator[object]:
     """Decode the JSON array at the cursor one element at a time."""
     if buf.next_char() != "[":
-        raise buf.error(f"expected '[' ({what})")
+        raise _not_coco(where, f"its {what!r} is not a list")
     buf.pos += 1
     first = True
     while buf.next_member("]", first, what):
@@ -72,33 +80,67 @@ def _array_items(buf: JsonBuffer, what: str) -> Iterator[object]:
         yield buf.decode()
 
 
-def _field(rec: object, key: str, kind: type, what: str, where: str):
-    if not isinstance(rec, dict) or not isinstance(rec.get(key), kind) or isinstance(rec.get(key), bool):
-        raise InputFormatError(f"{where}: a {what} entry has no {kind.__name__} {key!r} ({str(rec)[:120]})", _FIX)
+def _entry(rec: object, what: str, where: str) -> dict:
+    if not isinstance(rec, dict):
+        raise _not_coco(where, f"an entry of {what!r} is a {type(rec).__name__}, not an object ({short_repr(rec)})")
+    return rec
+
+
+def _field(rec: dict, key: str, kind: type, what: str, where: str):
+    if not isinstance(rec.get(key), kind) or isinstance(rec.get(key), bool):
+        raise InputFormatError(f"{where}: an entry of {what} has no {kind.__name__} {key!r} ({short_repr(rec, 120)})", _FIX)
     return rec[key]
 
 
+def _number(rec: dict, key: str, what: str, where: str, high: int, *, required: bool) -> int:
+    """A non-negative integer field in [0, high] (ids, sizes): never wrapped, truncated or rounded."""
+    value = rec.get(key)
+    if value is None and not required:
+        return 0  # width/height left out: unknown
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+        kind = "non-negative integer" + (f" up to {high}" if high < ID_MAX else " (64-bit)")
+        raise InputFormatError(f"{where}: an entry of {what} has {key} {short_repr(value)}, not a {kind} "
+                               f"({short_repr(rec, 120)})", f"write {key} as a {kind} in every entry of {what}, "
+                               "as COCO's own instances files do")
+    return value
+
+
+def _optional_text(rec: dict, key: str, what: str, where: str) -> str | None:
+    value = rec.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InputFormatError(f"{where}: an entry of {what} has {key} {short_repr(value)}, not a string "
+                               f"({short_repr(rec, 120)})", f"write {key} as a string (or leave it out)")
+    return value
+
+
 def _read_one(f, where: str, hasher, out: dict) -> None:
-    buf = JsonBuffer(f, Path(where), hasher, 1 << 22)
+    buf = JsonBuffer(f, Path(where), hasher, 1 << 22, fix=_FIX_JSON)
     if buf.next_char() == "\ufeff":
         buf.pos += 1
+    first = buf.next_char()
+    if first != "{":  # a list, a number, another format: say what the file is not, not that it is damaged
+        raise _not_coco(where, "its top level is not an object with images, annotations and categories"
+                        if first else "it is empty")
     seen = set()
     for key in buf.keys(None, "the top-level COCO object"):
         if key == "images":
-            for rec in _array_items(buf, "images"):
-                out["img_id"].append(_field(rec, "id", int, "images", where))
-                out["width"].append(int(rec.get("width") or 0))
-                out["height"].append(int(rec.get("height") or 0))
-                out["file_name"].append(str(rec.get("file_name") or ""))
+            for rec in _array_items(buf, "images", where):
+                rec = _entry(rec, "images", where)
+                out["img_id"].append(_number(rec, "id", "images", where, ID_MAX, required=True))
+                out["width"].append(_number(rec, "width", "images", where, SIZE_MAX, required=False))
+                out["height"].append(_number(rec, "height", "images", where, SIZE_MAX, required=False))
+                out["file_name"].append(_optional_text(rec, "file_name", "images", where) or "")
         elif key == "annotations":
-            for rec in _array_items(buf, "annotations"):
-                out["ann_img"].append(_field(rec, "image_id", int, "annotations", where))
-                out["ann_cat"].append(_field(rec, "category_id", int, "annotations", where))
+            for rec in _array_items(buf, "annotations", where):
+                rec = _entry(rec, "annotations", where)
+                out["ann_img"].append(_number(rec, "image_id", "annotations", where, ID_MAX, required=True))
+                out["ann_cat"].append(_number(rec, "category_id", "annotations", where, ID_MAX, required=True))
         elif key == "categories":
-            for rec in _array_items(buf, "categories"):
-                cid = _field(rec, "id", int, "categories", where)
+            for rec in _array_items(buf, "categories", where):
+                rec = _entry(rec, "categories", where)
+                cid = _number(rec, "id", "categories", where, ID_MAX, required=True)
                 name = _field(rec, "name", str, "categories", where)
-                sup = rec.get("supercategory")
+                sup = _optional_text(rec, "supercategory", "categories", where)
                 old = out["categories"].setdefault(cid, (name, sup))
                 if old != (name, sup):
                     raise InputFormatError(f"{where}: category {cid} is {(name, sup)} here but {old} in another file",
@@ -110,7 +152,7 @@ def _read_one(f, where: str, hasher, out: dict) -> None:
         raise buf.error("extra data after the top-level object")
     missing = {"images", "annotations", "categories"} - seen
     if missing:
-        raise InputFormatError(f"{where}: no {sorted(missing)} in the top-level object: not a COCO instances file", _FIX)
+        raise _not_coco(where, f"no {sorted(missing)} in its top-level object")
 
 
 def read_coco_annotations(paths: Sequence[str | os.PathLike]) -> CocoAnnotations:
@@ -154,10 +196,11 @@ def read_coco_annotations(paths: Sequence[str | os.PathLike]) -> CocoAnnotations
     if stray.size:
         raise InputFormatError(f"annotations refer to image ids {stray[:10].tolist()} not listed under images", _FIX)
     cat_ids = sorted(cats)
-    lut = np.zeros(max(cat_ids) + 1 if cat_ids else 1, dtype=np.int64)
-    lut[cat_ids] = np.arange(len(cat_ids))
+    # position of each annotation's category among the sorted ids (all known, checked above): no table
+    # indexed by id, so an id of 10**15 costs nothing and no id can wrap around
+    position = np.searchsorted(np.asarray(cat_ids, dtype=np.int64), ann_cat)
     names = pa.array([cats[c][0] for c in cat_ids], pa.string())
-    tags = TagTable.from_columns(pa.array(ann_img.astype(str)), names.take(pa.array(lut[ann_cat])),
+    tags = TagTable.from_columns(pa.array(ann_img.astype(str)), names.take(pa.array(position)),
                                  {cats[c][0]: cats[c][1] for c in cat_ids}, what="COCO annotations")
     images = pa.table({
         "image_id": pa.array(img_ids.astype(str)), "width": pa.array(np.frombuffer(out["width"], dtype=np.int64)),

@@ -38,8 +38,9 @@ _FIX_JSON = ("the file is damaged or truncated: re-download/re-extract it (GQA s
 class _Buffer:
     """Rolling UTF-8 text window over a binary file, tracking byte offsets for error messages."""
 
-    def __init__(self, f, path: Path, hasher, chunk: int) -> None:
+    def __init__(self, f, path: Path, hasher, chunk: int, fix: str = _FIX_JSON) -> None:
         self.f, self.path, self.hasher, self.chunk = f, path, hasher, chunk
+        self.fix = fix  # what to do about a damaged file: each format names its own download
         self.decoder = codecs.getincrementaldecoder("utf-8")()
         self.text = ""
         self.pos = 0  # index into text
@@ -59,7 +60,7 @@ class _Buffer:
         except UnicodeDecodeError as exc:
             raise InputFormatError(
                 f"{self.path}: not UTF-8 text near byte {self.base + len(self.text[:self.pos].encode()) + exc.start}",
-                _FIX_JSON,
+                self.fix,
             ) from None
         if not data:
             self.eof = True
@@ -91,7 +92,7 @@ class _Buffer:
     def error(self, what: str, pos: int | None = None, image_id: str | None = None) -> InputFormatError:
         where = f" (image {image_id!r})" if image_id is not None else ""
         off = self.byte_offset(self.pos if pos is None else pos)
-        return InputFormatError(f"{self.path}: malformed JSON at byte {off}{where}: {what}", _FIX_JSON)
+        return InputFormatError(f"{self.path}: malformed JSON at byte {off}{where}: {what}", self.fix)
 
     def decode(self, image_id: str | None = None, raw: bool = False):
         """Decode one JSON value at the cursor, reading more text while it is incomplete.

@@ -47,6 +47,8 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.names import SubsetName, id_slug
+from metashift_hf.core.options import seed as seed_option
+from metashift_hf.core.options import text as text_option
 
 from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
@@ -665,15 +667,18 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     <family_of>` and docs/tasks.md); ``attributes_dataset=True`` is the old loader's spelling
     of task ``attributes``.
     """
+    seed = seed_option(seed, "seed")  # checked, never rounded: seed=1.5 or -1 is refused here
     art = Artifact.load(artifact)
     if options.pop(OLD_LOADER_ATTRIBUTES_FLAG, False):
         if task not in ("attributes", None, ""):
             raise InputFormatError(f"attributes_dataset=True conflicts with task {task!r}",
                                    "use task 'attributes' (attributes_dataset=True is its old-loader spelling)")
         task = "attributes"
+    if task is not None and task != "":  # None and "" get family_of's "no task id given"
+        text_option(task, "task")
     family = family_of(art, task)
     opts = parse_options(family, task, options)
-    plan = family.plan(art, task, opts, int(seed))
+    plan = family.plan(art, task, opts, seed)
     plan.spec = replace(plan.spec, artifact_hash=art.content_hash, rules=_rules(art), overrides=given_options(opts))
     return plan
 

@@ -21,6 +21,7 @@ from metashift_hf.builders.metashift import Metashift, spec_of_dataset
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.builders.tasks import plan_task, task_ids
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError
 
 if TYPE_CHECKING:
@@ -131,6 +132,12 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
     task is reused when task, artifact content, images path, seed and options are the same.
     """
 
+    # argument types first: a wrong one is named here, not deep inside the datasets builder
+    task, seed = opt.text(task, "task"), opt.seed(seed, "seed")
+    if on_missing not in ("error", "skip"):
+        raise opt.OptionError(f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'")
+    if cache_dir is not None:
+        opt.path(cache_dir, "cache_dir")
     if images is None:
         images = dataset_images(artifact)
     if images is None:
@@ -138,7 +145,7 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
                                  "pass images= a folder of <id>.jpg files or GQA's images.zip "
                                  "(metashift_hf.api.plan works without images)")
     config, sizes = _split_options(overrides, _CONFIG_OPTIONS)
-    builder = Metashift(config_name=task, artifact=artifact, images=images, seed=int(seed), on_missing=on_missing,
+    builder = Metashift(config_name=task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
                         overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)
     builder.download_and_prepare()
     ds = builder.as_dataset()

@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .core import options as opt
 from .core.errors import EmptyResultError, InputFormatError
 from .core.fsutil import atomic_file
 
@@ -73,15 +74,24 @@ def _loss(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return float(-logp[np.arange(len(y)), y].mean())
 
 
+def check_config(config: ConflictConfig) -> ConflictConfig:
+    """Every field typed and in range (lr finite and > 0, seed a seed), and at least two windows."""
+    checked = ConflictConfig(steps=opt.positive_int(config.steps, "steps"), every=opt.positive_int(config.every, "every"),
+                             batch_size=opt.positive_int(config.batch_size, "batch_size"),
+                             lr=opt.positive_float(config.lr, "lr"), seed=opt.seed(config.seed, "seed"))
+    if checked.steps < 2 * checked.every:
+        raise InputFormatError(f"steps={checked.steps}, every={checked.every}: need at least two windows",
+                               "pass steps >= 2 * every (--steps, --every)")
+    return checked
+
+
 def record(train: Sequence[Subset], evaluate: Sequence[Subset], n_classes: int,
            config: ConflictConfig = ConflictConfig()) -> ConflictRun:
     """Train the head and record every window (see the module docstring)."""
     if not train or not evaluate:
         raise EmptyResultError("conflicts need at least one training and one evaluation subset",
                                "pass subsets with images")
-    if config.steps < 2 * config.every or config.every < 1 or config.batch_size < 1:
-        raise InputFormatError(f"steps={config.steps}, every={config.every}, batch_size={config.batch_size}: "
-                               "need at least two windows", "pass steps >= 2 * every")
+    config = check_config(config)
     dims = {s.x.shape[1] for s in [*train, *evaluate]}
     if len(dims) != 1:
         raise InputFormatError(f"subsets have feature widths {sorted(dims)}", "use features of one backbone")

@@ -38,6 +38,7 @@ from metashift_hf.builders.spec import GroupSpec
 from . import clusters as cl
 from . import conflicts as cf
 from .api import plan
+from .core import options as opt
 from .core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir, check_out
 from .features import image_features, load_backbone
@@ -82,6 +83,23 @@ class ModelSpec:
 
 def _config(model: ModelSpec, seeds: int, device: str, epochs: int | None) -> TrainConfig:
     return TrainConfig(method=model.method, probe=model.probe, seeds=seeds, device=device, epochs=epochs)  # type: ignore[arg-type]
+
+
+def _checked_classes(art: Artifact, classes: Sequence[str]) -> tuple[str, ...]:
+    """Two or more distinct classes of the artifact (checked before any image is read)."""
+    names = opt.names(classes, "classes", at_least=2)
+    known = art.classes()
+    unknown = [c for c in names if c not in known]
+    if unknown:
+        raise UnknownNameError(f"{unknown[0]!r} is not a class of artifact {art.root}" + did_you_mean(unknown[0], known),
+                               "pass classes listed by `metashift-hf classes --artifact ARTIFACT`")
+    return names
+
+
+def _checked_training(models: Sequence[ModelSpec], seeds: int, device: str, epochs: int | None) -> None:
+    """Every model's TrainConfig resolved (seeds, epochs, device checked) before the first task is planned."""
+    for m in models:
+        _config(m, seeds, device, epochs).resolved()
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -132,8 +150,11 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
                options: dict | None = None, force: bool = False) -> dict:
     """Train every model on every level task; write results.json, results.md, levels.csv, curves.png."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
-    specs = [ModelSpec.parse(m) for m in models]
+    specs = [ModelSpec.parse(m) for m in opt.names(models, "models")]
+    _checked_training(specs, seeds, device, epochs)
+    seed = opt.seed(seed, "seed")
     art = Artifact.load(artifact)
+    classes = _checked_classes(art, classes)
     options = dict(options or {})
     n_levels = int(options.get("levels", lv.LevelSizes().levels))
     curves = _level_tasks(shift_type, classes, n_levels)
@@ -290,9 +311,17 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
               cache_dir: "str | os.PathLike | None" = None, top: int = 3, force: bool = False) -> dict:
     """Clustered OOD sets when contexts are unknown; results.json, results.md, clusters.csv."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
+    k, n_init, seed = opt.int_at_least(2)(k, "k"), opt.positive_int(n_init, "n_init"), opt.seed(seed, "seed")
+    top = opt.positive_int(top, "top")
     art = Artifact.load(artifact)
     m = ModelSpec.parse(model)
+    _checked_training([m], seeds, device, epochs)
+    classes = _checked_classes(art, classes)
     ids, tags, comms = _class_pool(art, classes)
+    small = [c for c in classes if len(ids[c]) < k]
+    if small:  # k-means needs k images per class: say so before any image is embedded
+        raise EmptyResultError(f"class {small[0]} has {len(ids[small[0]])} usable images, fewer than k={k} clusters",
+                               f"lower --k (Python: k=) to at most {min(len(ids[c]) for c in classes)}")
     bb = load_backbone(device=device)
     fs = image_features([i for c in classes for i in ids[c]], images, backbone=bb, cache_dir=cache_dir, progress=False)
     clusterings = [cl.kmeans_by_size(c, ids[c], fs.rows(ids[c]), k, seed=seed, n_init=n_init) for c in classes]
@@ -367,7 +396,12 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
               cache_dir: "str | os.PathLike | None" = None, force: bool = False) -> dict:
     """Training-subset x evaluation-subset conflict matrix (CSV + heatmap), the windows' history."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
+    min_images, per_subset = opt.positive_int(min_images, "min_images"), opt.positive_int(per_subset, "per_subset")
+    eval_per_subset, min_eval = opt.positive_int(eval_per_subset, "eval_per_subset"), opt.positive_int(min_eval, "min_eval")
+    config = cf.check_config(config)
     art = Artifact.load(artifact)
+    classes = _checked_classes(art, classes)
+    subsets = None if subsets is None else opt.names(subsets, "subsets", at_least=2)
     source = ArtifactSource(art)
     amb = ambiguous_images(source, classes)
     cand = {f"{c}({x})": sorted(ids - amb) for c in classes for x, ids in source.kept_contexts(c).items()}
@@ -404,7 +438,7 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     if len(train_ids) < 2 or not eval_ids:
         raise EmptyResultError(f"{len(train_ids)} training and {len(eval_ids)} evaluation subsets keep images after "
                                "the training draw",
-                               "lower --per-subset or --min-eval")
+                               "lower --per-subset (Python: per_subset=, or min_eval=), or pass larger subsets")
     label = {i: classes.index(n[:n.index("(")]) for group in (train_ids, eval_ids) for n, v in group.items() for i in v}
     bb = load_backbone(device=device)
     fs = image_features(sorted(label), images, backbone=bb, cache_dir=cache_dir, progress=False)

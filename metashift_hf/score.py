@@ -26,6 +26,7 @@ import pandas as pd
 
 from metashift_hf.builders.spec import ShiftSpec
 from .core import __version__
+from .core import options as opt
 from .core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir
 from .evaluate.scoring import split_order, split_roles
@@ -45,6 +46,13 @@ PREDICTIONS_FIX = ("write a .csv or .parquet with a string column image_id and e
                    "(class name or class id) or one column per class named prob_<class> or logit_<class>")
 
 SCORES_KIND = "scores"  # the marker kind of a score --out folder (core.fsutil)
+PredictionColumns = Literal["prediction", "probabilities"]
+USE_CHOICES: tuple[str, ...] = ("prediction", "probabilities")
+LABEL_RULE = ("prediction values are read as text and matched to the task's class names first; they are read "
+              "as class ids (0..k-1 in the task's class order) only when no value is a class name and every "
+              "value is an integer")
+BOTH_RULE = ("with both a prediction column and prob_/logit_ columns, the predicted class must have the row's "
+             "highest score on every row, unless --use prediction or --use probabilities picks one")
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,20 @@ class Predictions:
     source: str = "predictions"
 
     @classmethod
-    def read(cls, source: "str | os.PathLike | pd.DataFrame", classes: Sequence[str]) -> "Predictions":
-        """Read a csv/parquet path or a DataFrame against the task's ``classes`` (refuses unknown classes)."""
+    def read(cls, source: "str | os.PathLike | pd.DataFrame", classes: Sequence[str], *,
+             use: PredictionColumns | None = None) -> "Predictions":
+        """Read a csv/parquet path or a DataFrame against the task's ``classes`` (refuses unknown classes).
+
+        ``prediction`` is read by :data:`LABEL_RULE`. With both ``prediction`` and ``prob_``/``logit_``
+        columns, ``use`` picks one (``"prediction"`` or ``"probabilities"``); without it they must agree
+        on every row (the predicted class has the row's highest probability) — see :data:`BOTH_RULE`.
+        """
+        if use not in (None, *USE_CHOICES):
+            raise InputFormatError(f"use={use!r} is not one of {', '.join(USE_CHOICES)}",
+                                   "pass use='prediction' or use='probabilities' (command line: --use)")
+        if not isinstance(source, (str, os.PathLike, pd.DataFrame)):
+            raise InputFormatError(f"cannot read predictions from a {type(source).__name__}",
+                                   "pass a .csv/.parquet path, a pandas DataFrame or a dict of columns")
         name = "predictions" if isinstance(source, pd.DataFrame) else str(source)
         df = source if isinstance(source, pd.DataFrame) else _read_table(Path(source))
         if "image_id" not in df.columns:
@@ -72,12 +92,35 @@ class Predictions:
                                    "keep exactly one row per image")
         classes = tuple(classes)
         prob_cols = [c for c in df.columns if isinstance(c, str) and c.startswith(("prob_", "logit_"))]
-        if prob_cols:
-            return cls._from_scores(df, ids, classes, prob_cols, name)
-        if "prediction" not in df.columns:
+        has_labels = "prediction" in df.columns
+        if use == "prediction" and not has_labels or use == "probabilities" and not prob_cols:
+            raise InputFormatError(f"{name} has no {'prediction' if use == 'prediction' else 'prob_/logit_'} column(s) "
+                                   f"to use (columns: {list(df.columns)[:8]})", "drop --use (use=), or name a column kind "
+                                   "the file has")
+        if not prob_cols and not has_labels:
             raise InputFormatError(f"{name} has neither a prediction column nor prob_<class>/logit_<class> columns",
                                    PREDICTIONS_FIX)
-        return cls(ids, _label_indices(df["prediction"], classes, name), None, "labels", classes, name)
+        labels = None
+        if has_labels and use != "probabilities":
+            labels = cls(ids, _label_indices(df["prediction"], classes, name), None, "labels", classes, name)
+            if not prob_cols or use == "prediction":
+                return labels
+        scored = cls._from_scores(df, ids, classes, prob_cols, name)
+        if labels is None:
+            return scored
+        assert scored.probabilities is not None
+        rows = np.arange(len(ids))
+        top = scored.probabilities.max(axis=1)
+        differ = np.flatnonzero(scored.probabilities[rows, labels.predicted] < top)  # ties count as agreeing
+        if differ.size:
+            raise InputFormatError(
+                f"{name}: the prediction column and the {scored.kind} columns disagree on {differ.size} of {len(ids)} "
+                f"rows (e.g. image_id {ids[differ[0]]}: prediction {classes[labels.predicted[differ[0]]]!r}, highest "
+                f"{scored.kind} {classes[scored.predicted[differ[0]]]!r})",
+                "choose one: --use prediction or --use probabilities (Python: Predictions.read(..., use=...)), "
+                "or drop one of the columns")
+        # they agree: keep the probabilities (for ECE) and the explicit prediction (it settles ties)
+        return cls(ids, labels.predicted, scored.probabilities, scored.kind, classes, name)
 
     @classmethod
     def _from_scores(cls, df: pd.DataFrame, ids, classes, cols: list[str], name: str) -> "Predictions":
@@ -124,35 +167,63 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise InputFormatError(f"predictions file {path} is neither .csv nor .parquet", PREDICTIONS_FIX)
     try:
         if suffix == ".csv":
-            return pd.read_csv(path, dtype={"image_id": str})
+            # labels stay text ("1" is a class name if the task has one, see LABEL_RULE); no "NA"/"None" -> NaN
+            return pd.read_csv(path, dtype={"image_id": str, "prediction": str}, keep_default_na=False)
         return pd.read_parquet(path)
     except Exception as exc:  # pandas/pyarrow parse errors vary by engine
         raise InputFormatError(f"cannot read predictions file {path}: {exc}", PREDICTIONS_FIX) from exc
 
 
+def _label_text(value: Any) -> str | None:
+    """A label as text, the same from CSV (strings) and parquet (numbers): 1 -> "1", 1.0 -> "1.0"; None when missing."""
+    if isinstance(value, str):
+        return value
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return str(value)
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def _as_index(label: str, k: int) -> int | None:
+    """The class id a label spells (an integer, also written "2.0"), when in 0..k-1."""
+    try:
+        x = float(label)
+    except ValueError:
+        return None
+    return int(x) if x.is_integer() and 0 <= x < k else None
+
+
 def _label_indices(column: pd.Series, classes: tuple[str, ...], name: str) -> np.ndarray:
-    """Class names or ids (0..k-1 in task order) -> int64 indices; anything else is refused."""
+    """Labels -> int64 class indices by :data:`LABEL_RULE`; anything else is refused."""
     index = {c: i for i, c in enumerate(classes)}
-    out = np.empty(len(column), dtype=np.int64)
-    bad: list[Any] = []
-    for i, value in enumerate(column):
-        if isinstance(value, str) and value in index:
-            out[i] = index[value]
-            continue
-        try:
-            as_int = int(value)
-            ok = float(value) == as_int and 0 <= as_int < len(classes)
-        except (TypeError, ValueError):
-            ok = False
-        if ok:
-            out[i] = as_int
-        else:
-            bad.append(value)
+    labels = [_label_text(v) for v in column]
+    missing = [i for i, t in enumerate(labels) if t is None or t == ""]
+    if missing:
+        raise InputFormatError(f"{name}: {len(missing)} rows have no prediction (first at row {missing[0] + 1})",
+                               "predict a class for every image")
+    if any(t in index for t in labels):  # a name column: every value must be a class name
+        bad = sorted({t for t in labels if t not in index})
+        if bad:
+            ids = [t for t in bad if _as_index(t, len(classes)) is not None]
+            raise UnknownNameError(
+                f"{name}: predictions {bad[:5]} are not classes of the task {list(classes)}"
+                f"{did_you_mean(bad[0], classes)}" + (f"; the column holds class names, so {ids[:3]} are not read as "
+                                                       "class ids" if ids else ""),
+                f"predict class names ({', '.join(classes)}) throughout, or class ids 0..{len(classes) - 1} throughout "
+                f"(rule: {LABEL_RULE})")
+        return np.fromiter((index[t] for t in labels), dtype=np.int64, count=len(labels))
+    ids = [_as_index(t, len(classes)) for t in labels]
+    bad = sorted({t for t, i in zip(labels, ids) if i is None})
     if bad:
-        raise UnknownNameError(f"{name}: predictions {sorted(set(map(str, bad)))[:5]} are not classes of the task "
-                               f"{list(classes)}{did_you_mean(str(bad[0]), classes)}",
+        raise UnknownNameError(f"{name}: predictions {bad[:5]} are neither classes of the task {list(classes)} nor "
+                               f"class ids 0..{len(classes) - 1}{did_you_mean(bad[0], classes)}",
                                f"predict a class name ({', '.join(classes)}) or its id 0..{len(classes) - 1}")
-    return out
+    return np.asarray(ids, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -418,7 +489,7 @@ def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any
                                "predict the task's classes in its order")
     table = tp.table()
     all_splits = split_order(set(table["split"]))
-    chosen = all_splits if splits is None else list(splits)
+    chosen = all_splits if splits is None else list(opt.names(splits, "splits"))  # a bare 'test' is refused
     unknown = [s for s in chosen if s not in all_splits]
     if unknown:
         raise UnknownNameError(f"task {tp.task_id} has no split(s) {unknown}{did_you_mean(unknown[0], all_splits)}",

@@ -85,7 +85,7 @@ def test_reader_errors(tmp_path):
     with pytest.raises(InputFormatError, match="category ids"):
         read_coco_annotations([bad])
     bad.write_text('{"images": [], "categories": []}')
-    with pytest.raises(InputFormatError, match="not a COCO instances file"):
+    with pytest.raises(InputFormatError, match="not COCO instances JSON"):
         read_coco_annotations([bad])
     with pytest.raises(InputFormatError, match="does not exist"):
         read_coco_annotations([tmp_path / "nope.json"])

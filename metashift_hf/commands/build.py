@@ -10,6 +10,7 @@ from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.scene_graphs import default_workers
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.options import positive_int
 from metashift_hf.core.provenance import PROVENANCES, describe, is_demo_world_summary
 from metashift_hf.manifest import resolve_build_inputs
 
@@ -74,7 +75,7 @@ def register(subparsers) -> None:
                               metavar=None if f.metadata.get("choices") else {int: "N", float: "X"}.get(kind, "S"),
                               help=help_text)
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
+    p.add_argument("--workers", type=positive_int, default=None, metavar="N",
                    help="parallel workers: here processes that read a large scene-graph file "
                         "(default: 2 on a machine with 2+ cores)")
     p.set_defaults(func=run)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from metashift_hf.core.options import positive_int, seed
 from metashift_hf.demo import run_demo
 
 
@@ -12,8 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "match to ImageNet, make tasks, export them as Hub repos, load them back "
                                    "and (with the eval extra) evaluate EfficientNet-Lite0.")
     p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the demo world and task sampling")
-    p.add_argument("--n-images", type=int, default=None, help="size of the demo world (default: generator's)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the demo world and task sampling")
+    p.add_argument("--n-images", type=positive_int, default=None, help="size of the demo world (default: generator's)")
     p.add_argument("--no-eval", action="store_true", help="skip the training and EfficientNet-Lite0 evaluation stages (no torch needed)")
     p.set_defaults(func=_run)
 

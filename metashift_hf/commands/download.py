@@ -7,6 +7,7 @@ import urllib.parse
 from pathlib import Path
 
 from ..core.errors import MetashiftError, UnknownNameError
+from ..core.options import non_negative_int, positive_float
 from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, known_file
 from ..core.fsutil import human_size
 from ..download import default_cache_dir, part_path
@@ -40,8 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--status", action="store_true", help="list where each input is and exit")
     p.add_argument("--manifest", default=None,
                    help="data manifest file (default: $METASHIFT_HF_MANIFEST or <cache>/manifest.json)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds without data before a retry (default 60)")
-    p.add_argument("--retries", type=int, default=3,
+    p.add_argument("--timeout", type=positive_float, default=60.0, help="seconds without data before a retry (default 60)")
+    p.add_argument("--retries", type=non_negative_int, default=3,
                    help="retries per mirror after a connection breaks without progress (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import MetashiftError, did_you_mean
+from ..core.options import seed
 from ..export import export_tasks, verify_export
 from ..manifest import resolve_input
 from ..shards import LAYOUTS
@@ -18,7 +19,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", choices=LAYOUTS, default="repo-per-task",
                    help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
                         "one-repo: every task as a config of the `metashift` repo")
-    p.add_argument("--seed", type=int, default=0, help="seed of the task's sampling (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the task's sampling (default 0)")
     p.add_argument("--on-missing", choices=("error", "skip"), default="error",
                    help="images missing or corrupt in --images: error (default; lists them) or skip them")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (as for download and evaluate)")

@@ -5,6 +5,7 @@ import argparse
 
 from metashift_hf.builders.match_artifact import explain_names, run_match
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.core.options import non_negative_int
 from metashift_hf.manifest import paper_tree_path
 
 
@@ -27,9 +28,9 @@ def register(subparsers) -> None:
                         "sha256-pinned); tree:PATH: a tree file in the published format (default: wordnet)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: ARTIFACT/match; required with --subset-names)")
     p.add_argument("--force", action="store_true", help="replace an earlier match folder in --out (nothing else is ever replaced)")
-    p.add_argument("--min-subsets", type=int, default=5, metavar="N",
+    p.add_argument("--min-subsets", type=non_negative_int, default=5, metavar="N",
                    help="binary tasks: each class needs at least N selected subsets (default: 5)")
-    p.add_argument("--level", type=int, default=2, metavar="L",
+    p.add_argument("--level", type=non_negative_int, default=2, metavar="L",
                    help="binary tasks: the classes share an ancestor at level L, root = 0 (default: 2)")
     p.add_argument("--tree-url", metavar="URL", help="where --hierarchy paper is fetched from when not cached")
     p.add_argument("--explain", nargs="+", metavar="NAME",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import MetashiftError
+from ..core.options import positive_float
 from ..publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
 from ..shards import ExportedRepo, repo_files
 from .export import add_task_arguments, require_task_inputs, task_options
@@ -32,7 +33,7 @@ def register(subparsers) -> None:
                    help="publish even though the artifact/export is synthetic (demo world): refused by default, "
                         "since the Hub would show drawn shapes as MetaShift")
     p.add_argument("--dry-run", action="store_true", help="print the plan (repos, files, sizes) and push nothing")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"give up on a Hub request after this many seconds without progress (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--collection", default=COLLECTION_TITLE, help=f"collection title (default {COLLECTION_TITLE!r})")
     p.set_defaults(func=run)

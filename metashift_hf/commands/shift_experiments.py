@@ -6,6 +6,7 @@ import argparse
 from metashift_hf.builders.levels import SHIFT_TYPES
 
 from ..conflicts import ConflictConfig
+from ..core.options import int_at_least, positive_float, positive_int, seed
 from ..manifest import resolve_input
 from ..ood_experiments import clustered, conflicts, ood_levels
 from .export import parse_overrides
@@ -34,31 +35,31 @@ def add_subcommands(sub) -> None:
     q.add_argument("--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)")
     q.add_argument("--models", nargs="+", default=["erm", "reweight", "groupdro"], metavar="METHOD[:PROBE]",
                    help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)")
-    q.add_argument("--seeds", type=int, default=2, help="training seeds per task (default 2)")
-    q.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear, 10 finetune)")
-    q.add_argument("--seed", type=int, default=0, help="seed of the tasks' sampling (default 0)")
+    q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per task (default 2)")
+    q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    q.add_argument("--seed", type=seed, default=0, help="seed of the tasks' sampling (default 0)")
     q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="shift-family option for every task, e.g. levels=3 or train_per_class=30; repeatable")
     q.set_defaults(func=run_ood_levels)
     q = sub.add_parser("clustered", help=HELP["clustered"], description=HELP["clustered"] + ".")
     _common(q)
-    q.add_argument("--k", type=int, default=8, help="clusters per class (default 8)")
-    q.add_argument("--n-init", type=int, default=10, help="k-means restarts (default 10)")
-    q.add_argument("--seed", type=int, default=0, help="k-means and split seed (default 0)")
+    q.add_argument("--k", type=int_at_least(2), default=8, help="clusters per class, at least 2 (default 8)")
+    q.add_argument("--n-init", type=positive_int, default=10, help="k-means restarts (default 10)")
+    q.add_argument("--seed", type=seed, default=0, help="k-means and split seed (default 0)")
     q.add_argument("--model", default="erm", metavar="METHOD[:PROBE]", help="model trained on each D_k (default erm)")
-    q.add_argument("--seeds", type=int, default=2, help="training seeds per D_k (default 2)")
-    q.add_argument("--epochs", type=int, default=None, help="epochs (default 50 linear)")
+    q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per D_k (default 2)")
+    q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear)")
     q.set_defaults(func=run_clustered)
     q = sub.add_parser("conflicts", help=HELP["conflicts"], description=HELP["conflicts"] + ".")
     _common(q)
     q.add_argument("--subsets", nargs="+", default=None, metavar="SUBSET",
                    help="subsets to use, e.g. 'cat(sofa)' (default: every kept subset of the classes with >= --min-images)")
-    q.add_argument("--min-images", type=int, default=50, help="default subsets: at least this many images (default 50)")
-    q.add_argument("--per-subset", type=int, default=50, help="training images per subset (default 50)")
-    q.add_argument("--steps", type=int, default=2000, help="SGD steps (default 2000)")
-    q.add_argument("--every", type=int, default=20, help="steps per recorded window (default 20)")
-    q.add_argument("--lr", type=float, default=0.05, help="SGD learning rate on standardised features (default 0.05)")
-    q.add_argument("--seed", type=int, default=0, help="seed of draws and batches (default 0)")
+    q.add_argument("--min-images", type=positive_int, default=50, help="default subsets: at least this many images (default 50)")
+    q.add_argument("--per-subset", type=positive_int, default=50, help="training images per subset (default 50)")
+    q.add_argument("--steps", type=positive_int, default=2000, help="SGD steps (default 2000)")
+    q.add_argument("--every", type=positive_int, default=20, help="steps per recorded window (default 20)")
+    q.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate on standardised features (default 0.05)")
+    q.add_argument("--seed", type=seed, default=0, help="seed of draws and batches (default 0)")
     q.set_defaults(func=run_conflicts)
 
 

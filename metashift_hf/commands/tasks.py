@@ -144,7 +144,8 @@ def run_list(args: argparse.Namespace) -> int:
             continue
         rows.append((task_id, info.kind, _fmt_classes(info.classes), "-", "-", "-", ""))
     if not rows and (args.kind or args.class_name):
-        raise EmptyResultError(f"no task in {source} matches --kind {args.kind} --class {args.class_name}",
+        given = " ".join(f"{flag} {value}" for flag, value in (("--kind", args.kind), ("--class", args.class_name)) if value)
+        raise EmptyResultError(f"no task in {source} matches {given}",
                                "drop a filter, or check the class name with `metashift-hf classes --artifact ARTIFACT`")
     sizes = args.sizes if args.sizes is not None else (bool(args.artifact) and len(rows) <= SIZES_AUTO_MAX)
     if sizes and not args.artifact:

@@ -18,6 +18,7 @@ from .. import api
 from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
 from ..task_source import TaskData, refuse_planning_options, task_dataset
 from ..core import __version__
+from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
 from ..models import runtime_card
@@ -50,6 +51,8 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
     a ``prepare`` result, a Dataset/DatasetDict: metashift_hf.task_source) is read as it is, its
     images from its own bytes; a dataset without a shift spec is scored as task ``custom``.
     """
+    if isinstance(task, TaskData) and task.dataset is None and not need_images:  # planned already (the zoo): its rows
+        return task.task_id, task.spec, _checked(task.plan.table(), task.task_id), task.classes, None
     if isinstance(task, TaskData) and task.dataset is None:  # planned on an artifact: materialise the same plan
         seed, options = task.spec.seed, dict(task.spec.overrides)
         task, artifact, images = task.task_id, task.artifact, images or task.images_path
@@ -310,14 +313,12 @@ def evaluate(
     as ``--set`` gives them to export. ``dtype``: "float32" or "bfloat16" (recorded in the run card).
     """
 
-    for name, value, ok, hint in (("batch_size", batch_size, batch_size >= 1, "e.g. 32"),
-                                  ("min_subset_size", min_subset_size, min_subset_size >= 1, "e.g. 10"),
-                                  ("alpha", alpha, 0 < alpha < 1, "e.g. 0.05"),
-                                  ("workers", workers, workers is None or workers >= 1, "e.g. 4, or leave it out"),
-                                  ("sample", sample, sample is None or sample >= 1, "e.g. 100")):
-        if not ok:
-            flag = "--" + name.replace("_", "-")
-            raise MetashiftError(f"{flag} (Python: {name}) = {value} is out of range", f"use {hint}")
+    # every number checked (typed, finite, in range) before the model loads or an image is read
+    batch_size, min_subset_size = opt.positive_int(batch_size, "batch_size"), opt.positive_int(min_subset_size, "min_subset_size")
+    alpha, seed = opt.level(alpha, "alpha"), opt.seed(seed, "seed")
+    workers, sample = opt.optional(opt.positive_int, workers, "workers"), opt.optional(opt.positive_int, sample, "sample")
+    if on_missing not in ("error", "skip"):
+        raise opt.OptionError(f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'")
     if out is not None:  # before the model loads: a refused --out costs nothing
         model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None

@@ -1,0 +1,185 @@
+"""One set of checks for the numbers and names a user passes, shared by the command line and the Python API.
+
+Each check takes the value (a string from the command line, or a Python value) and, for messages,
+the option's name; it returns the value converted or raises :class:`OptionError`. As argparse
+``type=`` callables they get only the string, and argparse names the option itself::
+
+    p.add_argument("--epochs", type=positive_int)
+    epochs = positive_int(config.epochs, "epochs")
+
+Every check runs before any work starts: a 0, a NaN or a negative seed never reaches numpy, torch
+or a long feature computation. Integers are integers (``1.5`` and ``True`` are refused, never
+rounded); reals are finite.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .errors import MetashiftError, short_repr
+
+SEED_MAX = 2**32 - 1  # numpy, torch and scikit-learn all take seeds up to here
+INT_MAX = 2**63 - 1  # what an int64 column or array holds
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
+
+
+class OptionError(MetashiftError, argparse.ArgumentTypeError):
+    """An option or argument is of the wrong type or out of range (raised before any work).
+
+    Also an ``argparse.ArgumentTypeError``, so a check used as ``type=`` is reported by argparse
+    with the option's name and exit status 2.
+    """
+
+
+def _label(name: str | None) -> str:
+    return f"{name}=" if name else ""
+
+
+def _integer(value: Any, name: str | None) -> int:
+    if isinstance(value, str):
+        text = value.strip()
+        if not _INT_TEXT.fullmatch(text):
+            raise OptionError(f"{_label(name)}{short_repr(value)} is not an integer", "write a whole number such as 3")
+        return int(text)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise OptionError(f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not an integer",
+                          "pass a whole number such as 3 (values are never rounded)")
+    return int(value)
+
+
+def _real(value: Any, name: str | None) -> float:
+    if isinstance(value, str):
+        try:
+            x = float(value.strip())
+        except ValueError:
+            raise OptionError(f"{_label(name)}{short_repr(value)} is not a number", "write a number such as 0.05") from None
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise OptionError(f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not a number",
+                          "pass a number such as 0.05")
+    else:
+        try:
+            x = float(value)
+        except OverflowError:
+            x = math.inf
+    if not math.isfinite(x):
+        raise OptionError(f"{_label(name)}{short_repr(value)} is not a finite number", "pass a finite number")
+    return x
+
+
+def _int_range(value: Any, name: str | None, low: int, high: int, what: str) -> int:
+    n = _integer(value, name)
+    if not low <= n <= high:
+        raise OptionError(f"{_label(name)}{n} is out of range: it must be {what}", f"pass {what}")
+    return n
+
+
+def _real_range(value: Any, name: str | None, low: float, high: float, what: str, *, low_open: bool = False,
+                high_open: bool = False) -> float:
+    x = _real(value, name)
+    if x < low or (low_open and x == low) or x > high or (high_open and x == high):
+        raise OptionError(f"{_label(name)}{x:g} is out of range: it must be {what}", f"pass {what}")
+    return x
+
+
+def positive_int(value: Any, name: str | None = None) -> int:
+    """An integer >= 1 (epochs, batch sizes, counts)."""
+    return _int_range(value, name, 1, INT_MAX, "a positive integer (1 or more)")
+
+
+def non_negative_int(value: Any, name: str | None = None) -> int:
+    """An integer >= 0 (retries, thresholds that may be off)."""
+    return _int_range(value, name, 0, INT_MAX, "a non-negative integer (0 or more)")
+
+
+def seed(value: Any, name: str | None = None) -> int:
+    """A seed: an integer in [0, 2**32 - 1], the range numpy, torch and scikit-learn share."""
+    return _int_range(value, name, 0, SEED_MAX, f"a seed: an integer in [0, {SEED_MAX}]")
+
+
+def positive_float(value: Any, name: str | None = None) -> float:
+    """A finite real > 0 (learning rates, timeouts)."""
+    return _real_range(value, name, 0.0, math.inf, "a finite number > 0", low_open=True)
+
+
+def non_negative_float(value: Any, name: str | None = None) -> float:
+    """A finite real >= 0 (weight decay)."""
+    return _real_range(value, name, 0.0, math.inf, "a finite number >= 0")
+
+
+def probability(value: Any, name: str | None = None) -> float:
+    """A real in [0, 1]."""
+    return _real_range(value, name, 0.0, 1.0, "a probability in [0, 1]")
+
+
+def level(value: Any, name: str | None = None) -> float:
+    """A significance or false-discovery level in (0, 1)."""
+    return _real_range(value, name, 0.0, 1.0, "a level in (0, 1), e.g. 0.05", low_open=True, high_open=True)
+
+
+def int_at_least(low: int) -> Callable[..., int]:
+    """A check for integers >= ``low`` (e.g. k-means' k >= 2), usable as argparse ``type=``."""
+    what = f"an integer >= {low}"
+
+    def check(value: Any, name: str | None = None) -> int:
+        return _int_range(value, name, low, INT_MAX, what)
+
+    check.__name__ = f"int_at_least_{low}"
+    return check
+
+
+def optional(check: Callable[..., Any], value: Any, name: str | None = None) -> Any:
+    """``None`` (the default) or ``check(value)``."""
+    return None if value is None else check(value, name)
+
+
+def text(value: Any, name: str) -> str:
+    """A non-empty string (a task id, a class name)."""
+    if not isinstance(value, str):
+        raise OptionError(f"{name} must be a string, not a {type(value).__name__} ({short_repr(value)})",
+                          f"pass {name} as a string")
+    if not value.strip():
+        raise OptionError(f"{name} is empty", f"pass a non-empty {name}")
+    return value
+
+
+def path(value: Any, name: str) -> str | os.PathLike:
+    """A path: a non-empty string or an ``os.PathLike``."""
+    if isinstance(value, os.PathLike):
+        return value
+    return text(value, name) if isinstance(value, str) else _not(value, name, "a path (str or pathlib.Path)")
+
+
+def _not(value: Any, name: str, what: str):
+    raise OptionError(f"{name} must be {what}, not a {type(value).__name__} ({short_repr(value)})", f"pass {what}")
+
+
+def names(value: Any, name: str, *, at_least: int = 1) -> tuple[str, ...]:
+    """A list of distinct names (classes, subsets, splits) in the order given.
+
+    A bare string is refused (it would be read letter by letter); a name given twice is refused,
+    naming it, since a repeated class or subset is a mistake rather than a request.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or isinstance(value, dict):
+        _not(value, name, f"a list of names, e.g. {name}=[{short_repr(value)}]" if isinstance(value, str)
+             else "a list of names")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise OptionError(f"{name} holds {short_repr(item)}, which is not a name", f"pass {name} as non-empty strings")
+    seen: set[str] = set()
+    twice = sorted({x for x in items if x in seen or seen.add(x)})  # type: ignore[func-returns-value]
+    if twice:
+        raise OptionError(f"{name} names {', '.join(map(repr, twice))} more than once", f"give each of {name} once")
+    if len(items) < at_least:
+        raise OptionError(f"{name} needs at least {at_least} name(s), got {len(items)}",
+                          f"pass at least {at_least} distinct names")
+    return tuple(items)
+
+
+__all__ = ["OptionError", "SEED_MAX", "int_at_least", "positive_int", "non_negative_int", "seed", "positive_float",
+           "non_negative_float", "probability", "level", "optional", "text", "path", "names"]
