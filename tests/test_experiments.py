@@ -28,12 +28,26 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
         agg = json.loads((out / "runs" / task / "scores.json").read_text())
         assert agg["n_seeds"] == 2
         if name == "paper-dg":
-            assert row["ood_accuracy"]["mean"] == agg["ood"]["mean"] and row["distance"] > 0
+            # the headline is the paper's Table 1 metric: accuracy on the dog(shelf) test images only
+            per_group = {g["group"]: g for g in agg["per_group"] if g["split"] == "test"}
+            assert res["headline"] == "dog_shelf"
+            assert row["dog_shelf"]["mean"] == per_group["dog(shelf)"]["mean"]
+            assert row["dog_shelf"]["std"] == per_group["dog(shelf)"]["std"]
+            assert row["cat_shelf"]["mean"] == per_group["cat(shelf)"]["mean"] and row["pooled"]["mean"] == agg["ood"]["mean"]
+            assert row["n_dog_shelf"] == per_group["dog(shelf)"]["n"] and row["paper_n_dog_shelf"] == 129
+            assert row["distance"] > 0 and row["paper_distance"] == [0.44, 0.71, 1.12, 1.43][tasks.index(task)]
+            assert row["shift_type"] == row["measured_type"] == "joint"
         else:
             assert row["worst_group"]["mean"] == agg["worst_group"]["mean"] and 0 < row["p"] < 0.2
+            assert (row["paper_average"], row["paper_worst_group"]) == [(0.84, 0.715), (0.823, 0.701), (0.759, 0.562)][tasks.index(task)]
     assert (out / f"{name}.png").stat().st_size > 0 or importlib.util.find_spec("matplotlib") is None
     md = (out / "results.md").read_text()
     assert all(t in md for t in tasks)
+    # published figures are labelled as such, and the run says what differs from the paper
+    assert "paper:" in md and "What differs from the paper" in md
+    assert {d.split(":")[0] for d in res["paper"]["differences"]} >= {"backbone", "data", "rule"}
+    if name == "paper-subpop":
+        assert "84.0%" in md and "71.5%" in md
     # the features of images shared between tasks were computed once
     feats = res["run"]["features"]
     assert sum(f["cached"] for f in feats.values()) > 0

@@ -31,6 +31,11 @@ def test_facts_equal_shared_reference(shared_ref):
     sp = ref["subpopulation_shift_cat_dog_indoor_outdoor"]
     assert tup(sp["groups"]) == pt.SUBPOP_GROUPS
     assert tuple(sp["minority_groups"]) == pt.SUBPOP_MINORITY
+    assert tuple(sp["paper"]["minority_fraction_p"]) == pt.SUBPOP_PAPER_FRACTIONS
+    assert {"average": tuple(sp["paper"]["erm_average_accuracy"]),
+            "worst_group": tuple(sp["paper"]["erm_worst_group_accuracy"])} == pt.SUBPOP_PAPER_ERM
+    assert {"train_total": sp["paper"]["train_total"], "test_total": sp["paper"]["balanced_test_total"]} \
+        == pt.SUBPOP_PAPER_SIZES
     assert sp["sampling"]["truncate_after_seeded_shuffle"] == pt.SUBPOP_POOL
     assert sp["sampling"]["test_per_group"] == pt.SubpopSizes().test_per_group
     assert sp["sampling"]["train_per_class"] == pt.SubpopSizes().train_per_class
