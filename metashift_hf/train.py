@@ -1,4 +1,5 @@
-"""Baselines on a task: ERM, group reweighting or GroupDRO on EfficientNet-Lite0, several seeds.
+"""Baselines on a task: ERM, reweighting, GroupDRO, IRM, CORAL, Mixup, JTT, DFR (metashift_hf.algorithms)
+on EfficientNet-Lite0 features or fine-tuned, several seeds.
 
     from metashift_hf.train import TrainConfig, train
     result = train("paper-subpop-cat-dog-p12", "ARTIFACT", "images/", "runs/p12",
@@ -8,52 +9,58 @@
 ``probe="linear"`` trains a linear head on frozen, cached backbone features (metashift_hf.features);
 ``probe="finetune"`` trains the whole network with the seed paper's recipe (Adam, lr 5e-5, batch 32,
 random resized crop 224, flip, colour jitter, 10% greyscale), the GPU path. Every run keeps the epoch
-with the best average accuracy on the task's ID validation split, then predicts every split and is
-scored with :func:`metashift_hf.score.score`.
+its selection rule prefers (``select``: validation average, validation worst-group, or the test ORACLE;
+the default is the method's, as the literature selects), then predicts every split and is scored with
+:func:`metashift_hf.score.score`. The loop itself is :mod:`metashift_hf.fitting`.
+
+Run management: ``seeds`` is a count (0..N-1), a range ``"3-5"`` or a list; an ``out`` holding an
+earlier run of the same task and config gets the new seeds merged in; ``resume=True`` continues an
+interrupted run from the seeds it finished and the last epoch of the one in progress (kept in the
+cache under ``train-runs/<key>/``); each seed's head is saved as safetensors with its config; the
+per-epoch log is ``log.jsonl``; ``config.toml`` holds the flags (``load_config`` reads it back).
 """
 from __future__ import annotations
 
-import copy
-import io
+import hashlib
 import json
-import math
+import logging
 import os
-import sys
+import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image, ImageEnhance
 
 from metashift_hf.builders.images import open_images
+
+from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
 
 from .core import __version__
 from .core import options as opt
 from .core.errors import EmptyResultError, UnknownNameError
-from .core.fsutil import atomic_dir, check_out
+from .core.fsutil import OutputExistsError, atomic_dir, check_out, read_marker
+from .core.paths import cache_root
+from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, FitData, FitSettings, LinearLearner,
+                      fit_seed)
 from .models import efficientnet_lite0, require_torch
-from .features import FEATURE_DIM, Backbone, image_features, load_backbone
+from .features import Backbone, image_features, load_backbone
 from .score import Predictions, Scores, score_plan, task_spec_hash
 from .task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
 
-Method = Literal["erm", "reweight", "groupdro"]
+Method = Literal["erm", "reweight", "groupdro", "irm", "coral", "mixup", "jtt", "dfr"]
 Probe = Literal["linear", "finetune"]
-METHODS: tuple[str, ...] = ("erm", "reweight", "groupdro")
 PROBES: tuple[str, ...] = ("linear", "finetune")
 SELECTION_SPLIT = "validation"
-SELECTION_RULE = ("model selection: the epoch with the highest average accuracy on the ID validation split "
-                  "('validation', drawn from the training distribution); ties go to the earlier epoch")
 # (epochs, lr, batch size) per probe. Fine-tuning: the seed paper's Adam / 5e-5 / 32.
 DEFAULTS = {"linear": (50, 1e-3, 64), "finetune": (10, 5e-5, 32)}
-COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
-GREYSCALE_P = 0.1
+
+logger = logging.getLogger(__name__)
 
 TRAIN_KIND = "training run"  # the marker kind of a train --out folder (core.fsutil)
 
@@ -64,36 +71,52 @@ class TrainConfig:
 
     method: Method = "erm"
     probe: Probe = "linear"
-    seeds: int = 1
+    seeds: "int | str | Sequence[int]" = 1  # a count N (seeds 0..N-1), "3-5", "0,2,7" or a list
     device: str = "cpu"
     epochs: int | None = None
     lr: float | None = None
     batch_size: int | None = None
     weight_decay: float = 0.0
-    groupdro_eta: float = 0.01  # GroupDRO step size on the group weights (Sagawa et al. 2020)
     image_size: int | None = None  # linear probe: backbone input size (None: the model's 224)
+    select: str | None = None  # average | worst-group | oracle; None: the method's default (algorithms)
+    sampling: str = "shuffle"  # shuffle | group-balanced | domain-balanced (DomainBed's)
+    hparams: Mapping[str, float] = field(default_factory=dict)  # overrides of algorithms.HPARAMS[method]
+    backbone: str = "efficientnet-lite0"  # features.BACKBONES
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        return parse_seeds(self.seeds)
+
+    @property
+    def selection_rule(self) -> str:
+        return "model selection: " + SELECTION_TEXT[self.select or algorithm_info(self.method).default_selection] + \
+            "; ties go to the earlier epoch"
 
     def resolved(self) -> "TrainConfig":
-        if self.method not in METHODS:
-            raise UnknownNameError(f"unknown method {self.method!r}", f"use one of: {', '.join(METHODS)}")
+        info = algorithm_info(self.method)  # an unknown method is refused here
+        if self.select is not None and self.select not in SELECTIONS:
+            raise UnknownNameError(f"unknown selection {self.select!r}", f"use one of: {', '.join(SELECTIONS)}")
+        if self.sampling not in SAMPLINGS:
+            raise UnknownNameError(f"unknown sampling {self.sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
         if self.probe not in PROBES:
             raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
         if not isinstance(self.device, str) or not self.device:
             raise opt.OptionError(f"device {self.device!r} is not a device name", "use cpu, cuda or cuda:N")
         epochs, lr, bs = DEFAULTS[self.probe]
         # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
-        return replace(self, seeds=opt.positive_int(self.seeds, "seeds"),
+        return replace(self, seeds=parse_seeds(self.seeds), select=self.select or info.default_selection,
+                       hparams=resolve_hparams(self.method, self.hparams),
                        epochs=epochs if self.epochs is None else opt.positive_int(self.epochs, "epochs"),
                        lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
                        batch_size=bs if self.batch_size is None else opt.positive_int(self.batch_size, "batch_size"),
                        weight_decay=opt.non_negative_float(self.weight_decay, "weight_decay"),
-                       groupdro_eta=opt.positive_float(self.groupdro_eta, "groupdro_eta"),
                        image_size=opt.optional(opt.positive_int, self.image_size, "image_size"))
 
 
 @dataclass(frozen=True)
 class SeedRun:
-    """One seed: its scores, the epoch model selection kept and that epoch's validation accuracy."""
+    """One seed: its scores, the epoch model selection kept and that epoch's selection score
+    (``validation_accuracy``: validation average or worst-group, or the test oracle's, by the rule)."""
 
     seed: int
     scores: Scores
@@ -101,6 +124,9 @@ class SeedRun:
     validation_accuracy: float
     seconds: float
     predictions: pd.DataFrame = field(repr=False, compare=False)
+    log: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+    head: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,13 +158,14 @@ class TrainResult:
         return {"task_id": self.task_id, "method": self.config.method, "probe": self.config.probe,
                 "n_seeds": len(self.runs), "seeds": [r.seed for r in self.runs], "std_ddof": 1,
                 "headline_split": dicts[0]["headline_split"], "id_split": dicts[0]["id_split"],
-                "ood_split": dicts[0]["ood_split"], "model_selection": SELECTION_RULE,
+                "ood_split": dicts[0]["ood_split"], "selection": self.config.select,
+                "model_selection": self.config.selection_rule,
                 "selected_epochs": [r.selected_epoch for r in self.runs], **metrics}
 
     def summary(self) -> str:
         a = self.aggregate()
         lines = [f"{self.task_id}: {self.config.method} / {self.config.probe} probe on {self.card['backbone']['name']}, "
-                 f"{a['n_seeds']} seed(s); {SELECTION_RULE}",
+                 f"{a['n_seeds']} seed(s); {self.config.selection_rule}",
                  f"{a['headline_split']}: average {_pm(a['average'])}, worst group {_pm(a['worst_group'])}, "
                  f"adjusted {_pm(a['adjusted_average'])}"]
         if a["id"]["mean"] is not None and a["ood"]["mean"] is not None:
@@ -177,13 +204,11 @@ def _pm(m: dict, scale: float = 100.0, unit: str = "%") -> str:
 
 @dataclass(frozen=True)
 class _Data:
-    """The task as arrays: per split, image ids, class indices; train group indices for reweight/GroupDRO."""
+    """The task as arrays: per split, image ids; what the training loop needs (:class:`fitting.FitData`)."""
 
     plan: "TaskPlan"
     ids: dict[str, list[str]]
-    y: dict[str, np.ndarray]
-    train_groups: np.ndarray
-    n_groups: int
+    fit: FitData
 
 
 def _task_data(tp: "TaskPlan") -> _Data:
@@ -193,183 +218,168 @@ def _task_data(tp: "TaskPlan") -> _Data:
         raise EmptyResultError(f"task {tp.task_id} has splits {splits}; training needs train and {SELECTION_SPLIT}",
                                "choose a task with a validation split (paper-*, bin-*, the matched tasks)")
     index = {c: i for i, c in enumerate(tp.classes)}
-    ids, y = {}, {}
+    ids, y, groups = {}, {}, {}
     for s in splits:
         part = table[table["split"] == s]
         ids[s] = list(part["image_id"])
         y[s] = np.array([index[c] for c in part["label"]], dtype=np.int64)
-    train_group = list(table.loc[table["split"] == "train", "group"])
-    names = sorted(set(train_group))
-    return _Data(tp, ids, y, np.array([names.index(g) for g in train_group], dtype=np.int64), len(names))
+        groups[s] = part["group"].to_numpy(dtype=str)
+    train = table[table["split"] == "train"]
+
+    def codes(values) -> np.ndarray:  # index into the sorted distinct values
+        return np.unique(np.asarray(values, dtype=str), return_inverse=True)[1].astype(np.int64)
+    return _Data(tp, ids, FitData(y, groups, codes(train["group"]), codes(train["context"]), len(tp.classes)))
 
 
-class _Objective:
-    """ERM, group-balanced reweighting or online GroupDRO (Sagawa et al. 2020) over a batch's losses."""
-
-    def __init__(self, torch, method: str, groups: np.ndarray, n_groups: int, eta: float, device: str) -> None:
-        self.torch, self.method, self.eta = torch, method, eta
-        counts = np.bincount(groups, minlength=n_groups).astype(np.float64)
-        # reweight: each group carries the same total weight in the objective
-        self.group_weight = torch.tensor(1.0 / np.maximum(counts, 1), dtype=torch.float32, device=device)
-        self.q = torch.full((n_groups,), 1.0 / n_groups, device=device)
-        self.n_groups = n_groups
-
-    def __call__(self, losses, groups):
-        torch = self.torch
-        if self.method == "erm":
-            return losses.mean()
-        if self.method == "reweight":
-            w = self.group_weight[groups]
-            return (w * losses).sum() / w.sum()
-        sums = torch.zeros(self.n_groups, device=losses.device).index_add_(0, groups, losses)
-        counts = torch.zeros(self.n_groups, device=losses.device).index_add_(0, groups, torch.ones_like(losses))
-        present = counts > 0
-        group_loss = torch.where(present, sums / counts.clamp(min=1), torch.zeros_like(sums))
-        with torch.no_grad():  # exponentiated-gradient ascent on the groups seen in this batch
-            self.q = self.q * torch.exp(self.eta * group_loss.detach() * present)
-            self.q = self.q / self.q.sum()
-        return (self.q * group_loss).sum()
+SEED_KIND = "training seed"  # the marker kind of a finished seed kept for resume (core.fsutil)
 
 
-def _linear_runs(data: _Data, feats: dict[str, np.ndarray], cfg: TrainConfig, progress: bool):
-    """Yield (seed, probabilities per split, selected epoch, validation accuracy) for each seed."""
-    torch = require_torch()
-    device = cfg.device
-    mean, std = feats["train"].mean(axis=0), feats["train"].std(axis=0) + 1e-6  # standardise on train only
-    x = {s: torch.from_numpy((f - mean) / std).float().to(device) for s, f in feats.items()}
-    ytr = torch.from_numpy(data.y["train"]).to(device)
-    gtr = torch.from_numpy(data.train_groups).to(device)
-    k = len(data.plan.classes)
-    from tqdm.auto import tqdm
+def parse_seeds(spec: "int | str | Sequence[int]") -> tuple[int, ...]:
+    """Training seeds: a count N (0..N-1), ``"a-b"`` (inclusive), ``"0,2,5-7"`` or a list; sorted, distinct."""
+    if isinstance(spec, bool):
+        raise opt.OptionError(f"seeds {spec!r} is not a seed list", "use a count (3), a range (3-5) or a list (0,2,7)")
+    if isinstance(spec, int):
+        return tuple(range(opt.positive_int(spec, "seeds")))
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.isdigit():
+            return parse_seeds(int(text))
+        out: list[int] = []
+        for part in text.split(","):
+            a, sep, b = part.strip().partition("-")
+            if not (a.isdigit() and (not sep or b.isdigit())):
+                raise opt.OptionError(f"seeds {spec!r}: {part.strip()!r} is not a seed or a range",
+                                      "use a count (3), a range (3-5) or a list (0,2,5-7) of non-negative integers")
+            lo, hi = int(a), int(b) if sep else int(a)
+            if hi < lo:
+                raise opt.OptionError(f"seeds {spec!r}: the range {part.strip()} is empty", "write it low-high, e.g. 3-5")
+            out += range(lo, hi + 1)
+        return tuple(sorted(set(out)))
+    seeds = [s for s in spec]
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
+        raise opt.OptionError(f"seeds {spec!r} is not a list of non-negative integers", "use e.g. [0, 1, 2]")
+    return tuple(sorted(set(int(s) for s in seeds)))
 
-    threads = torch.get_num_threads()
-    if device == "cpu":
-        # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine their
-        # synchronisation made each epoch ~10x slower (measured)
-        torch.set_num_threads(1)
+
+# -- the config file: TOML with the flags' names (tomllib reads it; this small writer writes it) ------
+
+CONFIG_KEYS: tuple[str, ...] = ("method", "probe", "seeds", "device", "epochs", "lr", "batch_size", "weight_decay",
+                                "image_size", "select", "sampling", "backbone")
+
+
+def config_toml(cfg: TrainConfig) -> str:
+    """``cfg`` as TOML (keys as :data:`CONFIG_KEYS`, the method's hyper-parameters under ``[hparams]``)."""
+    lines = ["# metashift-hf train configuration: `metashift-hf train --config-file THIS` (flags given on the",
+             "# command line win over it); the same keys as TrainConfig."]
+    for key in CONFIG_KEYS:
+        value = getattr(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, (tuple, list)):
+            value = "[" + ", ".join(str(int(v)) for v in value) + "]"
+        elif isinstance(value, str):
+            value = json.dumps(value)
+        elif isinstance(value, float):
+            value = repr(value)
+        lines.append(f"{key} = {value}")
+    if cfg.hparams:
+        lines += ["", "[hparams]"] + [f"{k} = {float(v)!r}" for k, v in sorted(cfg.hparams.items())]
+    return "\n".join(lines) + "\n"
+
+
+def load_config(path: "str | os.PathLike") -> dict[str, Any]:
+    """TrainConfig keyword arguments from a TOML file; unknown keys and wrong types are refused."""
+    import tomllib  # standard library from Python 3.11
+
+    p = Path(path)
     try:
-        yield from _linear_seeds(torch, data, x, ytr, gtr, k, cfg, progress, tqdm)
-    finally:
-        torch.set_num_threads(threads)
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise opt.OptionError(f"config file {p} does not exist", "pass a TOML file written by `train` (config.toml)") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise opt.OptionError(f"config file {p} is not valid TOML: {exc}", "fix the file (key = value lines)") from None
+    unknown = sorted(set(raw) - set(CONFIG_KEYS) - {"hparams"})
+    if unknown:
+        raise opt.OptionError(f"config file {p}: unknown key(s) {', '.join(unknown)}",
+                              f"use only: {', '.join(CONFIG_KEYS)}, [hparams]")
+    hp = raw.get("hparams", {})
+    if not isinstance(hp, dict):
+        raise opt.OptionError(f"config file {p}: hparams must be a table", "write [hparams] then name = value lines")
+    for key in ("method", "probe", "device", "select", "sampling", "backbone"):
+        if key in raw and not isinstance(raw[key], str):
+            raise opt.OptionError(f"config file {p}: {key} = {raw[key]!r} must be a string", f'write {key} = "..."')
+    return {**{k: v for k, v in raw.items() if k != "hparams"}, **({"hparams": hp} if hp else {})}
 
 
-def _linear_seeds(torch, data: _Data, x, ytr, gtr, k: int, cfg: TrainConfig, progress: bool, tqdm):
-    device = cfg.device
-    for seed in range(cfg.seeds):
-        torch.manual_seed(seed)
-        head = torch.nn.Linear(FEATURE_DIM, k).to(device)
-        opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        objective = _Objective(torch, cfg.method, data.train_groups, data.n_groups, cfg.groupdro_eta, device)
-        gen = torch.Generator().manual_seed(seed)
-        best = (-1.0, 0, None)
-        n = ytr.shape[0]
-        for epoch in tqdm(range(1, cfg.epochs + 1), desc=f"train linear seed {seed}", unit="epoch", disable=not progress):
-            head.train()
-            for idx in torch.randperm(n, generator=gen).to(device).split(cfg.batch_size):
-                loss = objective(torch.nn.functional.cross_entropy(head(x["train"][idx]), ytr[idx], reduction="none"),
-                                 gtr[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            head.eval()
-            with torch.no_grad():
-                val = float((head(x[SELECTION_SPLIT]).argmax(1).cpu().numpy() == data.y[SELECTION_SPLIT]).mean())
-            if val > best[0]:
-                best = (val, epoch, {kk: v.detach().clone() for kk, v in head.state_dict().items()})
-        head.load_state_dict(best[2])
-        head.eval()
-        with torch.no_grad():
-            probs = {s: torch.softmax(head(xs), dim=1).cpu().numpy() for s, xs in x.items()}
-        yield seed, probs, best[1], best[0]
+# -- one seed on disk: predictions, scores, head (safetensors), run.json, log.jsonl ---------------------
+
+def _head_name(probe: str) -> str:
+    return "head.safetensors" if probe == "linear" else "model.safetensors"
 
 
-def _augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.ndarray:
-    """Random resized crop (area 8-100%, aspect 3/4-4/3) to ``size``, flip, colour jitter, 10% greyscale."""
-    with Image.open(io.BytesIO(data)) as im:
-        im = im.convert("RGB")
-        w, h = im.size
-        box = None
-        for _ in range(10):
-            area = w * h * rng.uniform(0.08, 1.0)
-            ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-            cw, ch = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
-            if 0 < cw <= w and 0 < ch <= h:
-                left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-                box = (left, top, left + cw, top + ch)
-                break
-        if box is None:  # fall back to the centre square, as torchvision does
-            side = min(w, h)
-            box = ((w - side) // 2, (h - side) // 2, (w - side) // 2 + side, (h - side) // 2 + side)
-        im = im.resize((size, size), Image.Resampling.BILINEAR, box=box)
-        if rng.random() < 0.5:
-            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        for enhance in [ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color][::1 if rng.random() < 0.5 else -1]:
-            im = enhance(im).enhance(rng.uniform(1 - COLOR_JITTER, 1 + COLOR_JITTER))
-        if rng.random() < GREYSCALE_P:
-            im = im.convert("L").convert("RGB")
-        arr = np.asarray(im, dtype=np.float32) / 255.0
-    arr = (arr - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return np.ascontiguousarray(arr.transpose(2, 0, 1))
+def _write_seed(d: Path, r: SeedRun, cfg: TrainConfig, classes: Sequence[str], backbone_card: Mapping[str, Any]) -> None:
+    from safetensors.numpy import save  # the heads' format: no pickles
+
+    r.predictions.to_csv(d / "predictions.csv", index=False)
+    r.scores.write_into(d)
+    meta = {"format": "metashift-hf head", "probe": cfg.probe, "method": cfg.method, "seed": str(r.seed),
+            "classes": json.dumps(list(classes)), "config": json.dumps(asdict(cfg), default=str),
+            "backbone": json.dumps(dict(backbone_card), default=str),
+            "use": ("logits = ((features - feature_mean) / feature_std) @ weight.T + bias, features from the backbone "
+                    "named in 'backbone'" if cfg.probe == "linear" else "the fine-tuned network's state dict")}
+    (d / _head_name(cfg.probe)).write_bytes(save({k: np.ascontiguousarray(v) for k, v in r.head.items()}, metadata=meta))
+    (d / "run.json").write_text(json.dumps({"seed": r.seed, "selection": cfg.select, "selected_epoch": r.selected_epoch,
+                                            "selection_value": r.validation_accuracy, "seconds": round(r.seconds, 3),
+                                            "details": r.details}, indent=2, default=str) + "\n")
+    (d / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in r.log))
 
 
-def _finetune_runs(data: _Data, images, cfg: TrainConfig, progress: bool):
-    """Fine-tune the whole backbone per seed; yield like :func:`_linear_runs`."""
-    from tqdm.auto import tqdm
+def _read_seed(d: Path, data: _Data) -> SeedRun:
+    """A seed written by :func:`_write_seed`, scored again from its predictions (the same figures)."""
+    from safetensors.numpy import load_file
 
-    torch = require_torch()
+    meta = json.loads((d / "run.json").read_text())
+    frame = pd.read_csv(d / "predictions.csv", dtype={"image_id": str, "split": str, "prediction": str})
+    heads = [p for p in d.glob("*.safetensors")]
+    log = tuple(json.loads(line) for line in (d / "log.jsonl").read_text().splitlines() if line.strip())
+    return SeedRun(int(meta["seed"]), score_plan(Predictions.read(frame, data.plan.classes), data.plan),
+                   int(meta["selected_epoch"]), float(meta["selection_value"]), float(meta["seconds"]), frame, log,
+                   load_file(str(heads[0])) if heads else {}, meta.get("details", {}))
+
+
+def _run_key(spec_hash: str, cfg: TrainConfig, backbone_key: str) -> str:
+    """What makes two runs mergeable: the task, every setting but the seeds, and the backbone."""
+    settings = {k: v for k, v in asdict(cfg).items() if k != "seeds"}
+    return hashlib.sha256(json.dumps({"task": spec_hash, "config": settings, "backbone": backbone_key,
+                                      "package": __version__}, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _earlier_run(out: "str | os.PathLike") -> dict[str, Any] | None:
+    """The run card of an earlier training run in ``out`` (ours, complete), else None."""
+    marker = read_marker(out) if Path(out).is_dir() else None
+    card = Path(out) / "run_card.json"
+    if not marker or marker.get("kind") != TRAIN_KIND or not card.is_file():
+        return None
+    return json.loads(card.read_text())
+
+
+def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_dir, progress: bool):
+    """The linear probe on cached features, or the network to fine-tune; plus the feature-cache figures."""
+    if cfg.probe == "linear":
+        fs = image_features([i for s in data.ids.values() for i in s], images, backbone=bb, cache_dir=cache_dir,
+                            progress=progress)
+        feats = {s: fs.rows(ids) for s, ids in data.ids.items()}
+        stats = {"computed": fs.computed, "cached": fs.cached, "seconds": round(fs.seconds, 3), "cache_dir": str(fs.cache_dir)}
+        return LinearLearner(torch, feats, len(data.plan.classes), cfg.device), stats
     source = open_images(images)
-    all_ids = [i for s in data.ids.values() for i in s]
-    source.resolve(all_ids, "error", verify=False)
+    source.resolve([i for s in data.ids.values() for i in s], "error", verify=False)
     base = efficientnet_lite0(cfg.device, fold_batchnorm=False)
-    prep = base.preprocessing
-    k = len(data.plan.classes)
-    workers = max(1, min(8, os.cpu_count() or 1))
+    return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
-    def predict_probs(model, ids: list[str]) -> np.ndarray:
-        model.eval()
-        out = []
-        with ThreadPoolExecutor(workers) as pool, torch.no_grad():
-            for i in range(0, len(ids), 64):
-                batch = np.stack(list(pool.map(lambda iid: prep(source.read(iid)), ids[i:i + 64])))
-                out.append(torch.softmax(model(torch.from_numpy(batch).to(cfg.device)), 1).cpu().numpy())
-        return np.concatenate(out)
 
-    ytr = torch.from_numpy(data.y["train"]).to(cfg.device)
-    gtr = torch.from_numpy(data.train_groups).to(cfg.device)
-    for seed in range(cfg.seeds):
-        torch.manual_seed(seed)
-        model = copy.deepcopy(base.forward)
-        model._fc = torch.nn.Linear(FEATURE_DIM, k)
-        model.to(cfg.device)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        objective = _Objective(torch, cfg.method, data.train_groups, data.n_groups, cfg.groupdro_eta, cfg.device)
-        order_rng = np.random.default_rng(seed)
-        best = (-1.0, 0, None)
-        n = len(data.ids["train"])
-        for epoch in range(1, cfg.epochs + 1):
-            model.train()
-            order = order_rng.permutation(n)
-            bar = tqdm(total=n, desc=f"finetune seed {seed} epoch {epoch}", unit="img", disable=not progress)
-            with ThreadPoolExecutor(workers) as pool:
-                for start in range(0, n, cfg.batch_size):
-                    idx = order[start:start + cfg.batch_size]
-                    # one generator per (seed, epoch, image): the same augmentations whatever the thread order
-                    batch = np.stack(list(pool.map(
-                        lambda i: _augment(source.read(data.ids["train"][i]), np.random.default_rng([seed, epoch, int(i)]),
-                                           prep.crop, prep.mean, prep.std), idx)))
-                    t_idx = torch.from_numpy(idx).to(cfg.device)
-                    logits = model(torch.from_numpy(batch).to(cfg.device))
-                    loss = objective(torch.nn.functional.cross_entropy(logits, ytr[t_idx], reduction="none"), gtr[t_idx])
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    bar.update(len(idx))
-            bar.close()
-            val = float((predict_probs(model, data.ids[SELECTION_SPLIT]).argmax(1) == data.y[SELECTION_SPLIT]).mean())
-            if val > best[0]:
-                best = (val, epoch, copy.deepcopy(model.state_dict()))
-        model.load_state_dict(best[2])
-        yield seed, {s: predict_probs(model, ids) for s, ids in data.ids.items()}, best[1], best[0]
+def _settings(cfg: TrainConfig) -> FitSettings:
+    return FitSettings(cfg.method, cfg.hparams, cfg.select, cfg.sampling, cfg.epochs, cfg.lr, cfg.batch_size,
+                       cfg.weight_decay, cfg.device)
 
 
 def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -387,17 +397,22 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
 def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str | os.PathLike | None" = None,
           out: "str | os.PathLike | None" = None, config: TrainConfig = TrainConfig(), *, seed: int | None = None,
           cache_dir: "str | os.PathLike | None" = None, progress: bool = True, backbone: Backbone | None = None,
-          force: bool = False, **overrides: Any) -> TrainResult:
+          force: bool = False, resume: bool = False, **overrides: Any) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
     :func:`metashift_hf.task_source.open_task` result, or a task id planned on ``artifact`` (then
     ``images``, ``seed`` and size ``overrides`` apply; a dataset brings its own images and spec).
-    Training seeds are 0..seeds-1. ``backbone``: a loaded :func:`metashift_hf.features.load_backbone`
-    (reused across tasks). ``out`` must be new, empty or (with ``force``) an earlier training run.
+    Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
+    :func:`metashift_hf.features.load_backbone` (reused across tasks). ``out`` must be new, empty, an
+    earlier run of the same task and config (its seeds are kept and the new ones merged in) or, with
+    ``force``, any earlier training run (replaced). ``resume``: reuse what an interrupted run with the
+    same task and config left in the cache (finished seeds, the last epoch of the unfinished one).
     """
+    earlier_card = _earlier_run(out) if out is not None and not force else None
+    merging = earlier_card is not None
     if out is not None:  # before any training: a refused --out costs nothing
-        check_out(out, TRAIN_KIND, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
+        check_out(out, TRAIN_KIND, force=force or merging, inputs=[artifact, images, task if isinstance(task, str) else None])
     cfg = config.resolved()
     t0 = time.perf_counter()
     source = open_task(task, artifact=artifact, images=images, seed=seed, options=overrides)
@@ -405,54 +420,91 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     if source.dataset is not None:  # the parquet's own bytes; an artifact's images are opened only when needed
         images = source.images()
     data = _task_data(tp)
-    feature_stats: dict[str, Any] | None = None
-    if cfg.probe == "linear":
-        bb = backbone or load_backbone(image_size=cfg.image_size, device=cfg.device)
-        fs = image_features([i for s in data.ids.values() for i in s], images, backbone=bb, cache_dir=cache_dir,
-                            progress=progress)
-        feats = {s: fs.rows(ids) for s, ids in data.ids.items()}
-        feature_stats = {"computed": fs.computed, "cached": fs.cached, "seconds": round(fs.seconds, 3),
-                         "cache_dir": str(fs.cache_dir)}
-        backbone_card = bb.card()
-        runs_iter = _linear_runs(data, feats, cfg, progress)
-    else:
-        bb = backbone or load_backbone(device=cfg.device)
-        backbone_card = {**bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
-        runs_iter = _finetune_runs(data, images, cfg, progress)
-    runs = []
-    t_seed = time.perf_counter()
-    for s, probs, epoch, val in runs_iter:
-        frame = _predictions_frame(data, probs)
-        preds = Predictions.read(frame, tp.classes)
-        runs.append(SeedRun(s, score_plan(preds, tp), epoch, val, time.perf_counter() - t_seed, frame))
-        t_seed = time.perf_counter()
-    torch = sys.modules.get("torch")
-    card = {"package_version": __version__, "task_id": tp.task_id, "task_spec_hash": task_spec_hash(tp.spec),
+    if cfg.select == "oracle" and "test" not in data.ids:
+        raise EmptyResultError(f"task {tp.task_id} has no test split for the oracle selection", "use --select average or worst-group")
+    torch = require_torch()
+    bb = backbone or load_backbone(cfg.backbone, image_size=cfg.image_size if cfg.probe == "linear" else None,
+                                   device=cfg.device)
+    spec_hash = task_spec_hash(tp.spec)
+    key = _run_key(spec_hash, cfg, bb.key)
+    earlier: dict[int, SeedRun] = {}
+    if merging:
+        if earlier_card.get("run_key") != key:
+            raise OutputExistsError(f"--out {out} holds a run of another task, config or backbone "
+                                    f"({earlier_card.get('task_id')}, {earlier_card.get('method')}); seeds merge only into the same run",
+                                    "use another --out, or --force to replace it")
+        earlier = {r.seed: r for r in (_read_seed(d, data) for d in sorted(Path(out).glob("seed-*")) if d.is_dir())}
+    work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
+    ckpt = Checkpoints(work, torch, resume) if work is not None else None
+    if resume and work is not None and work.is_dir():
+        logger.info(f"   resuming from {work}")
+    learner, feature_stats = None, None
+    backbone_card = bb.card() if cfg.probe == "linear" else {**bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
+    runs: dict[int, SeedRun] = {s: r for s, r in earlier.items()}
+    threads = torch.get_num_threads()
+    try:
+        for s in cfg.seeds:
+            if s in runs:
+                continue
+            if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
+                runs[s] = _read_seed(work / f"seed-{s}", data)
+                continue
+            if learner is None:  # only when some seed needs training (a merge may need none)
+                learner, feature_stats = _learner(torch, data, cfg, bb, images if images is not None else source.images(),
+                                                  cache_dir, progress)
+                if cfg.probe == "linear" and cfg.device == "cpu":
+                    # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine
+                    # their synchronisation made each epoch ~10x slower (measured)
+                    torch.set_num_threads(1)
+            t_seed = time.perf_counter()
+            fit = fit_seed(torch, learner, data.fit, _settings(cfg), s, ckpt=ckpt, progress=progress)
+            frame = _predictions_frame(data, fit.probs)
+            runs[s] = SeedRun(s, score_plan(Predictions.read(frame, tp.classes), tp), fit.selected_epoch,
+                              fit.selection_value, time.perf_counter() - t_seed, frame, fit.log, fit.head, fit.details)
+            if work is not None:  # a finished seed survives an interruption of the next one
+                with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
+                    _write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
+                ckpt.drop(s)
+    finally:
+        torch.set_num_threads(threads)
+    info = algorithm_info(cfg.method, cfg.hparams)
+    card = {"package_version": __version__, "task_id": tp.task_id, "task_spec_hash": spec_hash,
             "task_seed": tp.spec.seed, "task_source": source.where, "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
-            "method": cfg.method, "probe": cfg.probe, "seeds": list(range(cfg.seeds)), "config": asdict(cfg),
-            "backbone": backbone_card, "device": cfg.device,
-            "torch_version": getattr(torch, "__version__", None), "model_selection": SELECTION_RULE,
+            "method": cfg.method, "probe": cfg.probe, "seeds": sorted(runs), "config": asdict(cfg), "run_key": key,
+            "algorithm": asdict(info), "selection": cfg.select, "sampling": cfg.sampling,
+            "sampling_rule": SAMPLING_TEXT[cfg.sampling], "backbone": backbone_card, "device": cfg.device,
+            "torch_version": getattr(torch, "__version__", None), "model_selection": cfg.selection_rule,
             "augmentation": (None if cfg.probe == "linear" else
                              f"random resized crop {bb.preprocessing.crop} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
                              f"colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"),
-            "features": feature_stats, "seconds": round(time.perf_counter() - t0, 3)}
-    result = TrainResult(tp.task_id, cfg, tuple(runs), card, None if out is None else Path(out))
+            "merged_from_earlier_run": sorted(earlier), "features": feature_stats,
+            "seconds": round(time.perf_counter() - t0, 3)}
+    result = TrainResult(tp.task_id, replace(cfg, seeds=tuple(sorted(runs))), tuple(runs[s] for s in sorted(runs)), card,
+                         None if out is None else Path(out))
     if out is not None:
-        write_result(result, out, force=force)
+        write_result(result, out, force=force or merging)
+        shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
     return result
 
 
 def write_result(result: TrainResult, out: "str | os.PathLike", force: bool = False) -> None:
-    """``out/``: scores.json (aggregate), scores.md, run_card.json, seed-<s>/{predictions.csv, scores.json, scores.md}."""
+    """``out/``: scores.json (aggregate), scores.md, run_card.json, config.toml, log.jsonl (every epoch of every
+    seed), seed-<s>/{predictions.csv, scores.json, scores.md, head.safetensors (or model.safetensors), run.json, log.jsonl}."""
     with atomic_dir(out, kind=TRAIN_KIND, force=force) as tmp:
         for r in result.runs:
             d = tmp / f"seed-{r.seed}"
             d.mkdir()
-            r.predictions.to_csv(d / "predictions.csv", index=False)
-            r.scores.write_into(d)
+            _write_seed(d, r, result.config, result.card.get("classes") or _classes(r), result.card["backbone"])
         (tmp / "scores.json").write_text(json.dumps(result.aggregate(), indent=2) + "\n")
         (tmp / "scores.md").write_text(result.markdown())
         (tmp / "run_card.json").write_text(json.dumps(result.card, indent=2, default=str) + "\n")
+        (tmp / "config.toml").write_text(config_toml(result.config))
+        (tmp / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for r in result.runs for e in r.log))
 
 
-__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "METHODS", "PROBES"]
+def _classes(r: SeedRun) -> list[str]:
+    return list(r.scores.classes)
+
+
+__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "parse_seeds", "config_toml", "load_config",
+           "METHODS", "PROBES", "CONFIG_KEYS"]

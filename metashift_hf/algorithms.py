@@ -1,0 +1,420 @@
+"""Training algorithms for group and domain shift: one registry, one interface, every hyper-parameter here.
+
+    from metashift_hf.algorithms import ALGORITHMS, HPARAMS, algorithm_info
+    ALGORITHMS["groupdro"].default_selection        # 'worst-group'
+
+DomainBed (Gulrajani & Lopez-Paz 2021) and SubpopBench (Yang et al. 2023) style: each algorithm is a
+small class whose :meth:`Algorithm.loss` turns one minibatch into the loss to minimise, given a
+``forward(x) -> (representation, logits)``; the training loop (:mod:`metashift_hf.train`) owns
+optimiser, sampling, epochs and model selection. Two algorithms are staged: JTT (train twice, the
+second time with the first model's training errors up-weighted) and DFR (re-train the last layer on
+group-balanced held-out data); the loop runs their stages through the hooks below.
+
+Vocabulary: a *group* is ``class(context)`` (the task's ``group`` column); an *environment* (DomainBed's
+domain, SubpopBench's attribute ``a``) is the row's ``context``. Each class states its definition
+(paper + equation) and where ours differs; ``docs/evaluate.md`` has the same table for users.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Literal, Mapping
+
+import numpy as np
+from sklearn import __version__ as _sklearn_version
+
+from .core.errors import UnknownNameError, did_you_mean
+
+Selection = Literal["average", "worst-group", "oracle"]
+SELECTIONS: tuple[str, ...] = ("average", "worst-group", "oracle")
+SELECTION_TEXT: dict[str, str] = {
+    "average": "validation average: the highest average accuracy on the ID validation split",
+    "worst-group": "validation worst-group: the highest worst-group accuracy on the ID validation split",
+    "oracle": "ORACLE (test worst-group): the highest worst-group accuracy on the test split itself; it peeks at "
+              "the test data, an upper bound for comparison, not a model-selection rule",
+}
+Sampling = Literal["shuffle", "group-balanced", "domain-balanced"]
+SAMPLINGS: tuple[str, ...] = ("shuffle", "group-balanced", "domain-balanced")
+SAMPLING_TEXT: dict[str, str] = {
+    "shuffle": "each epoch a random permutation of the training rows, cut into batches",
+    "group-balanced": "every batch draws the same number of rows from each training group class(context), "
+                      "cycling through a shuffled copy of each group (SubpopBench's group-balanced sampling)",
+    "domain-balanced": "every batch draws the same number of rows from each training environment (context), "
+                       "as DomainBed's loaders do (one minibatch per domain each step; the paper ran DomainBed)",
+}
+
+
+class Algorithm:
+    """One update rule. Subclasses set the class attributes and implement :meth:`loss`.
+
+    ``groups``/``envs``: training-row indices of each row's group and environment (0..n-1);
+    ``hp``: this algorithm's hyper-parameters (:data:`HPARAMS` with overrides); ``rng`` draws
+    whatever the rule needs at random (Mixup's coefficients), seeded by the loop per epoch.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    reference: ClassVar[str]
+    definition: ClassVar[str]
+    differs: ClassVar[str]
+    default_selection: ClassVar[str]
+    stages: ClassVar[str] = "one"  # "one" | "jtt" (identify, then up-weight) | "last-layer" (DFR)
+    tensors: ClassVar[tuple[str, ...]] = ()  # attributes a checkpoint keeps besides the step count
+
+    def __init__(self, torch: Any, hp: Mapping[str, float], groups: np.ndarray, n_groups: int, envs: np.ndarray,
+                 n_envs: int, device: str) -> None:
+        self.torch, self.hp, self.device = torch, dict(hp), device
+        self.n_groups, self.n_envs = n_groups, n_envs
+        self.group_counts = np.bincount(groups, minlength=n_groups).astype(np.float64)
+        self.rng = np.random.default_rng(0)
+        self.step = 0
+
+    def loss(self, forward: Callable, x, y, g, e, idx):
+        raise NotImplementedError
+
+    def resets_optimizer(self) -> bool:
+        """True once, at the step where the optimiser must start afresh (IRM's annealing)."""
+        return False
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint must keep to continue the run bit for bit (tensors and numbers)."""
+        return {"step": self.step, **{name: getattr(self, name) for name in self.tensors}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state["step"])
+        for name in self.tensors:
+            setattr(self, name, state[name].to(self.device))
+
+    def _ce(self, logits, y):
+        return self.torch.nn.functional.cross_entropy(logits, y, reduction="none")
+
+
+class ERM(Algorithm):
+    name, title = "erm", "ERM"
+    reference = "Vapnik 1998; DomainBed's ERM (Gulrajani & Lopez-Paz 2021, Alg. ERM)"
+    definition = "min_theta (1/n) sum_i l(f_theta(x_i), y_i): the mean cross-entropy over the batch"
+    differs = ("DomainBed's ERM also samples one minibatch per domain each step: here that is the "
+               "'domain-balanced' sampling option; the default 'shuffle' is a plain mean over shuffled rows")
+    default_selection = "average"
+
+    def loss(self, forward, x, y, g, e, idx):
+        return self._ce(forward(x)[1], y).mean()
+
+
+class Reweight(Algorithm):
+    name, title = "reweight", "group reweighting"
+    reference = "Sagawa et al. 2020 (reweighting baseline); Idrissi et al. 2022 ('RWG'); SubpopBench ReWeight"
+    definition = "min_theta sum_i w_{g(i)} l_i / sum_i w_{g(i)} with w_g = 1/n_g: every group carries the same total weight"
+    differs = ("the weights are normalised within each batch (sum w l / sum w) rather than by the number of "
+               "groups as SubpopBench does; the minimiser is the same")
+    default_selection = "worst-group"
+
+    def __init__(self, torch, hp, groups, n_groups, envs, n_envs, device) -> None:
+        super().__init__(torch, hp, groups, n_groups, envs, n_envs, device)
+        self.weight = torch.tensor(1.0 / np.maximum(self.group_counts, 1), dtype=torch.float32, device=device)
+
+    def loss(self, forward, x, y, g, e, idx):
+        w = self.weight[g]
+        return (w * self._ce(forward(x)[1], y)).sum() / w.sum()
+
+
+class GroupDRO(Algorithm):
+    name, title = "groupdro", "GroupDRO"
+    reference = "Sagawa et al. 2020, 'Distributionally robust neural networks', Alg. 1"
+    definition = ("q_g <- q_g exp(eta * L_g(theta)), q <- q / sum q; min_theta sum_g q_g L_g(theta): "
+                  "exponentiated-gradient ascent on the group weights, descent on the weighted group losses")
+    differs = ("online, per batch, over the groups present in the batch (as DomainBed/SubpopBench); no group "
+               "adjustment C/sqrt(n_g) and no strong L2 penalty unless --weight-decay is given")
+    default_selection = "worst-group"
+    tensors = ("q",)
+
+    def __init__(self, torch, hp, groups, n_groups, envs, n_envs, device) -> None:
+        super().__init__(torch, hp, groups, n_groups, envs, n_envs, device)
+        self.q = torch.full((n_groups,), 1.0 / n_groups, device=device)
+
+    def loss(self, forward, x, y, g, e, idx):
+        torch = self.torch
+        losses = self._ce(forward(x)[1], y)
+        sums = torch.zeros(self.n_groups, device=losses.device).index_add_(0, g, losses)
+        counts = torch.zeros(self.n_groups, device=losses.device).index_add_(0, g, torch.ones_like(losses))
+        present = counts > 0
+        group_loss = torch.where(present, sums / counts.clamp(min=1), torch.zeros_like(sums))
+        with torch.no_grad():  # exponentiated-gradient ascent on the groups seen in this batch
+            self.q = self.q * torch.exp(self.hp["eta"] * group_loss.detach() * present)
+            self.q = self.q / self.q.sum()
+        return (self.q * group_loss).sum()
+
+
+def _per_env(e) -> list:
+    return [e == v for v in e.unique()]
+
+
+class IRM(Algorithm):
+    name, title = "irm", "IRM (IRMv1)"
+    reference = "Arjovsky et al. 2019, 'Invariant Risk Minimization', eq. IRMv1; DomainBed/SubpopBench IRM"
+    definition = ("min_Phi sum_e R^e(Phi) + lambda ||grad_{w|w=1.0} R^e(w . Phi)||^2, the gradient norm "
+                  "estimated unbiasedly from two halves of each environment's batch; penalty weight 1 for the "
+                  "first anneal_steps steps, lambda after (and the optimiser restarts then)")
+    differs = "environments are the rows' contexts (SubpopBench's attribute a); lambda 100, anneal 500 steps (their defaults)"
+    default_selection = "average"
+
+    def loss(self, forward, x, y, g, e, idx):
+        torch = self.torch
+        weight = self.hp["lambda"] if self.step >= self.hp["anneal_steps"] else 1.0
+        logits = forward(x)[1]
+        nll, penalty, envs = 0.0, 0.0, _per_env(e)
+        for mask in envs:
+            le, ye = logits[mask], y[mask]
+            nll = nll + torch.nn.functional.cross_entropy(le, ye)
+            if len(ye) >= 2:  # the penalty needs two halves
+                scale = torch.tensor(1.0, device=logits.device, requires_grad=True)
+                g1 = torch.autograd.grad(torch.nn.functional.cross_entropy(le[::2] * scale, ye[::2]), [scale], create_graph=True)[0]
+                g2 = torch.autograd.grad(torch.nn.functional.cross_entropy(le[1::2] * scale, ye[1::2]), [scale], create_graph=True)[0]
+                penalty = penalty + g1 * g2
+        self.step += 1
+        loss = (nll + weight * penalty) / len(envs)
+        return loss / weight if weight > 1.0 else loss  # as the IRM authors' code: the loss stays O(1)
+
+    def resets_optimizer(self) -> bool:
+        return self.step == int(self.hp["anneal_steps"]) and self.hp["lambda"] != 1.0
+
+
+class CORAL(Algorithm):
+    name, title = "coral", "CORAL"
+    reference = "Sun & Saenko 2016, 'Deep CORAL'; DomainBed/SubpopBench CORAL (mean and covariance matching)"
+    definition = ("min L_CE + gamma * mean over environment pairs (i, j) of ||mu_i - mu_j||^2 / d + "
+                  "||C_i - C_j||_F^2 / d^2, mu/C the mean and covariance of the learned representation")
+    differs = ("with --probe linear no representation is learned (the backbone is frozen), so the penalty "
+               "matches the logits, the only learned representation; with --probe finetune it matches the pooled features")
+    default_selection = "average"
+
+    def loss(self, forward, x, y, g, e, idx):
+        rep, logits = forward(x)
+        objective = self._ce(logits, y).mean()
+        parts = [rep[m] for m in _per_env(e)]
+        parts = [p for p in parts if len(p) >= 2]  # a covariance needs two rows
+        penalty, pairs = 0.0, 0
+        for i in range(len(parts)):
+            for j in range(i + 1, len(parts)):
+                penalty = penalty + self._coral(parts[i], parts[j])
+                pairs += 1
+        return objective + self.hp["gamma"] * (penalty / pairs if pairs else 0.0)
+
+    @staticmethod
+    def _coral(a, b):
+        ma, mb = a.mean(0, keepdim=True), b.mean(0, keepdim=True)
+        ca, cb = a - ma, b - mb
+        cova, covb = ca.t() @ ca / (len(a) - 1), cb.t() @ cb / (len(b) - 1)
+        return (ma - mb).pow(2).mean() + (cova - covb).pow(2).mean()
+
+
+class Mixup(Algorithm):
+    name, title = "mixup", "Mixup"
+    reference = "Zhang et al. 2018, 'mixup'; SubpopBench Mixup (DomainBed's pairs domains: Xu et al. 2020, Yan et al. 2020)"
+    definition = ("lambda ~ Beta(alpha, alpha), x~ = lambda x_i + (1 - lambda) x_j, "
+                  "loss = lambda l(f(x~), y_i) + (1 - lambda) l(f(x~), y_j), j a random permutation of the batch")
+    differs = ("with --probe linear the mixed inputs are the frozen features (SubpopBench mixes features for "
+               "text the same way); pairs are drawn within the batch, not across domains as in DomainBed")
+    default_selection = "average"
+
+    def loss(self, forward, x, y, g, e, idx):
+        torch = self.torch
+        lam = float(self.rng.beta(self.hp["alpha"], self.hp["alpha"]))
+        perm = torch.from_numpy(self.rng.permutation(len(y))).to(y.device)
+        logits = forward(lam * x + (1 - lam) * x[perm])[1]
+        return lam * self._ce(logits, y).mean() + (1 - lam) * self._ce(logits, y[perm]).mean()
+
+
+class JTT(Algorithm):
+    name, title = "jtt", "JTT"
+    reference = "Liu et al. 2021, 'Just Train Twice', Sec. 3 (eq. 2); SubpopBench JTT"
+    definition = ("stage 1: ERM for T epochs; error set E = training rows it misclassifies; stage 2: a fresh "
+                  "model minimising lambda_up sum_{i in E} l_i + sum_{i not in E} l_i")
+    differs = ("T = first_stage_frac x epochs (0.5, SubpopBench's step fraction), lambda_up 10 (SubpopBench's "
+               "default; the paper tunes it up to 100); E up-weighted in the loss rather than up-sampled "
+               "(equal in expectation); with --probe finetune stage 1 sees augmented images, E is computed without augmentation")
+    default_selection = "worst-group"
+    stages = "jtt"
+    tensors = ("weight",)
+
+    def __init__(self, torch, hp, groups, n_groups, envs, n_envs, device) -> None:
+        super().__init__(torch, hp, groups, n_groups, envs, n_envs, device)
+        self.weight = torch.ones(len(groups), device=device)
+        self.error_set: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    def set_errors(self, wrong: np.ndarray) -> None:
+        """The training rows stage 1 got wrong (boolean per training row)."""
+        self.error_set = np.flatnonzero(wrong)
+        w = np.where(wrong, self.hp["lambda_up"], 1.0)
+        self.weight = self.torch.tensor(w, dtype=self.torch.float32, device=self.device)
+
+    def loss(self, forward, x, y, g, e, idx):
+        return (self.weight[idx] * self._ce(forward(x)[1], y)).mean()
+
+
+class DFR(Algorithm):
+    name, title = "dfr", "DFR"
+    reference = "Kirichenko et al. 2023, 'Last layer re-training is sufficient', DFR^Val_Tr (Sec. 6, Appendix)"
+    definition = ("take the ERM model's penultimate features; fit an L1 logistic regression on group-balanced "
+                  "subsets of half the validation split for each C in the grid, pick C by worst-group accuracy "
+                  "on the other half, refit on the whole validation split, averaging the weights of `retrains` "
+                  "balanced subsets")
+    differs = ("with --probe linear the 'last layer' is the whole head on frozen backbone features, so no ERM "
+               "model is trained first; features standardised with the training split's statistics; the "
+               "validation split is consumed by the fit, so validation (and ID, when it is the validation "
+               "split) figures of a DFR run are not held out")
+    default_selection = "worst-group"
+    stages = "last-layer"
+
+    def loss(self, forward, x, y, g, e, idx):  # stage 0 (finetune only): the ERM base model
+        return self._ce(forward(x)[1], y).mean()
+
+
+# Every hyper-parameter of every algorithm, in one place (defaults: DomainBed / SubpopBench's, cited above).
+HPARAMS: dict[str, dict[str, float]] = {
+    "erm": {},
+    "reweight": {},
+    "groupdro": {"eta": 0.01},
+    "irm": {"lambda": 100.0, "anneal_steps": 500},
+    "coral": {"gamma": 1.0},
+    "mixup": {"alpha": 0.2},
+    "jtt": {"first_stage_frac": 0.5, "lambda_up": 10.0},
+    "dfr": {"retrains": 10, "val_fraction": 0.5},
+}
+DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
+# an L1 penalty: scikit-learn 1.8 spells it l1_ratio=1 (penalty= is deprecated), older versions penalty="l1"
+_L1: dict[str, Any] = {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
+
+ALGORITHMS: dict[str, type[Algorithm]] = {a.name: a for a in (ERM, Reweight, GroupDRO, IRM, CORAL, Mixup, JTT, DFR)}
+METHODS: tuple[str, ...] = tuple(ALGORITHMS)
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    """What one algorithm is, for cards and docs."""
+
+    name: str
+    title: str
+    reference: str
+    definition: str
+    differs: str
+    default_selection: str
+    hparams: dict[str, float]
+
+
+def algorithm_info(name: str, overrides: Mapping[str, float] | None = None) -> AlgorithmInfo:
+    cls = get_algorithm(name)
+    return AlgorithmInfo(cls.name, cls.title, cls.reference, cls.definition, cls.differs, cls.default_selection,
+                         resolve_hparams(name, overrides))
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    if name not in ALGORITHMS:
+        raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, ALGORITHMS)}",
+                               f"use one of: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def resolve_hparams(name: str, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The method's defaults with ``overrides``; an unknown or non-positive hyper-parameter is refused."""
+    get_algorithm(name)
+    hp = dict(HPARAMS[name])
+    for key, value in (overrides or {}).items():
+        if key not in hp:
+            known = ", ".join(hp) or "none"
+            raise UnknownNameError(f"method {name} has no hyper-parameter {key!r}", f"its hyper-parameters: {known}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise UnknownNameError(f"hyper-parameter {name}.{key} = {value!r} is out of range", "use a positive number")
+        hp[key] = float(value)
+    if name == "dfr" and not hp["val_fraction"] < 1:
+        raise UnknownNameError(f"dfr.val_fraction {hp['val_fraction']} must be below 1", "use e.g. 0.5")
+    return hp
+
+
+def default_selection(name: str) -> str:
+    return get_algorithm(name).default_selection
+
+
+def selection_score(correct: np.ndarray, groups: np.ndarray, rule: str) -> float:
+    """Average or worst-group accuracy of ``correct`` (bool per row) with ``groups`` (label per row)."""
+    if rule == "average":
+        return float(correct.mean())
+    return float(min(correct[groups == v].mean() for v in np.unique(groups)))
+
+
+def balanced_batches(keys: np.ndarray, batch_size: int, n_steps: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n_steps`` batches drawing equally from each key (group or environment), each key cycling through
+    its own shuffled rows; the batch's remainder goes to keys in a rotating order."""
+    members = [np.flatnonzero(keys == k) for k in np.unique(keys)]
+    orders = [rng.permutation(m) for m in members]
+    pos = [0] * len(members)
+    out = []
+    for step in range(n_steps):
+        base, extra = divmod(batch_size, len(members))
+        batch = []
+        for j in range(len(members)):
+            take = base + (1 if (j - step) % len(members) < extra else 0)
+            for _ in range(take):
+                if pos[j] == len(orders[j]):
+                    orders[j], pos[j] = rng.permutation(members[j]), 0
+                batch.append(orders[j][pos[j]])
+                pos[j] += 1
+        out.append(np.asarray(batch, dtype=np.int64))
+    return out
+
+
+def dfr_fit(x_val: np.ndarray, y_val: np.ndarray, g_val: np.ndarray, n_classes: int, hp: Mapping[str, float],
+            rule: str, seed: int, oracle: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """DFR^Val_Tr on held-out features: returns the head (weight (k, d), bias (k,)) and what was chosen.
+
+    ``rule`` picks C: 'worst-group' (default) or 'average' on the other half of validation; 'oracle'
+    picks it on ``oracle`` = (x, y, groups) of the test split.
+    """
+    from sklearn.linear_model import LogisticRegression  # only DFR needs it
+
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(y_val))
+    cut = int(round(len(idx) * hp["val_fraction"]))
+    fit_idx, tune_idx = np.sort(idx[:cut]), np.sort(idx[cut:])
+
+    def balanced(rows: np.ndarray) -> np.ndarray:
+        gs = g_val[rows]
+        n = min(int((gs == v).sum()) for v in np.unique(gs))
+        return np.sort(np.concatenate([rng.choice(rows[gs == v], n, replace=False) for v in np.unique(gs)]))
+
+    def fit(rows: np.ndarray, c: float, repeats: int) -> tuple[np.ndarray, np.ndarray]:
+        ws, bs = [], []
+        for _ in range(repeats):
+            sub = balanced(rows)
+            if len(np.unique(y_val[sub])) < 2:
+                raise UnknownNameError("DFR: a group-balanced subset of the validation split holds a single class",
+                                       "use a task whose validation split has every class (and more rows)")
+            clf = LogisticRegression(C=c, solver="liblinear", max_iter=1000, **_L1).fit(x_val[sub], y_val[sub])
+            w = np.zeros((n_classes, x_val.shape[1]))
+            b = np.zeros(n_classes)
+            if len(clf.classes_) == 2:  # sklearn's binary model: one row, the logit of classes_[1]
+                w[clf.classes_[1]], b[clf.classes_[1]] = clf.coef_[0], clf.intercept_[0]
+            else:
+                w[clf.classes_], b[clf.classes_] = clf.coef_, clf.intercept_
+            ws.append(w)
+            bs.append(b)
+        return np.mean(ws, axis=0), np.mean(bs, axis=0)
+
+    def score(w, b, x, y, g) -> float:
+        return selection_score((x @ w.T + b).argmax(1) == y, g, "average" if rule == "average" else "worst-group")
+
+    tried = {}
+    for c in DFR_C_GRID:
+        w, b = fit(fit_idx, c, 1)
+        tried[c] = (score(w, b, *oracle) if rule == "oracle" and oracle is not None
+                    else score(w, b, x_val[tune_idx], y_val[tune_idx], g_val[tune_idx]))
+    best_c = max(DFR_C_GRID, key=lambda c: (tried[c], -DFR_C_GRID.index(c)))  # ties: the earlier (larger) C
+    w, b = fit(np.arange(len(y_val)), best_c, int(hp["retrains"]))
+    return w.astype(np.float32), b.astype(np.float32), {"C": best_c, "C_scores": {str(c): v for c, v in tried.items()},
+                                                        "fit_rows": int(cut), "tune_rows": int(len(idx) - cut)}
+
+
+__all__ = ["ALGORITHMS", "METHODS", "HPARAMS", "DFR_C_GRID", "SELECTIONS", "SELECTION_TEXT", "SAMPLINGS", "SAMPLING_TEXT",
+           "Algorithm", "AlgorithmInfo", "algorithm_info", "get_algorithm", "resolve_hparams", "default_selection",
+           "selection_score", "balanced_batches", "dfr_fit", "ERM", "Reweight", "GroupDRO", "IRM", "CORAL", "Mixup",
+           "JTT", "DFR"]

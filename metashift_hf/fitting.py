@@ -1,0 +1,398 @@
+"""The training loop every algorithm and both probes share: batches, epochs, model selection, the
+per-epoch log, checkpoints (resume) and the staged algorithms (JTT, DFR).
+
+:mod:`metashift_hf.train` builds a learner (:class:`LinearLearner` on cached features, or
+:class:`FinetuneLearner` on images) and calls :func:`fit_seed` once per seed; the algorithm's update
+rule comes from :mod:`metashift_hf.algorithms`. Randomness is drawn per (seed, epoch) — batch order,
+Mixup coefficients, dropout, augmentation — so a run resumed from an epoch checkpoint continues
+exactly as the uninterrupted run would have (tested).
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from PIL import Image, ImageEnhance
+
+from metashift_hf.builders.images import ImageSource
+
+from .algorithms import JTT, Algorithm, balanced_batches, dfr_fit, get_algorithm, selection_score
+from .core.fsutil import atomic_file
+
+COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
+GREYSCALE_P = 0.1
+SELECTION_SPLIT = "validation"
+ORACLE_SPLIT = "test"
+
+
+@dataclass(frozen=True)
+class FitData:
+    """The task as arrays: class index and group name of every row per split; train group/environment indices."""
+
+    y: dict[str, np.ndarray]
+    groups: dict[str, np.ndarray]  # group name (class(context)) per row
+    train_groups: np.ndarray  # index into the sorted training groups
+    train_envs: np.ndarray  # index into the sorted training contexts (environments)
+    n_classes: int
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.train_groups.max()) + 1 if self.train_groups.size else 0
+
+    @property
+    def n_envs(self) -> int:
+        return int(self.train_envs.max()) + 1 if self.train_envs.size else 0
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    method: str
+    hparams: Mapping[str, float]
+    select: str  # average | worst-group | oracle
+    sampling: str  # shuffle | group-balanced | domain-balanced
+    epochs: int
+    lr: float
+    batch_size: int
+    weight_decay: float
+    device: str
+
+
+@dataclass(frozen=True)
+class SeedFit:
+    """One seed's outcome: probabilities per split, the kept epoch, its selection score, the log, the head."""
+
+    seed: int
+    probs: dict[str, np.ndarray]
+    selected_epoch: int
+    selection_value: float
+    log: tuple[dict[str, Any], ...]
+    head: dict[str, np.ndarray]
+    details: dict[str, Any]
+
+
+def _epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
+    return int(np.random.SeedSequence([seed, epoch, stream]).generate_state(1)[0])
+
+
+class LinearLearner:
+    """A linear head on frozen features, standardised with the training split's mean and std."""
+
+    kind = "linear"
+
+    def __init__(self, torch: Any, feats: Mapping[str, np.ndarray], n_classes: int, device: str) -> None:
+        self.torch, self.device, self.n_classes = torch, device, n_classes
+        self.mean, self.std = feats["train"].mean(axis=0), feats["train"].std(axis=0) + 1e-6
+        self.x = {s: torch.from_numpy((f - self.mean) / self.std).float().to(device) for s, f in feats.items()}
+        self.dim = int(feats["train"].shape[1])
+
+    def new_module(self):
+        return self.torch.nn.Linear(self.dim, self.n_classes).to(self.device)
+
+    def batch(self, idx: np.ndarray, seed: int, epoch: int):
+        return self.x["train"][self.torch.from_numpy(idx).to(self.device)]
+
+    def forward(self, module, xb):
+        out = module(xb)
+        return out, out  # no learned representation before the head: the logits stand in for it
+
+    def probs(self, module, splits) -> dict[str, np.ndarray]:
+        module.eval()
+        with self.torch.no_grad():
+            return {s: self.torch.softmax(module(self.x[s]), dim=1).cpu().numpy() for s in splits}
+
+    def features(self, module, split: str) -> np.ndarray:
+        return self.x[split].cpu().numpy()
+
+    def set_head(self, module, weight: np.ndarray, bias: np.ndarray) -> None:
+        with self.torch.no_grad():
+            module.weight.copy_(self.torch.from_numpy(weight))
+            module.bias.copy_(self.torch.from_numpy(bias))
+
+    def head(self, module) -> dict[str, np.ndarray]:
+        """The head as saved (safetensors): logits = ((features - feature_mean) / feature_std) @ weight.T + bias."""
+        return {"weight": module.weight.detach().cpu().numpy().copy(), "bias": module.bias.detach().cpu().numpy().copy(),
+                "feature_mean": self.mean.astype(np.float32), "feature_std": self.std.astype(np.float32)}
+
+
+def augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.ndarray:
+    """Random resized crop (area 8-100%, aspect 3/4-4/3) to ``size``, flip, colour jitter, 10% greyscale."""
+    with Image.open(io.BytesIO(data)) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        box = None
+        for _ in range(10):
+            area = w * h * rng.uniform(0.08, 1.0)
+            ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            cw, ch = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
+            if 0 < cw <= w and 0 < ch <= h:
+                left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+                box = (left, top, left + cw, top + ch)
+                break
+        if box is None:  # fall back to the centre square, as torchvision does
+            side = min(w, h)
+            box = ((w - side) // 2, (h - side) // 2, (w - side) // 2 + side, (h - side) // 2 + side)
+        im = im.resize((size, size), Image.Resampling.BILINEAR, box=box)
+        if rng.random() < 0.5:
+            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        for enhance in [ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color][::1 if rng.random() < 0.5 else -1]:
+            im = enhance(im).enhance(rng.uniform(1 - COLOR_JITTER, 1 + COLOR_JITTER))
+        if rng.random() < GREYSCALE_P:
+            im = im.convert("L").convert("RGB")
+        arr = np.asarray(im, dtype=np.float32) / 255.0
+    arr = (arr - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(arr.transpose(2, 0, 1))
+
+
+class FinetuneLearner:
+    """The whole network (``base``: a Classifier with BatchNorm kept) with a new head, on augmented images."""
+
+    kind = "finetune"
+
+    def __init__(self, torch: Any, base: Any, source: ImageSource, ids: Mapping[str, list[str]], n_classes: int,
+                 device: str) -> None:
+        self.torch, self.base, self.source, self.ids, self.n_classes, self.device = torch, base, source, ids, n_classes, device
+        self.prep = base.preprocessing
+        self.workers = max(1, min(8, os.cpu_count() or 1))
+        self._rep = None
+
+    def new_module(self):
+        model = copy.deepcopy(self.base.forward)
+        model._fc = self.torch.nn.Linear(model._fc.in_features, self.n_classes)
+
+        def keep_input(_module, inputs):  # the pooled features entering the head: CORAL's representation
+            self._rep = inputs[0]
+        model._fc.register_forward_pre_hook(keep_input)
+        return model.to(self.device)
+
+    def batch(self, idx: np.ndarray, seed: int, epoch: int):
+        train = self.ids["train"]
+        with ThreadPoolExecutor(self.workers) as pool:
+            # one generator per (seed, epoch, image): the same augmentations whatever the thread order
+            arrays = list(pool.map(lambda i: augment(self.source.read(train[i]), np.random.default_rng([seed, epoch, int(i)]),
+                                                     self.prep.crop, self.prep.mean, self.prep.std), idx))
+        return self.torch.from_numpy(np.stack(arrays)).to(self.device)
+
+    def forward(self, module, xb):
+        logits = module(xb)
+        return self._rep, logits
+
+    def _run(self, module, split: str, fn: Callable) -> np.ndarray:
+        module.eval()
+        out, ids = [], self.ids[split]
+        with ThreadPoolExecutor(self.workers) as pool, self.torch.no_grad():
+            for i in range(0, len(ids), 64):
+                batch = np.stack(list(pool.map(lambda iid: self.prep(self.source.read(iid)), ids[i:i + 64])))
+                out.append(fn(module(self.torch.from_numpy(batch).to(self.device))))
+        return np.concatenate(out)
+
+    def probs(self, module, splits) -> dict[str, np.ndarray]:
+        return {s: self._run(module, s, lambda z: self.torch.softmax(z, 1).cpu().numpy()) for s in splits}
+
+    def features(self, module, split: str) -> np.ndarray:
+        return self._run(module, split, lambda z: self._rep.cpu().numpy())
+
+    def set_head(self, module, weight: np.ndarray, bias: np.ndarray) -> None:
+        with self.torch.no_grad():
+            module._fc.weight.copy_(self.torch.from_numpy(weight))
+            module._fc.bias.copy_(self.torch.from_numpy(bias))
+
+    def head(self, module) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+# -- checkpoints: tensors in safetensors, everything else in its JSON metadata ------------------------
+
+def _flatten(obj: Any, key: str, tensors: dict, torch: Any) -> Any:
+    if torch.is_tensor(obj):
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, Mapping):
+        return {"__items__": [[k, _flatten(v, f"{key}.{i}", tensors, torch)] for i, (k, v) in enumerate(obj.items())]}
+    if isinstance(obj, (list, tuple)):
+        return [_flatten(v, f"{key}.{i}", tensors, torch) for i, v in enumerate(obj)]
+    return obj
+
+
+def _unflatten(obj: Any, tensors: Mapping) -> Any:
+    if isinstance(obj, dict) and "__tensor__" in obj:
+        return tensors[obj["__tensor__"]]
+    if isinstance(obj, dict) and "__items__" in obj:
+        return {k: _unflatten(v, tensors) for k, v in obj["__items__"]}
+    if isinstance(obj, list):
+        return [_unflatten(v, tensors) for v in obj]
+    return obj
+
+
+class Checkpoints:
+    """The last finished epoch of the seed in progress, one file per seed: ``seed-<s>.ckpt.safetensors``."""
+
+    def __init__(self, folder: Path, torch: Any, resume: bool) -> None:
+        self.folder, self.torch, self.resume = Path(folder), torch, resume
+
+    def _path(self, seed: int) -> Path:
+        return self.folder / f"seed-{seed}.ckpt.safetensors"
+
+    def save(self, seed: int, state: Mapping[str, Any]) -> None:
+        from safetensors.torch import save  # with torch; only checkpoints need it
+
+        tensors: dict = {}
+        meta = _flatten(state, "s", tensors, self.torch)
+        with atomic_file(self._path(seed)) as f:
+            f.write(save(tensors, metadata={"state": json.dumps(meta)}))
+
+    def load(self, seed: int) -> dict[str, Any] | None:
+        path = self._path(seed)
+        if not (self.resume and path.is_file()):
+            return None
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["state"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        return _unflatten(meta, tensors)
+
+    def drop(self, seed: int) -> None:
+        self._path(seed).unlink(missing_ok=True)
+
+
+# -- the loop ------------------------------------------------------------------------------------------
+
+def _score_entry(learner, module, data: FitData, select: str) -> dict[str, float]:
+    splits = [SELECTION_SPLIT] + ([ORACLE_SPLIT] if select == "oracle" else [])
+    probs = learner.probs(module, splits)
+    out = {}
+    for s in splits:
+        correct = probs[s].argmax(1) == data.y[s]
+        out[f"{s}_average"] = float(correct.mean())
+        out[f"{s}_worst_group"] = selection_score(correct, data.groups[s], "worst-group")
+    return out
+
+
+def _selection_key(select: str) -> str:
+    return {"average": f"{SELECTION_SPLIT}_average", "worst-group": f"{SELECTION_SPLIT}_worst_group",
+            "oracle": f"{ORACLE_SPLIT}_worst_group"}[select]
+
+
+def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed: int, stage: str, epochs: int,
+           select: str | None, log: list, ckpt: Checkpoints | None, resume_state: dict | None, progress: bool):
+    """Train one model for ``epochs``; keep the epoch ``select`` prefers (None: the last). Returns (module, epoch, value)."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    module = learner.new_module()
+
+    def optimiser():
+        return torch.optim.Adam(module.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+
+    opt = optimiser()
+    start, best = 1, {"value": -1.0, "epoch": 0, "state": None}
+    if resume_state is not None and resume_state["stage"] == stage:
+        module.load_state_dict(resume_state["module"])
+        opt.load_state_dict(resume_state["optimiser"])
+        algo.load_state(resume_state["algorithm"])
+        best = resume_state["best"]
+        start = int(resume_state["epoch"]) + 1
+    y = torch.from_numpy(data.y["train"]).to(s.device)
+    g = torch.from_numpy(data.train_groups).to(s.device)
+    e = torch.from_numpy(data.train_envs).to(s.device)
+    n = len(data.y["train"])
+    steps = math.ceil(n / s.batch_size)
+    for epoch in tqdm(range(start, epochs + 1), desc=f"{stage} seed {seed}", unit="epoch", disable=not progress):
+        torch.manual_seed(_epoch_seed(seed, epoch, 1))  # dropout and drop-connect
+        rng = np.random.default_rng(_epoch_seed(seed, epoch, 2))
+        algo.rng = np.random.default_rng(_epoch_seed(seed, epoch, 3))
+        if s.sampling == "shuffle":
+            order = rng.permutation(n)
+            batches = [order[i:i + s.batch_size] for i in range(0, n, s.batch_size)]
+        else:
+            keys = data.train_groups if s.sampling == "group-balanced" else data.train_envs
+            batches = balanced_batches(keys, s.batch_size, steps, rng)
+        module.train()
+        total, rows = 0.0, 0
+        for idx in batches:
+            t = torch.from_numpy(idx).to(s.device)
+            loss = algo.loss(lambda xb: learner.forward(module, xb), learner.batch(idx, seed, epoch), y[t], g[t], e[t], t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if algo.resets_optimizer():  # IRM: Adam restarts when the penalty weight jumps (DomainBed)
+                opt = optimiser()
+            total += float(loss.detach()) * len(idx)
+            rows += len(idx)
+        entry: dict[str, Any] = {"seed": seed, "stage": stage, "epoch": epoch, "train_loss": total / max(rows, 1)}
+        if select is not None:
+            entry.update(_score_entry(learner, module, data, select))
+            value = entry[_selection_key(select)]
+            if value > best["value"]:  # ties: the earlier epoch
+                best = {"value": value, "epoch": epoch, "state": {k: v.detach().clone() for k, v in module.state_dict().items()}}
+            entry["selected_epoch"] = best["epoch"]
+        log.append(entry)
+        if ckpt is not None:
+            ckpt.save(seed, {"stage": stage, "epoch": epoch, "module": module.state_dict(), "optimiser": opt.state_dict(),
+                             "algorithm": algo.state(), "best": best, "log": log})
+    if select is None:
+        return module, epochs, float("nan")
+    module.load_state_dict(best["state"])
+    return module, int(best["epoch"]), float(best["value"])
+
+
+def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitData, s: FitSettings, seed: int, *,
+             ckpt: Checkpoints | None = None, progress: bool = False) -> SeedFit:
+    """Train one seed with ``s.method`` and return its predictions on every split."""
+    cls = get_algorithm(s.method)
+    resume_state = ckpt.load(seed) if ckpt is not None else None
+    log: list[dict[str, Any]] = list(resume_state["log"]) if resume_state is not None else []
+    splits = list(data.y)
+
+    def make(c: type[Algorithm], hp: Mapping[str, float]) -> Algorithm:
+        return c(torch, hp, data.train_groups, data.n_groups, data.train_envs, data.n_envs, s.device)
+
+    details: dict[str, Any] = {}
+    if cls.stages == "last-layer":
+        if learner.kind == "linear":  # the head is the last layer: no base model to train
+            torch.manual_seed(seed)
+            module, epoch = learner.new_module(), 0
+        else:
+            erm = get_algorithm("erm")
+            module, epoch, _ = _stage(torch, learner, make(erm, {}), data, s, seed, "dfr-base", s.epochs, "average",
+                                      log, ckpt, resume_state, progress)
+        feats = {sp: learner.features(module, sp) for sp in splits}
+        oracle = (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if s.select == "oracle" else None
+        w, b, info = dfr_fit(feats[SELECTION_SPLIT], data.y[SELECTION_SPLIT], data.groups[SELECTION_SPLIT], data.n_classes,
+                             s.hparams, s.select, seed, oracle)
+        learner.set_head(module, w, b)
+        value = info["C_scores"][str(info["C"])]
+        details["dfr"] = info
+        log.append({"seed": seed, "stage": "dfr-last-layer", "epoch": epoch, "C": info["C"], "selection_value": value})
+    elif cls.stages == "jtt":
+        algo = make(cls, s.hparams)
+        assert isinstance(algo, JTT)
+        first = max(1, round(s.hparams["first_stage_frac"] * s.epochs))
+        if resume_state is None or resume_state["stage"] == "jtt-identify":
+            ident, _, _ = _stage(torch, learner, make(get_algorithm("erm"), {}), data, s, seed, "jtt-identify", first,
+                                 None, log, ckpt, resume_state, progress)
+            wrong = learner.probs(ident, ["train"])["train"].argmax(1) != data.y["train"]
+            algo.set_errors(wrong)
+            resume_state = None
+        module, epoch, value = _stage(torch, learner, algo, data, s, seed, "jtt-upweight", s.epochs, s.select, log, ckpt,
+                                      resume_state, progress)
+        wrong = algo.weight.cpu().numpy() != 1.0
+        train_groups = data.groups["train"]
+        details["jtt"] = {"identification_epochs": first, "error_set": int(wrong.sum()),
+                          "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)}}
+    else:
+        module, epoch, value = _stage(torch, learner, make(cls, s.hparams), data, s, seed, "train", s.epochs, s.select,
+                                      log, ckpt, resume_state, progress)
+    return SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
+
+
+__all__ = ["FitData", "FitSettings", "SeedFit", "LinearLearner", "FinetuneLearner", "Checkpoints", "fit_seed", "augment",
+           "SELECTION_SPLIT", "ORACLE_SPLIT", "COLOR_JITTER", "GREYSCALE_P"]
