@@ -42,7 +42,7 @@ from .core import options as opt
 from .core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from .core.fsutil import atomic_dir, check_out
 from .features import image_features, load_backbone
-from .level_curves import curve_summary, rank_agreement
+from .level_curves import MIN_MODELS_FOR_P, curve_summary, format_p, pooled_agreement, rank_agreement
 from .train import METHODS, PROBES, TrainConfig, train
 
 logger = logging.getLogger(__name__)
@@ -188,12 +188,16 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
             s = curve_summary([name for _, _, name in pts], xs, ys)
             summaries.append({"model": m.name, "curve": curve, "x": [float(v) for v in xs], "ood": ys,
                               "levels": [name for _, _, name in pts], **s.as_dict()})
-    agreement: dict[str, Any] = {"per_level": [], "pooled": None}
+    # Per level across models (n = models); all levels at once only through a permutation test over models,
+    # never one correlation over the (model, level) points, which are not independent (level_curves).
+    agreement: dict[str, Any] = {"per_level": [], "pooled": None, "min_models_for_p": MIN_MODELS_FOR_P}
     if len(specs) >= 2:
         for tid in tasks:
             part = table[table["task_id"] == tid]
-            agreement["per_level"].append({"task_id": tid, **rank_agreement(part["id"], part["ood"])})
-        agreement["pooled"] = rank_agreement(table["id"], table["ood"])
+            agreement["per_level"].append({"task_id": tid, "level": tasks[tid], **rank_agreement(part["id"], part["ood"])})
+        wide = {k: table.pivot(index="model", columns="task_id", values=k).loc[[m.name for m in specs], list(tasks)]
+                for k in ("id", "ood")}
+        agreement["pooled"] = pooled_agreement(wide["id"].to_numpy(float), wide["ood"].to_numpy(float))
     result = {"experiment": "ood-levels", "classes": list(classes), "type": shift_type,
               "models": [m.name for m in specs], "seeds": seeds, "task_seed": seed, "options": options,
               "levels": rows, "curves": summaries, "agreement": agreement,
@@ -224,11 +228,24 @@ def _levels_markdown(r: dict) -> str:
         slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
         auc = "n/a" if c["auc"] is None else f"{c['auc']:.3f}"
         out.append(f"| {c['model']} | {c['curve']} | {slope} | {auc} | {c['knee'] or 'none'} |")
-    pooled = r["agreement"].get("pooled")
+    ag = r["agreement"]
+    if ag.get("per_level"):
+        out += ["", f"ID vs OOD accuracy across models, per level (n = number of models; no p-value below "
+                f"{ag['min_models_for_p']} models; permutation p-values, level_curves.rank_agreement):", "",
+                "| level | n | Kendall tau | p | Spearman rho | p |", "|---|---:|---:|---:|---:|---:|"]
+        for a in ag["per_level"]:
+            out.append(f"| {a['level']} | {a['n_models']} | {_num(a['kendall_tau'])} | {format_p(a['kendall_p'])} | "
+                       f"{_num(a['spearman_rho'])} | {format_p(a['spearman_p'])} |")
+    pooled = ag.get("pooled")
     if pooled:
-        out += ["", f"ID vs OOD accuracy across models (all levels pooled, n = {pooled['n_models']}): "
-                f"Kendall tau {pooled['kendall_tau']}, Spearman rho {pooled['spearman_rho']}."]
+        out += ["", f"All levels: mean per-level Kendall tau {_num(pooled['mean_kendall_tau'])} over "
+                f"{pooled['levels_with_ranks']} levels, {pooled['n_models']} models, p {format_p(pooled['p_value'])} "
+                f"({pooled['p_note']})."]
     return "\n".join(out) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def _plot_curves(summaries: list[dict], table: pd.DataFrame, curves: dict, path: Path, title: str) -> None:

@@ -91,6 +91,11 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     knee = next((i for i in range(1, len(d)) if 0.9 - d[i] < 0.9 * (0.9 - d[0])), None)
     assert main_curve["knee"] == (None if knee is None else f"d{knee}")
     assert r["agreement"]["per_level"][0]["kendall_tau"] == pytest.approx(1.0)
+    # two models: n = 2 per level, no p-value, no correlation over the dependent (model, level) points
+    assert all(a["n_models"] == 2 and a["kendall_p"] is None for a in r["agreement"]["per_level"])
+    assert r["agreement"]["pooled"]["n_models"] == 2 and r["agreement"]["pooled"]["p_value"] is None
+    md = (out / "results.md").read_text()
+    assert "no p-value below 5 models" in md and ", p - (no p-value with 2 models" in md
     table = pd.read_csv(out / "levels.csv")
     assert len(table) == 2 * 7 and set(table["level"]) >= {"d0", "d3", "d3-mix50"}
     with pytest.raises(MetashiftError):  # --out now holds an experiment: replaced only with force
