@@ -10,7 +10,9 @@ from ..evaluate.options import (
     DEFAULT_MIN_SUBSET_SIZE,
     MODEL_FORMS,
 )
+from ..core.errors import InputFormatError
 from ..evaluate.run import evaluate
+from ..evaluate.zoo import evaluate_zoo, select_tasks
 from ..manifest import resolve_input
 from .export import parse_overrides
 
@@ -27,8 +29,18 @@ def register(subparsers) -> None:
             "predictions.csv and plots/<class>.png into --out."
         ),
     )
-    p.add_argument("--model", required=True, help=f"{MODEL_FORMS}")
-    p.add_argument("--task", required=True,
+    p.add_argument("--model", required=True, action="append", metavar="MODEL",
+                   help=f"{MODEL_FORMS}; repeat it to evaluate a zoo (each image runs once per model)")
+    p.add_argument("--tasks", default=None, metavar="LIST",
+                   help="a zoo over many tasks: task ids comma-separated, or all | binary | multiclass (the artifact's "
+                        "matched tasks); writes one report per model and task plus leaderboard.csv/.md/.png into --out")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights and inputs in this type (bfloat16: faster where the CPU supports it; recorded in the run card)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="zoo logits cache root (default: the package cache); logits are keyed by model fingerprint and image sha256")
+    p.add_argument("--no-cache", action="store_true", help="zoo: neither read nor write the logits cache")
+    p.add_argument("--no-charts", action="store_true", help="zoo: skip the per-class charts of each task report (faster)")
+    p.add_argument("--task", required=False,
                    help="an exported repo folder, a Hub dataset repo id NAMESPACE/NAME, or a task id (imagenet-5, "
                         "bin-cat-dog, paper-dg-cat-dog-1, ...) with --artifact and --images")
     p.add_argument("--artifact", default=None, metavar="ARTIFACT", help="artifact folder from `metashift-hf build` (task ids)")
@@ -63,6 +75,12 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
+    if (args.task is None) == (args.tasks is None):
+        raise InputFormatError("evaluate needs exactly one of --task (one task) and --tasks (a zoo over many)",
+                               "pass --task ID, or --tasks ID,ID,... | all | binary | multiclass")
+    if args.tasks is not None or len(args.model) > 1:
+        return _zoo(args)
+    args.model = args.model[0]
     images = args.images
     if images is None and args.artifact is not None and not args.model.startswith("predictions:"):
 
@@ -74,7 +92,32 @@ def run(args: argparse.Namespace) -> int:
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
         progress=args.progress and not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
-        sample=args.sample, task_options=options or None, config=args.config, revision=args.revision,
+        sample=args.sample, task_options=options or None, config=args.config, revision=args.revision, dtype=args.dtype,
     )
     print(report.summary())
+    return 0
+
+
+def _zoo(args: argparse.Namespace) -> int:
+    """Several models and/or tasks: each (model, image) once, every task scored, a leaderboard."""
+    for flag, given in (("--save-logits", args.save_logits), ("--sample", args.sample is not None),
+                        ("--on-missing skip", args.on_missing != "error"), ("--config", args.config is not None),
+                        ("--revision", args.revision is not None)):
+        if given:
+            raise InputFormatError(f"{flag} applies to a single --task, not to a zoo",
+                                   f"drop {flag.split()[0]}, or evaluate one model on one --task")
+    tasks = args.tasks if args.tasks is not None else args.task
+    images = args.images
+    if images is None and args.artifact is not None:
+        images = resolve_input("images", required=False)  # registered/downloaded once
+    named = select_tasks(tasks, args.artifact)
+    common, per_task = parse_overrides(args.overrides, named)
+    result = evaluate_zoo(
+        args.model, named, args.artifact, images, args.out, hierarchy=args.hierarchy, mode=args.mode,
+        batch_size=args.batch_size, device=args.device, workers=args.workers, seed=args.seed,
+        min_subset_size=args.min_subset_size, alpha=args.alpha, progress=args.progress and not args.no_progress,
+        force=args.force, dtype=args.dtype, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=not args.no_charts,
+    )
+    print(result.summary())
     return 0

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import sha256_file
-from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, load_model
+from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, load_model, tune_allocator
 
 N_CLASSES = 1000
 
@@ -136,7 +136,11 @@ EVAL_SOURCES: dict[str, ModelSource] = {**MODEL_SOURCES, "predictions": Predicti
 
 
 def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32") -> "Classifier | PrecomputedPredictions":
-    """What evaluate scores: a model from the registry, or a predictions file (``predictions:FILE``)."""
+    """What evaluate scores: a model from the registry, or a predictions file (``predictions:FILE``).
+
+    The allocator is tuned here too (models.tune_allocator), so a model built in Python gets it as well.
+    """
+    tune_allocator()
     if isinstance(spec, (Classifier, PrecomputedPredictions)):
         return spec
     return load_model(spec, device, dtype=dtype, sources=EVAL_SOURCES)

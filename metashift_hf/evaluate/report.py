@@ -192,17 +192,18 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
 
 
 def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame,
-                 logits: pd.DataFrame | None = None, *, force: bool = False) -> EvalReport:
+                 logits: pd.DataFrame | None = None, *, force: bool = False, pictures: bool = True) -> EvalReport:
     """Write every output into ``out`` atomically (a temporary folder renamed at the end).
 
     ``logits`` (image_id, logits) is written as logits.parquet, readable back with
     ``--model predictions:OUT/logits.parquet`` (re-score another way without running the model).
+    ``pictures=False`` skips the per-class charts (a zoo over many tasks draws one leaderboard picture instead).
     """
     out = Path(out)
     with atomic_dir(out, kind=REPORT_KIND, force=force) as tmp:
         plots: dict[str, str] = {}
         (tmp / "plots").mkdir()
-        for cls, c in metrics["classes"].items():
+        for cls, c in (metrics["classes"].items() if pictures else ()):
             name = f"plots/{_safe(cls)}.png"
             if plot_class(per_group, cls, c["accuracy"], tmp / name, metrics["min_subset_size"]):
                 plots[cls] = name

@@ -294,6 +294,7 @@ def evaluate(
     sample: int | None = None,
     task_options: Mapping[str, Any] | None = None,
     dtype: str = "float32",
+    plots: bool = True,
     config: str | None = None,
     revision: str | None = None,
 ) -> EvalReport:
@@ -394,4 +395,4 @@ def evaluate(
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
     names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
-    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force)
+    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force, pictures=plots)

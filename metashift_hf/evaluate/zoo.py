@@ -1,0 +1,330 @@
+"""A model zoo over many tasks: each (model, image) computed once, every task scored from the same logits.
+
+    from metashift_hf.evaluate.zoo import evaluate_zoo
+    result = evaluate_zoo(["efficientnet-lite0", "hf:./vit"], "binary", artifact="ART", images="images.zip", out="zoo")
+
+The tasks' images are read once and hashed (sha256 of the original bytes); each model's logits live in
+a cache keyed by the model's fingerprint and the image hash (:mod:`.cache`), so overlapping tasks, a
+second model run and a later zoo reuse them. Each task is then scored by :func:`.run.evaluate` on
+those logits (the report of a single ``evaluate``), and the leaderboard collects one row per
+(model, task): accuracy with its Wilson interval, worst context, context bugs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.images import ImageSource, open_images
+from metashift_hf.builders.plots import new_figure, save_png
+from metashift_hf.builders.tasks import match_registry
+
+from .. import api
+from ..core import __version__
+from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
+from ..core.fsutil import atomic_dir, check_out
+from ..core.names import id_slug
+from ..models import Classifier, runtime_card
+from ..task_source import TaskData, open_task
+from .cache import LogitsCache
+from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
+from .predict import map_batches
+from .predictions import PrecomputedPredictions, Predictions, load_scorer
+from .run import evaluate
+
+logger = logging.getLogger(__name__)
+
+ZOO_KIND = "evaluation zoo"  # the marker kind of an evaluate --out folder holding a zoo (core.fsutil)
+TASK_GROUPS = ("all", "binary", "multiclass")  # --tasks words: the artifact's matched tasks, or one kind of them
+LEADERBOARD_COLUMNS = ["model", "task", "n", "correct", "accuracy", "ci_low", "ci_high", "worst_context",
+                       "worst_context_n", "worst_context_accuracy", "context_bugs", "id_accuracy", "ood_accuracy", "report"]
+
+
+def select_tasks(spec: str | Sequence[str], artifact: "str | Artifact | None") -> list[str]:
+    """``all`` / ``binary`` / ``multiclass`` (the artifact's available matched tasks) or task names, comma-separated."""
+    if not isinstance(spec, str):
+        names = [str(t) for t in spec]
+    elif spec in TASK_GROUPS:
+        if artifact is None:
+            raise MetashiftError(f"--tasks {spec} lists the matched tasks of an artifact, and none was given",
+                                 "pass --artifact ARTIFACT (matched with `metashift-hf match --artifact ARTIFACT`)")
+        entries = match_registry(Artifact.load(artifact))
+        names = sorted(t for t, e in entries.items() if e.available and (spec == "all" or e.kind == spec))
+        if not names:
+            raise EmptyResultError(f"the artifact has no available {'matched' if spec == 'all' else spec} tasks",
+                                   "run `metashift-hf match --artifact ARTIFACT` first, or name tasks: --tasks imagenet-5,bin-cat-dog")
+    else:
+        names = [t.strip() for t in spec.split(",") if t.strip()]
+    names = list(dict.fromkeys(names))
+    if not names:
+        raise InputFormatError(f"--tasks {spec!r} names no task", "e.g. --tasks imagenet-5,bin-cat-dog, or all | binary | multiclass")
+    return names
+
+
+@dataclass
+class ZooResult:
+    """What a zoo run made: the leaderboard (one row per model and task) and where each report is."""
+
+    out: Path | None
+    leaderboard: pd.DataFrame
+    reports: dict[tuple[str, str], Any]  # (model name, task id) -> EvalReport
+    images: int  # distinct images (by content) over all tasks
+    computed: dict[str, int]  # model -> images run through it in this call
+    cached: dict[str, int]  # model -> images whose logits came from the cache
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [f"zoo: {self.leaderboard['model'].nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
+                 f"{self.images} distinct images"]
+        for m in self.computed:
+            lines.append(f"  {m}: {self.computed[m]} images computed, {self.cached[m]} from the logits cache")
+        lines.append(leaderboard_markdown(self.leaderboard, links=False))
+        if self.out is not None:
+            lines.append(f"wrote {self.out}/leaderboard.csv, leaderboard.md, leaderboard.png and one report per model and task")
+        return "\n".join(lines)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class _Images:
+    """Every distinct image of the zoo's tasks, by content: sha256 -> where to read it again."""
+
+    where: dict[str, tuple[ImageSource, str]] = field(default_factory=dict)
+    of_task: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> image_id -> sha256
+
+    def read(self, sha: str) -> bytes:
+        src, iid = self.where[sha]
+        return src.read(iid)
+
+
+def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource]) -> _Images:
+    found = _Images()
+    for td in tasks:
+        src = source_for(td)
+        ids = list(dict.fromkeys(td.plan.table()["image_id"]))
+        missing = [i for i in ids if not src.has(i)]
+        if missing:
+            raise MissingImagesError(f"task {td.task_id}: {len(missing)} image(s) are not in the image source "
+                                     f"(e.g. {', '.join(missing[:5])})", "point --images at the source the artifact was built from",
+                                     image_ids=missing)
+        shas = {}
+        for iid in ids:
+            sha = _sha256(src.read(iid))
+            shas[iid] = sha
+            found.where.setdefault(sha, (src, iid))
+        found.of_task[td.task_id] = shas
+    return found
+
+
+def _model_slug(name: str, taken: set[str]) -> str:
+    slug = id_slug(name.replace(":", "-").replace("/", "-")).strip("._-")[:60] or "model"
+    if slug in taken:  # two models whose names differ only in characters a folder name cannot hold
+        slug = f"{slug}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    taken.add(slug)
+    return slug
+
+
+def evaluate_zoo(
+    models: Sequence[Any],
+    tasks: str | Sequence[Any],
+    artifact: "str | Path | Artifact | None" = None,
+    images: Any = None,
+    out: str | Path | None = None,
+    *,
+    hierarchy: str = "wordnet",
+    mode: str = "hierarchy",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "cpu",
+    workers: int | None = None,
+    seed: int = 0,
+    min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
+    alpha: float = DEFAULT_ALPHA,
+    progress: bool = True,
+    force: bool = False,
+    dtype: str = "float32",
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    task_options: Mapping[str, Mapping[str, Any]] | None = None,
+    plots: bool = True,
+) -> ZooResult:
+    """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
+
+    ``models``: --model strings, Classifiers or callables. ``tasks``: ``all`` | ``binary`` |
+    ``multiclass`` | "id,id,..." | a list of task ids, exported folders, Hub repo ids or TaskData.
+    ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
+    ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
+    """
+    t0 = time.perf_counter()
+    if not models:
+        raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
+    if out is not None:  # before any model loads: a refused --out costs nothing
+        check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
+    art = Artifact.load(artifact) if artifact is not None else None
+    names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
+    loaded = [load_scorer(m, device, dtype) for m in models]  # every model once, wrong names fail before any task work
+    for m in loaded:
+        if not isinstance(m, Classifier):
+            raise InputFormatError(f"the zoo runs models; {m.name} is a predictions file",
+                                   "score a predictions file with a single evaluate --task")
+    t_models = time.perf_counter()
+    opened: dict[str, TaskData] = {}
+    for t in names:
+        td = open_task(t, artifact=art if isinstance(t, str) else None, images=images, seed=seed,
+                       options=(task_options or {}).get(t if isinstance(t, str) else "", None))
+        if td.task_id in opened:
+            raise InputFormatError(f"task {td.task_id} is given twice", "name each task once in --tasks")
+        opened[td.task_id] = td
+    sources: dict[str, ImageSource] = {}
+
+    def source_for(td: TaskData) -> ImageSource:
+        if td.dataset is not None:
+            key = td.where
+        else:
+            key = f"images {td.images_path}"
+            if td.images_path is None:
+                from_art = api.dataset_images(art) if art is not None else None
+                if from_art is not None:
+                    sources.setdefault(key, from_art)
+        if key not in sources:
+            sources[key] = td.images() if td.dataset is not None or td.images_path is not None else open_images(images)
+        return sources[key]
+
+    t_plan = time.perf_counter()
+    found = _collect_images(list(opened.values()), source_for)
+    t_read = time.perf_counter()
+    logger.info("zoo: %d task(s), %d distinct images, %d model(s)", len(opened), len(found.where), len(loaded))
+
+    computed, cached, seconds_model = {}, {}, {}
+    rows: list[dict] = []
+    reports: dict[tuple[str, str], Any] = {}
+    taken: set[str] = set()
+    slugs = {m.name: _model_slug(m.name, taken) for m in loaded}
+    with (atomic_dir(out, kind=ZOO_KIND, force=force) if out is not None else _no_dir()) as tmp:
+        for clf in loaded:
+            tm = time.perf_counter()
+            fp = clf.fingerprint()
+            cache = LogitsCache(fp, cache_dir, card=clf.card()) if (use_cache and fp) else None
+            shas = sorted(found.where)
+            todo = [s for s in shas if cache is None or s not in cache]
+            logits_by_sha: dict[str, np.ndarray] = {}
+            if todo:
+                new = map_batches(clf.prepare, clf.logits, todo, found.read, width=clf.labels.size, batch_size=batch_size,
+                                  workers=workers, progress=progress, desc=f"zoo {clf.name}")
+                if cache is not None:
+                    cache.add(todo, new)
+                logits_by_sha.update(zip(todo, new))
+            computed[clf.name], cached[clf.name] = len(todo), len(shas) - len(todo)
+            card = clf.card()
+            for task_id, td in opened.items():
+                id_sha = found.of_task[task_id]
+                ids = list(id_sha)
+                block = np.stack([logits_by_sha[id_sha[i]] if id_sha[i] in logits_by_sha else cache.get([id_sha[i]])[0]
+                                  for i in ids]).astype(np.float32)
+                preds = PrecomputedPredictions(
+                    path=cache.folder if cache is not None else Path("(memory)"),
+                    predictions=Predictions(ids, block.argmax(axis=1).astype(np.int64), block),
+                    sha256=fp, model_card=card, labels=clf.labels)
+                rel = Path(id_slug(task_id)) / slugs[clf.name]
+                rep = evaluate(preds, td, art.root if art is not None and td.dataset is None else None, None,
+                               (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
+                               min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots)
+                reports[(clf.name, task_id)] = rep
+                rows.append(_leaderboard_row(clf.name, task_id, rep, rel))
+            seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
+        board = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS).sort_values(["task", "model"], kind="stable").reset_index(drop=True)
+        seconds = {"load_models": round(t_models - t0, 3), "plan_tasks": round(t_plan - t_models, 3),
+                   "read_and_hash_images": round(t_read - t_plan, 3), "per_model": seconds_model,
+                   "total": round(time.perf_counter() - t0, 3)}
+        if tmp is not None:
+            _write_leaderboard(tmp, board, {
+                "package_version": __version__, "models": [m.card() for m in loaded], "tasks": list(opened),
+                "images": len(found.where), "computed": computed, "cached": cached, "seconds": seconds,
+                "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
+                "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
+                "min_subset_size": min_subset_size, "alpha": alpha})
+    return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
+
+
+class _no_dir:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:
+    overall, worst, gap = rep["overall"], rep["worst_subset"], rep["id_vs_ood"]
+    return {"model": model, "task": task, "n": overall["n"], "correct": overall["correct"], "accuracy": overall["accuracy"],
+            "ci_low": overall["ci"][0], "ci_high": overall["ci"][1],
+            "worst_context": worst["subset"] if worst else None, "worst_context_n": worst["n"] if worst else None,
+            "worst_context_accuracy": worst["accuracy"] if worst else None, "context_bugs": len(rep["context_bugs"]),
+            "id_accuracy": gap.get("id", {}).get("accuracy") if gap else None,
+            "ood_accuracy": gap.get("ood", {}).get("accuracy") if gap else None, "report": str(rel)}
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * float(x):.1f}"
+
+
+def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
+    """Models x tasks: accuracy % [95% Wilson interval]; then worst context and context bugs per cell."""
+    models = list(dict.fromkeys(board["model"]))
+    tasks = list(dict.fromkeys(board["task"]))
+    cell = {(r.model, r.task): r for r in board.itertuples(index=False)}
+    head = "| model | " + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n"
+    acc = head + "".join(
+        f"| {m} | " + " | ".join(
+            (f"[{_pct(c.accuracy)} [{_pct(c.ci_low)}, {_pct(c.ci_high)}]]({c.report}/report.md)" if links else
+             f"{_pct(c.accuracy)} [{_pct(c.ci_low)}, {_pct(c.ci_high)}]") if (c := cell.get((m, t))) is not None else "—"
+            for t in tasks) + " |\n" for m in models)
+    worst = head + "".join(
+        f"| {m} | " + " | ".join(
+            (f"{c.worst_context} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)}); bugs {c.context_bugs}"
+             if c.worst_context else f"— ; bugs {c.context_bugs}") if (c := cell.get((m, t))) is not None else "—"
+            for t in tasks) + " |\n" for m in models)
+    return ("Accuracy % [95% Wilson interval]:\n\n" + acc + "\nWorst context (accuracy %, n) and context bugs:\n\n" + worst)
+
+
+def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
+    board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
+    (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
+    card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
+    (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
+    """Heat map of accuracy (models x tasks), each cell labelled with its accuracy; False without matplotlib."""
+    try:
+        models = list(dict.fromkeys(board["model"]))
+        tasks = list(dict.fromkeys(board["task"]))
+        grid = np.full((len(models), len(tasks)), np.nan)
+        for r in board.itertuples(index=False):
+            grid[models.index(r.model), tasks.index(r.task)] = r.accuracy
+        fig = new_figure((max(4.0, 1.0 + 0.6 * len(tasks)), max(2.0, 1.0 + 0.45 * len(models))))
+    except (ModuleNotFoundError, MetashiftError):  # the optional plot extra is absent
+        return False
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(models)), models, fontsize=7)
+    if grid.size <= 400:
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black")
+    fig.colorbar(im, ax=ax, label="accuracy")
+    ax.set_title("accuracy per model and task")
+    fig.tight_layout()
+    save_png(fig, path)
+    return True

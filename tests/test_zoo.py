@@ -1,0 +1,115 @@
+"""The zoo: several models over several tasks, each (model, image) run once, logits cached, a leaderboard."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from metashift_hf.cli import main  # noqa: E402
+from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
+from metashift_hf.evaluate import evaluate  # noqa: E402
+from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
+from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
+from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from fixtures.tasks import sample_jpegs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A matched artifact (cat, dog in two context communities each) and a JPEG per image id."""
+    from metashift_hf.builders.build import BuildOptions, build_artifact
+    from metashift_hf.builders.subsets import CandidateSubsets
+
+    subsets = {}
+    for k, ctx in enumerate(["ball", "bench", "chair", "boat", "car", "truck"]):
+        subsets[f"dog({ctx})"] = [f"d{i}" for i in range(12 * k, 12 * k + 30)]
+    for k, ctx in enumerate(["sofa", "bed", "chair", "table", "car", "bench"]):
+        subsets[f"cat({ctx})"] = [f"c{i}" for i in range(10 * k, 10 * k + 28)]
+    root = tmp_path_factory.mktemp("zoo")
+    build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
+    try:
+        from metashift_hf.builders.match_artifact import run_match
+
+        run_match(artifact=str(root / "artifact"), hierarchy="wordnet")
+    except MetashiftError as exc:  # WordNet dict files absent on this machine
+        pytest.skip(f"wordnet_match unavailable: {exc.what}")
+    ids = sorted({i for v in subsets.values() for i in v})
+    sample_jpegs(root / "images", names=ids)
+    return root
+
+
+class Tiny(torch.nn.Module):
+    """Mean colour -> 1,000 logits: cheap, deterministic, differs per image."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = torch.nn.Parameter(torch.randn(3, 1000, generator=g))
+
+    def forward(self, x):
+        return x.float().mean(dim=(2, 3)) @ self.w
+
+
+def _model(seed: int, counter: list | None = None):
+    clf = from_module(Tiny(seed), Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3), name=f"tiny{seed}")
+    if counter is not None:
+        inner = clf.forward
+        clf.forward = lambda batch: (counter.append(len(batch)), inner(batch))[1]
+    return clf
+
+
+TASKS = ["bin-cat-dog", "class-dog", "class-cat"]  # overlapping: every class image is in two of them
+
+
+def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(world, tmp_path):
+    seen: list[int] = []
+    kw = dict(artifact=world / "artifact", images=world / "images", progress=False, cache_dir=tmp_path / "cache", plots=False)
+    first = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", **kw)
+    distinct = first.images
+    assert sum(seen) == distinct and first.computed == {"module:tiny1": distinct, "module:tiny2": distinct}
+    board = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")
+    assert len(board) == 2 * len(TASKS) and set(board["task"]) == set(TASKS)
+    md = (tmp_path / "zoo" / "leaderboard.md").read_text()
+    assert "module:tiny1" in md and "Worst context" in md
+    card = json.loads((tmp_path / "zoo" / "zoo.json").read_text())
+    assert card["images"] == distinct and card["runtime"]["allocator"]["libc"]
+
+    seen.clear()
+    again = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", force=True, **kw)
+    assert seen == [] and again.cached == {"module:tiny1": distinct, "module:tiny2": distinct}
+    pd.testing.assert_frame_equal(again.leaderboard, first.leaderboard)
+
+    # the zoo's report for a task is the single evaluate's report on the same model
+    single = evaluate(_model(1), "bin-cat-dog", world / "artifact", world / "images", progress=False)
+    zoo_rep = first.reports[("module:tiny1", "bin-cat-dog")]
+    for key in ("overall", "splits", "classes", "worst_subset", "context_bugs"):
+        assert zoo_rep[key] == single[key], key
+    assert (tmp_path / "zoo" / "bin-cat-dog" / "module-tiny1" / "report.json").is_file()
+
+
+def test_logits_cache_is_keyed_by_fingerprint_and_image_hash(tmp_path):
+    cache = LogitsCache("a" * 64, tmp_path)
+    assert cache.add(["s1", "s2"], np.array([[1, 2], [3, 4]], np.float32)) is not None
+    assert cache.add(["s1"], np.array([[9, 9]], np.float32)) is None  # known rows are never rewritten
+    again = LogitsCache("a" * 64, tmp_path)
+    assert len(again) == 2 and again.get(["s2"]).tolist() == [[3.0, 4.0]]
+    assert len(LogitsCache("b" * 64, tmp_path)) == 0
+    with pytest.raises(InputFormatError):
+        LogitsCache("", tmp_path)
+
+
+def test_task_selection_words_and_cli(world, tmp_path, capsys):
+    assert select_tasks("binary", world / "artifact") == ["bin-cat-dog"]
+    assert select_tasks("bin-cat-dog, class-dog,bin-cat-dog", None) == ["bin-cat-dog", "class-dog"]
+    with pytest.raises(MetashiftError, match="--tasks binary"):
+        select_tasks("binary", None)
+    rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--tasks", "all",
+               "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
+    assert rc == 2 and "exactly one of --task" in capsys.readouterr().err
+    rc = main(["evaluate", "--model", "efficientnet-lite0", "--tasks", "all", "--save-logits",
+               "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
+    assert rc == 2 and "--save-logits applies to a single --task" in capsys.readouterr().err
