@@ -20,6 +20,7 @@ from typing import Callable, Iterable, NoReturn
 
 from .builders.artifact import Artifact
 from .core import __version__
+from .core import options as opt
 from .core.errors import InputFormatError, MetashiftError
 from .core.fsutil import human_size, sha256_file
 from .core.provenance import is_synthetic
@@ -129,8 +130,7 @@ def _use_timeout(seconds: float) -> None:
     from huggingface_hub import set_client_factory
     from huggingface_hub.utils import _http
 
-    if not (seconds > 0):
-        raise MetashiftError(f"--timeout {seconds} must be a positive number of seconds", "use e.g. --timeout 60")
+    seconds = opt.positive_float(seconds, "--timeout")  # NaN and inf refused too
 
     def factory():
         client = _http.default_client_factory()  # keeps the Hub's request hooks; it only has no timeout

@@ -33,9 +33,11 @@ def test_evaluate_workers_checked_before_the_model_loads(art, tmp_path, capsys, 
         raise AssertionError("the model was loaded before --workers was checked")
 
     monkeypatch.setattr(run, "load_scorer", no_model)
-    code, _, err = run_cli(capsys, "evaluate", "--model", "efficientnet-lite0", "--task", "class-cat",
-                           "--artifact", art.root, "--images", tmp_path, "--out", tmp_path / "ev", "--workers", "-3")
-    assert_one_line_error(code, err, "--workers")
+    with pytest.raises(SystemExit) as exc:  # refused while parsing (core.options), before anything runs
+        run_cli(capsys, "evaluate", "--model", "efficientnet-lite0", "--task", "class-cat",
+                "--artifact", art.root, "--images", tmp_path, "--out", tmp_path / "ev", "--workers", "-3")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --workers: -3 is out of range" in err and "Traceback" not in err
 
 
 def test_deeply_nested_tree_json_is_one_line(tmp_path, capsys):

@@ -41,8 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--status", action="store_true", help="list where each input is and exit")
     p.add_argument("--manifest", default=None,
                    help="data manifest file (default: $METASHIFT_HF_MANIFEST or <cache>/manifest.json)")
-    p.add_argument("--timeout", type=positive_float, default=60.0, help="seconds without data before a retry (default 60)")
-    p.add_argument("--retries", type=non_negative_int, default=3,
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds without data before a retry (default 60)")
+    p.add_argument("--retries", type=int, default=3,
                    help="retries per mirror after a connection breaks without progress (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -83,10 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Values that would otherwise fail late, retry for nothing or blame the network."""
-    if not args.timeout > 0:  # NaN included
-        raise MetashiftError(f"--timeout {args.timeout} must be a positive number of seconds", "use e.g. --timeout 60")
-    if args.retries < 0:
-        raise MetashiftError(f"--retries {args.retries} must be 0 or more", "use e.g. --retries 3")
+    args.timeout = positive_float(args.timeout, "--timeout")  # seconds: NaN and inf refused too
+    args.retries = non_negative_int(args.retries, "--retries")
     if args.mirror is not None:
         parsed = urllib.parse.urlparse(args.mirror)
         if parsed.scheme not in ("http", "https", "file") or (parsed.scheme != "file" and not parsed.netloc):

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                    help="publish even though the artifact/export is synthetic (demo world): refused by default, "
                         "since the Hub would show drawn shapes as MetaShift")
     p.add_argument("--dry-run", action="store_true", help="print the plan (repos, files, sizes) and push nothing")
-    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"give up on a Hub request after this many seconds without progress (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--collection", default=COLLECTION_TITLE, help=f"collection title (default {COLLECTION_TITLE!r})")
     p.set_defaults(func=run)
@@ -44,10 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
 
+    timeout = positive_float(args.timeout, "--timeout")  # NaN and inf refused too
     common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
-                  allow_synthetic=args.allow_synthetic, timeout=args.timeout)
-    if not args.timeout > 0:  # NaN included
-        raise MetashiftError(f"--timeout {args.timeout} must be a positive number of seconds", "use e.g. --timeout 60")
+                  allow_synthetic=args.allow_synthetic, timeout=timeout)
     if args.from_export:
         if args.tasks:
             raise MetashiftError("give either TASKs or --from-export, not both", "drop the task ids to push the exported folders as they are")
