@@ -251,11 +251,14 @@ class Metashift(datasets.ArrowBasedBuilder):
                 options[OLD_LOADER_ATTRIBUTES_FLAG] = True
             self._plan = plan_task(c.name, self._artifact, seed=int(c.seed), **options)
             if c.with_image_metadata and not (Path(self._artifact.root) / "images.parquet").is_file():
+                # the fix depends on the source: only GQA's scene graphs can give a published-pickle artifact
+                # its metadata; a tags or Hub-dataset artifact never has any (no GQA advice for user data)
+                published = self._artifact.provenance == "published"
                 raise InputFormatError(
                     f"with_image_metadata=True but artifact {self._artifact.root} has no images.parquet "
-                    "(it was built from published subset pickles, which carry no scene graphs)",
+                    f"(its {self._artifact.provenance} input carries no per-image metadata)",
                     "rebuild the artifact from GQA scene graphs (`metashift-hf build --scene-graphs ...`) "
-                    "or drop with_image_metadata")
+                    "or drop with_image_metadata" if published else "drop with_image_metadata")
         return self._plan
 
     def _info(self) -> datasets.DatasetInfo:

@@ -220,3 +220,11 @@ def test_number_named_classes_score_the_same_from_csv_and_parquet(tmp_path):
     frame.to_parquet(tmp_path / "p.parquet")
     averages = {f: score_plan(str(tmp_path / f), tp).headline.average for f in ("p.csv", "p.parquet")}
     assert averages == {"p.csv": 1.0, "p.parquet": 1.0}
+
+
+def test_user_data_artifacts_get_no_gqa_advice(tmp_path):
+    art = tiny_artifact(tmp_path / "art")  # built from user subsets: provenance custom, no images.parquet
+    (tmp_path / "img").mkdir()
+    with pytest.raises(InputFormatError, match="custom input carries no per-image metadata") as exc:
+        api.prepare("class-cat", art, tmp_path / "img", with_image_metadata=True, cache_dir=tmp_path / "cache")
+    assert "GQA" not in str(exc.value)
