@@ -16,6 +16,7 @@ from metashift_hf import api, cli, ood_experiments
 from metashift_hf.conflicts import ConflictConfig
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
+from metashift_hf.evaluate import evaluate
 from metashift_hf.score import score_plan
 from metashift_hf.train import TrainConfig
 
@@ -135,8 +136,6 @@ def test_score_refuses_a_bare_string_of_splits(art):
 
 
 def test_evaluate_checks_its_numbers_before_loading_a_model(art):
-    from metashift_hf.evaluate import evaluate
-
     for kw in ({"batch_size": 1.5}, {"alpha": math.nan}, {"seed": -1}, {"sample": 0}, {"workers": 0},
                {"on_missing": "maybe"}):
         with pytest.raises(opt.OptionError):

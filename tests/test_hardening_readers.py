@@ -17,7 +17,9 @@ import pytest
 
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
 from metashift_hf import api
+from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.coco import read_coco_annotations
+from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 from metashift_hf.score import LABEL_RULE, Predictions, score_plan
 
@@ -203,9 +205,6 @@ def test_score_help_states_the_rules_and_use_picks_a_column(tmp_path, capsys):
 
 def numbered_artifact(out):
     """An artifact whose classes are named 1 and 2 (two subjects with six 40-image subsets each)."""
-    from metashift_hf.builders.build import BuildOptions, build_artifact
-    from metashift_hf.builders.subsets import CandidateSubsets
-
     rng = np.random.default_rng(3)
     subsets = {f"{s}(ctx{k})": sorted(rng.choice([f"{s}-{i}" for i in range(150)], 40, replace=False).tolist())
                for s in ("1", "2") for k in range(6)}
