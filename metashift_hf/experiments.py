@@ -133,7 +133,7 @@ def _dg_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
             f"1.12, 1.43) are not what the released code prints ({', '.join(map(str, pt.DG_ORIGINAL_CODE_DISTANCES))})",
             "the paper's Table 1 accuracies are not in the reference transcription this package checks its figures "
             "against (paper-tasks.json), so no published accuracy is shown; its shape: accuracy falls as d grows",
-            f"model selection: {card.get('model_selection', '?')}"]
+            str(card.get("model_selection", "model selection: ?"))]
 
 
 def _subpop_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
@@ -142,7 +142,7 @@ def _subpop_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[st
             f"artifact; the paper {pt.SUBPOP_PAPER_SIZES['train_total']} and {pt.SUBPOP_PAPER_SIZES['test_total']} "
             "from GQA/Visual Genome",
             "rule: p is the achieved minority fraction of our training split (the paper's 12/6/1% are rounded)",
-            f"model selection: {card.get('model_selection', '?')}"]
+            str(card.get("model_selection", "model selection: ?"))]
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -199,7 +199,7 @@ class ExperimentResult:
         exp = EXPERIMENTS[self.experiment]
         cols = exp.columns
         lines = [f"# Experiment {exp.name}", "", exp.help + ".", "",
-                 f"{self.config.method} / {self.config.probe} probe, {self.config.seeds} seed(s), mean ± std (ddof 1); "
+                 f"{self.config.method} / {self.config.probe} probe, {len(self.config.seed_list)} seed(s), mean ± std (ddof 1); "
                  f"{self.card['model_selection']}.", "",
                  "| " + " | ".join(c.title for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(_cell(r.get(c.key), c.kind) for c in cols) + " |" for r in self.rows]
@@ -301,7 +301,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     # every task first: a task the artifact cannot supply (or the source lacks) fails before any training
     data = experiment_tasks(name, artifact=artifact, images=images, source=source, seed=seed, overrides=overrides)
     plans = {t: d.plan for t, d in data.items()}
-    backbone = load_backbone(image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
+    backbone = load_backbone(cfg.backbone, image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
     results: dict[str, TrainResult] = {}
     for t in exp.tasks:
         logger.info(f"   training {t} ...")

