@@ -1,12 +1,18 @@
-"""Images per second for EfficientNet-Lite0 at batch 32: the evaluator's pipeline vs its parts.
+"""Evaluation speed on this machine, ratios measured in one run with the modes interleaved.
 
-Measures, on the same in-memory JPEG bytes (the shared real GQA/VG images, cycled to --n):
-  * decode+preprocess only (single thread),
-  * inference only (already preprocessed tensors),
-  * sequential: decode a batch, then run it (no overlap),
-  * pipelined: metashift_hf.evaluate.predict (thread-pool prefetch overlapped with inference).
+    python benchmarks/bench_eval.py pipeline [--n 512] [--batch-size 32] [--images DIR]
+    python benchmarks/bench_eval.py lite0 [--rounds 3]
+    python benchmarks/bench_eval.py zoo --artifact ART --images IMG [--tasks a,b,c]
 
-    python benchmarks/bench_eval.py [--n 512] [--batch-size 32] [--device cpu] [--workers N] [--images DIR]
+pipeline: images/s of decode+preprocess, forward only (preprocessed tensors), the evaluator's pipelined
+  predict, and evaluate() end to end on an in-memory task (model loaded once, as in a zoo), each
+  the best of --repeat rounds, round-robin; ratios against forward only.
+lite0: EfficientNet-Lite0 forward-only images/s of the shipped forward (BatchNorm folded; glibc's
+  default allocator, 'same' paddings as ZeroPad2d) against today's (mallopt setting, symmetric paddings
+  folded, ReLU6 in place), each in its own process (an allocator setting is per process), alternating;
+  page faults per run, logits compared bit for bit; bfloat16 top-1 agreement on the real images.
+zoo: K overlapping tasks through evaluate_zoo (fresh logits cache) against one predict pass over the
+  union of their images, then the same zoo again (cache warm).
 """
 from __future__ import annotations
 
@@ -14,6 +20,10 @@ import argparse
 import json
 import os
 import platform
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,70 +32,167 @@ import numpy as np
 DEFAULT_IMAGES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "images"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=512)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--repeat", type=int, default=3, help="rounds; each measurement reports its best round (shared machines are noisy)")
-    ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder searched recursively for *.jpg")
-    args = ap.parse_args()
-
+def _machine() -> dict:
     import torch
 
-    from metashift_hf.evaluate.models import load_model
-    from metashift_hf.evaluate.predict import predict
+    return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads()}
 
-    files = sorted(args.images.rglob("*.jpg"))
+
+def _blobs(folder: Path) -> list[bytes]:
+    files = sorted(folder.rglob("*.jpg"))
     if not files:
-        raise SystemExit(f"no .jpg under {args.images}")
-    blobs = [f.read_bytes() for f in files]
+        raise SystemExit(f"no .jpg under {folder}")
+    return [f.read_bytes() for f in files]
+
+
+def _task(blobs: list[bytes], n: int):
+    """An in-memory two-class task of n images (the real JPEGs cycled, distinct ids)."""
+    import datasets
+
+    feats = datasets.Features({"image": datasets.Image(), "image_id": datasets.Value("string"),
+                               "label": datasets.ClassLabel(names=["dog", "car"]),
+                               "contexts": datasets.Sequence(datasets.Value("string")), "group": datasets.Value("string")})
+    rows = {"image": [{"bytes": blobs[i % len(blobs)], "path": f"{i}.jpg"} for i in range(n)],
+            "image_id": [str(i) for i in range(n)], "label": [i % 2 for i in range(n)],
+            "contexts": [[f"c{i % 5}"] for i in range(n)], "group": [f"{['dog', 'car'][i % 2]}(c{i % 5})" for i in range(n)]}
+    return datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows, features=feats)})
+
+
+def pipeline(args) -> dict:
+    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate.predict import predict
+    from metashift_hf.models import load_model
+
+    blobs = _blobs(args.images)
     ids = [str(i) for i in range(args.n)]
     read = lambda iid: blobs[int(iid) % len(blobs)]  # noqa: E731
-    model = load_model("efficientnet-lite0", args.device)
+    model = load_model("efficientnet-lite0", dtype=args.dtype)
     bs = args.batch_size
-
-    # warm-up (first forward allocates, picks kernels)
-    model.logits([model.prepare(blobs[0])] * bs)
-
+    model.logits([model.prepare(blobs[0])] * bs)  # warm-up (first forward allocates, picks kernels)
     prepared = [model.prepare(read(i)) for i in ids]
-
-    def sequential():
-        return np.concatenate([model.logits([model.prepare(read(i)) for i in ids[s:s + bs]]).argmax(1)
-                               for s in range(0, len(ids), bs)])
-
+    task = _task(blobs, args.n)
+    evaluate(model, task, progress=False, batch_size=bs)  # warm WordNet and the hierarchy: fixed costs, measured apart
     modes = {
         "decode": lambda: [model.prepare(read(i)) for i in ids],
-        "infer": lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)],
-        "sequential": sequential,
+        "forward": lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)],
         "pipelined": lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False),
+        "evaluate": lambda: evaluate(model, task, progress=False, batch_size=bs, workers=args.workers),
     }
-    # round-robin over the modes, best of --repeat each: the machine's load drifts, and measuring the
-    # modes one after another would turn that drift into a fake difference between them
     times = {k: [] for k in modes}
-    results = {}
-    for _ in range(args.repeat):
+    for _ in range(args.repeat):  # round-robin, best of each: load drift would otherwise fake a difference
         for name, fn in modes.items():
             t = time.perf_counter()
-            results[name] = fn()
+            fn()
             times[name].append(time.perf_counter() - t)
-    t_decode, t_infer, t_seq, t_pipe = (min(times[k]) for k in ("decode", "infer", "sequential", "pipelined"))
-    assert np.array_equal(results["sequential"], results["pipelined"].top1), "pipelined and sequential predictions differ"
-
+    best = {k: min(v) for k, v in times.items()}
     n = len(ids)
-    result = {
-        "images": n, "batch_size": bs, "device": args.device, "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-        "decode_preprocess_only_img_s": round(n / t_decode, 1),
-        "inference_only_img_s": round(n / t_infer, 1),
-        "sequential_img_s": round(n / t_seq, 1),
-        "pipelined_img_s": round(n / t_pipe, 1),
-        "pipelined_vs_sequential": round(t_seq / t_pipe, 2),
-        # other work on the machine slows every figure; keep the load next to them
-        "load_average_1min_after": round(os.getloadavg()[0], 2),
-    }
-    print(json.dumps(result, indent=2))
+    return {"images": n, "batch_size": bs, "dtype": args.dtype, **_machine(),
+            **{f"{k}_img_s": round(n / t, 1) for k, t in best.items()},
+            "pipelined_vs_forward": round(best["forward"] / best["pipelined"], 3),
+            "evaluate_vs_forward": round(best["forward"] / best["evaluate"], 3),
+            "load_average_1min_after": round(os.getloadavg()[0], 2)}
+
+
+_CHILD = r"""
+import json, os, resource, sys, time, numpy as np, torch
+from metashift_hf.models import efficientnet_lite0, tune_allocator
+fast = sys.argv[1] == "today"
+card = tune_allocator()
+clf = efficientnet_lite0(fast=fast)
+x = np.load(sys.argv[2])
+batches = [list(x[s:s + 32]) for s in range(0, len(x), 32)]
+clf.logits(batches[0])
+f0, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+out = np.concatenate([clf.logits(b) for b in batches])
+dt = time.perf_counter() - t
+np.save(sys.argv[3], out)
+print(json.dumps({"img_s": len(x) / dt, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0, "allocator": card}))
+"""
+
+
+def lite0(args) -> dict:
+    from metashift_hf.models import efficientnet_lite0
+
+    clf = efficientnet_lite0()
+    blobs = _blobs(args.images)
+    x = np.stack([clf.prepare(blobs[i % len(blobs)]) for i in range(args.n)])
+    tmp = Path(tempfile.mkdtemp(prefix="bench-lite0-"))
+    np.save(tmp / "x.npy", x)
+    env_shipped = {**os.environ, "METASHIFT_HF_NO_MALLOPT": "1"}
+    runs = {"shipped": [], "today": []}
+    for r in range(args.rounds):
+        for mode in (("shipped", "today") if r % 2 == 0 else ("today", "shipped")):
+            res = subprocess.run([sys.executable, "-c", _CHILD, mode, str(tmp / "x.npy"), str(tmp / f"{mode}.npy")],
+                                 env=env_shipped if mode == "shipped" else os.environ, capture_output=True, text=True, check=True)
+            runs[mode].append(json.loads(res.stdout.strip().splitlines()[-1]))
+    same = bool(np.array_equal(np.load(tmp / "shipped.npy"), np.load(tmp / "today.npy")))
+    bf = efficientnet_lite0(dtype="bfloat16")
+    top_fp = np.load(tmp / "today.npy").argmax(1)
+    top_bf = np.concatenate([bf.logits(list(x[s:s + 32])) for s in range(0, len(x), 32)]).argmax(1)
+    best = {m: max(v, key=lambda d: d["img_s"]) for m, v in runs.items()}
+    return {"images": args.n, "distinct_images": min(args.n, len(blobs)), **_machine(), "rounds": args.rounds,
+            "shipped_img_s": round(best["shipped"]["img_s"], 1), "today_img_s": round(best["today"]["img_s"], 1),
+            "today_vs_shipped": round(best["today"]["img_s"] / best["shipped"]["img_s"], 2),
+            "page_faults_shipped": best["shipped"]["faults"], "page_faults_today": best["today"]["faults"],
+            "all_rounds_img_s": {m: [round(d["img_s"], 1) for d in v] for m, v in runs.items()},
+            "logits_bit_identical": same, "bfloat16_top1_agreement": round(float((top_fp == top_bf).mean()), 4),
+            "allocator_today": best["today"]["allocator"], "load_average_1min_after": round(os.getloadavg()[0], 2)}
+
+
+def zoo(args) -> dict:
+    from metashift_hf.builders.images import open_images
+    from metashift_hf.evaluate.predict import predict
+    from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks
+    from metashift_hf.models import load_model
+    from metashift_hf import api
+
+    model = load_model("efficientnet-lite0")
+    tasks = select_tasks(args.tasks, args.artifact)
+    union = sorted({i for t in tasks for i in api.plan(t, args.artifact).table()["image_id"]})
+    per_task = sum(len(set(api.plan(t, args.artifact).table()["image_id"])) for t in tasks)
+    src = open_images(args.images)
+    model.logits([model.prepare(src.read(union[0]))] * args.batch_size)  # warm-up
+    cache = Path(tempfile.mkdtemp(prefix="bench-zoo-cache-"))
+    out = Path(tempfile.mkdtemp(prefix="bench-zoo-out-"))
+    evaluate_zoo([model], tasks[:1], args.artifact, args.images, progress=False, use_cache=False, plots=False,
+                 cache_dir=cache)  # warm WordNet and the hierarchy (a fixed cost, once per process)
+    t = time.perf_counter()
+    predict(model, union, src.read, batch_size=args.batch_size, progress=False)
+    t_union = time.perf_counter() - t
+    t = time.perf_counter()
+    first = evaluate_zoo([model], tasks, args.artifact, args.images, out / "a", progress=False, cache_dir=cache,
+                         batch_size=args.batch_size, plots=not args.no_charts)
+    t_zoo = time.perf_counter() - t
+    t = time.perf_counter()
+    second = evaluate_zoo([model], tasks, args.artifact, args.images, out / "b", progress=False, cache_dir=cache,
+                          batch_size=args.batch_size, plots=not args.no_charts)
+    t_cached = time.perf_counter() - t
+    return {"tasks": len(tasks), "task_images_summed": per_task, "union_images": len(union), **_machine(),
+            "charts": not args.no_charts,
+            "one_pass_over_union_s": round(t_union, 2), "zoo_s": round(t_zoo, 2), "zoo_cached_s": round(t_cached, 2),
+            "zoo_vs_union": round(t_zoo / t_union, 3), "zoo_cached_vs_union": round(t_cached / t_union, 3),
+            "zoo_parts_s": first.seconds, "zoo_cached_parts_s": second.seconds,
+            "computed_first": first.computed, "cached_second": second.cached,
+            "load_average_1min_after": round(os.getloadavg()[0], 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("pipeline", "lite0", "zoo"))
+    ap.add_argument("--n", type=int, default=512)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--repeat", type=int, default=3, help="pipeline: rounds; each mode reports its best round")
+    ap.add_argument("--rounds", type=int, default=3, help="lite0: processes per variant, alternating")
+    ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of *.jpg (zoo: the artifact's image source)")
+    ap.add_argument("--artifact", type=Path, default=None)
+    ap.add_argument("--tasks", default="bin-cat-dog,bin-dog-horse,bin-cat-horse")
+    ap.add_argument("--no-charts", action="store_true")
+    args = ap.parse_args()
+    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo}[args.what](args)
+    print(json.dumps(result, indent=2, default=str))
 
 
 if __name__ == "__main__":

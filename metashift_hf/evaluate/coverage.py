@@ -1,6 +1,7 @@
 """Which outputs of a model's head (ImageNet-1k classes, or any WordNet nouns) count as correct for a MetaShift class."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Sequence
 
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
@@ -11,6 +12,15 @@ from ..core.errors import EmptyResultError
 from ..models import LabelMap
 
 
+_FIXED = ("wordnet", "paper")  # hierarchies that cannot change while the process runs (tree:PATH files can)
+
+
+@lru_cache(maxsize=len(_FIXED))
+def _named_hierarchy(name: str):
+    """Built once per process: a zoo scores hundreds of tasks under the same hierarchy."""
+    return load_hierarchy(name, load_wordnet())
+
+
 def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
     """Class name -> ImageNet-1k indices under its matched synset, via ``wordnet_match`` (published rule).
 
@@ -19,7 +29,7 @@ def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[
     """
 
     wn = load_wordnet()
-    tree = load_hierarchy(hierarchy, wn)
+    tree = _named_hierarchy(hierarchy) if hierarchy in _FIXED else load_hierarchy(hierarchy, wn)
     rows = {c: match_name(c, tree, wn) for c in classes}
     unmatched = {c: r.reason for c, r in rows.items() if not r.matched or not r.imagenet_indices}
     if unmatched:

@@ -174,10 +174,19 @@ def context_bugs(
     """
     ctx = groups[(groups["level"] == "context") & (groups["n"] >= min_n)].copy()
     tests = []
+    members: dict[str, tuple[np.ndarray, dict[str, list[int]]]] = {}  # class -> (correct, context -> rows): built once
+    for cls in set(ctx["class"]):
+        part = scored[scored["label"] == cls]
+        rows: dict[str, list[int]] = {}
+        for i, contexts in enumerate(part["contexts"]):
+            for c in set(contexts if contexts is not None else ()):
+                rows.setdefault(c, []).append(i)
+        members[cls] = (part["correct"].to_numpy(), rows)
     for _, row in ctx.iterrows():
-        part = scored[scored["label"] == row["class"]]
-        inside = np.array([row["group"] in set(c if c is not None else []) for c in part["contexts"]], dtype=bool)
-        rest = part["correct"].to_numpy()[~inside]
+        correct, rows = members[row["class"]]
+        inside = np.zeros(correct.size, dtype=bool)
+        inside[rows.get(row["group"], [])] = True
+        rest = correct[~inside]
         if rest.size == 0:  # the subset is the whole class: nothing to compare with
             tests.append((0, 0, np.nan, np.nan, np.nan))
             continue
