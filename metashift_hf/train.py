@@ -238,7 +238,7 @@ def parse_seeds(spec: "int | str | Sequence[int]") -> tuple[int, ...]:
     """Training seeds: a count N (0..N-1), ``"a-b"`` (inclusive), ``"0,2,5-7"`` or a list; sorted, distinct."""
     if isinstance(spec, bool):
         raise opt.OptionError(f"seeds {spec!r} is not a seed list", "use a count (3), a range (3-5) or a list (0,2,7)")
-    if isinstance(spec, int):
+    if isinstance(spec, (int, np.integer)):
         return tuple(range(opt.positive_int(spec, "seeds")))
     if isinstance(spec, str):
         text = spec.strip()
@@ -255,6 +255,8 @@ def parse_seeds(spec: "int | str | Sequence[int]") -> tuple[int, ...]:
                 raise opt.OptionError(f"seeds {spec!r}: the range {part.strip()} is empty", "write it low-high, e.g. 3-5")
             out += range(lo, hi + 1)
         return tuple(sorted(set(out)))
+    if not isinstance(spec, (list, tuple, range, np.ndarray)):  # 1.5, None, a dict: no raw TypeError
+        raise opt.OptionError(f"seeds {spec!r} is not a count, a range or a list of seeds", "use e.g. 3, '3-5' or [0, 2, 7]")
     seeds = [s for s in spec]
     if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
         raise opt.OptionError(f"seeds {spec!r} is not a list of non-negative integers", "use e.g. [0, 1, 2]")

@@ -93,7 +93,7 @@ def test_timeouts_are_finite(capsys, tmp_path, argv):
 
 @pytest.mark.parametrize("field,value", [
     ("epochs", 0), ("batch_size", 0), ("lr", 0.0), ("lr", -1.0), ("lr", math.nan), ("lr", math.inf), ("seeds", 0),
-    ("seeds", -1), ("epochs", 2.5), ("weight_decay", -0.1), ("weight_decay", math.nan),
+    ("seeds", -1), ("seeds", 1.5), ("seeds", None), ("seeds", {"a": 1}), ("epochs", 2.5), ("weight_decay", -0.1), ("weight_decay", math.nan),
     ("image_size", 0), ("epochs", True), ("device", None),
 ])
 def test_train_config_refuses_what_it_used_to_replace_by_a_default(field, value):
