@@ -43,25 +43,25 @@ class _RowLike(Protocol):
     context: str
 
 
-def _figures(counts_a: np.ndarray, counts_b: np.ndarray) -> tuple[float, float | None, float, float, float, float, float]:
-    """(p_s_tv, p_y_given_s_tv, shared_mass, dependence_a, dependence_b, conditional, p_y_tv) of two
-    (context x class) count tables; b is the compared split, a is train."""
-    na, nb = counts_a.sum(), counts_b.sum()
-    sa, sb = counts_a.sum(1), counts_b.sum(1)
-    ps_a, ps_b = sa / na, sb / nb
-    py_a, py_b = counts_a.sum(0) / na, counts_b.sum(0) / nb
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cond_a = np.where(sa[:, None] > 0, counts_a / np.maximum(sa, 1)[:, None], 0.0)
-        cond_b = np.where(sb[:, None] > 0, counts_b / np.maximum(sb, 1)[:, None], 0.0)
+def _batch(counts_a: np.ndarray, counts_b: np.ndarray) -> dict[str, np.ndarray]:
+    """The figures of (..., context, class) count tables, a = train, b = the compared split, over any
+    leading batch axes (the permutations); p_y_given_s is NaN where the splits share no context."""
+    na, nb = counts_a.sum((-2, -1)), counts_b.sum((-2, -1))
+    sa, sb = counts_a.sum(-1), counts_b.sum(-1)
+    ps_a, ps_b = sa / na[..., None], sb / nb[..., None]
+    py_a, py_b = counts_a.sum(-2) / na[..., None], counts_b.sum(-2) / nb[..., None]
+    cond_a = counts_a / np.maximum(sa, 1)[..., None]  # rows of absent contexts are 0 and weighted 0 below
+    cond_b = counts_b / np.maximum(sb, 1)[..., None]
     shared = (sa > 0) & (sb > 0)
-    mass = float(ps_b[shared].sum())
-    tv_cond = 0.5 * np.abs(cond_a - cond_b).sum(1)
-    pys = float((ps_b[shared] * tv_cond[shared]).sum() / mass) if mass > 0 else None
-    dep_a = float((ps_a * 0.5 * np.abs(cond_a - py_a).sum(1))[sa > 0].sum())
-    dep_b = float((ps_b * 0.5 * np.abs(cond_b - py_b).sum(1))[sb > 0].sum())
-    conditional = max(pys or 0.0, abs(dep_a - dep_b))
-    return (float(0.5 * np.abs(ps_a - ps_b).sum()), pys, mass, dep_a, dep_b, conditional,
-            float(0.5 * np.abs(py_a - py_b).sum()))
+    mass = (ps_b * shared).sum(-1)
+    tv_cond = 0.5 * np.abs(cond_a - cond_b).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pys = np.where(mass > 0, (ps_b * shared * tv_cond).sum(-1) / mass, np.nan)
+    dep_a = (ps_a * 0.5 * np.abs(cond_a - py_a[..., None, :]).sum(-1)).sum(-1)
+    dep_b = (ps_b * 0.5 * np.abs(cond_b - py_b[..., None, :]).sum(-1)).sum(-1)
+    return {"p_s": 0.5 * np.abs(ps_a - ps_b).sum(-1), "p_y_given_s": pys, "mass": mass, "dep_a": dep_a,
+            "dep_b": dep_b, "conditional": np.maximum(np.nan_to_num(pys), np.abs(dep_a - dep_b)),
+            "p_y": 0.5 * np.abs(py_a - py_b).sum(-1)}
 
 
 def _type(marginal: bool, conditional: bool) -> ShiftType:
@@ -82,14 +82,20 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
     k, n_a = len(contexts) * len(labels), len(train)
 
     def tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a = np.bincount(codes[:n_a], minlength=k).reshape(len(contexts), len(labels)).astype(np.float64)
-        b = np.bincount(codes[n_a:], minlength=k).reshape(len(contexts), len(labels)).astype(np.float64)
-        return a, b
+        """(batch, context, class) counts of train (first n_a rows) and the other split, per row of codes."""
+        off = np.arange(codes.shape[0])[:, None] * k
+        a = np.bincount((codes[:, :n_a] + off).ravel(), minlength=k * len(codes))
+        b = np.bincount((codes[:, n_a:] + off).ravel(), minlength=k * len(codes))
+        shape = (len(codes), len(contexts), len(labels))
+        return a.reshape(shape).astype(np.float64), b.reshape(shape).astype(np.float64)
 
-    p_s, pys, mass, dep_a, dep_b, cond, p_y = _figures(*tables(code))
+    f = {key: v[0] for key, v in _batch(*tables(code[None, :])).items()}
     rng = np.random.default_rng(0)  # fixed: the same rows always give the same thresholds
-    null = np.array([_figures(*tables(rng.permutation(code)))[0:6:5] for _ in range(PERMUTATIONS)])
-    q_s, q_c = (float(np.quantile(null[:, j], QUANTILE)) for j in (0, 1))
+    null = _batch(*tables(rng.permuted(np.tile(code, (PERMUTATIONS, 1)), axis=1)))
+    q_s, q_c = (float(np.quantile(null[key], QUANTILE)) for key in ("p_s", "conditional"))
+    p_s, cond = float(f["p_s"]), float(f["conditional"])
+    pys = None if np.isnan(f["p_y_given_s"]) else float(f["p_y_given_s"])
+    p_y, mass, dep_b = float(f["p_y"]), float(f["mass"]), float(f["dep_b"])
     return SplitShift(split=split, n=len(other), p_s_tv=_r(p_s), p_y_given_s_tv=_r(pys), shared_mass=_r(mass),
                       dependence=_r(dep_b), conditional=_r(cond), p_y_tv=_r(p_y), p_s_threshold=_r(max(FLOOR, q_s)),
                       conditional_threshold=_r(max(FLOOR, q_c)),
@@ -143,7 +149,7 @@ def _dependence(rows: Sequence[_RowLike]) -> float:
     s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
     for r in rows:
         t[s_idx[r.context], y_idx[r.label]] += 1
-    return _figures(t, t)[3]
+    return float(_batch(t, t)["dep_a"])
 
 
 __all__ = ["FLOOR", "PERMUTATIONS", "RULE", "measure", "measure_split"]
