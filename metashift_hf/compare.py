@@ -165,6 +165,22 @@ def _plot(result: CompareResult, path: Path) -> bool:
     return True
 
 
+def method_hparams(hparams: Mapping[str, float], method: str, methods: Sequence[str]) -> dict[str, float]:
+    """``method``'s share of ``hparams``: keys ``method.name`` (e.g. ``groupdro.eta``) for one method, plain
+    ``name`` for every method (so it must be one of each method's)."""
+    out = {}
+    for key, value in hparams.items():
+        owner, sep, name = key.partition(".")
+        if not sep:
+            out[key] = value
+        elif owner not in methods:
+            raise UnknownNameError(f"hyper-parameter {key!r} names a method that is not compared",
+                                   f"prefix it with one of: {', '.join(methods)}")
+        elif owner == method:
+            out[name] = value
+    return out
+
+
 def _check_names(methods: Sequence[str], tasks: Sequence[str]) -> None:
     if not methods or not tasks:
         raise InputFormatError("experiment compare needs at least one method and one task",
@@ -190,7 +206,8 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
     if (artifact is None) == (source is None):
         raise InputFormatError("experiment compare: give either an artifact (--artifact) or the exported tasks "
                                "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
-    configs = {m: replace(config, method=m).resolved() for m in methods}  # every bad setting before any work
+    configs = {m: replace(config, method=m, hparams=method_hparams(config.hparams, m, methods)).resolved()
+               for m in methods}  # every bad setting before any work
     t0 = time.perf_counter()
     with claimed_dir(out, COMPARE_KIND, inputs=(artifact, images, source)) as folder:
         for t in tasks:
@@ -245,4 +262,4 @@ def _plot_atomic(result: CompareResult, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["run_compare", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]
+__all__ = ["run_compare", "method_hparams", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]

@@ -221,3 +221,13 @@ def test_config_file_round_trip(tmp_path):
     path.write_text("method = [\n")
     with pytest.raises(MetashiftError, match="TOML"):
         load_config(path)
+
+
+def test_compare_shares_hyper_parameters_by_method_prefix():
+    from metashift_hf.compare import method_hparams
+
+    hp = {"groupdro.eta": 0.05, "jtt.lambda_up": 20.0}
+    assert method_hparams(hp, "groupdro", ["erm", "groupdro", "jtt"]) == {"eta": 0.05}
+    assert method_hparams(hp, "erm", ["erm", "groupdro", "jtt"]) == {}
+    with pytest.raises(MetashiftError, match="not compared"):
+        method_hparams({"irm.lambda": 1.0}, "erm", ["erm"])

@@ -115,6 +115,19 @@ def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
     assert "random resized crop 224" in result.card["augmentation"]
 
 
+@pytest.mark.slow  # ~30 s each on 2 busy cores: whole-network passes at 224 px
+@pytest.mark.parametrize("method", ["coral", "jtt", "dfr"])
+def test_finetune_runs_the_staged_and_representation_algorithms(builder_world, tmp_path, method):
+    full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
+    small = replace(full, splits={s: rows[:4] + rows[-4:] for s, rows in full.splits.items()})
+    result = train(small, builder_world["artifact"].root, builder_world["folder"], tmp_path / "ft",
+                   TrainConfig(method=method, probe="finetune", epochs=2, batch_size=8), progress=False)
+    assert (tmp_path / "ft" / "seed-0" / "model.safetensors").is_file()
+    assert method not in ("jtt", "dfr") or method in result.runs[0].details
+    stages = {e["stage"] for e in result.runs[0].log}
+    assert stages == {"train": {"train"}, "jtt": {"jtt-identify", "jtt-upweight"}, "dfr": {"dfr-base", "dfr-last-layer"}}[method]
+
+
 def test_bad_training_options(builder_world, tmp_path):
     with pytest.raises(MetashiftError, match="method"):
         train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None, TrainConfig(method="sgd"),

@@ -27,7 +27,8 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
     p.add_argument("--sampling", choices=SAMPLINGS, default=None,
                    help="batches: shuffle (default), group-balanced, or domain-balanced (DomainBed's: each context evenly)")
     p.add_argument("--hparam", dest="hparams", action="append", default=[], metavar="NAME=VALUE",
-                   help="a hyper-parameter of the method, e.g. eta=0.05 (groupdro), lambda_up=20 (jtt); repeatable; "
+                   help="a hyper-parameter of the method, e.g. eta=0.05 (groupdro), lambda_up=20 (jtt); with several "
+                        "methods (compare) prefix it: groupdro.eta=0.05; repeatable; "
                         "defaults: " + "; ".join(f"{m} " + ", ".join(f"{k}={v:g}" for k, v in hp.items())
                                                   for m, hp in HPARAMS.items() if hp))
     p.add_argument("--backbone", choices=BACKBONES, default=None,
