@@ -82,7 +82,7 @@ def _shift(spec: ShiftSpec) -> str:
     return (f"{spec.shift_type} | {m.type} | {_f(t.p_s_tv)} | {_f(t.conditional)} (threshold {_f(t.conditional_threshold)})")
 
 
-def paper_tasks_block(art: Artifact) -> str:
+def paper_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     lines = ["| task | planned at | train / validation / test / id_test | d (code rule) | paper d | removed: ambiguous / "
              "leakage | declared | measured | P(S) TV | P(Y\\|S) shift |",
              "|---|---|---|---:|---:|---|---|---|---:|---|"]
@@ -95,7 +95,7 @@ def paper_tasks_block(art: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-def level_tasks_block(art: Artifact) -> str:
+def level_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     lines = ["| task | train / validation / test / id_test | d | declared | measured | P(S) TV | P(Y\\|S) shift | "
              "why they differ |", "|---|---|---:|---|---|---:|---|---|"]
     for tid in LEVEL_TASKS:
@@ -106,12 +106,13 @@ def level_tasks_block(art: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-def matched_tasks_block(art: Artifact) -> str:
-    """Matched tasks need `metashift-hf match`: run on a copy of the artifact (WordNet 3.0, offline)."""
+def matched_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+    """Matched tasks need `metashift-hf match`: run on a copy of the artifact (WordNet 3.0, offline;
+    ``wordnet_cache``: a cache folder to reuse, else a temporary one)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "artifact"
         shutil.copytree(art.root, root, ignore=shutil.ignore_patterns("match"))
-        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=Path(tmp) / "wordnet")
+        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=wordnet_cache or Path(tmp) / "wordnet")
         matched = Artifact.load(root)
         lines = ["| task | train / validation / test / id_test | d (paper rule; per class) | declared | measured | "
                  "P(S) TV | P(Y\\|S) shift |", "|---|---|---|---|---|---:|---|"]
@@ -123,7 +124,7 @@ def matched_tasks_block(art: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-def joint_delta0_block(art: Artifact) -> str:
+def joint_delta0_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     """Training images per (context, class) of the joint family's d0 level at delta = 0."""
     plan = tasks.plan_task("shift-joint-cat-dog-d0-delta00", art)
     counts: dict[str, dict[str, int]] = {}
@@ -134,7 +135,7 @@ def joint_delta0_block(art: Artifact) -> str:
     return f"`shift-joint-cat-dog-d0-delta00` trains on {cells}; its note: \"{plan.spec.measured.note}\".\n"
 
 
-def marginal_design_block(art: Artifact) -> str:
+def marginal_design_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     specs = [tasks.plan_task(f"shift-marginal-cat-dog-d{k}", art).spec for k in range(4)]
     fam = specs[0].family
     lines = [f"C_te = {{{', '.join(fam.test_contexts)}}}; per level (train / test images, images dropped for "
@@ -192,7 +193,7 @@ def _run_header(run: dict[str, Any]) -> str:
             f"{r['model_selection']}.")
 
 
-def paper_dg_block(art: Artifact) -> str:
+def paper_dg_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     run = _stored("paper-dg")
     if run is None:
         return "No stored run (`python scripts/docs_figures.py --write --results paper-dg=RUN/results.json`).\n"
@@ -206,7 +207,7 @@ def paper_dg_block(art: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paper_subpop_block(art: Artifact) -> str:
+def paper_subpop_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     run = _stored("paper-subpop")
     if run is None:
         return "No stored run (`python scripts/docs_figures.py --write --results paper-subpop=RUN/results.json`).\n"
@@ -220,7 +221,7 @@ def paper_subpop_block(art: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-BLOCKS: dict[str, tuple[str, Callable[[Artifact], str]]] = {
+BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
     "paper-tasks-demo": ("docs/tasks.md", paper_tasks_block),
     "level-tasks-demo": ("docs/tasks.md", level_tasks_block),
     "matched-tasks-demo": ("docs/tasks.md", matched_tasks_block),
@@ -232,7 +233,8 @@ BLOCKS: dict[str, tuple[str, Callable[[Artifact], str]]] = {
 RUNS = {"paper-dg-demo": "paper-dg", "paper-subpop-demo": "paper-subpop"}
 
 
-def stale(art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None) -> list[str]:
+def stale(art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None,
+          wordnet_cache: Path | None = None) -> list[str]:
     """Every block (and stored run) that differs from what the code makes now; empty when the docs are current.
     ``names``: only these blocks."""
     problems = []
@@ -246,7 +248,7 @@ def stale(art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None
         if len(blocks) != 1:
             problems.append(f"{doc}: block {name!r} appears {len(blocks)} times (expected once)")
             continue
-        want = make(art)
+        want = make(art, wordnet_cache)
         if blocks[0].group("body") != want:
             diff = "".join(difflib.unified_diff(blocks[0].group("body").splitlines(True), want.splitlines(True),
                                                 f"{doc} ({name})", "fresh run", n=0))
@@ -266,7 +268,7 @@ def write(art: Artifact, root: Path = ROOT) -> list[str]:
 
         def fill(m: re.Match) -> str:
             make = BLOCKS[m.group("name")][1] if m.group("name") in BLOCKS else None
-            return m.group(0) if make is None else m.group(1) + make(art) + m.group(4)
+            return m.group(0) if make is None else m.group(1) + make(art, None) + m.group(4)
 
         new = BLOCK.sub(fill, text)
         if new != text:
