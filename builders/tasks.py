@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import os
 import types
+import weakref
 import typing
 from abc import ABC, abstractmethod
 import math
@@ -283,7 +284,7 @@ class _PaperFamily(TaskFamily):
     def ids(self, artifact: Artifact) -> list[str]:
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             return []
-        return [i for i in paper_tasks.applicable(shifts.ArtifactSource(artifact)) if i in self.task_ids]
+        return [i for i in paper_tasks.applicable(artifact_source(artifact)) if i in self.task_ids]
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return paper_tasks.CLASSES
@@ -292,7 +293,7 @@ class _PaperFamily(TaskFamily):
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             raise UnknownNameError(f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
                                    "build the artifact from GQA scene graphs (or the demo world), which has both")
-        plan = paper_tasks.plan(task_id, shifts.ArtifactSource(artifact), seed=seed, scale=options.scale,
+        plan = paper_tasks.plan(task_id, artifact_source(artifact), seed=seed, scale=options.scale,
                                 overrides=_sizes(options))
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
@@ -325,14 +326,14 @@ class CocoSubpopFamily(TaskFamily):
         return task_id in coco_tasks.TASK_IDS
 
     def ids(self, artifact: Artifact) -> list[str]:
-        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(shifts.ArtifactSource(artifact)) else []
+        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(artifact_source(artifact)) else []
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return coco_tasks.CLASSES
 
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
         sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, _sizes(options))
-        plan = coco_tasks.plan(task_id, shifts.ArtifactSource(artifact), sizes=sizes, seed=seed)
+        plan = coco_tasks.plan(task_id, artifact_source(artifact), sizes=sizes, seed=seed)
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
@@ -416,7 +417,7 @@ class ClassFamily(TaskFamily):
         cls = class_of_task(task_id, artifact)
         if cls is None:
             raise unknown_task(task_id, artifact)
-        source = shifts.ArtifactSource(artifact)
+        source = artifact_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=_filters(options))
 
@@ -457,7 +458,7 @@ class CollectionFamily(TaskFamily):
             if "attributes" not in self.ids(artifact):
                 raise EmptyResultError(f"artifact {artifact.root} has no kept attribute subsets",
                                        "build with --include-attributes or from the attributes pickle")
-        source = shifts.ArtifactSource(artifact)
+        source = artifact_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
         filters = replace(_filters(options), selected_classes=options.selected_classes, attributes=options.attributes)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=filters)
@@ -467,11 +468,38 @@ def _match_dir(artifact: Artifact) -> Path:
     return Path(artifact.root) / "match"
 
 
+_SOURCES: "weakref.WeakKeyDictionary[Artifact, shifts.ArtifactSource]" = weakref.WeakKeyDictionary()
+
+
+def artifact_source(artifact: Artifact) -> shifts.ArtifactSource:
+    """One ArtifactSource per loaded Artifact: building it walks every candidate subset (~2 s at full
+    scale), and listing task ids asked for one per family (six), planning for one per task."""
+    source = _SOURCES.get(artifact)
+    if source is None:
+        source = _SOURCES[artifact] = shifts.ArtifactSource(artifact)
+    return source
+
+
+_REGISTRIES: "weakref.WeakKeyDictionary[Artifact, tuple[tuple, dict]]" = weakref.WeakKeyDictionary()
+
+
 def match_registry(artifact: Artifact) -> dict:
-    """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched)."""
-    if not (_match_dir(artifact) / _REGISTRY_FILE).is_file():
+    """task_id -> wordnet_match TaskEntry for ARTIFACT/match/ (empty when the artifact is not matched).
+
+    Read once per loaded Artifact (and again only when the file changes): every family's ``owns``
+    asks for it, so listing thousands of task ids used to read the parquet file once per id.
+    """
+    path = _match_dir(artifact) / _REGISTRY_FILE
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return {}
-    return {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))}
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    known = _REGISTRIES.get(artifact)
+    if known is None or known[0] != stamp:
+        known = (stamp, {t.task_id: t for t in wordnet_match.registry(_match_dir(artifact))})
+        _REGISTRIES[artifact] = known
+    return known[1]
 
 
 def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
@@ -532,7 +560,7 @@ class MatchedFamily(TaskFamily):
             raise EmptyResultError(f"task {task_id}: classes {missing} are not classes of {artifact.root}",
                                    f"re-run `metashift-hf match --artifact {artifact.root}` for this artifact")
         return shifts.community_shift(
-            task_id, shifts.ArtifactSource(artifact), classes=classes, sizes=options, seed=seed,
+            task_id, artifact_source(artifact), classes=classes, sizes=options, seed=seed,
             distance_fn=_community_distance(artifact), distance_rule="paper",
             subsets=_matched_subsets(artifact, entry),
             registry=RegistryFacts(
@@ -555,7 +583,7 @@ def _context_distance(artifact: Artifact):
 
 def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
     """Contexts kept for every class with an embedding in every class's meta-graph (distances exist)."""
-    sets = [{x for x in shifts.ArtifactSource(artifact).kept_contexts(c)
+    sets = [{x for x in artifact_source(artifact).kept_contexts(c)
              if artifact.embedding(str(SubsetName(c, x))) is not None} for c in classes]
     return sorted(set.intersection(*sets)) if sets else []
 
@@ -575,7 +603,7 @@ class ShiftFamily(TaskFamily):
         pair = self.listed_pair
         if not set(pair) <= set(artifact.classes()):
             return []
-        source = shifts.ArtifactSource(artifact)
+        source = artifact_source(artifact)
         o = levels.LevelSizes()
         shared = levels.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
         if len(shared) < o.test_contexts + o.levels * o.train_contexts:
@@ -587,7 +615,7 @@ class ShiftFamily(TaskFamily):
 
     def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> shifts.TaskPlan:
         classes = self.classes(artifact, task_id)
-        source = shifts.ArtifactSource(artifact)
+        source = artifact_source(artifact)
         shared = levels.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
         embedded = set(_embedded_contexts(artifact, classes))
         # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)

@@ -113,3 +113,19 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
     rc = main(["evaluate", "--model", "efficientnet-lite0", "--tasks", "all", "--save-logits",
                "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
     assert rc == 2 and "--save-logits applies to a single --task" in capsys.readouterr().err
+
+
+def test_match_registry_is_read_once_per_loaded_artifact(world, monkeypatch):
+    import metashift_hf.builders.tasks as tasks_mod
+    from metashift_hf.builders.artifact import Artifact
+
+    calls = []
+    real = tasks_mod.wordnet_match.registry
+    monkeypatch.setattr(tasks_mod.wordnet_match, "registry", lambda path: calls.append(path) or real(path))
+    art = Artifact.load(world / "artifact")
+    ids = tasks_mod.task_ids(art)
+    for t in ids:
+        tasks_mod.family_of(art, t)
+    assert "bin-cat-dog" in ids and len(calls) == 1  # was one read per task id (tasks list on a full-scale artifact: ~32 s)
+    tasks_mod.family_of(Artifact.load(world / "artifact"), "bin-cat-dog")
+    assert len(calls) == 2  # another Artifact object reads it again

@@ -61,15 +61,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
-def _other_task_ids(artifact: str | None) -> list[str]:
+def _other_task_ids(artifact: "str | Artifact | None") -> list[str]:
     """Non-registry task ids from metashift_hf.api.available_tasks, when an artifact is given."""
     if not artifact:
         return []
     return available_tasks(artifact)
 
 
-def _other_info(artifact: str, task_id: str):
-    art = Artifact.load(artifact)
+def _other_info(artifact: "str | Artifact", task_id: str):
+    art = Artifact.load(artifact)  # a loaded Artifact is used as is: run_list loads it once for every id
     return family_of(art, task_id).info(art, task_id)
 
 
@@ -136,10 +136,11 @@ def run_list(args: argparse.Namespace) -> int:
         rows.append((t.task_id, t.kind, _fmt_classes(t.classes), lca, _fmt_sim(t.path_similarity),
                      ",".join(map(str, t.n_subsets)), "" if t.available else "unavailable: " + t.reason))
     registry_ids = {t.task_id for t in tasks}
-    for task_id in _other_task_ids(args.artifact):
+    loaded = Artifact.load(args.artifact) if args.artifact else None
+    for task_id in _other_task_ids(loaded):
         if task_id in registry_ids:
             continue
-        info = _other_info(args.artifact, task_id)
+        info = _other_info(loaded, task_id)
         if (args.kind and info.kind != args.kind) or (args.class_name and args.class_name not in info.classes):
             continue
         rows.append((task_id, info.kind, _fmt_classes(info.classes), "-", "-", "-", ""))
@@ -150,7 +151,7 @@ def run_list(args: argparse.Namespace) -> int:
     sizes = args.sizes if args.sizes is not None else (bool(args.artifact) and len(rows) <= SIZES_AUTO_MAX)
     if sizes and not args.artifact:
         raise MetashiftError("--sizes needs the artifact", "pass --artifact ARTIFACT")
-    art = Artifact.load(args.artifact) if sizes else None
+    art = loaded if sizes else None
     table = [("ID", "KIND", "CLASSES", *([c for _, c in SPLIT_COLUMNS] if sizes else []), "LCA", "SIM", "SUBSETS", "STATUS")]
     for task_id, kind, classes, lca, sim, subsets, status in rows:
         counts: list[str] = []
