@@ -25,6 +25,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.fsutil import hash_file, sha256_file
 from metashift_hf.core.options import path as path_option
+from metashift_hf.core.provenance import SourceInfo
 
 from . import distances, metagraph
 from .build_options import BuildOptions
@@ -144,6 +145,8 @@ class Manifest:
     source: str = "custom"  # provenance (core.provenance); older artifacts did not record it
     synthetic: bool = False
     table_sha256: Mapping[str, str] | None = None  # per table file; older artifacts did not record it
+    # what the user said about user data (build --license/--source-name/--homepage); older artifacts: None
+    source_info: SourceInfo | None = None
 
     def to_dict(self) -> dict:
         return encode(self)
@@ -151,7 +154,9 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Any, where: str = "manifest.json") -> "Manifest":
         m = decode(cls, data, where, _REBUILD, defaults=True)
-        return dataclasses.replace(m, options=m.options.validate())
+        # source_info goes into cards: a hand-edited manifest gets the same checks as the build flags
+        return dataclasses.replace(m, options=m.options.validate(),
+                                   source_info=m.source_info.validate() if m.source_info is not None else None)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,14 @@ import pyarrow as pa
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file, write_parquet
-from metashift_hf.core.provenance import PROVENANCES, Provenance, demo_world_summary, is_synthetic
+from metashift_hf.core.provenance import (
+    PROVENANCES,
+    Provenance,
+    SourceInfo,
+    check_source_info,
+    demo_world_summary,
+    is_synthetic,
+)
 
 from . import artifact as art
 from . import distances, metagraph
@@ -166,6 +173,7 @@ def build_artifact(
     image_meta: pa.Table | Iterable[Mapping[str, Any]] | None = None,
     inputs: Sequence[Mapping[str, Any]] = (),
     source: Provenance = "custom",
+    source_info: SourceInfo | None = None,
     plots: bool = True,
     force: bool = False,
 ) -> "art.Artifact":
@@ -174,10 +182,12 @@ def build_artifact(
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
+    ``source_info``: the licence, name and homepage of user data (``source`` custom only).
     """
 
 
     options = options.validate()
+    source_info = check_source_info(source_info, source)
     clock = _Clock()
     candidates, rules = _apply_rules(candidates, options)
     logger.info(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
@@ -225,7 +235,8 @@ def build_artifact(
             tables=tuple(sorted(files)), content_hash=art.table_hash(tmp, files),
             # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
             table_sha256={f: sha256_file(tmp / f) for f in sorted(files)},
-            inputs=tuple(dict(i) for i in inputs), source=source, synthetic=is_synthetic(source))
+            inputs=tuple(dict(i) for i in inputs), source=source, synthetic=is_synthetic(source),
+            source_info=source_info)
         art.write_json(tmp / "manifest.json", manifest.to_dict())
         art.write_json(tmp / "stats.json", _stats(candidates, rules, class_rows, len(edges_t), options))
         logger.info(f"tables: written in {clock}")
@@ -250,6 +261,7 @@ def build_from_inputs(
     hf_dataset: MultiLabelDataset | None = None,
     options: BuildOptions = BuildOptions(),
     source: Provenance | None = None,
+    source_info: SourceInfo | None = None,
     plots: bool = True,
     workers: int = 1,
     force: bool = False,
@@ -264,13 +276,17 @@ def build_from_inputs(
     ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
     ``source`` is the provenance recorded in manifest.json (core.provenance); by default it is
     ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published`` /
-    ``coco`` / ``custom``.
+    ``coco`` / ``custom``. ``source_info`` (licence, name, homepage) describes user data: it needs
+    source ``custom`` (the default of ``tags`` and ``hf_dataset``).
     """
 
 
     options = options.validate()
     if source is not None and source not in PROVENANCES:
         raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
+    # before the (long) read: only user data takes a licence and origin from the user
+    check_source_info(source_info, source or ("custom" if tags or hf_dataset else "coco" if coco_annotations else
+                                              "published" if candidate_subsets or attributes_pickle else "gqa"))
     # before the (long) read: an --out that may not be replaced fails at once
     check_out(out, art.ARTIFACT_KIND, force=force,
               inputs=[*scene_graphs, candidate_subsets, attributes_pickle, *coco_annotations, tags])
@@ -352,4 +368,4 @@ def build_from_inputs(
         logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, plots=plots, force=force)
+                          source=source or default_source, source_info=source_info, plots=plots, force=force)

@@ -19,7 +19,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.names import SubsetName
+from metashift_hf.core.names import SubsetName, control_char, terminal_safe
 
 from .images import DatasetImages
 from .subsets import CandidateSubsets, _pairs_within_images
@@ -56,6 +56,13 @@ class TagTable:
                                    "'subject(context)' cannot hold", "rename such tags, e.g. replace '(' and ')' by '-'")
         image_vocab = pc.unique(img).sort()
         tag_vocab = pc.unique(tag).sort()
+        for t in tag_vocab.to_pylist():  # names are listed on terminals and written into cards
+            c = control_char(t)
+            if c is not None:
+                raise InputFormatError(f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
+                                       f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
+                                       "remove control characters from the tags (plain letters, digits, spaces and "
+                                       "punctuation only)")
         ic = pc.index_in(img, value_set=image_vocab).to_numpy(zero_copy_only=False).astype(np.int64)
         tc = pc.index_in(tag, value_set=tag_vocab).to_numpy(zero_copy_only=False).astype(np.int64)
         key = np.unique(ic * max(len(tag_vocab), 1) + tc)

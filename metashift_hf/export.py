@@ -13,9 +13,11 @@ The shard writer and repo layout are in :mod:`metashift_hf.shards`; the cards in
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .api import plan_all, prepare
 from .builders.artifact import Artifact
@@ -24,7 +26,7 @@ from .builders.spec import ShiftSpec
 from .cards import pictures
 from .cards import render as cards
 from .core.errors import InputFormatError, MetashiftError, UnknownNameError
-from .core.fsutil import atomic_dir, atomic_file, check_out, claim_dir
+from .core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -54,13 +56,15 @@ def repo_name_for(task_id: str, layout: str) -> str:
     return validate_repo_name(f"{REPO_PREFIX}{task_id}", "repo name for task")
 
 
-def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images, force: bool) -> Path:
-    """The export folder, ours; every repo folder it will write checked before any is written."""
-    out = claim_dir(out_dir, EXPORT_KIND, inputs=[art.root, images])
-    names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
-    for name in names:
-        check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
-    return out
+@contextlib.contextmanager
+def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images, force: bool) -> Iterator[Path]:
+    """The export folder, ours; every repo folder it will write checked before any is written. A
+    failed export leaves no folder (nor marker) it made behind (core.fsutil.claimed_dir)."""
+    with claimed_dir(out_dir, EXPORT_KIND, inputs=[art.root, images]) as out:
+        names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
+        for name in names:
+            check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
+        yield out
 
 
 def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
@@ -88,7 +92,12 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         validate_card_names(p.spec, p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
-    out_dir = _claim_out(out_dir, ids, layout, art, images, force)
+    with _claim_out(out_dir, ids, layout, art, images, force) as out_dir:
+        return _write_repos(prepared, art, out_dir, ids, layout, namespace, force)
+
+
+def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], layout: str, namespace: str | None,
+                 force: bool) -> list[ExportedRepo]:
 
     def load_target(repo: str) -> str:
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
@@ -172,11 +181,11 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
 
     art = Artifact.load(artifact)
-    _claim_out(out_dir, tasks, layout, art, images, force)  # before the (long) preparation
-    per_task = task_overrides or {}
-    plan_all(tasks, art, seed=seed, task_overrides=per_task, **overrides)  # every task plans before any is built
-    prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
-    return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
+    with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
+        per_task = task_overrides or {}
+        plan_all(tasks, art, seed=seed, task_overrides=per_task, **overrides)  # every task plans before any is built
+        prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
+        return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from .core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from .core.fsutil import atomic_file, human_size, sha256_file
+from .core.fsutil import FileKind, atomic_out_file, check_out_file, human_size, sha256_file
 from .core.paths import cache_root, default_cache_dir
 from .core.sources import (
     DEFAULT_ORDER,
@@ -49,6 +49,8 @@ MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
 logger = logging.getLogger(__name__)
 FORMAT = "metashift-hf-data-manifest"
 FORMAT_VERSION = 1
+# how a manifest of ours is recognised before it is replaced (core.fsutil): save() writes sorted keys, indent 2
+MANIFEST_FILE = FileKind("metashift-hf data manifest", b'{\n  "format": "' + FORMAT.encode() + b'",')
 ROLES: tuple[str, ...] = DEFAULT_ORDER
 SOURCES = ("gqa", "published")
 
@@ -90,10 +92,18 @@ class DataManifest:
         self.entries: dict[str, dict[str, Any]] = dict(entries or {})
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None) -> "DataManifest":
+    def load(cls, path: str | os.PathLike | None = None, *, for_writing: bool = False) -> "DataManifest":
+        """The manifest at ``path``; ``for_writing``: first refuse (before any work) a path that
+        :meth:`save` may not write: a link, a folder, a device or FIFO, or a file that is not a data
+        manifest of ours (core.fsutil.check_out_file)."""
         p = Path(path).expanduser() if path is not None else default_manifest_path()
+        if for_writing:
+            check_out_file(p, MANIFEST_FILE, force=True, flag="--manifest")
         if not p.exists():
             return cls(p)
+        if not p.is_file():  # reading a FIFO would wait forever, a device has no manifest
+            raise InputFormatError(f"data manifest {p} is not a regular file",
+                                   "point --manifest / $" + MANIFEST_ENV + " at the manifest file (or a new path)")
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -115,7 +125,8 @@ class DataManifest:
     def save(self) -> None:
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION,
                "inputs": {k: self.entries[k] for k in sorted(self.entries)}}
-        with atomic_file(self.path, "w") as f:
+        # the manifest is the tool's own record, updated in place: ours is replaced without --force
+        with atomic_out_file(self.path, MANIFEST_FILE, force=True, flag="--manifest") as f:
             json.dump(doc, f, indent=2, sort_keys=True)
             f.write("\n")
 

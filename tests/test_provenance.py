@@ -107,7 +107,7 @@ def test_cards_say_synthetic_at_the_top_and_claim_no_visual_genome_licence(synth
 
 
 def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
-    art = build_tiny_artifact(tmp_path / "artifact")  # source "custom"
+    art = build_tiny_artifact(tmp_path / "artifact")  # source "published"
     art.manifest = dataclasses.replace(art.manifest, source="gqa")
     art.provenance = "gqa"
     images = sample_jpegs(tmp_path / "images")

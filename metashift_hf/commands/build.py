@@ -11,7 +11,7 @@ from metashift_hf.builders.scene_graphs import default_workers
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.options import positive_int
-from metashift_hf.core.provenance import PROVENANCES, describe, is_demo_world_summary
+from metashift_hf.core.provenance import PROVENANCES, SourceInfo, describe, is_demo_world_summary
 from metashift_hf.manifest import resolve_build_inputs
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,12 @@ def register(subparsers) -> None:
                           "(default: demo when the scene graphs are listed by a demo_world.json beside them, "
                           "else gqa for scene graphs, published for pickles; synthetic/demo data cannot be "
                           "published without --allow-synthetic)")
+    own = p.add_argument_group("user data (--tags, --hf-dataset, --provenance custom): stored in manifest.json, "
+                               "stated on every card")
+    own.add_argument("--license", metavar="ID", help="the Hub licence id of the data, e.g. cc-by-4.0 (without it "
+                     "cards claim no licence and `publish` refuses the export)")
+    own.add_argument("--source-name", metavar="TEXT", help="what the data is called, in plain words (shown as its origin)")
+    own.add_argument("--homepage", metavar="URL", help="http(s) page that describes the data")
     p.add_argument("--out", required=True, metavar="ARTIFACT",
                    help="artifact folder to write: new, empty, or an earlier artifact with --force (written atomically)")
     p.add_argument("--force", action="store_true", help="replace an earlier artifact in --out (nothing else is ever replaced)")
@@ -124,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         attributes_pickle=args.attributes_pickle, coco_annotations=args.coco_annotations, tags=args.tags,
         hf_dataset=hf, options=options, plots=not args.no_plots,
         source=args.provenance,
+        source_info=SourceInfo(license=args.license, name=args.source_name, homepage=args.homepage),
         workers=default_workers() if args.workers is None else args.workers, force=args.force,
     )
     s = artifact.stats
@@ -135,4 +142,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  embeddings: {status}")
     print(f"  content hash: {artifact.content_hash[:16]}")
     print(f"  provenance: {artifact.provenance} ({describe(artifact.provenance)})")
+    if artifact.provenance == "custom":
+        info = artifact.manifest.source_info or SourceInfo()
+        print(f"  licence: {info.license or 'none given (cards claim none; publish refuses: pass --license ID)'}")
     return 0

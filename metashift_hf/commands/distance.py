@@ -10,8 +10,8 @@ import numpy as np
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.distances import RULE_HELP, DistanceMatrix
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.core.fsutil import atomic_file
-from metashift_hf.core.names import SubsetName
+from metashift_hf.core.fsutil import FileKind, atomic_out_file, check_out_file
+from metashift_hf.core.names import SubsetName, terminal_safe
 
 
 def register(subparsers) -> None:
@@ -29,19 +29,30 @@ def register(subparsers) -> None:
     p.add_argument("b", nargs="?", help="subset name of the same subject")
     p.add_argument("--class", dest="subject", metavar="C", help="class whose whole matrix --matrix prints")
     p.add_argument("--matrix", action="store_true", help="every pair of the class's kept subsets, with rule and status")
-    p.add_argument("--out", metavar="FILE", help="write the --matrix CSV to FILE instead of printing it")
+    p.add_argument("--out", metavar="FILE", help="write the --matrix CSV to FILE instead of printing it (printed names have control "
+                   "characters escaped; the file keeps them): a new file, "
+                   "or an earlier matrix CSV with --force (never a link, device, FIFO or folder)")
+    p.add_argument("--force", action="store_true", help="replace a matrix CSV an earlier --out wrote (nothing else is "
+                   "ever replaced)")
     p.add_argument("--value", action="store_true",
                    help="print only 'NUMBER (rule)' or 'disconnected' (for scripts) instead of the sentence")
     p.set_defaults(func=run)
 
 
-def matrix_csv(m: DistanceMatrix) -> str:
-    """One row per unordered pair: source, target, distance ('' when disconnected), rule, status."""
+MATRIX_HEADER = ("source", "target", "distance", "rule", "status")
+# how an earlier --out of ours is recognised (core.fsutil): the file begins with the exact header line
+MATRIX_CSV = FileKind("distance matrix CSV", (",".join(MATRIX_HEADER) + "\n").encode())
+
+
+def matrix_csv(m: DistanceMatrix, *, terminal: bool = False) -> str:
+    """One row per unordered pair: source, target, distance ('' when disconnected), rule, status.
+    ``terminal``: names with control characters escaped (core.names.terminal_safe), for printing."""
+    name = terminal_safe if terminal else str
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["source", "target", "distance", "rule", "status"])
+    w.writerow(MATRIX_HEADER)
     for a, b, d in m.pairs():
-        w.writerow([a, b, "" if d.value is None else repr(d.value), d.rule or "", d.status])
+        w.writerow([name(a), name(b), "" if d.value is None else repr(d.value), d.rule or "", d.status])
     return buf.getvalue()
 
 
@@ -50,40 +61,45 @@ def run(args: argparse.Namespace) -> int:
         if not args.subject or args.a or args.b:
             raise InputFormatError("--matrix needs --class C and no subset names",
                                    "run metashift-hf distance --artifact ARTIFACT --class dog --matrix [--out FILE]")
+        if args.out:  # before the artifact is read
+            check_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,))
         artifact = Artifact.load(args.artifact)
         m = artifact.distance_matrix(args.subject)
-        text = matrix_csv(m)
-        if args.out:
-            with atomic_file(args.out, "w") as f:
-                f.write(text)
+        if args.out:  # the file keeps the names as they are; the terminal gets them escaped
+            with atomic_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,)) as f:
+                f.write(matrix_csv(m))
             covered, total = m.coverage()
-            print(f"wrote {total} pairs of {args.subject!r} to {args.out} ({covered} with a number, "
-                  f"{total - covered} disconnected)")
+            print(terminal_safe(f"wrote {total} pairs of {args.subject!r} to {args.out} ({covered} with a number, "
+                                f"{total - covered} disconnected)"))
         else:
-            print(text, end="")
+            print(matrix_csv(m, terminal=True), end="")
         return 0
-    if not (args.a and args.b) or args.subject or args.out:
+    if args.out or args.force:
+        raise InputFormatError("--out (and --force) write the matrix CSV of one class: they need --class C --matrix",
+                               "run metashift-hf distance --artifact ARTIFACT --class dog --matrix --out FILE, "
+                               "or drop --out to print the distance of two subsets")
+    if not (args.a and args.b) or args.subject:
         raise InputFormatError("give two subset names, or --class C --matrix",
                                "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)'")
     artifact = Artifact.load(args.artifact)
     d = artifact.distance(args.a, args.b)
     if args.value:
-        print(d)
+        print(terminal_safe(d))
         return 0
     subject = SubsetName.parse(args.a).subject
     if d.value is None:
-        print(f"{args.a} and {args.b} are disconnected: no path joins them in the meta-graph of class {subject!r}, "
-              "so no distance is defined (a lower --edge-threshold at build joins more subsets)")
+        print(terminal_safe(f"{args.a} and {args.b} are disconnected: no path joins them in the meta-graph of class "
+                            f"{subject!r}, so no distance is defined (a lower --edge-threshold at build joins more subsets)"))
         return 0
-    print(f"d({args.a}, {args.b}) = {d.value:.3f}")
-    print(f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, whose edges "
-          f"join subsets sharing images (overlap >= {artifact.options.edge_threshold}); 0 = same place, "
-          "larger = more different contexts.")
+    print(terminal_safe(f"d({args.a}, {args.b}) = {d.value:.3f}"))
+    print(terminal_safe(f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, "
+                        f"whose edges join subsets sharing images (overlap >= {artifact.options.edge_threshold}); "
+                        "0 = same place, larger = more different contexts."))
     m = artifact.distance_matrix(subject)
     upper = m.values[np.triu_indices(len(m.names), 1)]
     pairs = upper[np.isfinite(upper)]
     if len(pairs):
-        print(f"  for scale: the {len(pairs):,} connected pairs of {subject!r} range from {pairs.min():.3f} to "
-              f"{pairs.max():.3f} (median {np.median(pairs):.3f}); this pair is farther apart than "
-              f"{float((pairs < d.value).mean()):.0%} of them.")
+        print(terminal_safe(f"  for scale: the {len(pairs):,} connected pairs of {subject!r} range from {pairs.min():.3f} "
+                            f"to {pairs.max():.3f} (median {np.median(pairs):.3f}); this pair is farther apart than "
+                            f"{float((pairs < d.value).mean()):.0%} of them."))
     return 0

@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    man = DataManifest.load(args.manifest)
+    man = DataManifest.load(args.manifest, for_writing=not args.status)  # a path save() may not write: refused now
     if args.status:
         return _status(man)
     if args.register:

@@ -19,6 +19,7 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.options import seed
+from metashift_hf.core.names import terminal_safe
 from metashift_hf.specs import shift_spec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
@@ -163,6 +164,7 @@ def run_list(args: argparse.Namespace) -> int:
                 counts = ["-"] * len(SPLIT_COLUMNS)
         # Without --sizes nothing was planned: claim no "ok" for a task that may not plan at default sizes.
         table.append((task_id, kind, classes, *counts, lca, sim, subsets, status or ("ok" if sizes else "-")))
+    table = [[terminal_safe(c) for c in r] for r in table]  # class names from the data: escaped, never acted on
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -219,8 +221,8 @@ def _show_exported(args: argparse.Namespace) -> int:
         print(json.dumps({"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
                          indent=2, sort_keys=True, default=str))
         return 0
-    print(f"task {spec.task_id} (from {args.task_id}): classes {', '.join(spec.classes)}")
-    print("\n".join(spec_summary(spec)))
+    print(terminal_safe(f"task {spec.task_id} (from {args.task_id}): classes {', '.join(spec.classes)}"))
+    print("\n".join(terminal_safe(line) for line in spec_summary(spec)))
     print(f"whole spec: metashift-hf tasks show {args.task_id} --json")
     return 0
 
@@ -252,13 +254,13 @@ def run_show(args: argparse.Namespace) -> int:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))
         return 0
-    print(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}")
+    print(terminal_safe(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}"))
     if entry is not None:
         print(f"wordnet:  lowest common ancestor {entry.lca_name} at depth {entry.lca_depth}; "
               f"path similarity {_fmt_sim(entry.path_similarity)}")
     if spec is None:
         print("(pass --artifact ARTIFACT for its splits, groups and shift)")
         return 0
-    print("\n".join(spec_summary(spec)))
+    print("\n".join(terminal_safe(line) for line in spec_summary(spec)))
     print(f"whole spec: metashift-hf tasks show {args.task_id} --artifact ARTIFACT --json")
     return 0

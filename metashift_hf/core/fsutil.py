@@ -5,6 +5,13 @@ command replaces only a folder that holds its own kind's marker, and only when t
 it never replaces a folder that holds one of its inputs, the current folder, or anything else that
 is not empty. Temporary folders carry the marker too, so a run killed half-way leaves a folder the
 next run of the same kind recognises as ours and removes.
+
+A single file named by the user (``distance --matrix --out FILE``, ``download --manifest FILE``) goes
+through :func:`atomic_out_file`: it is written only where nothing exists yet, or over a regular file
+of the same :class:`FileKind` with ``force``. A file is recognised as ours by its content signature
+(the bytes every file of that kind begins with, e.g. a CSV's exact header), so no marker file is left
+beside the user's output and a copied or renamed output stays recognisable. Nothing is ever written
+through or over a symbolic link, a device, a FIFO, a socket or a folder, for files and folders alike.
 """
 from __future__ import annotations
 
@@ -14,9 +21,11 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import MetashiftError
 
@@ -114,10 +123,14 @@ def check_out(final: str | os.PathLike, kind: str, *, force: bool = False,
     Allowed: an absent or empty folder, or (with ``force``) a folder holding our ``kind`` marker.
     Refused always: a file, the current folder or one of its parents, a folder holding an input.
     """
-    final = Path(final).expanduser().resolve()
+    given = Path(final).expanduser()
+    if given.is_symlink():  # resolving would write wherever the link points
+        raise OutputExistsError(f"{flag} {given} is a symbolic link",
+                                f"name a real folder for {flag} (metashift-hf never writes through or over a link)")
+    final = given.resolve()
     where = f"{flag} {final}"
     if final.exists() and not final.is_dir():
-        raise OutputExistsError(f"{where} is a file, not a folder", f"name a new folder for {flag}")
+        raise OutputExistsError(f"{where} is {_what(final)}, not a folder", f"name a new folder for {flag}")
     if _is_within(Path.cwd().resolve(), final):
         raise OutputExistsError(f"{where} is the current folder (or holds it)", f"name a new sub-folder for {flag}, e.g. {flag} out")
     for inp in inputs:
@@ -149,11 +162,8 @@ def claim_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os
     It must be new, empty, or already a ``kind`` container of ours; what is inside is replaced
     only by atomic_dir's own rules.
     """
-    path = Path(folder).expanduser().resolve()
-    if read_marker(path) is None or read_marker(path)["kind"] != kind:
-        check_out(path, kind, inputs=inputs, flag=flag)
-    else:
-        check_out(path, kind, force=True, inputs=inputs, flag=flag)
+    given = Path(folder).expanduser()
+    path = check_out(given, kind, force=_is_ours(given, kind), inputs=inputs, flag=flag)
     try:
         path.mkdir(parents=True, exist_ok=True)
         if read_marker(path) is None:
@@ -163,8 +173,52 @@ def claim_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os
     return path
 
 
+@contextlib.contextmanager
+def claimed_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (),
+                flag: str = "--out") -> Iterator[Path]:
+    """:func:`claim_dir` for a run that may fail: when the run fails while the folder holds nothing
+    but our marker, a folder this call created is removed and a marker it wrote into an empty
+    folder is deleted again (no empty or marked-but-empty --out is left)."""
+    given = Path(folder).expanduser()
+    created = not given.exists() and not given.is_symlink()
+    marked = _is_ours(given, kind)
+    path = claim_dir(given, kind, inputs=inputs, flag=flag)
+    try:
+        yield path
+    except BaseException:
+        if not marked and _holds_only_marker(path, kind):
+            if created:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                (path / MARKER).unlink(missing_ok=True)
+        raise
+
+
+def _is_ours(folder: Path, kind: str) -> bool:
+    mark = read_marker(folder) if folder.is_dir() and not folder.is_symlink() else None
+    return mark is not None and mark["kind"] == kind
+
+
+def _holds_only_marker(folder: Path, kind: str) -> bool:
+    try:
+        return _is_ours(folder, kind) and [p.name for p in folder.iterdir()] == [MARKER]
+    except OSError:
+        return False
+
+
 def _a(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+_TYPES = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _what(path: str | os.PathLike, st: os.stat_result | None = None) -> str:
+    """What is at ``path`` (the name itself, links not followed), for messages."""
+    mode = (st or os.lstat(path)).st_mode
+    return next((name for test, name in _TYPES if test(mode)), "a special file")
 
 
 def clean_stale(final: Path) -> list[Path]:
@@ -236,10 +290,11 @@ def atomic_dir(final: str | os.PathLike, *, kind: str = "output", force: bool = 
 
 
 @contextlib.contextmanager
-def atomic_file(final: str | os.PathLike, mode: str = "wb") -> Iterator:
+def atomic_file(final: str | os.PathLike, mode: str = "wb", *, verify: Callable[[Path], None] | None = None) -> Iterator:
     """Open a temporary sibling file for writing; rename it over ``final`` only on success.
 
-    The file gets the umask's permissions (mkstemp alone would leave it 0600).
+    The file gets the umask's permissions (mkstemp alone would leave it 0600). ``verify(temp path)``
+    runs on the complete file just before the rename; raising there keeps ``final`` untouched.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -250,8 +305,98 @@ def atomic_file(final: str | os.PathLike, mode: str = "wb") -> Iterator:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        if verify is not None:
+            verify(Path(tmp))
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------
+# single-file outputs named by the user
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileKind:
+    """A kind of single-file output: ``name`` for messages, ``signature`` = the bytes every file of
+    this kind begins with (how an earlier output of ours is recognised; :func:`atomic_out_file`
+    checks that what it wrote begins with them)."""
+
+    name: str
+    signature: bytes
+
+
+def _begins_with(path: Path, signature: bytes) -> bool:
+    """Whether the regular file at ``path`` begins with ``signature`` (never follows a link nor blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and f.read(len(signature)) == signature
+
+
+def check_out_file(path: str | os.PathLike, kind: FileKind, *, force: bool = False,
+                   inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Path:
+    """Refuse a file output this command may not write; return its absolute path (links not resolved).
+
+    Allowed: a path where nothing exists (its folder is made), or (with ``force``) a regular file
+    that begins with ``kind``'s signature. Refused always: a symbolic link (even a dangling one), a
+    folder, a device, a FIFO or a socket, a path inside or equal to one of ``inputs``. Nothing is
+    opened but a regular file's first bytes, so a device or FIFO is refused before any I/O on it.
+    Call it before long work; :func:`atomic_out_file` calls it again before writing.
+    """
+    final = Path(os.path.abspath(Path(path).expanduser()))
+    where = f"{flag} {final}"
+    try:
+        st = os.lstat(final)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # e.g. a parent that is a file (ENOTDIR) or unreadable
+        raise OutputExistsError(f"cannot use {where}: {os.strerror(exc.errno)}", f"name a new file in a folder you can write for {flag}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = _what(final, st)
+        fix = {"a folder": f"name a file for {flag}, e.g. {flag} {final / 'out.csv'} (a folder is never replaced by a file)",
+               "a symbolic link": f"name a regular file or a new path for {flag} (metashift-hf never writes through or over a link)"}
+        raise OutputExistsError(f"{where} is {what}, not a regular file",
+                                fix.get(what, f"name a regular file or a new path for {flag} (devices, FIFOs and sockets are never written)"))
+    real = final.parent.resolve() / final.name  # the folder's links resolved, the name itself not followed
+    for inp in inputs:
+        if not isinstance(inp, (str, os.PathLike)):  # None, or an object already loaded (an Artifact)
+            continue
+        if _is_within(real, Path(inp).expanduser().resolve()):
+            raise OutputExistsError(f"{where} is (or is inside) this command's input {Path(inp)}",
+                                    f"write {flag} somewhere else: an input is never written into")
+    if st is None:
+        return final
+    if not _begins_with(final, kind.signature):
+        raise OutputExistsError(f"{where} exists and was not written by metashift-hf (it is not {_a(kind.name)})",
+                                f"name a new file for {flag} (nothing there is replaced)")
+    if not force:
+        raise OutputExistsError(f"{where} already holds {_a(kind.name)} from an earlier run",
+                                "pass --force to replace it, or name a new file")
+    return final
+
+
+@contextlib.contextmanager
+def atomic_out_file(path: str | os.PathLike, kind: FileKind, *, force: bool = False, mode: str = "w",
+                    inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Iterator:
+    """Open a temporary sibling of the user-named file ``path``; on success it replaces ``path`` in
+    one rename. ``path`` is checked first and again just before the rename (:func:`check_out_file`);
+    the content must begin with ``kind.signature``. On any exception nothing is left behind.
+    """
+    final = check_out_file(path, kind, force=force, inputs=inputs, flag=flag)
+
+    def verify(tmp: Path) -> None:
+        if not _begins_with(tmp, kind.signature):
+            raise AssertionError(f"a {kind.name} must begin with {kind.signature!r} (core.fsutil.FileKind)")
+        check_out_file(final, kind, force=force, inputs=inputs, flag=flag)  # nothing else appeared meanwhile
+
+    try:
+        with atomic_file(final, mode, verify=verify) as f:
+            yield f
+    except OSError as exc:
+        if write_error(exc, final) is not None:
+            raise write_error(exc, final) from None
         raise

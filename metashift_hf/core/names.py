@@ -1,4 +1,5 @@
-"""Subset names: the one grammar for ``subject(context)``, parsed and formatted by :class:`SubsetName`."""
+"""Subset names: the one grammar for ``subject(context)``, parsed and formatted by :class:`SubsetName`;
+and the one rule for showing names on a terminal (:func:`terminal_safe`)."""
 from __future__ import annotations
 
 import re
@@ -69,3 +70,26 @@ def id_slug(name: str) -> str:
     """A name as it appears inside a task id: characters the Hub refuses in config and folder names
     (spaces, apostrophes, ...) become ``_``, so ``living room`` gives ``class-living_room``."""
     return _UNSAFE.sub("_", name)
+
+
+# Characters a terminal acts on instead of showing: C0/C1 controls and DEL (escape sequences, carriage
+# return, newline), the line/paragraph separators, and the bidirectional overrides that reorder text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def control_char(text: str) -> str | None:
+    """The first control character in ``text`` (see :func:`terminal_safe`), or None."""
+    m = _CONTROL.search(text)
+    return m.group(0) if m else None
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal_safe(text: object) -> str:
+    """``text`` for a terminal: every control character written as an escape (``\\x1b``, ``\\n``
+    as ``\\x0a``, ``\\u202e``), so a name can neither move the cursor, recolour nor split a line.
+    Every name a listing command prints goes through it; files (CSV, JSON) keep names as they are."""
+    return _CONTROL.sub(_escape, str(text))

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence, get_args
+
+from .errors import InputFormatError
+from .names import control_char
 
 Provenance = Literal["gqa", "published", "coco", "demo", "synthetic", "custom"]
 PROVENANCES: tuple[str, ...] = get_args(Provenance)
@@ -20,8 +25,61 @@ DESCRIPTIONS = {
     "coco": "MS-COCO object annotations (instances_*.json) and COCO images",
     "demo": "the seeded metashift-hf demo world: drawn shapes, not photographs",
     "synthetic": "synthetic scene graphs/images, not Visual Genome",
-    "custom": "user-supplied inputs of unknown origin",
+    "custom": "user-supplied data (a tags table, a Hub dataset or other inputs; licence and origin as the builder gave them)",
 }
+
+# Hub licence ids (https://huggingface.co/docs/hub/repositories-licenses): lowercase, e.g. cc-by-4.0, mit, other
+_LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
+# Card text is Markdown: a source name holds no markup (tags, table pipes, links, code, emphasis)
+_MARKUP = re.compile(r"[<>|\[\]`*\\&]")
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/?=&%+,;:@!$-]*)?")
+_SOURCE_FLAGS = "--license, --source-name and --homepage"
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the builder of an artifact from user data (source ``custom``) says about that data:
+    ``build --license ID --source-name TEXT --homepage URL``. Cards state it (and claim no licence
+    without it); ``publish`` refuses a custom export without a licence. Stored in manifest.json."""
+
+    license: str | None = None  # a Hub licence id
+    name: str | None = None  # what the data is called, e.g. "Open Images V7 (a 5k-image sample)"
+    homepage: str | None = None  # where it is described (http/https)
+
+    def validate(self) -> "SourceInfo":
+        if self.license is not None and not (isinstance(self.license, str) and _LICENSE_ID.fullmatch(self.license)):
+            raise InputFormatError(f"--license {self.license!r} is not a Hub licence id",
+                                   "use the id the Hub lists for your data's licence, in lowercase, e.g. --license "
+                                   "cc-by-4.0, mit, odc-by or other")
+        if self.name is not None:
+            bad = control_char(self.name) if isinstance(self.name, str) else None
+            markup = _MARKUP.search(self.name) if isinstance(self.name, str) else None
+            if not isinstance(self.name, str) or not self.name.strip() or self.name != self.name.strip() \
+                    or len(self.name) > 120 or bad or markup:
+                raise InputFormatError(f"--source-name {str(self.name)[:60]!r} is not a plain one-line name of at most "
+                                       "120 characters (no control characters or Markdown/HTML markup)",
+                                       "name the data in plain words, e.g. --source-name 'Open Images V7 sample'")
+        if self.homepage is not None and not (isinstance(self.homepage, str) and len(self.homepage) <= 300
+                                              and _URL.fullmatch(self.homepage)):
+            raise InputFormatError(f"--homepage {str(self.homepage)[:80]!r} is not an http(s) address",
+                                   "give the page that describes the data, e.g. --homepage https://example.org/data")
+        return self
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.license, self.name, self.homepage))
+
+
+def check_source_info(info: SourceInfo | None, provenance: str | None) -> SourceInfo | None:
+    """``info`` validated for an artifact of ``provenance``; only user data (``custom``) takes it,
+    since every other source's licence and origin are known (cards state them)."""
+    if not info:
+        return None
+    if provenance != "custom":
+        raise InputFormatError(f"{_SOURCE_FLAGS} describe user data (source custom); this build's source is "
+                               f"{provenance}, whose licence and origin are known",
+                               "drop them, or build from --tags / --hf-dataset (or pass --provenance custom)")
+    return info.validate()
+
 
 # The demo world writes this summary beside its scene graphs (metashift_hf.demo_world).
 DEMO_WORLD_SUMMARY = "demo_world.json"
