@@ -146,3 +146,64 @@ def test_allocator_setting_is_recorded():
     assert runtime_card()["allocator"]["libc"] == card["libc"]
     if card["libc"].startswith("glibc") and "reason" not in card:
         assert card["applied"] and card["settings"]["M_MMAP_MAX"] == 0
+
+
+class _Tiny1k:
+    """A tiny 1,000-class convnet factory for the stand-in torchvision/timm modules below."""
+
+    @staticmethod
+    def make():
+        import torch
+
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(4, 1000))
+
+
+def _stand_in(monkeypatch, name: str, **attrs):
+    """A module under ``name`` in sys.modules (torchvision/timm are not installable with the CPU torch here)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    monkeypatch.setitem(sys.modules, name, mod)
+    return mod
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+def test_torchvision_and_timm_glue_with_stand_in_modules(monkeypatch, tmp_path):
+    """Our loaders against the documented torchvision/timm calls: cache-only weights, their transforms, checksums."""
+    import types
+
+    import torch
+
+    url = "https://download.pytorch.org/models/tiny-123.pth"
+    tfm = types.SimpleNamespace(resize_size=[40], crop_size=[32], interpolation=types.SimpleNamespace(value="bilinear"),
+                                mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    weights = types.SimpleNamespace(url=url, transforms=lambda: tfm, meta={"categories": ["x"] * 1000})
+    models = types.SimpleNamespace(get_model_weights=lambda n: types.SimpleNamespace(DEFAULT=weights),
+                                   get_model=lambda n: _Tiny1k.make())
+    _stand_in(monkeypatch, "torchvision", models=models)
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # timm_model sets it; restored after the test
+    with pytest.raises(Exception, match="not cached"):
+        load_model("torchvision:tiny")
+    (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
+    torch.save(_Tiny1k.make().state_dict(), tmp_path / "hub" / "checkpoints" / "tiny-123.pth")
+    tv = load_model("torchvision:tiny")
+    assert tv.preprocessing.crop == 32 and tv.preprocessing.interpolation == "bilinear" and tv.labels.is_imagenet_1k
+    assert tv.logits([np.zeros((3, 32, 32), np.float32)] * 2).shape == (2, 1000)
+
+    data = types.SimpleNamespace(resolve_data_config=lambda cfg, model: {"input_size": (3, 32, 32), "crop_pct": 0.8,
+                                                                          "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3})
+    tiny = _Tiny1k.make()
+    tiny.num_classes = 1000
+    _stand_in(monkeypatch, "timm", create_model=lambda n, pretrained: tiny)
+    _stand_in(monkeypatch, "timm.data", **vars(data))
+    tm = load_model("timm:tiny")
+    assert tm.preprocessing.resize == 40 and len(tm.weights_sha256) == 64 and tm.card()["kind"] == "timm"
+    np.testing.assert_array_equal(tm.logits([np.ones((3, 32, 32), np.float32)]), tv.logits([np.ones((3, 32, 32), np.float32)]))
