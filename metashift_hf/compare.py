@@ -91,41 +91,58 @@ class CompareResult:
     out: Path | None = None
 
     def summary_frame(self) -> pd.DataFrame:
-        """Mean and std (ddof 1) across seeds per task, method and metric."""
-        t = self.table.dropna(subset=["value"])
-        g = t.groupby(["task", "method", "selection", "metric"], sort=False)["value"]
-        return g.agg(mean="mean", std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
+        return summary_frame(self.table)
+
+    def header(self) -> str:
+        return header(self.config.probe, self.card["backbone"]["name"], sorted(set(self.table["seed"])), self.methods,
+                      self.card["selection"])
 
     def markdown(self) -> str:
-        summ = self.summary_frame()
-        seeds = sorted(set(self.table["seed"]))
-        lines = ["# Method comparison", "",
-                 f"{self.config.probe} probe on {self.card['backbone']['name']}, seeds {', '.join(map(str, seeds))}; "
-                 "mean ± std across seeds (ddof 1). Each method keeps the epoch its selection rule prefers:", ""]
-        for m in self.methods:
-            sel = self.card["selection"][m]
-            lines.append(f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[sel]}")
-        lines += ["", "Paper: the MetaShift paper's published figure (Liang & Zou 2022, Table 2: ERM, ResNet-50 "
-                      "fine-tuned on the GQA images) where it has one; ours differ in backbone, data and selection, so "
-                      "compare the shape, not the digits.", ""]
-        for metric in ("worst_group", "average"):
-            lines += [f"## {metric.replace('_', '-')} accuracy ({METRICS[metric]})", "",
-                      "| task | " + " | ".join(self.methods) + " |", "|---|" + "---:|" * len(self.methods)]
-            for task in self.tasks:
-                cells = []
-                for m in self.methods:
-                    row = summ[(summ.task == task) & (summ.method == m) & (summ.metric == metric)]
-                    cell = "-" if row.empty else _pm(row.iloc[0]["mean"], row.iloc[0]["std"])
-                    paper = paper_figure(task, m, metric)
-                    if paper is not None:
-                        cell += f" (paper {100 * paper:.1f}%)"
-                    if self.card["selection"][m] == "oracle":
-                        cell += " ORACLE"
-                    cells.append(cell)
-                lines.append(f"| {task} | " + " | ".join(cells) + " |")
-            lines.append("")
-        lines += ["Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<method>/.", ""]
-        return "\n".join(lines)
+        return "\n".join(["# Method comparison", "", self.header(), "",
+                          results_tables(self.table, self.methods, self.tasks, self.card["selection"]),
+                          "Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<method>/.", ""])
+
+
+def summary_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std (ddof 1) across seeds per task, method and metric of a results.csv table."""
+    t = table.dropna(subset=["value"])
+    g = t.groupby(["task", "method", "selection", "metric"], sort=False)["value"]
+    return g.agg(mean="mean", std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
+
+
+def header(probe: str, backbone: str, seeds: Sequence[int], methods: Sequence[str], selection: Mapping[str, str]) -> str:
+    """What a comparison ran: probe, backbone, seeds, each method's selection rule, what the paper column is."""
+    lines = [f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; mean ± std across seeds (ddof 1). "
+             "Each method keeps the epoch its selection rule prefers:", ""]
+    lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
+    lines += ["", "paper: the MetaShift paper's published figure (Liang & Zou 2022, Table 2: ERM, a whole network "
+                  "trained on the GQA photographs) where it has one; ours differ in backbone, data and selection, so "
+                  "compare the shape, not the digits."]
+    return "\n".join(lines)
+
+
+def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], selection: Mapping[str, str],
+                   metrics: Sequence[str] = ("worst_group", "average")) -> str:
+    """One markdown table per metric: a row per task, a column per method, mean ± std and the paper's figure."""
+    summ = summary_frame(table)
+    lines: list[str] = []
+    for metric in metrics:
+        lines += [f"**{metric.replace('_', '-')} accuracy** ({METRICS[metric]})", "",
+                  "| task | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
+        for task in tasks:
+            cells = []
+            for m in methods:
+                row = summ[(summ.task == task) & (summ.method == m) & (summ.metric == metric)]
+                cell = "-" if row.empty else _pm(row.iloc[0]["mean"], row.iloc[0]["std"])
+                paper = paper_figure(task, m, metric)
+                if paper is not None:
+                    cell += f" (paper: {100 * paper:.1f}%)"
+                if selection[m] == "oracle":
+                    cell += " ORACLE"
+                cells.append(cell)
+            lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _pm(mean: float, std: float) -> str:
@@ -145,14 +162,20 @@ def _plot(result: CompareResult, path: Path) -> bool:
     summ = summ[summ.metric == "worst_group"]
     n_m = len(result.methods)
     width = 0.8 / n_m
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(result.tasks) * n_m * 0.5 + 2), 3.8), dpi=120)
+    fig, ax = plt.subplots(figsize=(min(12.0, 2 + len(result.tasks) * (0.5 + 0.12 * n_m)), 4.2), dpi=120)
     xs = np.arange(len(result.tasks))
     for j, m in enumerate(result.methods):
         vals = [summ[(summ.task == t) & (summ.method == m)] for t in result.tasks]
         ys = [100 * v.iloc[0]["mean"] if not v.empty else np.nan for v in vals]
         err = [100 * (0 if v.empty or np.isnan(v.iloc[0]["std"]) else v.iloc[0]["std"]) for v in vals]
         label = m + (" (oracle)" if result.card["selection"][m] == "oracle" else "")
-        ax.bar(xs + (j - (n_m - 1) / 2) * width, ys, width, yerr=err, capsize=2, label=label)
+        pos = xs + (j - (n_m - 1) / 2) * width
+        ax.bar(pos, ys, width, yerr=err, capsize=2, label=label)
+        paper = [(x, paper_figure(t, m, "worst_group")) for x, t in zip(pos, result.tasks)]
+        paper = [(x, 100 * v) for x, v in paper if v is not None]
+        if paper:
+            ax.scatter(*zip(*paper), marker="_", s=120, color="black", zorder=3,
+                       label=f"paper: {m} (Table 2)")
     ax.set_xticks(xs, [t.replace("paper-", "") for t in result.tasks], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("worst-group accuracy (%)")
     ax.set_ylim(0, 100)
@@ -240,6 +263,8 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
                 "selection": {m: configs[m].select for m in methods}, "sampling": first.sampling,
                 "algorithms": {m: asdict(algorithm_info(m, configs[m].hparams)) for m in methods},
                 "task_sources": {t: d.where for t, d in data.items()},
+                "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
+                "config": {k: v for k, v in asdict(first).items() if k not in ("method", "select", "hparams")},
                 "features": {f"{t}/{m}": r.card["features"] for (t, m), r in results.items()},
                 "seconds": round(time.perf_counter() - t0, 3)}
         result = CompareResult(methods, tasks, table, first, card, folder)
@@ -262,4 +287,4 @@ def _plot_atomic(result: CompareResult, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["run_compare", "method_hparams", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]
+__all__ = ["run_compare", "method_hparams", "summary_frame", "header", "results_tables", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]

@@ -221,6 +221,32 @@ def paper_subpop_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+    """The method x task tables of a stored `experiment compare` run (docs/figures/compare-demo.csv + .json)."""
+    import pandas as pd  # only this block reads a CSV
+
+    from metashift_hf.compare import header, results_tables
+
+    csv, meta = FIGURES / "compare-demo.csv", FIGURES / "compare-demo.json"
+    if not (csv.is_file() and meta.is_file()):
+        return "No stored run (`python scripts/docs_figures.py --write --results compare=RUN_FOLDER`).\n"
+    m = json.loads(meta.read_text())
+    table = pd.read_csv(csv)
+    return (header(m["probe"], m["backbone"]["name"], m["seeds"], m["methods"], m["selection"]) + "\n\n"
+            + results_tables(table, m["methods"], m["tasks"], m["selection"]))
+
+
+def store_compare(folder: Path) -> Path:
+    """Keep a comparison's results.csv and what it ran (compare.json without timings and cache paths)."""
+    card = json.loads((folder / "compare.json").read_text())
+    FIGURES.mkdir(exist_ok=True)
+    shutil.copyfile(folder / "results.csv", FIGURES / "compare-demo.csv")
+    keep = {k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "algorithms")}
+    out = FIGURES / "compare-demo.json"
+    out.write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
+    return out
+
+
 BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
     "paper-tasks-demo": ("docs/tasks.md", paper_tasks_block),
     "level-tasks-demo": ("docs/tasks.md", level_tasks_block),
@@ -229,6 +255,7 @@ BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
     "marginal-design-demo": ("docs/experiments.md", marginal_design_block),
     "paper-dg-demo": ("docs/evaluate.md", paper_dg_block),
     "paper-subpop-demo": ("docs/evaluate.md", paper_subpop_block),
+    "compare-demo": ("docs/evaluate.md", compare_block),
 }
 RUNS = {"paper-dg-demo": "paper-dg", "paper-subpop-demo": "paper-subpop"}
 
@@ -300,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for item in args.results:
         name, _, path = item.partition("=")
-        print(f"stored {store_run(name, Path(path))}")
+        print(f"stored {store_compare(Path(path)) if name == 'compare' else store_run(name, Path(path))}")
     with tempfile.TemporaryDirectory() as tmp:
         art = Artifact.load(args.artifact) if args.artifact else demo_artifact(Path(tmp))
         if args.check:

@@ -44,7 +44,7 @@ def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_p
     ok = table.dropna(subset=["ci_low"])
     assert ((ok.ci_low <= ok.value + 1e-12) & (ok.value <= ok.ci_high + 1e-12)).all()
     md = (out / "results.md").read_text()
-    assert "paper 71.5%" in md and "paper 70.1%" in md  # Table 2's ERM worst-group beside ours (p12, p6)
+    assert "paper: 71.5%" in md and "paper: 70.1%" in md  # Table 2's ERM worst-group beside ours (p12, p6)
     assert (out / "compare.png").stat().st_size > 0 or importlib.util.find_spec("matplotlib") is None
     # the features were computed once and shared by every method and task
     card = json.loads((out / "compare.json").read_text())
