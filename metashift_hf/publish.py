@@ -231,8 +231,8 @@ _FIX_LICENSE = ("rebuild the artifact with the data's licence: `metashift-hf bui
 
 
 def _refuse_unlicensed(what: str) -> None:
-    raise MetashiftError(f"{what} was built from user data (source custom) with no licence, so its cards state none "
-                         "and the Hub would show it unlicensed", _FIX_LICENSE)
+    raise MetashiftError(f"{what} states no licence (user data, source custom, built without --license), so the Hub "
+                         "would show it unlicensed", _FIX_LICENSE)
 
 
 def has_license(repo_dir: Path) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 from metashift_hf import cli
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
+from metashift_hf.core.provenance import SourceInfo
 
 
 def small_subsets() -> dict[str, set[str]]:
@@ -28,9 +29,11 @@ def write_candidate_pickle(path: Path) -> Path:
 
 
 def tiny_artifact(out: Path):
-    """A real artifact folder (no plots) in well under a second."""
+    """A real artifact folder (no plots) in well under a second: user data (source custom) whose
+    builder gave a licence, so publish takes it (tests/test_hardening_provenance.py: without one)."""
     subsets = {k: sorted(v) for k, v in small_subsets().items()}
-    return build_artifact(CandidateSubsets.from_dict(subsets), out, BuildOptions(), plots=False)
+    return build_artifact(CandidateSubsets.from_dict(subsets), out, BuildOptions(), plots=False,
+                          source_info=SourceInfo(license="cc-by-4.0"))
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

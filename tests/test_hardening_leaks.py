@@ -24,6 +24,7 @@ from metashift_hf.shards import repo_files
 
 TOKEN = "hf_SecretToken1234567890abcdef"
 README = """---
+license: cc-by-4.0
 configs:
 - config_name: t
   default: true
