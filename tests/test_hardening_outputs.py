@@ -53,6 +53,8 @@ def _folder_commands(i) -> dict[str, list]:
         "experiment ood-levels": ["experiment", "ood-levels", "--artifact", art, "--images", i["no_images"]],
         "experiment clustered": ["experiment", "clustered", "--artifact", art, "--images", i["no_images"]],
         "experiment conflicts": ["experiment", "conflicts", "--artifact", art, "--images", i["no_images"]],
+        "experiment compare": ["experiment", "compare", "--methods", "erm", "--tasks", "paper-dg-cat-dog-1",
+                               "--artifact", art, "--images", i["no_images"]],
         "export": ["export", "paper-dg-cat-dog-1", "--artifact", art, "--images", i["images"]],
         "publish": ["publish", "paper-dg-cat-dog-1", "--artifact", art, "--images", i["images"], "--namespace", "me",
                     "--dry-run"],
@@ -112,7 +114,8 @@ NEEDLES = {"symlink": "symbolic link", "dangling-symlink": "symbolic link", "fif
 def test_folder_commands_refuse_links_fifos_and_foreign_folders(inputs, tmp_path, capsys, command, case):
     out = _place(tmp_path, case, folder=True)
     before = _snapshot(tmp_path)
-    for extra in ([], ["--force"]) if command != "demo" else ([],):  # the demo has no --force (it owns its folder)
+    # the demo owns its folder and compare adds runs to its own: neither has --force
+    for extra in ([], ["--force"]) if command not in ("demo", "experiment compare") else ([],):
         code, _, err = run_cli(capsys, *_folder_commands(inputs)[command], "--out", out, *extra)
         assert_one_line_error(code, err, "--out", NEEDLES[case] or "not written by metashift-hf")
     assert _snapshot(tmp_path) == before  # nothing written, through the link or beside it
