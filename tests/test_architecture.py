@@ -43,7 +43,7 @@ def test_wheel_puts_nothing_generic_at_the_top(site):
     for sub in ("builders", "wordnet_match", "cards", "core"):
         assert (pkg / sub / "__init__.py").is_file(), sub
     assert sorted(p.name for p in (pkg / "cards" / "templates").glob("*.md")) == [
-        "about.md", "index_card.md", "task_card.md", "task_section.md"]
+        "about.md", "citation_coco.md", "citation_vg.md", "index_card.md", "task_card.md", "task_section.md"]
 
 
 def test_import_linter_contracts_hold(site, tmp_path):
