@@ -23,13 +23,14 @@ import numpy as np
 
 from metashift_hf.builders.images import ImageSource, open_images
 
-from .core.errors import UnknownNameError
+from .core.errors import MetashiftError, UnknownNameError
 from .core.fsutil import atomic_file
 from .core.paths import cache_root
-from .models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, require_torch
+from .models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, require_torch
 from .evaluate.predict import map_batches
 
-BACKBONES = ("efficientnet-lite0",)
+BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
+BACKBONE_FORMS = "efficientnet-lite0 | torchvision:NAME | timm:NAME (or a Classifier from metashift_hf.models)"
 FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled head output (the input of its ImageNet classifier)
 FEATURE_FORMAT = 1  # bump when what is stored changes
 
@@ -40,35 +41,77 @@ class Backbone:
 
     name: str
     classifier: Classifier
-    preprocessing: Preprocessing
+    preprocessing: Preprocessing | None  # None: the classifier's own (a registry model)
     key: str  # sha256 of weights + preprocessing + feature format
+    dim: int = FEATURE_DIM
+    head: Any = None  # a registry model's last Linear layer: its input is the feature (None: Lite0's pool)
 
     @property
     def weights_sha256(self) -> str | None:
         return self.classifier.weights_sha256
 
     def card(self) -> dict[str, Any]:
+        prep = self.preprocessing.as_dict() if self.preprocessing is not None else self.classifier.preprocessing_card()
+        how = ("global average pool of the last convolution (extract_features), BatchNorm folded" if self.head is None
+               else "the input of the model's last Linear layer (its penultimate layer), taken by a forward hook")
         return {"name": self.name, "weights_sha256": self.weights_sha256, "feature_key": self.key,
-                "feature_dim": FEATURE_DIM, "preprocessing": self.preprocessing.as_dict(),
-                "features": "global average pool of the last convolution (extract_features), BatchNorm folded"}
+                "feature_dim": self.dim, "preprocessing": prep, "features": how}
+
+    def prepare(self, data: bytes) -> Any:
+        return self.preprocessing(data) if self.preprocessing is not None else self.classifier.prepare(data)
 
     def embed(self, prepared: list) -> np.ndarray:
-        """Preprocessed images -> (n, FEATURE_DIM) float32 pooled features."""
+        """Preprocessed images -> (n, dim) float32 features."""
         torch = require_torch()
         model = self.classifier.forward
-        batch = torch.from_numpy(np.stack(prepared)).to(self.classifier.device).contiguous(memory_format=torch.channels_last)
-        with torch.inference_mode():
-            return model.extract_features(batch).mean(dim=(2, 3)).float().cpu().numpy()
+        batch = torch.from_numpy(np.stack([np.asarray(p) for p in prepared])).to(self.classifier.device)
+        if self.head is None:
+            with torch.inference_mode():
+                return model.extract_features(batch.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3)).float().cpu().numpy()
+        seen: list = []
+        hook = self.head.register_forward_pre_hook(lambda _m, inputs: seen.append(inputs[0].detach()))
+        try:
+            with torch.inference_mode():
+                model(batch.to(next(model.parameters()).dtype))
+        finally:
+            hook.remove()
+        return seen[-1].reshape(len(prepared), -1).float().cpu().numpy()
 
 
-def load_backbone(name: str = "efficientnet-lite0", *, image_size: int | None = None, device: str = "cpu") -> Backbone:
-    """The backbone with its standard preprocessing, or centre crops of ``image_size`` pixels.
+def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
+    """Any model of the evaluation registry whose forward is a torch module: features are the input of its
+    last Linear layer (the penultimate layer of a classifier: ResNet's pool, ViT's CLS token, ...)."""
+    torch = require_torch()
+    clf = load_model(spec, device)
+    module = clf.forward
+    heads = [m for m in module.modules() if isinstance(m, torch.nn.Linear)] if isinstance(module, torch.nn.Module) else []
+    if not heads or clf.weights_sha256 is None:
+        raise MetashiftError(f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
+                             "to take penultimate features from",
+                             f"use {BACKBONE_FORMS}; hf: models are not exposed as modules by the registry yet")
+    digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": clf.preprocessing_card(),
+                                        "format": FEATURE_FORMAT, "name": clf.name, "layer": "last-linear-input"},
+                                       sort_keys=True, default=str).encode()).hexdigest()
+    return Backbone(clf.name, clf, None, digest, int(heads[-1].in_features), heads[-1])
+
+
+def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size: int | None = None,
+                  device: str = "cpu") -> Backbone:
+    """The backbone with its standard preprocessing, or centre crops of ``image_size`` pixels (Lite0).
 
     A smaller ``image_size`` suits small images (the demo world's are 96-128 px): the network is fully
     convolutional with a global pool, and upsampling such images to 224 adds no information.
+    ``name``: ``efficientnet-lite0`` (the offline default), another model of the evaluation registry
+    (``torchvision:NAME``, ``timm:NAME``) or a loaded ``metashift_hf.models`` Classifier (``from_module``):
+    its features are the input of its last Linear layer, with the model's own preprocessing.
     """
-    if name not in BACKBONES:
-        raise UnknownNameError(f"unknown backbone {name!r}", f"use one of: {', '.join(BACKBONES)}")
+    if not isinstance(name, str) or name not in BACKBONES:
+        if not isinstance(name, (str, Classifier)) or (isinstance(name, str) and ":" not in name):
+            raise UnknownNameError(f"unknown backbone {name!r}", f"use one of: {BACKBONE_FORMS}")
+        if image_size is not None:
+            raise UnknownNameError(f"--image-size applies to efficientnet-lite0, not to the backbone {name}",
+                                   "drop --image-size (the model's own preprocessing is used)")
+        return _registry_backbone(name, device)
     clf = efficientnet_lite0(device)
     prep = clf.preprocessing
     if image_size is not None and image_size != prep.crop:
@@ -88,7 +131,7 @@ class FeatureSet:
     """Features for ``image_ids`` in that order, and how many came from the cache."""
 
     image_ids: tuple[str, ...]
-    features: np.ndarray  # float32 (n, FEATURE_DIM)
+    features: np.ndarray  # float32 (n, backbone.dim)
     backbone: Backbone
     computed: int
     cached: int
@@ -127,15 +170,15 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
     if todo:
         source = open_images(images)
         source.resolve(todo, "error", verify=False)  # every missing image named before any work
-        new = map_batches(bb.preprocessing, bb.embed, todo, source.read, width=FEATURE_DIM, batch_size=batch_size,
+        new = map_batches(bb.prepare, bb.embed, todo, source.read, width=bb.dim, batch_size=batch_size,
                           workers=workers, progress=progress, desc=f"features {bb.name}")
         name = hashlib.sha256("\n".join(todo).encode()).hexdigest()[:16]
         with atomic_file(folder / f"shard-{name}.npz") as f:
             np.savez(f, image_ids=np.array(todo, dtype=str), features=new)
         cached.update(zip(todo, new))
-    feats = np.stack([cached[i] for i in ids]) if ids else np.zeros((0, FEATURE_DIM), np.float32)
+    feats = np.stack([cached[i] for i in ids]) if ids else np.zeros((0, bb.dim), np.float32)
     return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), len(ids) - len(todo),
                       time.perf_counter() - t0, folder)
 
 
-__all__ = ["Backbone", "FeatureSet", "load_backbone", "image_features", "feature_cache_dir", "BACKBONES"]
+__all__ = ["Backbone", "FeatureSet", "load_backbone", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]

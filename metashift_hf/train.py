@@ -81,7 +81,7 @@ class TrainConfig:
     select: str | None = None  # average | worst-group | oracle; None: the method's default (algorithms)
     sampling: str = "shuffle"  # shuffle | group-balanced | domain-balanced (DomainBed's)
     hparams: Mapping[str, float] = field(default_factory=dict)  # overrides of algorithms.HPARAMS[method]
-    backbone: str = "efficientnet-lite0"  # features.BACKBONES
+    backbone: str = "efficientnet-lite0"  # or a registry model: features.BACKBONE_FORMS
 
     @property
     def seed_list(self) -> tuple[int, ...]:
@@ -102,6 +102,9 @@ class TrainConfig:
             raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
         if not isinstance(self.device, str) or not self.device:
             raise opt.OptionError(f"device {self.device!r} is not a device name", "use cpu, cuda or cuda:N")
+        if self.probe == "finetune" and self.backbone != "efficientnet-lite0":
+            raise UnknownNameError(f"fine-tuning supports the efficientnet-lite0 backbone, not {self.backbone!r}",
+                                   "use --probe linear with another backbone, or drop --backbone")
         epochs, lr, bs = DEFAULTS[self.probe]
         # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
         return replace(self, seeds=parse_seeds(self.seeds), select=self.select or info.default_selection,
@@ -365,6 +368,14 @@ def _earlier_run(out: "str | os.PathLike") -> dict[str, Any] | None:
     return json.loads(card.read_text())
 
 
+def check_train_out(out: "str | os.PathLike", *, force: bool = False, inputs: Sequence[Any] = ()) -> bool:
+    """Check ``out`` before any work (core.fsutil.check_out); an earlier training run there is allowed
+    without ``force`` (its seeds are merged). True when ``out`` holds such a run."""
+    merging = not force and _earlier_run(out) is not None
+    check_out(out, TRAIN_KIND, force=force or merging, inputs=[i for i in inputs if i is not None])
+    return merging
+
+
 def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_dir, progress: bool):
     """The linear probe on cached features, or the network to fine-tune; plus the feature-cache figures."""
     if cfg.probe == "linear":
@@ -414,7 +425,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     earlier_card = _earlier_run(out) if out is not None and not force else None
     merging = earlier_card is not None
     if out is not None:  # before any training: a refused --out costs nothing
-        check_out(out, TRAIN_KIND, force=force or merging, inputs=[artifact, images, task if isinstance(task, str) else None])
+        check_train_out(out, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
     cfg = config.resolved()
     t0 = time.perf_counter()
     source = open_task(task, artifact=artifact, images=images, seed=seed, options=overrides)
@@ -508,5 +519,5 @@ def _classes(r: SeedRun) -> list[str]:
     return list(r.scores.classes)
 
 
-__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "parse_seeds", "config_toml", "load_config",
+__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "parse_seeds", "check_train_out", "config_toml", "load_config",
            "METHODS", "PROBES", "CONFIG_KEYS"]

