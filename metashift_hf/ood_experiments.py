@@ -203,7 +203,8 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
               "levels": rows, "curves": summaries, "agreement": agreement,
               "family": next(iter(plans.values())).spec.to_dict()["family"],
               "factor": {tid: p.spec.to_dict()["factor"] for tid, p in list(plans.items())[:1]},
-              "model_selection": "each run keeps the epoch with the best ID validation accuracy (metashift_hf.train)"}
+              "model_selection": "each run keeps the epoch its method's selection rule prefers (validation average; "
+                                 "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.algorithms)"}
     with _out(out, force, artifact, images) as tmp:
         table.to_csv(tmp / "levels.csv", index=False)
         _write_json(tmp / "results.json", result)
