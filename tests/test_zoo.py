@@ -77,6 +77,7 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     assert "module:tiny1" in md and "Worst context" in md
     card = json.loads((tmp_path / "zoo" / "zoo.json").read_text())
     assert card["images"] == distinct and card["runtime"]["allocator"]["libc"]
+    assert (tmp_path / "zoo" / "leaderboard.png").is_file() or card["picture"].startswith("not drawn")
 
     seen.clear()
     again = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", force=True, **kw)

@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, help=f"images per forward pass (default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                   help="parallel workers: here threads that decode/preprocess images (default min(4, CPUs))")
+                   help="parallel workers: here threads that decode/preprocess images (default: the cores torch's threads leave free, at least 1)")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="score at most N images per split, stratified by class (each class keeps its share), "
                         "drawn with --seed (a quick look; intervals widen)")
