@@ -625,7 +625,7 @@ def _card(data, body: str) -> str:
 def recommended_metric(info: TaskInfo) -> str:
     """How to score and report this task, by shift type (what `metashift-hf score` computes)."""
     kind = info.spec.shift_type
-    if info.spec.registry is not None:
+    if getattr(info.spec, "registry", None) is not None:
         return ("Report **accuracy per class and per context with 95% intervals, the worst context and the context bugs** "
                 "of pretrained ImageNet-1k classifiers (top-1 counted correct when it lies under the class's matched "
                 "WordNet synset, or restricted to the task's classes), as `metashift-hf evaluate` computes them.")
@@ -646,6 +646,14 @@ def recommended_metric(info: TaskInfo) -> str:
 def _example(info: TaskInfo) -> str:
     row = {"image": "<PIL.Image: the original JPEG>", **info.example}
     return "```python\n{\n" + "\n".join(f"    {k!r}: {v!r}," for k, v in row.items()) + "\n}\n```"
+
+
+def _opening(spec: ShiftSpec, provenance: str | None, source_info: SourceInfo | None) -> str:
+    """The card's first lines: the task in one sentence, then where the data comes from; a warning that the
+    data is not MetaShift (synthetic or user data) goes above even that sentence."""
+    banner, sentence = provenance_banner(provenance, source_info), first_sentence(spec)
+    warning = is_synthetic(provenance) or provenance == "custom"
+    return f"{banner}\n\n{sentence}" if warning else f"{sentence}\n\n{banner}"
 
 
 def first_sentence(spec: ShiftSpec) -> str:
@@ -678,7 +686,7 @@ groups = ev.grouping("group", split="train")  # integer group ids (and their nam
 def usage(info: TaskInfo) -> str:
     """Commands that run as written with only this package and this repo (tests run them verbatim)."""
     task = f"{shlex.quote(info.repo_id)} --config {info.task_id}"
-    if info.spec.registry is not None:  # matched to ImageNet-1k: what a pretrained classifier gets right
+    if getattr(info.spec, "registry", None) is not None:  # matched to ImageNet-1k: what a pretrained classifier gets right
         return ("Evaluate a pretrained ImageNet-1k classifier (`--model efficientnet-lite0`, whose weights ship with "
                 "the package, or another model of the registry: docs/evaluate.md): accuracy per class and per context "
                 "with intervals, worst context and context bugs:\n\n"
@@ -696,8 +704,8 @@ def render_task_card(info: TaskInfo, configs) -> str:
     provenance = info.build.get("artifact_source")
     source_info = info.build.get("artifact_source_info")
     body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id,
-                   provenance=provenance_banner(provenance, source_info),
-                   first_sentence=first_sentence(info.spec), metric=recommended_metric(info), usage=usage(info),
+                   opening=_opening(info.spec, provenance, source_info), metric=recommended_metric(info),
+                   usage=usage(info),
                    example=_example(info),
                    personal=personal_information(provenance, source_info),
                    # the page title already names the task: no second "Task `ID`" heading

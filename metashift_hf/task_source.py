@@ -188,7 +188,8 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
                                "drop --artifact: the dataset carries its rows and shift spec")
     dd, where, form = task_dataset(task, config=config, revision=revision)
     spec = task.spec if isinstance(task, PreparedTask) else spec_of_dataset(dd)
-    refuse_planning_options(spec, where, seed, options, images)
+    # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
+    refuse_planning_options(spec, where, seed, options, images if form in ("folder", "hub") else None)
     return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd)
 
 

@@ -124,6 +124,16 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
         run([*cli, "experiment", "paper-subpop", "--from", NS, "--seeds", "1", "--epochs", "2", "--image-size", "32",
              "--cache-dir", str(cache), "--out", str(o / "experiment")], env, tmp_path)
     assert (o / "experiment" / "results.md").is_file()
-    for name in ("score/per_group.csv", "eval/per_group.csv", "train/seed-0/predictions.csv", "bugs/bugs.json"):
+    for name in ("score/per_group.csv", "train/seed-0/predictions.csv", "train/scores.json"):
         texts = {form: (tmp_path / form / name).read_text() for form in ("artifact", "folder", "hub")}
         assert texts["artifact"] == texts["folder"] == texts["hub"], name
+    # a context subset's community and meta-graph distance need the artifact: the rest is the same
+    meta = ["community", "distance_to_largest_community"]
+    evals = {}
+    for form in ("artifact", "folder", "hub"):
+        groups = pd.read_csv(tmp_path / form / "eval" / "per_group.csv")
+        evals[form] = groups[groups["level"] != "community"].drop(columns=meta, errors="ignore").reset_index(drop=True)
+    assert evals["artifact"].equals(evals["folder"]) and evals["folder"].equals(evals["hub"])
+    bugs = {form: json.loads((tmp_path / form / "bugs" / "bugs.json").read_text()) for form in ("artifact", "folder", "hub")}
+    for form, report in bugs.items():
+        assert report["n_tests"] == bugs["artifact"]["n_tests"] and report["n_bugs"] == bugs["artifact"]["n_bugs"], form

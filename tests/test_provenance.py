@@ -114,7 +114,9 @@ def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")
     text = (repo.path / "README.md").read_text()
     body = text.split("---\n", 2)[2]
-    assert body.lstrip().split("\n\n")[1].startswith("> Provenance: built from GQA scene graphs")
+    # the task in one sentence opens the card (issue 19), where the data comes from right after it
+    opening = body.lstrip().split("\n\n")
+    assert opening[1].startswith("**Train on ") and opening[2].startswith("> Provenance: built from GQA scene graphs")
     assert "YFCC100M" in body and "MS-COCO" in body and "CC BY 4.0" in body
     assert "| `image_id` | string | GQA / Visual Genome image id |" in body
 

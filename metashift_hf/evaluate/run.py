@@ -68,12 +68,12 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
                                **dict(options or {}))
         return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
     if isinstance(task, TaskData):
-        dd, where = task.dataset, task.where
+        dd, where, form = task.dataset, task.where, task.form
     else:
-        dd, where, _ = task_dataset(task, config=config, revision=revision)
+        dd, where, form = task_dataset(task, config=config, revision=revision)
     spec = spec_of_dataset(dd) if carries_spec(dd) else None
-    if spec is not None:
-        refuse_planning_options(spec, where, None, options, images)
+    if spec is not None:  # a loaded object may come with its images; a folder or repo id never needs them
+        refuse_planning_options(spec, where, None, options, images if form in ("folder", "hub") else None)
     return (spec.task_id if spec else "custom", spec) + _from_dataset(dd)
 
 
