@@ -1,6 +1,7 @@
 """The zoo: several models over several tasks, each (model, image) run once, logits cached, a leaderboard."""
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -130,3 +131,25 @@ def test_match_registry_is_read_once_per_loaded_artifact(world, monkeypatch):
     assert "bin-cat-dog" in ids and len(calls) == 1  # was one read per task id (tasks list on a full-scale artifact: ~32 s)
     tasks_mod.family_of(Artifact.load(world / "artifact"), "bin-cat-dog")
     assert len(calls) == 2  # another Artifact object reads it again
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed (extra 'hf')")
+def test_cli_hf_folder_logits_equal_the_model_called_directly(world, tmp_path, capsys):
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoModelForImageClassification, ResNetConfig, ResNetForImageClassification, ViTImageProcessor
+
+    torch.manual_seed(1)
+    folder = tmp_path / "tiny-hf"
+    ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    rc = main(["evaluate", "--model", f"hf:{folder}", "--task", "bin-cat-dog", "--artifact", str(world / "artifact"),
+               "--images", str(world / "images"), "--out", str(tmp_path / "ev"), "--save-logits", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    got = pd.read_parquet(tmp_path / "ev" / "logits.parquet")
+    model = AutoModelForImageClassification.from_pretrained(folder).eval()
+    proc = AutoImageProcessor.from_pretrained(folder)
+    images = [Image.open(world / "images" / f"{i}.jpg").convert("RGB") for i in got["image_id"]]
+    with torch.no_grad():
+        direct = model(**proc(images=images, return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(np.stack(got["logits"]), direct, rtol=1e-5, atol=1e-5)
+    assert json.loads((tmp_path / "ev" / "report.json").read_text())["run"]["model"]["kind"] == "hf"
