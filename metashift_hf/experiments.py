@@ -23,7 +23,7 @@ from .builders.spec import ShiftSpec
 from .core import __version__
 from .builders.artifact import Artifact
 from .core.errors import InputFormatError, UnknownNameError, did_you_mean
-from .core.fsutil import atomic_dir, check_out
+from .core.fsutil import atomic_dir, check_out, read_marker
 from .features import load_backbone
 from .shards import REPO_PREFIX
 from .task_source import TaskData, open_task
@@ -282,6 +282,15 @@ def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
     return {t: open_task(t, artifact=art, images=images, seed=seed, options=overrides) for t in tasks}
 
 
+def _earlier_experiment(out: "str | os.PathLike") -> str | None:
+    """The experiment an earlier run in ``out`` is (ours, complete), else None."""
+    marker = read_marker(out) if Path(out).is_dir() else None
+    results = Path(out) / "results.json"
+    if not marker or marker.get("kind") != EXPERIMENT_KIND or not results.is_file():
+        return None
+    return json.loads(results.read_text()).get("experiment")
+
+
 def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str | os.PathLike | None",
                    out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *, seed: int | None = None,
                    overrides: Mapping[str, Any] | None = None, source: "str | os.PathLike | None" = None,
@@ -289,13 +298,16 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
 
     The tasks are planned on ``artifact`` (with ``images``, ``seed``, ``overrides``) or read from ``source``
-    (see :func:`experiment_tasks`). ``out`` must be new, empty or (with ``force``) an earlier experiment.
+    (see :func:`experiment_tasks`). ``out`` must be new, empty, an earlier run of this experiment with the
+    same settings (its seeds are kept and ``config``'s new seeds merged in: ``--seeds 3-5`` after ``--seeds 3``)
+    or, with ``force``, any earlier experiment (replaced).
     """
     if name not in EXPERIMENTS:
         raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
                                f"use one of: {', '.join(EXPERIMENTS)}")
     exp = EXPERIMENTS[name]
-    check_out(out, EXPERIMENT_KIND, force=force, inputs=(artifact, images, source))  # before any training
+    merging = not force and _earlier_experiment(out) == name
+    check_out(out, EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source))  # before any training
     cfg = config.resolved()
     t0 = time.perf_counter()
     # every task first: a task the artifact cannot supply (or the source lacks) fails before any training
@@ -306,6 +318,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     for t in exp.tasks:
         logger.info(f"   training {t} ...")
         results[t] = train(data[t], None, None, None, cfg, cache_dir=cache_dir, progress=progress,
+                           merge_from=Path(out) / "runs" / t if merging else None,
                            backbone=backbone if cfg.probe == "linear" else None)
     rows = tuple(exp.row(results[t], plans[t].spec) for t in exp.tasks)
     first = results[exp.tasks[0]].card
@@ -317,7 +330,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
             "features": {t: r.card["features"] for t, r in results.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     result = ExperimentResult(name, rows, cfg, card, Path(out))
-    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force, inputs=(artifact, images, source)) as tmp:
+    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source)) as tmp:
         for t, r in results.items():
             write_result(r, tmp / "runs" / t)
         (tmp / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")

@@ -410,7 +410,8 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
 def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str | os.PathLike | None" = None,
           out: "str | os.PathLike | None" = None, config: TrainConfig = TrainConfig(), *, seed: int | None = None,
           cache_dir: "str | os.PathLike | None" = None, progress: bool = True, backbone: Backbone | None = None,
-          force: bool = False, resume: bool = False, **overrides: Any) -> TrainResult:
+          force: bool = False, resume: bool = False, merge_from: "str | os.PathLike | None" = None,
+          **overrides: Any) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
@@ -421,8 +422,11 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     earlier run of the same task and config (its seeds are kept and the new ones merged in) or, with
     ``force``, any earlier training run (replaced). ``resume``: reuse what an interrupted run with the
     same task and config left in the cache (finished seeds, the last epoch of the unfinished one).
+    ``merge_from``: another earlier run folder whose seeds are kept the same way (an experiment's
+    ``runs/<task>``), when the result is written elsewhere or not at all.
     """
-    earlier_card = _earlier_run(out) if out is not None and not force else None
+    earlier_dir = merge_from if merge_from is not None else out if not force else None
+    earlier_card = _earlier_run(earlier_dir) if earlier_dir is not None else None
     merging = earlier_card is not None
     if out is not None:  # before any training: a refused --out costs nothing
         check_train_out(out, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
@@ -443,10 +447,10 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     earlier: dict[int, SeedRun] = {}
     if merging:
         if earlier_card.get("run_key") != key:
-            raise OutputExistsError(f"--out {out} holds a run of another task, config or backbone "
+            raise OutputExistsError(f"{earlier_dir} holds a run of another task, config or backbone "
                                     f"({earlier_card.get('task_id')}, {earlier_card.get('method')}); seeds merge only into the same run",
                                     "use another --out, or --force to replace it")
-        earlier = {r.seed: r for r in (_read_seed(d, data) for d in sorted(Path(out).glob("seed-*")) if d.is_dir())}
+        earlier = {r.seed: r for r in (_read_seed(d, data) for d in sorted(Path(earlier_dir).glob("seed-*")) if d.is_dir())}
     work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
     ckpt = Checkpoints(work, torch, resume) if work is not None else None
     if resume and work is not None and work.is_dir():
@@ -495,7 +499,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     result = TrainResult(tp.task_id, replace(cfg, seeds=tuple(sorted(runs))), tuple(runs[s] for s in sorted(runs)), card,
                          None if out is None else Path(out))
     if out is not None:
-        write_result(result, out, force=force or merging)
+        write_result(result, out, force=force or (merging and merge_from is None))
         shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
     return result
 

@@ -51,6 +51,14 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
     # the features of images shared between tasks were computed once
     feats = res["run"]["features"]
     assert sum(f["cached"] for f in feats.values()) > 0
+    if name == "paper-subpop":  # more seeds later: merged into the same runs, the earlier ones not retrained
+        task = tasks[0]
+        before = (out / "runs" / task / "seed-1" / "predictions.csv").read_bytes()
+        assert cli.main(["experiment", name, "--artifact", str(builder_world["artifact"].root), "--images",
+                         str(builder_world["folder"]), "--set", "scale=0.1", "--seeds", "2-2", "--epochs", "2",
+                         "--image-size", "32", "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == 0
+        assert json.loads((out / "runs" / task / "scores.json").read_text())["seeds"] == [0, 1, 2]
+        assert (out / "runs" / task / "seed-1" / "predictions.csv").read_bytes() == before
 
 
 def test_unknown_experiment(builder_world, tmp_path):
