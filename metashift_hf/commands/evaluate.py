@@ -39,7 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="zoo logits cache root (default: the package cache); logits are keyed by model fingerprint and image sha256")
     p.add_argument("--no-cache", action="store_true", help="zoo: neither read nor write the logits cache")
-    p.add_argument("--no-charts", action="store_true", help="zoo: skip the per-class charts of each task report (faster)")
+    p.add_argument("--charts", action="store_true",
+                   help="zoo: also draw each task report's per-class charts (off by default: they cost more than the scoring)")
     p.add_argument("--task", required=False,
                    help="an exported repo folder, a Hub dataset repo id NAMESPACE/NAME, or a task id (imagenet-5, "
                         "bin-cat-dog, paper-dg-cat-dog-1, ...) with --artifact and --images")
@@ -117,7 +118,7 @@ def _zoo(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, device=args.device, workers=args.workers, seed=args.seed,
         min_subset_size=args.min_subset_size, alpha=args.alpha, progress=args.progress and not args.no_progress,
         force=args.force, dtype=args.dtype, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=not args.no_charts,
+        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=args.charts,
     )
     print(result.summary())
     return 0
