@@ -109,6 +109,8 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
     assert select_tasks("bin-cat-dog, class-dog,bin-cat-dog", None) == ["bin-cat-dog", "class-dog"]
     with pytest.raises(MetashiftError, match="--tasks binary"):
         select_tasks("binary", None)
+    with pytest.raises(MetashiftError, match="alpha"):  # before any model loads
+        evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", alpha=2)
     rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--tasks", "all",
                "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
     assert rc == 2 and "exactly one of --task" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from metashift_hf.builders.tasks import match_registry
 
 from .. import api
 from ..core import __version__
+from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug
@@ -168,6 +169,10 @@ def evaluate_zoo(
     cost more than scoring; the zoo draws one leaderboard picture).
     """
     t0 = time.perf_counter()
+    # every number checked before a model loads or an image is read (as a single evaluate does)
+    batch_size, min_subset_size = opt.positive_int(batch_size, "batch_size"), opt.positive_int(min_subset_size, "min_subset_size")
+    alpha, seed = opt.level(alpha, "alpha"), opt.seed(seed, "seed")
+    workers = opt.optional(opt.positive_int, workers, "workers")
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     if out is not None:  # before any model loads: a refused --out costs nothing
