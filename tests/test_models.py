@@ -13,6 +13,7 @@ from metashift_hf.evaluate.predictions import EVAL_SOURCES, PrecomputedPredictio
 from metashift_hf.models import (
     MODEL_SOURCES, LabelMap, find_source, imagenet_1k_labels, load_model, map_labels, runtime_card, tune_allocator,
 )
+from metashift_hf.wordnet_match.imagenet import imagenet_classes
 from fixtures.tasks import make_prepared, sample_jpegs
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -47,6 +48,9 @@ def test_head_labels_map_by_wnid_name_and_index_and_report_the_rest():
     assert default.is_imagenet_1k and set(default.rules) == {"imagenet-1k index"}
     assert map_labels({i: f"LABEL_{i}" for i in range(10)}).card()["unmapped"] == 10  # not ImageNet: no guess
     assert imagenet_1k_labels().is_imagenet_1k
+    # a head named like the Hub's imagenet-1k-id2label.json (both 'crane's included) is ImageNet-1k by index
+    named = map_labels({c.index: c.name for c in imagenet_classes()})
+    assert named.is_imagenet_1k and named.card()["unmapped"] == 0
 
 
 def test_imagenet_21k_style_head_is_scored_through_wordnet(wn):

@@ -81,6 +81,11 @@ def imagenet_1k_labels() -> LabelMap:
     return LabelMap(tuple(c.name for c in classes), tuple(c.wnid for c in classes), ("imagenet-1k order",) * len(classes))
 
 
+def _names_index(label: str, name: str) -> bool:
+    label = label.strip().lower()
+    return label == name.strip().lower() or label == name.split(",")[0].strip().lower()
+
+
 def map_labels(id2label: Mapping[int, str] | Mapping[str, str]) -> LabelMap:
     """Map a head's ``id2label`` to wnids: a wnid label (``n02084071`` or ``n02084071 dog``) as given,
     an ImageNet-1k label or unambiguous synonym by name, and a 1,000-output head with transformers'
@@ -89,6 +94,11 @@ def map_labels(id2label: Mapping[int, str] | Mapping[str, str]) -> LabelMap:
     if [k for k, _ in items] != list(range(len(items))):
         raise ValueError(f"id2label keys must be 0..{len(items) - 1}")
     labels = [v for _, v in items]
+    if len(labels) == 1000 and all(_names_index(v, c.name) for v, c in zip(labels, imagenet_classes())):
+        # the usual ImageNet-1k head (e.g. the Hub's imagenet-1k-id2label.json): names confirm each index,
+        # duplicates such as the two 'crane' classes included
+        base = imagenet_1k_labels()
+        return LabelMap(tuple(labels), base.wnids, ("imagenet-1k order",) * 1000)
     if len(labels) == 1000 and all(_DEFAULT_LABEL.match(v) and int(_DEFAULT_LABEL.match(v).group(1)) == i
                                    for i, v in enumerate(labels)):
         base = imagenet_1k_labels()
