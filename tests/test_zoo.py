@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -155,3 +156,27 @@ def test_cli_hf_folder_logits_equal_the_model_called_directly(world, tmp_path, c
         direct = model(**proc(images=images, return_tensors="pt")).logits.numpy()
     np.testing.assert_allclose(np.stack(got["logits"]), direct, rtol=1e-5, atol=1e-5)
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["run"]["model"]["kind"] == "hf"
+
+
+def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi, constants
+
+    from metashift_hf.evaluate.leaderboard_hub import publish_leaderboard
+    from fixtures.fake_hub import running_hub
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    evaluate_zoo([_model(1), _model(2)], ["bin-cat-dog", "class-dog"], world / "artifact", world / "images",
+                 tmp_path / "zoo", progress=False, cache_dir=tmp_path / "cache")
+    assert publish_leaderboard(tmp_path / "zoo", "tester/board", dry_run=True)[0] == "README.md"
+    with pytest.raises(InputFormatError, match="not a zoo folder"):
+        publish_leaderboard(world / "images", "tester/board", dry_run=True)
+    with running_hub() as (endpoint, _state):
+        token = "hf_test_write_token_123"
+        pushed = publish_leaderboard(tmp_path / "zoo", "tester/board", token=token, endpoint=endpoint)
+        api = HfApi(endpoint=endpoint, token=token)
+        files = set(api.list_repo_files("tester/board", repo_type="dataset"))
+        assert set(pushed) <= files and {"README.md", "leaderboard.csv", "zoo.json"} <= files
+        readme = Path(api.hf_hub_download("tester/board", "README.md", repo_type="dataset", cache_dir=tmp_path / "dl")).read_text()
+        assert "data_files: leaderboard.csv" in readme and "module:tiny2" in readme
+        got = api.hf_hub_download("tester/board", "leaderboard.csv", repo_type="dataset", cache_dir=tmp_path / "dl")
+        assert Path(got).read_bytes() == (tmp_path / "zoo" / "leaderboard.csv").read_bytes()

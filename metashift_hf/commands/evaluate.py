@@ -12,7 +12,9 @@ from ..evaluate.options import (
 )
 from ..core.errors import InputFormatError
 from ..evaluate.run import evaluate
+from ..evaluate.leaderboard_hub import publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
+from ..specs import looks_like_repo_id
 from ..manifest import resolve_input
 from .export import parse_overrides
 
@@ -39,6 +41,9 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="zoo logits cache root (default: the package cache); logits are keyed by model fingerprint and image sha256")
     p.add_argument("--no-cache", action="store_true", help="zoo: neither read nor write the logits cache")
+    p.add_argument("--publish", default=None, metavar="NS/NAME",
+                   help="zoo: then push the leaderboard (csv, md, png, zoo.json, a card) to this Hub dataset repo")
+    p.add_argument("--private", action="store_true", help="with --publish: create the repo private")
     p.add_argument("--charts", action="store_true",
                    help="zoo: also draw each task report's per-class charts (off by default: they cost more than the scoring)")
     p.add_argument("--task", required=False,
@@ -81,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
                                "pass --task ID, or --tasks ID,ID,... | all | binary | multiclass")
     if args.tasks is not None or len(args.model) > 1:
         return _zoo(args)
+    if args.publish is not None:
+        raise InputFormatError("--publish pushes a zoo's leaderboard", "use --tasks (a zoo), or publish a task with `metashift-hf publish`")
     args.model = args.model[0]
     images = args.images
     if images is None and args.artifact is not None and not args.model.startswith("predictions:"):
@@ -107,6 +114,8 @@ def _zoo(args: argparse.Namespace) -> int:
         if given:
             raise InputFormatError(f"{flag} applies to a single --task, not to a zoo",
                                    f"drop {flag.split()[0]}, or evaluate one model on one --task")
+    if args.publish is not None and not looks_like_repo_id(args.publish):
+        raise InputFormatError(f"--publish {args.publish!r} is not a Hub repo id", "use NAMESPACE/NAME")
     tasks = args.tasks if args.tasks is not None else args.task
     images = args.images
     if images is None and args.artifact is not None:
@@ -121,4 +130,7 @@ def _zoo(args: argparse.Namespace) -> int:
         task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=args.charts,
     )
     print(result.summary())
+    if args.publish is not None:
+        pushed = publish_leaderboard(args.out, args.publish, private=args.private)
+        print(f"published {', '.join(pushed)} to the dataset repo {args.publish}")
     return 0
