@@ -101,6 +101,8 @@ def test_logits_cache_is_keyed_by_fingerprint_and_image_hash(tmp_path):
     again = LogitsCache("a" * 64, tmp_path)
     assert len(again) == 2 and again.get(["s2"]).tolist() == [[3.0, 4.0]]
     assert len(LogitsCache("b" * 64, tmp_path)) == 0
+    only = LogitsCache("a" * 64, tmp_path, wanted={"s2"})  # rows a run does not need stay on disk
+    assert len(only) == 1 and "s2" in only and "s1" not in only
     with pytest.raises(InputFormatError):
         LogitsCache("", tmp_path)
 

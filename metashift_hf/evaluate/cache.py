@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 class LogitsCache:
     """Logits of one model (one fingerprint) by image sha256."""
 
-    def __init__(self, fingerprint: str, cache_dir: str | Path | None = None, *, card: Mapping[str, Any] | None = None):
+    def __init__(self, fingerprint: str, cache_dir: str | Path | None = None, *, card: Mapping[str, Any] | None = None,
+                 wanted: Iterable[str] | None = None):
         if len(fingerprint) != 64:
             raise InputFormatError("a logits cache needs a model fingerprint (sha256 hex)",
                                    "models without a weights checksum (plain callables) are not cached")
@@ -33,6 +34,8 @@ class LogitsCache:
         self.folder = cache_root(cache_dir) / "logits" / fingerprint[:16]
         self._rows: dict[str, np.ndarray] = {}
         self._card = dict(card or {})
+        # only the rows a run needs are held in memory: the cache of a model grows with every zoo
+        self._wanted = None if wanted is None else set(wanted)
         self._load()
 
     def _load(self) -> None:
@@ -45,7 +48,11 @@ class LogitsCache:
             except (OSError, ValueError, KeyError) as exc:  # a damaged part is recomputed, never trusted
                 logger.warning("ignoring unreadable logits cache part %s (%s)", part, exc)
                 continue
-            self._rows.update(zip((str(k) for k in keys), logits))
+            if self._wanted is None:
+                self._rows.update(zip((str(k) for k in keys), logits))
+            else:
+                keep = [i for i, k in enumerate(keys) if str(k) in self._wanted]
+                self._rows.update(zip((str(keys[i]) for i in keep), logits[keep]))
 
     def __contains__(self, sha: str) -> bool:
         return sha in self._rows

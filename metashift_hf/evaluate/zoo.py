@@ -221,7 +221,7 @@ def evaluate_zoo(
         for clf in loaded:
             tm = time.perf_counter()
             fp = clf.fingerprint()
-            cache = LogitsCache(fp, cache_dir, card=clf.card()) if (use_cache and fp) else None
+            cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=found.where) if (use_cache and fp) else None
             shas = sorted(found.where)
             todo = [s for s in shas if cache is None or s not in cache]
             logits_by_sha: dict[str, np.ndarray] = {}
