@@ -323,7 +323,8 @@ def evaluate(
     if out is not None:  # before the model loads: a refused --out costs nothing
         model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
-        check_out(out, REPORT_KIND, force=force, inputs=[artifact, images, model_file, tree])
+        art_path = artifact.root if isinstance(artifact, Artifact) else artifact  # a loaded one (the zoo) too
+        check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = load_scorer(model, device, dtype)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,

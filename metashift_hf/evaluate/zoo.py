@@ -243,7 +243,8 @@ def evaluate_zoo(
                     predictions=Predictions(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp, model_card=card, labels=clf.labels)
                 rel = Path(id_slug(task_id)) / slugs[clf.name]
-                rep = evaluate(preds, td, art.root if art is not None and td.dataset is None else None, None,
+                # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
+                rep = evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
                                (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
                                min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots)
                 reports[(clf.name, task_id)] = rep
