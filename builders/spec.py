@@ -26,7 +26,7 @@ SPEC_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
-# clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.ood_experiments)
+# clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.research.ood_experiments)
 ShiftType = Literal["marginal", "conditional", "joint", "clustered", "none"]
 DistanceRule = Literal["code", "paper", "subset", "custom"]  # custom: a caller-supplied distance function
 LevelType = Literal["marginal", "conditional", "joint"]

@@ -12,11 +12,8 @@ from .core import __version__
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
          "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.specs",
-         "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.evaluator",
-         "open_task": "metashift_hf.task_source"}
-# ``metashift_hf.score(predictions, task)``: the submodule itself is callable (see metashift_hf/score.py),
-# so the attribute is the same object before and after ``import metashift_hf.score``.
-_LAZY_MODULES = ("score",)
+         "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.research.evaluator",
+         "open_task": "metashift_hf.task_source", "score": "metashift_hf.research.score"}
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 
@@ -26,16 +23,12 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _LAZY_MODULES:
-        import importlib
-
-        return importlib.import_module(f"metashift_hf.{name}")
     raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     # Without this, dir()/tab completion shows only what is already imported, not the lazy API.
-    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec", "Evaluator",

@@ -22,7 +22,7 @@ from .core.fsutil import claim_dir
 from .demo_world import generate_demo_world
 from .evaluate import evaluate as run_eval
 from .export import export_prepared, verify_export
-from .train import TrainConfig, train
+from .research.train import TrainConfig, train
 
 logger = logging.getLogger(__name__)
 

@@ -225,7 +225,7 @@ def compare_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     """The method x task tables of a stored `experiment compare` run (docs/figures/compare-demo.csv + .json)."""
     import pandas as pd  # only this block reads a CSV
 
-    from metashift_hf.compare import header, results_tables
+    from metashift_hf.research.compare import header, results_tables
 
     csv, meta = FIGURES / "compare-demo.csv", FIGURES / "compare-demo.json"
     if not (csv.is_file() and meta.is_file()):

@@ -1,17 +1,17 @@
-"""metashift_hf.algorithms + metashift_hf.fitting on arrays (no images): each algorithm on a world whose
+"""metashift_hf.research.algorithms + metashift_hf.research.fitting on arrays (no images): each algorithm on a world whose
 answer is known, model selection, sampling, seeds, and resume equal to an uninterrupted run."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from metashift_hf.algorithms import (ALGORITHMS, HPARAMS, SELECTIONS, algorithm_info, balanced_batches, default_selection,
+from metashift_hf.research.algorithms import (ALGORITHMS, HPARAMS, SELECTIONS, algorithm_info, balanced_batches, default_selection,
                                      resolve_hparams, selection_score)
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.train import TrainConfig, config_toml, load_config, parse_seeds
+from metashift_hf.research.train import TrainConfig, config_toml, load_config, parse_seeds
 
 torch = pytest.importorskip("torch")
-fitting = pytest.importorskip("metashift_hf.fitting")
+fitting = pytest.importorskip("metashift_hf.research.fitting")
 
 
 def planted_world(seed: int = 0, minority: float = 0.05, dim: int = 8):
@@ -232,7 +232,7 @@ def test_config_file_round_trip(tmp_path):
 
 
 def test_compare_shares_hyper_parameters_by_method_prefix():
-    from metashift_hf.compare import method_hparams
+    from metashift_hf.research.compare import method_hparams
 
     hp = {"groupdro.eta": 0.05, "jtt.lambda_up": 20.0}
     assert method_hparams(hp, "groupdro", ["erm", "groupdro", "jtt"]) == {"eta": 0.05}

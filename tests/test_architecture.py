@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,8 +24,14 @@ SOURCE_DIRS = ("metashift_hf", "builders", "wordnet_match", "cards")
 def site(tmp_path_factory) -> Path:
     """The wheel of this checkout, unpacked: what `pip install .` puts in site-packages."""
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy of the sources: setuptools reuses a checkout's build/ folder, where a module
+    # that was moved or deleted since the last build would linger and be analysed
+    src = out / "src"
+    for name in (*SOURCE_DIRS, "pyproject.toml", "README.md"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(ROOT)], check=True, cwd=out, capture_output=True)
+                    "-w", str(out), str(src)], check=True, cwd=out, capture_output=True)
     wheel = next(out.glob("metashift_hf-*.whl"))
     target = out / "site"
     with zipfile.ZipFile(wheel) as zf:

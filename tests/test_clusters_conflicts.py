@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metashift_hf import clusters, conflicts
+from metashift_hf.research import clusters, conflicts
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 
 

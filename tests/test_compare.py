@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.compare import COLUMNS, GROUP_METRIC, METRICS
+from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 from metashift_hf.core.errors import MetashiftError
 
 pytestmark = pytest.mark.skipif(
@@ -101,7 +101,7 @@ def test_train_run_management(builder_world, tmp_path, capsys):
 
 
 def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatch):
-    from metashift_hf import fitting
+    from metashift_hf.research import fitting
 
     out = tmp_path / "run"
     argv = ["train", "--task", "paper-subpop-cat-dog-p6", *_common(builder_world, tmp_path), "--method", "groupdro",
@@ -114,10 +114,10 @@ def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatc
         if seed == 1:
             raise KeyboardInterrupt  # the second seed never finishes
         return real(torch, learner, data, s, seed, **kw)
-    monkeypatch.setattr("metashift_hf.train.fit_seed", interrupted)
+    monkeypatch.setattr("metashift_hf.research.train.fit_seed", interrupted)
     assert cli.main(argv) == 130  # interrupted
     assert not out.exists() or not (out / "run_card.json").exists()  # nothing half-written
-    monkeypatch.setattr("metashift_hf.train.fit_seed", lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
+    monkeypatch.setattr("metashift_hf.research.train.fit_seed", lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
     assert cli.main([*argv, "--resume"]) == 0
     assert calls == [0, 1, 1]  # seed 0 came from the cache, not trained again
     fresh = tmp_path / "fresh"
@@ -134,9 +134,9 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     """--backbone takes any model of the evaluation registry: features = the input of its last Linear layer."""
     import torch
 
-    from metashift_hf.features import image_features, load_backbone
+    from metashift_hf.research.features import image_features, load_backbone
     from metashift_hf.models import Preprocessing, from_module
-    from metashift_hf.train import TrainConfig, train
+    from metashift_hf.research.train import TrainConfig, train
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),

@@ -27,7 +27,7 @@ from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.tags import read_tags_file
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.score import Predictions, score_plan
+from metashift_hf.research.score import Predictions, score_plan
 
 FAST = settings(max_examples=40, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""metashift_hf.score / `metashift-hf score`: figures recomputed independently from the exported parquet,
+"""metashift_hf.research.score / `metashift-hf score`: figures recomputed independently from the exported parquet,
 and every bad predictions file refused with a clear error."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.evaluate.stats import wilson_interval
 from metashift_hf.export import export_tasks
-from metashift_hf.score import Predictions, expected_calibration_error, score
+from metashift_hf.research.score import Predictions, expected_calibration_error, score
 
 TASK = "paper-subpop-cat-dog-p6"
 OPTIONS = {"scale": 0.1}
@@ -142,10 +142,11 @@ def test_prediction_parsing_and_calibration():
     assert expected_calibration_error(probs, np.array([0, 0, 0])) == pytest.approx(0.4 * 2 / 3 + 0.4 / 3)
 
 
-def test_score_is_callable_as_the_package_attribute(exported):
-    import metashift_hf.score as module
+def test_score_is_a_plain_function_of_the_package(exported):
+    import metashift_hf.research.score as module
 
-    assert metashift_hf.score is module and callable(metashift_hf.score)
+    # a plain function re-exported by the package (no module made callable)
+    assert metashift_hf.score is module.score and type(module) is type(metashift_hf)
     t = exported["table"]
     with pytest.raises(MissingImagesError):
         score(t[["image_id", "prediction"]].iloc[:5], TASK, exported["artifact"], **OPTIONS)

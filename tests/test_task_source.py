@@ -16,9 +16,9 @@ from metashift_hf.builders.spec import RegistryFacts
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
-from metashift_hf.evaluator import Evaluator
+from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.export import export_prepared
-from metashift_hf.score import score
+from metashift_hf.research.score import score
 from metashift_hf.task_source import open_task
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 

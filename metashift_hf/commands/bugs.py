@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..bugs import BUGS_KIND, find_bugs
+from ..research.bugs import BUGS_KIND, find_bugs
 from ..core.fsutil import check_out
 from ..core.options import level, positive_int
 from .task_args import add_task_arguments, task_from_args

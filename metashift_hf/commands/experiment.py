@@ -1,13 +1,13 @@
-"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.experiments.EXPERIMENTS, plus
+"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.research.experiments.EXPERIMENTS, plus
 the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
 from __future__ import annotations
 
 import argparse
 
-from ..algorithms import METHODS
-from ..compare import run_compare
+from ..research.algorithms import METHODS
+from ..research.compare import run_compare
 from ..core.options import seed
-from ..experiments import EXPERIMENTS, run_experiment
+from ..research.experiments import EXPERIMENTS, run_experiment
 from ..manifest import resolve_input
 from .export import parse_overrides
 from .shift_experiments import HELP as SHIFT_HELP

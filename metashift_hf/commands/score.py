@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.fsutil import check_out
-from ..score import BOTH_RULE, LABEL_RULE, SCORES_KIND, USE_CHOICES, Predictions, score_plan
+from ..research.score import BOTH_RULE, LABEL_RULE, SCORES_KIND, USE_CHOICES, Predictions, score_plan
 from .task_args import add_task_arguments, task_from_args
 
 HELP = "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD"

@@ -1,14 +1,14 @@
-"""``metashift-hf train``: baselines (metashift_hf.algorithms: ERM, reweight, GroupDRO, IRM, CORAL, Mixup, JTT,
+"""``metashift-hf train``: baselines (metashift_hf.research.algorithms: ERM, reweight, GroupDRO, IRM, CORAL, Mixup, JTT,
 DFR) on a task, several seeds, scored per group."""
 from __future__ import annotations
 
 import argparse
 
-from ..algorithms import HPARAMS, SAMPLINGS, SELECTIONS
+from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..core.options import OptionError, non_negative_float, positive_float, positive_int
-from ..features import BACKBONE_FORMS
+from ..research.features import BACKBONE_FORMS
 from ..manifest import resolve_input
-from ..train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
+from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
 from .task_args import add_task_arguments, task_from_args
 
 

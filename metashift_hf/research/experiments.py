@@ -1,10 +1,10 @@
 """The paper's experiments as one call each: train a baseline per task, tabulate, plot.
 
-    from metashift_hf.experiments import EXPERIMENTS, run_experiment
+    from metashift_hf.research.experiments import EXPERIMENTS, run_experiment
     result = run_experiment("paper-dg", "ARTIFACT", "images/", "runs/dg", TrainConfig(seeds=3), overrides={"scale": 0.5})
 
 ``EXPERIMENTS`` is the table the ``metashift-hf experiment`` command is built from: each entry names
-its tasks and turns one trained task (its :class:`~metashift_hf.train.TrainResult` and shift spec)
+its tasks and turns one trained task (its :class:`~metashift_hf.research.train.TrainResult` and shift spec)
 into a table row; a new experiment is one more entry. Output folder: ``results.json``, ``results.md``,
 ``<name>.png`` and ``runs/<task>/`` (each task's predictions, scores and run card, as ``train`` writes).
 """
@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .builders import paper_tasks as pt
-from .builders.spec import ShiftSpec
-from .core import __version__
-from .builders.artifact import Artifact
-from .core.errors import InputFormatError, UnknownNameError, did_you_mean
-from .core.fsutil import atomic_dir, check_out, read_marker
+from ..builders import paper_tasks as pt
+from ..builders.spec import ShiftSpec
+from ..core import __version__
+from ..builders.artifact import Artifact
+from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..core.fsutil import atomic_dir, check_out, read_marker
 from .features import load_backbone
-from .shards import REPO_PREFIX
-from .task_source import TaskData, open_task
+from ..shards import REPO_PREFIX
+from ..task_source import TaskData, open_task
 from .train import TrainConfig, TrainResult, train, write_result
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@
 
 Unlike WILDS' ``eval(y_pred, y_true, metadata)``, the truth and the groups come from the task itself:
 the caller cannot pass labels of another split or an out-of-date grouping, and every figure (Wilson
-intervals, worst group, adjusted average, ECE, ID vs OOD) is computed by :func:`metashift_hf.score.score_plan`,
+intervals, worst group, adjusted average, ECE, ID vs OOD) is computed by :func:`metashift_hf.research.score.score_plan`,
 so an ``eval`` equals ``score`` on the same predictions.
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ import datasets
 import numpy as np
 import pandas as pd
 
-from .builders.shifts import TaskPlan
-from .builders.spec import ShiftSpec
-from .core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..builders.shifts import TaskPlan
+from ..builders.spec import ShiftSpec
+from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from .score import PROB_TOLERANCE, Scores, score_plan
-from .task_source import TaskData, open_task
+from ..task_source import TaskData, open_task
 
 GroupBy = Literal["group", "class", "context", "community"]
 NO_COMMUNITY = "none"  # the name part of a row whose group has no community (-1)

@@ -18,9 +18,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import options as opt
-from .core.errors import EmptyResultError, InputFormatError
-from .core.fsutil import atomic_file
+from ..core import options as opt
+from ..core.errors import EmptyResultError, InputFormatError
+from ..core.fsutil import atomic_file
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Training algorithms for group and domain shift: one registry, one interface, every hyper-parameter here.
 
-    from metashift_hf.algorithms import ALGORITHMS, HPARAMS, algorithm_info
+    from metashift_hf.research.algorithms import ALGORITHMS, HPARAMS, algorithm_info
     ALGORITHMS["groupdro"].default_selection        # 'worst-group'
 
 DomainBed (Gulrajani & Lopez-Paz 2021) and SubpopBench (Yang et al. 2023) style: each algorithm is a
 small class whose :meth:`Algorithm.loss` turns one minibatch into the loss to minimise, given a
-``forward(x) -> (representation, logits)``; the training loop (:mod:`metashift_hf.train`) owns
+``forward(x) -> (representation, logits)``; the training loop (:mod:`metashift_hf.research.train`) owns
 optimiser, sampling, epochs and model selection. Two algorithms are staged: JTT (train twice, the
 second time with the first model's training errors up-weighted) and DFR (re-train the last layer on
 group-balanced held-out data); the loop runs their stages through the hooks below.
@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping
 import numpy as np
 from sklearn import __version__ as _sklearn_version
 
-from .core.errors import UnknownNameError, did_you_mean
+from ..core.errors import UnknownNameError, did_you_mean
 
 Selection = Literal["average", "worst-group", "oracle"]
 SELECTIONS: tuple[str, ...] = ("average", "worst-group", "oracle")

@@ -1,9 +1,9 @@
 """The training loop every algorithm and both probes share: batches, epochs, model selection, the
 per-epoch log, checkpoints (resume) and the staged algorithms (JTT, DFR).
 
-:mod:`metashift_hf.train` builds a learner (:class:`LinearLearner` on cached features, or
+:mod:`metashift_hf.research.train` builds a learner (:class:`LinearLearner` on cached features, or
 :class:`FinetuneLearner` on images) and calls :func:`fit_seed` once per seed; the algorithm's update
-rule comes from :mod:`metashift_hf.algorithms`. Randomness is drawn per (seed, epoch) — batch order,
+rule comes from :mod:`metashift_hf.research.algorithms`. Randomness is drawn per (seed, epoch) — batch order,
 Mixup coefficients, dropout, augmentation — so a run resumed from an epoch checkpoint continues
 exactly as the uninterrupted run would have (tested).
 """
@@ -25,7 +25,7 @@ from PIL import Image, ImageEnhance
 from metashift_hf.builders.images import ImageSource
 
 from .algorithms import JTT, Algorithm, balanced_batches, dfr_fit, get_algorithm, selection_score
-from .core.fsutil import atomic_file
+from ..core.fsutil import atomic_file
 
 COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
 GREYSCALE_P = 0.1

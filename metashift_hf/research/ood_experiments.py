@@ -2,11 +2,11 @@
 
 * :func:`ood_levels` - train each model on every level task of a shift family (builders.levels),
   per (model, level) ID/OOD accuracy, Drop%, worst group; per curve slope, AUC, knee
-  (metashift_hf.level_curves); Kendall's tau / Spearman's rho between ID and OOD accuracy across
+  (metashift_hf.research.level_curves); Kendall's tau / Spearman's rho between ID and OOD accuracy across
   models; for marginal shift the mixed-to-test control.
 * :func:`clustered` - k-means per class on backbone features; train on D_k (each class's k-th
   largest cluster), test on the other D_j; MI between cluster id and context tags, top contexts.
-* :func:`conflicts` - MetaShift section 4.3 on cached features (metashift_hf.conflicts).
+* :func:`conflicts` - MetaShift section 4.3 on cached features (metashift_hf.research.conflicts).
 """
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ from metashift_hf.builders.spec import GroupSpec
 
 from . import clusters as cl
 from . import conflicts as cf
-from .api import plan
-from .core import options as opt
-from .core.errors import EmptyResultError, UnknownNameError, did_you_mean
-from .core.fsutil import atomic_dir, check_out
+from ..api import plan
+from ..core import options as opt
+from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
+from ..core.fsutil import atomic_dir, check_out
 from .features import image_features, load_backbone
 from .level_curves import MIN_MODELS_FOR_P, curve_summary, format_p, pooled_agreement, rank_agreement
 from .train import METHODS, PROBES, TrainConfig, train
@@ -204,7 +204,7 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
               "family": next(iter(plans.values())).spec.to_dict()["family"],
               "factor": {tid: p.spec.to_dict()["factor"] for tid, p in list(plans.items())[:1]},
               "model_selection": "each run keeps the epoch its method's selection rule prefers (validation average; "
-                                 "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.algorithms)"}
+                                 "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.research.algorithms)"}
     with _out(out, force, artifact, images) as tmp:
         table.to_csv(tmp / "levels.csv", index=False)
         _write_json(tmp / "results.json", result)

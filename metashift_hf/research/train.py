@@ -1,17 +1,17 @@
-"""Baselines on a task: ERM, reweighting, GroupDRO, IRM, CORAL, Mixup, JTT, DFR (metashift_hf.algorithms)
+"""Baselines on a task: ERM, reweighting, GroupDRO, IRM, CORAL, Mixup, JTT, DFR (metashift_hf.research.algorithms)
 on EfficientNet-Lite0 features or fine-tuned, several seeds.
 
-    from metashift_hf.train import TrainConfig, train
+    from metashift_hf.research.train import TrainConfig, train
     result = train("paper-subpop-cat-dog-p12", "ARTIFACT", "images/", "runs/p12",
                    TrainConfig(method="erm", probe="linear", seeds=3), scale=0.5)
     print(result.summary())
 
-``probe="linear"`` trains a linear head on frozen, cached backbone features (metashift_hf.features);
+``probe="linear"`` trains a linear head on frozen, cached backbone features (metashift_hf.research.features);
 ``probe="finetune"`` trains the whole network with the seed paper's recipe (Adam, lr 5e-5, batch 32,
 random resized crop 224, flip, colour jitter, 10% greyscale), the GPU path. Every run keeps the epoch
 its selection rule prefers (``select``: validation average, validation worst-group, or the test ORACLE;
 the default is the method's, as the literature selects), then predicts every split and is scored with
-:func:`metashift_hf.score.score`. The loop itself is :mod:`metashift_hf.fitting`.
+:func:`metashift_hf.research.score.score`. The loop itself is :mod:`metashift_hf.research.fitting`.
 
 Run management: ``seeds`` is a count (0..N-1), a range ``"3-5"`` or a list; an ``out`` holding an
 earlier run of the same task and config gets the new seeds merged in; ``resume=True`` continues an
@@ -38,17 +38,17 @@ from metashift_hf.builders.images import open_images
 
 from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
 
-from .core import __version__
-from .core import options as opt
-from .core.errors import EmptyResultError, UnknownNameError
-from .core.fsutil import OutputExistsError, atomic_dir, check_out, read_marker
-from .core.paths import cache_root
+from ..core import __version__
+from ..core import options as opt
+from ..core.errors import EmptyResultError, UnknownNameError
+from ..core.fsutil import OutputExistsError, atomic_dir, check_out, read_marker
+from ..core.paths import cache_root
 from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, FitData, FitSettings, LinearLearner,
                       fit_seed)
-from .models import efficientnet_lite0, require_torch
+from ..models import efficientnet_lite0, require_torch
 from .features import Backbone, image_features, load_backbone
 from .score import Predictions, Scores, score_plan, task_spec_hash
-from .task_source import open_task
+from ..task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -418,7 +418,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     :func:`metashift_hf.task_source.open_task` result, or a task id planned on ``artifact`` (then
     ``images``, ``seed`` and size ``overrides`` apply; a dataset brings its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
-    :func:`metashift_hf.features.load_backbone` (reused across tasks). ``out`` must be new, empty, an
+    :func:`metashift_hf.research.features.load_backbone` (reused across tasks). ``out`` must be new, empty, an
     earlier run of the same task and config (its seeds are kept and the new ones merged in) or, with
     ``force``, any earlier training run (replaced). ``resume``: reuse what an interrupted run with the
     same task and config left in the cache (finished seeds, the last epoch of the unfinished one).

@@ -1,6 +1,6 @@
 """Frozen backbone features per image, computed once and cached on disk by image id and model hash.
 
-    from metashift_hf.features import image_features
+    from metashift_hf.research.features import image_features
     fs = image_features(["3000001", "3000002"], "images/")      # EfficientNet-Lite0, 1280 floats each
     fs.features.shape, fs.computed, fs.cached
 
@@ -23,11 +23,11 @@ import numpy as np
 
 from metashift_hf.builders.images import ImageSource, open_images
 
-from .core.errors import MetashiftError, UnknownNameError
-from .core.fsutil import atomic_file
-from .core.paths import cache_root
-from .models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, require_torch
-from .evaluate.predict import map_batches
+from ..core.errors import MetashiftError, UnknownNameError
+from ..core.fsutil import atomic_file
+from ..core.paths import cache_root
+from ..models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, require_torch
+from ..evaluate.predict import map_batches
 
 BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
 BACKBONE_FORMS = "efficientnet-lite0 | torchvision:NAME | timm:NAME (or a Classifier from metashift_hf.models)"

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .core.errors import EmptyResultError, InputFormatError
+from ..core.errors import EmptyResultError, InputFormatError
 
 KNEE_FRACTION = 0.9
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .core.errors import EmptyResultError, InputFormatError
+from ..core.errors import EmptyResultError, InputFormatError
 
 
 @dataclass(frozen=True)

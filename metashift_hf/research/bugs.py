@@ -17,12 +17,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .core.errors import UnknownNameError, did_you_mean
-from .core.fsutil import atomic_dir
-from .evaluate.run import BUG_TEST, community_map, distance_to_largest
-from .evaluate.scoring import context_bugs, group_table
+from ..core.errors import UnknownNameError, did_you_mean
+from ..core.fsutil import atomic_dir
+from ..evaluate.run import BUG_TEST, community_map, distance_to_largest
+from ..evaluate.scoring import context_bugs, group_table
 from .score import Predictions, score_plan
-from .task_source import open_task
+from ..task_source import open_task
 
 BUGS_KIND = "bug report"
 

@@ -1,6 +1,6 @@
 """One results table: every method x task x seed, trained once each, in one flat CSV.
 
-    from metashift_hf.compare import run_compare
+    from metashift_hf.research.compare import run_compare
     res = run_compare(["erm", "groupdro", "dfr"], ["paper-subpop-cat-dog-p12"], "ARTIFACT", "images/", "runs/cmp",
                       TrainConfig(seeds="0-2"), overrides={"scale": 0.5})
 
@@ -28,13 +28,13 @@ from metashift_hf.builders import paper_tasks as pt
 from metashift_hf.builders.artifact import Artifact
 
 from .algorithms import METHODS, SELECTION_TEXT, algorithm_info
-from .core import __version__
-from .core.errors import InputFormatError, UnknownNameError, did_you_mean
-from .core.fsutil import atomic_file, claimed_dir
+from ..core import __version__
+from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..core.fsutil import atomic_file, claimed_dir
 from .features import load_backbone
 from .score import Scores
-from .shards import REPO_PREFIX
-from .task_source import TaskData, open_task
+from ..shards import REPO_PREFIX
+from ..task_source import TaskData, open_task
 from .train import TrainConfig, TrainResult, check_train_out, train
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,12 +23,12 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.spec import ShiftSpec
-from .core import __version__
-from .core import options as opt
-from .core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
-from .core.fsutil import atomic_dir
-from .evaluate.scoring import split_order, split_roles
-from .task_source import open_task
+from ..core import __version__
+from ..core import options as opt
+from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
+from ..core.fsutil import atomic_dir
+from ..evaluate.scoring import split_order, split_roles
+from ..task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -529,14 +527,3 @@ def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any
 
 
 __all__ = ["Predictions", "GroupScore", "SplitScores", "Scores", "score", "expected_calibration_error"]
-
-
-class _CallableModule(types.ModuleType):
-    """``metashift_hf.score(...)`` calls :func:`score`: the submodule shadows any package attribute of the
-    same name once imported, so the module itself is made callable instead."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Scores:
-        return score(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
