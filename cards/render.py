@@ -656,10 +656,17 @@ def _opening(spec: ShiftSpec, provenance: str | None, source_info: SourceInfo | 
     return f"{banner}\n\n{sentence}" if warning else f"{sentence}\n\n{banner}"
 
 
+def _few(groups: "tuple[GroupSpec, ...]", most: int = 6) -> str:
+    """Group names for one sentence: all of a few, else the first ones and how many (the tables list all)."""
+    if len(groups) <= most:
+        return _contexts(groups)
+    return f"{_contexts(groups[:most - 2])} and {len(groups) - (most - 2)} more groups"
+
+
 def first_sentence(spec: ShiftSpec) -> str:
     """The one sentence a Hub visitor needs first: train on what, test on what, and what shifts."""
     groups = _groups(spec)
-    train, test = _contexts(groups.get("train", ())), _contexts(groups.get("test", ()))
+    train, test = _few(groups.get("train", ())), _few(groups.get("test", ()))
     dist = spec.distance
     d = f", meta-graph distance d = {_fmt(dist.value)}" if dist is not None and dist.value is not None else ""
     what = {"marginal": "new contexts at test time (P(context) shifts)",
