@@ -467,8 +467,21 @@ def _shift_table(spec: ShiftSpec) -> str:
         ("distance d", f"{_fmt(dist.value)} ({dist.rule}{_metric(dist)})" if dist is not None else "–"),
         ("minority fraction p", f"{_fmt(mf.achieved)} (target {_fmt(mf.target)})" if mf is not None else "–"),
         ("split sizes", ", ".join(f"{k}: {v}" for k, v in spec.split_sizes.items()) or "–"),
+        ("measured shift (test vs train)", measured_words(spec) or "not measured (spec version 1)"),
     ]
     return "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows)
+
+
+def measured_words(spec: ShiftSpec) -> str | None:
+    """The shift measured from the rows (builders/measured.py), test split against train, in one line."""
+    m = spec.measured
+    test = None if m is None else (m.split("test") or (m.splits[-1] if m.splits else None))
+    if test is None:
+        return None
+    shared = "" if test.p_y_given_s_tv is not None else "; no context shared, so from the class-context dependence"
+    agree = "agrees with the declared type" if m.agrees else f"declared {spec.shift_type}: {m.note}"
+    return (f"{m.type}: P(context) TV {_fmt(test.p_s_tv)} (counts above {_fmt(test.p_s_threshold)}), P(class | context) "
+            f"shift {_fmt(test.conditional)} (counts above {_fmt(test.conditional_threshold)}{shared}); {agree}")
 
 
 def _shift_groups_table(spec: ShiftSpec) -> str:

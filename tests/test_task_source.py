@@ -209,3 +209,18 @@ def test_python_api_takes_a_dataset_everywhere(exported):
     assert metashift_hf.open_task(loaded).task_id == "paper-dg-cat-dog-1"
     with pytest.raises(MetashiftError):
         metashift_hf.open_task(12)
+
+
+def test_cards_and_tasks_show_state_the_measured_shift(demo_build, tmp_path, capsys):
+    world, art = demo_build
+    assert main(["export", "paper-dg-cat-dog-1", "--artifact", str(art.root), "--images", str(world.images_dir),
+                 "--set", "scale=0.5", "--out", str(tmp_path / "out"), "-q"]) == 0
+    repo = tmp_path / "out" / "metashift-paper-dg-cat-dog-1"
+    spec = metashift_hf.shift_spec(repo)
+    assert spec.measured is not None and spec.measured.type == "joint" and spec.measured.agrees
+    card = (repo / "README.md").read_text()
+    row = next(line for line in card.splitlines() if line.startswith("| measured shift (test vs train) |"))
+    assert "joint: P(context) TV 1.000" in row and "agrees with the declared type" in row
+    capsys.readouterr()
+    assert main(["tasks", "show", str(repo)]) == 0
+    assert "measured: joint: P(context) TV 1.000" in capsys.readouterr().out

@@ -11,6 +11,7 @@ from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.shifts import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
+from metashift_hf.cards.render import measured_words
 from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.core.errors import (
     EmptyResultError,
@@ -193,6 +194,9 @@ _KINDS = {"marginal": "domain generalisation / marginal shift: train and test co
 def spec_summary(spec: ShiftSpec) -> list[str]:
     """A shift spec as a few readable lines (``tasks show``; ``--json`` gives all of it)."""
     lines = [f"shift:    {_KINDS[spec.shift_type]}"]
+    measured = measured_words(spec)
+    if measured:
+        lines.append(f"measured: {measured}")
     dist = spec.distance
     if dist is not None and dist.value is not None:
         paper = f"; paper {dist.paper_value}" if dist.paper_value is not None else ""
