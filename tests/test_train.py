@@ -2,8 +2,10 @@
 seeds aggregated with ddof 1, predictions re-scored identically, objectives behave as defined."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -52,10 +54,15 @@ def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
     a = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     b = plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
     first = image_features(a.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
-    assert first.computed == len(a.image_ids()) and first.cached == 0
+    # rows are keyed by content: this world repeats pictures, each distinct one is embedded once
+    content = {i: hashlib.sha256((Path(builder_world["folder"]) / f"{i}.jpg").read_bytes()).hexdigest()
+               for i in set(a.image_ids()) | set(b.image_ids())}
+    seen = {content[i] for i in a.image_ids()}
+    assert first.computed == len(seen) and first.cached == 0
     second = image_features(b.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
     shared = set(a.image_ids()) & set(b.image_ids())
-    assert shared and second.cached == len(shared) and second.computed == len(set(b.image_ids()) - shared)
+    assert shared and second.cached == sum(content[i] in seen for i in b.image_ids())
+    assert second.computed == len({content[i] for i in b.image_ids()} - seen)
     # cached rows are the computed ones, bit for bit
     ids = sorted(shared)[:5]
     np.testing.assert_array_equal(first.rows(ids), second.rows(ids))
@@ -64,6 +71,21 @@ def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
     assert other.key != bb.key
     with pytest.raises(MetashiftError):
         image_features(["no-such-image"], builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
+
+
+def test_features_are_keyed_by_image_content_not_id(builder_world, tmp_path):
+    """Two image folders that share ids (two worlds, a Hub repo and a local build) never share features."""
+    bb = load_backbone(image_size=SMALL)
+    ids = sorted(plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1).image_ids())[:4]
+    other = tmp_path / "other-world"
+    other.mkdir()
+    source = Path(builder_world["folder"])
+    for i, iid in enumerate(ids):  # the same ids, other pictures: each image takes its neighbour's bytes
+        (other / f"{iid}.jpg").write_bytes((source / f"{ids[(i + 1) % len(ids)]}.jpg").read_bytes())
+    first = image_features(ids, source, backbone=bb, cache_dir=tmp_path / "cache", progress=False)
+    second = image_features(ids, other, backbone=bb, cache_dir=tmp_path / "cache", progress=False)
+    assert second.cached == len(ids) and second.computed == 0  # the same bytes are found, under other ids
+    np.testing.assert_array_equal(second.rows(ids), first.rows(ids[1:] + ids[:1]))
 
 
 @pytest.mark.parametrize("method", ["reweight", "groupdro"])

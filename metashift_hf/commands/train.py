@@ -85,7 +85,7 @@ def register(subparsers) -> None:
                     "method's default: validation average or worst-group), predict every split and score it (as "
                     "`metashift-hf score`). --probe linear "
                     "trains a head on frozen EfficientNet-Lite0 features, computed once per image and cached on "
-                    "disk by image id and model hash; --probe finetune trains the whole network (Adam, lr 5e-5, "
+                    "disk by image content (sha256) and model hash; --probe finetune trains the whole network (Adam, lr 5e-5, "
                     "batch 32, random resized crop 224, flip, colour jitter, 10%% greyscale), best on a GPU. Writes "
                     "seed-<s>/{predictions.csv,scores.json,scores.md,head.safetensors,run.json,log.jsonl}, "
                     "scores.json/scores.md (mean ± std over seeds, ddof 1), run_card.json, config.toml and "

@@ -1,12 +1,12 @@
-"""Frozen backbone features per image, computed once and cached on disk by image id and model hash.
+"""Frozen backbone features per image, computed once and cached on disk by image content and model hash.
 
     from metashift_hf.research.features import image_features
     fs = image_features(["3000001", "3000002"], "images/")      # EfficientNet-Lite0, 1280 floats each
     fs.features.shape, fs.computed, fs.cached
 
 The cache folder is ``<cache>/features/<backbone>-<key>/`` where ``key`` hashes the weights' sha256
-and the preprocessing, so any task over the same images (and backbone settings) reuses the same
-rows. Each call that computes new images adds one shard file (written atomically), so concurrent
+and the preprocessing; rows are keyed by the sha256 of each image's bytes, so any task over the same
+images (and backbone settings) reuses the same rows, and two datasets that share image ids never do. Each call that computes new images adds one shard file (written atomically), so concurrent
 runs never corrupt each other; shards are plain ``.npz`` (no pickles).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..evaluate.predict import map_batches
 BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
 BACKBONE_FORMS = "efficientnet-lite0 | torchvision:NAME | timm:NAME (or a Classifier from metashift_hf.models)"
 FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled head output (the input of its ImageNet classifier)
-FEATURE_FORMAT = 1  # bump when what is stored changes
+FEATURE_FORMAT = 2  # 2: rows keyed by the image's sha256 (1 keyed them by image id, which two datasets can share)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,8 @@ def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size
 
 @dataclass(frozen=True)
 class FeatureSet:
-    """Features for ``image_ids`` in that order, and how many came from the cache."""
+    """Features for ``image_ids`` in that order; ``computed``: distinct images embedded by this call,
+    ``cached``: ids whose image (by content) was in the cache already."""
 
     image_ids: tuple[str, ...]
     features: np.ndarray  # float32 (n, backbone.dim)
@@ -148,11 +149,12 @@ def feature_cache_dir(backbone: Backbone, cache_dir: "str | os.PathLike | None" 
 
 
 def _read_cache(folder: Path) -> dict[str, np.ndarray]:
+    """Cached rows by the sha256 of the image's bytes."""
     rows: dict[str, np.ndarray] = {}
     for shard in sorted(folder.glob("shard-*.npz")):
         with np.load(shard, allow_pickle=False) as z:
-            for iid, vec in zip(z["image_ids"].tolist(), z["features"]):
-                rows[str(iid)] = vec
+            for key, vec in zip(z["keys"].tolist(), z["features"]):
+                rows[str(key)] = vec
     return rows
 
 
@@ -166,18 +168,27 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
     ids = list(dict.fromkeys(str(i) for i in image_ids))
     folder = feature_cache_dir(bb, cache_dir)
     cached = _read_cache(folder) if folder.is_dir() else {}
-    todo = [i for i in ids if i not in cached]
+    source = open_images(images)
+    source.resolve(ids, "error", verify=False)  # every missing image named before any work
+    # keyed by content, not id: two datasets (two worlds, a Hub repo and a local build) may share ids
+    sha = {i: hashlib.sha256(source.read(i)).hexdigest() for i in ids}
+    found = sum(sha[i] in cached for i in ids)
+    todo: list[str] = []  # one id per content not cached yet, in the order of ids
+    new_keys: set[str] = set()
+    for i in ids:
+        if sha[i] not in cached and sha[i] not in new_keys:
+            todo.append(i)
+            new_keys.add(sha[i])
     if todo:
-        source = open_images(images)
-        source.resolve(todo, "error", verify=False)  # every missing image named before any work
         new = map_batches(bb.prepare, bb.embed, todo, source.read, width=bb.dim, batch_size=batch_size,
                           workers=workers, progress=progress, desc=f"features {bb.name}")
-        name = hashlib.sha256("\n".join(todo).encode()).hexdigest()[:16]
+        keys = [sha[i] for i in todo]
+        name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
         with atomic_file(folder / f"shard-{name}.npz") as f:
-            np.savez(f, image_ids=np.array(todo, dtype=str), features=new)
-        cached.update(zip(todo, new))
-    feats = np.stack([cached[i] for i in ids]) if ids else np.zeros((0, bb.dim), np.float32)
-    return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), len(ids) - len(todo),
+            np.savez(f, keys=np.array(keys, dtype=str), image_ids=np.array(todo, dtype=str), features=new)
+        cached.update(zip(keys, new))
+    feats = np.stack([cached[sha[i]] for i in ids]) if ids else np.zeros((0, bb.dim), np.float32)
+    return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), found,
                       time.perf_counter() - t0, folder)
 
 
