@@ -7,9 +7,10 @@
 
 Whatever the form, the result is a :class:`TaskData`: the task's rows per split (a ``TaskPlan``, rows
 in export order, :data:`metashift_hf.shards.SORT_KEYS`, so every form gives the same rows in the same
-order and a training run gives the same numbers from each), its shift spec and where the pixels are. From a folder, a repo or a dataset nothing else is needed: the images
-are the parquet's own bytes, and sizes, seed and options are the ones the spec records, so ``--set``
-and ``--seed`` only apply to a task id planned on an artifact.
+order and a training run gives the same numbers from each), its shift spec and where the pixels are.
+From a folder, a repo or a dataset nothing else is needed: the images are the parquet's own bytes,
+and sizes, seed and options are the ones the spec records, so ``--set`` and ``--seed`` only apply to
+a task id planned on an artifact.
 """
 from __future__ import annotations
 
