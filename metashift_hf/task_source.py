@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import datasets
 
@@ -84,14 +84,14 @@ def dataset_images(dd: "datasets.DatasetDict", where: str) -> ImageSource:
     return DatasetImages(whole, "image", [str(i) for i in whole["image_id"]], where)
 
 
-def plan_of_dataset(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str) -> TaskPlan:
-    """The task's rows as the planner wrote them, read back from a prepared or exported dataset."""
-    splits: dict[str, list[Row]] = {}
+def dataset_classes(dd: "datasets.DatasetDict", where: str, required: Sequence[str] = ROW_COLUMNS) -> list[str]:
+    """The class names of ``dd``, after checking that every split has the ``required`` columns and one
+    ClassLabel ``label`` (the same names in every split)."""
     classes: list[str] | None = None
     for split, ds in dd.items():
-        missing = [c for c in ROW_COLUMNS if c not in ds.column_names]
+        missing = [c for c in (*required, "label") if c not in ds.column_names]
         if missing:
-            raise InputFormatError(f"{where}: split {split!r} lacks column(s) {missing}",
+            raise InputFormatError(f"{where}: split {split!r} lacks column(s) {sorted(set(missing))}",
                                    "use a dataset written by `metashift-hf export` / `publish` or metashift_hf.prepare")
         label = ds.features["label"]
         if not isinstance(label, datasets.ClassLabel):
@@ -101,14 +101,22 @@ def plan_of_dataset(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str) -> 
         elif list(label.names) != classes:
             raise InputFormatError(f"{where}: split {split!r} has classes {label.names}, other splits {classes}",
                                    "use the exported dataset as is (one ClassLabel for every split)")
-        cols = ds.select_columns(list(ROW_COLUMNS)).to_dict()
-        splits[split] = [Row(str(i), classes[y], g, c, tuple(cs or ()), int(m))
-                         for i, y, g, c, cs, m in zip(*(cols[k] for k in ROW_COLUMNS))]
     if classes is None:
         raise InputFormatError(f"{where} has no splits", "load a task with at least one split")
+    return classes
+
+
+def plan_of_dataset(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str) -> TaskPlan:
+    """The task's rows as the planner wrote them, read back from a prepared or exported dataset."""
+    classes = dataset_classes(dd, where)
     if tuple(classes) != tuple(spec.classes):
         raise InputFormatError(f"{where}: classes {classes} differ from its shift spec's {list(spec.classes)}",
                                "export the task again")
+    splits: dict[str, list[Row]] = {}
+    for split, ds in dd.items():
+        cols = ds.select_columns(list(ROW_COLUMNS)).to_dict()
+        splits[split] = [Row(str(i), classes[y], g, c, tuple(cs or ()), int(m))
+                         for i, y, g, c, cs, m in zip(*(cols[k] for k in ROW_COLUMNS))]
     return TaskPlan(spec.task_id, classes, {s: rows for s, rows in splits.items() if rows}, spec)
 
 
@@ -209,5 +217,6 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
                                "drop --images")
 
 
-__all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_images", "in_export_order",
+__all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
+           "in_export_order",
            "refuse_planning_options"]

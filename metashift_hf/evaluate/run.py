@@ -16,7 +16,7 @@ from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from .. import api
 from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
-from ..task_source import TaskData, refuse_planning_options, task_dataset
+from ..task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
@@ -136,24 +136,12 @@ def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
     import datasets
 
     frames, where = [], {}
-    classes: list[str] | None = None
+    classes = dataset_classes(dd, "task dataset", ("image_id", "label", "contexts"))
     for split in sorted(dd):
         ds = dd[split]
-        need = {"image_id", "label", "contexts"} - set(ds.column_names)
-        if need:
-            raise InputFormatError(f"task split {split!r} lacks feature(s) {sorted(need)}",
-                                   "build the task with metashift_hf.prepare (features image_id, label, contexts, group, community)")
-        label_feature = ds.features["label"]
-        if not isinstance(label_feature, datasets.ClassLabel):
-            raise InputFormatError(f"task split {split!r}: label is not a ClassLabel", "use a ClassLabel label feature (class names)")
-        names = list(label_feature.names)
-        if classes is None:
-            classes = names
-        elif names != classes:
-            raise InputFormatError(f"task split {split!r} has classes {names}, other splits {classes}", "use one ClassLabel for every split")
         cols = [c for c in ("image_id", "label", "contexts", "group", "community") if c in ds.column_names]
         df = ds.select_columns(cols).to_pandas()
-        df["label"] = [names[i] for i in df["label"]]
+        df["label"] = [classes[i] for i in df["label"]]
         df.insert(0, "split", split)
         frames.append(df)
         for row, iid in enumerate(df["image_id"]):
@@ -173,7 +161,7 @@ def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
         with open(cell["path"], "rb") as f:
             return f.read()
 
-    return table, list(classes or []), read
+    return table, classes, read
 
 
 def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
