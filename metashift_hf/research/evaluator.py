@@ -70,7 +70,6 @@ class Evaluator:
                  artifact: "str | os.PathLike | None" = None, seed: int | None = None, **options: Any) -> None:
         self.task: TaskData = open_task(task, artifact=artifact, seed=seed, options=options, config=config,
                                         revision=revision)
-        self._rows = {s: rows for s, rows in self.task.plan.splits.items()}
 
     @property
     def plan(self) -> TaskPlan:
@@ -89,10 +88,10 @@ class Evaluator:
         return self.task.plan.split_names()
 
     def _split(self, split: str) -> list:
-        if split not in self._rows:
+        if split not in self.task.plan.splits:
             raise UnknownNameError(f"task {self.task.task_id} has no split {split!r}{did_you_mean(split, self.splits)}",
                                    f"use one of: {', '.join(self.splits)}")
-        return self._rows[split]
+        return self.task.plan.splits[split]
 
     def image_ids(self, split: str) -> list[str]:
         """The split's image ids in row order (the order ``eval`` expects)."""
@@ -108,7 +107,7 @@ class Evaluator:
         if by not in get_args(GroupBy):
             raise UnknownNameError(f"unknown grouping {by!r}{did_you_mean(str(by), get_args(GroupBy))}",
                                    f"use one of: {', '.join(get_args(GroupBy))}")
-        every = [r for rows in self._rows.values() for r in rows]
+        every = [r for rows in self.task.plan.splits.values() for r in rows]
         names = sorted({self._name(r, by) for r in every}) if by != "class" else list(self.classes)
         index = {n: i for i, n in enumerate(names)}
         ids = np.array([index[self._name(r, by)] for r in self._split(split)], dtype=np.int64)

@@ -263,18 +263,24 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
     return True
 
 
+def experiment(name: str) -> Experiment:
+    """The entry of :data:`EXPERIMENTS` called ``name`` (an unknown name is refused with a did-you-mean)."""
+    if name not in EXPERIMENTS:
+        raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
+                               f"use one of: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]
+
+
 def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
                      images: "str | os.PathLike | None" = None, source: "str | os.PathLike | None" = None,
                      seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
     """Every task of experiment ``name``, resolved before any training: planned on ``artifact``, or read
     from ``source``, a folder written by ``export`` or a Hub namespace (task T is ``SOURCE/metashift-T``)."""
-    if name not in EXPERIMENTS:
-        raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
-                               f"use one of: {', '.join(EXPERIMENTS)}")
+    exp = experiment(name)
     if (artifact is None) == (source is None):
         raise InputFormatError(f"experiment {name}: give either an artifact (--artifact) or the exported tasks "
                                "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
-    tasks = EXPERIMENTS[name].tasks
+    tasks = exp.tasks
     if source is not None:
         return {t: open_task(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed, options=overrides)
                 for t in tasks}
@@ -302,10 +308,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     same settings (its seeds are kept and ``config``'s new seeds merged in: ``--seeds 3-5`` after ``--seeds 3``)
     or, with ``force``, any earlier experiment (replaced).
     """
-    if name not in EXPERIMENTS:
-        raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
-                               f"use one of: {', '.join(EXPERIMENTS)}")
-    exp = EXPERIMENTS[name]
+    exp = experiment(name)
     merging = not force and _earlier_experiment(out) == name
     check_out(out, EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source))  # before any training
     cfg = config.resolved()
@@ -339,4 +342,4 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     return result
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "Column", "Plot", "ExperimentResult", "run_experiment"]
+__all__ = ["EXPERIMENTS", "Experiment", "Column", "Plot", "ExperimentResult", "experiment", "experiment_tasks", "run_experiment"]
