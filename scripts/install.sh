@@ -12,5 +12,6 @@ if [ ! -f /usr/share/wordnet/data.noun ] || [ ! -f /usr/share/wordnet/index.sens
     echo "      run 'sudo apt-get install wordnet-base wordnet-sense-index' for the matching steps." >&2
   fi
 fi
-# torch is pinned on the same command line so pip takes the CPU wheel, not a multi-GB CUDA build.
-python3 -m pip install -q torch==2.13.0 -e '.[all]'
+# torch and torchvision are named on the same line so pip picks a pair that imports together (with timm
+# and transformers); the package itself only asks for torch>=2.4 (README "Install" for CPU/GPU users).
+python3 -m pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[all]'
