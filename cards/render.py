@@ -692,15 +692,23 @@ def first_sentence(spec: ShiftSpec) -> str:
     return f"**Train on {train}; test on {test}; the shift is {what[spec.shift_type]}{d}.**"
 
 
-_SCORE_IN_PYTHON = '''```python
-import numpy as np
-import metashift_hf
-
-ev = metashift_hf.Evaluator(ds)
-y_pred = np.zeros(len(ds["test"]), dtype=np.int64)  # your model's class indices, in ds["test"] row order
-print(ev.eval(y_pred, split="test"))  # average, worst group and class, intervals, ID vs OOD
-groups = ev.grouping("group", split="train")  # integer group ids (and their names) for reweighting or GroupDRO
-```'''
+def _score_in_python(info: TaskInfo) -> str:
+    """The Evaluator snippet: ID and OOD in one call where the task has both (the ID split as
+    ``evaluate.scoring.split_roles`` picks it), else the test split alone."""
+    splits = info.split_rows
+    iid = next((s for s in ("id_test", "validation") if s in splits), None)
+    lines = ["```python", "import numpy as np", "import metashift_hf", "",
+             "ev = metashift_hf.Evaluator(ds)  # rows are matched by image_id: ds may be shuffled or select()-ed"]
+    if iid and "test" in splits and info.spec.shift_type != "none":
+        lines += [f'y_id = np.zeros(len(ds["{iid}"]), dtype=np.int64)  # your model\'s class indices, in ds["{iid}"] row order',
+                  'y_ood = np.zeros(len(ds["test"]), dtype=np.int64)  # the same for ds["test"]',
+                  f'print(ev.eval({{"{iid}": y_id, "test": y_ood}}))  # average, worst group and class, intervals, ID vs OOD']
+    else:
+        lines += ['y_pred = np.zeros(len(ds["test"]), dtype=np.int64)  # your model\'s class indices, in ds["test"] row order',
+                  'print(ev.eval(y_pred, split="test"))  # average, worst group and class, intervals']
+    lines += ['groups = ev.grouping("group", split="train")  # integer group ids (and their names) for reweighting or GroupDRO',
+              "```"]
+    return "\n".join(lines)
 
 
 def usage(info: TaskInfo) -> str:
@@ -711,9 +719,9 @@ def usage(info: TaskInfo) -> str:
                 "the package, or another model of the registry: docs/evaluate.md): accuracy per class and per context "
                 "with intervals, worst context and context bugs:\n\n"
                 f"```bash\nmetashift-hf evaluate --model efficientnet-lite0 --task {task} --out eval-lite0\n```\n\n"
-                f"Or score your own model's predictions on the task's classes from Python:\n\n{_SCORE_IN_PYTHON}")
+                f"Or score your own model's predictions on the task's classes from Python:\n\n{_score_in_python(info)}")
     return ("Score your model inside its training loop (numpy or torch arrays; the truth and the groups come from the "
-            f"task):\n\n{_SCORE_IN_PYTHON}\n\nOr from the shell: an ERM baseline (a linear probe on EfficientNet-Lite0 "
+            f"task):\n\n{_score_in_python(info)}\n\nOr from the shell: an ERM baseline (a linear probe on EfficientNet-Lite0 "
             "features), then the scores of its predictions (`score` takes any model's .csv with `image_id` and "
             "`prediction` or `prob_<class>` columns):\n\n"
             f"```bash\nmetashift-hf train --task {task} --probe linear --out runs-erm\n"

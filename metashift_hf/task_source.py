@@ -146,6 +146,9 @@ def _repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
 def task_dataset(source: Any, *, config: str | None = None,
                  revision: str | None = None) -> tuple["datasets.DatasetDict", str, TaskForm]:
     """(splits, where, form) of an exported folder, a Hub repo id, a PreparedTask or a loaded dataset."""
+    if isinstance(source, (PreparedTask, datasets.Dataset, datasets.DatasetDict)) and (config, revision) != (None, None):
+        raise InputFormatError(f"config={config!r}, revision={revision!r}: a loaded {type(source).__name__} is one "
+                               "config at one revision already", "drop config=/revision=, or pass the repo id or folder")
     if isinstance(source, PreparedTask):
         return source.dataset, f"prepared task {source.task_id}", "dataset"
     if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):

@@ -3,7 +3,6 @@ id or a loaded dataset; scoring, the array Evaluator and the commands give the s
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import datasets
 import numpy as np
@@ -11,8 +10,6 @@ import pandas as pd
 import pytest
 
 import metashift_hf
-from metashift_hf.api import PreparedTask
-from metashift_hf.builders.spec import RegistryFacts
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
@@ -20,21 +17,9 @@ from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.export import export_prepared
 from metashift_hf.research.score import score
 from metashift_hf.task_source import open_task
-from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 
 NS = "tester"
-
-
-def three_split_task(task_id: str, images, *, shift_type: str = "marginal", matched: bool = False) -> PreparedTask:
-    """make_prepared's task with a validation split cut from its train split (training needs one)."""
-    p = make_prepared(task_id, images, shift_type=shift_type)
-    parts = p.dataset["train"].train_test_split(test_size=0.25, shuffle=False)
-    dd = datasets.DatasetDict({"train": parts["train"], "validation": parts["test"], "test": p.dataset["test"]})
-    sizes = {s: len(d) for s, d in dd.items()}
-    spec = replace(p.spec, split_sizes=sizes, validation_groups=p.spec.train_groups,
-                   registry=RegistryFacts(kind="binary", lca="n02075296", lca_name="carnivore", lca_depth=8,
-                                          path_similarity=0.2, subset_rule="selected") if matched else None)
-    return PreparedTask(task_id, dd, spec)
 
 
 @pytest.fixture(scope="module")

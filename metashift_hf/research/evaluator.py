@@ -4,31 +4,41 @@
     import metashift_hf
     ds = load_dataset("NS/metashift-paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p12")
     ev = metashift_hf.Evaluator(ds)                   # or a repo id, an exported folder, a task id + artifact=
-    result = ev.eval(y_prob, split="test")            # numpy or torch; rows in the split's order
+    result = ev.eval(y_prob, split="test")            # numpy or torch; rows in ds["test"]'s order
+    both = ev.eval({"validation": y_val, "test": y_test})   # ID vs OOD in one Scores
     print(result)                                     # headline, worst group, worst class, ID/OOD
     result.to_dict()["worst_group"]                   # the scores.json dict
     g = ev.grouping("community", split="train")       # integer ids per row + the ClassLabel naming them
 
 Unlike WILDS' ``eval(y_pred, y_true, metadata)``, the truth and the groups come from the task itself:
-the caller cannot pass labels of another split or an out-of-date grouping, and every figure (Wilson
+the caller cannot pass labels of another split or an out-of-date grouping. Rows are keyed by the
+``image_id`` column of the object given: after ``ds.shuffle()`` or ``ds["test"].select(...)``,
+``image_ids``, ``labels``, ``grouping`` and ``eval`` follow that object's rows (a split with fewer rows
+than the task's is scored as given, with a warning). Every figure (Wilson
 intervals, worst group, adjusted average, ECE, ID vs OOD) is computed by :func:`metashift_hf.research.score.score_plan`,
 so an ``eval`` equals ``score`` on the same predictions.
 """
 from __future__ import annotations
 
+import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Literal, Mapping, Sequence, get_args
 
 import datasets
 import numpy as np
 import pandas as pd
 
-from ..builders.shifts import TaskPlan
+from ..api import PreparedTask
+from ..builders.metashift import spec_of_dataset
+from ..builders.shifts import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from .score import PROB_TOLERANCE, Scores, score_plan
-from ..task_source import TaskData, open_task
+from ..task_source import TaskData, open_task, task_dataset
+
+logger = logging.getLogger(__name__)
 
 GroupBy = Literal["group", "class", "context", "community"]
 NO_COMMUNITY = "none"  # the name part of a row whose group has no community (-1)
@@ -49,9 +59,15 @@ class Grouping:
         return self.names.num_classes
 
 
+RowKey = tuple[str, int]  # (image_id, class index): a collection lists an image once per class
+
+
 def _to_numpy(values: Any, what: str) -> np.ndarray:
     if hasattr(values, "detach"):  # a torch tensor, without importing torch here
-        values = values.detach().cpu().numpy()
+        values = values.detach().cpu()
+        if str(values.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            values = values.float()
+        values = values.numpy()
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as exc:
@@ -68,8 +84,35 @@ class Evaluator:
 
     def __init__(self, task: Any, *, config: str | None = None, revision: str | None = None,
                  artifact: "str | os.PathLike | None" = None, seed: int | None = None, **options: Any) -> None:
+        given = _given_keys(task, config, revision)
         self.task: TaskData = open_task(task, artifact=artifact, seed=seed, options=options, config=config,
                                         revision=revision)
+        self._rows = self.task.plan.splits if given is None else self._in_given_order(given)
+
+    def _in_given_order(self, given: dict[str, list[RowKey]]) -> dict[str, list[Row]]:
+        """Each split's rows in the order of the object given (the plan holds them in export order),
+        refusing a split with more rows than the task's and warning about one with fewer."""
+        plan, sizes = self.task.plan, self.task.spec.split_sizes
+        index = {c: i for i, c in enumerate(plan.classes)}
+        rows = {}
+        for split, keys in given.items():
+            if not keys:
+                continue  # the plan drops an empty split
+            if sizes and split not in sizes:
+                raise InputFormatError(f"{self.task.where}: split {split!r} is not a split of task {plan.task_id} "
+                                       f"(its spec lists {', '.join(sizes)})", "pass the task's splits under their own names")
+            size = sizes.get(split)
+            if size is not None and len(keys) > size:
+                raise InputFormatError(f"{self.task.where}: split {split!r} has {len(keys)} rows, task {plan.task_id}'s "
+                                       f"{split} split has {size}: some rows are not this split's",
+                                       "pass the task's own split (shuffled or select()-ed), without rows added from "
+                                       "another split or dataset")
+            if size is not None and len(keys) < size:
+                logger.warning("%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given",
+                               self.task.where, split, len(keys), size, plan.task_id, split)
+            by_key = {(r.image_id, index[r.label]): r for r in plan.splits[split]}
+            rows[split] = [by_key[k] for k in keys]
+        return rows
 
     @property
     def plan(self) -> TaskPlan:
@@ -87,14 +130,17 @@ class Evaluator:
     def splits(self) -> list[str]:
         return self.task.plan.split_names()
 
-    def _split(self, split: str) -> list:
-        if split not in self.task.plan.splits:
+    def _split(self, split: str) -> list[Row]:
+        if not isinstance(split, str):
+            raise InputFormatError(f"split={split!r} is not a split name", f"pass one of {', '.join(map(repr, self.splits))}"
+                                   " (several splits: eval({'validation': y_val, 'test': y_test}))")
+        if split not in self._rows:
             raise UnknownNameError(f"task {self.task.task_id} has no split {split!r}{did_you_mean(split, self.splits)}",
                                    f"use one of: {', '.join(self.splits)}")
-        return self.task.plan.splits[split]
+        return self._rows[split]
 
     def image_ids(self, split: str) -> list[str]:
-        """The split's image ids in row order (the order ``eval`` expects)."""
+        """The split's image ids in the row order of the object given (the order ``eval`` expects)."""
         return [r.image_id for r in self._split(split)]
 
     def labels(self, split: str) -> np.ndarray:
@@ -127,33 +173,65 @@ class Evaluator:
         """Score ``y_pred`` on ``split`` (all its rows, or the ``rows`` positions / boolean mask).
 
         ``y_pred``: class indices ``(n,)``, or scores ``(n, k)`` in the task's class order: probabilities
-        when every row lies in [0, 1] and sums to 1, else logits (softmax; the result says which).
+        when every row lies in [0, 1] and sums to 1, else logits (softmax; the result says which). Or a
+        dict ``{split: y_pred}`` (e.g. validation and test): one ``Scores`` over those splits, ID vs OOD.
         """
+        if isinstance(y_pred, Mapping):
+            return self._eval_splits(y_pred, split, rows)
         split_rows = self._split(split)
         if rows is not None:
-            pos = _to_numpy(rows, "rows")
-            if pos.dtype == bool:
-                if pos.shape != (len(split_rows),):
-                    raise InputFormatError(f"rows is a mask of {pos.shape}, split {split!r} has {len(split_rows)} rows",
-                                           "give one boolean per row of the split, or integer positions")
-                pos = np.flatnonzero(pos)
-            if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos < 0).any() or (pos >= len(split_rows)).any():
-                raise InputFormatError(f"rows must be positions 0..{len(split_rows) - 1} of split {split!r}",
-                                       "give integer positions (or a boolean mask) into the split's rows")
-            if len(set(pos.tolist())) != len(pos):
-                raise InputFormatError("rows repeats a position", "give each row once")
-            split_rows = [split_rows[i] for i in pos]
-        pred = _to_numpy(y_pred, "y_pred")
+            split_rows = [split_rows[i] for i in self._positions(rows, split, len(split_rows))]
+        frame = self._frame(y_pred, split, split_rows, "y_pred", selected=rows is not None)
+        plan = self.task.plan
+        if rows is not None:  # the same plan with this split cut to the chosen rows (train shares unchanged)
+            plan = TaskPlan(plan.task_id, plan.classes, {**plan.splits, split: split_rows}, plan.spec)
+        return score_plan(frame, plan, splits=[split])
+
+    def _eval_splits(self, y_pred: Mapping[str, Any], split: str, rows: Any) -> Scores:
+        if rows is not None or split != "test":
+            raise InputFormatError("a dict of predictions names its own splits; split=/rows= go with one array",
+                                   "drop split=/rows=, or pass one array with split= (and rows=)")
+        if not y_pred:
+            raise InputFormatError("y_pred is an empty dict", "pass {split: predictions}, e.g. {'validation': y_val, "
+                                   "'test': y_test}")
+        frames = [self._frame(v, s, self._split(s), f"y_pred[{s!r}]") for s, v in y_pred.items()]
+        if len({tuple(f.columns) for f in frames}) > 1:
+            kinds = ", ".join(f"{s}: {_kind(f)}" for s, f in zip(y_pred, frames))
+            raise InputFormatError(f"y_pred mixes kinds of predictions ({kinds})",
+                                   "give every split the same kind: class indices, probabilities or logits")
+        return score_plan(pd.concat(frames, ignore_index=True), self.task.plan, splits=list(y_pred))
+
+    @staticmethod
+    def _positions(rows: Any, split: str, n: int) -> np.ndarray:
+        pos = _to_numpy(rows, "rows")
+        if pos.dtype == bool:
+            if pos.shape != (n,):
+                raise InputFormatError(f"rows is a mask of {pos.shape}, split {split!r} has {n} rows",
+                                       "give one boolean per row of the split, or integer positions")
+            pos = np.flatnonzero(pos)
+        if pos.size == 0:
+            raise InputFormatError(f"rows selects no row of split {split!r}",
+                                   "give at least one position (or a mask with a True), or rows=None for every row")
+        if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos < 0).any() or (pos >= n).any():
+            raise InputFormatError(f"rows must be positions 0..{n - 1} of split {split!r}",
+                                   "give integer positions (or a boolean mask) into the split's rows")
+        if len(set(pos.tolist())) != len(pos):
+            raise InputFormatError("rows repeats a position", "give each row once")
+        return pos
+
+    def _frame(self, y_pred: Any, split: str, split_rows: list[Row], what: str, selected: bool = False) -> pd.DataFrame:
+        """The predictions table ``score_plan`` reads: image_id + prediction or prob_/logit_ columns."""
+        pred = _to_numpy(y_pred, what)
         if pred.shape[:1] != (len(split_rows),):
-            raise InputFormatError(f"y_pred has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "
-                                   f"{len(split_rows)}" + (" selected" if rows is not None else ""),
-                                   "predict every row of the split, in its order (Evaluator.image_ids(split))")
-        ids = [r.image_id for r in split_rows]
-        frame = pd.DataFrame({"image_id": ids})
+            raise InputFormatError(f"{what} has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "
+                                   f"{len(split_rows)}" + (" selected" if selected else ""),
+                                   "predict every row of the split, in the order of the dataset given "
+                                   "(Evaluator.image_ids(split))")
+        frame = pd.DataFrame({"image_id": [r.image_id for r in split_rows]})
         k = len(self.classes)
         if pred.ndim == 1:
             if not np.issubdtype(pred.dtype, np.integer) or (pred < 0).any() or (pred >= k).any():
-                raise InputFormatError(f"y_pred of shape {pred.shape} holds values that are not class indices 0..{k - 1}",
+                raise InputFormatError(f"{what} of shape {pred.shape} holds values that are not class indices 0..{k - 1}",
                                        "pass predicted class indices (argmax), or (n, k) probabilities/logits")
             frame["prediction"] = [self.classes[i] for i in pred]
         elif pred.ndim == 2 and pred.shape[1] == k:
@@ -164,12 +242,43 @@ class Evaluator:
             for j, c in enumerate(self.classes):
                 frame[f"{prefix}_{c}"] = scores[:, j]
         else:
-            raise InputFormatError(f"y_pred has shape {pred.shape}; the task has {k} classes",
+            raise InputFormatError(f"{what} has shape {pred.shape}; the task has {k} classes",
                                    f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}")
-        plan = self.task.plan
-        if rows is not None:  # the same plan with this split cut to the chosen rows (train shares unchanged)
-            plan = TaskPlan(plan.task_id, plan.classes, {**plan.splits, split: split_rows}, plan.spec)
-        return score_plan(frame, plan, splits=[split])
+        return frame
+
+
+def _kind(frame: pd.DataFrame) -> str:
+    last = frame.columns[-1]
+    return "class indices" if last == "prediction" else "probabilities" if last.startswith("prob_") else "logits"
+
+
+def _given_keys(task: Any, config: str | None, revision: str | None) -> dict[str, list[RowKey]] | None:
+    """Each split's (image_id, class index) in the row order of a loaded dataset (None for other forms,
+    read in export order), refusing an image given twice: the rows are matched by id."""
+    if not isinstance(task, (PreparedTask, datasets.Dataset, datasets.DatasetDict)):
+        return None
+    dd, where, _ = task_dataset(task, config=config, revision=revision)
+    if any(not {"image_id", "label"} <= set(ds.column_names) for ds in dd.values()) or not len(dd):
+        return None  # open_task names what is missing
+    per_class = spec_of_dataset(dd).shift_type == "none"  # a collection lists an image once per class
+    given: dict[str, list[RowKey]] = {}
+    seen: dict[str | RowKey, str] = {}
+    for split, ds in dd.items():
+        cols = ds.select_columns(["image_id", "label"]).to_dict()
+        keys = [(str(i), y) for i, y in zip(cols["image_id"], cols["label"])]
+        counts = Counter(k if per_class else k[0] for k in keys)
+        twice = sorted(str(k) for k, n in counts.items() if n > 1)
+        if twice:
+            raise InputFormatError(f"{where}: split {split!r} repeats image_id {', '.join(twice[:5])} "
+                                   f"({len(twice)} ids more than once)",
+                                   "pass each row of the task once (a shuffle()/select() of its splits, no concatenation)")
+        for k in counts:
+            if k in seen:
+                raise InputFormatError(f"{where}: image_id {k if not per_class else k[0]} is in split {seen[k]!r} and "
+                                       f"again in {split!r}", "pass the task's splits as exported, each row in its own split")
+            seen[k] = split
+        given[split] = keys
+    return given
 
 
 __all__ = ["Evaluator", "Grouping", "GroupBy"]
