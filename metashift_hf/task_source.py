@@ -325,13 +325,14 @@ def task_dataset(source: Any, *, config: str | None = None,
         files = {str(p.relative_to(repo)): p.stat().st_size for p in (*repo.glob("*"), *repo.glob("*/*"))
                  if p.is_file() and not p.is_symlink()}
         file_spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
-        dd = datasets.load_dataset(str(repo), name)
+        dd = _load(where, lambda: datasets.load_dataset(str(repo), name))
     elif isinstance(source, str) and looks_like_repo_id(source):
         files = hub_files(source, revision)
         name = pick_config(f"Hub dataset repo {source}", configs_of(files), config)
         where = f"Hub dataset repo {source} (config {name}" + (f", revision {revision})" if revision else ")")
         file_spec = _check_repo(where, files, name, lambda f: hub_text(source, f, revision, files.get(f)))
-        dd = hub_call(source, name, lambda: datasets.load_dataset(source, name, revision=revision), revision)
+        dd = hub_call(source, name, lambda: _load(where, lambda: datasets.load_dataset(source, name, revision=revision)),
+                      revision)
     elif path.exists():
         raise InputFormatError(f"{path} is a file, not a task", TASK_FORMS_FIX)
     else:
@@ -339,6 +340,17 @@ def task_dataset(source: Any, *, config: str | None = None,
                                "it an exported folder or a Hub repo id)", TASK_FORMS_FIX)
     check_rows(dd, dataset_spec(dd, where, file_spec), where, name)
     return dd, where, "folder" if path.is_dir() else "hub"
+
+
+def _load(where: str, call) -> "datasets.DatasetDict":
+    """``datasets.load_dataset`` of a checked folder or repo; shards it cannot read (empty, missing, sizes
+    unlike the card's) are one error naming the source."""
+    try:
+        return call()
+    except (datasets.exceptions.DatasetsError, ValueError, FileNotFoundError) as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise InputFormatError(f"{where}: its parquet shards cannot be read as the card describes them "
+                               f"({type(exc).__name__}: {terminal_safe(first)})", ROWS_FIX) from None
 
 
 def _exported_folder(path: Any) -> bool:
