@@ -335,3 +335,24 @@ def test_property_consistent_rows_pass_any_single_mutation_is_refused(case):
     with pytest.raises(InputFormatError) as info:
         check_rows(as_dd(spec, bad), spec, "t")
     assert (f"image i{row}" in str(info.value)) if how != "drop" else "group" in str(info.value)
+
+
+# --- Hub endpoints that refuse or never answer: one error, bounded time -------------------------------------
+
+def open_from_hub(endpoint: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DOWNLOAD_TIMEOUT": "2",
+           "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    return subprocess.run([sys.executable, "-m", "metashift_hf", "tasks", "show", "tester/metashift-x"],
+                          capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path)
+
+
+def test_a1_12_connection_refused_is_one_error(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = open_from_hub(f"http://127.0.0.1:{port}", tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "no answer from the Hub" in r.stderr and "fix:" in r.stderr
+
