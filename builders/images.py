@@ -562,9 +562,11 @@ class ZipImages(ImageSource):
 
 class DatasetImages(ImageSource):
     """The image column of a ``datasets.Dataset`` (``Image`` feature) by image id: the stored bytes
-    as they are (read with ``decode=False``), or the file a row points to."""
+    as they are (read with ``decode=False``). A cell's ``path`` is opened only with ``paths=True``
+    (a dataset of the user's own, e.g. an imagefolder for ``build --tags``), and then only a regular
+    file: a task's dataset may come from anyone, and its paths could name a FIFO or any local file."""
 
-    def __init__(self, ds, image_column: str, ids: Sequence[str], name: str) -> None:
+    def __init__(self, ds, image_column: str, ids: Sequence[str], name: str, *, paths: bool = False) -> None:
         feature = ds.features.get(image_column)
         if feature is None or not hasattr(feature, "decode"):
             raise InputFormatError(f"dataset {name}: column {image_column!r} is not an image column ({feature})",
@@ -572,23 +574,39 @@ class DatasetImages(ImageSource):
         if len(ids) != len(ds):
             raise InputFormatError(f"dataset {name}: {len(ids)} ids for {len(ds)} rows", "give one id per row")
         self._ds = ds.cast_column(image_column, type(feature)(decode=False)).select_columns([image_column])
-        self._column, self._name = image_column, name
+        self._column, self._name, self._paths = image_column, name, paths
         index: dict[str, object] = {}
         for row, image_id in enumerate(ids):
             index.setdefault(str(image_id), row)
         super().__init__(Path(name), index)
 
     def _read(self, image_id: str, where: object) -> bytes:
-        rec = self._ds[int(where)][self._column] or {}
-        if rec.get("bytes"):
-            return rec["bytes"]
-        if rec.get("path") and Path(rec["path"]).is_file():
-            return Path(rec["path"]).read_bytes()
-        raise MissingImagesError(f"image {image_id!r}: row {where} of {self.describe()} holds no image bytes",
-                                 _FIX_IMAGES, image_ids=[image_id])
+        return cell_bytes(self._ds[int(where)][self._column], f"image {image_id!r} (row {where} of {self.describe()})",
+                          image_id, paths=self._paths)
 
     def describe(self) -> str:
         return f"dataset {self._name} column {self._column!r} ({len(self._index)} images)"
+
+
+def cell_bytes(cell: object, where: str, image_id: str, *, paths: bool = False) -> bytes:
+    """The bytes of one ``datasets.Image`` cell read with ``decode=False``; an empty cell is an error naming
+    ``where``. Its ``path`` is read only with ``paths`` (the user's own dataset) and only as a regular file."""
+    rec = cell if isinstance(cell, dict) else {}
+    if rec.get("bytes"):
+        return rec["bytes"]
+    path = rec.get("path")
+    if paths and path:
+        try:
+            with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+                st = os.fstat(f.fileno())
+                if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_IMAGE_BYTES:
+                    return f.read()
+        except OSError:
+            pass
+    held = "a path but no bytes" if path else "neither bytes nor a path"
+    raise MissingImagesError(f"{where} holds no image ({held}; a dataset's images are read from its bytes only)",
+                             "the dataset is incomplete or was altered: download it again, or export the task again "
+                             "with `metashift-hf export` (it stores every image's bytes)", image_ids=[image_id])
 
 
 def open_images(src: "str | os.PathLike | ImageSource") -> ImageSource:

@@ -285,10 +285,13 @@ class ShiftSpec:
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "shift spec") -> "ShiftSpec":
         try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise InputFormatError(f"{where} is not valid JSON ({exc})", _FIX) from None
-        return cls.from_dict(data, where)
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise InputFormatError(f"{where} is not valid JSON ({exc})", _FIX) from None
+            return cls.from_dict(data, where)
+        except RecursionError:  # a spec is a few levels deep; 100,000 nested brackets are not a spec
+            raise InputFormatError(f"{where} is nested too deeply to be a shift spec", _FIX) from None
 
 
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"

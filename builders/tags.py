@@ -220,7 +220,7 @@ class MultiLabelDataset:
             raise InputFormatError(f"dataset {self.name}: no image column was given",
                                    "rebuild with --image-column COL, or pass --images")
         ds = self.load() if ds is None else ds
-        return DatasetImages(ds, self.image_column, self.image_ids(ds), self.name)
+        return DatasetImages(ds, self.image_column, self.image_ids(ds), self.name, paths=True)  # the user's own input
 
     @classmethod
     def from_record(cls, record: Mapping) -> "MultiLabelDataset":

@@ -14,8 +14,9 @@ datasets carry the same spec in their features (``builders.metashift.features_wi
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .api import plan
 from .builders.metashift import spec_of_dataset
@@ -24,14 +25,41 @@ from .core.errors import InputFormatError, MetashiftError, UnknownNameError, did
 from .shards import SPEC_FILE
 
 
+# A spec (and the card that carries a copy of it) of a real task is a few hundred kB at most; a larger
+# one is refused before it is parsed (PyYAML/JSON on hundreds of MB would run for minutes).
+MAX_SPEC_BYTES = 8 * 2**20
+
+
+def check_spec_size(size: int | None, where: str) -> None:
+    """Refuse a spec file or dataset card larger than :data:`MAX_SPEC_BYTES` before anything parses it."""
+    if size is not None and size > MAX_SPEC_BYTES:
+        raise InputFormatError(f"{where} is {size} bytes; a shift spec or card of a task is at most {MAX_SPEC_BYTES}",
+                               "this is not a task written by `metashift-hf export`/`publish`; export the task again")
+
+
+def read_text_file(path: str | os.PathLike, where: str | None = None) -> str:
+    """A small regular file as text: a FIFO, device or folder is refused (never opened), a large one
+    refused by its size (:func:`check_spec_size`)."""
+    path, where = Path(path), where or str(path)
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise InputFormatError(f"{where} is not a regular file", "export the task again")
+            check_spec_size(st.st_size, where)
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", "export the task again") from None
+    check_spec_size(len(data), where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFormatError(f"{where} is not UTF-8 text ({exc})", "export the task again") from None
+
+
 def read_spec_file(path: str | os.PathLike) -> ShiftSpec:
     """A ``shift_spec.json`` file, strictly parsed."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFormatError(f"cannot read {path} ({exc.strerror or exc})", "export the task again") from None
-    return ShiftSpec.from_json(text, where=str(path))
+    return ShiftSpec.from_json(read_text_file(path), where=str(path))
 
 
 def pick_config(where: str, configs: list[str], config: str | None) -> str:
@@ -50,7 +78,7 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
 
 def folder_configs(folder: Path) -> list[str]:
     """The configs of an exported repo folder: its subfolders holding a shift spec."""
-    return sorted(p.parent.name for p in Path(folder).glob(f"*/{SPEC_FILE}"))
+    return configs_of([f"{p.parent.name}/{p.name}" for p in Path(folder).glob(f"*/{SPEC_FILE}")])
 
 
 def _from_folder(folder: Path, config: str | None) -> ShiftSpec:
@@ -59,38 +87,104 @@ def _from_folder(folder: Path, config: str | None) -> ShiftSpec:
     return read_spec_file(folder / pick_config(str(folder), folder_configs(folder), config) / SPEC_FILE)
 
 
-def _hub_call(repo_id: str, config: str | None, call):
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+def hub_call(repo_id: str, config: str | None, call, revision: str | None = None):
+    """``call()``, its Hub failures as one error naming the repo (and revision) and the fix: never a
+    traceback, never a wait without end (the shared session gets a read timeout, :func:`bounded_hub_session`)."""
+    import httpx2
+    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
 
     where = f"Hub dataset repo {repo_id}"
+    bounded_hub_session()
     try:
         return call()
     except RepositoryNotFoundError:
         raise UnknownNameError(f"{where} does not exist (or is private and no token was given)",
                                "check the repo id (namespace/name), or log in with `hf auth login`") from None
+    except RevisionNotFoundError:
+        raise UnknownNameError(f"{where} has no revision {revision!r}",
+                               "pass a branch, a tag or a full 40-character commit sha the repo has, "
+                               "or drop --revision for its main branch") from None
     except EntryNotFoundError:
         raise UnknownNameError(f"{where} has no {config}/{SPEC_FILE}",
                                "name a config the repo holds; repos written by `metashift-hf publish` have one per task") from None
+    except OfflineModeIsEnabled:
+        raise MetashiftError(f"{where}: HF_HUB_OFFLINE is set, so the Hub cannot be asked for the repo's files",
+                             "unset HF_HUB_OFFLINE, or pass the repo's exported folder (a local copy) as --task") from None
     except HfHubHTTPError as exc:
         raise MetashiftError(f"{where}: the Hub answered {exc}", "check the connection and the repo id") from None
+    except (OSError, httpx2.TransportError) as exc:  # refused, unreachable, timed out
+        from huggingface_hub import constants
+
+        raise MetashiftError(f"{where}: no answer from the Hub at {constants.ENDPOINT} ({type(exc).__name__}: {exc})",
+                             "check the connection and HF_ENDPOINT; a slow Hub: raise HF_HUB_DOWNLOAD_TIMEOUT "
+                             f"(seconds, now {constants.HF_HUB_DOWNLOAD_TIMEOUT})") from None
+
+
+def bounded_hub_session() -> None:
+    """Give huggingface_hub's shared HTTP session a timeout when it has none (its API calls wait forever
+    by default): HF_HUB_ETAG_TIMEOUT to connect, HF_HUB_DOWNLOAD_TIMEOUT per read (huggingface_hub's own
+    documented variables, 10 s each unless set)."""
+    import httpx2
+    from huggingface_hub import constants, get_session
+
+    session = get_session()
+    if session.timeout.read is None:
+        session.timeout = httpx2.Timeout(float(constants.HF_HUB_DOWNLOAD_TIMEOUT),
+                                         connect=float(constants.HF_HUB_ETAG_TIMEOUT))
+
+
+def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
+    """Every file of a Hub dataset repo at ``revision``: path -> size in bytes."""
+    from huggingface_hub import HfApi
+
+    def listing():
+        return {e.path: getattr(e, "size", None) for e in
+                HfApi().list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)
+                if type(e).__name__ == "RepoFile"}
+
+    return hub_call(repo_id, None, listing, revision)
+
+
+def configs_of(files: "Mapping[str, int | None] | list[str]") -> list[str]:
+    """The configs among a repo's file paths: its folders holding a shift spec."""
+    return sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{SPEC_FILE}"))
 
 
 def hub_configs(repo_id: str, revision: str | None = None) -> list[str]:
     """The configs of a Hub dataset repo written by `publish`: its folders holding a shift spec."""
-    from huggingface_hub import list_repo_files
+    return configs_of(hub_files(repo_id, revision))
 
-    files = _hub_call(repo_id, None, lambda: list_repo_files(repo_id, repo_type="dataset", revision=revision))
-    return sorted(f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(f"/{SPEC_FILE}"))
+
+def hub_text(repo_id: str, path: str, revision: str | None, size: int | None) -> str:
+    """A small text file of a Hub dataset repo (a card, a spec), refused by its listed size before download."""
+    from huggingface_hub import hf_hub_download
+
+    check_spec_size(size, f"{path} of Hub dataset repo {repo_id}")
+    config = path.split("/")[0] if "/" in path else None
+    local = hub_call(repo_id, config, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision),
+                      revision)
+    return read_text_file(local, f"{path} of Hub dataset repo {repo_id}")
+
+
+def card_configs(card: str, where: str) -> list[str]:
+    """The config names a dataset card's YAML header declares (``configs: - config_name: ...``)."""
+    from huggingface_hub import DatasetCard
+
+    try:
+        meta = DatasetCard(card).data.to_dict()
+    except (ValueError, RecursionError) as exc:  # yaml's errors are ValueErrors
+        raise InputFormatError(f"{where}: the card's YAML header cannot be read ({type(exc).__name__})",
+                               "export or publish the task again") from None
+    configs = meta.get("configs") if isinstance(meta, dict) else None
+    return sorted(str(c.get("config_name")) for c in configs or () if isinstance(c, dict))
 
 
 def _from_hub(repo_id: str, config: str | None, revision: str | None) -> ShiftSpec:
-    from huggingface_hub import hf_hub_download
-
-    if config is None:
-        config = pick_config(f"Hub dataset repo {repo_id}", hub_configs(repo_id, revision), None)
-    local = _hub_call(repo_id, config, lambda: hf_hub_download(repo_id, f"{config}/{SPEC_FILE}", repo_type="dataset",
-                                                                revision=revision))
-    return read_spec_file(local)
+    files = hub_files(repo_id, revision)
+    config = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), config)
+    path = f"{config}/{SPEC_FILE}"
+    return ShiftSpec.from_json(hub_text(repo_id, path, revision, files.get(path)), where=f"{path} of {repo_id}")
 
 
 def looks_like_repo_id(text: str) -> bool:
@@ -144,4 +238,5 @@ def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.Pa
                            "folder or a Hub repo id")
 
 
-__all__ = ["shift_spec", "read_spec_file", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]
+__all__ = ["shift_spec", "read_spec_file", "read_text_file", "check_spec_size", "MAX_SPEC_BYTES", "hub_files",
+           "hub_text", "hub_call", "card_configs", "configs_of", "bounded_hub_session", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]

@@ -20,16 +20,21 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .api import PreparedTask, plan
 from .builders.artifact import Artifact
 from .builders.images import DatasetImages, ImageSource, open_images
-from .builders.metashift import spec_of_dataset
+from .builders.metashift import carries_spec, spec_of_features
 from .builders.shifts import Row, TaskPlan
 from .builders.spec import ShiftSpec
 from .core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from .core.names import terminal_safe
 from .shards import SORT_KEYS, SPEC_FILE
-from .specs import folder_configs, hub_configs, looks_like_repo_id, pick_config
+from .specs import (hub_call, card_configs, check_spec_size, configs_of, folder_configs, hub_files, hub_text,
+                    looks_like_repo_id, pick_config, read_text_file)
 
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
 ROW_COLUMNS = ("image_id", "label", "group", "context", "contexts", "community")
@@ -106,6 +111,115 @@ def dataset_classes(dd: "datasets.DatasetDict", where: str, required: Sequence[s
     return classes
 
 
+ROWS_FIX = ("the rows no longer match the shift spec they were exported with (edited, mixed with another task's "
+            "splits, or truncated): download the repo again (another --revision) or export the task again with "
+            "`metashift-hf export`")
+_SHOWN = 3  # bad rows named in a message
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _column_types(schema: pa.Schema) -> dict[str, str]:
+    """Column -> what it should be, for the row columns whose arrow type is wrong."""
+    types = {c: schema.field(c).type for c in ROW_COLUMNS}
+    want = {"image_id": _is_text, "group": _is_text, "context": _is_text, "label": pa.types.is_integer,
+            "community": pa.types.is_integer,
+            "contexts": lambda t: (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type)}
+    names = {"image_id": "string", "group": "string", "context": "string", "label": "ClassLabel (integer)",
+             "community": "integer", "contexts": "list of strings"}
+    return {c: f"{names[c]}, not {types[c]}" for c, ok in want.items() if not ok(types[c])}
+
+
+def check_rows(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: str | None = None, *,
+               whole: bool = True) -> None:
+    """Refuse a dataset whose rows do not match ``spec``: columns and types, labels in 0..k-1, every row's
+    ``group == f"{class}({context})"`` and a group the spec lists for that split (with that class), split
+    sizes as the spec records, no image twice in a split or in two splits (collections: once per class),
+    and (``config`` given: a folder or repo) the spec's task id equal to the config name.
+
+    ``whole=False`` (an object the user loaded, which may be one split or a ``select()``-ed part of one):
+    every split must be one the spec records and hold at most its recorded rows; fewer rows and absent
+    splits are the user's choice (the Evaluator warns about a partial split), more are refused.
+
+    One place for every dataset-backed form (:func:`open_task`, evaluate's reader); vectorised over the
+    arrow columns, no image decoded. Raises one :class:`InputFormatError` naming the split and first bad rows.
+    """
+    if config is not None and spec.task_id != config:
+        raise InputFormatError(f"{where}: its shift spec is for task {terminal_safe(spec.task_id)!r}, not for config "
+                               f"{terminal_safe(config)!r}", ROWS_FIX)
+    classes = dataset_classes(dd, where)
+    if tuple(classes) != tuple(spec.classes):
+        raise InputFormatError(f"{where}: classes {classes} differ from its shift spec's {list(spec.classes)}", ROWS_FIX)
+    sizes = {s: n for s, n in spec.split_sizes.items() if n}
+    have = {s for s in dd if len(dd[s])}
+    if have != set(sizes) and (whole or not have <= set(sizes)):
+        missing, extra = sorted(set(sizes) - have), sorted(have - set(sizes))
+        raise InputFormatError(f"{where}: its shift spec records split(s) {sorted(sizes)}, the data has {sorted(have)}"
+                               + (f" (missing or empty: {missing})" if missing else "")
+                               + (f" (not in the spec: {extra})" if extra else ""), ROWS_FIX)
+    spec_groups = spec.groups()
+    per_class = spec.shift_type == "none"  # collections list an image once per class it shows
+    seen: dict[tuple[str, str], str] = {}
+    names = pa.array(classes, pa.string())
+    for split in sorted(have, key=list(sizes).index):
+        ds = dd[split]
+        if len(ds) != sizes[split] and (whole or len(ds) > sizes[split]):
+            raise InputFormatError(f"{where}: split {split!r} has {len(ds)} rows, its shift spec records {sizes[split]}",
+                                   ROWS_FIX)
+        table = ds.select_columns(list(ROW_COLUMNS)).with_format("arrow")[:]  # honours an indices mapping
+        wrong = _column_types(table.schema)
+        if wrong:
+            raise InputFormatError(f"{where}: split {split!r} column(s) of the wrong type: "
+                                   + "; ".join(f"{c} should be {t}" for c, t in wrong.items()), ROWS_FIX)
+        col = {c: table.column(c).combine_chunks() for c in table.column_names}
+        ids = np.asarray(col["image_id"].to_pylist(), dtype=object)
+        label = np.asarray(col["label"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        null = {c: np.asarray(col[c].is_null().to_numpy(zero_copy_only=False)) for c in ("image_id", "label", "group",
+                                                                                          "context", "community")}
+        in_range = (label >= 0) & (label < len(classes))
+        cls = names.take(pa.array(np.where(in_range, label, 0)))
+        expected = np.asarray(pc.binary_join_element_wise(cls, "(", col["context"], ")", "").to_pylist(), dtype=object)
+        group = np.asarray(col["group"].to_pylist(), dtype=object)
+        group_cls = {g.group: g.cls for g in spec_groups.get(split, ())}
+        known = np.asarray([group_cls.get(g) for g in group], dtype=object)
+        cls_text = np.asarray(cls.to_pylist(), dtype=object)
+        keys = [(str(i), str(c) if per_class else "") for i, c in zip(ids, cls_text)]
+        first_at: dict[tuple[str, str], int] = {}
+        dup_here, dup_other = np.zeros(len(ds), bool), np.zeros(len(ds), bool)
+        for n, k in enumerate(keys):
+            if k in first_at:
+                dup_here[n] = True
+            elif k in seen:
+                dup_other[n] = True
+            first_at.setdefault(k, n)
+        checks = [
+            (null["image_id"] | null["label"] | null["group"] | null["context"] | null["community"],
+             lambda n: "empty " + "/".join(c for c in null if null[c][n])),
+            (~null["label"] & ~in_range, lambda n: f"label {label[n]} outside 0..{len(classes) - 1}"),
+            (in_range & ~null["group"] & ~null["context"] & (group != expected),
+             lambda n: f"group {group[n]!r} is not class(context) {expected[n]!r}"),
+            (~null["group"] & (known == None) & in_range,  # noqa: E711 (elementwise)
+             lambda n: f"group {group[n]!r} is not one of the spec's {split} groups"),
+            (in_range & (known != None) & (known != cls_text),  # noqa: E711 (elementwise)
+             lambda n: f"group {group[n]!r} is of class {known[n]!r} in the spec, the label says {cls_text[n]!r}"),
+            (dup_here, lambda n: f"image listed twice in {split!r}"),
+            (dup_other, lambda n: f"image also in split {seen.get(keys[n])!r}"),
+        ]
+        bad = np.zeros(len(ds), bool)
+        for mask, _ in checks:
+            bad |= mask
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            shown = "; ".join(f"row {n} image {terminal_safe(ids[n])}: "
+                              + ", ".join(why(n) for mask, why in checks if mask[n]) for n in rows[:_SHOWN])
+            raise InputFormatError(f"{terminal_safe(where)}: split {split!r} does not match its shift spec, "
+                                   f"{len(rows)} bad row(s): {terminal_safe(shown)}", ROWS_FIX)
+        for k in keys:
+            seen[k] = split
+
+
 def plan_of_dataset(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str) -> TaskPlan:
     """The task's rows as the planner wrote them, read back from a prepared or exported dataset."""
     classes = dataset_classes(dd, where)
@@ -140,37 +254,117 @@ def _repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
         if config not in (None, path.name):
             raise UnknownNameError(f"{path} is config {path.name!r}, not {config!r}", "drop --config, or pass the repo folder")
         return path.parent, path.name
-    return path, pick_config(str(path), folder_configs(path), config)
+    configs = folder_configs(path)
+    if not configs:
+        tasks = sorted(p.parent.parent.name for p in path.glob(f"*/*/{SPEC_FILE}"))
+        if tasks:  # the export's root: one repo folder per task
+            raise UnknownNameError(f"{path} is the root of an export holding {len(tasks)} task folder(s): "
+                                   + ", ".join(terminal_safe(t) for t in sorted(set(tasks))[:10]),
+                                   f"pass one of them as the task, e.g. --task {path / tasks[0]}")
+    return path, pick_config(str(path), configs, config)
+
+
+def _check_repo(where: str, files: Mapping[str, "int | None"], config: str, read) -> ShiftSpec:
+    """Before ``datasets`` reads a folder or repo: no loading script (never run), a card of bounded size
+    that declares ``config``, and the config's shift spec file (bounded, strictly parsed)."""
+    scripts = sorted(f for f in files if f.endswith(".py"))
+    if scripts:
+        raise InputFormatError(f"{where} holds a loading script ({', '.join(map(terminal_safe, scripts[:3]))}); "
+                               "metashift-hf never runs code from a dataset", "use a repo written by `metashift-hf "
+                               "export`/`publish` (parquet files and a card, no code)")
+    if "README.md" not in files:
+        raise InputFormatError(f"{where} has no dataset card README.md", "export or publish the task again")
+    check_spec_size(files["README.md"], f"README.md of {where}")
+    declared = card_configs(read("README.md"), where)
+    if config not in declared:
+        raise InputFormatError(f"{where}: config {terminal_safe(config)!r} has a {SPEC_FILE} but the card declares "
+                               f"{', '.join(map(terminal_safe, declared)) or 'no config'}",
+                               "export or publish the task again (its card lists every config)")
+    path = f"{config}/{SPEC_FILE}"
+    check_spec_size(files.get(path), f"{path} of {where}")
+    return ShiftSpec.from_json(read(path), where=f"{path} of {where}")
+
+
+def dataset_spec(dd: "datasets.DatasetDict", where: str, file_spec: ShiftSpec | None = None) -> ShiftSpec:
+    """The one shift spec of ``dd``: every split's ``group`` feature carries the same, and (a folder or repo)
+    the config's ``shift_spec.json`` equals it; a disagreement is refused, neither copy is preferred."""
+    specs = {split: spec_of_features(ds.features, where=f"{where} split {split!r}") for split, ds in dd.items()}
+    if not specs:
+        raise InputFormatError(f"{where} has no splits", "load a task with at least one split")
+    first, spec = next(iter(specs.items()))
+    for split, other in specs.items():
+        if other != spec:
+            raise InputFormatError(f"{where}: splits {first!r} and {split!r} carry different shift specs", ROWS_FIX)
+    if file_spec is not None and file_spec != spec:
+        diff = sorted(k for k, v in file_spec.to_dict().items() if spec.to_dict().get(k) != v)
+        raise InputFormatError(f"{where}: its {SPEC_FILE} and the card's copy of the spec (the 'group' feature) "
+                               f"differ in {', '.join(diff)}", ROWS_FIX)
+    return spec
 
 
 def task_dataset(source: Any, *, config: str | None = None,
                  revision: str | None = None) -> tuple["datasets.DatasetDict", str, TaskForm]:
-    """(splits, where, form) of an exported folder, a Hub repo id, a PreparedTask or a loaded dataset."""
+    """(splits, where, form) of an exported folder, a Hub repo id, a PreparedTask or a loaded dataset,
+    its rows checked against its shift spec (:func:`check_rows`) when it carries one."""
     if isinstance(source, (PreparedTask, datasets.Dataset, datasets.DatasetDict)) and (config, revision) != (None, None):
         raise InputFormatError(f"config={config!r}, revision={revision!r}: a loaded {type(source).__name__} is one "
                                "config at one revision already", "drop config=/revision=, or pass the repo id or folder")
     if isinstance(source, PreparedTask):
-        return source.dataset, f"prepared task {source.task_id}", "dataset"
+        where = f"prepared task {source.task_id}"
+        check_rows(source.dataset, source.spec, where)
+        return source.dataset, where, "dataset"
     if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):
-        return _as_dataset_dict(source), "dataset", "dataset"
+        dd = _as_dataset_dict(source)
+        if carries_spec(dd):
+            check_rows(dd, dataset_spec(dd, "dataset"), "dataset", whole=False)
+        return dd, "dataset", "dataset"
     if isinstance(source, datasets.IterableDataset | datasets.IterableDatasetDict):
         raise InputFormatError("a streamed (iterable) dataset has no row order to score against",
                                "load it without streaming=True, or pass the repo id and let metashift-hf load it")
     if not isinstance(source, (str, os.PathLike)):
         raise InputFormatError(f"cannot read a task from a {type(source).__name__}", TASK_FORMS_FIX)
+    if isinstance(source, str) and source != source.strip() and source.strip():
+        raise UnknownNameError(f"task {terminal_safe(source)!r} begins or ends with white space",
+                               f"pass {terminal_safe(source.strip())!r} (without the spaces)")
     path = Path(source)
     if path.is_dir():
         repo, name = _repo_folder(path, config)
         where = f"exported folder {repo} (config {name})"
-        return datasets.load_dataset(str(repo), name), where, "folder"
-    if isinstance(source, str) and looks_like_repo_id(source):
-        name = pick_config(f"Hub dataset repo {source}", hub_configs(source, revision), config)
+        files = {str(p.relative_to(repo)): p.stat().st_size for p in (*repo.glob("*"), *repo.glob("*/*"))
+                 if p.is_file() and not p.is_symlink()}
+        file_spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
+        dd = _load(where, lambda: datasets.load_dataset(str(repo), name))
+    elif isinstance(source, str) and looks_like_repo_id(source):
+        files = hub_files(source, revision)
+        name = pick_config(f"Hub dataset repo {source}", configs_of(files), config)
         where = f"Hub dataset repo {source} (config {name}" + (f", revision {revision})" if revision else ")")
-        return datasets.load_dataset(source, name, revision=revision), where, "hub"
-    if path.exists():
+        file_spec = _check_repo(where, files, name, lambda f: hub_text(source, f, revision, files.get(f)))
+        dd = hub_call(source, name, lambda: _load(where, lambda: datasets.load_dataset(source, name, revision=revision)),
+                      revision)
+    elif path.exists():
         raise InputFormatError(f"{path} is a file, not a task", TASK_FORMS_FIX)
-    raise UnknownNameError(f"task {str(source)!r} is made from an artifact, and none was given (nor is it an "
-                           "exported folder or a Hub repo id)", TASK_FORMS_FIX)
+    else:
+        raise UnknownNameError(f"task {terminal_safe(str(source))!r} is made from an artifact, and none was given (nor is "
+                               "it an exported folder or a Hub repo id)", TASK_FORMS_FIX)
+    check_rows(dd, dataset_spec(dd, where, file_spec), where, name)
+    return dd, where, "folder" if path.is_dir() else "hub"
+
+
+def _load(where: str, call) -> "datasets.DatasetDict":
+    """``datasets.load_dataset`` of a checked folder or repo; shards it cannot read (empty, missing, sizes
+    unlike the card's) are one error naming the source."""
+    try:
+        return call()
+    except (datasets.exceptions.DatasetsError, ValueError, FileNotFoundError) as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise InputFormatError(f"{where}: its parquet shards cannot be read as the card describes them "
+                               f"({type(exc).__name__}: {terminal_safe(first)})", ROWS_FIX) from None
+
+
+def _exported_folder(path: Any) -> bool:
+    """Whether ``path`` is a folder written by export (a repo folder or one of its config folders)."""
+    p = Path(path) if isinstance(path, (str, os.PathLike)) else None
+    return p is not None and p.is_dir() and ((p / SPEC_FILE).is_file() or bool(folder_configs(p)))
 
 
 def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = None,
@@ -188,6 +382,10 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
         return TaskData(in_export_order(task), "artifact", "task plan",
                         artifact=None if artifact is None else Artifact.load(artifact),
                         images_path=images)
+    if artifact is not None and (_exported_folder(artifact) or _exported_folder(task)):
+        folder = artifact if _exported_folder(artifact) else task
+        raise InputFormatError(f"{folder} is an exported task folder, not a build artifact: it carries its rows, "
+                               "spec and images", f"pass it as the task (--task {folder}) and drop --artifact")
     if isinstance(task, str) and artifact is not None:
         if config is not None or revision is not None:
             raise InputFormatError("--config/--revision pick a config of an exported folder or Hub repo, not of a task id "
@@ -198,8 +396,8 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
     if artifact is not None:
         raise InputFormatError(f"--artifact plans a task id, but the task is a {type(task).__name__}",
                                "drop --artifact: the dataset carries its rows and shift spec")
-    dd, where, form = task_dataset(task, config=config, revision=revision)
-    spec = task.spec if isinstance(task, PreparedTask) else spec_of_dataset(dd)
+    dd, where, form = task_dataset(task, config=config, revision=revision)  # rows checked against the spec
+    spec = task.spec if isinstance(task, PreparedTask) else dataset_spec(dd, where)
     # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
     refuse_planning_options(spec, where, seed, options, images if form in ("folder", "hub") else None)
     return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd)
@@ -221,5 +419,5 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
 
 
 __all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
-           "in_export_order",
+           "in_export_order", "check_rows", "dataset_spec",
            "refuse_planning_options"]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.spec import ShiftSpec
+from metashift_hf.builders.images import cell_bytes
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from .. import api
@@ -156,10 +157,7 @@ def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
             raise InputFormatError(f"task split {split!r} has no image column", "prepare the task with images, or use --model predictions:FILE")
         with lock:  # one reader at a time into the Arrow table; decoding happens outside the lock
             cell = raw[split][row]["image"]
-        if cell.get("bytes") is not None:
-            return cell["bytes"]
-        with open(cell["path"], "rb") as f:
-            return f.read()
+        return cell_bytes(cell, f"image {iid!r} (split {split!r} row {row})", iid)  # bytes only, never its path
 
     return table, classes, read
 

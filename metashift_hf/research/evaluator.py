@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence, get_args
 
@@ -31,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from ..api import PreparedTask
-from ..builders.metashift import spec_of_dataset
 from ..builders.shifts import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
@@ -91,22 +89,14 @@ class Evaluator:
 
     def _in_given_order(self, given: dict[str, list[RowKey]]) -> dict[str, list[Row]]:
         """Each split's rows in the order of the object given (the plan holds them in export order),
-        refusing a split with more rows than the task's and warning about one with fewer."""
+        warning about a split with fewer rows than the task's."""
         plan, sizes = self.task.plan, self.task.spec.split_sizes
         index = {c: i for i, c in enumerate(plan.classes)}
         rows = {}
         for split, keys in given.items():
             if not keys:
                 continue  # the plan drops an empty split
-            if sizes and split not in sizes:
-                raise InputFormatError(f"{self.task.where}: split {split!r} is not a split of task {plan.task_id} "
-                                       f"(its spec lists {', '.join(sizes)})", "pass the task's splits under their own names")
-            size = sizes.get(split)
-            if size is not None and len(keys) > size:
-                raise InputFormatError(f"{self.task.where}: split {split!r} has {len(keys)} rows, task {plan.task_id}'s "
-                                       f"{split} split has {size}: some rows are not this split's",
-                                       "pass the task's own split (shuffled or select()-ed), without rows added from "
-                                       "another split or dataset")
+            size = sizes.get(split)  # task_dataset.check_rows refused unknown splits, extra and repeated rows
             if size is not None and len(keys) < size:
                 logger.warning("%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given",
                                self.task.where, split, len(keys), size, plan.task_id, split)
@@ -254,29 +244,16 @@ def _kind(frame: pd.DataFrame) -> str:
 
 def _given_keys(task: Any, config: str | None, revision: str | None) -> dict[str, list[RowKey]] | None:
     """Each split's (image_id, class index) in the row order of a loaded dataset (None for other forms,
-    read in export order), refusing an image given twice: the rows are matched by id."""
+    read in export order); ``task_dataset`` has checked them against the spec (no repeated or foreign rows)."""
     if not isinstance(task, (PreparedTask, datasets.Dataset, datasets.DatasetDict)):
         return None
     dd, where, _ = task_dataset(task, config=config, revision=revision)
     if any(not {"image_id", "label"} <= set(ds.column_names) for ds in dd.values()) or not len(dd):
         return None  # open_task names what is missing
-    per_class = spec_of_dataset(dd).shift_type == "none"  # a collection lists an image once per class
     given: dict[str, list[RowKey]] = {}
-    seen: dict[str | RowKey, str] = {}
     for split, ds in dd.items():
         cols = ds.select_columns(["image_id", "label"]).to_dict()
         keys = [(str(i), y) for i, y in zip(cols["image_id"], cols["label"])]
-        counts = Counter(k if per_class else k[0] for k in keys)
-        twice = sorted(str(k) for k, n in counts.items() if n > 1)
-        if twice:
-            raise InputFormatError(f"{where}: split {split!r} repeats image_id {', '.join(twice[:5])} "
-                                   f"({len(twice)} ids more than once)",
-                                   "pass each row of the task once (a shuffle()/select() of its splits, no concatenation)")
-        for k in counts:
-            if k in seen:
-                raise InputFormatError(f"{where}: image_id {k if not per_class else k[0]} is in split {seen[k]!r} and "
-                                       f"again in {split!r}", "pass the task's splits as exported, each row in its own split")
-            seen[k] = split
         given[split] = keys
     return given
 

@@ -1,0 +1,358 @@
+"""Issue 29 part 1: a published dataset is untrusted input. Its rows are checked against its shift spec on
+open (one error naming the split and the first bad rows), its two spec copies must agree, its image cells
+are read from their bytes only, and a malformed folder or repo is one clear error (review cases A1-*)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from metashift_hf.builders.spec import GroupSpec, ShiftSpec
+from metashift_hf.cli import main
+from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
+from metashift_hf.export import export_prepared
+from metashift_hf.task_source import check_rows, open_task
+from fixtures.tasks import build_tiny_artifact, sample_jpegs
+from test_task_source import three_split_task
+
+TASK = "paper-dg-cat-dog-1"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rows")
+    art = build_tiny_artifact(root / "artifact")
+    images = sample_jpegs(root / "images", n=30)
+    tasks = [three_split_task(TASK, images), three_split_task("bin-cat-dog", images, matched=True)]
+    export_prepared(tasks, art, root / "out", namespace="tester")
+    return root
+
+
+@pytest.fixture
+def repo(pristine, tmp_path, monkeypatch):
+    """A fresh copy of the exported repo folder of TASK (tests mutate it), read through a cache of its own
+    (datasets keys its cache by the files' paths and times, which a copy and an edit within a second keep)."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    dest = tmp_path / f"metashift-{TASK}"
+    shutil.copytree(pristine / "out" / f"metashift-{TASK}", dest)
+    return dest
+
+
+def shard(repo: Path, split: str) -> Path:
+    return next((repo / TASK).glob(f"{split}-*.parquet"))
+
+
+def mutate(repo: Path, split: str, fn) -> None:
+    """Rewrite one split's parquet as ``fn(table) -> table`` (schema metadata kept)."""
+    path = shard(repo, split)
+    table = pq.read_table(path)
+    out = fn(table)
+    pq.write_table(out.replace_schema_metadata(table.schema.metadata), path)
+
+
+def set_column(table: pa.Table, name: str, values) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+
+
+def refused(repo, match: str, exc=InputFormatError, **kw) -> str:
+    with pytest.raises(exc, match=match) as info:
+        open_task(repo, **kw)
+    return str(info.value)
+
+
+# --- rows against the spec -------------------------------------------------------------------------------
+
+def test_pristine_export_opens(repo):
+    assert len(open_task(repo).plan.splits["test"]) == 10
+
+
+def test_a1_14_missing_group_column(repo):
+    mutate(repo, "test", lambda t: t.drop(["group"]))
+    refused(repo, r"split 'test'.*(lacks column|group)")
+
+
+def test_a1_15_context_column_filled_with_none(repo):
+    mutate(repo, "test", lambda t: set_column(t, "context", [None] * t.num_rows))
+    msg = refused(repo, r"split 'test' does not match its shift spec, 10 bad row")
+    assert "empty context" in msg and "image 2400020" in msg
+
+
+def test_a1_16_label_out_of_range(repo):
+    mutate(repo, "test", lambda t: set_column(t, "label", [5] + t["label"].to_pylist()[1:]))
+    refused(repo, r"1 bad row.*image 2400020: label 5 outside 0\.\.1")
+
+
+def test_a1_17_label_minus_one_is_not_the_last_class(repo):
+    mutate(repo, "test", lambda t: set_column(t, "label", [-1] + t["label"].to_pylist()[1:]))
+    refused(repo, r"label -1 outside 0\.\.1")
+
+
+def test_a1_18_a1_72_flipped_labels_refused_by_open_score_and_bugs(repo, tmp_path):
+    mutate(repo, "test", lambda t: set_column(t, "label", [1 - y for y in t["label"].to_pylist()]))
+    refused(repo, r"group 'cat\(grass\)' is not class\(context\) 'dog\(grass\)'")
+    preds = tmp_path / "p.csv"
+    preds.write_text("image_id,prediction\n2400020,cat\n")
+    for argv in (["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")],
+                 ["bugs", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "b")]):
+        assert main(argv) == 2
+        assert not (tmp_path / "b").exists()
+
+
+def test_a1_19_every_group_renamed(repo):
+    mutate(repo, "test", lambda t: set_column(t, "group", ["cat(outdoor)"] * t.num_rows))
+    refused(repo, r"10 bad row")
+
+
+def test_a1_23_group_unknown_to_the_spec(repo):
+    mutate(repo, "test", lambda t: set_column(t, "group", ["unicorn(moon)"] * t.num_rows))
+    msg = refused(repo, r"not one of the spec's test groups")
+    assert "unicorn(moon)" in msg
+
+
+def test_a1_24_context_inconsistent_with_group(repo):
+    mutate(repo, "test", lambda t: set_column(t, "context", ["sofa"] * t.num_rows))
+    refused(repo, r"group 'cat\(grass\)' is not class\(context\) 'cat\(sofa\)'")
+
+
+def test_a1_20_a1_26_e53_train_rows_in_test(repo):
+    train = pq.read_table(shard(repo, "train"))
+    mutate(repo, "test", lambda t: pa.concat_tables([t.slice(0, 5), train.slice(0, 5).select(t.column_names)
+                                                     .cast(t.schema)]))
+    msg = refused(repo, r"does not match its shift spec")
+    assert "bug in the split generator" not in msg
+    assert "also in split 'train'" in msg or "is not one of the spec's test groups" in msg
+
+
+def test_a1_26_e53_leak_with_sizes_and_groups_kept(repo):
+    """Splits of two tasks mixed: the image ids leak, the rows otherwise fit the spec."""
+    train = pq.read_table(shard(repo, "train"))
+    val = pq.read_table(shard(repo, "validation"))
+    mutate(repo, "validation", lambda t: set_column(t, "image_id", train["image_id"].to_pylist()[:val.num_rows]))
+    msg = refused(repo, r"image also in split 'train'")
+    assert "bug in the split generator" not in msg and "fix:" in msg
+
+
+@pytest.mark.parametrize("dupes", ["all", "one"])
+def test_a1_21_22_27_28_duplicated_rows(repo, dupes):
+    def fn(t):
+        ids = t["image_id"].to_pylist()
+        ids = [ids[i - i % 2] for i in range(len(ids))] if dupes == "all" else [ids[0]] + ids[1:-1] + [ids[0]]
+        return set_column(t, "image_id", ids)
+    mutate(repo, "test", fn)
+    msg = refused(repo, r"image listed twice in 'test'")
+    assert "bug in the split generator" not in msg
+
+
+def test_a1_29_empty_test_shard(repo):
+    mutate(repo, "test", lambda t: t.slice(0, 0))
+    refused(repo, r"exported folder .*: its parquet shards cannot be read")
+
+
+def test_a1_30_missing_test_shard(repo):
+    shard(repo, "test").unlink()
+    refused(repo, r"exported folder .*: its parquet shards cannot be read")
+
+
+def test_a1_67_split_size_disagrees(repo):
+    mutate(repo, "test", lambda t: t.slice(0, 8))
+    refused(repo, r"parquet shards cannot be read .*NonMatchingSplitsSizesError")
+
+
+# --- the two copies of the spec ---------------------------------------------------------------------------
+
+def edit_spec_file(repo: Path, fn) -> None:
+    path = repo / TASK / "shift_spec.json"
+    path.write_text(json.dumps(fn(json.loads(path.read_text()))))
+
+
+def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_path, capsys):
+    edit_spec_file(repo, lambda d: {**d, "classes": d["classes"][::-1]})
+    msg = refused(repo, r"shift_spec.json and the card's copy of the spec .* differ in classes")
+    preds = tmp_path / "p.csv"
+    preds.write_text("image_id,prediction\n2400020,cat\n")
+    assert main(["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 2
+    assert "differ in classes" in capsys.readouterr().err
+
+
+def test_a1_37_spec_task_id_differs_from_config(repo):
+    edit_spec_file(repo, lambda d: {**d, "task_id": "evil"})
+    refused(repo, r"differ in task_id")
+
+
+def test_a1_39_deeply_nested_spec_is_one_error(repo):
+    (repo / TASK / "shift_spec.json").write_text("[" * 100_000 + "]" * 100_000)
+    refused(repo, r"nested too deeply")
+
+
+def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):
+    card = repo / "README.md"
+    with open(card, "ab") as f:  # sparse: 200 MB of nothing, refused by its size alone
+        f.truncate(200 * 2**20)
+    refused(repo, r"README.md of .* is \d+ bytes")
+
+
+def test_a1_63_spec_without_a_card_config(repo):
+    shutil.copytree(repo / TASK, repo / "other")
+    refused(repo, r"config 'other' has a shift_spec.json but the card declares", config="other")
+
+
+def test_a1_65b_config_the_card_does_not_declare(repo):
+    shutil.copytree(repo / TASK, repo / "stray")
+    refused(repo, r"config 'stray' .* card declares paper-dg-cat-dog-1", config="stray")
+
+
+def test_a1_66_loading_script_never_run(repo, tmp_path):
+    marker = tmp_path / "ran"
+    (repo / f"{repo.name}.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    refused(repo, r"holds a loading script .* never runs code")
+    assert not marker.exists()
+
+
+def test_a1_60_export_root_names_its_task_folders(pristine):
+    msg = refused(pristine / "out", r"root of an export holding 2 task folder", UnknownNameError)
+    assert f"metashift-{TASK}" in msg and "--task" in msg
+
+
+def test_a1_52_artifact_given_an_exported_folder(repo, pristine):
+    msg = refused(TASK, r"is an exported task folder, not a build artifact", artifact=repo)
+    assert f"--task {repo}" in msg
+
+
+def test_a1_76_trailing_space(repo):
+    refused("tester/metashift-x ", r"white space", UnknownNameError)
+
+
+# --- image cells: bytes only ------------------------------------------------------------------------------
+
+def set_first_image(repo: Path, cell: dict) -> str:
+    def fn(t):
+        cells = t["image"].to_pylist()
+        cells[0] = cell
+        return set_column(t, "image", cells)
+    mutate(repo, "test", fn)
+    return pq.read_table(shard(repo, "test"))["image_id"][0].as_py()
+
+
+def read_first(repo: Path, iid: str) -> bytes:
+    return open_task(repo).images().read(iid)
+
+
+def test_a1_45_cell_with_neither_bytes_nor_path(repo):
+    iid = set_first_image(repo, {"bytes": None, "path": None})
+    with pytest.raises(MissingImagesError, match=rf"image '{iid}'.*neither bytes nor a path"):
+        read_first(repo, iid)
+
+
+def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):
+    secret = tmp_path / "secret.jpg"
+    shutil.copy(sorted((repo.parent).rglob("*.parquet"))[0], secret)  # any local file
+    iid = set_first_image(repo, {"bytes": b"", "path": str(secret)})
+    with pytest.raises(MissingImagesError, match="a path but no bytes"):
+        read_first(repo, iid)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
+    fifo = tmp_path / "fifo.jpg"
+    os.mkfifo(fifo)
+    iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
+    code = (f"from metashift_hf.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
+            "except Exception as e: print(type(e).__name__)")
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "MissingImagesError" in r.stdout, r.stderr[-2000:]
+
+
+def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
+    from metashift_hf.evaluate.run import _task_rows
+    iid = set_first_image(repo, {"bytes": None, "path": None})
+    *_, read = _task_rows(str(repo), None, None, 0, True)
+    with pytest.raises(MissingImagesError, match=rf"image '{iid}' \(split 'test' row 0\)"):
+        read(iid)
+
+
+def test_a1_50_train_message_names_no_refused_flag(repo):
+    iid = set_first_image(repo, {"bytes": None, "path": None})
+    with pytest.raises(MissingImagesError) as info:
+        read_first(repo, iid)
+    assert "--on-missing" not in str(info.value) and "--images" not in str(info.value)
+
+
+# --- property: any single mutation of consistent rows is refused naming that row ---------------------------
+
+NAMES = st.text("abcdefgh", min_size=1, max_size=4)
+
+
+@st.composite
+def task(draw):
+    classes = draw(st.lists(NAMES, min_size=2, max_size=3, unique=True))
+    contexts = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
+    rows = draw(st.lists(st.tuples(st.integers(0, len(classes) - 1), st.sampled_from(contexts)), min_size=1, max_size=12))
+    groups = tuple(GroupSpec(group=f"{c}({x})", cls=c, contexts=(x,), n=1) for c in classes for x in contexts)
+    spec = ShiftSpec(task_id="t", shift_type="marginal", classes=tuple(classes), seed=0,
+                     split_sizes={"test": len(rows)}, test_groups=groups)
+    table = {"image_id": [f"i{n}" for n in range(len(rows))], "label": [y for y, _ in rows],
+             "group": [f"{classes[y]}({x})" for y, x in rows], "context": [x for _, x in rows],
+             "contexts": [[x] for _, x in rows], "community": [0] * len(rows)}
+    return spec, table, draw(st.integers(0, len(rows) - 1)), draw(st.sampled_from(["flip", "unknown", "range", "drop"]))
+
+
+def as_dd(spec: ShiftSpec, table: dict) -> datasets.DatasetDict:
+    feats = {"image_id": datasets.Value("string"), "label": datasets.ClassLabel(names=list(spec.classes)),
+             "group": datasets.Value("string"), "context": datasets.Value("string"),
+             "contexts": datasets.List(datasets.Value("string")), "community": datasets.Value("int64")}
+    features = datasets.Features({k: v for k, v in feats.items() if k in table})
+    # straight from arrow: no ClassLabel validation, so an out-of-range label reaches the check as data would
+    return datasets.DatasetDict({"test": datasets.Dataset(pa.Table.from_pydict(table).cast(features.arrow_schema))})
+
+
+@settings(max_examples=40, deadline=None)
+@given(task())
+def test_property_consistent_rows_pass_any_single_mutation_is_refused(case):
+    spec, table, row, how = case
+    check_rows(as_dd(spec, table), spec, "t")
+    bad = {k: list(v) for k, v in table.items()}
+    k = len(spec.classes)
+    if how == "flip":
+        bad["label"][row] = (bad["label"][row] + 1) % k
+    elif how == "unknown":
+        bad["context"][row] = "zzzzz"  # consistent with its own group, which the spec does not know
+        bad["group"][row] = f"{spec.classes[bad['label'][row]]}(zzzzz)"
+    elif how == "range":
+        bad["label"][row] = k
+    else:
+        del bad["group"]
+    with pytest.raises(InputFormatError) as info:
+        check_rows(as_dd(spec, bad), spec, "t")
+    assert (f"image i{row}" in str(info.value)) if how != "drop" else "group" in str(info.value)
+
+
+# --- Hub endpoints that refuse or never answer: one error, bounded time -------------------------------------
+
+def open_from_hub(endpoint: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DOWNLOAD_TIMEOUT": "2",
+           "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    return subprocess.run([sys.executable, "-m", "metashift_hf", "tasks", "show", "tester/metashift-x"],
+                          capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path)
+
+
+def test_a1_12_connection_refused_is_one_error(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = open_from_hub(f"http://127.0.0.1:{port}", tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "no answer from the Hub" in r.stderr and "fix:" in r.stderr
+
