@@ -270,3 +270,17 @@ def test_compare_refuses_a_task_that_is_a_path(tmp_path, task):  # A4-52
         run_compare(["erm"], [task], None, None, tmp_path / "cmp", source=tmp_path)
     assert "is not a task id" in exc.value.what and "no '/', no '..'" in exc.value.what
     assert not (tmp_path / "cmp").exists()
+
+
+@needs_torch
+def test_the_loser_of_two_compares_gets_a_real_fix(builder_world, tmp_path, monkeypatch):  # A4-57
+    from metashift_hf.research import compare
+
+    def other_compare_wrote_first(*a, **kw):
+        raise OutputExistsError("--out runs/t/erm already holds a training run from an earlier run",
+                                "pass --force to replace it, or name a new folder")
+    monkeypatch.setattr(compare, "train", other_compare_wrote_first)
+    with pytest.raises(OutputExistsError) as exc:
+        compare.run_compare(["erm"], [TASK], builder_world["artifact"].root, builder_world["folder"], tmp_path / "cmp",
+                            CFG, overrides={"scale": 0.1}, cache_dir=tmp_path / "cache", progress=False)
+    assert "--force" not in exc.value.fix and "run the same command again" in exc.value.fix
