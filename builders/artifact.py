@@ -25,6 +25,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.fsutil import hash_file, sha256_file
 from metashift_hf.core.options import path as path_option
+from metashift_hf.core.options import text as text_option
 from metashift_hf.core.provenance import SourceInfo
 
 from . import distances, metagraph
@@ -309,6 +310,7 @@ class Artifact:
         return self._by_subject[subject]
 
     def _subset(self, name: str) -> int:
+        text_option(name, "subset name")  # None, a number, a list: an OptionError, not a TypeError from did_you_mean
         if name not in self._pos:
             raise UnknownNameError(
                 f"unknown subset {name!r} in artifact {self.root}{did_you_mean(name, self._names)}",

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
 
 from .shifts import (
@@ -181,12 +182,12 @@ class LevelSizes:
         for f in ("test_contexts", "train_contexts", "levels", "min_images"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise EmptyResultError(f"{f}={v!r} must be a positive integer", f"pass e.g. {f}=3")
+                raise opt.OptionError(f"{f}={v!r} must be a positive integer", f"pass e.g. {f}=3")
         if self.levels < 2:
-            raise EmptyResultError(f"levels={self.levels} gives no curve", "pass levels=2 or more")
+            raise opt.OptionError(f"levels={self.levels} gives no curve", "pass levels=2 or more")
         fr = (self.validation_fraction, self.id_test_fraction, self.test_fraction)
         if not all(isinstance(x, (int, float)) and 0 <= x < 1 for x in fr) or fr[0] + fr[1] >= 1:
-            raise EmptyResultError(f"fractions {fr} must lie in [0, 1) and leave images for train",
+            raise opt.OptionError(f"fractions {fr} must lie in [0, 1) and leave images for train",
                                    "pass e.g. validation_fraction=0.1, id_test_fraction=0.2")
         if self.train_per_class is not None and (isinstance(self.train_per_class, bool) or self.train_per_class < 4):
             raise EmptyResultError(f"train_per_class={self.train_per_class!r} is too small", "pass 4 or more, or omit it")

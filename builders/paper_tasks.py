@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
@@ -220,7 +221,7 @@ def sized(task_id: str, sizes: DGSizes | SubpopSizes, scale: float | None = None
 
     if scale is not None:
         if not 0 < float(scale) <= 1:
-            raise EmptyResultError(f"scale must lie in (0, 1], got {scale}",
+            raise opt.OptionError(f"scale must lie in (0, 1], got {scale}",
                                    "pass e.g. scale=0.1 to build a tenth-size version of the paper task")
         sizes = sizes.scaled(float(scale))
     overrides = dict(overrides or {})

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import (
     EmptyGroupError,
     EmptyResultError,
@@ -547,7 +548,7 @@ class SubpopSizes:
     def with_fraction(self, p: float) -> "SubpopSizes":
         """Minority images per class for a target fraction ``p`` of the training set of a class."""
         if not 0 <= p <= 0.5:
-            raise EmptyResultError(f"minority_fraction must lie in [0, 0.5], got {p}",
+            raise opt.OptionError(f"minority_fraction must lie in [0, 0.5], got {p}",
                                    "pass a fraction such as 0.12 (12% minority images per class)")
         return replace(self, minority_per_class=int(round(p * self.train_per_class)))
 
@@ -646,7 +647,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     """
     fr = (sizes.validation_fraction, sizes.id_test_fraction)
     if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fr) or sum(fr) >= 1:
-        raise EmptyResultError(f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
+        raise opt.OptionError(f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
                                "must be fractions in [0, 1) that leave images for train",
                                "pass e.g. validation_fraction=0.1, id_test_fraction=0.2")
     for name, cap, least in (("train_max_per_class", sizes.train_max_per_class, 1),

@@ -113,13 +113,23 @@ def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
     return task_ids(Artifact.load(artifact))
 
 
+def _image_column_record(artifact: "str | os.PathLike | Artifact") -> dict | None:
+    for record in Artifact.load(artifact).manifest.inputs:
+        if record.get("role") == "hf_dataset" and record.get("image_column"):
+            return record
+    return None
+
+
+def reads_dataset_images(artifact: "str | os.PathLike | Artifact") -> bool:
+    """Whether the artifact's images come from its dataset's image column (then no ``images`` is needed)."""
+    return _image_column_record(artifact) is not None
+
+
 def dataset_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | None":
     """An artifact built from a dataset with an image column (``build --hf-dataset ... --image-column``)
     reads its images from that column; None for other artifacts."""
-    for record in Artifact.load(artifact).manifest.inputs:
-        if record.get("role") == "hf_dataset" and record.get("image_column"):
-            return MultiLabelDataset.from_record(record).images()
-    return None
+    record = _image_column_record(artifact)
+    return MultiLabelDataset.from_record(record).images() if record is not None else None
 
 
 def prepare(task: str, artifact: "str | os.PathLike | Artifact",
@@ -163,4 +173,5 @@ def load(task: str, artifact: "str | os.PathLike | Artifact",
                    **overrides).dataset
 
 
-__all__ = ["PreparedTask", "prepare", "load", "plan", "plan_all", "fitting_scale", "available_tasks"]
+__all__ = ["PreparedTask", "prepare", "load", "plan", "plan_all", "fitting_scale", "available_tasks", "dataset_images",
+           "reads_dataset_images"]

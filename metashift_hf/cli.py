@@ -7,7 +7,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from .core import __version__
 from .core.errors import MetashiftError
@@ -44,9 +44,20 @@ def _selected(argv: list[str]) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's two-line ``error:``/``fix:`` layout for an option refused while parsing
+    (an :class:`core.options.OptionError` from a ``type=`` check brings its own fix; argparse's own refusals
+    point at ``--help``), instead of the usage block. Sub-parsers inherit the class; the exit status stays 2."""
+
+    def error(self, message: str) -> "NoReturn":
+        what, _, fix = message.partition("\n  fix: ")  # str(MetashiftError) is what + "\n  fix: " + fix
+        _report(MetashiftError(what, fix or f"see `{self.prog} --help` for the options"))
+        self.exit(2)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; the full sub-parser only for the command ``argv`` selects (all of them if ``argv`` is None)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="metashift-hf",
         description="MetaShift on the Hugging Face ecosystem: build, match, tasks, export, publish, evaluate.",
     )

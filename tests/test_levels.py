@@ -10,6 +10,7 @@ from metashift_hf.builders import levels
 from metashift_hf.builders.shifts import Row, SetSource, TaskPlan
 from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
+from metashift_hf.core.options import OptionError
 
 CONTEXTS = [f"c{i:02d}" for i in range(20)]
 POS = {c: i for i, c in enumerate(CONTEXTS)}
@@ -201,7 +202,7 @@ def test_too_small_world_says_so():
     tiny = world(per=3)
     with pytest.raises(EmptyResultError):
         plan(tiny, "shift-marginal-cat-dog-d0", sizes=levels.LevelSizes(min_images=1))
-    with pytest.raises(EmptyResultError, match="levels"):
+    with pytest.raises(OptionError, match="levels"):
         levels.LevelSizes(levels=1)
 
 

@@ -23,6 +23,7 @@ from metashift_hf.builders.shifts import (
 )
 from metashift_hf.builders.spec import MinorityFraction, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError
+from metashift_hf.core.options import OptionError
 
 
 def make_world(seed: int = 1, n: int = 3000, contexts=("a", "b", "c", "d", "e", "f"), both: int = 40):
@@ -193,7 +194,7 @@ def test_community_shift_train_is_largest_community():
     assert test_cat and not test_cat & (subsets["cat(a)"] | subsets["cat(b)"])
     assert {r.community for r in plan.splits["test"] if r.label == "cat"} == {1, 2}
     assert plan.spec.distance.value == 2.0 and plan.spec.distance.metric == "spectral"
-    with pytest.raises(EmptyResultError, match="fractions"):
+    with pytest.raises(OptionError, match="fractions"):
         community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.5, 0.5))
     id_cat = len(((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"]) - set().union(
         *[subsets[f"dog({c})"] for c in "abcdef"]))

@@ -77,6 +77,19 @@ def test_images_come_from_the_dataset_column(sources, tmp_path):
         assert row["image"]["bytes"] == jpeg(int(row["image_id"][2:]))
 
 
+def test_export_of_a_dataset_artifact_needs_no_images(sources, tmp_path, capsys, monkeypatch):
+    """Round 3 D13 (R3-15): the images of an --hf-dataset artifact are its image column; export found no
+    --images and refused (or read the registered GQA images)."""
+    art = build_from_inputs(tmp_path / "hf", plots=False,
+                            hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    monkeypatch.setenv("METASHIFT_HF_IMAGES", str(tmp_path / "registered-gqa-images"))  # never used for it
+    out = tmp_path / "export"
+    rc = main(["export", "class-cat", "--artifact", str(art.root), "--out", str(out), "--quiet", "--no-verify"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert list(out.rglob("*.parquet"))
+
+
 def test_subject_tags_and_errors(sources, tmp_path, capsys):
     table = read_tags_file(sources["csv"])
     names = candidates_from_tags(table, subjects=["cat"]).names

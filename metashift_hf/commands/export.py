@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..api import reads_dataset_images
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
 from ..export import export_tasks, verify_export
@@ -69,6 +70,8 @@ def require_task_inputs(args: argparse.Namespace) -> None:
     if not args.tasks:
         raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` "
                              "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
+    if not args.images and args.artifact and reads_dataset_images(args.artifact):
+        return  # built with --hf-dataset --image-column: the images are the dataset's own
     if not args.images:  # the images registered or downloaded once (metashift-hf download)
 
         args.images = resolve_input("images", required=False)

@@ -55,13 +55,13 @@ def _seeds(text: str) -> str:
     return text
 
 
-def _hparams(items: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _hparams(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise OptionError(f"--hparam {item!r} is not NAME=VALUE", "write e.g. --hparam eta=0.05")
-        out[key.strip()] = positive_float(value, f"--hparam {key.strip()}")
+        out[key.strip()] = value.strip()  # checked by the method's declared range (algorithms.resolve_hparams)
     return out
 
 

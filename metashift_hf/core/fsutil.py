@@ -20,6 +20,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -221,14 +222,31 @@ def _what(path: str | os.PathLike, st: os.stat_result | None = None) -> str:
     return next((name for test, name in _TYPES if test(mode)), "a special file")
 
 
+def _temp_file_prefix(final: Path) -> str:
+    """How :func:`atomic_file` names its temporary file: the writer's pid in the name, so that a file a
+    killed writer left is recognised as ours and stale (:func:`clean_stale`)."""
+    return f".{final.name}.tmp-{os.getpid()}-"
+
+
 def clean_stale(final: Path) -> list[Path]:
-    """Remove temporary folders a killed run left beside ``final`` (ours only: marker with a dead pid)."""
+    """Remove temporaries a killed run left beside ``final``, ours only: a folder whose marker names a dead
+    pid (:func:`atomic_dir`), or a regular file named ``.NAME.tmp-<dead pid>-*`` (:func:`atomic_file`)."""
     removed = []
+    own_file = re.compile(re.escape(f".{final.name}.tmp-") + r"([0-9]{1,10})-[A-Za-z0-9_]+")
     for tmp in final.parent.glob(f".{final.name}.tmp-*"):
-        mark = read_marker(tmp) if tmp.is_dir() and not tmp.is_symlink() else None
-        if mark is None or not isinstance(mark.get("pid"), int) or _alive(mark["pid"]):
+        if tmp.is_symlink():
             continue
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.is_dir():
+            mark = read_marker(tmp)
+            if mark is None or not isinstance(mark.get("pid"), int) or _alive(mark["pid"]):
+                continue
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            m = own_file.fullmatch(tmp.name)
+            if m is None or not tmp.is_file() or _alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
         removed.append(tmp)
     return removed
 
@@ -298,7 +316,8 @@ def atomic_file(final: str | os.PathLike, mode: str = "wb", *, verify: Callable[
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.tmp-", dir=final.parent)
+    clean_stale(final)  # what a killed write to the same target left
+    fd, tmp = tempfile.mkstemp(prefix=_temp_file_prefix(final), dir=final.parent)
     try:
         os.fchmod(fd, umask_mode("file"))
         with os.fdopen(fd, mode) as f:

@@ -25,6 +25,9 @@ from .errors import MetashiftError, short_repr
 
 SEED_MAX = 2**32 - 1  # numpy, torch and scikit-learn all take seeds up to here
 INT_MAX = 2**63 - 1  # what an int64 column or array holds
+# The most training seeds one call may ask for (`train --seeds`, compare, experiments): each seed is a whole
+# training run, so more is a typo (10**23, 0-1000000000) that would otherwise fill memory before any output.
+SEEDS_MAX = 1000
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
 
 
@@ -101,6 +104,11 @@ def seed(value: Any, name: str | None = None) -> int:
     return _int_range(value, name, 0, SEED_MAX, f"a seed: an integer in [0, {SEED_MAX}]")
 
 
+def seed_count(value: Any, name: str | None = None) -> int:
+    """A number of training seeds: an integer in [1, :data:`SEEDS_MAX`]."""
+    return _int_range(value, name, 1, SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}")
+
+
 def positive_float(value: Any, name: str | None = None) -> float:
     """A finite real > 0 (learning rates, timeouts)."""
     return _real_range(value, name, 0.0, math.inf, "a finite number > 0", low_open=True)
@@ -114,6 +122,16 @@ def non_negative_float(value: Any, name: str | None = None) -> float:
 def probability(value: Any, name: str | None = None) -> float:
     """A real in [0, 1]."""
     return _real_range(value, name, 0.0, 1.0, "a probability in [0, 1]")
+
+
+def fraction(value: Any, name: str | None = None) -> float:
+    """A share of something in (0, 1] (e.g. JTT's first-stage share of the epochs)."""
+    return _real_range(value, name, 0.0, 1.0, "a fraction in (0, 1]", low_open=True)
+
+
+def proper_fraction(value: Any, name: str | None = None) -> float:
+    """A share strictly between 0 and 1 (a split of rows into two non-empty parts)."""
+    return _real_range(value, name, 0.0, 1.0, "a fraction in (0, 1), e.g. 0.5", low_open=True, high_open=True)
 
 
 def level(value: Any, name: str | None = None) -> float:
@@ -181,5 +199,5 @@ def names(value: Any, name: str, *, at_least: int = 1) -> tuple[str, ...]:
     return tuple(items)
 
 
-__all__ = ["OptionError", "SEED_MAX", "int_at_least", "positive_int", "non_negative_int", "seed", "positive_float",
-           "non_negative_float", "probability", "level", "optional", "text", "path", "names"]
+__all__ = ["OptionError", "SEED_MAX", "SEEDS_MAX", "int_at_least", "positive_int", "non_negative_int", "seed",
+           "seed_count", "positive_float", "non_negative_float", "probability", "fraction", "proper_fraction", "level", "optional", "text", "path", "names"]

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping
 import numpy as np
 from sklearn import __version__ as _sklearn_version
 
+from ..core import options as opt
 from ..core.errors import UnknownNameError, did_you_mean
 
 Selection = Literal["average", "worst-group", "oracle"]
@@ -269,17 +270,19 @@ class DFR(Algorithm):
         return self._ce(forward(x)[1], y).mean()
 
 
-# Every hyper-parameter of every algorithm, in one place (defaults: DomainBed / SubpopBench's, cited above).
-HPARAMS: dict[str, dict[str, float]] = {
+# Every hyper-parameter of every algorithm, in one place: its default (DomainBed / SubpopBench's, cited above)
+# and the check of its range (core.options), applied to every value a user passes.
+_HPARAM_SPECS: dict[str, dict[str, tuple[float, Callable[..., float]]]] = {
     "erm": {},
     "reweight": {},
-    "groupdro": {"eta": 0.01},
-    "irm": {"lambda": 100.0, "anneal_steps": 500},
-    "coral": {"gamma": 1.0},
-    "mixup": {"alpha": 0.2},
-    "jtt": {"first_stage_frac": 0.5, "lambda_up": 10.0},
-    "dfr": {"retrains": 10, "val_fraction": 0.5},
+    "groupdro": {"eta": (0.01, opt.positive_float)},
+    "irm": {"lambda": (100.0, opt.positive_float), "anneal_steps": (500, opt.positive_int)},
+    "coral": {"gamma": (1.0, opt.positive_float)},
+    "mixup": {"alpha": (0.2, opt.positive_float)},
+    "jtt": {"first_stage_frac": (0.5, opt.fraction), "lambda_up": (10.0, opt.positive_float)},
+    "dfr": {"retrains": (10, opt.positive_int), "val_fraction": (0.5, opt.proper_fraction)},
 }
+HPARAMS: dict[str, dict[str, float]] = {m: {k: d for k, (d, _) in hp.items()} for m, hp in _HPARAM_SPECS.items()}
 DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
 # an L1 penalty: scikit-learn 1.8 spells it l1_ratio=1 (penalty= is deprecated), older versions penalty="l1"
 _L1: dict[str, Any] = {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
@@ -314,19 +317,16 @@ def get_algorithm(name: str) -> type[Algorithm]:
     return ALGORITHMS[name]
 
 
-def resolve_hparams(name: str, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
-    """The method's defaults with ``overrides``; an unknown or non-positive hyper-parameter is refused."""
+def resolve_hparams(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The method's defaults with ``overrides`` (numbers, or their text from a command line); an unknown
+    hyper-parameter or a value outside its declared range (a NaN, inf, 1.5 where an integer is meant) is refused."""
     get_algorithm(name)
     hp = dict(HPARAMS[name])
     for key, value in (overrides or {}).items():
         if key not in hp:
             known = ", ".join(hp) or "none"
             raise UnknownNameError(f"method {name} has no hyper-parameter {key!r}", f"its hyper-parameters: {known}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise UnknownNameError(f"hyper-parameter {name}.{key} = {value!r} is out of range", "use a positive number")
-        hp[key] = float(value)
-    if name == "dfr" and not hp["val_fraction"] < 1:
-        raise UnknownNameError(f"dfr.val_fraction {hp['val_fraction']} must be below 1", "use e.g. 0.5")
+        hp[key] = _HPARAM_SPECS[name][key][1](value, f"{name}.{key}")
     return hp
 
 

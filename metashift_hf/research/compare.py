@@ -29,13 +29,14 @@ from metashift_hf.builders.artifact import Artifact
 
 from .algorithms import METHODS, SELECTION_TEXT, algorithm_info
 from ..core import __version__
-from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
-from ..core.fsutil import atomic_file, claimed_dir
+from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
+from ..core.names import id_slug
+from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from .features import load_backbone
 from .score import Scores
 from ..shards import REPO_PREFIX
 from ..task_source import TaskData, open_task
-from .train import TrainConfig, TrainResult, check_train_out, train
+from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_key, settings_differ, train
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +220,12 @@ def _check_names(methods: Sequence[str], tasks: Sequence[str]) -> None:
     for m in methods:
         if m not in METHODS:
             raise UnknownNameError(f"unknown method {m!r}{did_you_mean(m, METHODS)}", f"use some of: {', '.join(METHODS)}")
+    for t in tasks:  # a task id names a folder (runs/<task>/, SRC/metashift-<task>): no path may hide in it
+        if not isinstance(t, str) or not t or id_slug(t) != t or t.startswith("."):
+            raise UnknownNameError(f"{short_repr(t)} is not a task id: a task id is letters, digits, '.', '_' and '-', "
+                                   "and names no folder (no '/', no '..')",
+                                   "name tasks by id, e.g. --tasks paper-subpop-cat-dog-p12 (`metashift-hf tasks list`); "
+                                   "with --from SRC, task T is read from SRC/metashift-T")
     for what, names in (("method", methods), ("task", tasks)):
         if len(set(names)) != len(names):
             raise InputFormatError(f"a {what} is named twice in {', '.join(names)}", f"name each {what} once")
@@ -241,6 +248,7 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
                for m in methods}  # every bad setting before any work
     t0 = time.perf_counter()
     with claimed_dir(out, COMPARE_KIND, inputs=(artifact, images, source)) as folder:
+        _check_covers_earlier(folder, methods, tasks)
         for t in tasks:
             for m in methods:
                 check_train_out(folder / "runs" / t / m, inputs=(artifact, images, source))
@@ -253,12 +261,19 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
         first = configs[methods[0]]
         backbone = load_backbone(first.backbone, image_size=first.image_size if first.probe == "linear" else None,
                                  device=first.device)  # loaded once; features shared by every method and task
+        for t in tasks:  # every earlier run merges, checked before any run is modified
+            for m in methods:
+                _check_mergeable(folder, t, m, data[t], configs[m], backbone)
         results: dict[tuple[str, str], TrainResult] = {}
         for t in tasks:
             for m in methods:
                 logger.info(f"   training {m} on {t} ...")
-                results[t, m] = train(data[t], None, None, folder / "runs" / t / m, configs[m], cache_dir=cache_dir,
-                                      progress=progress, backbone=backbone, resume=resume)
+                try:
+                    results[t, m] = train(data[t], None, None, folder / "runs" / t / m, configs[m], cache_dir=cache_dir,
+                                          progress=progress, backbone=backbone, resume=resume)
+                except OutputExistsError as exc:  # another comparison wrote there meanwhile
+                    raise OutputExistsError(exc.what, f"run the same command again once the other comparison into {folder} "
+                                                      "has finished (its runs are merged), or name a new --out") from None
         rows = []
         for (t, m), r in results.items():
             for run in r.runs:
@@ -284,6 +299,40 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
             f.write(json.dumps(card, indent=2, default=str) + "\n")
         _plot_atomic(result, folder / "compare.png")
     return result
+
+
+def _earlier_pairs(folder: Path) -> set[tuple[str, str]]:
+    """(task, method) of every run folder an earlier comparison left under ``folder/runs/``."""
+    runs = folder / "runs"
+    if not runs.is_dir():
+        return set()
+    return {(t.name, m.name) for t in runs.iterdir() if t.is_dir() for m in t.iterdir() if m.is_dir()}
+
+
+def _check_covers_earlier(folder: Path, methods: Sequence[str], tasks: Sequence[str]) -> None:
+    """results.csv/md/png cover every run in the folder: a call naming fewer methods or tasks than the
+    earlier comparison is refused (it would drop their rows while their runs stay)."""
+    left_out = sorted(p for p in _earlier_pairs(folder) if p[0] not in tasks or p[1] not in methods)
+    if left_out:
+        all_m = list(methods) + sorted({m for _, m in left_out} - set(methods))
+        all_t = list(tasks) + sorted({t for t, _ in left_out} - set(tasks))
+        shown = ", ".join(f"{m} on {t}" for t, m in left_out[:4]) + (" ..." if len(left_out) > 4 else "")
+        raise OutputExistsError(f"--out {folder} holds earlier runs this call does not name ({shown}); its results "
+                                "always cover every run in the folder",
+                                f"add to the earlier comparison with --methods {','.join(all_m)} --tasks {','.join(all_t)}, "
+                                "or name a new --out to start a new comparison")
+
+
+def _check_mergeable(folder: Path, task: str, method: str, data: TaskData, config: TrainConfig, backbone) -> None:
+    """An earlier run of ``method`` on ``task`` in ``folder`` must have the same settings (its seeds merge)."""
+    run = folder / "runs" / task / method
+    card = earlier_run(run)
+    if card is not None and card.get("run_key") != run_key(data.plan, config, backbone):
+        differ = settings_differ(card, config)
+        raise OutputExistsError(f"--out {folder} holds a run of {method} on {task} with other settings"
+                                + (f" ({', '.join(differ)} differ)" if differ else " (task, backbone or package version differ)"),
+                                f"repeat the earlier comparison's settings (see {folder / 'compare.json'}) to add seeds to it, "
+                                "or name a new --out to start a new comparison")
 
 
 def _plot_atomic(result: CompareResult, path: Path) -> None:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError
-from ..core.fsutil import atomic_file
+from ..core.fsutil import FileKind, atomic_out_file, check_out_file
 
 
 @dataclass(frozen=True)
@@ -140,10 +140,22 @@ def conflict_matrix(run: ConflictRun) -> pd.DataFrame:
     return pd.DataFrame(m, index=pd.Index(run.train_names, name="train_subset"), columns=run.eval_names)
 
 
+MATRIX_CSV = FileKind("conflict matrix CSV", b"train_subset,")  # the index column's name (conflict_matrix)
+MATRIX_PNG = FileKind("conflict matrix PNG", b"\x89PNG\r\n\x1a\n")
+
+
 def write_matrix(matrix: pd.DataFrame, csv_path: str | Path, png_path: str | Path | None = None,
-                 title: str = "") -> None:
-    """CSV, and a heatmap PNG (RdYlGn: green helps, red hurts; fixed scale -1..1)."""
-    with atomic_file(Path(csv_path), "w") as f:
+                 title: str = "", *, force: bool = False) -> None:
+    """CSV, and a heatmap PNG (RdYlGn: green helps, red hurts; fixed scale -1..1). Both are user-named files
+    (core.fsutil.atomic_out_file): written where nothing exists, or with ``force`` over an earlier matrix of ours;
+    never through a link, over a folder, a device or someone else's file. Both are checked before either is written."""
+    check_out_file(csv_path, MATRIX_CSV, force=force, flag="csv_path")
+    if png_path is not None:
+        check_out_file(png_path, MATRIX_PNG, force=force, flag="png_path")
+    if matrix.index.name != "train_subset":
+        raise InputFormatError(f"write_matrix: the matrix's index is {matrix.index.name!r}, not 'train_subset'",
+                               "pass the DataFrame conflict_matrix returns")
+    with atomic_out_file(csv_path, MATRIX_CSV, force=force, flag="csv_path") as f:
         matrix.to_csv(f)
     if png_path is None:
         return
@@ -162,9 +174,11 @@ def write_matrix(matrix: pd.DataFrame, csv_path: str | Path, png_path: str | Pat
     ax.set_title(title or "training conflicts (green helps, red hurts)", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.03)
     fig.tight_layout()
-    with atomic_file(Path(png_path)) as f:
-        fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_out_file(png_path, MATRIX_PNG, force=force, mode="wb", flag="png_path") as f:
+            fig.savefig(f, format="png", dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def subsets_from(features: Mapping[str, np.ndarray], members: Mapping[str, Sequence[str]],

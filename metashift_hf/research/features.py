@@ -23,6 +23,7 @@ import numpy as np
 
 from metashift_hf.builders.images import ImageSource, open_images
 
+from ..core import options as opt
 from ..core.errors import MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_file
 from ..core.paths import cache_root
@@ -116,7 +117,7 @@ def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size
     prep = clf.preprocessing
     if image_size is not None and image_size != prep.crop:
         if not 32 <= image_size <= 1024:
-            raise UnknownNameError(f"image size {image_size} is out of range", "use 32..1024 pixels, e.g. 224")
+            raise opt.OptionError(f"image size {image_size} is out of range", "use 32..1024 pixels, e.g. 224")
         # the same crop fraction as the standard 224/(224 + 32)
         prep = Preprocessing(resize=round(image_size * (prep.crop + TF_CROP_PADDING) / prep.crop), crop=image_size,
                              interpolation=prep.interpolation, mean=prep.mean, std=prep.std,

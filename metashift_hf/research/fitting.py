@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ from metashift_hf.builders.images import ImageSource
 
 from .algorithms import JTT, Algorithm, balanced_batches, dfr_fit, get_algorithm, selection_score
 from ..core.fsutil import atomic_file
+
+logger = logging.getLogger(__name__)
 
 COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
 GREYSCALE_P = 0.1
@@ -231,6 +234,9 @@ def _unflatten(obj: Any, tensors: Mapping) -> Any:
     return obj
 
 
+_CKPT_KEYS = frozenset({"stage", "module", "optimiser", "algorithm", "best", "epoch", "log"})  # what _stage saves
+
+
 class Checkpoints:
     """The last finished epoch of the seed in progress, one file per seed: ``seed-<s>.ckpt.safetensors``."""
 
@@ -252,12 +258,22 @@ class Checkpoints:
         path = self._path(seed)
         if not (self.resume and path.is_file()):
             return None
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(path), framework="pt") as f:
-            meta = json.loads(f.metadata()["state"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        return _unflatten(meta, tensors)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = json.loads((f.metadata() or {})["state"])
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+            state = _unflatten(meta, tensors)
+            if not (isinstance(state, dict) and _CKPT_KEYS <= set(state) and isinstance(state["log"], list)
+                    and isinstance(state["epoch"], int) and isinstance(state["stage"], str)):
+                raise ValueError("not a checkpoint of this loop")
+        except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
+            # a cache file (a killed disk, an edit): the seed starts again from its first epoch
+            logger.warning(f"warning: the resume checkpoint {path} is damaged ({exc}); seed {seed} starts again")
+            self.drop(seed)
+            return None
+        return state
 
     def drop(self, seed: int) -> None:
         self._path(seed).unlink(missing_ok=True)

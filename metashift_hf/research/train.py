@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -40,8 +41,8 @@ from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELEC
 
 from ..core import __version__
 from ..core import options as opt
-from ..core.errors import EmptyResultError, UnknownNameError
-from ..core.fsutil import OutputExistsError, atomic_dir, check_out, read_marker
+from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, short_repr
+from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..core.paths import cache_root
 from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, FitData, FitSettings, LinearLearner,
                       fit_seed)
@@ -238,32 +239,44 @@ SEED_KIND = "training seed"  # the marker kind of a finished seed kept for resum
 
 
 def parse_seeds(spec: "int | str | Sequence[int]") -> tuple[int, ...]:
-    """Training seeds: a count N (0..N-1), ``"a-b"`` (inclusive), ``"0,2,5-7"`` or a list; sorted, distinct."""
+    """Training seeds: a count N (0..N-1), ``"a-b"`` (inclusive), ``"0,2,5-7"`` or a list; sorted, distinct.
+
+    Each seed is in [0, 2**32 - 1] (:func:`core.options.seed`) and there are at most
+    :data:`core.options.SEEDS_MAX` of them, both checked before any list is built (``0-1000000000`` is
+    refused at once instead of filling memory)."""
     if isinstance(spec, bool):
         raise opt.OptionError(f"seeds {spec!r} is not a seed list", "use a count (3), a range (3-5) or a list (0,2,7)")
     if isinstance(spec, (int, np.integer)):
-        return tuple(range(opt.positive_int(spec, "seeds")))
+        return tuple(range(opt.seed_count(spec, "seeds")))
     if isinstance(spec, str):
         text = spec.strip()
         if text.isdigit():
-            return parse_seeds(int(text))
-        out: list[int] = []
+            return tuple(range(opt.seed_count(text, "seeds")))  # the text checked first: int() of 5000 digits raises
+        out: set[int] = set()
         for part in text.split(","):
             a, sep, b = part.strip().partition("-")
             if not (a.isdigit() and (not sep or b.isdigit())):
                 raise opt.OptionError(f"seeds {spec!r}: {part.strip()!r} is not a seed or a range",
                                       "use a count (3), a range (3-5) or a list (0,2,5-7) of non-negative integers")
-            lo, hi = int(a), int(b) if sep else int(a)
+            lo = opt.seed(a, "seeds")
+            hi = opt.seed(b, "seeds") if sep else lo
             if hi < lo:
                 raise opt.OptionError(f"seeds {spec!r}: the range {part.strip()} is empty", "write it low-high, e.g. 3-5")
-            out += range(lo, hi + 1)
-        return tuple(sorted(set(out)))
+            _bound_seeds(spec, len(out) + hi - lo + 1)  # before the range is built
+            out.update(range(lo, hi + 1))
+        return tuple(sorted(out))
     if not isinstance(spec, (list, tuple, range, np.ndarray)):  # 1.5, None, a dict: no raw TypeError
         raise opt.OptionError(f"seeds {spec!r} is not a count, a range or a list of seeds", "use e.g. 3, '3-5' or [0, 2, 7]")
-    seeds = [s for s in spec]
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
-        raise opt.OptionError(f"seeds {spec!r} is not a list of non-negative integers", "use e.g. [0, 1, 2]")
-    return tuple(sorted(set(int(s) for s in seeds)))
+    _bound_seeds(spec, len(spec))
+    if not len(spec) or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in spec):
+        raise opt.OptionError(f"seeds {short_repr(spec)} is not a list of non-negative integers", "use e.g. [0, 1, 2]")
+    return tuple(sorted({opt.seed(s, "seeds") for s in spec}))
+
+
+def _bound_seeds(spec: Any, n: int) -> None:
+    if n > opt.SEEDS_MAX:
+        raise opt.OptionError(f"seeds {short_repr(spec)} asks for {n} seeds, more than the maximum {opt.SEEDS_MAX}",
+                              f"ask for at most {opt.SEEDS_MAX} seeds per call, e.g. --seeds 5 or --seeds 0-9")
 
 
 # -- the config file: TOML with the flags' names (tomllib reads it; this small writer writes it) ------
@@ -339,17 +352,73 @@ def _write_seed(d: Path, r: SeedRun, cfg: TrainConfig, classes: Sequence[str], b
     (d / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in r.log))
 
 
-def _read_seed(d: Path, data: _Data) -> SeedRun:
-    """A seed written by :func:`_write_seed`, scored again from its predictions (the same figures)."""
+_SEED_DIR = re.compile(r"seed-([0-9]{1,10})")
+
+
+def _seed_dirs(folder: Path) -> dict[int, Path]:
+    """The seed folders of a run (``seed-<n>``); anything else in it (a user's notes, ``seed-old/``) is not ours."""
+    found = {}
+    for d in sorted(Path(folder).iterdir()):
+        m = _SEED_DIR.fullmatch(d.name)
+        if m and d.is_dir() and not d.is_symlink():
+            found[int(m.group(1))] = d
+    return found
+
+
+def _read_seed(d: Path, data: _Data, seed: int, probe: str) -> SeedRun:
+    """Seed ``seed`` as :func:`_write_seed` wrote it into ``d``, scored again from its predictions (the same
+    figures). An earlier run is untrusted input: every file is checked, and a missing, truncated or edited
+    one is an :class:`InputFormatError` naming it (never a traceback, never a seed counted twice)."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    meta = json.loads((d / "run.json").read_text())
-    frame = pd.read_csv(d / "predictions.csv", dtype={"image_id": str, "split": str, "prediction": str})
-    heads = [p for p in d.glob("*.safetensors")]
-    log = tuple(json.loads(line) for line in (d / "log.jsonl").read_text().splitlines() if line.strip())
-    return SeedRun(int(meta["seed"]), score_plan(Predictions.read(frame, data.plan.classes), data.plan),
-                   int(meta["selected_epoch"]), float(meta["selection_value"]), float(meta["seconds"]), frame, log,
-                   load_file(str(heads[0])) if heads else {}, meta.get("details", {}))
+    def bad(name: str, why: str) -> InputFormatError:
+        return InputFormatError(f"earlier run {d}: {name} {why}",
+                                f"delete {d} so that seed {seed} is trained again (the run's other seeds are kept)")
+
+    meta = _read_json(d / "run.json", bad)
+    types = {"seed": int, "selected_epoch": int, "selection_value": (int, float), "seconds": (int, float), "details": dict}
+    wrong = [k for k, t in types.items() if isinstance(meta.get(k), bool) or not isinstance(meta.get(k), t)]
+    if wrong:
+        raise bad("run.json", f"lacks or mistypes {', '.join(wrong)}")
+    if meta["seed"] != seed:  # an edited seed would count one model as two seeds
+        raise bad("run.json", f"names seed {meta['seed']}, not the folder's seed {seed}")
+    try:
+        frame = pd.read_csv(d / "predictions.csv", dtype={"image_id": str, "split": str, "prediction": str})
+        scores = score_plan(Predictions.read(frame, data.plan.classes), data.plan)
+    except FileNotFoundError:
+        raise bad("predictions.csv", "is missing") from None
+    except MetashiftError as exc:
+        raise bad("predictions.csv", f"does not fit the task: {exc.what}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise bad("predictions.csv", f"is not a readable CSV ({exc})") from None
+    try:
+        log = tuple(json.loads(line) for line in (d / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+        head = load_file(str(d / _head_name(probe)))
+    except FileNotFoundError as exc:
+        raise bad(Path(exc.filename or "a file").name, "is missing") from None
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise bad("log.jsonl or " + _head_name(probe), f"is damaged ({exc})") from None
+    if not all(isinstance(e, dict) for e in log):
+        raise bad("log.jsonl", "holds a line that is not a JSON object")
+    return SeedRun(seed, scores, meta["selected_epoch"], float(meta["selection_value"]), float(meta["seconds"]), frame,
+                   log, head, meta["details"])
+
+
+def _read_json(path: Path, bad) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise bad(path.name, "is missing") from None
+    except (OSError, ValueError) as exc:
+        raise bad(path.name, f"is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise bad(path.name, "is not a JSON object")
+    return data
+
+
+def _read_earlier_seeds(folder: Path, data: _Data, probe: str) -> dict[int, SeedRun]:
+    return {s: _read_seed(d, data, s, probe) for s, d in _seed_dirs(folder).items()}
 
 
 def _run_key(spec_hash: str, cfg: TrainConfig, backbone_key: str) -> str:
@@ -359,19 +428,32 @@ def _run_key(spec_hash: str, cfg: TrainConfig, backbone_key: str) -> str:
                                       "package": __version__}, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _earlier_run(out: "str | os.PathLike") -> dict[str, Any] | None:
-    """The run card of an earlier training run in ``out`` (ours, complete), else None."""
+def run_key(plan: "TaskPlan", config: TrainConfig, backbone: Backbone) -> str:
+    """The key an earlier run in an ``out`` folder must carry for ``config`` on ``plan`` to merge into it."""
+    return _run_key(task_spec_hash(plan.spec), config.resolved(), backbone.key)
+
+
+def earlier_run(out: "str | os.PathLike") -> dict[str, Any] | None:
+    """The run card of an earlier training run in ``out`` (ours, complete), else None; a damaged card is an error."""
     marker = read_marker(out) if Path(out).is_dir() else None
     card = Path(out) / "run_card.json"
     if not marker or marker.get("kind") != TRAIN_KIND or not card.is_file():
         return None
-    return json.loads(card.read_text())
+    return _read_json(card, lambda name, why: InputFormatError(
+        f"earlier run {out}: {name} {why}", f"name a new output folder, or delete {out} to start that run again"))
+
+
+def settings_differ(card: Mapping[str, Any], config: TrainConfig) -> list[str]:
+    """The settings (TrainConfig fields but the seeds) in which an earlier run's card differs from ``config``."""
+    now = json.loads(json.dumps(asdict(config.resolved()), default=str))
+    was = card.get("config") if isinstance(card.get("config"), dict) else {}
+    return sorted(k for k in now if k != "seeds" and was.get(k) != now[k])
 
 
 def check_train_out(out: "str | os.PathLike", *, force: bool = False, inputs: Sequence[Any] = ()) -> bool:
     """Check ``out`` before any work (core.fsutil.check_out); an earlier training run there is allowed
     without ``force`` (its seeds are merged). True when ``out`` holds such a run."""
-    merging = not force and _earlier_run(out) is not None
+    merging = not force and earlier_run(out) is not None
     check_out(out, TRAIN_KIND, force=force or merging, inputs=[i for i in inputs if i is not None])
     return merging
 
@@ -426,7 +508,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     ``runs/<task>``), when the result is written elsewhere or not at all.
     """
     earlier_dir = merge_from if merge_from is not None else out if not force else None
-    earlier_card = _earlier_run(earlier_dir) if earlier_dir is not None else None
+    earlier_card = earlier_run(earlier_dir) if earlier_dir is not None else None
     merging = earlier_card is not None
     if out is not None:  # before any training: a refused --out costs nothing
         check_train_out(out, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
@@ -446,11 +528,8 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     key = _run_key(spec_hash, cfg, bb.key)
     earlier: dict[int, SeedRun] = {}
     if merging:
-        if earlier_card.get("run_key") != key:
-            raise OutputExistsError(f"{earlier_dir} holds a run of another task, config or backbone "
-                                    f"({earlier_card.get('task_id')}, {earlier_card.get('method')}); seeds merge only into the same run",
-                                    "use another --out, or --force to replace it")
-        earlier = {r.seed: r for r in (_read_seed(d, data) for d in sorted(Path(earlier_dir).glob("seed-*")) if d.is_dir())}
+        _check_same_run(earlier_dir, earlier_card, key, cfg)
+        earlier = _read_earlier_seeds(Path(earlier_dir), data, cfg.probe)
     work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
     ckpt = Checkpoints(work, torch, resume) if work is not None else None
     if resume and work is not None and work.is_dir():
@@ -464,8 +543,11 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
             if s in runs:
                 continue
             if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
-                runs[s] = _read_seed(work / f"seed-{s}", data)
-                continue
+                try:
+                    runs[s] = _read_seed(work / f"seed-{s}", data, s, cfg.probe)
+                    continue
+                except InputFormatError as exc:  # our own cache, damaged: train that seed again
+                    logger.warning(f"warning: {exc.what}; training seed {s} again")
             if learner is None:  # only when some seed needs training (a merge may need none)
                 learner, feature_stats = _learner(torch, data, cfg, bb, images if images is not None else source.images(),
                                                   cache_dir, progress)
@@ -499,29 +581,69 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     result = TrainResult(tp.task_id, replace(cfg, seeds=tuple(sorted(runs))), tuple(runs[s] for s in sorted(runs)), card,
                          None if out is None else Path(out))
     if out is not None:
-        write_result(result, out, force=force or (merging and merge_from is None))
+        # out holds an earlier run of this config (found at the start, or written meanwhile by another call):
+        # only the new seeds and the run's own files are written, whatever else the user keeps there stays
+        merge_into_out = not force and (merge_from is None and merging or earlier_run(out) is not None)
+        write_result(result, out, force=force, merge=merge_into_out)
         shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
     return result
 
 
-def write_result(result: TrainResult, out: "str | os.PathLike", force: bool = False) -> None:
+def _check_same_run(folder: "str | os.PathLike", card: Mapping[str, Any], key: str, cfg: TrainConfig) -> None:
+    if card.get("run_key") != key:
+        differ = settings_differ(card, cfg)
+        raise OutputExistsError(f"{folder} holds a run of another task, config or backbone ({card.get('task_id')}, "
+                                f"{card.get('method')}{'; settings that differ: ' + ', '.join(differ) if differ else ''}); "
+                                "seeds merge only into the same run", "use another --out, or --force to replace it")
+
+
+def _top_files(result: TrainResult) -> dict[str, str]:
+    """The run's own files at the top of its folder, run_card.json last (it marks the run complete)."""
+    return {"scores.json": json.dumps(result.aggregate(), indent=2) + "\n", "scores.md": result.markdown(),
+            "config.toml": config_toml(result.config),
+            "log.jsonl": "".join(json.dumps(e) + "\n" for r in result.runs for e in r.log),
+            "run_card.json": json.dumps(result.card, indent=2, default=str) + "\n"}
+
+
+def write_result(result: TrainResult, out: "str | os.PathLike", force: bool = False, merge: bool = False) -> None:
     """``out/``: scores.json (aggregate), scores.md, run_card.json, config.toml, log.jsonl (every epoch of every
-    seed), seed-<s>/{predictions.csv, scores.json, scores.md, head.safetensors (or model.safetensors), run.json, log.jsonl}."""
-    with atomic_dir(out, kind=TRAIN_KIND, force=force) as tmp:
-        for r in result.runs:
-            d = tmp / f"seed-{r.seed}"
-            d.mkdir()
-            _write_seed(d, r, result.config, result.card.get("classes") or _classes(r), result.card["backbone"])
-        (tmp / "scores.json").write_text(json.dumps(result.aggregate(), indent=2) + "\n")
-        (tmp / "scores.md").write_text(result.markdown())
-        (tmp / "run_card.json").write_text(json.dumps(result.card, indent=2, default=str) + "\n")
-        (tmp / "config.toml").write_text(config_toml(result.config))
-        (tmp / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for r in result.runs for e in r.log))
+    seed), seed-<s>/{predictions.csv, scores.json, scores.md, head.safetensors (or model.safetensors), run.json, log.jsonl}.
+
+    ``merge``: ``out`` holds an earlier run of the same run (its card's ``run_key``); only the seed folders
+    it lacks and the files above are written, each atomically, and nothing else in ``out`` is touched
+    (a user's notes and sub-folders stay). Otherwise the folder is written whole (:func:`core.fsutil.atomic_dir`)."""
+    classes = result.card.get("classes")
+    if not merge:
+        with atomic_dir(out, kind=TRAIN_KIND, force=force) as tmp:
+            for r in result.runs:
+                d = tmp / f"seed-{r.seed}"
+                d.mkdir()
+                _write_seed(d, r, result.config, classes or _classes(r), result.card["backbone"])
+            for name, text in _top_files(result).items():
+                (tmp / name).write_text(text)
+        return
+    folder = Path(out)
+    card = earlier_run(folder)
+    if card is None or card.get("run_key") != result.card.get("run_key"):
+        raise OutputExistsError(f"--out {folder} no longer holds an earlier run of this task and config",
+                                "run the command again (another run may have written there meanwhile), or name a new folder")
+    have = _seed_dirs(folder)
+    if set(have) - {r.seed for r in result.runs}:  # seeds another call added meanwhile: they must be read first
+        raise OutputExistsError(f"--out {folder} gained seeds {sorted(set(have) - {r.seed for r in result.runs})} while "
+                                "this run was training", "run the command again: it merges them and trains nothing twice")
+    for r in result.runs:
+        if r.seed not in have:
+            with atomic_dir(folder / f"seed-{r.seed}", kind=SEED_KIND) as tmp:
+                _write_seed(tmp, r, result.config, classes or _classes(r), result.card["backbone"])
+    for name, text in _top_files(result).items():
+        with atomic_file(folder / name, "w") as f:
+            f.write(text)
 
 
 def _classes(r: SeedRun) -> list[str]:
     return list(r.scores.classes)
 
 
-__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "parse_seeds", "check_train_out", "config_toml", "load_config",
+__all__ = ["TrainConfig", "TrainResult", "SeedRun", "train", "write_result", "parse_seeds", "check_train_out", "earlier_run",
+           "run_key", "settings_differ", "config_toml", "load_config",
            "METHODS", "PROBES", "CONFIG_KEYS"]
