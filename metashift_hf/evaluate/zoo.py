@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,8 +319,9 @@ def check_cache_dir(cache_dir: str | Path) -> None:
             return
 
 
-_ZOO_CONFIG_FIX = ("a zoo takes one config per --tasks entry: name the config's folder of an exported folder "
-                   "(FOLDER/CONFIG); a config of a Hub repo is evaluated alone with --task REPO --config CONFIG")
+_ZOO_CONFIG_FIX = ("a zoo takes one config per --tasks entry: list the configs' folders (--tasks FOLDER/CONFIG,FOLDER/CONFIG2); "
+                   "a Hub repo's configs: download it first (hf download REPO --repo-type dataset --local-dir DIR) "
+                   "and list DIR/CONFIG")
 
 
 def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None) -> TaskData:
@@ -409,13 +411,16 @@ def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
             + table(pooled))
 
 
+_PREFIXES = re.compile(r"^((?:[A-Za-z0-9_.-]+:)*)(.*)$", re.S)  # hf:, timm:local-dir:, module:, ... then the rest
+
+
 def public_model_name(name: str) -> str:
     """A model's name with a local absolute folder reduced to the folder's name (``hf:/home/u/vit`` -> ``hf:vit``):
     what a published card, csv or zoo.json shows; a local path says nothing to a reader and leaks the machine's layout."""
-    prefix, sep, rest = name.rpartition(":") if ":" in name else ("", "", name)
-    rest_path = os.path.expanduser(rest)
-    if os.path.isabs(rest_path) or rest.startswith("~"):
-        return f"{prefix}{sep}{Path(rest_path).name or 'model'}"
+    prefixes, rest = _PREFIXES.match(name).groups()
+    local = os.path.expanduser(rest)
+    if os.path.isabs(local) or rest.startswith("~"):
+        return f"{prefixes}{Path(local).name or 'model'}"
     return name
 
 
@@ -434,6 +439,9 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
     card["models"] = [_public_card(m) for m in card["models"]]
+    for per_model in (card["computed"], card["cached"], card["seconds"]["per_model"]):  # keyed by model name
+        for name in list(per_model):
+            per_model[public_model_name(name)] = per_model.pop(name)
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
 
 
@@ -452,7 +460,7 @@ def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
     im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7)
     # names as plain text: no control character, and no '$' that matplotlib would read as mathtext
-    ax.set_yticks(range(len(models)), [terminal_safe(m).replace("$", r"\$") for m in models], fontsize=7)
+    ax.set_yticks(range(len(models)), [terminal_safe(public_model_name(m)).replace("$", r"\$") for m in models], fontsize=7)
     if grid.size <= 400:
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
