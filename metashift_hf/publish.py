@@ -344,17 +344,8 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             _refuse_synthetic(f"exported repo {r.path}")
         if not has_license(r.path):
             _refuse_unlicensed(f"exported repo {r.path}")
-    token = resolve_token(token, dry_run)
-    hub = _Hub(token, endpoint, timeout)
-    if token:
-        me = hub.call("checking the token (whoami)", hub.api.whoami)
-        if not isinstance(me, dict):
-            raise MetashiftError(f"the server at {hub.endpoint} did not answer like the Hub API while checking the token",
-                                 "check HF_ENDPOINT: it must be the Hub's address")
-        allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
-        if namespace not in allowed:
-            raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
-                                 f"use --namespace with one of: {', '.join(sorted(n for n in allowed if n))}")
+    hub = writable_hub(token, namespace, dry_run=dry_run, endpoint=endpoint, timeout=timeout)
+    token = hub.token
 
     cards = {r.name: retarget_card((r.path / "README.md").read_text(encoding="utf-8"), namespace).encode("utf-8")
              for r in items}
@@ -417,6 +408,28 @@ def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPla
             hub.call(f"updating the note of {plan.repo_id}", hub.api.update_collection_item, slug, item.item_object_id,
                      note=plan.note)
     return slug
+
+
+def writable_hub(token: str | None, namespace: str, *, dry_run: bool = False, endpoint: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT, flag: str = "--namespace") -> _Hub:
+    """A Hub client whose token may write under ``namespace``, checked before any long work: a token exists
+    (unless ``dry_run``), the Hub accepts it, it is not read-only, and its user or one of its orgs is
+    ``namespace`` (``flag`` names the option to change in the fix)."""
+    token = resolve_token(token, dry_run)
+    hub = _Hub(token, endpoint, timeout)
+    if token:
+        me = hub.call("checking the token (whoami)", hub.api.whoami)
+        if not isinstance(me, dict):
+            raise MetashiftError(f"the server at {hub.endpoint} did not answer like the Hub API while checking the token",
+                                 "check HF_ENDPOINT: it must be the Hub's address")
+        role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise MetashiftError(f"the Hugging Face token of user {me.get('name')!r} is read-only", _FIX_TOKEN)
+        allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
+        if namespace not in allowed:
+            raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
+                                 f"use {flag} with one of: {', '.join(sorted(n for n in allowed if n))}")
+    return hub
 
 
 def resolve_token(token: str | None, dry_run: bool) -> str | None:

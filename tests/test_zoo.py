@@ -74,9 +74,10 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     distinct = first.images
     assert sum(seen) == distinct and first.computed == {"module:tiny1": distinct, "module:tiny2": distinct}
     board = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")
-    assert len(board) == 2 * len(TASKS) and set(board["task"]) == set(TASKS)
+    assert len(board) == 3 * len(TASKS) and set(board["task"]) == set(TASKS)  # two models and the baseline per task
+    assert (board["model"] == "baseline:majority").sum() == len(TASKS) and "train" not in set(board["split"])
     md = (tmp_path / "zoo" / "leaderboard.md").read_text()
-    assert "module:tiny1" in md and "Worst context" in md
+    assert "module:tiny1" in md and "worst context" in md and "How to read it" in md
     card = json.loads((tmp_path / "zoo" / "zoo.json").read_text())
     assert card["images"] == distinct and card["runtime"]["allocator"]["libc"]
     assert (tmp_path / "zoo" / "leaderboard.png").is_file() or card["picture"].startswith("not drawn")
@@ -181,4 +182,5 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
         readme = Path(api.hf_hub_download("tester/board", "README.md", repo_type="dataset", cache_dir=tmp_path / "dl")).read_text()
         assert "data_files: leaderboard.csv" in readme and "module:tiny2" in readme
         got = api.hf_hub_download("tester/board", "leaderboard.csv", repo_type="dataset", cache_dir=tmp_path / "dl")
-        assert Path(got).read_bytes() == (tmp_path / "zoo" / "leaderboard.csv").read_bytes()
+        local = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")  # published without the local report paths
+        pd.testing.assert_frame_equal(pd.read_csv(got).drop(columns="report"), local.drop(columns="report"))

@@ -12,11 +12,11 @@ from ..evaluate.options import (
 )
 from ..core.errors import InputFormatError
 from ..evaluate.run import evaluate
-from ..evaluate.leaderboard_hub import publish_leaderboard
+from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
-from ..specs import looks_like_repo_id
 from ..manifest import resolve_input
 from .export import parse_overrides
+from .task_args import add_splits_argument
 
 
 def register(subparsers) -> None:
@@ -63,6 +63,7 @@ def register(subparsers) -> None:
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="score at most N images per split, stratified by class (each class keeps its share), "
                         "drawn with --seed (a quick look; intervals widen)")
+    add_splits_argument(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, e.g. scale=0.5 (as for export/tasks show); repeatable")
     p.add_argument("--seed", type=seed, default=0, help="seed of the task's sampling (default 0)")
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers, seed=args.seed, min_subset_size=args.min_subset_size, alpha=args.alpha,
         progress=args.progress and not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
         sample=args.sample, task_options=options or None, config=args.config, revision=args.revision, dtype=args.dtype,
+        splits=args.splits,
     )
     print(report.summary())
     return 0
@@ -114,8 +116,8 @@ def _zoo(args: argparse.Namespace) -> int:
         if given:
             raise InputFormatError(f"{flag} applies to a single --task, not to a zoo",
                                    f"drop {flag.split()[0]}, or evaluate one model on one --task")
-    if args.publish is not None and not looks_like_repo_id(args.publish):
-        raise InputFormatError(f"--publish {args.publish!r} is not a Hub repo id", "use NAMESPACE/NAME")
+    # the repo id, the token and its rights under the namespace: checked before the zoo's work, not after it
+    hub = check_publish(args.publish) if args.publish is not None else None
     tasks = args.tasks if args.tasks is not None else args.task
     images = args.images
     if images is None and args.artifact is not None:
@@ -128,9 +130,10 @@ def _zoo(args: argparse.Namespace) -> int:
         min_subset_size=args.min_subset_size, alpha=args.alpha, progress=args.progress and not args.no_progress,
         force=args.force, dtype=args.dtype, cache_dir=args.cache_dir, use_cache=not args.no_cache,
         task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=args.charts,
+        splits=args.splits,
     )
     print(result.summary())
     if args.publish is not None:
-        pushed = publish_leaderboard(args.out, args.publish, private=args.private)
+        pushed = publish_leaderboard(args.out, args.publish, private=args.private, hub=hub)
         print(f"published {', '.join(pushed)} to the dataset repo {args.publish}")
     return 0

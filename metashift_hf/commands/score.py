@@ -5,7 +5,7 @@ import argparse
 
 from ..core.fsutil import check_out
 from ..research.score import BOTH_RULE, LABEL_RULE, SCORES_KIND, USE_CHOICES, Predictions, score_plan
-from .task_args import add_task_arguments, task_from_args
+from .task_args import add_splits_argument, add_task_arguments, task_from_args
 
 HELP = "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD"
 
@@ -24,8 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--use", choices=USE_CHOICES, default=None,
                    help="with both a prediction column and prob_/logit_ columns: score this one (default: both, "
                         "which must agree)")
-    p.add_argument("--splits", nargs="+", default=None, metavar="SPLIT",
-                   help="score only these splits (default: every split of the task; each needs all its images predicted)")
+    add_splits_argument(p)  # each scored split needs all its images predicted
     p.add_argument("--out", required=True, help="output folder: new, empty, or earlier scores with --force")
     p.add_argument("--force", action="store_true", help="replace earlier scores in --out (nothing else is ever replaced)")
     p.set_defaults(func=run)

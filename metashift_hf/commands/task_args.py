@@ -29,6 +29,15 @@ def add_task_arguments(p: argparse.ArgumentParser, *, task_flag: bool = True) ->
                    help="task option with --artifact, e.g. scale=0.5 (as for export); repeatable")
 
 
+SPLITS_HELP = ("score only these splits, e.g. --splits test (as WILDS' --eval_splits; default: every split of the task). "
+               "The headline is the test split whatever is scored, never train")
+
+
+def add_splits_argument(p: argparse.ArgumentParser) -> None:
+    """--splits SPLIT [SPLIT ...]: the one declaration of the flag (score, evaluate)."""
+    p.add_argument("--splits", nargs="+", default=None, metavar="SPLIT", help=SPLITS_HELP)
+
+
 def task_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskData:
     """The task the arguments name (``task`` overrides ``args.task``), resolved once."""
     task = args.task if task is None else task

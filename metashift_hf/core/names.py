@@ -93,3 +93,19 @@ def terminal_safe(text: object) -> str:
     as ``\\x0a``, ``\\u202e``), so a name can neither move the cursor, recolour nor split a line.
     Every name a listing command prints goes through it; files (CSV, JSON) keep names as they are."""
     return _CONTROL.sub(_escape, str(text))
+
+
+# Characters Markdown (CommonMark + GitHub tables) acts on inside a line: emphasis, code, links/images,
+# table cells, strikethrough, and the backslash that escapes them. HTML's three go as entities.
+_MARKDOWN = re.compile(r"[\\`*_\[\]|~]")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_safe(text: object) -> str:
+    """``text`` as literal Markdown/HTML: control characters escaped as :func:`terminal_safe` does
+    (no newline can end a table row, no OSC/CSI reaches a terminal that shows the file), ``& < >`` as
+    HTML entities, and every Markdown punctuation that would act (`` ` * _ [ ] | ~ \\ ``) behind a
+    backslash. A renderer shows ``terminal_safe(text)`` back, character for character; every name a
+    Markdown file or card writes goes through it."""
+    safe = "".join(_HTML.get(c, c) for c in terminal_safe(text))
+    return _MARKDOWN.sub(lambda m: "\\" + m.group(0), safe)

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.fsutil import atomic_dir, write_parquet
+from ..core.names import markdown_safe, terminal_safe
 
 PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]
@@ -57,8 +58,10 @@ class EvalReport(Mapping):
         m = self.metrics
         run, o = m["run"], m["overall"]
         lines = [
-            f"{run['model']['name']} on {run['task_id']}  (scoring: {run['mode']}, hierarchy: {run['hierarchy']})",
-            f"overall accuracy {_pct(o['accuracy'])} [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]  n={o['n']}",
+            f"{terminal_safe(run['model']['name'])} on {terminal_safe(run['task_id'])}  "
+            f"(scoring: {run['mode']}, hierarchy: {terminal_safe(run['hierarchy'])})",
+            *headline_lines(m.get("headline"), _pct),
+            f"all scored splits pooled: accuracy {_pct(o['accuracy'])} [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]  n={o['n']}",
         ]
         gap = m.get("id_vs_ood")
         if gap:
@@ -84,6 +87,18 @@ class EvalReport(Mapping):
         return "\n".join(lines)
 
 
+def headline_lines(h: dict | None, pct, safe=terminal_safe) -> list[str]:
+    """The headline (scoring.HEADLINE_RULE) and its majority-class baseline, in two lines."""
+    if not h:
+        return ["headline: no held-out split scored (train is never a headline)"]
+    b = h["baseline"]
+    return [f"headline ({h['split']}, n={h['n']}): balanced accuracy {pct(h['balanced_accuracy'])}, worst group "
+            f"{safe(h['worst_group'])} {pct(h['worst_group_accuracy'])}, accuracy {pct(h['accuracy'])} "
+            f"[{pct(h['ci'][0])}, {pct(h['ci'][1])}]",
+            f"chance (always {safe(b['predicts'])}, the split's majority class): balanced accuracy "
+            f"{pct(b['balanced_accuracy'])}, worst group {pct(b['worst_group_accuracy'])}, accuracy {pct(b['accuracy'])}"]
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -92,7 +107,7 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     m = report.metrics
     run = m["run"]
     model = run["model"]
-    out = [f"# {model['name']} on `{run['task_id']}`", ""]
+    out = [f"# {markdown_safe(model['name'])} on {markdown_safe(run['task_id'])}", ""]
     out += ["## Run card", "", "| field | value |", "|---|---|"]
     prep = model["preprocessing"]
     prep_txt = prep if isinstance(prep, str) else ", ".join(
@@ -101,10 +116,12 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
                  ("artifact hash", run.get("artifact_hash")), ("model", model["name"]), ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
                  ("preprocessing", prep_txt), ("scoring mode", run["mode"]), ("hierarchy", run["hierarchy"]), ("seed", run["seed"]),
                  ("device", model.get("device", "-"))]:
-        out.append(f"| {k} | {v} |")
+        out.append(f"| {k} | {markdown_safe(v)} |")
     out += ["", f"Counting: {m['counting']}.", ""]
     o = m["overall"]
-    out += ["## Overall", "", f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.", ""]
+    if m.get("headline"):
+        out += ["## Headline", "", *(f"{line}  " for line in headline_lines(m["headline"], _pct, markdown_safe)), ""]
+    out += ["## All scored splits pooled", "", f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.", ""]
     if m["splits"]:
         gap = m.get("id_vs_ood") or {}
         role = {gap.get("id_split"): "ID", gap.get("ood_split"): "OOD"}

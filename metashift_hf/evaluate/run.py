@@ -30,8 +30,10 @@ from .predictions import PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
 from .scoring import (
     COUNTING_RULE,
+    chosen_splits,
     context_bugs,
     group_table,
+    headline_metrics,
     id_vs_ood,
     score_images,
     split_roles,
@@ -283,6 +285,7 @@ def evaluate(
     plots: bool = True,
     config: str | None = None,
     revision: str | None = None,
+    splits: "list[str] | tuple[str, ...] | None" = None,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
@@ -298,6 +301,9 @@ def evaluate(
     ``sample``: score at most this many images per split, drawn with ``seed`` (quick looks; the
     report's n and intervals say how few). ``task_options``: the task's options (``scale=0.5``),
     as ``--set`` gives them to export. ``dtype``: "float32" or "bfloat16" (recorded in the run card).
+    ``splits``: score only these splits (``--splits test``, WILDS' ``--eval_splits``; default every split).
+    The report's ``headline`` (scoring.HEADLINE_RULE) is the test split's balanced and worst-group
+    accuracy with the majority-class baseline beside it; it never includes train.
     """
 
     # every number checked (typed, finite, in range) before the model loads or an image is read
@@ -317,6 +323,8 @@ def evaluate(
                                                      need_images=not isinstance(loaded, PrecomputedPredictions),
                                                      on_missing=on_missing, options=task_options, config=config,
                                                      revision=revision)
+    scored_splits = chosen_splits(splits, set(table["split"]), task_id)  # before any image is read
+    table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
     if sample is not None:
         table = sample_rows(table, sample, seed)
     if table.empty:
@@ -359,11 +367,12 @@ def evaluate(
             "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
-            "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(task_options or {}),
+            "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(task_options or {}),
             "dtype": model_card.get("dtype", dtype), "runtime": runtime_card(),
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,
+        "headline": headline_metrics(scored, classes),
         "overall": _summary(groups[groups.level == "overall"].iloc[0]),
         "splits": {r["group"]: _summary(r) for _, r in groups[groups.level == "split"].iterrows()},
         "classes": _class_metrics(groups, worst, classes, coverage),

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.spec import ShiftSpec
-from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError
+from ..core import options as opt
+from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
 from .predictions import Predictions
 from .stats import benjamini_hochberg, two_proportion_test, wilson_interval
 
@@ -83,6 +84,70 @@ def split_order(splits: Iterable[str]) -> list[str]:
     """The task layer's split order (train, validation, test, id_test), then any others by name."""
     splits = set(splits)
     return [s for s in SPLIT_ORDER if s in splits] + sorted(splits - set(SPLIT_ORDER))
+
+
+def chosen_splits(asked: Iterable[str] | None, available: Iterable[str], task_id: str) -> list[str]:
+    """The splits to score, in split order: ``asked`` (``--splits``; None = every split), each one the task has."""
+    order = split_order(available)
+    if asked is None:
+        return order
+    chosen = opt.names(asked, "splits")  # a bare 'test' (read letter by letter) and repeats are refused
+    unknown = [s for s in chosen if s not in order]
+    if unknown:
+        raise UnknownNameError(f"task {task_id} has no split(s) {unknown}{did_you_mean(unknown[0], order)}",
+                               f"use splits among {', '.join(order)}")
+    return [s for s in order if s in chosen]
+
+
+def headline_split(splits: Iterable[str]) -> str | None:
+    """The split a headline (and a leaderboard's rank) reports: ``test``, the out-of-distribution split, when
+    scored; else the last held-out split in split order. Never ``train`` (None when only train is scored)."""
+    order = split_order(splits)
+    if "test" in order:
+        return "test"
+    held = [s for s in order if s != "train"]
+    return held[-1] if held else None
+
+
+def _per_group_mean(correct: pd.Series, by: pd.Series) -> tuple[float, float, str]:
+    """(mean of the groups' accuracies, worst group's accuracy, worst group's name; ties by name)."""
+    acc = correct.groupby(by, sort=True).mean()
+    worst = min(acc.index, key=lambda g: (acc[g], str(g)))
+    return float(acc.mean()), float(acc[worst]), str(worst)
+
+
+HEADLINE_RULE = ("headline = the test (OOD) split, never train; balanced accuracy = mean of the per-class accuracies; "
+                 "worst group = the lowest accuracy over the split's groups (the task's group column, else its classes); "
+                 "baseline = always predicting the split's most frequent class (from the truth): its balanced accuracy "
+                 "is 1/classes, chance for any scoring")
+
+
+def headline_metrics(scored: pd.DataFrame, classes: Sequence[str]) -> dict | None:
+    """Balanced accuracy, worst group and the majority-class baseline on :func:`headline_split` (HEADLINE_RULE).
+
+    ``scored`` is :func:`score_images`' table (``split``, ``label``, ``correct``, optional ``group``).
+    An image of two classes (collections) counts once per class, as in the class rows.
+    """
+    split = headline_split(set(scored["split"]))
+    if split is None:
+        return None
+    part = scored[scored["split"] == split]
+    groups = part["group"] if "group" in part and part["group"].notna().all() else part["label"]
+    balanced, _, _ = _per_group_mean(part["correct"], part["label"])
+    _, worst_acc, worst = _per_group_mean(part["correct"], groups)
+    counts = part["label"].value_counts()
+    majority = min(counts.index, key=lambda c: (-int(counts[c]), list(classes).index(c) if c in classes else len(classes), c))
+    right = part["label"] == majority  # what the constant predictor of the majority class gets right
+    b_balanced, _, _ = _per_group_mean(right, part["label"])
+    _, b_worst_acc, b_worst = _per_group_mean(right, groups)
+    k, n = int(part["correct"].sum()), len(part)
+    lo, hi = wilson_interval(k, n)
+    return {"split": split, "n": n, "correct": k, "accuracy": k / n, "ci": [lo, hi], "balanced_accuracy": balanced,
+            "worst_group": worst, "worst_group_accuracy": worst_acc,
+            "baseline": {"predicts": str(majority), "n": n, "correct": int(right.sum()), "accuracy": float(right.mean()),
+                         "ci": list(wilson_interval(int(right.sum()), n)), "balanced_accuracy": b_balanced,
+                         "worst_group": b_worst, "worst_group_accuracy": b_worst_acc},
+            "rule": HEADLINE_RULE}
 
 
 def split_roles(splits: Iterable[str], spec: ShiftSpec | None) -> tuple[str, str] | None:

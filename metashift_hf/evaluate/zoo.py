@@ -7,13 +7,17 @@ The tasks' images are read once and hashed (sha256 of the original bytes); each 
 a cache keyed by the model's fingerprint and the image hash (:mod:`.cache`), so overlapping tasks, a
 second model run and a later zoo reuse them. Each task is then scored by :func:`.run.evaluate` on
 those logits (the report of a single ``evaluate``), and the leaderboard collects one row per
-(model, task): accuracy with its Wilson interval, worst context, context bugs.
+(model, task) plus a majority-class baseline row per task, ranked by the headline: balanced accuracy on
+the task's test (OOD) split, never train (scoring.HEADLINE_RULE); worst group, the pooled accuracy of
+every scored split, worst context and context bugs follow.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +36,7 @@ from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
-from ..core.names import id_slug
+from ..core.names import id_slug, markdown_safe, terminal_safe
 from ..models import Classifier, runtime_card
 from ..task_source import TaskData, open_task
 from .cache import LogitsCache
@@ -40,13 +44,22 @@ from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import map_batches
 from .predictions import PrecomputedPredictions, Predictions, load_scorer
 from .run import evaluate
+from .scoring import HEADLINE_RULE, chosen_splits
 
 logger = logging.getLogger(__name__)
 
 ZOO_KIND = "evaluation zoo"  # the marker kind of an evaluate --out folder holding a zoo (core.fsutil)
 TASK_GROUPS = ("all", "binary", "multiclass")  # --tasks words: the artifact's matched tasks, or one kind of them
-LEADERBOARD_COLUMNS = ["model", "task", "n", "correct", "accuracy", "ci_low", "ci_high", "worst_context",
-                       "worst_context_n", "worst_context_accuracy", "context_bugs", "id_accuracy", "ood_accuracy", "report"]
+BASELINE = "baseline:majority"  # the leaderboard row of the constant predictor of each task's majority class
+# headline first (the rank's key), then the settings that make rows comparable, then the pooled figures
+LEADERBOARD_COLUMNS = ["task", "rank", "model", "split", "balanced_accuracy", "worst_group", "worst_group_accuracy",
+                       "accuracy", "ci_low", "ci_high", "n", "correct", "mode", "hierarchy", "leaves_per_class",
+                       "all_splits", "all_splits_n", "all_splits_accuracy", "id_accuracy", "ood_accuracy",
+                       "worst_context", "worst_context_n", "worst_context_accuracy", "context_bugs", "report"]
+HOW_TO_READ = ("How to read it: the headline is the balanced accuracy (mean of per-class accuracies) on each task's "
+               "test split, the out-of-distribution one (never train), with the worst group's accuracy beside it; rows "
+               f"are ranked by it. `{BASELINE}` always predicts the scored split's most frequent class: its balanced "
+               "accuracy is chance for this scoring, so a model at or below it has learned nothing the task measures.")
 
 
 def select_tasks(spec: str | Sequence[str], artifact: "str | Artifact | None") -> list[str]:
@@ -83,10 +96,11 @@ class ZooResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
-        lines = [f"zoo: {self.leaderboard['model'].nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
+        models = self.leaderboard.loc[self.leaderboard["model"] != BASELINE, "model"]
+        lines = [f"zoo: {models.nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
                  f"{self.images} distinct images"]
         for m in self.computed:
-            lines.append(f"  {m}: {self.computed[m]} images computed, {self.cached[m]} from the logits cache")
+            lines.append(f"  {terminal_safe(m)}: {self.computed[m]} images computed, {self.cached[m]} from the logits cache")
         lines.append(leaderboard_markdown(self.leaderboard, links=False))
         if self.out is not None:
             lines.append(f"wrote {self.out}/leaderboard.csv, leaderboard.md, leaderboard.png and one report per model and task")
@@ -109,11 +123,13 @@ class _Images:
         return src.read(iid)
 
 
-def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource]) -> _Images:
+def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource],
+                    splits: Mapping[str, list[str]]) -> _Images:
     found = _Images()
     for td in tasks:
         src = source_for(td)
-        ids = list(dict.fromkeys(td.plan.table()["image_id"]))
+        table = td.plan.table()
+        ids = list(dict.fromkeys(table.loc[table["split"].isin(splits[td.task_id]), "image_id"]))
         missing = [i for i in ids if not src.has(i)]
         if missing:
             raise MissingImagesError(f"task {td.task_id}: {len(missing)} image(s) are not in the image source "
@@ -158,6 +174,7 @@ def evaluate_zoo(
     use_cache: bool = True,
     task_options: Mapping[str, Mapping[str, Any]] | None = None,
     plots: bool = False,
+    splits: Sequence[str] | None = None,
 ) -> ZooResult:
     """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
 
@@ -166,7 +183,8 @@ def evaluate_zoo(
     ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
     ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
     ``plots``: draw each task report's per-class charts too (off by default: at ~0.2 s per chart they
-    cost more than scoring; the zoo draws one leaderboard picture).
+    cost more than scoring; the zoo draws one leaderboard picture). ``splits``: score only these splits
+    of every task (``--splits test``; default every split); the headline is never train whatever is scored.
     """
     t0 = time.perf_counter()
     # every number checked before a model loads or an image is read (as a single evaluate does)
@@ -175,6 +193,9 @@ def evaluate_zoo(
     workers = opt.optional(opt.positive_int, workers, "workers")
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
+    _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
+    if use_cache and cache_dir is not None:
+        check_cache_dir(cache_dir)
     if out is not None:  # before any model loads: a refused --out costs nothing
         check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
     art = Artifact.load(artifact) if artifact is not None else None
@@ -182,16 +203,17 @@ def evaluate_zoo(
     loaded = [load_scorer(m, device, dtype) for m in models]  # every model once, wrong names fail before any task work
     for m in loaded:
         if not isinstance(m, Classifier):
-            raise InputFormatError(f"the zoo runs models; {m.name} is a predictions file",
+            raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
                                    "score a predictions file with a single evaluate --task")
+    _refuse_repeated([m.name for m in loaded])  # two spellings of one model (hf:./vit, hf:vit) before any image is read
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
-        td = open_task(t, artifact=art if isinstance(t, str) else None, images=images, seed=seed,
-                       options=(task_options or {}).get(t if isinstance(t, str) else "", None))
+        td = _open_zoo_task(t, art, images, seed, (task_options or {}).get(t if isinstance(t, str) else "", None))
         if td.task_id in opened:
-            raise InputFormatError(f"task {td.task_id} is given twice", "name each task once in --tasks")
+            raise InputFormatError(f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks")
         opened[td.task_id] = td
+    scored_splits = {t: chosen_splits(splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
@@ -208,7 +230,7 @@ def evaluate_zoo(
         return sources[key]
 
     t_plan = time.perf_counter()
-    found = _collect_images(list(opened.values()), source_for)
+    found = _collect_images(list(opened.values()), source_for, scored_splits)
     t_read = time.perf_counter()
     logger.info("zoo: %d task(s), %d distinct images, %d model(s)", len(opened), len(found.where), len(loaded))
 
@@ -246,11 +268,14 @@ def evaluate_zoo(
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
                 rep = evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
                                (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
-                               min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots)
+                               min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots,
+                               splits=scored_splits[task_id])
                 reports[(clf.name, task_id)] = rep
                 rows.append(_leaderboard_row(clf.name, task_id, rep, rel))
+                if clf is loaded[0]:  # the truth is the same for every model: one baseline row per task
+                    rows.append(_baseline_row(task_id, rep))
             seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
-        board = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS).sort_values(["task", "model"], kind="stable").reset_index(drop=True)
+        board = rank(pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS))
         seconds = {"load_models": round(t_models - t0, 3), "plan_tasks": round(t_plan - t_models, 3),
                    "read_and_hash_images": round(t_read - t_plan, 3), "per_model": seconds_model,
                    "total": round(time.perf_counter() - t0, 3)}
@@ -260,7 +285,7 @@ def evaluate_zoo(
                 "images": len(found.where), "computed": computed, "cached": cached, "seconds": seconds,
                 "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
                 "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
-                "min_subset_size": min_subset_size, "alpha": alpha})
+                "min_subset_size": min_subset_size, "alpha": alpha, "splits": scored_splits, "headline": HEADLINE_RULE})
     return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
 
 
@@ -272,67 +297,176 @@ class _no_dir:
         return False
 
 
+def _refuse_repeated(names: Sequence[str]) -> None:
+    """A model given twice would be run and ranked twice under one name: refused before any work."""
+    seen: set[str] = set()
+    twice = [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
+    if twice:
+        raise InputFormatError(f"--model {terminal_safe(twice[0])} is given more than once",
+                               "give each model once (--force only replaces an earlier --out folder; it does not "
+                               "allow a repeated model)")
+
+
+def check_cache_dir(cache_dir: str | Path) -> None:
+    """``--cache-dir`` must be a folder or a path one can be made at: refused before any model runs."""
+    path = Path(cache_dir)
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.is_dir() or (p.exists() and not p.is_dir()):
+            raise InputFormatError(f"--cache-dir {terminal_safe(path)}: {terminal_safe(p)} is not a folder",
+                                   "pass a folder for the logits cache (it is made when absent), or drop --cache-dir "
+                                   "(the package cache) or use --no-cache")
+        if p.exists():
+            return
+
+
+_ZOO_CONFIG_FIX = ("a zoo takes one config per --tasks entry: list the configs' folders (--tasks FOLDER/CONFIG,FOLDER/CONFIG2); "
+                   "a Hub repo's configs: download it first (hf download REPO --repo-type dataset --local-dir DIR) "
+                   "and list DIR/CONFIG")
+
+
+def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None) -> TaskData:
+    """One --tasks entry: a task id planned on the artifact, or an exported folder / Hub repo id (which carries
+    its own rows and images, so --images and --seed go only to the task ids: the two forms mix in one zoo)."""
+    if isinstance(t, str) and art is not None and "/" not in t and os.sep not in t and not Path(t).is_dir():
+        return open_task(t, artifact=art, images=images, seed=seed, options=options)
+    try:
+        return open_task(t, options=options)
+    except MetashiftError as exc:
+        if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
+            raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None
+        raise
+
+
 def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:
-    overall, worst, gap = rep["overall"], rep["worst_subset"], rep["id_vs_ood"]
-    return {"model": model, "task": task, "n": overall["n"], "correct": overall["correct"], "accuracy": overall["accuracy"],
-            "ci_low": overall["ci"][0], "ci_high": overall["ci"][1],
+    run, overall, worst, gap, head = rep["run"], rep["overall"], rep["worst_subset"], rep["id_vs_ood"], rep["headline"] or {}
+    return {"model": model, "task": task, **_headline_cells(head), "mode": run["mode"], "hierarchy": run["hierarchy"],
+            "leaves_per_class": ";".join(f"{c}={v['leaves_covered']}" for c, v in rep["classes"].items()),
+            "all_splits": ";".join(run["splits"]), "all_splits_n": overall["n"], "all_splits_accuracy": overall["accuracy"],
             "worst_context": worst["subset"] if worst else None, "worst_context_n": worst["n"] if worst else None,
             "worst_context_accuracy": worst["accuracy"] if worst else None, "context_bugs": len(rep["context_bugs"]),
             "id_accuracy": gap.get("id", {}).get("accuracy") if gap else None,
             "ood_accuracy": gap.get("ood", {}).get("accuracy") if gap else None, "report": str(rel)}
 
 
+def _headline_cells(head: Mapping[str, Any]) -> dict:
+    ci = head.get("ci") or [None, None]
+    return {"split": head.get("split"), "balanced_accuracy": head.get("balanced_accuracy"),
+            "worst_group": head.get("worst_group"), "worst_group_accuracy": head.get("worst_group_accuracy"),
+            "accuracy": head.get("accuracy"), "ci_low": ci[0], "ci_high": ci[1], "n": head.get("n"), "correct": head.get("correct")}
+
+
+def _baseline_row(task: str, rep) -> dict:
+    """The majority-class constant predictor on the same scored split (its figures come from the truth alone)."""
+    head, run = rep["headline"] or {}, rep["run"]
+    base = {**(head.get("baseline") or {}), "split": head.get("split")}
+    return {"model": BASELINE, "task": task, **_headline_cells(base), "mode": run["mode"], "hierarchy": run["hierarchy"],
+            "leaves_per_class": None, "all_splits": None, "report": f"always predicts {base.get('predicts')}"}
+
+
+def rank(board: pd.DataFrame) -> pd.DataFrame:
+    """Rows by task, best headline first (balanced accuracy, then worst group, then name); ``rank`` 1 = best.
+    Equal headlines share a rank, so a model tied with the baseline never ranks above it."""
+    keyed = board.assign(_b=board["balanced_accuracy"].astype(float).fillna(-1.0).round(12),
+                         _w=board["worst_group_accuracy"].astype(float).fillna(-1.0).round(12))
+    keyed = keyed.sort_values(["task", "_b", "_w", "model"], ascending=[True, False, False, True], kind="stable")
+    keyed["rank"] = keyed.groupby("task")["_b"].rank(method="min", ascending=False).astype(int)
+    return keyed.drop(columns=["_b", "_w"]).reset_index(drop=True)[LEADERBOARD_COLUMNS]
+
+
 def _pct(x: Any) -> str:
     return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * float(x):.1f}"
 
 
+def _model_order(board: pd.DataFrame) -> list[str]:
+    """Models by their mean headline over the tasks (best first), the baseline among them."""
+    mean = board.groupby("model", sort=True)["balanced_accuracy"].mean().fillna(-1.0)
+    return sorted(mean.index, key=lambda m: (-round(float(mean[m]), 12), m))
+
+
 def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
-    """Models x tasks: accuracy % [95% Wilson interval]; then worst context and context bugs per cell."""
-    models = list(dict.fromkeys(board["model"]))
+    """Models x tasks: the headline (test balanced accuracy, worst group), then pooled accuracy, worst context
+    and context bugs. Every name goes through markdown_safe (a model's name is what the user typed)."""
+    models = _model_order(board)
     tasks = list(dict.fromkeys(board["task"]))
     cell = {(r.model, r.task): r for r in board.itertuples(index=False)}
-    head = "| model | " + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n"
-    acc = head + "".join(
-        f"| {m} | " + " | ".join(
-            (f"[{_pct(c.accuracy)} [{_pct(c.ci_low)}, {_pct(c.ci_high)}]]({c.report}/report.md)" if links else
-             f"{_pct(c.accuracy)} [{_pct(c.ci_low)}, {_pct(c.ci_high)}]") if (c := cell.get((m, t))) is not None else "—"
-            for t in tasks) + " |\n" for m in models)
-    worst = head + "".join(
-        f"| {m} | " + " | ".join(
-            (f"{c.worst_context} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)}); bugs {c.context_bugs}"
-             if c.worst_context else f"— ; bugs {c.context_bugs}") if (c := cell.get((m, t))) is not None else "—"
-            for t in tasks) + " |\n" for m in models)
-    return ("Accuracy % [95% Wilson interval]:\n\n" + acc + "\nWorst context (accuracy %, n) and context bugs:\n\n" + worst)
+    head = ("| model | " + " | ".join(markdown_safe(t) for t in tasks) + " |\n|---|" + "---|" * len(tasks) + "\n")
+
+    def table(text: Callable[[Any], str]) -> str:
+        return head + "".join(f"| {markdown_safe(m)} | " + " | ".join(
+            text(c) if (c := cell.get((m, t))) is not None else "—" for t in tasks) + " |\n" for m in models)
+
+    def headline(c) -> str:
+        txt = f"{_pct(c.balanced_accuracy)} (worst group {_pct(c.worst_group_accuracy)}; #{c.rank})"
+        return f"[{txt}]({c.report}/report.md)" if links and c.model != BASELINE else txt
+
+    def pooled(c) -> str:
+        if c.model == BASELINE:
+            return f"accuracy {_pct(c.accuracy)} on {markdown_safe(c.split)}; {markdown_safe(c.report)}"
+        worst = (f"{markdown_safe(c.worst_context)} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)})"
+                 if isinstance(c.worst_context, str) else "—")
+        return f"{_pct(c.all_splits_accuracy)} over {markdown_safe(c.all_splits)}; worst context {worst}; bugs {int(c.context_bugs)}"
+
+    return (HOW_TO_READ + "\n\nHeadline: balanced accuracy % on the test split (worst-group accuracy %; rank in the task):\n\n"
+            + table(headline) + "\nAll scored splits pooled (accuracy %), worst context (accuracy %, n) and context bugs:\n\n"
+            + table(pooled))
+
+
+_PREFIXES = re.compile(r"^((?:[A-Za-z0-9_.-]+:)*)(.*)$", re.S)  # hf:, timm:local-dir:, module:, ... then the rest
+
+
+def public_model_name(name: str) -> str:
+    """A model's name with a local absolute folder reduced to the folder's name (``hf:/home/u/vit`` -> ``hf:vit``):
+    what a published card, csv or zoo.json shows; a local path says nothing to a reader and leaks the machine's layout."""
+    prefixes, rest = _PREFIXES.match(name).groups()
+    local = os.path.expanduser(rest)
+    if os.path.isabs(local) or rest.startswith("~"):
+        return f"{prefixes}{Path(local).name or 'model'}"
+    return name
+
+
+def _public_card(card: Mapping[str, Any]) -> dict:
+    """A model card for zoo.json: its local folder written as the folder's name (never an absolute path)."""
+    out = dict(card)
+    if out.get("folder"):
+        out["folder"] = Path(str(out["folder"])).name
+    if isinstance(out.get("name"), str):
+        out["name"] = public_model_name(out["name"])
+    return out
 
 
 def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
+    card["models"] = [_public_card(m) for m in card["models"]]
+    for per_model in (card["computed"], card["cached"], card["seconds"]["per_model"]):  # keyed by model name
+        for name in list(per_model):
+            per_model[public_model_name(name)] = per_model.pop(name)
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
     """Heat map of accuracy (models x tasks), each cell labelled with its accuracy; False without matplotlib."""
     try:
-        models = list(dict.fromkeys(board["model"]))
+        models = _model_order(board)
         tasks = list(dict.fromkeys(board["task"]))
         grid = np.full((len(models), len(tasks)), np.nan)
         for r in board.itertuples(index=False):
-            grid[models.index(r.model), tasks.index(r.task)] = r.accuracy
+            grid[models.index(r.model), tasks.index(r.task)] = r.balanced_accuracy
         fig = new_figure((max(4.0, 1.0 + 0.6 * len(tasks)), max(2.0, 1.0 + 0.45 * len(models))))
     except (ModuleNotFoundError, MetashiftError):  # the optional plot extra is absent
         return False
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(tasks)), tasks, rotation=60, ha="right", fontsize=7)
-    ax.set_yticks(range(len(models)), models, fontsize=7)
+    ax.set_xticks(range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7)
+    # names as plain text: no control character, and no '$' that matplotlib would read as mathtext
+    ax.set_yticks(range(len(models)), [terminal_safe(public_model_name(m)).replace("$", r"\$") for m in models], fontsize=7)
     if grid.size <= 400:
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
                 ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black")
-    fig.colorbar(im, ax=ax, label="accuracy")
-    ax.set_title("accuracy per model and task")
+    fig.colorbar(im, ax=ax, label="balanced accuracy, test split")
+    ax.set_title("headline per model and task (balanced accuracy, test split)")
     fig.tight_layout()
     save_png(fig, path)
     return True

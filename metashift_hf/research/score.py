@@ -27,7 +27,8 @@ from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir
-from ..evaluate.scoring import split_order, split_roles
+from ..core.names import markdown_safe, terminal_safe
+from ..evaluate.scoring import chosen_splits, split_roles
 from ..task_source import open_task
 
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ class Scores:
     def summary(self) -> str:
         """A few lines for the terminal: headline split, worst group, worst class, ID/OOD."""
         h = self.headline
-        lines = [f"{self.task_id}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
+        lines = [f"{terminal_safe(self.task_id)}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
                  f"{h.worst_group.group} {_pct(h.worst_group.accuracy)} [{_pct(h.worst_group.ci_low)}, "
                  f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, worst class {h.worst_class.group} "
                  f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, "
@@ -355,7 +356,7 @@ class Scores:
 
     def markdown(self) -> str:
         """scores.md: headline, per-split table, per-group table with intervals, classes, worst contexts."""
-        out = [f"# Scores: {self.task_id}", "", self.summary().replace("\n", "  \n"), "",
+        out = [f"# Scores: {markdown_safe(self.task_id)}", "", "  \n".join(markdown_safe(line) for line in self.summary().split("\n")), "",
                "| split | n | average | worst group | worst class | adjusted | balanced | macro-F1 | ECE |",
                "|---|---:|---:|---|---|---:|---:|---:|---:|"]
         for s in [*self.splits.values(), self.overall]:
@@ -402,7 +403,7 @@ def _pct(x: float | None) -> str:
 
 
 def _md_row(g: GroupScore) -> str:
-    return f"| {g.split} | {g.group} | {g.n} | {g.correct} | {_pct(g.accuracy)} | [{_pct(g.ci_low)}, {_pct(g.ci_high)}] |"
+    return f"| {markdown_safe(g.split)} | {markdown_safe(g.group)} | {g.n} | {g.correct} | {_pct(g.accuracy)} | [{_pct(g.ci_low)}, {_pct(g.ci_high)}] |"
 
 
 def task_spec_hash(spec: ShiftSpec) -> str:
@@ -486,12 +487,7 @@ def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any
         raise InputFormatError(f"predictions are for classes {list(preds.classes)}, the task has {list(classes)}",
                                "predict the task's classes in its order")
     table = tp.table()
-    all_splits = split_order(set(table["split"]))
-    chosen = all_splits if splits is None else list(opt.names(splits, "splits"))  # a bare 'test' is refused
-    unknown = [s for s in chosen if s not in all_splits]
-    if unknown:
-        raise UnknownNameError(f"task {tp.task_id} has no split(s) {unknown}{did_you_mean(unknown[0], all_splits)}",
-                               f"use splits among {', '.join(all_splits)}")
+    chosen = chosen_splits(splits, set(table["split"]), tp.task_id)
     pos = {iid: i for i, iid in enumerate(preds.image_ids)}
     outside = sorted(set(pos) - set(table["image_id"]))
     if outside:
