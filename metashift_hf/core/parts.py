@@ -155,25 +155,26 @@ class PartStore:
         if block.shape[1] != meta.get("width"):
             raise BadPart(f"width {block.shape[1]}, recorded {terminal_safe(meta.get('width'))}")
         if width is not None and block.shape[1] != width:
-            raise BadPart(f"width {block.shape[1]}, expected {width} (as the model's outputs / the other parts)")
+            raise BadPart(f"width {block.shape[1]}, expected {width} (the model's outputs, or the other parts')")
         if not np.isfinite(block).all():
             raise BadPart(f"{int((~np.isfinite(block)).any(axis=1).sum())} row(s) hold NaN or infinite values")
         if part_checksum(keys.tolist(), block) != meta.get("sha256"):
             raise BadPart("its checksum does not match its content")
 
     def _reject(self, path: Path, st: os.stat_result, why: str) -> None:
-        removed = False
+        fate = "left in place (not a name this cache writes)"
         if self._ours(path.name):
             try:
                 now = os.lstat(path)
                 # the entry we judged, not a good part another run wrote under the same name meanwhile
                 if (now.st_dev, now.st_ino, now.st_mtime_ns) == (st.st_dev, st.st_ino, st.st_mtime_ns):
                     path.unlink()  # unlink never follows a link: only our own entry goes
-                    removed = True
-            except OSError:
-                pass
-        logger.warning("%s: ignoring %s: %s; %s, its rows are computed again", self.what, terminal_safe(path), why,
-                       "removed" if removed else "left in place (not a name of ours)")
+                    fate = "removed"
+                else:
+                    fate = "replaced meanwhile by another run"
+            except OSError as exc:
+                fate = f"left in place (cannot remove it: {exc.strerror})"
+        logger.warning("%s: ignoring %s: %s; %s, its rows are computed again", self.what, terminal_safe(path), why, fate)
 
 
 __all__ = ["PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]
