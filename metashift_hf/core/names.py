@@ -2,6 +2,7 @@
 and the one rule for showing names on a terminal (:func:`terminal_safe`)."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -70,6 +71,17 @@ def id_slug(name: str) -> str:
     """A name as it appears inside a task id: characters the Hub refuses in config and folder names
     (spaces, apostrophes, ...) become ``_``, so ``living room`` gives ``class-living_room``."""
     return _UNSAFE.sub("_", name)
+
+
+def path_component(name: str, limit: int = 48) -> str:
+    """``name`` (a model's ``hf:PATH``, ``torchvision:NAME``) as one safe folder name: the :func:`id_slug`
+    of it (no ``:``, ``/``, ``\\``, control characters or spaces), without leading/trailing dots, cut to
+    ``limit`` characters, plus 8 hex of the name's sha256 whenever it had to change, so two names never
+    share a folder. ``efficientnet-lite0`` stays ``efficientnet-lite0``."""
+    slug = id_slug(name).strip("._-")[:limit] or "name"
+    if slug == name:
+        return slug
+    return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 # Characters a terminal acts on instead of showing: C0/C1 controls and DEL (escape sequences, carriage

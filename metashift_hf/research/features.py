@@ -7,7 +7,9 @@
 The cache folder is ``<cache>/features/<backbone>-<key>/`` where ``key`` hashes the weights' sha256
 and the preprocessing; rows are keyed by the sha256 of each image's bytes, so any task over the same
 images (and backbone settings) reuses the same rows, and two datasets that share image ids never do. Each call that computes new images adds one shard file (written atomically), so concurrent
-runs never corrupt each other; shards are plain ``.npz`` (no pickles).
+runs never corrupt each other; shards are plain ``.npz`` (no pickles), written and checked by
+:class:`metashift_hf.core.parts.PartStore` as the logits cache's parts are: a damaged shard (or one of another
+backbone key, width, with NaN, not a regular file) is skipped with a warning, removed, and its rows computed again.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from metashift_hf.builders.images import ImageSource, open_images
 
 from ..core import options as opt
 from ..core.errors import MetashiftError, UnknownNameError
-from ..core.fsutil import atomic_file
+from ..core.names import path_component
+from ..core.parts import PartStore
 from ..core.paths import cache_root
 from ..models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, require_torch
 from ..evaluate.predict import map_batches
@@ -146,17 +149,13 @@ class FeatureSet:
 
 
 def feature_cache_dir(backbone: Backbone, cache_dir: "str | os.PathLike | None" = None) -> Path:
-    return cache_root(cache_dir) / "features" / f"{backbone.name}-{backbone.key[:16]}"
+    # the name is a safe folder name (a backbone may be "torchvision:resnet18" or a model's folder path)
+    return cache_root(cache_dir) / "features" / f"{path_component(backbone.name)}-{backbone.key[:16]}"
 
 
-def _read_cache(folder: Path) -> dict[str, np.ndarray]:
-    """Cached rows by the sha256 of the image's bytes."""
-    rows: dict[str, np.ndarray] = {}
-    for shard in sorted(folder.glob("shard-*.npz")):
-        with np.load(shard, allow_pickle=False) as z:
-            for key, vec in zip(z["keys"].tolist(), z["features"]):
-                rows[str(key)] = vec
-    return rows
+def _feature_store(backbone: Backbone, folder: Path) -> PartStore:
+    """The verified shards of ``backbone``'s features (rows by the sha256 of the image's bytes)."""
+    return PartStore(folder, "shard", "features", backbone.key, f"features cache ({backbone.name})")
 
 
 def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageSource", *,
@@ -168,11 +167,12 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
     bb = backbone if isinstance(backbone, Backbone) else load_backbone(backbone, image_size=image_size, device=device)
     ids = list(dict.fromkeys(str(i) for i in image_ids))
     folder = feature_cache_dir(bb, cache_dir)
-    cached = _read_cache(folder) if folder.is_dir() else {}
     source = open_images(images)
     source.resolve(ids, "error", verify=False)  # every missing image named before any work
     # keyed by content, not id: two datasets (two worlds, a Hub repo and a local build) may share ids
     sha = {i: hashlib.sha256(source.read(i)).hexdigest() for i in ids}
+    store = _feature_store(bb, folder)
+    cached, _ = store.read(bb.dim, wanted=sha.values())  # only this call's rows are held in memory
     found = sum(sha[i] in cached for i in ids)
     todo: list[str] = []  # one id per content not cached yet, in the order of ids
     new_keys: set[str] = set()
@@ -184,9 +184,7 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
         new = map_batches(bb.prepare, bb.embed, todo, source.read, width=bb.dim, batch_size=batch_size,
                           workers=workers, progress=progress, desc=f"features {bb.name}")
         keys = [sha[i] for i in todo]
-        name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
-        with atomic_file(folder / f"shard-{name}.npz") as f:
-            np.savez(f, keys=np.array(keys, dtype=str), image_ids=np.array(todo, dtype=str), features=new)
+        store.write(keys, new)
         cached.update(zip(keys, new))
     feats = np.stack([cached[sha[i]] for i in ids]) if ids else np.zeros((0, bb.dim), np.float32)
     return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), found,

@@ -1,0 +1,180 @@
+"""Verified cache parts: rows of float32 values keyed by strings, in ``.npz`` files that are checked, never trusted.
+
+Both on-disk caches (the zoo's logits, ``evaluate/cache.py``, and the research loop's features,
+``research/features.py``) store rows through :class:`PartStore`. A part is ``<prefix>-<sha256 of its
+keys, 16 hex>.npz`` holding ``keys`` (str), the values (float32, (rows, width)) and ``meta``: a JSON
+record of the format, the owner (the model fingerprint or backbone key the rows belong to), width,
+dtype, row count and a sha256 over the keys and values. A part is written atomically and never changed.
+
+On read every part is checked: a regular file (a FIFO, link or device named like a part is never
+opened), readable, the current format, the expected owner, width (the one asked for, else the same as
+the other parts), dtype, rows == keys, finite values and the checksum. A part that fails is skipped
+with a WARNING naming it and why, and removed when its name is of our own making, so its rows are
+computed again by the caller's normal path and the bad file is never read again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import stat
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import InputFormatError
+from .fsutil import atomic_file
+from .names import terminal_safe
+
+logger = logging.getLogger(__name__)
+
+PART_FORMAT = "metashift-hf-cache-part"
+PART_VERSION = 1
+PART_DTYPE = np.dtype("<f4")
+# what a damaged or hostile .npz can raise while being read (never a traceback: the part is skipped)
+_READ_ERRORS = (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile, zlib.error, json.JSONDecodeError)
+
+
+class BadPart(Exception):
+    """Why a part is not used (internal: turned into a warning)."""
+
+
+def part_checksum(keys: Sequence[str], values: np.ndarray) -> str:
+    """sha256 over the keys (as a JSON list) and the values' little-endian float32 bytes, C order."""
+    h = hashlib.sha256(json.dumps([str(k) for k in keys]).encode())
+    h.update(np.ascontiguousarray(values, dtype=PART_DTYPE).tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PartStore:
+    """The parts of one owner in ``folder``: ``<prefix>-*.npz`` holding ``array`` (e.g. ``logits``)."""
+
+    folder: Path
+    prefix: str  # "part" (logits) or "shard" (features)
+    array: str  # the values' name inside the part
+    owner: str  # the fingerprint / key every part must record
+    what: str  # for messages, e.g. "logits cache"
+
+    def _ours(self, name: str) -> bool:
+        return re.fullmatch(rf"{re.escape(self.prefix)}-[0-9a-f]{{16}}\.npz", name) is not None
+
+    def part_path(self, keys: Sequence[str]) -> Path:
+        return self.folder / f"{self.prefix}-{hashlib.sha256(chr(10).join(keys).encode()).hexdigest()[:16]}.npz"
+
+    def write(self, keys: Sequence[str], values: np.ndarray) -> Path:
+        """Store ``values[i]`` under ``keys[i]`` as one new part; returns its path."""
+        keys = [str(k) for k in keys]
+        block = np.asarray(values)
+        if block.ndim != 2 or len(block) != len(keys) or not len(keys):
+            raise InputFormatError(f"{self.what}: {len(keys)} key(s) for values of shape {block.shape}",
+                                   "store one row of values per key (a bug in the caller)")
+        block = np.ascontiguousarray(block, dtype=PART_DTYPE)
+        if not np.isfinite(block).all():
+            bad = int((~np.isfinite(block)).any(axis=1).sum())
+            raise InputFormatError(f"{self.what}: {bad} of {len(keys)} row(s) hold NaN or infinite values",
+                                   "non-finite values are never cached: check the model's outputs")
+        meta = {"format": PART_FORMAT, "version": PART_VERSION, "owner": self.owner, "width": int(block.shape[1]),
+                "dtype": PART_DTYPE.name, "rows": len(keys), "sha256": part_checksum(keys, block)}
+        path = self.part_path(keys)
+        with atomic_file(path) as f:
+            np.savez(f, keys=np.array(keys, dtype=str), **{self.array: block}, meta=np.array(json.dumps(meta, sort_keys=True)))
+        return path
+
+    def read(self, width: int | None = None, wanted: Iterable[str] | None = None) -> tuple[dict[str, np.ndarray], int | None]:
+        """Rows of every good part (only the ``wanted`` keys when given) and their width.
+
+        ``width``: the width every part must have; None: the first good part's (sorted by name) sets it.
+        """
+        rows: dict[str, np.ndarray] = {}
+        if not self.folder.is_dir():
+            return rows, width
+        keep = None if wanted is None else set(wanted)
+        for path in sorted(self.folder.glob(f"{self.prefix}-*.npz")):
+            try:
+                st = os.lstat(path)
+            except OSError:  # gone meanwhile (another run removed it)
+                continue
+            try:
+                keys, block = self._read_one(path, st, width)
+            except BadPart as why:
+                self._reject(path, st, str(why))
+                continue
+            width = block.shape[1]
+            for k, row in zip(keys, block):
+                if keep is None or k in keep:
+                    rows[k] = row
+        return rows, width
+
+    def _read_one(self, path: Path, st: os.stat_result, width: int | None) -> tuple[list[str], np.ndarray]:
+        if not stat.S_ISREG(st.st_mode):
+            raise BadPart("not a regular file (never opened)")
+        try:
+            # O_NOFOLLOW/O_NONBLOCK: a link or FIFO swapped in after the lstat is refused, never waited on
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError as exc:
+            raise BadPart(f"cannot open it ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            fst = os.fstat(f.fileno())
+            if not stat.S_ISREG(fst.st_mode):
+                raise BadPart("not a regular file (never read)")
+            try:
+                with np.load(f, allow_pickle=False) as z:
+                    names = set(z.files)
+                    if "meta" not in names:
+                        raise BadPart("written by an older version without a checksum (unverified)")
+                    meta = json.loads(str(z["meta"][()]))
+                    keys_arr, block = z["keys"], z[self.array]
+            except BadPart:
+                raise
+            except _READ_ERRORS as exc:
+                raise BadPart(f"unreadable ({type(exc).__name__}: {exc})") from None
+        self._check(meta, keys_arr, block, width)
+        return [str(k) for k in keys_arr.tolist()], block
+
+    def _check(self, meta: object, keys: np.ndarray, block: np.ndarray, width: int | None) -> None:
+        if not isinstance(meta, dict) or meta.get("format") != PART_FORMAT or meta.get("version") != PART_VERSION:
+            raise BadPart("not a part of this format version")
+        if meta.get("owner") != self.owner:
+            raise BadPart(f"it belongs to another model ({terminal_safe(str(meta.get('owner'))[:16])}…, "
+                          f"expected {self.owner[:16]}…)")
+        if keys.ndim != 1 or keys.dtype.kind != "U":
+            raise BadPart(f"its keys are not a list of strings (dtype {keys.dtype}, shape {keys.shape})")
+        if block.dtype != PART_DTYPE or meta.get("dtype") != PART_DTYPE.name:
+            raise BadPart(f"its values are {block.dtype} (recorded {terminal_safe(meta.get('dtype'))}), not float32")
+        if block.ndim != 2:
+            raise BadPart(f"its values have shape {block.shape}, not (rows, width)")
+        if not (len(keys) == len(block) == meta.get("rows")):
+            raise BadPart(f"{len(block)} row(s) of values for {len(keys)} key(s) (recorded {terminal_safe(meta.get('rows'))})")
+        if block.shape[1] != meta.get("width"):
+            raise BadPart(f"width {block.shape[1]}, recorded {terminal_safe(meta.get('width'))}")
+        if width is not None and block.shape[1] != width:
+            raise BadPart(f"width {block.shape[1]}, expected {width} (the model's outputs, or the other parts')")
+        if not np.isfinite(block).all():
+            raise BadPart(f"{int((~np.isfinite(block)).any(axis=1).sum())} row(s) hold NaN or infinite values")
+        if part_checksum(keys.tolist(), block) != meta.get("sha256"):
+            raise BadPart("its checksum does not match its content")
+
+    def _reject(self, path: Path, st: os.stat_result, why: str) -> None:
+        fate = "left in place (not a name this cache writes)"
+        if self._ours(path.name):
+            try:
+                now = os.lstat(path)
+                # the entry we judged, not a good part another run wrote under the same name meanwhile
+                if (now.st_dev, now.st_ino, now.st_mtime_ns) == (st.st_dev, st.st_ino, st.st_mtime_ns):
+                    path.unlink()  # unlink never follows a link: only our own entry goes
+                    fate = "removed"
+                else:
+                    fate = "replaced meanwhile by another run"
+            except OSError as exc:
+                fate = f"left in place (cannot remove it: {exc.strerror})"
+        logger.warning("%s: ignoring %s: %s; %s, its rows are computed again", self.what, terminal_safe(path), why, fate)
+
+
+__all__ = ["PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]
