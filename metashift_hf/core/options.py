@@ -119,6 +119,11 @@ def non_negative_float(value: Any, name: str | None = None) -> float:
     return _real_range(value, name, 0.0, math.inf, "a finite number >= 0")
 
 
+def finite_float(value: Any, name: str | None = None) -> float:
+    """Any finite real (a normalisation mean, an offset)."""
+    return _real(value, name)
+
+
 def probability(value: Any, name: str | None = None) -> float:
     """A real in [0, 1]."""
     return _real_range(value, name, 0.0, 1.0, "a probability in [0, 1]")

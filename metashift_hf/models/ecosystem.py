@@ -7,17 +7,27 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from ..core import options as opt
+from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import sha256_file
-from .base import Classifier, Dtype, Preprocessing, check_device, hash_state_dict, place, require_module, require_torch
+from .base import (
+    MAX_INPUT_SIDE, Classifier, Dtype, Preprocessing, check_device, hash_state_dict, input_side, place, require_module, require_torch,
+)
 from .labels import LabelMap, imagenet_1k_labels, map_labels
 
-_HF_WEIGHT_SUFFIXES = (".safetensors", ".bin")
-_HF_CONFIG_FILES = ("config.json", "preprocessor_config.json")
+_HF_CONFIG_FILES = ("config.json", "preprocessor_config.json", "model.safetensors.index.json")
+# Weight files read with pickle (torch.load), which can run code: never loaded, only named in the error.
+_PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+_MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; ImageNet-21k's id2label makes it ~1 MB
+_MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own bound on the JSON header
+_NO_CODE_FIX = ("metashift-hf never runs Python code from a model folder or repo: use a model whose model_type "
+                "transformers knows, or review the code, load the model yourself and pass it to "
+                "metashift_hf.models.from_module")
 
 
 def _hf_folder(ref: str) -> Path:
@@ -39,16 +49,109 @@ def _hf_folder(ref: str) -> Path:
         ) from exc
 
 
-def _folder_digest(folder: Path) -> str:
+def _json_file(path: Path, ref: str) -> dict | None:
+    """A model folder's JSON config as a dict (None when absent); bounded, regular files only."""
+    if not path.exists():
+        return None
+    if not path.is_file() or path.stat().st_size > _MAX_CONFIG_BYTES:
+        raise InputFormatError(f"hf:{ref}: {path} is not a regular JSON file of at most {_MAX_CONFIG_BYTES >> 20} MiB",
+                               "save the model again with save_pretrained")
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputFormatError(f"hf:{ref}: {path} is not valid JSON ({exc})", "save the model again with save_pretrained") from exc
+    if not isinstance(data, dict):
+        raise InputFormatError(f"hf:{ref}: {path} holds a {type(data).__name__}, not a JSON object",
+                               "save the model again with save_pretrained")
+    return data
+
+
+def _check_safetensors(path: Path, ref: str) -> None:
+    """The file is whole: its header parses and its tensors end exactly at the end of the file (a truncated
+    download or copy is caught here, with a fix, instead of deep inside the loader)."""
+    size = path.stat().st_size
+    fix = f"download or save the model again (hf download {ref}, or save_pretrained with safe_serialization=True)"
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 2 <= n <= min(_MAX_SAFETENSORS_HEADER, size - 8):
+            raise InputFormatError(f"hf:{ref}: {path} is truncated or not a safetensors file ({size:,} bytes)", fix)
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise InputFormatError(f"hf:{ref}: {path} has a damaged safetensors header ({type(exc).__name__})", fix) from exc
+    expected = 8 + n + max(ends, default=0)
+    if expected != size:
+        raise InputFormatError(f"hf:{ref}: {path} is truncated or damaged: {size:,} bytes, its header describes {expected:,}",
+                               fix)
+
+
+def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
+    """Refuse, before transformers reads anything, a model folder that would run code (``auto_map``, an
+    unknown ``model_type``: transformers would prompt and import the folder's Python), holds pickle
+    weights only, truncated weights or head labels that are not 0..n-1. Returns the safetensors files."""
+    config = _json_file(folder / "config.json", ref)
+    if config is None:
+        raise InputFormatError(f"hf:{ref}: {folder} has no config.json", "give a folder written by save_pretrained")
+    for name in ("config.json", "preprocessor_config.json"):
+        data = config if name == "config.json" else (_json_file(folder / name, ref) or {})
+        if "auto_map" in data:
+            raise InputFormatError(f"hf:{ref}: {folder / name} asks to run the folder's own code (auto_map: "
+                                   f"{short_repr(data['auto_map'])})", _NO_CODE_FIX)
+    known = importlib.import_module("transformers.models.auto.configuration_auto").CONFIG_MAPPING_NAMES
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in known:
+        raise InputFormatError(f"hf:{ref}: {folder / 'config.json'} has the model_type {short_repr(model_type)}, which "
+                               f"transformers {importlib.import_module('transformers').__version__} does not know",
+                               f"upgrade transformers if the architecture is new; {_NO_CODE_FIX}")
+    weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
+    if not weights:
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
+        raise InputFormatError(
+            f"hf:{ref}: {folder} holds no safetensors weights" + (f", only pickle files ({', '.join(pickles)}), which are "
+                                                                 "never loaded (unpickling can run code)" if pickles else ""),
+            "only safetensors weights are loaded: ask the publisher for model.safetensors, or convert the weights once "
+            "where you trust them (save_pretrained(FOLDER, safe_serialization=True))")
+    for path in weights:
+        _check_safetensors(path, ref)
+    if config.get("id2label") is not None:
+        try:
+            map_labels(config["id2label"])
+        except InputFormatError as exc:
+            raise InputFormatError(f"hf:{ref}: {folder / 'config.json'}: {exc.what}", exc.fix) from exc
+    return weights
+
+
+def _folder_digest(folder: Path, weights: list[Path]) -> str:
     """sha256 over the weight and config files of a model folder (names and contents, sorted)."""
     h = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix in _HF_WEIGHT_SUFFIXES or p.name in _HF_CONFIG_FILES))
-    if not any(p.suffix in _HF_WEIGHT_SUFFIXES for p in files):
-        raise MetashiftError(f"model folder {folder} holds no weights (*.safetensors or *.bin)", "save the model with save_pretrained")
-    for p in files:
+    for p in sorted({*weights, *(folder / n for n in _HF_CONFIG_FILES if (folder / n).is_file())}):
         h.update(p.name.encode())
         h.update(sha256_file(p).encode())
     return h.hexdigest()
+
+
+def _check_processor(processor: Any, ref: str) -> None:
+    """The sizes an image processor resizes and crops to are 1..MAX_INPUT_SIDE px (pixel counts up to its
+    square), checked before any image (a size of 20,000 would allocate gigabytes per image; 0 fails deep
+    inside the processor), and its normalisation std is > 0 (a std of 0 makes every input NaN)."""
+    config = processor.to_dict()
+    for key in ("size", "crop_size"):
+        value = config.get(key)
+        for name, side in (value.items() if isinstance(value, Mapping) else [("", value)]):
+            label = f"hf:{ref} image processor {key}{'.' + name if name else ''}"
+            if side is None:
+                continue
+            if name.endswith("pixels"):  # min_pixels / max_pixels: an area
+                if opt.positive_int(side, label) > MAX_INPUT_SIDE ** 2:
+                    raise opt.OptionError(f"{label}={side} is larger than {MAX_INPUT_SIDE}x{MAX_INPUT_SIDE} pixels",
+                                          f"use a preprocessing size of at most {MAX_INPUT_SIDE} px a side")
+            else:
+                input_side(side, label)
+    if config.get("do_normalize"):
+        for v in config.get("image_std") or ():
+            opt.positive_float(v, f"hf:{ref} image processor image_std")
 
 
 def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
@@ -61,11 +164,15 @@ def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classif
     transformers = require_module("transformers", f"--model hf:{ref}", "hf")
     device = check_device(torch, device)
     folder = _hf_folder(ref)
-    digest = _folder_digest(folder)
+    weights = _check_hf_folder(folder, ref)
+    digest = _folder_digest(folder, weights)
+    # never code from the folder (trust_remote_code=False: no prompt either) and never a pickle (use_safetensors)
+    safe = {"local_files_only": True, "trust_remote_code": False}
     try:
-        model = transformers.AutoModelForImageClassification.from_pretrained(str(folder), local_files_only=True)
-        processor = transformers.AutoImageProcessor.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
+        processor = transformers.AutoImageProcessor.from_pretrained(str(folder), **safe)
+        _check_processor(processor, ref)
+        model = transformers.AutoModelForImageClassification.from_pretrained(str(folder), use_safetensors=True, **safe)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise MetashiftError(f"hf:{ref}: transformers cannot load an image classifier from {folder} ({exc})",
                              "give a model saved with save_pretrained together with its image processor") from exc
     place(torch, model, device, dtype)

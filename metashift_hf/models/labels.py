@@ -7,12 +7,15 @@ Mapping needs no WordNet (wnids are checked against WordNet when a task is score
 """
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Mapping
 
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
+
+from ..core.errors import InputFormatError, short_repr
 
 _WNID = re.compile(r"^(n\d{8})\b")
 _DEFAULT_LABEL = re.compile(r"^LABEL_(\d+)$")  # transformers' id2label when a config names no labels
@@ -81,6 +84,23 @@ def imagenet_1k_labels() -> LabelMap:
     return LabelMap(tuple(c.name for c in classes), tuple(c.wnid for c in classes), ("imagenet-1k order",) * len(classes))
 
 
+def _mapping(id2label) -> Mapping:
+    if not isinstance(id2label, Mapping):
+        raise InputFormatError(f"id2label is a {type(id2label).__name__}, not a mapping of output index to label",
+                               "pass a dict such as {0: 'tabby, tabby cat', 1: 'n02084071'}")
+    return id2label
+
+
+def _output_index(key) -> int:
+    """An id2label key: an int, or its decimal text as JSON configs write it."""
+    if isinstance(key, str) and re.fullmatch(r"[0-9]{1,9}", key.strip()):
+        return int(key)
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+        return int(key)
+    raise InputFormatError(f"the head's id2label has the key {short_repr(key)}, not an output index",
+                           "id2label keys are the output indices 0..n-1")
+
+
 def _names_index(label: str, name: str) -> bool:
     label = label.strip().lower()
     return label == name.strip().lower() or label == name.split(",")[0].strip().lower()
@@ -90,9 +110,13 @@ def map_labels(id2label: Mapping[int, str] | Mapping[str, str]) -> LabelMap:
     """Map a head's ``id2label`` to wnids: a wnid label (``n02084071`` or ``n02084071 dog``) as given,
     an ImageNet-1k label or unambiguous synonym by name, and a 1,000-output head with transformers'
     default ``LABEL_i`` names by ImageNet-1k index; anything else is unmapped (reported)."""
-    items = sorted((int(k), str(v)) for k, v in id2label.items())
-    if [k for k, _ in items] != list(range(len(items))):
-        raise ValueError(f"id2label keys must be 0..{len(items) - 1}")
+    items = sorted((_output_index(k), str(v)) for k, v in _mapping(id2label).items())
+    keys = [k for k, _ in items]
+    if not items or keys != list(range(len(items))):
+        raise InputFormatError(
+            f"the head's id2label has the keys {short_repr(keys)}, not 0..{len(keys) - 1}" if items
+            else "the head's id2label is empty",
+            f"id2label must name each output once, with keys 0..n-1 (here 0..{max(len(items) - 1, 0)}) in output order")
     labels = [v for _, v in items]
     if len(labels) == 1000 and all(_names_index(v, c.name) for v, c in zip(labels, imagenet_classes())):
         # the usual ImageNet-1k head (e.g. the Hub's imagenet-1k-id2label.json): names confirm each index,

@@ -10,7 +10,6 @@ exactly as the uninterrupted run would have (tested).
 from __future__ import annotations
 
 import copy
-import io
 import json
 import logging
 import math
@@ -27,6 +26,7 @@ from metashift_hf.builders.images import ImageSource
 
 from .algorithms import JTT, Algorithm, balanced_batches, dfr_fit, get_algorithm, selection_score
 from ..core.fsutil import atomic_file
+from ..models import open_rgb
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +127,7 @@ class LinearLearner:
 
 def augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.ndarray:
     """Random resized crop (area 8-100%, aspect 3/4-4/3) to ``size``, flip, colour jitter, 10% greyscale."""
-    with Image.open(io.BytesIO(data)) as im:
-        im = im.convert("RGB")
+    with open_rgb(data) as im:
         w, h = im.size
         box = None
         for _ in range(10):
