@@ -147,7 +147,7 @@ def zoo(args) -> dict:
     from metashift_hf.evaluate.predict import predict
     from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks
     from metashift_hf.models import load_model
-    from metashift_hf import api
+    from metashift_hf.hub import api
 
     model = load_model("efficientnet-lite0")
     tasks = select_tasks(args.tasks, args.artifact)

@@ -10,7 +10,7 @@ image, then in the same run times
   fsync, like ``cp``; the datasets writer does not fsync either);
 * materialise: ``Metashift(...).download_and_prepare()`` into a fresh cache (arrow files with the
   original bytes, integrity check of every JPEG included);
-* export: ``metashift_hf.shards.write_config`` of the materialised task (parquet shards with the
+* export: ``metashift_hf.hub.shards.write_config`` of the materialised task (parquet shards with the
   original bytes embedded, rows sorted by image id: what ``metashift-hf export`` writes per task).
 
 Reports MB/s of image bytes for each and the ratios to the plain copy (target: >= 0.7 for both),
@@ -88,7 +88,7 @@ def materialise(zpath: Path, artifact: Path, cache: Path):
 
 def export(dataset_dict, out: Path) -> tuple[float, float]:
     """(wall s, CPU s of this process) to write the task's parquet shards, as ``export`` does."""
-    from metashift_hf.shards import write_config
+    from metashift_hf.hub.shards import write_config
 
     t, c = time.perf_counter(), time.process_time()
     write_config(dataset_dict, out, "class-cat")

@@ -113,15 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from metashift_hf import __version__
-    from metashift_hf.api import plan, prepare
-    from metashift_hf.shards import ROW_GROUP_ROWS, write_config
+    from metashift_hf.hub.api import plan, prepare
+    from metashift_hf.hub.shards import ROW_GROUP_ROWS, write_config
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     if args.artifact:
         artifact, images = args.artifact, args.images
     else:
         from metashift_hf.builders.build import build_from_inputs
-        from metashift_hf.demo_world import generate_demo_world
+        from metashift_hf.sources.demo_world import generate_demo_world
 
         world = generate_demo_world(tmp / "world", seed=0)
         artifact = str(build_from_inputs(tmp / "artifact", scene_graphs=world.scene_graphs, source="demo", plots=False).root)

@@ -24,7 +24,7 @@ TASK, OTHER, SCALE = "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "0.5
 
 def _world(work: Path) -> tuple[Path, Path]:
     from metashift_hf.builders.build import build_from_inputs
-    from metashift_hf.demo_world import generate_demo_world
+    from metashift_hf.sources.demo_world import generate_demo_world
 
     art, images = work / "artifact", work / "world" / "images"
     if not (art / "manifest.json").is_file():

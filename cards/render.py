@@ -27,7 +27,7 @@ from metashift_hf.core.names import SubsetName
 from metashift_hf.core.names import id_slug
 from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic
 from metashift_hf.core.published import PUBLISHED_FULL
-from metashift_hf.shards import dataset_infos_yaml
+from metashift_hf.hub.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
 TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"

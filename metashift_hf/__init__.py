@@ -10,10 +10,10 @@ from __future__ import annotations
 from .core import __version__
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
-_LAZY = {"load": "metashift_hf.api", "prepare": "metashift_hf.api", "plan": "metashift_hf.api",
-         "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.specs",
+_LAZY = {"load": "metashift_hf.hub.api", "prepare": "metashift_hf.hub.api", "plan": "metashift_hf.hub.api",
+         "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.hub.specs",
          "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.research.evaluator",
-         "open_task": "metashift_hf.task_source", "score": "metashift_hf.research.score"}
+         "open_task": "metashift_hf.hub.task_source", "score": "metashift_hf.research.score"}
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 

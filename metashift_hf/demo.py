@@ -16,12 +16,12 @@ from pathlib import Path
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
 
-from .api import prepare
+from .hub.api import prepare
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
-from .demo_world import generate_demo_world
+from .sources.demo_world import generate_demo_world
 from .evaluate import evaluate as run_eval
-from .export import export_prepared, verify_export
+from .hub.export import export_prepared, verify_export
 from .research.train import TrainConfig, train
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.demo_world import generate_demo_world
+from metashift_hf.sources.demo_world import generate_demo_world
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "figures"

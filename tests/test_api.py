@@ -1,12 +1,12 @@
-"""metashift_hf.api: plan without images, available tasks (with a match registry), prepare/load,
+"""metashift_hf.hub.api: plan without images, available tasks (with a match registry), prepare/load,
 matched-task default shift, errors."""
 from __future__ import annotations
 
 import pytest
 
 import metashift_hf
-from metashift_hf import api
-from metashift_hf.api import plan
+from metashift_hf.hub import api
+from metashift_hf.hub.api import plan
 from metashift_hf.builders import shifts
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError, UnknownNameError
 
@@ -94,7 +94,7 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
     import subprocess
     import sys
 
-    code = ("import hashlib, sys; from metashift_hf.api import plan; "
+    code = ("import hashlib, sys; from metashift_hf.hub.api import plan; "
             "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
             "print(hashlib.sha256(p.table().to_json().encode() + p.spec.to_json().encode()).hexdigest())")
     outs = set()

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metashift_hf import api
+from metashift_hf.hub import api
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
 from metashift_hf.cli import main

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from metashift_hf import cli, manifest as mf
+from metashift_hf import cli
+from metashift_hf.sources import manifest as mf
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")

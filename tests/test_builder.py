@@ -269,7 +269,7 @@ def test_real_shared_images_through_builder(real, source):
 def test_real_attributes_pickle_collection(shared_ref, tmp_path_factory):
     """The published MetaShift-Attributes pickle (66 classes / 679 subsets under the rules)."""
     from metashift_hf.builders.pickles import load_candidate_pickle
-    from metashift_hf.api import available_tasks
+    from metashift_hf.hub.api import available_tasks
 
     cands = load_candidate_pickle(shared_ref / "metashift" / "attributes-candidate-subsets.pkl", attributes=True)
     art = build_artifact(cands, tmp_path_factory.mktemp("attr") / "artifact",

@@ -14,7 +14,7 @@ from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
-from metashift_hf.export import export_prepared
+from metashift_hf.hub.export import export_prepared
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 

@@ -9,7 +9,8 @@ import pytest
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 import metashift_hf
-from metashift_hf import cli, manifest as mf
+from metashift_hf import cli
+from metashift_hf.sources import manifest as mf
 from metashift_hf.builders.spec import ShiftSpec
 from fixtures.tasks import sample_jpegs
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import metashift_hf
-from metashift_hf.api import available_tasks
+from metashift_hf.hub.api import available_tasks
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.wordnet_match.match import MatchResult, MatchRow, SubsetRecord
@@ -154,7 +154,7 @@ def test_download_sizes_use_one_unit(capsys):
 
 
 def test_paper_hierarchy_offline_names_the_flags(isolated_manifest, monkeypatch):
-    from metashift_hf.manifest import PAPER_URL_ENV, paper_tree_path
+    from metashift_hf.sources.manifest import PAPER_URL_ENV, paper_tree_path
 
     monkeypatch.delenv(PAPER_URL_ENV, raising=False)
     with pytest.raises(MetashiftError) as err:

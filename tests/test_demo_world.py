@@ -15,7 +15,7 @@ import networkx as nx
 import pytest
 from PIL import Image
 
-from metashift_hf.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_demo_world
+from metashift_hf.sources.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_demo_world
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 
 # Figures for seed 0 at the default size (docs/demo-world.md, "Figures").

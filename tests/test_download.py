@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metashift_hf import cli, download as dl
-from metashift_hf import manifest as manifest_mod
+from metashift_hf import cli
+from metashift_hf.sources import download as dl
+from metashift_hf.sources import manifest as manifest_mod
 from metashift_hf.core.errors import ChecksumError, InputFormatError
 from metashift_hf.core.sources import KNOWN_FILES, KnownFile
 
@@ -379,7 +380,7 @@ def test_coco_files_are_pinned_and_a_wrong_copy_is_refused(serve, tmp_path, caps
     s = serve(files={"annotations_trainval2017.zip": b"not the real zip"})
     for k in ("coco-annotations", "coco-images"):
         monkeypatch.setitem(KNOWN_FILES, k, KnownFile(**{**KNOWN_FILES[k].__dict__, "urls": ()}))
-    monkeypatch.setattr("metashift_hf.manifest.check_disk_space", lambda *a, **k: None)
+    monkeypatch.setattr("metashift_hf.sources.manifest.check_disk_space", lambda *a, **k: None)
     rc = cli.main(["download", "--what", "coco-annotations,coco-images", "--dir", str(tmp_path / "d"), "--mirror",
                    s.base, "--manifest", str(tmp_path / "m.json"), "--no-progress", "--timeout", "5"])
     err = capsys.readouterr().err

@@ -44,7 +44,7 @@ def _predictions(path, ids):
 
 
 def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
-    from metashift_hf import api
+    from metashift_hf.hub import api
 
     plan = api.plan("bin-cat-dog", matched)
     table = plan.table()
@@ -102,7 +102,7 @@ def test_cli_errors(matched, tmp_path, capsys):
 
 def test_cli_sample_and_set(matched, tmp_path, capsys):
     """--sample N scores at most N images per split (seeded, recorded); --set reaches the task's planner."""
-    from metashift_hf import api
+    from metashift_hf.hub import api
 
     table = api.plan("bin-cat-dog", matched, train_max_per_class=10).table()
     _predictions(tmp_path / "p.csv", sorted(set(api.plan("bin-cat-dog", matched).table().image_id)))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.export import export_prepared
+from metashift_hf.hub.export import export_prepared
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task

@@ -13,9 +13,9 @@ import pytest
 import metashift_hf
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.export import export_prepared, export_tasks, verify_export
-from metashift_hf import shards
-from metashift_hf.shards import write_config
+from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
+from metashift_hf.hub import shards
+from metashift_hf.hub.shards import write_config
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
@@ -156,7 +156,7 @@ def demo(demo_build, tmp_path_factory):
 def test_export_tasks_end_to_end_from_the_demo_world(demo):
     import datasets
 
-    from metashift_hf.api import prepare
+    from metashift_hf.hub.api import prepare
 
     root, world, art = demo
     cache = root / "hf-cache"

@@ -241,7 +241,7 @@ def test_an_export_gets_the_umask_permissions(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["export", "evaluate"])
 def test_disk_full_or_read_only_during_export_or_evaluate_is_one_line(tmp_path, capsys, monkeypatch, command, failure):
     import metashift_hf.evaluate.report as report_mod
-    import metashift_hf.export as export_mod
+    import metashift_hf.hub.export as export_mod
 
     art, images, ids = _artifact_with_images(tmp_path)
     predictions = tmp_path / "pred.csv"

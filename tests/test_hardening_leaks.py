@@ -16,11 +16,11 @@ from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
 
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 
-from metashift_hf.api import PreparedTask
+from metashift_hf.hub.api import PreparedTask
 from metashift_hf.core.errors import InputFormatError, MetashiftError
-from metashift_hf.export import export_prepared
-from metashift_hf.publish import push_repos, scrub_token
-from metashift_hf.shards import repo_files
+from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.publish import push_repos, scrub_token
+from metashift_hf.hub.shards import repo_files
 
 TOKEN = "hf_SecretToken1234567890abcdef"
 README = """---

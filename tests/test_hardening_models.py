@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from metashift_hf.api import PreparedTask
+from metashift_hf.hub.api import PreparedTask
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
 from metashift_hf.core.options import OptionError
 from metashift_hf.models import MAX_INPUT_SIDE, Preprocessing, from_callable, load_model, map_labels, open_rgb

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
-from metashift_hf import api, cli
+from metashift_hf.hub import api
+from metashift_hf import cli
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.core import options as opt

@@ -21,7 +21,7 @@ from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core import fsutil
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.provenance import SourceInfo
-from metashift_hf.manifest import DataManifest
+from metashift_hf.sources.manifest import DataManifest
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hardening_inputs import tiny_artifact
-from metashift_hf import api, cli
+from metashift_hf.hub import api
+from metashift_hf import cli
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.tags import read_tags_file

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
-from metashift_hf import api
+from metashift_hf.hub import api
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets

@@ -19,8 +19,8 @@ from hypothesis import given, settings, strategies as st
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
-from metashift_hf.export import export_prepared
-from metashift_hf.task_source import check_rows, open_task
+from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.task_source import check_rows, open_task
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
 from test_task_source import three_split_task
 
@@ -266,7 +266,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
     fifo = tmp_path / "fifo.jpg"
     os.mkfifo(fifo)
     iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
-    code = (f"from metashift_hf.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
+    code = (f"from metashift_hf.hub.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
             "except Exception as e: print(type(e).__name__)")
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf.cli import main
-from metashift_hf.export import export_prepared
+from metashift_hf.hub.export import export_prepared
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
 from test_task_source import three_split_task
@@ -90,7 +90,7 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
     assert main(["export", *subpop, "imagenet-5", "--artifact", str(art), "--images", str(world.images_dir),
                  *sets, "--out", str(export), "-q"]) == 0
     p12 = "paper-subpop-cat-dog-p12"
-    from metashift_hf.task_source import open_task
+    from metashift_hf.hub.task_source import open_task
 
     table = open_task(export / f"metashift-{p12}").plan.table()
     preds = pd.DataFrame({"image_id": table["image_id"], "prediction": ["cat", "dog"] * (len(table) // 2)

@@ -154,7 +154,7 @@ def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tm
 
 def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
     from metashift_hf.builders.artifact import Artifact
-    from metashift_hf.specs import SPEC_FILE
+    from metashift_hf.hub.specs import SPEC_FILE
 
     for c in ("a", "b"):
         (tmp_path / "multi" / c).mkdir(parents=True)
@@ -218,7 +218,7 @@ def test_publish_without_a_token_is_refused_before_the_zoo_runs(world, tmp_path,
 
 
 def test_score_escapes_a_hostile_task_id(world, tmp_path, capsys):
-    from metashift_hf import api
+    from metashift_hf.hub import api
     from metashift_hf.research.score import score_plan
 
     tp = api.plan("bin-cat-dog", world / "artifact")

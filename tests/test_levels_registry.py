@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metashift_hf import api
+from metashift_hf.hub import api
 from metashift_hf.builders import levels
 from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf import cli, manifest as mf
+from metashift_hf import cli
+from metashift_hf.sources import manifest as mf
 from metashift_hf.core.errors import ChecksumError, InputFormatError, UnknownNameError
 from metashift_hf.core.fsutil import sha256_file
 from metashift_hf.core.sources import KNOWN_FILES, identify, known_file
@@ -196,7 +197,7 @@ def test_cli_register_and_status(tmp_path, shared_ref, capsys):
 def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
     """register sceneGraphs.zip -> resolve_build_inputs('gqa') -> build -> stats --verify."""
     from metashift_hf.builders.build import build_from_inputs
-    from metashift_hf import stats
+    from metashift_hf.sources import stats
 
     contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]
     graphs = {}

@@ -84,7 +84,7 @@ def test_tasks_commands_on_the_artifact(artifact, capsys):
     assert main(["tasks", "list", "--artifact", str(artifact.root), "--class", "cat"]) == 0
     listed = capsys.readouterr().out
     assert "bin-cat-dog" in listed and "unavailable: absent from the input" in listed
-    api = pytest.importorskip("metashift_hf.api")
+    api = pytest.importorskip("metashift_hf.hub.api")
     others = api.available_tasks(artifact.root)
     assert "class-cat" in others and "class-cat" in listed  # non-registry ids come from the task layer
     assert main(["tasks", "show", "bin-cat-dog", "--artifact", str(artifact.root), "--json"]) == 0

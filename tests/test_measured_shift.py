@@ -10,7 +10,7 @@ import pytest
 
 from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
-from metashift_hf.coco_world import write_coco_world
+from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.core.errors import InputFormatError

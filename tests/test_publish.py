@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf import publish as publish_mod
-from metashift_hf import shards as shards_mod
+from metashift_hf.hub import publish as publish_mod
+from metashift_hf.hub import shards as shards_mod
 from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.export import export_prepared
+from metashift_hf.hub.export import export_prepared
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
@@ -346,7 +346,7 @@ def test_token_stays_out_of_logging_in_process(exported, caplog, capsys, monkeyp
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
 
     from metashift_hf.core.errors import MetashiftError
-    from metashift_hf.publish import push_repos
+    from metashift_hf.hub.publish import push_repos
 
     repos = sorted(p for p in exported["out"].iterdir() if p.is_dir())
     caplog.set_level(logging.DEBUG)

@@ -14,9 +14,9 @@ from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
 from metashift_hf.research.evaluator import Evaluator
-from metashift_hf.export import export_prepared
+from metashift_hf.hub.export import export_prepared
 from metashift_hf.research.score import score
-from metashift_hf.task_source import open_task
+from metashift_hf.hub.task_source import open_task
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 
 NS = "tester"

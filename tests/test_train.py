@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.api import plan
+from metashift_hf.hub.api import plan
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.research.features import image_features, load_backbone
 from metashift_hf.research.score import score

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
-import metashift_hf.download
-import metashift_hf.manifest
-from metashift_hf.manifest import paper_tree_path
+import metashift_hf.sources.download
+import metashift_hf.sources.manifest
+from metashift_hf.sources.manifest import paper_tree_path
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy, tree_hierarchy
 
 PAPER_SHA = "403e1dc7d82efb3651d672b6a1cf4318922c9776e92c288c3845e6a92e28f98c"
@@ -159,8 +159,8 @@ def test_paper_tree_goes_through_the_one_downloader(tmp_path, tree_file, monkeyp
     folder.mkdir()
     (folder / "imagenet1k_node_names.json.part").write_bytes(body[:1000])
     seen = []
-    real = metashift_hf.download.download_file
-    monkeypatch.setattr(metashift_hf.manifest, "download_file", lambda *a, **k: seen.append(k) or real(*a, **k))
+    real = metashift_hf.sources.download.download_file
+    monkeypatch.setattr(metashift_hf.sources.manifest, "download_file", lambda *a, **k: seen.append(k) or real(*a, **k))
     server = _Server(body)
     try:
         path = paper_tree_path(url=server.url, cache_dir=tmp_path)

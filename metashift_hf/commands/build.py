@@ -12,7 +12,7 @@ from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.options import positive_int
 from metashift_hf.core.provenance import PROVENANCES, SourceInfo, describe, is_demo_world_summary
-from metashift_hf.manifest import resolve_build_inputs
+from metashift_hf.sources.manifest import resolve_build_inputs
 
 logger = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from ..core.errors import MetashiftError, UnknownNameError
 from ..core.options import non_negative_int, positive_float
 from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, known_file
 from ..core.fsutil import human_size
-from ..download import default_cache_dir, part_path
-from ..manifest import DataManifest, download, env_var
-from ..manifest import register as register_input
+from ..sources.download import default_cache_dir, part_path
+from ..sources.manifest import DataManifest, download, env_var
+from ..sources.manifest import register as register_input
 
 logger = logging.getLogger(__name__)
 

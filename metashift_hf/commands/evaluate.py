@@ -14,7 +14,7 @@ from ..core.errors import InputFormatError
 from ..evaluate.run import evaluate
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
-from ..manifest import resolve_input
+from ..sources.manifest import resolve_input
 from .export import parse_overrides
 from .task_args import add_splits_argument
 

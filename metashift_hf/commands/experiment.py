@@ -8,7 +8,7 @@ from ..research.algorithms import METHODS
 from ..research.compare import run_compare
 from ..core.options import seed
 from ..research.experiments import EXPERIMENTS, run_experiment
-from ..manifest import resolve_input
+from ..sources.manifest import resolve_input
 from .export import parse_overrides
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands

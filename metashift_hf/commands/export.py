@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..api import reads_dataset_images
+from ..hub.api import reads_dataset_images
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
-from ..export import export_tasks, verify_export
-from ..manifest import resolve_input
-from ..shards import LAYOUTS
+from ..hub.export import export_tasks, verify_export
+from ..sources.manifest import resolve_input
+from ..hub.shards import LAYOUTS
 
 
 def add_task_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 from metashift_hf.builders.match_artifact import explain_names, run_match
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.options import non_negative_int
-from metashift_hf.manifest import paper_tree_path
+from metashift_hf.sources.manifest import paper_tree_path
 
 
 def register(subparsers) -> None:

@@ -5,8 +5,8 @@ import argparse
 
 from ..core.errors import MetashiftError
 from ..core.options import positive_float
-from ..publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
-from ..shards import ExportedRepo, repo_files
+from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
+from ..hub.shards import ExportedRepo, repo_files
 from .export import add_task_arguments, require_task_inputs, task_options
 
 

@@ -7,7 +7,7 @@ from metashift_hf.builders.levels import SHIFT_TYPES
 
 from ..research.conflicts import ConflictConfig
 from ..core.options import int_at_least, positive_float, positive_int, seed
-from ..manifest import resolve_input
+from ..sources.manifest import resolve_input
 from ..research.ood_experiments import clustered, conflicts, ood_levels
 from .export import parse_overrides
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..stats import compare
+from ..sources.stats import compare
 
 
 def register(subparsers) -> None:

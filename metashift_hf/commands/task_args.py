@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.options import seed
-from ..task_source import TaskData, open_task
+from ..hub.task_source import TaskData, open_task
 from .export import parse_overrides
 
 TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "

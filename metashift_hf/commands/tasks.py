@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from metashift_hf.api import available_tasks, fitting_scale, plan, plan_all
+from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.shifts import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
@@ -21,7 +21,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.options import seed
 from metashift_hf.core.names import terminal_safe
-from metashift_hf.specs import shift_spec
+from metashift_hf.hub.specs import shift_spec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
@@ -35,7 +35,7 @@ def register(subparsers) -> None:
         "tasks",
         help="list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
         description="Tasks come from ARTIFACT/match/tasks.parquet (written by `metashift-hf match`) and, for an "
-                    "artifact, from metashift_hf.api.available_tasks (paper-*, class-<name>, attributes).",
+                    "artifact, from metashift_hf.hub.api.available_tasks (paper-*, class-<name>, attributes).",
     )
     sub = p.add_subparsers(dest="tasks_command", metavar="list|show")
     for name, helptext in (("list", "list task ids with their classes and split sizes"),
@@ -64,7 +64,7 @@ def register(subparsers) -> None:
 
 
 def _other_task_ids(artifact: "str | Artifact | None") -> list[str]:
-    """Non-registry task ids from metashift_hf.api.available_tasks, when an artifact is given."""
+    """Non-registry task ids from metashift_hf.hub.api.available_tasks, when an artifact is given."""
     if not artifact:
         return []
     return available_tasks(artifact)

@@ -7,7 +7,7 @@ import argparse
 from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..core.options import OptionError, non_negative_float, positive_float, positive_int
 from ..research.features import BACKBONE_FORMS
-from ..manifest import resolve_input
+from ..sources.manifest import resolve_input
 from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
 from .task_args import add_task_arguments, task_from_args
 

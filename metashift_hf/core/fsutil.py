@@ -72,7 +72,7 @@ def sha256_file(path: str | os.PathLike, *, progress: bool = False) -> str:
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
     """Every table the project writes (artifact, match folder, evaluation logits), with fixed
     settings so identical tables give identical bytes. (Image shards have their own, measured
-    settings: metashift_hf.shards.)"""
+    settings: metashift_hf.hub.shards.)"""
     pq.write_table(
         table, path, compression="zstd", compression_level=3, use_dictionary=True,
         write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",

@@ -81,7 +81,7 @@ def check_source_info(info: SourceInfo | None, provenance: str | None) -> Source
     return info.validate()
 
 
-# The demo world writes this summary beside its scene graphs (metashift_hf.demo_world).
+# The demo world writes this summary beside its scene graphs (metashift_hf.sources.demo_world).
 DEMO_WORLD_SUMMARY = "demo_world.json"
 DEMO_WORLD_FORMAT = "metashift-hf-demo-world"
 

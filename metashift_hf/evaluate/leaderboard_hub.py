@@ -17,8 +17,8 @@ import pandas as pd
 from ..core.errors import InputFormatError
 from ..core.fsutil import read_marker
 from ..core.names import markdown_safe, terminal_safe
-from ..publish import DEFAULT_TIMEOUT, writable_hub
-from ..specs import looks_like_repo_id
+from ..hub.publish import DEFAULT_TIMEOUT, writable_hub
+from ..hub.specs import looks_like_repo_id
 from .zoo import BASELINE, ZOO_KIND, leaderboard_markdown, public_model_name
 
 logger = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.images import cell_bytes
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
-from .. import api
+from ..hub import api
 from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
-from ..task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
+from ..hub.task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
@@ -51,7 +51,7 @@ def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_mis
 
     A task id on an artifact is planned (no images) when predictions come from a file, else
     materialised with ``metashift_hf.prepare``. Any other form (an exported folder, a Hub repo id,
-    a ``prepare`` result, a Dataset/DatasetDict: metashift_hf.task_source) is read as it is, its
+    a ``prepare`` result, a Dataset/DatasetDict: metashift_hf.hub.task_source) is read as it is, its
     images from its own bytes; a dataset without a shift spec is scored as task ``custom``.
     """
     if isinstance(task, TaskData) and task.dataset is None and not need_images:  # planned already (the zoo): its rows

@@ -31,14 +31,14 @@ from metashift_hf.builders.images import ImageSource, open_images
 from metashift_hf.builders.plots import new_figure, save_png
 from metashift_hf.builders.tasks import match_registry
 
-from .. import api
+from ..hub import api
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
 from ..models import Classifier, runtime_card
-from ..task_source import TaskData, open_task
+from ..hub.task_source import TaskData, open_task
 from .cache import LogitsCache
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import map_batches

@@ -22,7 +22,7 @@ from ..core.fsutil import atomic_dir
 from ..evaluate.run import BUG_TEST, community_map, distance_to_largest
 from ..evaluate.scoring import context_bugs, group_table
 from .score import Predictions, score_plan
-from ..task_source import open_task
+from ..hub.task_source import open_task
 
 BUGS_KIND = "bug report"
 
@@ -92,7 +92,7 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", tas
               alpha: float = 0.05, seed: int | None = None, **options: Any) -> BugReport:
     """Context bugs of one predictions table on one split of a task (see the module docstring).
 
-    ``task``: anything :func:`metashift_hf.task_source.open_task` takes (a dataset, an exported folder,
+    ``task``: anything :func:`metashift_hf.hub.task_source.open_task` takes (a dataset, an exported folder,
     a Hub repo id, or a task id with ``artifact``). Distances to the largest community need the
     artifact's meta-graph; from a dataset alone they are left empty.
     """

@@ -34,8 +34,8 @@ from ..core.names import id_slug
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from .features import load_backbone
 from .score import Scores
-from ..shards import REPO_PREFIX
-from ..task_source import TaskData, open_task
+from ..hub.shards import REPO_PREFIX
+from ..hub.task_source import TaskData, open_task
 from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_key, settings_differ, train
 
 logger = logging.getLogger(__name__)

@@ -29,12 +29,12 @@ import datasets
 import numpy as np
 import pandas as pd
 
-from ..api import PreparedTask
+from ..hub.api import PreparedTask
 from ..builders.shifts import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from .score import PROB_TOLERANCE, Scores, score_plan
-from ..task_source import TaskData, open_task, task_dataset
+from ..hub.task_source import TaskData, open_task, task_dataset
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from ..builders.artifact import Artifact
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
 from .features import load_backbone
-from ..shards import REPO_PREFIX
-from ..task_source import TaskData, open_task
+from ..hub.shards import REPO_PREFIX
+from ..hub.task_source import TaskData, open_task
 from .train import TrainConfig, TrainResult, train, write_result
 
 logger = logging.getLogger(__name__)

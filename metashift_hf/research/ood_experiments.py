@@ -37,7 +37,7 @@ from metashift_hf.builders.spec import GroupSpec
 
 from . import clusters as cl
 from . import conflicts as cf
-from ..api import plan
+from ..hub.api import plan
 from ..core import options as opt
 from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out

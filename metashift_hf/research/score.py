@@ -29,7 +29,7 @@ from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from ..core.fsutil import atomic_dir
 from ..core.names import markdown_safe, terminal_safe
 from ..evaluate.scoring import chosen_splits, split_roles
-from ..task_source import open_task
+from ..hub.task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -467,7 +467,7 @@ def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | P
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id
     (``config``/``revision`` pick one), or a task id planned on ``artifact`` (with ``seed`` and size
-    ``overrides``); see :func:`metashift_hf.task_source.open_task`. ``predictions``: a .csv/.parquet
+    ``overrides``); see :func:`metashift_hf.hub.task_source.open_task`. ``predictions``: a .csv/.parquet
     path, a DataFrame or a dict of columns (``image_id`` plus ``prediction`` or ``prob_<class>``).
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).

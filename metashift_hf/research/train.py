@@ -49,7 +49,7 @@ from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, F
 from ..models import efficientnet_lite0, require_torch
 from .features import Backbone, image_features, load_backbone
 from .score import Predictions, Scores, score_plan, task_spec_hash
-from ..task_source import open_task
+from ..hub.task_source import open_task
 
 if TYPE_CHECKING:
     from metashift_hf.builders.shifts import TaskPlan
@@ -497,7 +497,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.task_source.open_task` result, or a task id planned on ``artifact`` (then
+    :func:`metashift_hf.hub.task_source.open_task` result, or a task id planned on ``artifact`` (then
     ``images``, ``seed`` and size ``overrides`` apply; a dataset brings its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
     :func:`metashift_hf.research.features.load_backbone` (reused across tasks). ``out`` must be new, empty, an

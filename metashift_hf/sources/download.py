@@ -22,11 +22,11 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .core import __version__
-from .core.errors import ChecksumError, InputFormatError, MetashiftError
-from .core.fsutil import atomic_file, hash_file, human_size, sha256_file
-from .core.paths import default_cache_dir
-from .core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
+from ..core import __version__
+from ..core.errors import ChecksumError, InputFormatError, MetashiftError
+from ..core.fsutil import atomic_file, hash_file, human_size, sha256_file
+from ..core.paths import default_cache_dir
+from ..core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
 MIRROR_ENV = "METASHIFT_HF_MIRROR"
 _CHUNK = 1 << 20

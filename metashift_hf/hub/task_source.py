@@ -6,7 +6,7 @@
     open_task(load_dataset("NS/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1"))   # a loaded dataset
 
 Whatever the form, the result is a :class:`TaskData`: the task's rows per split (a ``TaskPlan``, rows
-in export order, :data:`metashift_hf.shards.SORT_KEYS`, so every form gives the same rows in the same
+in export order, :data:`metashift_hf.hub.shards.SORT_KEYS`, so every form gives the same rows in the same
 order and a training run gives the same numbers from each), its shift spec and where the pixels are.
 From a folder, a repo or a dataset nothing else is needed: the images are the parquet's own bytes,
 and sizes, seed and options are the ones the spec records, so ``--set`` and ``--seed`` only apply to
@@ -25,16 +25,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .api import PreparedTask, plan
-from .builders.artifact import Artifact
-from .builders.images import DatasetImages, ImageSource, open_images
-from .builders.metashift import carries_spec, spec_of_features
-from .builders.shifts import Row, TaskPlan
-from .builders.spec import ShiftSpec
-from .core.errors import InputFormatError, MissingImagesError, UnknownNameError
-from .core.names import terminal_safe
+from ..builders.artifact import Artifact
+from ..builders.images import DatasetImages, ImageSource, open_images
+from ..builders.metashift import carries_spec, spec_of_features
+from ..builders.shifts import Row, TaskPlan
+from ..builders.spec import ShiftSpec
+from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from ..core.names import terminal_safe
 from .shards import SORT_KEYS, SPEC_FILE
-from .specs import (hub_call, card_configs, check_spec_size, configs_of, folder_configs, hub_files, hub_text,
-                    looks_like_repo_id, pick_config, read_text_file)
+from .specs import (
+    hub_call,
+    card_configs,
+    check_spec_size,
+    configs_of,
+    folder_configs,
+    hub_files,
+    hub_text,
+    looks_like_repo_id,
+    pick_config,
+    read_text_file,
+)
 
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
 ROW_COLUMNS = ("image_id", "label", "group", "context", "contexts", "community")

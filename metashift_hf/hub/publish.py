@@ -18,20 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
-from .builders.artifact import Artifact
-from .core import __version__
-from .core import options as opt
-from .core.errors import InputFormatError, MetashiftError
-from .core.fsutil import human_size, sha256_file
-from .core.provenance import is_synthetic
+from ..builders.artifact import Artifact
+from ..core import __version__
+from ..core import options as opt
+from ..core.errors import InputFormatError, MetashiftError
+from ..core.fsutil import human_size, sha256_file
+from ..core.provenance import is_synthetic
 from .export import export_tasks, read_note
-from .shards import (
-    ExportedRepo,
-    repo_files,
-    validate_config_name,
-    validate_repo_name,
-    validate_split_name,
-)
+from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ A repo folder holds exactly what ``publish`` pushes::
     <repo>/images/<config>-examples.png               example images, a row per group (cards.pictures)
 
 ``datasets.load_dataset("<repo dir or ns/repo>", "<config>")`` reads it with no loading script.
-The shard writer and repo layout are in :mod:`metashift_hf.shards`; the cards in :mod:`metashift_hf.cards`.
+The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the cards in :mod:`metashift_hf.cards`.
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Iterator
 
 from .api import plan_all, prepare
-from .builders.artifact import Artifact
-from .builders.metashift import features_with_spec
-from .builders.spec import ShiftSpec
-from .cards import pictures
-from .cards import render as cards
-from .core.errors import InputFormatError, MetashiftError, UnknownNameError
-from .core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
+from ..builders.artifact import Artifact
+from ..builders.metashift import features_with_spec
+from ..builders.spec import ShiftSpec
+from ..cards import pictures
+from ..cards import render as cards
+from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -69,7 +69,7 @@ def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images,
 
 def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
                     namespace: str | None = None, force: bool = False, images=None) -> list[ExportedRepo]:
-    """Write the repos for already prepared tasks (``metashift_hf.api.PreparedTask``).
+    """Write the repos for already prepared tasks (``metashift_hf.hub.api.PreparedTask``).
 
     ``out_dir`` must be new, empty or an earlier export folder; a repo folder already in it is
     replaced only with ``force``. It never holds the artifact or ``images``.

@@ -153,7 +153,7 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
     if images is None:
         raise MissingImagesError(f"task {task}: prepare/load need images",
                                  "pass images= a folder of <id>.jpg files or GQA's images.zip "
-                                 "(metashift_hf.api.plan works without images)")
+                                 "(metashift_hf.hub.api.plan works without images)")
     config, sizes = _split_options(overrides, _CONFIG_OPTIONS)
     builder = Metashift(config_name=task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
                         overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .core.errors import InputFormatError, MetashiftError
-from .core.fsutil import atomic_dir
-from .core.provenance import DEMO_WORLD_FORMAT, DEMO_WORLD_SUMMARY
+from ..core.errors import InputFormatError, MetashiftError
+from ..core.fsutil import atomic_dir
+from ..core.provenance import DEMO_WORLD_FORMAT, DEMO_WORLD_SUMMARY
 
 GENERATOR_VERSION = 1
 DEFAULT_N_IMAGES = 5000

@@ -30,11 +30,11 @@ from metashift_hf.builders.artifact import Artifact, ArtifactStats, Manifest, Si
 from metashift_hf.builders.build_options import BuildOptions
 from metashift_hf.builders.subsets import GENERAL_CATEGORY
 
-from .core.errors import InputFormatError
-from .core.fsutil import sha256_file
-from .core.provenance import describe, is_synthetic
-from .core.published import PUBLISHED_ATTRIBUTES, PUBLISHED_FULL, PUBLISHED_MATCH, PUBLISHED_RULES
-from .core.sources import KNOWN_FILES
+from ..core.errors import InputFormatError
+from ..core.fsutil import sha256_file
+from ..core.provenance import describe, is_synthetic
+from ..core.published import PUBLISHED_ATTRIBUTES, PUBLISHED_FULL, PUBLISHED_MATCH, PUBLISHED_RULES
+from ..core.sources import KNOWN_FILES
 
 # --- published facts: metashift_hf.core.published ------------------------------------------
 # Distinct words in the context ontologies (the attribute lists hold 114 entries, 111 distinct:

@@ -18,31 +18,12 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from .builders.images import open_images
-from .core.errors import (
-    ChecksumError,
-    InputFormatError,
-    MetashiftError,
-    UnknownNameError,
-    did_you_mean,
-)
-from .core.fsutil import FileKind, atomic_out_file, check_out_file, human_size, sha256_file
-from .core.paths import cache_root, default_cache_dir
-from .core.sources import (
-    DEFAULT_ORDER,
-    KNOWN_FILES,
-    SCENE_GRAPH_MEMBERS,
-    KnownFile,
-    known_file,
-)
-from .download import (
-    DownloadError,
-    check_disk_space,
-    download_file,
-    extract_scene_graphs,
-    extraction_dir,
-    part_path,
-)
+from ..builders.images import open_images
+from ..core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from ..core.fsutil import FileKind, atomic_out_file, check_out_file, human_size, sha256_file
+from ..core.paths import cache_root, default_cache_dir
+from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, SCENE_GRAPH_MEMBERS, KnownFile, known_file
+from .download import DownloadError, check_disk_space, download_file, extract_scene_graphs, extraction_dir, part_path
 
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
 

@@ -8,7 +8,7 @@
     metashift_hf.shift_spec("out/metashift-class-cat/class-cat/shift_spec.json")  # the file itself
     metashift_hf.shift_spec("user/metashift-paper-dg-cat-dog-1")            # a Hub dataset repo
 
-Exported configs hold ``<config>/shift_spec.json`` (:data:`metashift_hf.shards.SPEC_FILE`);
+Exported configs hold ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`);
 datasets carry the same spec in their features (``builders.metashift.features_with_spec``).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .api import plan
-from .builders.metashift import spec_of_dataset
-from .builders.spec import ShiftSpec
-from .core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from ..builders.metashift import spec_of_dataset
+from ..builders.spec import ShiftSpec
+from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
 from .shards import SPEC_FILE
 
 
