@@ -198,7 +198,7 @@ def build_artifact(
     input_paths = [i.get("path") for i in inputs]
     with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp, \
             ThreadPoolExecutor(max_workers=1) as writer:
-        pending = [writer.submit(write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
+        pending = [writer.submit(art.write_membership, candidates, tmp / "membership.parquet")]
         files = ["membership.parquet"]
         if image_meta is not None:
             pending.append(writer.submit(

@@ -68,14 +68,25 @@ def sha256_file(path: str | os.PathLike, *, progress: bool = False) -> str:
     return hash_file(path, progress=progress).hexdigest()
 
 
+PARQUET_ROW_GROUP = 1 << 20  # rows per row group of every table write_parquet writes
+_PARQUET_SETTINGS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True,
+                         data_page_version="2.0")
+
+
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
     """Every table the project writes (artifact, match folder, evaluation logits), with fixed
     settings so identical tables give identical bytes. (Image shards have their own, measured
     settings: metashift_hf.shards.)"""
-    pq.write_table(
-        table, path, compression="zstd", compression_level=3, use_dictionary=True,
-        write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",
-    )
+    pq.write_table(table, path, row_group_size=PARQUET_ROW_GROUP, **_PARQUET_SETTINGS)
+
+
+def write_parquet_groups(groups: Iterable[pa.Table], schema: pa.Schema, path: str | os.PathLike) -> None:
+    """A table too large to hold at once, written one row group per item of ``groups`` with
+    write_parquet's settings: groups of ``PARQUET_ROW_GROUP`` rows (the last shorter) give the
+    same bytes as write_parquet of the whole table."""
+    with pq.ParquetWriter(path, schema, **_PARQUET_SETTINGS) as writer:
+        for group in groups:
+            writer.write_table(group, row_group_size=max(group.num_rows, 1))
 
 
 def human_size(n: float) -> str:
