@@ -202,6 +202,17 @@ class RuleResult:
     classes: list[str]  # sorted
 
 
+@dataclass
+class KeptSubsets:
+    """The rules' outcome at subset level (what the per-class analysis reads): kept subsets in name order."""
+
+    classes: list[str]  # sorted
+    sid: np.ndarray  # int64 positions (name order) of the kept subsets among all candidates
+    names: list[str]
+    subjects: list[str]
+    sizes: np.ndarray  # int64 image counts
+
+
 def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
                 min_subsets_per_class: int = 5) -> RuleResult:
     """A subset is big enough with at least ``min_images_per_subset`` images; a subject is a class

@@ -9,10 +9,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from metashift_hf.builders import artifact as art
-from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.build import BuildOptions, build_artifact, build_from_inputs
+from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
+from metashift_hf.builders.tag_store import TagCandidates
+from metashift_hf.builders.tags import TagTable, candidates_from_tags
+from metashift_hf.coco_world import write_coco_world
 from metashift_hf.core import fsutil
-from fixtures.worlds import two_cluster_subsets
+from metashift_hf.core.errors import EmptyResultError
+from metashift_hf.core.options import MIN_BYTE_SIZE, OptionError, byte_size
+from fixtures.worlds import paper_world, two_cluster_subsets
 
 
 def _old_membership_table(candidates: CandidateSubsets) -> pa.Table:
@@ -67,3 +73,80 @@ def test_build_past_the_2gib_text_column(tmp_path):
     first = f.read_row_group(0)
     assert first.schema == art.MEMBERSHIP_SCHEMA and first.column("image_id")[0].as_py() == image
     assert len(a.classes()) == subjects
+
+
+# ------------------------------------------------------------------------------------------------
+# out of core (DuckDB) == in memory (candidates_from_tags, the reference), table for table
+# ------------------------------------------------------------------------------------------------
+ARTIFACT_FILES = ("subsets.parquet", "membership.parquet", "classes.parquet", "edges.parquet",
+                  "embeddings.parquet", "distances.parquet", "stats.json")
+
+
+def _tag_worlds(tmp_path_factory) -> dict[str, tuple[TagTable, dict, BuildOptions]]:
+    worlds = {}
+    coco = read_coco_annotations(sorted((write_coco_world(tmp_path_factory.mktemp("coco") / "w", seed=3, images=False)
+                                         / "annotations").glob("instances_*.json"))).tags
+    worlds["coco"] = (coco, {}, BuildOptions())
+    worlds["coco-animals-louvain"] = (coco, {"subject_categories": ["animal"]},
+                                      BuildOptions(community_method="louvain", seed=5, subject_categories=("animal",)))
+    paper = paper_world(n_per_class=1500, seed=1)
+    img, tag = [], []
+    for name, ids in paper.items():
+        subject, context = name[:-1].split("(")
+        for i in sorted(ids):
+            img += [i, i]
+            tag += [subject, context]
+    worlds["paper"] = (TagTable.from_columns(img, tag), {"subjects": ["cat", "dog"]},
+                       BuildOptions(subject_tags=("cat", "dog")))
+    # names whose byte order differs from (subject, context) order, non-ASCII, Zipf-like tag frequencies
+    rng = np.random.default_rng(11)
+    vocab = ["cat", "cat food", "Cat", "e", "é", "ö-x", "z z"] + [f"t{i:02d}" for i in range(40)]
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    img, tag = [], []
+    for i in range(2500):
+        for t in rng.choice(len(vocab), size=rng.integers(1, 9), replace=False, p=p / p.sum()).tolist():
+            img.append(f"img{i:05d}")
+            tag.append(vocab[t])
+    worlds["zipf"] = (TagTable.from_columns(img, tag), {}, BuildOptions(min_images_per_subset=10))
+    return worlds
+
+
+@pytest.fixture(scope="module")
+def both_ways(tmp_path_factory):
+    out = {}
+    for name, (table, subject_kw, options) in _tag_worlds(tmp_path_factory).items():
+        root = tmp_path_factory.mktemp(name)
+        old = build_artifact(candidates_from_tags(table, **subject_kw), root / "memory", options, plots=False)
+        # the smallest memory limit DuckDB is given: its spill path is exercised on these small worlds too
+        new = build_artifact(TagCandidates(table, memory_limit=MIN_BYTE_SIZE, **subject_kw), root / "duckdb",
+                             options, plots=False)
+        out[name] = (old, new)
+    return out
+
+
+@pytest.mark.parametrize("world", ["coco", "coco-animals-louvain", "paper", "zipf"])
+def test_out_of_core_build_is_byte_identical_to_the_in_memory_build(both_ways, world):
+    old, new = both_ways[world]
+    assert old.classes() and old.classes() == new.classes()
+    for f in ARTIFACT_FILES:
+        assert (new.root / f).read_bytes() == (old.root / f).read_bytes(), f
+    assert new.content_hash == old.content_hash
+    assert not any(p.name.startswith(".spill") for p in new.root.rglob("*"))
+
+
+def test_out_of_core_build_removes_its_spill_folder_on_error(tmp_path):
+    table = TagTable.from_columns(["1", "1", "2"], ["a", "b", "a"])
+    with pytest.raises(EmptyResultError, match="no class passes the rules"):
+        build_artifact(TagCandidates(table), tmp_path / "art", BuildOptions())
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, expected", [("2GiB", 2 * 2**30), ("1.5GB", 1_500_000_000), ("512 MiB", 2**29)])
+def test_memory_limit_sizes(text, expected):
+    assert byte_size(text, "memory_limit") == expected
+
+
+@pytest.mark.parametrize("bad", ["1MB", "lots", "-2GB", "nan", 1.5, True, 0])
+def test_memory_limit_refused_before_any_work(bad, tmp_path):
+    with pytest.raises(OptionError, match="memory_limit"):
+        build_from_inputs(tmp_path / "art", tags=tmp_path / "missing.csv", memory_limit=bad)
