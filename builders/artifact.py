@@ -218,6 +218,10 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "manifest.json") -> "Manifest":
+        if isinstance(data, dict) and isinstance(data.get("options"), dict) and \
+                "max_subsets_per_class" not in data["options"]:
+            # built before the cap existed: no cap, not today's default
+            data = {**data, "options": {**data["options"], "max_subsets_per_class": 0}}
         m = decode(cls, data, where, _REBUILD, defaults=True)
         # source_info goes into cards: a hand-edited manifest gets the same checks as the build flags
         return dataclasses.replace(m, options=m.options.validate(),

@@ -6,9 +6,11 @@ import logging
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+import collections
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,13 +64,12 @@ def _plot_name(subject: str) -> str:
     return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
 
 
-def _plotter() -> Callable | None:
+def _can_plot() -> bool:
     try:
-        import matplotlib  # noqa: F401
-
+        import matplotlib  # noqa: F401  (optional: the pictures need it)
     except ImportError:
-        return None
-    return plot_class
+        return False
+    return True
 
 
 class _InMemory:
@@ -103,8 +104,8 @@ class _InMemory:
         sizes = self.c.sizes()
         return int((sizes >= min_images).sum()), int(sizes.max(initial=0))
 
-    def rules(self, min_images: int, min_subsets: int) -> KeptSubsets:
-        r = apply_rules(self.c, min_images, min_subsets)
+    def rules(self, min_images: int, min_subsets: int, max_subsets: int = 0) -> KeptSubsets:
+        r = apply_rules(self.c, min_images, min_subsets, max_subsets)
         self._kept = r.kept
         idx = np.flatnonzero(r.kept)
         return KeptSubsets(r.classes, idx.astype(np.int64), [self.c.names[i] for i in idx.tolist()],
@@ -157,7 +158,7 @@ def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
             f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
             "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
         )
-    kept = source.rules(options.min_images_per_subset, options.min_subsets_per_class)
+    kept = source.rules(options.min_images_per_subset, options.min_subsets_per_class, options.max_subsets_per_class)
     if not kept.classes:
         n_big, largest = source.big(options.min_images_per_subset)
         best = source.best_subject(options.min_images_per_subset)
@@ -244,6 +245,7 @@ def build_artifact(
     source: Provenance = "custom",
     source_info: SourceInfo | None = None,
     plots: bool = True,
+    workers: int = 1,
     force: bool = False,
 ) -> "art.Artifact":
     """Apply the rules, analyse every class and write the artifact folder atomically.
@@ -252,13 +254,15 @@ def build_artifact(
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
     ``source_info``: the licence, name and homepage of user data (``source`` custom only).
+    ``workers``: processes that analyse the classes (the same tables for any number).
     """
+    workers = positive_int(workers, "workers")
 
 
     options = options.validate()
     source_info = check_source_info(source_info, source)
     held = _InMemory(candidates) if isinstance(candidates, CandidateSubsets) else candidates
-    plot = _plotter() if plots else None
+    plot = plots and _can_plot()
     # One writer thread compresses membership.parquet (streamed from the candidates) and the image
     # table while the classes are analysed (pyarrow and DuckDB release the GIL). Leaving the
     # executor waits for it; closing the candidates removes their spill folder; atomic_dir then
@@ -273,7 +277,7 @@ def build_artifact(
             kept = _apply_rules(held, options)
             logger.info(f"rules: {len(kept.classes)} classes, {kept.sid.size} subsets in {clock}")
             with ThreadPoolExecutor(max_workers=1) as writer:
-                files = _write_tables(held, kept, options, tmp, writer, image_meta, plot)
+                files = _write_tables(held, kept, options, tmp, writer, image_meta, plot, workers)
             manifest = art.Manifest(
                 format=art.FORMAT, format_version=art.FORMAT_VERSION, package_version=__version__,
                 options=options, tables=tuple(sorted(files)), content_hash=art.table_hash(tmp, files),
@@ -290,8 +294,45 @@ def build_artifact(
 _SPILL = ".spill"  # the out-of-core candidates' database and spill files, inside the build's temp folder
 
 
+def _analyse_one(subject: str, members: dict[str, np.ndarray], options: BuildOptions,
+                 plots: Path | None) -> tuple[str, metagraph.ClassAnalysis, int]:
+    """One class: its meta-graph analysis, its image count, its picture (in a worker process or here)."""
+    analysis = metagraph.analyse_class(
+        subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
+        spectral_dim=options.spectral_dim, seed=options.seed)
+    if plots is not None:
+        plot_class(analysis, members, plots / _plot_name(subject))
+    return subject, analysis, int(np.unique(np.concatenate(list(members.values()))).size)
+
+
+# Fewer classes are analysed here: starting spawned workers (~1-2 s each, numpy/scipy imports) costs
+# more than small builds take (the demo world, COCO).
+POOL_MIN_CLASSES = 32
+
+
+def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_classes: int, options: BuildOptions,
+                     workers: int, plots: Path | None) -> Iterator[tuple[str, metagraph.ClassAnalysis, int]]:
+    """``_analyse_one`` for every class, in ``workers`` processes (1, or fewer than
+    ``POOL_MIN_CLASSES`` classes: here). Each class's analysis is
+    a function of its members alone (seeded, LAPACK single-threaded), so the results are the same for
+    any number of workers; at most two classes per worker are in flight (memory stays bounded)."""
+    if workers <= 1 or n_classes < POOL_MIN_CLASSES:
+        for subject, members in classes:
+            yield _analyse_one(subject, members, options, plots)
+        return
+    # spawn, not fork: the table writer thread (and DuckDB's) must not be copied into a child
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        in_flight: collections.deque = collections.deque()
+        for subject, members in classes:
+            in_flight.append(pool.submit(_analyse_one, subject, members, options, plots))
+            if len(in_flight) >= 2 * workers:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
 def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, writer: ThreadPoolExecutor,
-                  image_meta, plot: Callable | None) -> list[str]:
+                  image_meta, plot: bool, workers: int) -> list[str]:
     """Every table, stats.json and the plots into ``tmp``; the table file names."""
     pending = [writer.submit(write_parquet_groups, art.membership_groups(
         held.names_array(), held.image_ids, held.membership_codes()), art.MEMBERSHIP_SCHEMA,
@@ -303,17 +344,12 @@ def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, wri
         files.append("images.parquet")
 
     clock = _Clock()
-    if plot is not None:
+    if plot:
         (tmp / "plots").mkdir()
     analyses, n_images = {}, {}
-    for subject, members in held.class_members(kept):
-        analyses[subject] = metagraph.analyse_class(
-            subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
-            spectral_dim=options.spectral_dim, seed=options.seed,
-        )
-        n_images[subject] = int(np.unique(np.concatenate(list(members.values()))).size)
-        if plot is not None:
-            plot(analyses[subject], members, tmp / "plots" / _plot_name(subject))
+    for subject, analysis, n in _analyse_classes(held.class_members(kept), len(kept.classes), options, workers,
+                                                 tmp / "plots" if plot else None):
+        analyses[subject], n_images[subject] = analysis, n
     logger.info(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
 
     clock = _Clock()
@@ -454,4 +490,5 @@ def build_from_inputs(
         logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, source_info=source_info, plots=plots, force=force)
+                          source=source or default_source, source_info=source_info, plots=plots, workers=workers,
+                          force=force)

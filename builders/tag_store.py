@@ -141,13 +141,16 @@ class TagCandidates:
         return {k: {"candidates": len(self) if k == "object" else 0, "kept": kept if k == "object" else 0}
                 for k in KINDS}
 
-    def rules(self, min_images: int, min_subsets: int) -> KeptSubsets:
-        """The two rules (``subsets.apply_rules``), stored in DuckDB as column ``kept``."""
+    def rules(self, min_images: int, min_subsets: int, max_subsets: int = 0) -> KeptSubsets:
+        """The rules of ``subsets.apply_rules``, the kept subsets stored in DuckDB as table ``kept``."""
         self._con.execute("CREATE OR REPLACE TABLE classes AS SELECT s FROM subsets WHERE n >= ? GROUP BY s "
                   "HAVING count(*) > ?", [min_images, min_subsets])
         self._con.execute("""CREATE OR REPLACE TABLE kept AS
-                     SELECT x.sid, x.name, x.subject, x.n FROM subsets x JOIN classes k ON k.s = x.s
-                     WHERE x.n >= ? ORDER BY x.sid""", [min_images])
+                     SELECT sid, name, subject, n FROM (
+                         SELECT x.sid, x.name, x.subject, x.n,
+                                row_number() OVER (PARTITION BY x.s ORDER BY x.n DESC, x.sid) AS r
+                         FROM subsets x JOIN classes k ON k.s = x.s WHERE x.n >= ?)
+                     WHERE ? = 0 OR r <= ? ORDER BY sid""", [min_images, max_subsets, max_subsets])
         t = self._arrow("SELECT sid, name, subject, n FROM kept ORDER BY sid")
         classes = sorted(set(t.column("subject").to_pylist()))
         return KeptSubsets(classes, t.column("sid").to_numpy().astype(np.int64), t.column("name").to_pylist(),

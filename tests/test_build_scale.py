@@ -2,6 +2,8 @@
 Arrow's 2 GiB text limit, membership.parquet is streamed in row groups with the bytes of one write."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -9,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from metashift_hf.builders import artifact as art
+from metashift_hf.builders import build
+from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_artifact, build_from_inputs
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
@@ -16,7 +20,7 @@ from metashift_hf.builders.tag_store import TagCandidates
 from metashift_hf.builders.tags import TagTable, candidates_from_tags
 from metashift_hf.coco_world import write_coco_world
 from metashift_hf.core import fsutil
-from metashift_hf.core.errors import EmptyResultError
+from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.options import MIN_BYTE_SIZE, OptionError, byte_size
 from fixtures.worlds import paper_world, two_cluster_subsets
 
@@ -82,6 +86,19 @@ ARTIFACT_FILES = ("subsets.parquet", "membership.parquet", "classes.parquet", "e
                   "embeddings.parquet", "distances.parquet", "stats.json")
 
 
+def _zipf_table() -> TagTable:
+    """Names whose byte order differs from (subject, context) order, non-ASCII, Zipf-like tag frequencies."""
+    rng = np.random.default_rng(11)
+    vocab = ["cat", "cat food", "Cat", "e", "é", "ö-x", "z z"] + [f"t{i:02d}" for i in range(40)]
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    img, tag = [], []
+    for i in range(2500):
+        for t in rng.choice(len(vocab), size=rng.integers(1, 9), replace=False, p=p / p.sum()).tolist():
+            img.append(f"img{i:05d}")
+            tag.append(vocab[t])
+    return TagTable.from_columns(img, tag)
+
+
 def _tag_worlds(tmp_path_factory) -> dict[str, tuple[TagTable, dict, BuildOptions]]:
     worlds = {}
     coco = read_coco_annotations(sorted((write_coco_world(tmp_path_factory.mktemp("coco") / "w", seed=3, images=False)
@@ -98,16 +115,7 @@ def _tag_worlds(tmp_path_factory) -> dict[str, tuple[TagTable, dict, BuildOption
             tag += [subject, context]
     worlds["paper"] = (TagTable.from_columns(img, tag), {"subjects": ["cat", "dog"]},
                        BuildOptions(subject_tags=("cat", "dog")))
-    # names whose byte order differs from (subject, context) order, non-ASCII, Zipf-like tag frequencies
-    rng = np.random.default_rng(11)
-    vocab = ["cat", "cat food", "Cat", "e", "é", "ö-x", "z z"] + [f"t{i:02d}" for i in range(40)]
-    p = 1.0 / np.arange(1, len(vocab) + 1)
-    img, tag = [], []
-    for i in range(2500):
-        for t in rng.choice(len(vocab), size=rng.integers(1, 9), replace=False, p=p / p.sum()).tolist():
-            img.append(f"img{i:05d}")
-            tag.append(vocab[t])
-    worlds["zipf"] = (TagTable.from_columns(img, tag), {}, BuildOptions(min_images_per_subset=10))
+    worlds["zipf"] = (_zipf_table(), {}, BuildOptions(min_images_per_subset=10))
     return worlds
 
 
@@ -150,3 +158,64 @@ def test_memory_limit_sizes(text, expected):
 def test_memory_limit_refused_before_any_work(bad, tmp_path):
     with pytest.raises(OptionError, match="memory_limit"):
         build_from_inputs(tmp_path / "art", tags=tmp_path / "missing.csv", memory_limit=bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# meta-graphs in a process pool; a cap on subsets (contexts) per class
+# ------------------------------------------------------------------------------------------------
+def test_two_workers_build_the_tables_of_one(both_ways, tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "POOL_MIN_CLASSES", 2)
+    one = both_ways["zipf"][1]
+    two = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE, threads=2), tmp_path / "two",
+                         BuildOptions(min_images_per_subset=10), plots=False, workers=2)
+    assert len(one.classes()) > 4  # more classes than the pool holds at once
+    for f in ARTIFACT_FILES:
+        assert (two.root / f).read_bytes() == (one.root / f).read_bytes(), f
+
+
+@pytest.mark.slow
+def test_workers_draw_the_pictures(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "POOL_MIN_CLASSES", 2)
+    pytest.importorskip("matplotlib")
+    a = build_artifact(CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a",
+                       plots=True, workers=2)
+    assert sorted(p.name for p in (a.root / "plots").iterdir()) == ["cat.png", "dog.png"]
+
+
+def test_cap_keeps_the_largest_subsets_of_a_class_ties_by_name(tmp_path):
+    # cat: 9 subsets of sizes 40, 39, ..., 35, 34, 34, 34; a cap of 7 keeps the 6 largest and c6 of the tie at 34
+    sizes = [40, 39, 38, 37, 36, 35, 34, 34, 34]
+    d = {f"cat(c{j})": [f"i{k}" for k in range(n)] for j, n in reversed(list(enumerate(sizes)))}
+    d.update({f"dog(d{j})": [f"j{k}" for k in range(26)] for j in range(6)})
+    c = CandidateSubsets.from_dict(d)
+    capped = build_artifact(c, tmp_path / "a", BuildOptions(max_subsets_per_class=7), plots=False)
+    assert capped.subsets_of("cat") == [f"cat(c{j})" for j in range(7)]
+    assert len(capped.subsets_of("dog")) == 6
+    t = capped.subsets_table().set_index("subset")
+    assert not t.loc["cat(c8)", "kept"] and t.loc["cat(c8)", "community"] == -1
+    assert build_artifact(c, tmp_path / "b", BuildOptions(max_subsets_per_class=0), plots=False).subsets_of("cat") \
+        == sorted(d)[:9]
+
+
+def test_cap_is_the_same_out_of_core(tmp_path):
+    table = _zipf_table()
+    options = BuildOptions(min_images_per_subset=10, max_subsets_per_class=8)
+    old = build_artifact(candidates_from_tags(table), tmp_path / "memory", options, plots=False)
+    new = build_artifact(TagCandidates(table, memory_limit=MIN_BYTE_SIZE), tmp_path / "duckdb", options, plots=False)
+    assert max(len(old.subsets_of(s)) for s in old.classes()) == 8
+    for f in ARTIFACT_FILES:
+        assert (new.root / f).read_bytes() == (old.root / f).read_bytes(), f
+
+
+def test_cap_must_leave_a_class_possible():
+    with pytest.raises(InputFormatError, match="max_subsets_per_class"):
+        BuildOptions(max_subsets_per_class=5).validate()
+
+
+def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
+    a = build_artifact(CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a", plots=False)
+    assert a.options.max_subsets_per_class == 2000
+    m = json.loads((a.root / "manifest.json").read_text())
+    del m["options"]["max_subsets_per_class"]
+    (a.root / "manifest.json").write_text(json.dumps(m))
+    assert Artifact.load(a.root).options.max_subsets_per_class == 0
