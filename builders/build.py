@@ -18,7 +18,14 @@ import pyarrow as pa
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.options import byte_size, positive_int
-from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file, write_parquet, write_parquet_groups
+from metashift_hf.core.fsutil import (
+    ParquetRowGroups,
+    atomic_dir,
+    check_out,
+    sha256_file,
+    write_parquet,
+    write_parquet_groups,
+)
 from metashift_hf.core.provenance import (
     PROVENANCES,
     Provenance,
@@ -171,45 +178,37 @@ def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
     return kept
 
 
-def _distances_table(analyses: Mapping[str, Any]) -> pa.Table:
-    """distances.parquet: every within-class pair (source < target), classes sorted."""
-    cols: dict[str, list] = {k: [] for k in art.DISTANCES_SCHEMA.names}
-    for subject in sorted(analyses):
-        m = metagraph.class_distances(analyses[subject])
-        i, j = np.triu_indices(len(m.names), 1)
-        names = np.asarray(m.names, dtype=object)
-        values = m.values[i, j]
-        rules = m.rules[i, j]
-        cols["subject"].append(pa.array(np.full(i.size, subject, dtype=object), pa.string()))
-        cols["source"].append(pa.array(names[i], pa.string()))
-        cols["target"].append(pa.array(names[j], pa.string()))
-        cols["distance"].append(pa.array(values, pa.float64(), mask=np.isnan(values)))
-        cols["rule"].append(pa.array(np.where(rules == "", None, rules), pa.string()))
-        cols["status"].append(pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
-                                                distances.STATUS_OK).astype(object), pa.string()))
-    return pa.table({k: pa.chunked_array(v, art.DISTANCES_SCHEMA.field(k).type) for k, v in cols.items()},
-                    schema=art.DISTANCES_SCHEMA)
+def _distances_rows(subject: str, analysis: Any) -> pa.Table:
+    """distances.parquet rows of one class: every within-class pair (source < target)."""
+    m = metagraph.class_distances(analysis)
+    i, j = np.triu_indices(len(m.names), 1)
+    names = np.asarray(m.names, dtype=object)
+    values = m.values[i, j]
+    rules = m.rules[i, j]
+    return pa.table({
+        "subject": pa.array(np.full(i.size, subject, dtype=object), pa.string()),
+        "source": pa.array(names[i], pa.string()),
+        "target": pa.array(names[j], pa.string()),
+        "distance": pa.array(values, pa.float64(), mask=np.isnan(values)),
+        "rule": pa.array(np.where(rules == "", None, rules), pa.string()),
+        "status": pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
+                                    distances.STATUS_OK).astype(object), pa.string()),
+    }, schema=art.DISTANCES_SCHEMA)
 
 
-def _class_tables(analyses: Mapping[str, Any], n_images: Mapping[str, int]) -> tuple[list, pa.Table, pa.Table, pa.Table]:
-    """classes/edges/embeddings tables (classes sorted, rows sorted within a class)."""
-    class_rows, edge_rows, emb_rows = [], [], []
-    for subject in sorted(analyses):
-        a = analyses[subject]
-        class_rows.append({
-            "subject": subject, "n_subsets": len(a.subsets), "n_images": n_images[subject],
-            "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
-            "embedding_note": a.embedding_note,
-        })
-        for s, t, w in sorted(a.edges):
-            edge_rows.append((subject, s, t, float(w)))
-        for s in sorted(a.embedding):
-            vec = np.asarray(a.embedding[s], dtype=np.float64)
-            if np.isfinite(vec).all():
-                emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
+def _class_rows(subject: str, a: Any, n_images: int) -> tuple[dict, pa.Table, pa.Table]:
+    """One class's classes.parquet row and its edges/embeddings rows (sorted within the class)."""
+    row = {"subject": subject, "n_subsets": len(a.subsets), "n_images": n_images,
+           "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
+           "embedding_note": a.embedding_note}
+    edge_rows = [(subject, s, t, float(w)) for s, t, w in sorted(a.edges)]
+    emb_rows = []
+    for s in sorted(a.embedding):
+        vec = np.asarray(a.embedding[s], dtype=np.float64)
+        if np.isfinite(vec).all():
+            emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
     columns = lambda rows, schema: {k: [r[i] for r in rows] for i, k in enumerate(schema.names)}  # noqa: E731
-    return (class_rows, pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA),
-            pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
+    return (row, pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
             pa.table(columns(emb_rows, art.EMBEDDINGS_SCHEMA), schema=art.EMBEDDINGS_SCHEMA))
 
 
@@ -346,23 +345,34 @@ def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, wri
     clock = _Clock()
     if plot:
         (tmp / "plots").mkdir()
-    analyses, n_images = {}, {}
-    for subject, analysis, n in _analyse_classes(held.class_members(kept), len(kept.classes), options, workers,
-                                                 tmp / "plots" if plot else None):
-        analyses[subject], n_images[subject] = analysis, n
-    logger.info(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
+    # classes arrive in name order; each one's rows are written as it comes, so only the
+    # communities and one row per class stay (distances alone are ~n^2/2 rows per class)
+    communities: dict[str, int] = {}
+    class_rows: list[dict] = []
+    n_edges = 0
+    with ParquetRowGroups(tmp / "edges.parquet", art.EDGES_SCHEMA, combine=True) as edges_w, \
+            ParquetRowGroups(tmp / "embeddings.parquet", art.EMBEDDINGS_SCHEMA, combine=True) as emb_w, \
+            ParquetRowGroups(tmp / "distances.parquet", art.DISTANCES_SCHEMA) as dist_w:
+        for subject, analysis, n in _analyse_classes(held.class_members(kept), len(kept.classes), options, workers,
+                                                     tmp / "plots" if plot else None):
+            communities.update(analysis.communities)
+            row, edges_t, emb_t = _class_rows(subject, analysis, n)
+            class_rows.append(row)
+            n_edges += edges_t.num_rows
+            edges_w.add(edges_t)
+            emb_w.add(emb_t)
+            dist_w.add(_distances_rows(subject, analysis))
+    logger.info(f"meta-graphs: analysed {len(class_rows)} classes in {clock}")
 
     clock = _Clock()
-    communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
-    class_rows, classes_t, edges_t, emb_t = _class_tables(analyses, n_images)
+    files += ["edges.parquet", "embeddings.parquet", "distances.parquet"]
     for name, table in (("subsets", held.subsets_table(communities, art.SUBSETS_SCHEMA)),
-                        ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t),
-                        ("distances", _distances_table(analyses))):
+                        ("classes", pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA))):
         write_parquet(table, tmp / f"{name}.parquet")
         files.append(f"{name}.parquet")
     for job in pending:
         job.result()  # re-raises a writer error here
-    art.write_json(tmp / "stats.json", _stats(held, kept, class_rows, len(edges_t), options))
+    art.write_json(tmp / "stats.json", _stats(held, kept, class_rows, n_edges, options))
     logger.info(f"tables: written in {clock}")
     return files
 

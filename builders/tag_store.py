@@ -146,7 +146,7 @@ class TagCandidates:
         self._con.execute("CREATE OR REPLACE TABLE classes AS SELECT s FROM subsets WHERE n >= ? GROUP BY s "
                   "HAVING count(*) > ?", [min_images, min_subsets])
         self._con.execute("""CREATE OR REPLACE TABLE kept AS
-                     SELECT sid, name, subject, n FROM (
+                     SELECT sid, name, subject, n, dense_rank() OVER (ORDER BY subject) AS crank FROM (
                          SELECT x.sid, x.name, x.subject, x.n,
                                 row_number() OVER (PARTITION BY x.s ORDER BY x.n DESC, x.sid) AS r
                          FROM subsets x JOIN classes k ON k.s = x.s WHERE x.n >= ?)
@@ -184,14 +184,14 @@ class TagCandidates:
         return self._codes("SELECT sid, img FROM members ORDER BY sid, img")
 
     def class_members(self, kept: KeptSubsets) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        """(subject, {kept subset: sorted image codes}) per class, classes in name order; one class in memory."""
+        """(subject, {kept subset: sorted image codes}) per class, classes sorted; one class in memory."""
         name_of = dict(zip(kept.sid.tolist(), kept.names))
         subject_of = dict(zip(kept.sid.tolist(), kept.subjects))
         current: str | None = None
         members: dict[str, list[np.ndarray]] = {}
-        # a class's subsets are contiguous in name order: every name of subject S starts with 'S('
-        for sid, img in self._codes("SELECT m.sid, m.img FROM members m SEMI JOIN kept k ON k.sid = m.sid "
-                                    "ORDER BY m.sid, m.img"):
+        # by subject (not by subset name: 'cat food(x)' < 'cat(y)' but 'cat' < 'cat food'), then name, image
+        for sid, img in self._codes("SELECT m.sid, m.img FROM members m JOIN kept k ON k.sid = m.sid "
+                                    "ORDER BY k.crank, m.sid, m.img"):
             cuts = np.flatnonzero(np.diff(sid)) + 1
             for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [sid.size]]).tolist()):
                 s = int(sid[lo])
