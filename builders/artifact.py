@@ -150,16 +150,11 @@ def candidate_codes(candidates: CandidateSubsets) -> Iterator[tuple[np.ndarray, 
             candidates.indices[lo:hi]
 
 
-def write_membership(candidates: CandidateSubsets, path: Path) -> None:
-    """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id."""
-    write_parquet_groups(membership_groups(candidates.names, candidates.image_ids, candidate_codes(candidates)),
-                         MEMBERSHIP_SCHEMA, path)
-
-
-def membership_table(candidates: CandidateSubsets) -> pa.Table:
-    """membership.parquet as one table (small artifacts and tests; the build streams it: write_membership)."""
-    groups = list(membership_groups(candidates.names, candidates.image_ids, candidate_codes(candidates)))
-    return pa.concat_tables(groups) if groups else MEMBERSHIP_SCHEMA.empty_table()
+def write_membership(path: Path, names: "pa.Array | Sequence[str]", image_ids: "pa.Array | Sequence[str]",
+                     codes: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id,
+    from (subset code, image code) blocks in that order (``candidate_codes``, or the out-of-core store's)."""
+    write_parquet_groups(membership_groups(names, image_ids, codes), MEMBERSHIP_SCHEMA, path)
 
 
 def image_meta_table(image_meta: pa.Table | Iterable[Mapping[str, Any]] | None) -> pa.Table | None:

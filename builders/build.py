@@ -24,7 +24,6 @@ from metashift_hf.core.fsutil import (
     check_out,
     sha256_file,
     write_parquet,
-    write_parquet_groups,
 )
 from metashift_hf.core.provenance import (
     PROVENANCES,
@@ -333,9 +332,8 @@ def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_cla
 def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, writer: ThreadPoolExecutor,
                   image_meta, plot: bool, workers: int) -> list[str]:
     """Every table, stats.json and the plots into ``tmp``; the table file names."""
-    pending = [writer.submit(write_parquet_groups, art.membership_groups(
-        held.names_array(), held.image_ids, held.membership_codes()), art.MEMBERSHIP_SCHEMA,
-        tmp / "membership.parquet")]
+    pending = [writer.submit(art.write_membership, tmp / "membership.parquet", held.names_array(), held.image_ids,
+                             held.membership_codes())]
     files = ["membership.parquet"]
     if image_meta is not None:
         pending.append(writer.submit(
@@ -476,6 +474,8 @@ def build_from_inputs(
             inputs = [hf_dataset.input_record()]
             default_source = "custom"
             logger.info(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
+        # the reader's Arrow buffers are freed by now; hand their pages back (mimalloc/jemalloc keep them)
+        pa.default_memory_pool().release_unused()
         # counted out of core when build_artifact opens it (tag co-occurrence, DuckDB under memory_limit)
         candidates = TagCandidates(table, subjects=options.subject_tags, subject_categories=options.subject_categories,
                                    memory_limit=memory_limit, threads=workers)

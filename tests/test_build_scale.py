@@ -42,7 +42,7 @@ def test_streamed_membership_has_the_bytes_of_one_write(tmp_path, monkeypatch, r
     monkeypatch.setattr(art, "_MEMBERSHIP_BLOCK", block)
     c = CandidateSubsets.from_dict(two_cluster_subsets(seed=3, contexts=4))
     fsutil.write_parquet(_old_membership_table(c), tmp_path / "old.parquet")
-    art.write_membership(c, tmp_path / "new.parquet")
+    art.write_membership(tmp_path / "new.parquet", c.names, c.image_ids, art.candidate_codes(c))
     assert (tmp_path / "new.parquet").read_bytes() == (tmp_path / "old.parquet").read_bytes()
     assert pq.read_table(tmp_path / "new.parquet").schema == art.MEMBERSHIP_SCHEMA
 
