@@ -252,7 +252,9 @@ def build_artifact(
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
     ``source_info``: the licence, name and homepage of user data (``source`` custom only).
-    ``workers``: processes that analyse the classes (the same tables for any number).
+    ``workers``: processes that analyse the classes (the same tables for any number); they are
+    started with ``spawn``, which re-imports the caller's main script (guard it with
+    ``if __name__ == "__main__":``).
     """
     workers = positive_int(workers, "workers")
 

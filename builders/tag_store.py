@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from metashift_hf.core.errors import EmptyResultError
+from metashift_hf.core.options import byte_size, positive_int
 
 from .subsets import KINDS, KeptSubsets
 from .tags import TagTable, allowed_subjects
@@ -49,8 +50,8 @@ class TagCandidates:
             raise EmptyResultError("the multi-label input has no (image, tag) rows", "give a non-empty input")
         self.table = table
         self.allowed = allowed_subjects(table, subjects, subject_categories)  # checks the names before any work
-        self.memory_limit = default_memory_limit() if memory_limit is None else int(memory_limit)
-        self.threads = int(threads)
+        self.memory_limit = default_memory_limit() if memory_limit is None else byte_size(memory_limit, "memory_limit")
+        self.threads = positive_int(threads, "threads")
         self.kinds = ("object",)  # every tag subset is an object context (as candidates_from_tags)
         self.collisions = 0
         self._con: duckdb.DuckDBPyConnection | None = None

@@ -158,6 +158,8 @@ def test_memory_limit_sizes(text, expected):
 def test_memory_limit_refused_before_any_work(bad, tmp_path):
     with pytest.raises(OptionError, match="memory_limit"):
         build_from_inputs(tmp_path / "art", tags=tmp_path / "missing.csv", memory_limit=bad)
+    with pytest.raises(OptionError, match="memory_limit"):
+        TagCandidates(TagTable.from_columns(["1"], ["a"]), memory_limit=bad)
 
 
 # ------------------------------------------------------------------------------------------------
