@@ -11,10 +11,11 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metashift_hf.core.errors import (
@@ -23,7 +24,7 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from metashift_hf.core.fsutil import hash_file, sha256_file
+from metashift_hf.core.fsutil import PARQUET_ROW_GROUP, hash_file, sha256_file, write_parquet_groups
 from metashift_hf.core.options import path as path_option
 from metashift_hf.core.options import text as text_option
 from metashift_hf.core.provenance import SourceInfo
@@ -87,15 +88,74 @@ def subsets_table(candidates: CandidateSubsets, kept: np.ndarray, communities: M
     }, schema=SUBSETS_SCHEMA)
 
 
-def membership_table(candidates: CandidateSubsets) -> pa.Table:
-    """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id."""
-    # Repeat names and take image ids in C (millions of rows at full scale).
-    subset_col = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.arange(len(candidates), dtype=np.int32), candidates.sizes()), pa.int32()),
-        pa.array(candidates.names, pa.string()),
-    ).cast(pa.string())
-    image_col = pa.array(candidates.image_ids, pa.string()).take(pa.array(candidates.indices, pa.int64()))
-    return pa.table({"subset": subset_col, "image_id": image_col}, schema=MEMBERSHIP_SCHEMA)
+# A membership row group closes at write_parquet's row count or at this much text, whichever comes
+# first: no column of one write nears Arrow's 2 GiB string limit, and memory stays bounded
+# (today's corpora never reach it per 1 Mi rows, so their files are byte-identical to one write_table).
+MEMBERSHIP_GROUP_BYTES = 1 << 28
+_MEMBERSHIP_BLOCK = 1 << 16  # (subset, image) codes mapped to text per step
+
+
+def membership_groups(names: "pa.Array | Sequence[str]", image_ids: "pa.Array | Sequence[str]",
+                      codes: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[pa.Table]:
+    """membership.parquet row groups from (subset code, image code) blocks already in row order:
+    ``names[subset]``, ``image_ids[image]`` as plain string columns, each group at most
+    ``PARQUET_ROW_GROUP`` rows and about ``MEMBERSHIP_GROUP_BYTES`` of text (a longer single row
+    forms its own group). Lookups are large_string, so neither vocabulary can overflow either."""
+    names = pa.array(names, pa.large_string()) if not isinstance(names, pa.Array) else names.cast(pa.large_string())
+    ids = (pa.array(image_ids, pa.large_string()) if not isinstance(image_ids, pa.Array)
+           else image_ids.cast(pa.large_string()))
+    name_len = pc.binary_length(names).to_numpy(zero_copy_only=False).astype(np.int64)
+    id_len = pc.binary_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    buf: list[pa.Table] = []
+    rows = text = 0
+
+    def flush() -> pa.Table:
+        nonlocal buf, rows, text
+        group = pa.concat_tables(buf)
+        buf, rows, text = [], 0, 0
+        return group
+
+    for sub, img in codes:
+        sub = np.asarray(sub, dtype=np.int64)
+        img = np.asarray(img, dtype=np.int64)
+        size = name_len[sub] + id_len[img]
+        lo = 0
+        while lo < sub.size:
+            # rows up to the next group boundary: row count and text both bounded
+            room = min(PARQUET_ROW_GROUP - rows, sub.size - lo)
+            cum = np.cumsum(size[lo:lo + room])
+            fit = int(np.searchsorted(cum, MEMBERSHIP_GROUP_BYTES - text, side="right"))
+            n = max(fit, 1) if rows == 0 else fit
+            if n:
+                piece = slice(lo, lo + n)
+                buf.append(pa.table({
+                    "subset": names.take(pa.array(sub[piece])).cast(pa.string()),
+                    "image_id": ids.take(pa.array(img[piece])).cast(pa.string()),
+                }, schema=MEMBERSHIP_SCHEMA))
+                rows += n
+                text += int(cum[n - 1])
+                lo += n
+            if n < room or rows == PARQUET_ROW_GROUP:
+                yield flush()
+    if buf:
+        yield flush()
+
+
+def candidate_codes(candidates: CandidateSubsets) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(subset code, image code) of every candidate row in membership order, in blocks."""
+    total = int(candidates.indices.size)
+    for lo in range(0, total, _MEMBERSHIP_BLOCK):
+        hi = min(lo + _MEMBERSHIP_BLOCK, total)
+        # the subset of row r is the last one starting at or before r
+        yield np.searchsorted(candidates.indptr, np.arange(lo, hi, dtype=np.int64), side="right") - 1, \
+            candidates.indices[lo:hi]
+
+
+def write_membership(path: Path, names: "pa.Array | Sequence[str]", image_ids: "pa.Array | Sequence[str]",
+                     codes: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id,
+    from (subset code, image code) blocks in that order (``candidate_codes``, or the out-of-core store's)."""
+    write_parquet_groups(membership_groups(names, image_ids, codes), MEMBERSHIP_SCHEMA, path)
 
 
 def image_meta_table(image_meta: pa.Table | Iterable[Mapping[str, Any]] | None) -> pa.Table | None:
@@ -154,6 +214,10 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "manifest.json") -> "Manifest":
+        if isinstance(data, dict) and isinstance(data.get("options"), dict) and \
+                "max_subsets_per_class" not in data["options"]:
+            # built before the cap existed: no cap, not today's default
+            data = {**data, "options": {**data["options"], "max_subsets_per_class": 0}}
         m = decode(cls, data, where, _REBUILD, defaults=True)
         # source_info goes into cards: a hand-edited manifest gets the same checks as the build flags
         return dataclasses.replace(m, options=m.options.validate(),
@@ -231,7 +295,7 @@ class Artifact:
         self._kept = self._subsets["kept"].to_numpy(dtype=bool)
         self._classes_df = self._table("classes", required=("subject",)).to_pandas()
         self._classes: list[str] = self._classes_df["subject"].tolist()
-        self._membership: pa.StringArray | None = None
+        self._membership: pa.ChunkedArray | None = None
         self._embeddings: dict[str, np.ndarray] | None = None
         self._image_rows: dict[str, int] | None = None
         self._images_table: pa.Table | None = None
@@ -342,10 +406,10 @@ class Artifact:
         return {self._names[i]: int(com[i]) for i in rows}
 
     # -- images ---------------------------------------------------------------------------------
-    def _member_ids(self) -> pa.StringArray:
+    def _member_ids(self) -> pa.ChunkedArray:
         if self._membership is None:
-            col = self._table("membership", columns=["image_id"]).column("image_id")
-            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            # kept in chunks: one array of every id may pass Arrow's 2 GiB string limit
+            arr = self._table("membership", columns=["image_id"]).column("image_id")
             if len(arr) != int(self._offsets[-1]):
                 raise InputFormatError(
                     f"{self.root}/membership.parquet has {len(arr)} rows but subsets.parquet counts {int(self._offsets[-1])}",

@@ -6,16 +6,25 @@ import logging
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+import collections
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.fsutil import atomic_dir, check_out, sha256_file, write_parquet
+from metashift_hf.core.options import byte_size, positive_int
+from metashift_hf.core.fsutil import (
+    ParquetRowGroups,
+    atomic_dir,
+    check_out,
+    sha256_file,
+    write_parquet,
+)
 from metashift_hf.core.provenance import (
     PROVENANCES,
     Provenance,
@@ -32,8 +41,9 @@ from .coco import coco_image_meta, read_coco_annotations
 from .pickles import load_candidate_pickle, verify_known
 from .plots import plot_class
 from .scene_graphs import read_scene_graphs
-from .subsets import KINDS, CandidateSubsets, apply_rules, candidates_from_scene_graphs
-from .tags import MultiLabelDataset, candidates_from_tags, read_tags_file
+from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules, candidates_from_scene_graphs
+from .tag_store import TagCandidates
+from .tags import MultiLabelDataset, read_tags_file
 
 logger = logging.getLogger(__name__)
 
@@ -60,113 +70,171 @@ def _plot_name(subject: str) -> str:
     return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
 
 
-def _plotter() -> Callable | None:
+def _can_plot() -> bool:
     try:
-        import matplotlib  # noqa: F401
-
+        import matplotlib  # noqa: F401  (optional: the pictures need it)
     except ImportError:
-        return None
-    return plot_class
+        return False
+    return True
 
 
-def _apply_rules(candidates: CandidateSubsets, options: BuildOptions):
+class _InMemory:
+    """A :class:`CandidateSubsets` read through the interface of ``tag_store.TagCandidates`` (the
+    out-of-core source), so the build has one path: scene graphs, pickles and fixtures are held in
+    memory (GQA fits one machine), multi-label tags are counted in DuckDB."""
+
+    def __init__(self, candidates: CandidateSubsets) -> None:
+        self.c = candidates
+        self.image_ids = candidates.image_ids
+        self.collisions = candidates.collisions
+        self._kept = np.zeros(len(candidates), dtype=bool)
+
+    def open(self, spill: Path) -> "_InMemory":
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return len(self.c)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.c.kinds)))
+
+    def only_kinds(self, enabled: set[str]) -> None:
+        if not all(k in enabled for k in self.c.kinds):
+            self.c = self.c.select(np.fromiter((k in enabled for k in self.c.kinds), dtype=bool, count=len(self.c)))
+
+    def big(self, min_images: int) -> tuple[int, int]:
+        sizes = self.c.sizes()
+        return int((sizes >= min_images).sum()), int(sizes.max(initial=0))
+
+    def rules(self, min_images: int, min_subsets: int, max_subsets: int = 0) -> KeptSubsets:
+        r = apply_rules(self.c, min_images, min_subsets, max_subsets)
+        self._kept = r.kept
+        idx = np.flatnonzero(r.kept)
+        return KeptSubsets(r.classes, idx.astype(np.int64), [self.c.names[i] for i in idx.tolist()],
+                           [self.c.subjects[i] for i in idx.tolist()], self.c.sizes()[idx])
+
+    def best_subject(self, min_images: int) -> tuple[str, int]:
+        per_subject: dict[str, int] = {}
+        for s, n in zip(self.c.subjects, self.c.sizes().tolist()):
+            per_subject[s] = per_subject.get(s, 0) + int(n >= min_images)
+        return max(per_subject.items(), key=lambda kv: (kv[1], kv[0]))
+
+    def distinct_images(self, kept_only: bool) -> int:
+        if not kept_only:
+            return int(np.unique(self.c.indices).size)
+        rows = np.flatnonzero(self._kept).tolist()
+        return int(np.unique(np.concatenate([self.c.members(self.c.names[i]) for i in rows])).size) if rows else 0
+
+    def kind_counts(self) -> dict:
+        return {k: {"candidates": int(sum(1 for x in self.c.kinds if x == k)),
+                    "kept": int(sum(1 for x, ok in zip(self.c.kinds, self._kept.tolist()) if x == k and ok))}
+                for k in KINDS}
+
+    def names_array(self) -> list[str]:
+        return self.c.names
+
+    def membership_codes(self):
+        return art.candidate_codes(self.c)
+
+    def class_members(self, kept: KeptSubsets):
+        by_class: dict[str, list[int]] = {}
+        for i, subject in zip(kept.sid.tolist(), kept.subjects):
+            by_class.setdefault(subject, []).append(i)
+        for subject in kept.classes:
+            yield subject, {self.c.names[i]: self.c.indices[self.c.indptr[i]:self.c.indptr[i + 1]]
+                            for i in by_class[subject]}
+
+    def subsets_table(self, communities: Mapping[str, int], schema: pa.Schema) -> pa.Table:
+        return art.subsets_table(self.c, self._kept, communities)
+
+
+def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
     """Drop kinds that are off, apply the rules; EmptyResultError (with the numbers) when nothing is left."""
     enabled = set(options.kinds())
-    if not all(k in enabled for k in candidates.kinds):
-        candidates = candidates.select(np.fromiter((k in enabled for k in candidates.kinds), dtype=bool,
-                                                   count=len(candidates)))
-    if len(candidates) == 0:
+    if isinstance(source, _InMemory):
+        source.only_kinds(enabled)
+    elif not set(source.kinds) <= enabled:
+        source = None  # multi-label subsets are all object contexts: none is left
+    if source is None or len(source) == 0:
         raise EmptyResultError(
             f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
             "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
         )
-    rules = apply_rules(candidates, options.min_images_per_subset, options.min_subsets_per_class)
-    if not rules.classes:
-        per_subject: dict[str, int] = {}
-        for s, ok in zip(candidates.subjects, rules.big_enough.tolist()):
-            per_subject[s] = per_subject.get(s, 0) + int(ok)
-        best = max(per_subject.items(), key=lambda kv: (kv[1], kv[0]))
+    kept = source.rules(options.min_images_per_subset, options.min_subsets_per_class, options.max_subsets_per_class)
+    if not kept.classes:
+        n_big, largest = source.big(options.min_images_per_subset)
+        best = source.best_subject(options.min_images_per_subset)
         raise EmptyResultError(
-            f"no class passes the rules: {int(rules.big_enough.sum())} of {len(candidates)} candidate subsets have "
-            f">= {options.min_images_per_subset} images (largest: {int(candidates.sizes().max())}), and the best "
+            f"no class passes the rules: {n_big} of {len(source)} candidate subsets have "
+            f">= {options.min_images_per_subset} images (largest: {largest}), and the best "
             f"subject {best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
             "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
         )
-    return candidates, rules
+    return kept
 
 
-def _distances_table(analyses: Mapping[str, Any]) -> pa.Table:
-    """distances.parquet: every within-class pair (source < target), classes sorted."""
-    cols: dict[str, list] = {k: [] for k in art.DISTANCES_SCHEMA.names}
-    for subject in sorted(analyses):
-        m = metagraph.class_distances(analyses[subject])
-        i, j = np.triu_indices(len(m.names), 1)
-        names = np.asarray(m.names, dtype=object)
-        values = m.values[i, j]
-        rules = m.rules[i, j]
-        cols["subject"].append(pa.array(np.full(i.size, subject, dtype=object), pa.string()))
-        cols["source"].append(pa.array(names[i], pa.string()))
-        cols["target"].append(pa.array(names[j], pa.string()))
-        cols["distance"].append(pa.array(values, pa.float64(), mask=np.isnan(values)))
-        cols["rule"].append(pa.array(np.where(rules == "", None, rules), pa.string()))
-        cols["status"].append(pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
-                                                distances.STATUS_OK).astype(object), pa.string()))
-    return pa.table({k: pa.chunked_array(v, art.DISTANCES_SCHEMA.field(k).type) for k, v in cols.items()},
-                    schema=art.DISTANCES_SCHEMA)
+def _distances_rows(subject: str, analysis: Any) -> pa.Table:
+    """distances.parquet rows of one class: every within-class pair (source < target)."""
+    m = metagraph.class_distances(analysis)
+    i, j = np.triu_indices(len(m.names), 1)
+    names = np.asarray(m.names, dtype=object)
+    values = m.values[i, j]
+    rules = m.rules[i, j]
+    return pa.table({
+        "subject": pa.array(np.full(i.size, subject, dtype=object), pa.string()),
+        "source": pa.array(names[i], pa.string()),
+        "target": pa.array(names[j], pa.string()),
+        "distance": pa.array(values, pa.float64(), mask=np.isnan(values)),
+        "rule": pa.array(np.where(rules == "", None, rules), pa.string()),
+        "status": pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
+                                    distances.STATUS_OK).astype(object), pa.string()),
+    }, schema=art.DISTANCES_SCHEMA)
 
 
-def _class_tables(analyses: Mapping[str, Any], members_of: Mapping[str, dict]) -> tuple[list, pa.Table, pa.Table, pa.Table]:
-    """classes/edges/embeddings tables (classes sorted, rows sorted within a class)."""
-    class_rows, edge_rows, emb_rows = [], [], []
-    for subject in sorted(analyses):
-        a = analyses[subject]
-        idx = np.concatenate(list(members_of[subject].values()))
-        class_rows.append({
-            "subject": subject, "n_subsets": len(a.subsets), "n_images": int(np.unique(idx).size),
-            "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
-            "embedding_note": a.embedding_note,
-        })
-        for s, t, w in sorted(a.edges):
-            edge_rows.append((subject, s, t, float(w)))
-        for s in sorted(a.embedding):
-            vec = np.asarray(a.embedding[s], dtype=np.float64)
-            if np.isfinite(vec).all():
-                emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
+def _class_rows(subject: str, a: Any, n_images: int) -> tuple[dict, pa.Table, pa.Table]:
+    """One class's classes.parquet row and its edges/embeddings rows (sorted within the class)."""
+    row = {"subject": subject, "n_subsets": len(a.subsets), "n_images": n_images,
+           "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
+           "embedding_note": a.embedding_note}
+    edge_rows = [(subject, s, t, float(w)) for s, t, w in sorted(a.edges)]
+    emb_rows = []
+    for s in sorted(a.embedding):
+        vec = np.asarray(a.embedding[s], dtype=np.float64)
+        if np.isfinite(vec).all():
+            emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
     columns = lambda rows, schema: {k: [r[i] for r in rows] for i, k in enumerate(schema.names)}  # noqa: E731
-    return (class_rows, pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA),
-            pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
+    return (row, pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
             pa.table(columns(emb_rows, art.EMBEDDINGS_SCHEMA), schema=art.EMBEDDINGS_SCHEMA))
 
 
-def _stats(candidates: CandidateSubsets, rules, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
-    kept_rows = np.flatnonzero(rules.kept).tolist()
-    kept_idx = np.concatenate([candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]] for i in kept_rows])
+def _stats(source, kept: KeptSubsets, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
     status_counts: dict[str, int] = {}
     for r in class_rows:
         status_counts[r["embedding_status"]] = status_counts.get(r["embedding_status"], 0) + 1
-    kind_counts = {k: {"candidates": int(sum(1 for x in candidates.kinds if x == k)),
-                       "kept": int(sum(1 for x, ok in zip(candidates.kinds, rules.kept.tolist()) if x == k and ok))}
-                   for k in KINDS}
     return {
-        "candidate_keys": len(candidates),
-        "candidate_images": int(np.unique(candidates.indices).size),
-        "kept_subsets_any_class": int(rules.big_enough.sum()),
-        "classes": len(rules.classes),
-        "subsets": int(rules.kept.sum()),
-        "images": int(np.unique(kept_idx).size),
+        "candidate_keys": len(source),
+        "candidate_images": source.distinct_images(kept_only=False),
+        "kept_subsets_any_class": source.big(options.min_images_per_subset)[0],
+        "classes": len(kept.classes),
+        "subsets": int(kept.sid.size),
+        "images": source.distinct_images(kept_only=True),
         "subsets_per_class": _summary([r["n_subsets"] for r in class_rows]),
-        "images_per_subset": _summary(candidates.sizes()[rules.kept].tolist()),
-        "kinds": kind_counts,
+        "images_per_subset": _summary(kept.sizes.tolist()),
+        "kinds": source.kind_counts(),
         "embedding_status": dict(sorted(status_counts.items())),
         "edges": n_edges,
-        "name_collisions_merged": int(candidates.collisions),
+        "name_collisions_merged": int(source.collisions),
         "rules": {"min_images_per_subset": options.min_images_per_subset,
                   "min_subsets_per_class": options.min_subsets_per_class},
     }
 
 
 def build_artifact(
-    candidates: CandidateSubsets,
+    candidates: CandidateSubsets | TagCandidates,
     out: str | os.PathLike,
     options: BuildOptions = BuildOptions(),
     *,
@@ -175,6 +243,7 @@ def build_artifact(
     source: Provenance = "custom",
     source_info: SourceInfo | None = None,
     plots: bool = True,
+    workers: int = 1,
     force: bool = False,
 ) -> "art.Artifact":
     """Apply the rules, analyse every class and write the artifact folder atomically.
@@ -183,71 +252,129 @@ def build_artifact(
     ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
     ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
     ``source_info``: the licence, name and homepage of user data (``source`` custom only).
+    ``workers``: processes that analyse the classes (the same tables for any number); they are
+    started with ``spawn``, which re-imports the caller's main script (guard it with
+    ``if __name__ == "__main__":``).
     """
+    workers = positive_int(workers, "workers")
 
 
     options = options.validate()
     source_info = check_source_info(source_info, source)
-    clock = _Clock()
-    candidates, rules = _apply_rules(candidates, options)
-    logger.info(f"rules: {len(rules.classes)} classes, {int(rules.kept.sum())} subsets in {clock}")
-
-    # One writer thread compresses the tables that do not depend on the meta-graphs while the
-    # classes are analysed (pyarrow releases the GIL). Leaving the `with` waits for it; atomic_dir
-    # then renames, or removes everything on error.
+    held = _InMemory(candidates) if isinstance(candidates, CandidateSubsets) else candidates
+    plot = plots and _can_plot()
+    # One writer thread compresses membership.parquet (streamed from the candidates) and the image
+    # table while the classes are analysed (pyarrow and DuckDB release the GIL). Leaving the
+    # executor waits for it; closing the candidates removes their spill folder; atomic_dir then
+    # renames, or removes everything on error.
     input_paths = [i.get("path") for i in inputs]
-    with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp, \
-            ThreadPoolExecutor(max_workers=1) as writer:
-        pending = [writer.submit(write_parquet, art.membership_table(candidates), tmp / "membership.parquet")]
-        files = ["membership.parquet"]
-        if image_meta is not None:
-            pending.append(writer.submit(
-                lambda: write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
-            files.append("images.parquet")
-
-        clock = _Clock()
-        kept_rows: dict[str, list[int]] = {c: [] for c in rules.classes}
-        for i in np.flatnonzero(rules.kept).tolist():
-            kept_rows[candidates.subjects[i]].append(i)
-        analyses, members_of = {}, {}
-        for subject in rules.classes:
-            members = {candidates.names[i]: candidates.indices[candidates.indptr[i]:candidates.indptr[i + 1]]
-                       for i in kept_rows[subject]}
-            members_of[subject] = members
-            analyses[subject] = metagraph.analyse_class(
-                subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
-                spectral_dim=options.spectral_dim, seed=options.seed,
-            )
-        logger.info(f"meta-graphs: analysed {len(analyses)} classes in {clock}")
-
-        clock = _Clock()
-        communities = {n: c for a in analyses.values() for n, c in a.communities.items()}
-        class_rows, classes_t, edges_t, emb_t = _class_tables(analyses, members_of)
-        for name, table in (("subsets", art.subsets_table(candidates, rules.kept, communities)),
-                            ("classes", classes_t), ("edges", edges_t), ("embeddings", emb_t),
-                            ("distances", _distances_table(analyses))):
-            write_parquet(table, tmp / f"{name}.parquet")
-            files.append(f"{name}.parquet")
-        for job in pending:
-            job.result()  # re-raises a writer error here
-        manifest = art.Manifest(
-            format=art.FORMAT, format_version=art.FORMAT_VERSION, package_version=__version__, options=options,
-            tables=tuple(sorted(files)), content_hash=art.table_hash(tmp, files),
-            # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
-            table_sha256={f: sha256_file(tmp / f) for f in sorted(files)},
-            inputs=tuple(dict(i) for i in inputs), source=source, synthetic=is_synthetic(source),
-            source_info=source_info)
-        art.write_json(tmp / "manifest.json", manifest.to_dict())
-        art.write_json(tmp / "stats.json", _stats(candidates, rules, class_rows, len(edges_t), options))
-        logger.info(f"tables: written in {clock}")
-        plot = _plotter() if plots else None
-        if plot is not None:
+    with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp:
+        try:
             clock = _Clock()
-            (tmp / "plots").mkdir()
-            for subject in rules.classes:
-                plot(analyses[subject], members_of[subject], tmp / "plots" / _plot_name(subject))
-            logger.info(f"plots: {len(rules.classes)} PNGs in {clock}")
+            held.open(tmp / _SPILL)
+            logger.info(f"candidates: {len(held)} subsets in {clock}")
+            clock = _Clock()
+            kept = _apply_rules(held, options)
+            logger.info(f"rules: {len(kept.classes)} classes, {kept.sid.size} subsets in {clock}")
+            with ThreadPoolExecutor(max_workers=1) as writer:
+                files = _write_tables(held, kept, options, tmp, writer, image_meta, plot, workers)
+            manifest = art.Manifest(
+                format=art.FORMAT, format_version=art.FORMAT_VERSION, package_version=__version__,
+                options=options, tables=tuple(sorted(files)), content_hash=art.table_hash(tmp, files),
+                # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
+                table_sha256={f: sha256_file(tmp / f) for f in sorted(files)},
+                inputs=tuple(dict(i) for i in inputs), source=source, synthetic=is_synthetic(source),
+                source_info=source_info)
+            art.write_json(tmp / "manifest.json", manifest.to_dict())
+        finally:
+            held.close()
     return art.Artifact.load(out)
+
+
+_SPILL = ".spill"  # the out-of-core candidates' database and spill files, inside the build's temp folder
+
+
+def _analyse_one(subject: str, members: dict[str, np.ndarray], options: BuildOptions,
+                 plots: Path | None) -> tuple[str, metagraph.ClassAnalysis, int]:
+    """One class: its meta-graph analysis, its image count, its picture (in a worker process or here)."""
+    analysis = metagraph.analyse_class(
+        subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
+        spectral_dim=options.spectral_dim, seed=options.seed)
+    if plots is not None:
+        plot_class(analysis, members, plots / _plot_name(subject))
+    return subject, analysis, int(np.unique(np.concatenate(list(members.values()))).size)
+
+
+# Fewer classes are analysed here: starting spawned workers (~1-2 s each, numpy/scipy imports) costs
+# more than small builds take (the demo world, COCO).
+POOL_MIN_CLASSES = 32
+
+
+def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_classes: int, options: BuildOptions,
+                     workers: int, plots: Path | None) -> Iterator[tuple[str, metagraph.ClassAnalysis, int]]:
+    """``_analyse_one`` for every class, in ``workers`` processes (1, or fewer than
+    ``POOL_MIN_CLASSES`` classes: here). Each class's analysis is
+    a function of its members alone (seeded, LAPACK single-threaded), so the results are the same for
+    any number of workers; at most two classes per worker are in flight (memory stays bounded)."""
+    if workers <= 1 or n_classes < POOL_MIN_CLASSES:
+        for subject, members in classes:
+            yield _analyse_one(subject, members, options, plots)
+        return
+    # spawn, not fork: the table writer thread (and DuckDB's) must not be copied into a child
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        in_flight: collections.deque = collections.deque()
+        for subject, members in classes:
+            in_flight.append(pool.submit(_analyse_one, subject, members, options, plots))
+            if len(in_flight) >= 2 * workers:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
+def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, writer: ThreadPoolExecutor,
+                  image_meta, plot: bool, workers: int) -> list[str]:
+    """Every table, stats.json and the plots into ``tmp``; the table file names."""
+    pending = [writer.submit(art.write_membership, tmp / "membership.parquet", held.names_array(), held.image_ids,
+                             held.membership_codes())]
+    files = ["membership.parquet"]
+    if image_meta is not None:
+        pending.append(writer.submit(
+            lambda: write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
+        files.append("images.parquet")
+
+    clock = _Clock()
+    if plot:
+        (tmp / "plots").mkdir()
+    # classes arrive in name order; each one's rows are written as it comes, so only the
+    # communities and one row per class stay (distances alone are ~n^2/2 rows per class)
+    communities: dict[str, int] = {}
+    class_rows: list[dict] = []
+    n_edges = 0
+    with ParquetRowGroups(tmp / "edges.parquet", art.EDGES_SCHEMA, combine=True) as edges_w, \
+            ParquetRowGroups(tmp / "embeddings.parquet", art.EMBEDDINGS_SCHEMA, combine=True) as emb_w, \
+            ParquetRowGroups(tmp / "distances.parquet", art.DISTANCES_SCHEMA) as dist_w:
+        for subject, analysis, n in _analyse_classes(held.class_members(kept), len(kept.classes), options, workers,
+                                                     tmp / "plots" if plot else None):
+            communities.update(analysis.communities)
+            row, edges_t, emb_t = _class_rows(subject, analysis, n)
+            class_rows.append(row)
+            n_edges += edges_t.num_rows
+            edges_w.add(edges_t)
+            emb_w.add(emb_t)
+            dist_w.add(_distances_rows(subject, analysis))
+    logger.info(f"meta-graphs: analysed {len(class_rows)} classes in {clock}")
+
+    clock = _Clock()
+    files += ["edges.parquet", "embeddings.parquet", "distances.parquet"]
+    for name, table in (("subsets", held.subsets_table(communities, art.SUBSETS_SCHEMA)),
+                        ("classes", pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA))):
+        write_parquet(table, tmp / f"{name}.parquet")
+        files.append(f"{name}.parquet")
+    for job in pending:
+        job.result()  # re-raises a writer error here
+    art.write_json(tmp / "stats.json", _stats(held, kept, class_rows, n_edges, options))
+    logger.info(f"tables: written in {clock}")
+    return files
 
 
 def build_from_inputs(
@@ -264,6 +391,7 @@ def build_from_inputs(
     source_info: SourceInfo | None = None,
     plots: bool = True,
     workers: int = 1,
+    memory_limit: int | None = None,
     force: bool = False,
 ) -> "art.Artifact":
     """The ``metashift-hf build`` pipeline: one source -> artifact.
@@ -277,9 +405,14 @@ def build_from_inputs(
     ``source`` is the provenance recorded in manifest.json (core.provenance); by default it is
     ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published`` /
     ``coco`` / ``custom``. ``source_info`` (licence, name, homepage) describes user data: it needs
-    source ``custom`` (the default of ``tags`` and ``hf_dataset``).
+    source ``custom`` (the default of ``tags`` and ``hf_dataset``). ``memory_limit`` (bytes; default
+    ``tag_store.DEFAULT_MEMORY_FRACTION`` of physical memory) bounds DuckDB, which counts the candidates
+    of the multi-label sources out of core, spilling into the build's temporary folder beyond it.
     """
 
+    workers = positive_int(workers, "workers")
+    if memory_limit is not None:
+        memory_limit = byte_size(memory_limit, "memory_limit")
 
     options = options.validate()
     if source is not None and source not in PROVENANCES:
@@ -343,10 +476,11 @@ def build_from_inputs(
             inputs = [hf_dataset.input_record()]
             default_source = "custom"
             logger.info(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
-        clock = _Clock()
-        candidates = candidates_from_tags(table, subjects=options.subject_tags,
-                                          subject_categories=options.subject_categories)
-        logger.info(f"candidates: {len(candidates)} subsets (tag co-occurrence) in {clock}")
+        # the reader's Arrow buffers are freed by now; hand their pages back (mimalloc/jemalloc keep them)
+        pa.default_memory_pool().release_unused()
+        # counted out of core when build_artifact opens it (tag co-occurrence, DuckDB under memory_limit)
+        candidates = TagCandidates(table, subjects=options.subject_tags, subject_categories=options.subject_categories,
+                                   memory_limit=memory_limit, threads=workers)
     else:
         parts, inputs = [], []
         if attributes_pickle:
@@ -368,4 +502,5 @@ def build_from_inputs(
         logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
         default_source = "published"
     return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, source_info=source_info, plots=plots, force=force)
+                          source=source or default_source, source_info=source_info, plots=plots, workers=workers,
+                          force=force)

@@ -24,6 +24,9 @@ class BuildOptions:
         "help": "a subset is kept when it has at least this many images (paper and code: 25)"})
     min_subsets_per_class: int = field(default=5, metadata={
         "help": "a subject is a class when it has MORE than this many kept subsets (the code's '> 5')"})
+    max_subsets_per_class: int = field(default=2000, metadata={
+        "help": "keep at most this many subsets (contexts) per class, its largest by image count, ties by name; "
+                "bounds each dense meta-graph (web-scale tag sets); 0: no cap"})
     edge_threshold: float = field(default=0.2, metadata={
         "help": "drop meta-graph edges whose overlap coefficient is below this (original code 0.2; paper text 0.1)"})
     community_method: str = field(default="cnm", metadata={
@@ -55,12 +58,15 @@ class BuildOptions:
         def bad(name: str, value: Any, fix: str) -> InputFormatError:
             return InputFormatError(f"build option {name}={value!r} is invalid", fix)
 
-        for f in ("min_images_per_subset", "min_subsets_per_class", "spectral_dim", "seed"):
+        for f in ("min_images_per_subset", "min_subsets_per_class", "max_subsets_per_class", "spectral_dim", "seed"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
                 raise bad(f, v, "use a non-negative integer")
         if self.min_images_per_subset < 1:
             raise bad("min_images_per_subset", self.min_images_per_subset, "use at least 1")
+        if self.max_subsets_per_class and self.max_subsets_per_class <= self.min_subsets_per_class:
+            raise bad("max_subsets_per_class", self.max_subsets_per_class,
+                      f"use 0 (no cap) or more than min_subsets_per_class ({self.min_subsets_per_class})")
         if self.spectral_dim < 1:
             raise bad("spectral_dim", self.spectral_dim, "use at least 1 (default 5)")
         if not isinstance(self.edge_threshold, (int, float)) or not 0.0 <= float(self.edge_threshold) <= 1.0:

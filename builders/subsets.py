@@ -202,10 +202,22 @@ class RuleResult:
     classes: list[str]  # sorted
 
 
+@dataclass
+class KeptSubsets:
+    """The rules' outcome at subset level (what the per-class analysis reads): kept subsets in name order."""
+
+    classes: list[str]  # sorted
+    sid: np.ndarray  # int64 positions (name order) of the kept subsets among all candidates
+    names: list[str]
+    subjects: list[str]
+    sizes: np.ndarray  # int64 image counts
+
+
 def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
-                min_subsets_per_class: int = 5) -> RuleResult:
+                min_subsets_per_class: int = 5, max_subsets_per_class: int = 0) -> RuleResult:
     """A subset is big enough with at least ``min_images_per_subset`` images; a subject is a class
-    when it has MORE than ``min_subsets_per_class`` big-enough subsets (the original's '> 5')."""
+    when it has MORE than ``min_subsets_per_class`` big-enough subsets (the original's '> 5').
+    ``max_subsets_per_class`` (0: no cap) keeps a class's largest subsets only, ties by name."""
     big = candidates.sizes() >= min_images_per_subset
     count: dict[str, int] = {}
     for subject, ok in zip(candidates.subjects, big.tolist()):
@@ -214,6 +226,15 @@ def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
     classes = sorted(s for s, n in count.items() if n > min_subsets_per_class)
     is_class = set(classes)
     kept = big & np.fromiter((s in is_class for s in candidates.subjects), dtype=bool, count=len(candidates))
+    if max_subsets_per_class:
+        sizes = candidates.sizes()
+        by_class: dict[str, list[int]] = {}
+        for i in np.flatnonzero(kept).tolist():  # name order, so a stable sort by size breaks ties by name
+            by_class.setdefault(candidates.subjects[i], []).append(i)
+        for rows in by_class.values():
+            if len(rows) > max_subsets_per_class:
+                order = sorted(rows, key=lambda i: -int(sizes[i]))
+                kept[order[max_subsets_per_class:]] = False
     return RuleResult(big_enough=big, kept=kept, classes=classes)
 
 

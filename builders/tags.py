@@ -75,22 +75,32 @@ class TagTable:
         return int(self.image_codes.size)
 
 
+def allowed_subjects(table: TagTable, subjects: Collection[str] = (),
+                     subject_categories: Collection[str] = ()) -> np.ndarray:
+    """Per tag (bool): may it be a subject? In ``subjects`` or of a category in ``subject_categories``
+    (both empty: every tag). Names that do not occur are an InputFormatError."""
+    if not (subjects or subject_categories):
+        return np.ones(len(table.tags), dtype=bool)
+    known_cats = {c for c in table.categories.values() if c}
+    for name, given, known in (("subject tag", subjects, set(table.tags)),
+                               ("subject category", subject_categories, known_cats)):
+        missing = sorted(set(given) - known)
+        if missing:
+            raise InputFormatError(f"{name}(s) {missing} do not occur in the input",
+                                   f"use names that occur: {', '.join(sorted(known)[:12])} ...")
+    return np.fromiter((t in set(subjects) or table.categories.get(t) in set(subject_categories)
+                        for t in table.tags), dtype=bool, count=len(table.tags))
+
+
 def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
                          subject_categories: Collection[str] = ()) -> CandidateSubsets:
     """``s(c)`` = the images tagged with both ``s`` and ``c`` (s != c), for every subject ``s``
     allowed: in ``subjects`` or whose category is in ``subject_categories`` (both empty: every tag).
-    Every subset is of kind ``object``; its category is the context tag's category."""
-    allowed = np.ones(len(table.tags), dtype=bool)
-    if subjects or subject_categories:
-        known_cats = {c for c in table.categories.values() if c}
-        for name, given, known in (("subject tag", subjects, set(table.tags)),
-                                   ("subject category", subject_categories, known_cats)):
-            missing = sorted(set(given) - known)
-            if missing:
-                raise InputFormatError(f"{name}(s) {missing} do not occur in the input",
-                                       f"use names that occur: {', '.join(sorted(known)[:12])} ...")
-        allowed = np.fromiter((t in set(subjects) or table.categories.get(t) in set(subject_categories)
-                               for t in table.tags), dtype=bool, count=len(table.tags))
+    Every subset is of kind ``object``; its category is the context tag's category.
+
+    In memory (every row as int64 arrays): the reference of ``tag_store.TagCandidates``, which the
+    build uses (out of core); small inputs and tests."""
+    allowed = allowed_subjects(table, subjects, subject_categories)
     if len(table) == 0:
         raise EmptyResultError("the multi-label input has no (image, tag) rows", "give a non-empty input")
     # rows are sorted by (image, tag) already (np.unique of image * T + tag)

@@ -8,9 +8,10 @@ import time
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.scene_graphs import default_workers
+from metashift_hf.builders.tag_store import DEFAULT_MEMORY_FRACTION
 from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.core.options import positive_int
+from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.provenance import PROVENANCES, SourceInfo, describe, is_demo_world_summary
 from metashift_hf.sources.manifest import resolve_build_inputs
 
@@ -82,8 +83,12 @@ def register(subparsers) -> None:
                               help=help_text)
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                   help="parallel workers: here processes that read a large scene-graph file "
+                   help="parallel workers: processes that read a large scene-graph file, DuckDB threads "
                         "(default: 2 on a machine with 2+ cores)")
+    p.add_argument("--memory-limit", type=byte_size, default=None, metavar="SIZE",
+                   help="multi-label sources (--tags, --hf-dataset, --coco-annotations): memory DuckDB may use to "
+                        "count the candidate subsets out of core, e.g. 2GiB; beyond it, it spills into the build's "
+                        f"temporary folder (default: {int(DEFAULT_MEMORY_FRACTION * 100)}%% of this machine's memory)")
     p.set_defaults(func=run)
 
 
@@ -131,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         hf_dataset=hf, options=options, plots=not args.no_plots,
         source=args.provenance,
         source_info=SourceInfo(license=args.license, name=args.source_name, homepage=args.homepage),
-        workers=default_workers() if args.workers is None else args.workers, force=args.force,
+        workers=default_workers() if args.workers is None else args.workers, memory_limit=args.memory_limit,
+        force=args.force,
     )
     s = artifact.stats
     print(f"built {artifact.root} in {time.perf_counter() - t0:.1f} s")

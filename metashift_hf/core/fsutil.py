@@ -69,14 +69,63 @@ def sha256_file(path: str | os.PathLike, *, progress: bool = False) -> str:
     return hash_file(path, progress=progress).hexdigest()
 
 
+PARQUET_ROW_GROUP = 1 << 20  # rows per row group of every table write_parquet writes
+_PARQUET_SETTINGS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True,
+                         data_page_version="2.0")
+
+
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
     """Every table the project writes (artifact, match folder, evaluation logits), with fixed
     settings so identical tables give identical bytes. (Image shards have their own, measured
     settings: metashift_hf.hub.shards.)"""
-    pq.write_table(
-        table, path, compression="zstd", compression_level=3, use_dictionary=True,
-        write_statistics=True, row_group_size=1 << 20, data_page_version="2.0",
-    )
+    pq.write_table(table, path, row_group_size=PARQUET_ROW_GROUP, **_PARQUET_SETTINGS)
+
+
+class ParquetRowGroups:
+    """A table written piece by piece (``add``), in row groups of ``PARQUET_ROW_GROUP`` rows with
+    write_parquet's settings: the same bytes as write_parquet of all pieces concatenated (chunks as
+    given, or combined per row group with ``combine``, as a table built from Python lists is)."""
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema, *, combine: bool = False) -> None:
+        self._writer = pq.ParquetWriter(path, schema, **_PARQUET_SETTINGS)
+        self._schema, self._combine = schema, combine
+        self._buf: list[pa.Table] = []
+        self._rows = 0
+        self._written = False
+
+    def _write(self, table: pa.Table) -> None:
+        self._writer.write_table(table.combine_chunks() if self._combine else table,
+                                 row_group_size=max(table.num_rows, 1))
+        self._written = True
+
+    def add(self, piece: pa.Table) -> None:
+        self._buf.append(piece)
+        self._rows += piece.num_rows
+        while self._rows >= PARQUET_ROW_GROUP:
+            table = pa.concat_tables(self._buf)
+            self._write(table.slice(0, PARQUET_ROW_GROUP))
+            rest = table.slice(PARQUET_ROW_GROUP)
+            self._buf, self._rows = [rest], rest.num_rows
+
+    def close(self) -> None:
+        if self._rows or not self._written:  # an empty table is written as one empty row group
+            self._write(pa.concat_tables(self._buf) if self._buf else self._schema.empty_table())
+        self._writer.close()
+
+    def __enter__(self) -> "ParquetRowGroups":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_parquet_groups(groups: Iterable[pa.Table], schema: pa.Schema, path: str | os.PathLike) -> None:
+    """A table too large to hold at once, written one row group per item of ``groups`` with
+    write_parquet's settings: groups of ``PARQUET_ROW_GROUP`` rows (the last shorter) give the
+    same bytes as write_parquet of the whole table."""
+    with pq.ParquetWriter(path, schema, **_PARQUET_SETTINGS) as writer:
+        for group in groups:
+            writer.write_table(group, row_group_size=max(group.num_rows, 1))
 
 
 def human_size(n: float) -> str:

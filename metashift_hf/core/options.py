@@ -99,6 +99,29 @@ def non_negative_int(value: Any, name: str | None = None) -> int:
     return _int_range(value, name, 0, INT_MAX, "a non-negative integer (0 or more)")
 
 
+_SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)?", re.IGNORECASE)
+_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+MIN_BYTE_SIZE = 64 * 2**20  # below this an engine's own buffers do not fit
+
+
+def byte_size(value: Any, name: str | None = None) -> int:
+    """An amount of memory in bytes, at least 64 MiB: an integer, or text such as ``2GiB``,
+    ``1.5GB``, ``500MB`` (SI and binary units; a bare number is bytes)."""
+    if isinstance(value, str):
+        m = _SIZE_TEXT.fullmatch(value.strip())
+        if not m:
+            raise OptionError(f"{_label(name)}{short_repr(value)} is not an amount of memory",
+                              "write a size such as 2GiB, 1.5GB or 500MB")
+        n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").upper()])
+    else:
+        n = _integer(value, name)
+    if not MIN_BYTE_SIZE <= n <= INT_MAX:
+        raise OptionError(f"{_label(name)}{n} bytes is out of range: it must be at least 64 MiB",
+                          "pass a size such as 2GiB (at least 64MiB)")
+    return n
+
+
 def seed(value: Any, name: str | None = None) -> int:
     """A seed: an integer in [0, 2**32 - 1], the range numpy, torch and scikit-learn share."""
     return _int_range(value, name, 0, SEED_MAX, f"a seed: an integer in [0, {SEED_MAX}]")
