@@ -142,7 +142,8 @@ def _construction(declared: str, level: Level | None, measured: ShiftType, test:
         return "", ""
     if community_train is not None:
         one_env = (f"every training row has context {community_train[0]}, so IRM, CORAL and domain-balanced "
-                   "sampling see a single training environment and reduce to ERM" if len(community_train) == 1
+                   "sampling see a single training environment: CORAL and domain-balanced sampling reduce to ERM, IRM's "
+                   "penalty compares no environments" if len(community_train) == 1
                    else f"training contexts {', '.join(community_train)}")
         return ("held-out communities",
                 f"typed by construction: held-out communities (train on each class's largest meta-graph community, "

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders import measured, tasks
+from metashift_hf.cards.render import measured_words
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
 from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.builders.artifact import Artifact
@@ -199,5 +200,9 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     for tid in ("bin-cat-dog", "imagenet-5", "animals-10"):
         m = specs[tid].measured
         assert m.by_construction == "held-out communities" and f"measured {m.type}" in m.note
-        assert "single training environment" in m.note and "reduce to ERM" in m.note
+        assert "single training environment" in m.note and "reduce to ERM" in m.note and "IRM" in m.note
     assert all(s.measured.by_construction == "held-out communities" for s in planned["matched"])
+    # the card says so, with the measurement beside it
+    card = measured_words(specs["bin-cat-dog"])
+    assert "declared marginal: typed by construction: held-out communities" in card and "measured joint" in card
+    assert "agrees" not in measured_words(specs["shift-joint-cat-dog-d1-delta00"])
