@@ -15,7 +15,8 @@ e.g. ``shelf``, ``indoor``, ``floor``), P(S, Y) = P(S) P(Y|S). For every split X
 
 Rule (:data:`RULE`): a part shifts when its figure exceeds both :data:`FLOOR` (0.05) and the 95th
 percentile of the same figure over :data:`PERMUTATIONS` random re-splits of the two splits' rows
-(same sizes, ``numpy.random.default_rng(0)``): sampling noise alone does not make a shift. Type:
+(same sizes, ``numpy.random.default_rng(0)``): sampling noise alone does not make a shift. Where the
+splits share no context, ``conditional`` is |Δ dependence| alone and so is its null (like with like). Type:
 P(S) only -> marginal, P(Y|S) only -> conditional, both -> joint, neither -> none. The task's
 measured type is its ``test`` split's.
 """
@@ -33,7 +34,8 @@ PERMUTATIONS = 200
 QUANTILE = 0.95
 RULE = (f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
         f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
-        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence)): "
+        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence); the change "
+        "alone, against its own re-split percentile, where no context is shared): "
         "conditional, both: joint, neither: none")
 COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
 
