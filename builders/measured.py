@@ -15,7 +15,8 @@ e.g. ``shelf``, ``indoor``, ``floor``), P(S, Y) = P(S) P(Y|S). For every split X
 
 Rule (:data:`RULE`): a part shifts when its figure exceeds both :data:`FLOOR` (0.05) and the 95th
 percentile of the same figure over :data:`PERMUTATIONS` random re-splits of the two splits' rows
-(same sizes, ``numpy.random.default_rng(0)``): sampling noise alone does not make a shift. Type:
+(same sizes, ``numpy.random.default_rng(0)``): sampling noise alone does not make a shift. Where the
+splits share no context, ``conditional`` is |Δ dependence| alone and so is its null (like with like). Type:
 P(S) only -> marginal, P(Y|S) only -> conditional, both -> joint, neither -> none. The task's
 measured type is its ``test`` split's.
 """
@@ -33,7 +34,8 @@ PERMUTATIONS = 200
 QUANTILE = 0.95
 RULE = (f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
         f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
-        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence)): "
+        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence); the change "
+        "alone, against its own re-split percentile, where no context is shared): "
         "conditional, both: joint, neither: none")
 COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
 
@@ -92,9 +94,12 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
     f = {key: v[0] for key, v in _batch(*tables(code[None, :])).items()}
     rng = np.random.default_rng(0)  # fixed: the same rows always give the same thresholds
     null = _batch(*tables(rng.permuted(np.tile(code, (PERMUTATIONS, 1)), axis=1)))
-    q_s, q_c = (float(np.quantile(null[key], QUANTILE)) for key in ("p_s", "conditional"))
-    p_s, cond = float(f["p_s"]), float(f["conditional"])
     pys = None if np.isnan(f["p_y_given_s"]) else float(f["p_y_given_s"])
+    # like with like: without shared contexts the figure is |Δ dependence| alone, so its null is too
+    # (a re-split always shares contexts, and its shared-context TV would inflate the threshold)
+    null_c = null["conditional"] if pys is not None else np.abs(null["dep_a"] - null["dep_b"])
+    q_s, q_c = float(np.quantile(null["p_s"], QUANTILE)), float(np.quantile(null_c, QUANTILE))
+    p_s, cond = float(f["p_s"]), float(f["conditional"])
     p_y, mass, dep_b = float(f["p_y"]), float(f["mass"]), float(f["dep_b"])
     return SplitShift(split=split, n=len(other), p_s_tv=_r(p_s), p_y_given_s_tv=_r(pys), shared_mass=_r(mass),
                       dependence=_r(dep_b), conditional=_r(cond), p_y_tv=_r(p_y), p_s_threshold=_r(max(FLOOR, q_s)),
@@ -103,8 +108,10 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
 
 
 def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Level | None = None) -> MeasuredShift | None:
-    """Every split against ``train`` (None without a train split). When the measured type differs
-    from ``declared``, ``note`` says why where the design explains it (:func:`_why`), else stays ""."""
+    """Every split against ``train`` (None without a train split). ``by_construction`` and ``note`` name
+    the construction that types the task where the rows may not show it, with the measurement beside
+    it (:func:`_construction`); a declared type that differs from the measured one without such a
+    construction keeps both empty (tests/test_measured_shift.py flags it)."""
     train = splits.get("train")
     if not train:
         return None
@@ -113,33 +120,53 @@ def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Leve
     test = next((p for p in parts if p.split == "test"), None)
     measured: ShiftType = test.type if test is not None else "none"
     agrees = declared == measured
+    train_contexts = sorted({r.context for r in train})
     by_community = all(r.context.startswith("community-") for rs in splits.values() for r in rs)
+    construction, note = _construction(declared, level, measured, test, dep_train,
+                                       train_contexts if by_community else None)
     return MeasuredShift(rule=RULE, dependence_train=dep_train, splits=parts, type=measured, agrees=agrees,
-                         note="" if agrees else _why(declared, level, measured, test, dep_train, by_community))
+                         note=note, by_construction=construction)
 
 
-def _why(declared: str, level: Level | None, measured: ShiftType, test: SplitShift | None, dep_train: float | None,
-         by_community: bool = False) -> str:
-    """The design reasons a declared type may differ from the measured one ("" when none applies)."""
+def _figures(test: SplitShift) -> str:
+    return (f"P(S) TV {test.p_s_tv:.3f} (threshold {test.p_s_threshold:.3f}), P(Y|S) shift {test.conditional:.3f} "
+            f"(threshold {test.conditional_threshold:.3f})")
+
+
+def _construction(declared: str, level: Level | None, measured: ShiftType, test: SplitShift | None,
+                  dep_train: float | None, community_train: list[str] | None) -> tuple[str, str]:
+    """(construction, note): the design that fixes the declared type and the measurement beside it;
+    ("", "") when the declared type is just what the rows measure (or nothing explains the difference)."""
     if declared not in COMPARED:
-        return (f"declared {declared!r} names how the OOD sets were made, not a shift type; measured on S = the "
-                "row's context")
-    if level is not None and level.delta == 0 and level.type == "conditional" and measured == "none":
-        return "delta = 0 is the family's no-shift control level: P(Y|S) is the same in train and test by design"
-    if level is not None and level.delta == 0 and level.type == "joint" and test is not None:
-        return (f"delta = 0: P(A|s1) = 1/2 holds for the values s1/s2 of the training contexts, not per context, so "
-                f"this level is not the marginal task; measured per context: P(Y|S) shift {test.conditional:.3f} "
-                f"(threshold {test.conditional_threshold:.3f}), S-Y dependence in train {dep_train:.3f}")
-    if by_community and declared == "marginal" and measured == "joint" and test is not None:
-        return (f"community groups: S = community-<k> is numbered per class (k-th largest community of that class's "
-                f"meta-graph), so the test split's community mix differs by class; the label then tells the class "
-                f"(S-Y dependence in test {test.dependence:.3f}) and P(Y) differs (TV {test.p_y_tv:.3f}): the design "
-                "moves P(S) and cannot hold P(Y|S)")
-    if (level is not None and level.delta and declared in ("conditional", "joint") and test is not None
-            and measured not in ("conditional", "joint")):
-        return (f"the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise at this size: "
-                f"measured {test.conditional:.3f}, threshold {test.conditional_threshold:.3f}")
-    return ""
+        return ("clustered OOD sets", f"declared {declared!r} names how the OOD sets were made, not a shift type; "
+                f"measured {measured} on S = the row's context")
+    if test is None:
+        return "", ""
+    if community_train is not None:
+        one_env = (f"every training row has context {community_train[0]}, so IRM, CORAL and domain-balanced "
+                   "sampling see a single training environment: CORAL and domain-balanced sampling reduce to ERM, IRM's "
+                   "penalty compares no environments" if len(community_train) == 1
+                   else f"training contexts {', '.join(community_train)}")
+        return ("held-out communities",
+                f"typed by construction: held-out communities (train on each class's largest meta-graph community, "
+                f"test on its other communities), so P(S) shifts; S = community-<k> is numbered per class, so the "
+                f"test's community labels can tell the class (S-Y dependence in test {test.dependence:.3f}, P(Y) TV "
+                f"{test.p_y_tv:.3f}); measured {measured}: {_figures(test)}; {one_env}")
+    if level is not None and level.delta == 0 and level.type == "conditional":
+        return ("delta = 0 control level",
+                f"typed by construction: delta = 0 is the family's no-shift control level, P(Y|S) is the same in train "
+                f"and test by design; measured {measured}: {_figures(test)}")
+    if level is not None and level.delta == 0 and level.type == "joint":
+        return ("delta = 0 end point of the joint family",
+                f"typed by construction: delta = 0 sets P(A|s1) = 1/2 for the values s1/s2 of the training contexts, "
+                f"not per context, so single contexts can lean to one class (S-Y dependence in train {dep_train:.3f}); "
+                f"measured {measured}: {_figures(test)}")
+    if (level is not None and level.delta and declared in ("conditional", "joint") and measured != declared
+            and test.conditional <= test.conditional_threshold):
+        return (f"designed P(Y|S) shift delta = {level.delta:g}",
+                f"typed by construction: the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise "
+                f"at this size; measured {measured}: {_figures(test)}")
+    return "", ""
 
 
 def _dependence(rows: Sequence[_RowLike]) -> float:

@@ -20,10 +20,12 @@ from metashift_hf.core.errors import InputFormatError
 
 from .jsontypes import decode, encode
 
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 # 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
-READABLE_VERSIONS = (1, 2)
+# 3: ``measured.by_construction`` (the construction that fixes the declared type where the rows may not
+# show it); a version-2 spec reads with it "" (its note was not checked against that rule).
+READABLE_VERSIONS = (1, 2, 3)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
 # clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.research.ood_experiments)
@@ -213,7 +215,10 @@ class MeasuredShift:
     splits: tuple[SplitShift, ...]
     type: ShiftType
     agrees: bool  # type == the declared shift_type
-    note: str  # why the declared type differs ("" when it agrees)
+    note: str  # the construction and the measurement beside it, or why the declared type differs ("" when neither)
+    # the construction that types the task where the rows may not show it ("held-out communities",
+    # "delta = 0 control level", ...): "" when the declared type is simply the measured one
+    by_construction: str
 
     def split(self, name: str) -> SplitShift | None:
         return next((s for s in self.splits if s.split == name), None)
@@ -280,6 +285,10 @@ class ShiftSpec:
             if "measured" in data:
                 raise InputFormatError(f"{where}: spec_version 1 has no 'measured' key", _FIX)
             data = {**data, "measured": None}
+        elif version == 2 and isinstance(data.get("measured"), Mapping):  # before `by_construction` existed
+            if "by_construction" in data["measured"]:
+                raise InputFormatError(f"{where}: spec_version 2 has no 'measured.by_construction' key", _FIX)
+            data = {**data, "measured": {**data["measured"], "by_construction": ""}}
         return decode(cls, data, where, _FIX)
 
     @classmethod

@@ -479,7 +479,8 @@ def measured_words(spec: ShiftSpec) -> str | None:
     if test is None:
         return None
     shared = "" if test.p_y_given_s_tv is not None else "; no context shared, so from the class-context dependence"
-    agree = "agrees with the declared type" if m.agrees else f"declared {spec.shift_type}: {m.note}"
+    agree = ("agrees with the declared type" if m.agrees and not m.by_construction
+             else f"declared {spec.shift_type}: {m.note}")  # by construction: the note says what and shows the figures
     return (f"{m.type}: P(context) TV {_fmt(test.p_s_tv)} (counts above {_fmt(test.p_s_threshold)}), P(class | context) "
             f"shift {_fmt(test.conditional)} (counts above {_fmt(test.conditional_threshold)}{shared}); {agree}")
 

@@ -4,16 +4,20 @@ over every task family."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from metashift_hf.builders import measured, tasks
+from metashift_hf.cards.render import measured_words
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
 from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,9 @@ def test_declared_type_and_the_design_reasons():
     train = rows({("cat", "sofa"): 20, ("dog", "sofa"): 20})
     same = measured.measure({"train": train, "test": train}, "conditional", Level("conditional", "delta00", delta=0.0))
     assert same.type == "none" and not same.agrees and "control level" in same.note
+    assert same.by_construction == "delta = 0 control level" and "measured none" in same.note
     plain = measured.measure({"train": train, "test": train}, "conditional")
-    assert not plain.agrees and plain.note == ""  # no design reason: the test below would flag it
+    assert not plain.agrees and plain.note == plain.by_construction == ""  # no design reason: _consistent flags it
     assert measured.measure({"train": train}, "none").splits == ()
     assert measured.measure({"test": train}, "none") is None
 
@@ -73,7 +78,11 @@ def _consistent(spec: ShiftSpec) -> None:
     if "test" in spec.split_sizes:
         assert test is not None and m.type == test.type, spec.task_id
     assert m.agrees == (m.type == spec.shift_type), spec.task_id
-    assert m.agrees or m.note, f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, no reason given"
+    assert m.agrees or m.by_construction, f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, not typed by construction"
+    if m.by_construction:  # the construction is shown with the measurement beside it
+        assert f"measured {m.type}" in m.note and "typed by construction" in m.note or spec.shift_type == "clustered"
+    else:
+        assert m.note == "", spec.task_id
 
 
 DEMO_IDS = ["paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
@@ -115,11 +124,85 @@ def test_old_specs_still_read(demo_build):
     _, art = demo_build
     spec = tasks.plan_task("paper-subpop-cat-dog-p1", art, scale=0.5).spec
     data = json.loads(spec.to_json())
-    assert data["spec_version"] == SPEC_VERSION == 2
+    assert data["spec_version"] == SPEC_VERSION == 3
     v1 = {k: v for k, v in data.items() if k != "measured"} | {"spec_version": 1}
     old = ShiftSpec.from_dict(v1)
     assert old.measured is None and old.spec_version == 1 and old.task_id == spec.task_id
     with pytest.raises(InputFormatError, match="measured"):
         ShiftSpec.from_dict(v1 | {"measured": None})
-    with pytest.raises(InputFormatError, match="spec_version 3"):
-        ShiftSpec.from_dict(data | {"spec_version": 3})
+    # version 2: measured without by_construction, read as ""
+    v2 = data | {"spec_version": 2, "measured": {k: v for k, v in data["measured"].items() if k != "by_construction"}}
+    two = ShiftSpec.from_dict(v2)
+    assert two.spec_version == 2 and two.measured.by_construction == "" and two.measured.type == spec.measured.type
+    with pytest.raises(InputFormatError, match="by_construction"):
+        ShiftSpec.from_dict(v2 | {"measured": data["measured"]})
+    with pytest.raises(InputFormatError, match="by_construction"):
+        ShiftSpec.from_dict(data | {"measured": v2["measured"]})  # version 3 requires it
+    with pytest.raises(InputFormatError, match="spec_version 4"):
+        ShiftSpec.from_dict(data | {"spec_version": 4})
+
+
+def test_no_shared_context_compares_dependence_with_its_own_null():
+    """Issue 26.3: without shared contexts the figure is |Δ dependence|; its threshold must be the 95th
+    percentile of |Δ dependence| over re-splits, not of max(shared-context TV, |Δ dependence|)."""
+    train = rows({("cat", "sofa"): 12, ("dog", "sofa"): 6, ("cat", "rug"): 6, ("dog", "rug"): 12})
+    test = rows({("cat", "grass"): 18, ("dog", "grass"): 18})
+    s = measured.measure_split(train, test, "test")
+    assert s.p_y_given_s_tv is None and s.shared_mass == 0.0
+    # the threshold recomputed by hand from the same permutations (seed 0) of the pooled rows
+    pooled = train + test
+    ctx, lab = sorted({r.context for r in pooled}), sorted({r.label for r in pooled})
+    code = np.array([ctx.index(r.context) * len(lab) + lab.index(r.label) for r in pooled])
+    perm = np.random.default_rng(0).permuted(np.tile(code, (measured.PERMUTATIONS, 1)), axis=1)
+    gaps = [abs(measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[:len(train)]])
+                - measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[len(train):]]))
+            for p in perm]
+    assert s.conditional == pytest.approx(1 / 6, abs=1e-6)
+    assert s.conditional_threshold == pytest.approx(max(measured.FLOOR, np.quantile(gaps, measured.QUANTILE)), abs=1e-6)
+    assert s.type == "joint"
+
+
+@pytest.mark.slow
+def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path_factory):
+    """Issue 26.3 done-when: over ALL task ids of every family on the demo world (matched tasks from the
+    demo artifact matched by wordnet_match), the declared type is the measured test type, or the task
+    is typed by construction with the measurement in its note."""
+    _, art = demo_build
+    root = tmp_path_factory.mktemp("measured-all") / "artifact"
+    shutil.copytree(art.root, root)
+    try:
+        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn-measured"))
+    except MetashiftError as exc:  # WordNet dict files not installed here
+        pytest.skip(f"wordnet_match unavailable: {exc.what}")
+    art = Artifact.load(root)
+    planned: dict[str, list[ShiftSpec]] = {}
+    for fam in tasks.families():
+        for tid in fam.ids(art):
+            try:
+                plan = tasks.plan_task(tid, art)
+            except EmptyResultError:  # the paper's sizes exceed the demo: plan at the documented --set scale
+                plan = tasks.plan_task(tid, art, scale=0.5) if fam.name.startswith("paper-") else None
+            except EmptyGroupError:  # a matched pair whose class has one community: no OOD test set
+                plan = None
+            if plan is not None:
+                _consistent(plan.spec)
+                planned.setdefault(fam.name, []).append(plan.spec)
+    assert set(planned) >= {"paper-dg", "paper-subpop", "collections", "class", "matched", "shift-marginal",
+                            "shift-conditional", "shift-joint"}
+    assert len(planned["paper-dg"]) == 4 and len(planned["paper-subpop"]) == 3 and len(planned["matched"]) > 40
+    specs = {s.task_id: s for ss in planned.values() for s in ss}
+    # the six shift-joint tasks the old null measured `marginal` now measure as designed
+    for d in (1, 2, 3):
+        for delta in ("10", "20"):
+            m = specs[f"shift-joint-cat-dog-d{d}-delta{delta}"].measured
+            assert m.type == "joint" and m.agrees and m.by_construction == "" and m.note == ""
+    # community-matched tasks: typed by construction, the measurement and the single environment in the note
+    for tid in ("bin-cat-dog", "imagenet-5", "animals-10"):
+        m = specs[tid].measured
+        assert m.by_construction == "held-out communities" and f"measured {m.type}" in m.note
+        assert "single training environment" in m.note and "reduce to ERM" in m.note and "IRM" in m.note
+    assert all(s.measured.by_construction == "held-out communities" for s in planned["matched"])
+    # the card says so, with the measurement beside it
+    card = measured_words(specs["bin-cat-dog"])
+    assert "declared marginal: typed by construction: held-out communities" in card and "measured joint" in card
+    assert "agrees" not in measured_words(specs["shift-joint-cat-dog-d1-delta00"])
