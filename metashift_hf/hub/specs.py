@@ -22,6 +22,7 @@ from .api import plan
 from ..builders.metashift import spec_of_dataset
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
 
 
@@ -89,13 +90,13 @@ def _from_folder(folder: Path, config: str | None) -> ShiftSpec:
 
 def hub_call(repo_id: str, config: str | None, call, revision: str | None = None):
     """``call()``, its Hub failures as one error naming the repo (and revision) and the fix: never a
-    traceback, never a wait without end (the shared session gets a read timeout, :func:`bounded_hub_session`)."""
+    traceback, never a wait without end (the shared session gets a read timeout, :func:`metashift_hf.hub.http.bound_hub_timeouts`)."""
     import httpx2
     from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
     where = f"Hub dataset repo {repo_id}"
-    bounded_hub_session()
+    bound_hub_timeouts()
     try:
         return call()
     except RepositoryNotFoundError:
@@ -119,19 +120,6 @@ def hub_call(repo_id: str, config: str | None, call, revision: str | None = None
         raise MetashiftError(f"{where}: no answer from the Hub at {constants.ENDPOINT} ({type(exc).__name__}: {exc})",
                              "check the connection and HF_ENDPOINT; a slow Hub: raise HF_HUB_DOWNLOAD_TIMEOUT "
                              f"(seconds, now {constants.HF_HUB_DOWNLOAD_TIMEOUT})") from None
-
-
-def bounded_hub_session() -> None:
-    """Give huggingface_hub's shared HTTP session a timeout when it has none (its API calls wait forever
-    by default): HF_HUB_ETAG_TIMEOUT to connect, HF_HUB_DOWNLOAD_TIMEOUT per read (huggingface_hub's own
-    documented variables, 10 s each unless set)."""
-    import httpx2
-    from huggingface_hub import constants, get_session
-
-    session = get_session()
-    if session.timeout.read is None:
-        session.timeout = httpx2.Timeout(float(constants.HF_HUB_DOWNLOAD_TIMEOUT),
-                                         connect=float(constants.HF_HUB_ETAG_TIMEOUT))
 
 
 def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
@@ -239,4 +227,4 @@ def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.Pa
 
 
 __all__ = ["shift_spec", "read_spec_file", "read_text_file", "check_spec_size", "MAX_SPEC_BYTES", "hub_files",
-           "hub_text", "hub_call", "card_configs", "configs_of", "bounded_hub_session", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]
+           "hub_text", "hub_call", "card_configs", "configs_of", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]
