@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 from metashift_hf.builders import plots
-from metashift_hf.builders.shifts import SPLITS
+from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import SubsetName, id_slug
