@@ -26,13 +26,13 @@ import pyarrow as pa
 from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
 from datasets.builder import Key
 from metashift_hf.builders.images import DatasetImages, jpeg_problem, open_images, sniff_image
-
 from metashift_hf.core.errors import (
     InputFormatError,
     MetashiftError,
     MissingImagesError,
     UnknownNameError,
 )
+from metashift_hf.core.provenance import license_statement
 
 from .artifact import Artifact
 from .plan import TaskPlan
@@ -267,7 +267,7 @@ class Metashift(datasets.ArrowBasedBuilder):
             description=describe(self.plan),
             features=features,
             homepage="https://metashift.readthedocs.io/",
-            license="CC BY 4.0 (images and annotations: Visual Genome / GQA)",
+            license=license_statement(self._artifact.provenance, self._artifact.manifest.source_info),
             citation=("@inproceedings{liang2022metashift, title={MetaShift: A Dataset of Datasets for Evaluating "
                       "Contextual Distribution Shifts and Training Conflicts}, author={Weixin Liang and James Zou}, "
                       "booktitle={ICLR}, year={2022}}"),

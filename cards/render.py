@@ -25,13 +25,12 @@ from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.names import SubsetName
 from metashift_hf.core.names import id_slug
-from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic
+from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic, license_id
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.hub.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
 TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"
-LICENSE = "cc-by-4.0"
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
 # shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
 # distribution; subpopulation shift changes how contexts go with labels (conditional).
@@ -42,7 +41,6 @@ SOURCE_DATASETS = ["extended|visual_genome"]
 # COCO-built artifacts (build --coco-annotations): COCO's annotations are CC BY 4.0, its images Flickr's
 COCO_TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "coco"]
 COCO_SOURCE_DATASETS = ["extended|detection-datasets/coco"]
-SYNTHETIC_LICENSE = "mit"
 SYNTHETIC_SOURCE_DATASETS = ["original"]
 # User data (source custom: build --tags / --hf-dataset): licence and origin only as the user gave them
 # (build --license / --source-name / --homepage), else none is claimed; never Visual Genome's.
@@ -571,8 +569,7 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
     synthetic = is_synthetic(provenance)
     custom = provenance == "custom"
     data = DatasetCardData(
-        license=(SYNTHETIC_LICENSE if synthetic else (source_info.license if source_info else None) if custom
-                 else LICENSE),
+        license=license_id(provenance, source_info),
         pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
