@@ -381,6 +381,7 @@ def test_export_for_another_target_is_refused_before_the_hub(exported, tmp_path,
         assert not state.repos  # refused before anything was created
 
 
+@pytest.mark.slow  # ~10 s: two publish runs in subprocesses against the loopback Hub
 def test_published_card_is_the_exported_card(exported, tmp_path):
     """What export --namespace wrote is what the Hub gets, byte for byte, and names the namespace."""
     with running_hub() as (endpoint, state):
