@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError, did_you_mean
 
-from .shifts import ArtifactSource, GroupDef, SubpopSizes, TaskPlan, subpopulation_shift
+from .plan import ArtifactSource, GroupDef, TaskPlan
+from .shifts import SubpopSizes, subpopulation_shift
 from .spec import PaperFacts
 
 CLASSES = ("cat", "dog")

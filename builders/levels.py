@@ -29,12 +29,8 @@ import numpy as np
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError, did_you_mean
 
+from .plan import SPLITS, GroupDef, GroupSource, Row, TaskPlan
 from .shifts import (
-    SPLITS,
-    GroupDef,
-    GroupSource,
-    Row,
-    TaskPlan,
     finish_plan,
     _group_spec,
     _RowMaker,

@@ -10,7 +10,7 @@
 
 (``metashift_hf.load``/``prepare`` do exactly this.) Config names are task ids (see
 ``builders.tasks.task_ids``); ``builders.tasks.plan_task`` turns one into a
-:class:`builders.shifts.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
+:class:`builders.plan.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
 never decoded and re-encoded.
 """
 from __future__ import annotations
@@ -26,16 +26,16 @@ import pyarrow as pa
 from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
 from datasets.builder import Key
 from metashift_hf.builders.images import DatasetImages, jpeg_problem, open_images, sniff_image
-
 from metashift_hf.core.errors import (
     InputFormatError,
     MetashiftError,
     MissingImagesError,
     UnknownNameError,
 )
+from metashift_hf.core.provenance import license_statement
 
-from . import shifts
 from .artifact import Artifact
+from .plan import TaskPlan
 from .spec import ShiftSpec
 from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 
@@ -96,7 +96,7 @@ class MetashiftConfig(datasets.BuilderConfig):
 def base_features(classes: list[str], groups: list[str]) -> datasets.Features:
     """The task features (meanings: DEVELOPERS.md "Task layer", docs/tasks.md "Features").
 
-    ``groups``: the task's group names, sorted (:meth:`shifts.TaskPlan.group_names`); ``group_id``
+    ``groups``: the task's group names, sorted (:meth:`TaskPlan.group_names`); ``group_id``
     is a ClassLabel over them, so ``names[group_id] == group`` on every row.
     """
     return datasets.Features({
@@ -111,7 +111,7 @@ def base_features(classes: list[str], groups: list[str]) -> datasets.Features:
     })
 
 
-def task_features(plan: shifts.TaskPlan, with_image_metadata: bool = False) -> datasets.Features:
+def task_features(plan: TaskPlan, with_image_metadata: bool = False) -> datasets.Features:
     """The features of ``plan``'s dataset, the shift spec stamped into ``group``."""
     features = base_features(plan.classes, plan.group_names())
     if with_image_metadata:
@@ -158,7 +158,7 @@ def metadata_record(meta: dict | None, image_id: str) -> dict:
             "weather": meta.get("weather"), "objects": out}
 
 
-def describe(plan: shifts.TaskPlan) -> str:
+def describe(plan: TaskPlan) -> str:
     """The dataset description: one line about the task (the spec itself travels in the features)."""
     s = plan.spec
     return (f"MetaShift task {plan.task_id}: classes {', '.join(plan.classes)}; shift type {s.shift_type}; "
@@ -233,13 +233,13 @@ class Metashift(datasets.ArrowBasedBuilder):
                 pass  # a missing source is reported when the splits are generated
         # The cache is keyed by the config kwargs: the content hash makes a rebuilt artifact a new cache.
         kwargs.setdefault("artifact_hash", self._artifact.content_hash)
-        self._plan: shifts.TaskPlan | None = None
+        self._plan: TaskPlan | None = None
         self._source = None
         super().__init__(*args, **kwargs)
 
     # -- plan -----------------------------------------------------------------------------------
     @property
-    def plan(self) -> shifts.TaskPlan:
+    def plan(self) -> TaskPlan:
         if self._plan is None:
             c = self.config
             if c.on_missing not in ("error", "skip"):
@@ -267,7 +267,7 @@ class Metashift(datasets.ArrowBasedBuilder):
             description=describe(self.plan),
             features=features,
             homepage="https://metashift.readthedocs.io/",
-            license="CC BY 4.0 (images and annotations: Visual Genome / GQA)",
+            license=license_statement(self._artifact.provenance, self._artifact.manifest.source_info),
             citation=("@inproceedings{liang2022metashift, title={MetaShift: A Dataset of Datasets for Evaluating "
                       "Contextual Distribution Shifts and Training Conflicts}, author={Weixin Liang and James Zou}, "
                       "booktitle={ICLR}, year={2022}}"),

@@ -22,12 +22,10 @@ from metashift_hf.core.errors import (
 
 from .metagraph import group_distance_code
 from .spec import Distance, PaperFacts
+from .plan import GroupDef, GroupSource, TaskPlan
 from .shifts import (
     DGSizes,
-    GroupDef,
-    GroupSource,
     SubpopSizes,
-    TaskPlan,
     ambiguous_images,
     domain_generalisation,
     group_images,

@@ -17,27 +17,26 @@ Adding a family = one subclass + ``register(MyFamily())``::
         def owns(self, artifact, task_id): return task_id.startswith("level-")
         def ids(self, artifact): return [f"level-{c}" for c in artifact.classes()]
         def classes(self, artifact, task_id): return (task_id[len("level-"):],)
-        def plan(self, artifact, task_id, options, seed): ...  # -> shifts.TaskPlan
+        def plan(self, artifact, task_id, options, seed): ...  # -> TaskPlan
 
     register(LevelFamily())
 
 Options arrive as a flat mapping (Python keywords, ``--set KEY=VALUE``, builder config fields);
-:func:`parse_options` checks names and types against the options dataclass (an unknown or misspelt
-name, a wrong type -> a :class:`MetashiftError` naming the option and the fix) and the family checks
-values while planning.
+:func:`parse_options` checks names against the family's options dataclass and converts
+types with :mod:`.task_options`, where the options dataclasses live (an unknown or misspelt name, a
+wrong type -> a :class:`MetashiftError` naming the option and the fix); the family checks values
+while planning.
 """
 from __future__ import annotations
 
-import enum
 import os
-import types
 import weakref
 import typing
 from abc import ABC, abstractmethod
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Union
+from typing import Any, ClassVar, Mapping
 
 from metashift_hf import wordnet_match
 from metashift_hf.core.errors import (
@@ -53,133 +52,28 @@ from metashift_hf.core.options import text as text_option
 
 from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
+from .plan import ArtifactSource, GroupDef, TaskPlan
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
 from .spec import CollectionFilters, RegistryFacts, Rules
+from .task_options import (  # the options dataclasses stay importable from here, as docs/tasks.md shows
+    DEFAULT,
+    ClassOptions,
+    CocoSubpopOptions,
+    CollectionOptions,
+    PaperDGOptions,
+    PaperSubpopOptions,
+    given_options,
+    given_sizes,
+    option_docs,
+    option_value,
+)
 
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 # The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).
 OLD_LOADER_ATTRIBUTES_FLAG = "attributes_dataset"
 
 
-class Default(enum.Enum):
-    """An option left at the task's default (for sizes where None is a value: 'whole groups')."""
-
-    DEFAULT = "default"
-
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-DEFAULT = Default.DEFAULT
-
-
-# ---------------------------------------------------------------------------------------------
-# options: typed dataclasses, parsed from flat mappings
-# ---------------------------------------------------------------------------------------------
-def _doc(text: str) -> dict:
-    return {"doc": text}
-
-
-@dataclass(frozen=True)
-class PaperDGOptions:
-    """Options of ``paper-dg-cat-dog-<k>`` (sizes default to the paper's)."""
-
-    scale: float | None = field(default=None, metadata=_doc(
-        "multiply every size by this fraction in (0, 1]"))
-    train_per_group: int | Default = field(default=DEFAULT, metadata=_doc("training images per group (100)"))
-    validation_per_group: int | Default = field(default=DEFAULT, metadata=_doc("validation images per training group (25)"))
-    id_test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("id_test images per training group, at most (50)"))
-    test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
-        "test images per test group; None = whole groups (default)"))
-    additional_test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
-        "images per additional test group; 0 = left out (default), None = whole groups"))
-
-
-@dataclass(frozen=True)
-class PaperSubpopOptions:
-    """Options of ``paper-subpop-cat-dog-p12|p6|p1`` (sizes default to the paper's)."""
-
-    scale: float | None = field(default=None, metadata=_doc(
-        "multiply every size by this fraction in (0, 1]; drops the paper's pool check"))
-    minority_fraction: float | Default = field(default=DEFAULT, metadata=_doc(
-        "minority share of each class's training images, in [0, 0.5] (sets minority_per_class)"))
-    train_per_class: int | Default = field(default=DEFAULT, metadata=_doc("training images per class (850)"))
-    minority_per_class: int | Default = field(default=DEFAULT, metadata=_doc(
-        "minority training images per class (100 / 50 / 10 for p12 / p6 / p1)"))
-    test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("balanced test images per group (144)"))
-    validation_per_class: int | Default = field(default=DEFAULT, metadata=_doc("validation images per class (85)"))
-
-
-@dataclass(frozen=True)
-class ClassOptions:
-    """Options of ``class-<name>`` (every image of one class, once)."""
-
-    image_subset_size_threshold: int | None = field(default=None, metadata=_doc(
-        "keep only subsets with at least this many images (>= the artifact's min_images_per_subset)"))
-    min_local_groups: int | None = field(default=None, metadata=_doc(
-        "keep the class only when it has more than this many such subsets"))
-
-
-@dataclass(frozen=True)
-class CollectionOptions(ClassOptions):
-    """Options of ``classes`` / ``attributes`` (the old Hugging Face loader's collections)."""
-
-    selected_classes: tuple[str, ...] | None = field(default=None, metadata=_doc(
-        "classes to include (default: every class of the artifact)"))
-    attributes: tuple[str, ...] | None = field(default=None, metadata=_doc(
-        "'attributes' only: restrict to these subsets, e.g. ['cat(orange)']"))
-
-
-def option_docs(options_type: type) -> dict[str, str]:
-    """Option name -> its documentation (for CLI help and docs)."""
-    return {f.name: f.metadata.get("doc", "") for f in fields(options_type)}
-
-
-def _type_name(hint: Any) -> str:
-    parts = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    names = []
-    for p in parts:
-        if p is Default:
-            continue
-        if p is type(None):
-            names.append("null")
-        elif typing.get_origin(p) is tuple:
-            names.append("a list of names")
-        else:
-            names.append("a number" if p is float else "an integer" if p is int else getattr(p, "__name__", str(p)))
-    return " or ".join(names)
-
-
-def _coerce(value: Any, hint: Any) -> tuple[bool, Any]:
-    """(accepted, value converted to the field's type) for one union member."""
-    if hint is Default:
-        return value is DEFAULT, value
-    if hint is type(None):
-        return value is None, None
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            return False, value
-        return True, int(value)
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False, value
-        return True, float(value)
-    if typing.get_origin(hint) is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            return False, value
-        return True, tuple(value)
-    return isinstance(value, hint), value
-
-
-def _option_value(task_id: str, name: str, value: Any, hint: Any) -> Any:
-    members = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    for m in members:
-        ok, out = _coerce(value, m)
-        if ok:
-            return out
-    raise InputFormatError(f"task {task_id}: option {name}={value!r} is not {_type_name(hint)}",
-                           f"pass {name} as {_type_name(hint)} (Python keyword, or --set {name}=VALUE as JSON)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +117,7 @@ class TaskFamily(ABC):
         """The classes of one of this family's tasks."""
 
     @abstractmethod
-    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
         """The split plan; ``options`` is an instance of :attr:`options_type`."""
 
 
@@ -255,24 +149,8 @@ def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> A
                                        f"drop {name}, or use a task of that family")
             raise UnknownNameError(f"unknown option {name!r} for task {task_id}" + did_you_mean(name, known),
                                    f"this task accepts: {', '.join(sorted(known))} (and seed)")
-        values[name] = _option_value(task_id, name, value, hints[name])
+        values[name] = option_value(task_id, name, value, hints[name])
     return family.options_type(**values)
-
-
-def given_options(options: Any) -> dict[str, Any]:
-    """The options that differ from their field defaults (what a shift spec records)."""
-    out = {}
-    for f in fields(options):
-        v = getattr(options, f.name)
-        default = f.default if f.default is not MISSING else None
-        if v is not default and v != default:
-            out[f.name] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
-def _sizes(options: Any) -> dict[str, Any]:
-    return {f.name: getattr(options, f.name) for f in fields(options)
-            if f.name != "scale" and getattr(options, f.name) is not DEFAULT}
 
 
 class _PaperFamily(TaskFamily):
@@ -289,12 +167,12 @@ class _PaperFamily(TaskFamily):
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return paper_tasks.CLASSES
 
-    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             raise UnknownNameError(f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
                                    "build the artifact from GQA scene graphs (or the demo world), which has both")
         plan = paper_tasks.plan(task_id, artifact_source(artifact), seed=seed, scale=options.scale,
-                                overrides=_sizes(options))
+                                overrides=given_sizes(options))
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
@@ -308,13 +186,6 @@ class PaperSubpopFamily(_PaperFamily):
     name, title, kind = "paper-subpop", "paper subpopulation tasks (paper-subpop-cat-dog-<p>)", "paper"
     options_type = PaperSubpopOptions
     task_ids = paper_tasks.SUBPOP_IDS
-
-
-@dataclass(frozen=True)
-class CocoSubpopOptions(PaperSubpopOptions):
-    """Options of ``paper-coco-subpop-cat-dog-p13|p7|p1``; sizes default to the paper's COCO experiment:
-    1,500 training images per class (3,000), 131 balanced test images per group (524), 150 validation
-    images per class, minority 195 / 105 / 15 per class."""
 
 
 class CocoSubpopFamily(TaskFamily):
@@ -331,14 +202,14 @@ class CocoSubpopFamily(TaskFamily):
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return coco_tasks.CLASSES
 
-    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> shifts.TaskPlan:
-        sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, _sizes(options))
+    def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
+        sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, given_sizes(options))
         plan = coco_tasks.plan(task_id, artifact_source(artifact), sizes=sizes, seed=seed)
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
 
-def _collection_contexts(task: str, artifact: Artifact, source: shifts.ArtifactSource, classes: list[str],
+def _collection_contexts(task: str, artifact: Artifact, source: ArtifactSource, classes: list[str],
                          kinds: tuple[str, ...] | None, only: tuple[str, ...] | None,
                          opts: ClassOptions) -> dict[str, dict[str, frozenset[str]]]:
     """class -> {context: ids} after the migration filters (kind, subset list, size, local groups)."""
@@ -413,7 +284,7 @@ class ClassFamily(TaskFamily):
         cls = class_of_task(task_id, artifact)
         return (cls,) if cls is not None else (task_id[len(self.prefix):],)
 
-    def plan(self, artifact: Artifact, task_id: str, options: ClassOptions, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: ClassOptions, seed: int) -> TaskPlan:
         cls = class_of_task(task_id, artifact)
         if cls is None:
             raise unknown_task(task_id, artifact)
@@ -441,7 +312,7 @@ class CollectionFamily(TaskFamily):
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return tuple(sorted(artifact.classes()))
 
-    def plan(self, artifact: Artifact, task_id: str, options: CollectionOptions, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: CollectionOptions, seed: int) -> TaskPlan:
         if options.attributes is not None and task_id != "attributes":
             raise InputFormatError(f"option attributes= applies to the 'attributes' task, not {task_id!r}",
                                    "use task 'attributes' or drop the attributes option")
@@ -468,15 +339,15 @@ def _match_dir(artifact: Artifact) -> Path:
     return Path(artifact.root) / "match"
 
 
-_SOURCES: "weakref.WeakKeyDictionary[Artifact, shifts.ArtifactSource]" = weakref.WeakKeyDictionary()
+_SOURCES: "weakref.WeakKeyDictionary[Artifact, ArtifactSource]" = weakref.WeakKeyDictionary()
 
 
-def artifact_source(artifact: Artifact) -> shifts.ArtifactSource:
+def artifact_source(artifact: Artifact) -> ArtifactSource:
     """One ArtifactSource per loaded Artifact: building it walks every candidate subset (~2 s at full
     scale), and listing task ids asked for one per family (six), planning for one per task."""
     source = _SOURCES.get(artifact)
     if source is None:
-        source = _SOURCES[artifact] = shifts.ArtifactSource(artifact)
+        source = _SOURCES[artifact] = ArtifactSource(artifact)
     return source
 
 
@@ -520,7 +391,7 @@ def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
 def _community_distance(artifact: Artifact):
     """Paper rule (size-weighted centre of member embeddings); a group with an unembedded member gets
     the resistance between the groups instead, or 'disconnected' (the Distance's rule/status says which)."""
-    def fn(cls: str, id_group: shifts.GroupDef, ood: list[shifts.GroupDef]) -> Distance:
+    def fn(cls: str, id_group: GroupDef, ood: list[GroupDef]) -> Distance:
         groups = {g.name: list(g.contexts) for g in [id_group, *ood]}
         return artifact.group_distance(cls, groups, id_group.name, [g.name for g in ood], rule="paper")
     return fn
@@ -549,7 +420,7 @@ class MatchedFamily(TaskFamily):
         entry = match_registry(artifact)[task_id]
         return TaskInfo(task_id, self.name, entry.kind, tuple(entry.classes))
 
-    def plan(self, artifact: Artifact, task_id: str, options: shifts.CommunitySizes, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: shifts.CommunitySizes, seed: int) -> TaskPlan:
         entry = match_registry(artifact)[task_id]
         if not entry.available:
             raise EmptyResultError(f"task {task_id} is not available on {artifact.root}: {entry.reason}",
@@ -613,7 +484,7 @@ class ShiftFamily(TaskFamily):
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return levels.parse_task_id(task_id, artifact.classes())[1]
 
-    def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> shifts.TaskPlan:
+    def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> TaskPlan:
         classes = self.classes(artifact, task_id)
         source = artifact_source(artifact)
         shared = levels.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
@@ -688,7 +559,7 @@ def _rules(artifact: Artifact) -> Rules:
 
 
 def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-              **options: Any) -> shifts.TaskPlan:
+              **options: Any) -> TaskPlan:
     """The split plan of one task id on one artifact (no images read).
 
     ``options`` are the task family's options (see :func:`family_of(...).options_type

@@ -18,10 +18,11 @@ from typing import Mapping
 import numpy as np
 
 from metashift_hf.builders import plots
-from metashift_hf.builders.shifts import SPLITS
-from metashift_hf.builders.spec import GroupSpec, ShiftSpec
+from metashift_hf.builders.group_distances import group_subsets
+from metashift_hf.builders.plan import SPLITS
+from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.core.names import SubsetName, id_slug
+from metashift_hf.core.names import id_slug
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +61,6 @@ class TaskPictures:
 
 
 # -- roles ---------------------------------------------------------------------------------------
-
-def group_subsets(group: GroupSpec, kept: set[str]) -> list[str]:
-    """The kept subsets ``cls(context)`` a group is made of (the contexts the artifact has, when recorded)."""
-    contexts = group.contexts_found or group.contexts
-    names = (str(SubsetName(group.cls, c)) for c in contexts)
-    return [n for n in names if n in kept]
-
 
 def subset_splits(spec: ShiftSpec, cls: str, kept: set[str]) -> dict[str, tuple[str, ...]]:
     """Subset of class ``cls`` -> the splits whose groups hold it (train, validation, test, id_test order)."""

@@ -1,8 +1,8 @@
 """Dataset cards: README YAML metadata and the card body rendered from the ``cards/`` templates.
 
 The templates are plain ``string.Template`` files (``$name`` placeholders), so they need no extra
-dependency; everything computed (tables, sentences) is built here from the prepared task, the
-artifact and the written shards. ``substitute`` (not ``safe_substitute``) makes a missing value an
+dependency; the tables and sentences are formatted here from the prepared task, the artifact's
+records and the written shards (numbers such as group distances are read through ``builders``). ``substitute`` (not ``safe_substitute``) makes a missing value an
 error instead of a card with a hole in it.
 """
 from __future__ import annotations
@@ -18,20 +18,19 @@ from string import Template
 from typing import Any
 
 from metashift_hf.builders.artifact import ArtifactStats
-from metashift_hf.builders.distances import Distance as DistanceAnswer
+from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
 from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
-from metashift_hf.cards.pictures import TaskPictures, group_subsets
+from metashift_hf.cards.pictures import TaskPictures
 from metashift_hf.core import __version__
-from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.names import SubsetName
 from metashift_hf.core.names import id_slug
-from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic
+from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic, license_id
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.hub.shards import dataset_infos_yaml
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
 TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"
-LICENSE = "cc-by-4.0"
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
 # shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
 # distribution; subpopulation shift changes how contexts go with labels (conditional).
@@ -42,7 +41,6 @@ SOURCE_DATASETS = ["extended|visual_genome"]
 # COCO-built artifacts (build --coco-annotations): COCO's annotations are CC BY 4.0, its images Flickr's
 COCO_TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "coco"]
 COCO_SOURCE_DATASETS = ["extended|detection-datasets/coco"]
-SYNTHETIC_LICENSE = "mit"
 SYNTHETIC_SOURCE_DATASETS = ["original"]
 # User data (source custom: build --tags / --hf-dataset): licence and origin only as the user gave them
 # (build --license / --source-name / --homepage), else none is claimed; never Visual Genome's.
@@ -203,7 +201,7 @@ class TaskInfo:
     group_rows: dict[str, dict[str, int]]
     build: dict[str, Any]
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
-    distances: list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]] = field(default_factory=list)  # class, train, test, d code, d paper
+    distances: list[TrainTestDistance] = field(default_factory=list)  # read from the artifact (builders.group_distances)
     differences: list[str] = field(default_factory=list)
     example: dict = field(default_factory=dict)  # the first row without its image bytes (data-instance section)
     pictures: TaskPictures | None = None  # the task's own pictures (cards.pictures), None when not drawn
@@ -225,49 +223,12 @@ def _feature_type(feature) -> str:
     return type(feature).__name__
 
 
-def _groups(spec: ShiftSpec) -> dict[str, tuple[GroupSpec, ...]]:
-    return spec.groups()
-
-
-def _distance_rows(spec: ShiftSpec, art) -> list[tuple[str, str, str, DistanceAnswer | None, DistanceAnswer | None]]:
-    """Group-to-group distances (code and paper rule) between each class's train and test groups.
-
-    Computed over this task's groups of the class, so the code-rule value can differ from the
-    spec's ``distance`` when the task defines it over a wider family of groups (the note says so).
-    """
-
-    groups = _groups(spec)
-    rows = []
-    for cls in spec.classes:
-        try:
-            kept = set(art.subsets_of(cls))
-        except MetashiftError:
-            continue
-        members = {}
-        for key in ("train", "validation", "test", "id_test"):
-            for g in groups.get(key, ()):
-                if g.cls == cls and (subsets := group_subsets(g, kept)):
-                    members.setdefault(g.group, subsets)
-        train = sorted({g.group for g in groups.get("train", ()) if g.group in members})
-        test = sorted({g.group for g in groups.get("test", ()) if g.group in members} - set(train))
-        for a in train:
-            for b in test:
-                values = []
-                for rule in ("code", "paper"):
-                    try:
-                        values.append(art.group_distance(cls, members, a, b, rule=rule))
-                    except (MetashiftError, ValueError, KeyError):
-                        values.append(None)  # e.g. a group the artifact cannot resolve
-                rows.append((cls, a, b, values[0], values[1]))
-    return rows
-
-
 def _ours(key: str, spec: ShiftSpec):
     """Our value of a published size such as ``train_total`` or ``test_dog_shelf``."""
     if key.endswith("_total"):
         return spec.split_sizes.get(key[: -len("_total")])
     split, _, rest = key.partition("_")
-    for g in _groups(spec).get(split, ()):
+    for g in spec.groups().get(split, ()):
         if f"{g.cls}_{SubsetName.parse(g.group).context}".replace(" ", "_") == rest:
             return g.n
     return None
@@ -354,7 +315,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
         group_rows=group_rows,
         build=build,
         plots=plots,
-        distances=_distance_rows(spec, art),
+        distances=train_test_distances(spec, art),
         differences=_differences(spec, build, stats),
     )
 
@@ -389,7 +350,7 @@ def _metric(dist: Distance) -> str:
 
 def shift_in_words(spec: ShiftSpec) -> str:
     kind = spec.shift_type
-    groups = _groups(spec)
+    groups = spec.groups()
     classes = ", ".join(f"`{c}`" for c in spec.classes)
     dist = spec.distance
     d = (f" The train/test distance is d = {_fmt(dist.value)} ({dist.rule} rule{_metric(dist)})."
@@ -419,7 +380,7 @@ INDEX_NOTE = "Overview of the MetaShift tasks: what each one shifts and how to l
 
 def collection_note(spec: ShiftSpec) -> str:
     """The shift spec in one line (the Hub caps collection notes at 500 characters)."""
-    groups = _groups(spec)
+    groups = spec.groups()
     d = spec.distance.value if spec.distance is not None else None
     p = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
     text = (f"{spec.shift_type} shift; train {_contexts(groups.get('train', ()))} -> "
@@ -459,7 +420,7 @@ def multi_label_note(info: TaskInfo) -> str:
 
 def _shift_table(spec: ShiftSpec) -> str:
     dist, mf = spec.distance, spec.minority_fraction
-    groups = _groups(spec)
+    groups = spec.groups()
     rows = [
         ("shift type", spec.shift_type),
         ("train groups", _contexts(groups.get("train", ()))),
@@ -489,7 +450,7 @@ def _shift_groups_table(spec: ShiftSpec) -> str:
     """One row per group (its splits listed): the row counts live in the Splits and groups table."""
     first: dict[str, GroupSpec] = {}
     splits: dict[str, list[str]] = {}
-    for split, groups in _groups(spec).items():
+    for split, groups in spec.groups().items():
         for g in groups:
             first.setdefault(g.group, g)
             if split not in splits.setdefault(g.group, []):
@@ -609,8 +570,7 @@ def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str 
     synthetic = is_synthetic(provenance)
     custom = provenance == "custom"
     data = DatasetCardData(
-        license=(SYNTHETIC_LICENSE if synthetic else (source_info.license if source_info else None) if custom
-                 else LICENSE),
+        license=license_id(provenance, source_info),
         pretty_name=pretty_name + (" (synthetic demo data)" if synthetic else ""),
         task_categories=["image-classification"],
         size_categories=[size_category(sum(sum(i.split_rows.values()) for i in infos))] if configs else None,
@@ -679,7 +639,7 @@ def _few(groups: "tuple[GroupSpec, ...]", most: int = 6) -> str:
 
 def first_sentence(spec: ShiftSpec) -> str:
     """The one sentence a Hub visitor needs first: train on what, test on what, and what shifts."""
-    groups = _groups(spec)
+    groups = spec.groups()
     train, test = _few(groups.get("train", ())), _few(groups.get("test", ()))
     dist = spec.distance
     d = f", meta-graph distance d = {_fmt(dist.value)}" if dist is not None and dist.value is not None else ""
@@ -755,7 +715,7 @@ def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str)
     rows = []
     for i in infos:
         spec = i.spec
-        groups = _groups(spec)
+        groups = spec.groups()
         dist = spec.distance.value if spec.distance is not None else None
         mf = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
         rows.append(

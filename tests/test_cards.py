@@ -5,11 +5,14 @@ import importlib.util
 import io
 import re
 import sys
+from dataclasses import replace
 
 import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from metashift_hf import __version__
+from metashift_hf.builders.distances import Distance
+from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
@@ -94,6 +97,17 @@ def test_body_has_every_section(exported):
     assert "![meta-graph of cat](images/cat.png)" in text and "images/dog.png" not in text
     assert (repos[0].path / "images" / "cat.png").read_bytes() == (art.root / "plots" / "cat.png").read_bytes()
     assert "$" not in re.sub(r"```.*?```", "", text, flags=re.S)  # no unfilled placeholder
+
+
+def test_card_formats_the_distances_it_is_given(exported):
+    """Cards format and do not compute: the distance rows come from builders.group_distances (read from
+    the artifact when the facts are gathered) and the card prints exactly the rows it holds."""
+    art, tasks, _ = exported
+    info = cards.task_info(tasks[0], art, repo_id="ns/metashift-paper-dg-cat-dog-1")
+    assert info.distances == train_test_distances(tasks[0].spec, art) and info.distances
+    given = TrainTestDistance("cat", "cat(sofa)", "cat(grass)", Distance(0.125, "spectral", "ok"), None)
+    text = cards.render_task_card(replace(info, distances=[given]), None)
+    assert "| cat | `cat(sofa)` | `cat(grass)` | 0.125000 (spectral) | – |" in text
 
 
 def test_subpopulation_card_states_p(exported):

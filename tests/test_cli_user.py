@@ -37,6 +37,7 @@ def _first_line_then_close(*args: str) -> tuple[str, int, str]:
     return first, p.wait(timeout=300), err
 
 
+@pytest.mark.slow  # ~30 s on 2 busy cores: three CLI subprocesses over the demo build
 @pytest.mark.parametrize("args", [("tasks", "list"), ("tasks", "show", "paper-dg-cat-dog-1"), ("subsets", "--all")])
 def test_piping_into_head_exits_cleanly(demo, args):
     first, rc, err = _first_line_then_close(*args, "--artifact", str(demo[1].root))

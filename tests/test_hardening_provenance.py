@@ -18,9 +18,10 @@ from PIL import Image
 from metashift_hf.hub.api import prepare
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
-from metashift_hf.core.provenance import SourceInfo
+from metashift_hf.core.provenance import SourceInfo, license_id, license_statement
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import publish_tasks, push_repos
 
@@ -95,6 +96,19 @@ def test_user_licence_name_and_homepage_reach_the_card(user_data, tmp_path, caps
     assert card.data.license == "cc-by-sa-4.0" and "paperswithcode_id" not in card.data.to_dict()
     assert "[Street scenes sample](https://example.org/streets)" in text and "`license: cc-by-sa-4.0`" in text
     assert "No licence was given" not in text
+
+
+def test_builder_licence_follows_the_source(user_data, unlicensed, tmp_path, capsys):
+    """The datasets builder's DatasetInfo states the same licence as the card: never Visual Genome's for user data."""
+    _build(user_data, tmp_path / "art", capsys, "--license", "cc-by-sa-4.0", "--source-name", "Street scenes sample")
+    for art, needle in ((Artifact.load(tmp_path / "art"), "cc-by-sa-4.0 (as declared for Street scenes sample"),
+                        (unlicensed, "none given")):
+        b = Metashift(config_name="class-cat", artifact=art.root, images=str(user_data[1]),
+                      cache_dir=str(tmp_path / "cache"))
+        assert needle in b.info.license and "Visual Genome" not in b.info.license
+        assert b.info.license == license_statement(art.provenance, art.manifest.source_info)
+    assert license_statement("gqa").startswith(license_id("gqa") + " (") and license_id("demo") == "mit"
+    assert license_id("custom", None) is None and license_id("coco") == "cc-by-4.0"
 
 
 @pytest.mark.parametrize("flags,needle", [

@@ -347,6 +347,7 @@ def open_from_hub(endpoint: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path)
 
 
+@pytest.mark.slow  # ~25 s on 2 busy cores: a CLI subprocess whose Hub client retries the refused connection
 def test_a1_12_connection_refused_is_one_error(tmp_path):
     import socket
     with socket.socket() as s:  # a port nothing listens on

@@ -50,7 +50,7 @@ def test_every_card_command_runs_verbatim_from_the_hub(tmp_path):
     tasks = [three_split_task("paper-dg-cat-dog-1", images),
              three_split_task("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
              three_split_task("bin-cat-dog", images, matched=True)]
-    export_prepared(tasks, art, tmp_path / "out")  # no namespace: publish retargets the cards' commands
+    export_prepared(tasks, art, tmp_path / "out", namespace=NS)  # cards rendered once, naming NS
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
         run([sys.executable, "-m", "metashift_hf", "publish", "--from-export", str(tmp_path / "out"), "--namespace", NS],
@@ -88,7 +88,7 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
     sets = [x for t in subpop for x in ("--set", f"{t}:scale=0.5")]
     export = tmp_path / "export"
     assert main(["export", *subpop, "imagenet-5", "--artifact", str(art), "--images", str(world.images_dir),
-                 *sets, "--out", str(export), "-q"]) == 0
+                 *sets, "--namespace", NS, "--out", str(export), "-q"]) == 0
     p12 = "paper-subpop-cat-dog-p12"
     from metashift_hf.hub.task_source import open_task
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders import levels
-from metashift_hf.builders.shifts import Row, SetSource, TaskPlan
+from metashift_hf.builders.plan import Row, SetSource, TaskPlan
 from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
 from metashift_hf.core.options import OptionError

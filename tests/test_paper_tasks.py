@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders import paper_tasks as pt
-from metashift_hf.builders.shifts import SetSource
+from metashift_hf.builders.plan import SetSource
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
 from fixtures.worlds import paper_world
 

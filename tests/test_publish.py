@@ -363,32 +363,35 @@ def test_token_stays_out_of_logging_in_process(exported, caplog, capsys, monkeyp
     assert TOKEN not in everything and "hf_wrong_token_456" not in everything
 
 
-def test_retarget_card_names_the_namespace_everywhere():
-    card = ('ds = load_dataset("/home/me/out/metashift-bin-cat-dog", "bin-cat-dog")\n'
-            '| [`a`](../metashift-a) | `load_dataset("other/metashift-a", "a")` |\n'
-            '| [`b`](https://huggingface.co/datasets/other/metashift-b) | `load_dataset("./out/metashift-b/", "b")` |\n'
-            'see [the paper](https://huggingface.co/datasets/someone/unrelated) and load_dataset("parquet", data_files=x)\n')
-    out = publish_mod.retarget_card(card, "ns")
-    assert 'load_dataset("ns/metashift-bin-cat-dog", "bin-cat-dog")' in out
-    assert "[`a`](https://huggingface.co/datasets/ns/metashift-a) | `load_dataset(\"ns/metashift-a\", \"a\")`" in out
-    assert "[`b`](https://huggingface.co/datasets/ns/metashift-b) | `load_dataset(\"ns/metashift-b\", \"b\")`" in out
-    assert "/home/me" not in out and "other/" not in out and "./out" not in out
-    # links and load lines that are not our repos stay as written
-    assert "(https://huggingface.co/datasets/someone/unrelated)" in out and 'load_dataset("parquet"' in out
-    assert publish_mod.retarget_card(out, "ns") == out
+def test_publish_has_no_card_rewrite():
+    """The card is rendered once, for its target (export --namespace); publish rewrites nothing."""
+    assert not hasattr(publish_mod, "retarget_card")
 
 
-def test_export_without_namespace_publishes_cards_that_name_the_namespace(exported, tmp_path):
+def test_export_for_another_target_is_refused_before_the_hub(exported, tmp_path, local_cli):
     out = tmp_path / "local-export"
     export_prepared(exported["tasks"], exported["art"], out)  # no --namespace: cards name local folders
     assert str(out) in (out / f"metashift-{CONFIGS[0]}" / "README.md").read_text()
+    other = tmp_path / "other-export"
+    export_prepared(exported["tasks"], exported["art"], other, namespace="someone")
     with running_hub() as (endpoint, state):
-        r = cli(publish_args(out), endpoint, tmp_path / "home")
+        for folder, was in ((out, "no --namespace"), (other, "namespace 'someone'")):
+            r = local_cli(publish_args(folder), endpoint, tmp_path / "h")
+            assert r.returncode == 2 and was in r.stderr and f"--namespace {NS}" in r.stderr, r.stderr
+        assert not state.repos  # refused before anything was created
+
+
+@pytest.mark.slow  # ~10 s: two publish runs in subprocesses against the loopback Hub
+def test_published_card_is_the_exported_card(exported, tmp_path):
+    """What export --namespace wrote is what the Hub gets, byte for byte, and names the namespace."""
+    with running_hub() as (endpoint, state):
+        r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
         assert r.returncode == 0, r.stderr[-3000:]
+        for repo in (f"metashift-{CONFIGS[0]}", "metashift"):
+            published = state.repos[("dataset", f"{NS}/{repo}")].head.files["README.md"].content
+            assert published == (exported["out"] / repo / "README.md").read_bytes()
         task = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")].head.files["README.md"].content.decode()
-        index = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
-        assert f'load_dataset("{NS}/metashift-{CONFIGS[0]}", "{CONFIGS[0]}")' in task and str(out) not in task
-        assert f"(https://huggingface.co/datasets/{NS}/metashift-{CONFIGS[1]})" in index and str(out) not in index
-        # the published card is what plan and commit compared: publishing again changes nothing
-        again = cli(publish_args(out), endpoint, tmp_path / "home")
+        assert f'load_dataset("{NS}/metashift-{CONFIGS[0]}", "{CONFIGS[0]}")' in task
+        assert not any(".card-target" in f for (_, _), repo in state.repos.items() for f in repo.head.files)
+        again = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
         assert again.returncode == 0 and "up to date, no commit" in again.stderr

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import metashift_hf
-from metashift_hf.builders.shifts import SetSource, collection, domain_generalisation, GroupDef, DGSizes
+from metashift_hf.builders.plan import GroupDef, SetSource
+from metashift_hf.builders.shifts import DGSizes, collection, domain_generalisation
 from metashift_hf.builders.spec import SPEC_VERSION, Distance, GroupSpec, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 

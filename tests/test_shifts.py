@@ -5,14 +5,11 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders.distances import DISCONNECTED, Distance
+from metashift_hf.builders.plan import GroupDef, Row, SetSource, TaskPlan
 from metashift_hf.builders.shifts import (
     CommunitySizes,
     DGSizes,
-    GroupDef,
-    Row,
-    SetSource,
     SubpopSizes,
-    TaskPlan,
     collection,
     community_shift,
     contexts_near_distance,

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from metashift_hf.builders import shifts, tasks
+from metashift_hf.builders import plan, shifts, tasks
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 
 
@@ -69,7 +69,7 @@ class _OneClass(tasks.TaskFamily):
 
     def plan(self, artifact, task_id, options, seed):
         (cls,) = self.classes(artifact, task_id)
-        source = shifts.ArtifactSource(artifact)
+        source = plan.ArtifactSource(artifact)
         ctx = source.kept_contexts(cls)
         keep = sorted(ctx)[: options.cap] if options.cap is not None else sorted(ctx)
         return shifts.collection(task_id, source, contexts={cls: {c: ctx[c] for c in keep}}, seed=seed)

@@ -114,6 +114,7 @@ def test_imagenet_1k_in_class_index_order_all_resolve(wn):
     assert [wnid_of(s) for s in synsets] == [c.wnid for c in classes]
 
 
+@pytest.mark.slow  # ~12 s: copies and parses the whole WordNet dict twice
 @needs_debian
 def test_a_wordnet_that_is_not_3_0_is_refused_or_replaced(tmp_path, wn, monkeypatch):
     import metashift_hf.wordnet_match.wordnet as wordnet_module

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.shifts import SPLITS
+from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.cards.render import measured_words
 from metashift_hf.builders.tasks import family_of, kinds

@@ -94,6 +94,36 @@ def describe(provenance: str | None) -> str:
     return DESCRIPTIONS.get(str(provenance), f"unknown ({provenance})")
 
 
+# The licence (Hub id) of data built from each source, and what it covers. Synthetic data carries the
+# generator's licence (MIT, like the code); user data only what `build --license` recorded, else none.
+# An artifact without a recorded source predates provenance and was built from GQA / the pickles.
+SOURCE_LICENSES = {"gqa": "cc-by-4.0", "published": "cc-by-4.0", "coco": "cc-by-4.0", "demo": "mit", "synthetic": "mit"}
+_LICENSE_SCOPE = {
+    "gqa": "images and annotations: Visual Genome / GQA",
+    "published": "images and annotations: Visual Genome / GQA",
+    "coco": "COCO's annotations; the images are Flickr photographs under their uploaders' licences",
+    "demo": "synthetic images drawn by the metashift-hf generator",
+    "synthetic": "synthetic images drawn by the metashift-hf generator",
+}
+
+
+def license_id(provenance: str | None, source_info: SourceInfo | None = None) -> str | None:
+    """The Hub licence id of data from ``provenance`` (cards' ``license:``); None: none is known."""
+    if provenance == "custom":
+        return source_info.license if source_info else None
+    return SOURCE_LICENSES.get(str(provenance), SOURCE_LICENSES["gqa"])
+
+
+def license_statement(provenance: str | None, source_info: SourceInfo | None = None) -> str:
+    """The licence in words (a ``datasets.DatasetInfo.license``), consistent with :func:`license_id`."""
+    given = license_id(provenance, source_info)
+    if provenance == "custom":
+        if given is None:
+            return "none given when the artifact was built: check the source's terms"
+        return f"{given} (as declared for {source_info.name or 'the source data'} at build)"
+    return f"{given} ({_LICENSE_SCOPE.get(str(provenance), _LICENSE_SCOPE['gqa'])})"
+
+
 def _read_summary(path: Path) -> dict | None:
     """The demo-world summary at ``path``, or None when there is none (missing, not JSON, another format)."""
     try:

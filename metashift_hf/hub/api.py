@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import datasets
 
     from metashift_hf.builders.images import ImageSource
-    from metashift_hf.builders.shifts import TaskPlan
+    from metashift_hf.builders.plan import TaskPlan
 
 # Options that are fields of MetashiftConfig (everything else is a size override).
 _CONFIG_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "with_image_metadata",

@@ -14,6 +14,7 @@ The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the card
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,35 @@ from .specs import read_spec_file
 
 EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
 REPO_KIND = "exported repo"
+# The namespace a repo folder's cards name in their load lines and links (null: the local folders of
+# an export made without --namespace). Cards are rendered once, for that target; publish compares it
+# with its --namespace instead of rewriting the card. A dotfile, so never uploaded (shards.repo_files).
+CARD_TARGET_FILE = ".card-target.json"
+
+
+@dataclass(frozen=True)
+class CardTarget:
+    """Where the cards of an exported repo folder point: ``namespace/<repo>``, or local folders (None)."""
+
+    namespace: str | None
+
+
+def write_card_target(repo_dir: Path, namespace: str | None) -> None:
+    with atomic_file(Path(repo_dir) / CARD_TARGET_FILE, "w") as f:
+        f.write(json.dumps({"namespace": namespace}) + "\n")
+
+
+def card_target(repo_dir: Path) -> CardTarget | None:
+    """The recorded target of a repo folder's cards; None when not recorded (an older export, a folder
+    made by hand) or unreadable."""
+    path = Path(repo_dir) / CARD_TARGET_FILE
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 4096:
+            return None
+        ns = json.loads(path.read_text(encoding="utf-8")).get("namespace")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return CardTarget(ns) if ns is None or isinstance(ns, str) else None
 
 
 def repo_name_for(task_id: str, layout: str) -> str:
@@ -100,6 +130,7 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                  force: bool) -> list[ExportedRepo]:
 
     def load_target(repo: str) -> str:
+        """The name the cards load ``repo`` by: rendered once, for the publish target when one is given."""
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
 
     exported: list[ExportedRepo] = []
@@ -116,12 +147,14 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                 card = cards.render_task_card(info, [cfg])
                 with atomic_file(tmp / "README.md", "w") as f:
                     f.write(card)
+                write_card_target(tmp, namespace)
             infos.append(info)
             exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name),
                                          _repo_bytes(out_dir / name), cards.collection_note(p.spec)))
         with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
+            write_card_target(tmp, namespace)
         exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO),
                                      _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     else:
@@ -137,6 +170,7 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                 infos.append(info)
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=cfgs, repo_id=load_target(INDEX_REPO)))
+            write_card_target(tmp, namespace)
         exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO),
                                      _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
     return exported

@@ -24,7 +24,7 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
-from .export import export_tasks, read_note
+from .export import card_target, export_tasks, read_note
 from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,6 @@ class FilePlan:
     path: str
     size: int
     action: str  # "upload" | "unchanged" | "delete"
-    data: bytes | None = None  # what is published when it differs from the local file (the card)
 
 
 @dataclass
@@ -73,24 +72,6 @@ class PublishResult:
 def git_blob_sha1(path: Path | bytes) -> str:
     data = path if isinstance(path, bytes) else Path(path).read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-# What a card names our repos by: load lines (a namespace/repo, or the local folder of an export made
-# without --namespace), relative links of the index card, and Hub links of an earlier namespace.
-_LOAD_REF = re.compile(r'load_dataset\("(?P<ref>[^"\n]*?(?P<name>metashift(?:-[A-Za-z0-9._-]+)?))/?"')
-# the card's commands: --task 'a folder' (shlex-quoted) or --task folder/or/ns/metashift-x
-_TASK_REF = re.compile(r"--task (?:'[^'\n]*?(?P<n1>metashift(?:-[A-Za-z0-9._-]+)?)/?'|"
-                       r"[^'\s]*?(?P<n2>metashift(?:-[A-Za-z0-9._-]+)?)/?(?=\s|$))")
-_REPO_LINK = re.compile(r'\]\((?:\.\./|https://huggingface\.co/datasets/[A-Za-z0-9._-]+/)(?P<name>metashift(?:-[A-Za-z0-9._-]+)?)\)')
-
-
-def retarget_card(text: str, namespace: str) -> str:
-    """The card as published under ``namespace``: every load line and link naming one of our repos
-    names ``namespace/<repo>``, so a folder exported without (or with another) --namespace never
-    reaches the Hub with load lines that point at a local path or somebody else's repos."""
-    text = _LOAD_REF.sub(lambda m: f'load_dataset("{namespace}/{m.group("name")}"', text)
-    text = _TASK_REF.sub(lambda m: f"--task {namespace}/{m.group('n1') or m.group('n2')}", text)
-    return _REPO_LINK.sub(lambda m: f"](https://huggingface.co/datasets/{namespace}/{m.group('name')})", text)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -213,6 +194,22 @@ def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
     return ExportedRepo(path.name, path, (), repo_files(path), note=read_note(path))
 
 
+def check_card_target(repo: ExportedRepo, namespace: str) -> None:
+    """Refuse a repo folder whose cards were rendered for another target: its load lines would name a
+    local folder or somebody else's repos on the Hub. Cards are rendered once, at export, never rewritten."""
+    target = card_target(repo.path)
+    if target is None:
+        logger.warning(f"{repo.path}: no record of the namespace its card names (an older export?); "
+                       f"check that its load lines name {namespace}/{repo.name}")
+        return
+    if target.namespace != namespace:
+        was = f"namespace {target.namespace!r}" if target.namespace else "no --namespace (its cards load local folders)"
+        raise InputFormatError(
+            f"exported repo {repo.path} was exported with {was}, not for namespace {namespace!r}",
+            f"export again with `metashift-hf export ... --namespace {namespace}` (or publish the tasks directly: "
+            f"`metashift-hf publish TASK --artifact ARTIFACT --images IMAGES --namespace {namespace}`)")
+
+
 def _refuse_synthetic(what: str) -> None:
     raise MetashiftError(
         f"{what} holds synthetic data (the demo world or another generated world), not MetaShift / Visual Genome",
@@ -284,18 +281,16 @@ def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
     return out
 
 
-def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None, configs: list[str],
-              card: bytes | None = None) -> RepoPlan:
-    """What to upload, keep and delete; ``card``: the README as published (:func:`retarget_card`)."""
+def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None,
+              configs: list[str]) -> RepoPlan:
+    """What to upload, keep and delete (the files as exported: the card already names ``repo_id``)."""
     plan = RepoPlan(repo_id, repo.path, None if remote is None else bool(remote), note=repo.note)
     local = repo_files(repo.path)
     for rel in local:
         path = repo.path / rel
-        data = card if rel == "README.md" else None
-        size = len(data) if data is not None else path.stat().st_size
         old = (remote or {}).get(rel)
-        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(data if data is not None else path))
-        plan.files.append(FilePlan(rel, size, "unchanged" if same else "upload", data))
+        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(path))
+        plan.files.append(FilePlan(rel, path.stat().st_size, "unchanged" if same else "upload"))
     managed = tuple(f"{c}/" for c in configs) + _MANAGED_DIRS
     for rel, (_, size, _) in sorted((remote or {}).items()):
         if rel not in local and rel.startswith(managed):
@@ -340,9 +335,8 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
             _refuse_unlicensed(f"exported repo {r.path}")
     hub = writable_hub(token, namespace, dry_run=dry_run, endpoint=endpoint, timeout=timeout)
     token = hub.token
-
-    cards = {r.name: retarget_card((r.path / "README.md").read_text(encoding="utf-8"), namespace).encode("utf-8")
-             for r in items}
+    for r in items:  # after the token check: a namespace the token cannot write is the first thing to fix
+        check_card_target(r, namespace)
     plans = []
     for r in items:
         repo_id = f"{namespace}/{r.name}"
@@ -350,7 +344,7 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         if token:
             exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
             remote = _remote_tree(hub, repo_id) if exists else {}
-        plans.append(plan_repo(r, repo_id, remote, configs[r.name], cards[r.name]))
+        plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
     if dry_run:  # the caller shows plan_lines(result.plans)
         return PublishResult(plans, {}, None, True)
     # Real runs list every file too: only regular files of the repo layout are ever planned (shards.repo_files).
@@ -361,15 +355,16 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         hub.call(f"creating {plan.repo_id}", hub.api.create_repo, plan.repo_id, repo_type="dataset", private=private, exist_ok=True)
         if plan.exists is False:
             # create_repo made a first commit (.gitattributes): plan against the real tree.
-            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name], cards[r.name])
+            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
         if not plan.changed:
             logger.info(f"{plan.repo_id}: up to date, no commit")
             commits[plan.repo_id] = None
             continue
         if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
-            hub.validate_card(plan.local_dir / "README.md", cards[r.name].decode("utf-8"), plan.repo_id)
+            readme = plan.local_dir / "README.md"
+            hub.validate_card(readme, readme.read_text(encoding="utf-8"), plan.repo_id)
         ops = [CommitOperationAdd(path_in_repo=f.path,
-                                  path_or_fileobj=f.data if f.data is not None else str(plan.local_dir / f.path))
+                                  path_or_fileobj=str(plan.local_dir / f.path))
                for f in plan.files if f.action == "upload"]
         ops += [CommitOperationDelete(path_in_repo=f.path) for f in plan.files if f.action == "delete"]
         info = hub.call(f"committing to {plan.repo_id}", hub.api.create_commit, plan.repo_id, ops, repo_type="dataset",

@@ -28,7 +28,7 @@ from .api import PreparedTask, plan
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
 from ..builders.metashift import carries_spec, spec_of_features
-from ..builders.shifts import Row, TaskPlan
+from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from ..core.names import terminal_safe

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..hub.api import PreparedTask
-from ..builders.shifts import Row, TaskPlan
+from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from .score import PROB_TOLERANCE, Scores, score_plan

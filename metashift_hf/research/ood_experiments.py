@@ -23,11 +23,8 @@ import pandas as pd
 
 from metashift_hf.builders import levels as lv
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.plan import SPLITS, ArtifactSource, Row, TaskPlan
 from metashift_hf.builders.shifts import (
-    SPLITS,
-    ArtifactSource,
-    Row,
-    TaskPlan,
     ambiguous_images,
     finish_plan,
     majority_community,

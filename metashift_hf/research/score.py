@@ -32,7 +32,7 @@ from ..evaluate.scoring import chosen_splits, split_roles
 from ..hub.task_source import open_task
 
 if TYPE_CHECKING:
-    from metashift_hf.builders.shifts import TaskPlan
+    from metashift_hf.builders.plan import TaskPlan
 
 PredictionKind = Literal["labels", "probabilities", "logits"]
 ECE_BINS = 15  # equal-width confidence bins, as in Guo et al. (2017)

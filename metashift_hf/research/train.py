@@ -52,7 +52,7 @@ from .score import Predictions, Scores, score_plan, task_spec_hash
 from ..hub.task_source import open_task
 
 if TYPE_CHECKING:
-    from metashift_hf.builders.shifts import TaskPlan
+    from metashift_hf.builders.plan import TaskPlan
 
 Method = Literal["erm", "reweight", "groupdro", "irm", "coral", "mixup", "jtt", "dfr"]
 Probe = Literal["linear", "finetune"]
