@@ -83,8 +83,8 @@ def register(subparsers) -> None:
                               help=help_text)
     p.add_argument("--no-plots", action="store_true", help="skip the per-class meta-graph PNGs")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                   help="parallel workers: processes that read a large scene-graph file, DuckDB threads "
-                        "(default: 2 on a machine with 2+ cores)")
+                   help="parallel workers: here processes that read a large scene-graph file, DuckDB threads and "
+                        "the meta-graph process pool (default: 2 on a machine with 2+ cores)")
     p.add_argument("--memory-limit", type=byte_size, default=None, metavar="SIZE",
                    help="multi-label sources (--tags, --hf-dataset, --coco-annotations): memory DuckDB may use to "
                         "count the candidate subsets out of core, e.g. 2GiB; beyond it, it spills into the build's "
