@@ -38,7 +38,7 @@ MATCHED_PREFERENCE = ("imagenet-5", "bin-cat-dog")
 TRAIN_TASK = "paper-subpop-cat-dog-p12"
 # The demo's JPEGs are 96-128 px: backbone crops of 128 px carry all their detail, at ~3x the speed of 224.
 DEMO_IMAGE_SIZE = 128
-EXTRA_MISSING = "the eval extra is not installed (pip install 'metashift-hf[eval]' torch==2.13.0)"
+EXTRA_MISSING = "the eval extra is not installed (pip install 'metashift-hf[eval]'; CPU-only: install torch from https://download.pytorch.org/whl/cpu first, README)"
 
 
 def _eval_extra_installed() -> bool:

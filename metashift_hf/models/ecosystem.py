@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -199,7 +200,7 @@ _PROCESSOR_KEYS = {"size", "crop_size", "crop_pct", "resample", "do_resize", "do
 def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
     """A torchvision classifier by name, only from weights already in the torch hub cache."""
     torch = require_torch()
-    tv = require_module("torchvision", f"--model torchvision:{name}", "torchvision")
+    tv = _import_vision("torchvision", f"--model torchvision:{name}", "torchvision")
     device = check_device(torch, device)
     try:
         weights = tv.models.get_model_weights(name).DEFAULT
@@ -232,17 +233,18 @@ def _head_labels(categories, name: str) -> LabelMap:
 
 
 def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
-    """A timm classifier by name, only from weights already in the Hugging Face cache."""
+    """A timm classifier by name (Hugging Face cache only) or ``local-dir:FOLDER`` (timm's config.json + safetensors)."""
     torch = require_torch()
-    timm = require_module("timm", f"--model timm:{name}", "timm")
+    timm = _import_vision("timm", f"--model timm:{name}", "timm")
     device = check_device(torch, device)
-    os.environ["HF_HUB_OFFLINE"] = "1"  # never download during an evaluation
     try:
-        model = timm.create_model(name, pretrained=True)
+        with _hub_offline():
+            model = timm.create_model(name, pretrained=True)
     except Exception as exc:  # timm raises RuntimeError/OSError/LocalEntryNotFoundError variants
         raise MetashiftError(
             f"could not load timm:{name} from the local cache ({type(exc).__name__}: {exc})",
-            f"download once where the internet is reachable: python -c \"import timm; timm.create_model('{name}', pretrained=True)\"",
+            f"download once where the internet is reachable: python -c \"import timm; timm.create_model('{name}', pretrained=True)\", "
+            "or give timm:local-dir:FOLDER (a folder with timm's config.json and model.safetensors)",
         ) from exc
     place(torch, model, device, dtype)
     cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model)
@@ -257,6 +259,46 @@ def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Clas
                                "use an ImageNet-1k timm model, or an hf: model whose id2label names its classes")
     return Classifier(f"timm:{name}", "timm", model, prep, hash_state_dict(model), device,
                       {"weights_sha256_of": "state_dict tensors"}, dtype=dtype)
+
+
+# The torch/torchvision pair scripts/install.sh installs; another pair fails when torchvision loads its operators.
+_VISION_PAIR = "torch==2.14.1 torchvision==0.29.1"
+
+
+def _import_vision(name: str, what: str, extra: str):
+    """Import torchvision or timm (which imports torchvision); a torch/torchvision mismatch is an error/fix line."""
+    try:
+        return require_module(name, what, extra)
+    except (RuntimeError, ImportError, AttributeError) as exc:
+        if isinstance(exc, ModuleNotFoundError) and "torchvision" not in str(exc):
+            raise
+        raise MetashiftError(
+            f"{what}: importing {name} failed, most likely torchvision does not match the installed torch "
+            f"({type(exc).__name__}: {exc})",
+            f"install a matching pair, e.g. pip install {_VISION_PAIR} (CPU-only: add --index-url "
+            "https://download.pytorch.org/whl/cpu), see README 'Set up'",
+        ) from exc
+
+
+@contextmanager
+def _hub_offline():
+    """Cache-only Hub access for the duration of a load.
+
+    huggingface_hub reads HF_HUB_OFFLINE into ``constants`` once, when it is first imported, so setting the
+    environment variable later has no effect: the constant that ``is_offline_mode()`` returns is set too.
+    """
+    constants = importlib.import_module("huggingface_hub.constants")
+    before_env, before_const = os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before_const
+        if before_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before_env
 
 
 def from_module(module: Any, preprocessing: Preprocessing | Callable[[Any], Any], *, name: str | None = None,
