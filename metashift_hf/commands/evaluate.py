@@ -1,6 +1,8 @@
 """``metashift-hf evaluate``: score an ImageNet-1k classifier on a task, per class and per context."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..core.options import level, positive_int, seed
@@ -23,7 +25,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "evaluate",
-        help="evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
+        help=HELP["evaluate"],
         description=(
             "Run an ImageNet-1k classifier over a task's images (or read its predictions), score it "
             "hierarchy-aware (the top-1 class must lie under the class's matched WordNet synset) or "

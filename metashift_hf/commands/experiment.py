@@ -2,6 +2,8 @@
 the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..research.algorithms import METHODS
@@ -16,8 +18,7 @@ from .train import add_training_arguments, config_from_args
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("experiment", help="run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), "
-                                                 "clustered (k-means OOD sets), conflicts",
+    p = subparsers.add_parser("experiment", help=HELP["experiment"],
                               description="paper-dg / paper-subpop train a baseline on each of their tasks and write "
                                           "results.json, results.md, NAME.png and runs/<task>/ into --out; ood-levels, "
                                           "clustered and conflicts are described in docs/experiments.md.")

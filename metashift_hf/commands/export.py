@@ -1,6 +1,8 @@
 """``metashift-hf export``: write task repos (parquet + README card) exactly as they would be pushed."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..hub.api import reads_dataset_images
@@ -84,7 +86,7 @@ def require_task_inputs(args: argparse.Namespace) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write task repos (parquet shards with embedded images + README card) into a folder",
+        help=HELP["export"],
         description=(
             "Prepare each TASK and write, per repo, what `publish` would push: "
             "<config>/<split>-0000i-of-0000n.parquet with the original image bytes embedded, README.md with YAML "

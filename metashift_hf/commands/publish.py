@@ -1,6 +1,8 @@
 """``metashift-hf publish``: push task repos to the Hugging Face Hub (idempotent) and collect them."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..core.errors import MetashiftError
@@ -14,7 +16,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "publish",
-        help="export tasks and push them to the Hub as dataset repos, plus a collection",
+        help=HELP["publish"],
         description=(
             "Export each TASK (or take the repos already exported in --from-export) and push them under "
             "--namespace: one commit per repo, nothing committed when the Hub already has the same files, and a "

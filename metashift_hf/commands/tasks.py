@@ -1,6 +1,8 @@
 """`metashift-hf tasks list|show`: the task registry (matched tasks) plus the artifact's other task ids."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import dataclasses
 import json
@@ -33,7 +35,7 @@ KINDS = kinds()
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "tasks",
-        help="list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
+        help=HELP["tasks"],
         description="Tasks come from ARTIFACT/match/tasks.parquet (written by `metashift-hf match`) and, for an "
                     "artifact, from metashift_hf.hub.api.available_tasks (paper-*, class-<name>, attributes).",
     )
