@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import datasets
@@ -37,12 +37,13 @@ from metashift_hf.core.provenance import license_statement
 from .artifact import Artifact
 from .plan import TaskPlan
 from .spec import ShiftSpec
+from .task_options import CollectionOptions
 from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 
 # The old HF loader's default classes (kept for reference in docs; our default is every class).
 LEGACY_CLASSES = ("cat", "dog", "bus", "truck", "elephant", "horse", "bowl", "cup")
-# MetashiftConfig fields that are task options (builders.tasks), merged with ``overrides``.
-TASK_OPTION_FIELDS = ("selected_classes", "attributes", "image_subset_size_threshold", "min_local_groups")
+# The config fields that are task options: the collections' options dataclass names them (no second list).
+TASK_OPTION_FIELDS = tuple(f.name for f in fields(CollectionOptions))
 
 logger = logging.getLogger(__name__)
 

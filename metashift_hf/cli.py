@@ -9,31 +9,16 @@ import os
 import sys
 from typing import Iterator, NoReturn
 
+from .commands import HELP
 from .core import __version__
 from .core.errors import MetashiftError
 from .core.fsutil import write_error
 
-# name -> one-line help, in --help order. Each module metashift_hf.commands.<name> defines
-# ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``. Only the command
-# being run is imported (it pulls datasets, pyarrow, torch...), so `--help` and errors stay fast.
-COMMANDS = {
-    "download": "download GQA / published MetaShift files (resumable, sha256-verified) or register local copies",
-    "build": "build MetaShift (subsets, meta-graphs, communities, embeddings) into an artifact folder",
-    "classes": "list the classes of an artifact (subsets, images, communities, task id)",
-    "subsets": "list context subsets 'class(context)' with images and meta-graph community",
-    "distance": "print the spectral-embedding distance between two subsets of one class",
-    "stats": "compare a built artifact with the published MetaShift statistics",
-    "match": "match MetaShift names to WordNet/ImageNet-1k and write the task registry",
-    "tasks": "list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
-    "export": "write task repos (parquet shards with embedded images + README card) into a folder",
-    "publish": "export tasks and push them to the Hub as dataset repos, plus a collection",
-    "evaluate": "evaluate a pretrained ImageNet-1k model on a matched task: per class, per context, worst context, bugs",
-    "score": "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD",
-    "train": "train ERM / reweight / GroupDRO baselines (EfficientNet-Lite0 linear probe or fine-tuning) and score them",
-    "experiment": "run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), clustered (k-means OOD sets), conflicts",
-    "bugs": "context bugs of any model's predictions on a task (two-proportion test + Benjamini-Hochberg), per class",
-    "demo": "run the whole pipeline on the embedded demo data",
-}
+# name -> one-line help (commands.HELP, the one source), in --help order. Each module
+# metashift_hf.commands.<name> defines ``register(subparsers)``, which adds its parser and sets
+# ``func(args) -> int``. Only the command being run is imported (it pulls datasets, pyarrow, torch...),
+# so `--help` and errors stay fast.
+COMMANDS = HELP
 
 
 def _selected(argv: list[str]) -> str | None:

@@ -1,6 +1,8 @@
 """``metashift-hf bugs``: context bugs of any predictions file (a trained model's, or any `score` input)."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..research.bugs import BUGS_KIND, find_bugs
@@ -11,7 +13,7 @@ from .task_args import add_task_arguments, task_from_args
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bugs", help="context bugs of any model's predictions on a task (two-proportion test + Benjamini-Hochberg), per class",
+        "bugs", help=HELP["bugs"],
         description="Read predictions as `metashift-hf score` does (e.g. `metashift-hf train`'s seed-<s>/predictions.csv). "
                     "Every context subset of a class with at least --min-n images of --split is compared with the "
                     "class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests). "

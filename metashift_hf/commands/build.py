@@ -1,6 +1,8 @@
 """`metashift-hf build`: scene graphs or published pickles -> artifact folder."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import dataclasses
 import logging
@@ -22,7 +24,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "build",
-        help="build MetaShift (subsets, meta-graphs, communities, embeddings) into an artifact folder",
+        help=HELP["build"],
         description="Build from GQA scene graphs (--scene-graphs) or from the published candidate-subset "
                     "pickle(s) (--candidate-subsets / --attributes-pickle). Writes parquet tables, stats.json, "
                     "manifest.json and one meta-graph PNG per class into --out, atomically.",

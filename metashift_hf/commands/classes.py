@@ -1,6 +1,8 @@
 """`metashift-hf classes`: the classes of an artifact with their subsets, images and communities."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from metashift_hf.builders.artifact import Artifact
@@ -12,7 +14,7 @@ from .table import print_table
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "classes",
-        help="list the classes of an artifact (subsets, images, communities, task id)",
+        help=HELP["classes"],
         description="Every class that passes the rules (more than 5 kept subsets of at least 25 images), "
                     "largest first. `metashift-hf subsets CLASS` lists one class's subsets.",
     )

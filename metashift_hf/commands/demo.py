@@ -1,6 +1,8 @@
 """``metashift-hf demo``: run the whole pipeline on the embedded demo world."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from metashift_hf.core.options import positive_int, seed
@@ -8,7 +10,7 @@ from metashift_hf.demo import run_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the whole pipeline on the embedded demo data",
+    p = sub.add_parser("demo", help=HELP["demo"],
                        description="Generate the seeded demo world (scene graphs + JPEGs), build MetaShift on it, "
                                    "match to ImageNet, make tasks, export them as Hub repos, load them back "
                                    "and (with the eval extra) evaluate EfficientNet-Lite0.")

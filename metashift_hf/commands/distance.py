@@ -1,6 +1,8 @@
 """`metashift-hf distance`: meta-graph distance between two subsets of one class, or a class's matrix."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import csv
 import io
@@ -18,7 +20,7 @@ def register(subparsers) -> None:
     rules = "; ".join(f"{k}: {v}" for k, v in RULE_HELP.items())
     p = subparsers.add_parser(
         "distance",
-        help="distance between two subsets of one class (number + rule, or 'disconnected'), or a class's matrix",
+        help=HELP["distance"],
         description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact ARTIFACT "
                     "'dog(shelf)' 'dog(bed)'; prints the number, the rule that gave it and its place among the class's pairs, or 'disconnected' when "
                     f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "

@@ -1,6 +1,8 @@
 """`metashift-hf download`: fetch, register and list the real inputs."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import logging
 import urllib.parse
@@ -20,7 +22,7 @@ logger = logging.getLogger(__name__)
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "download",
-        help="download GQA / published MetaShift files (resumable, sha256-verified) or register local copies",
+        help=HELP["download"],
         description=(
             "Download the real inputs into the cache (or --dir), verify their sha256 and record them in "
             "the data manifest so `build`, `export` and `evaluate` find them. With --register, record "

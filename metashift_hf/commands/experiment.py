@@ -2,22 +2,22 @@
 the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..research.algorithms import METHODS
 from ..research.compare import run_compare
-from ..core.options import seed
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..sources.manifest import resolve_input
-from .export import parse_overrides
+from .task_args import add_task_arguments, parse_overrides
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
 from .train import add_training_arguments, config_from_args
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("experiment", help="run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), "
-                                                 "clustered (k-means OOD sets), conflicts",
+    p = subparsers.add_parser("experiment", help=HELP["experiment"],
                               description="paper-dg / paper-subpop train a baseline on each of their tasks and write "
                                           "results.json, results.md, NAME.png and runs/<task>/ into --out; ood-levels, "
                                           "clustered and conflicts are described in docs/experiments.md.")
@@ -25,13 +25,10 @@ def register(subparsers) -> None:
     for name, exp in EXPERIMENTS.items():
         q = sub.add_parser(name, help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
                            description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.".replace("%", "%%"))
-        q.add_argument("--artifact", default=None, help="artifact folder from `metashift-hf build` (the tasks are planned on it)")
+        add_task_arguments(q, task="none", hub=False)  # --artifact, --seed, --set (--images: add_training_arguments)
         q.add_argument("--from", dest="source", default=None, metavar="SRC",
                        help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace "
                             "(task T is SRC/metashift-T); no --artifact, --images or --set needed")
-        q.add_argument("--seed", type=seed, default=None, help="seed of the tasks' sampling, with --artifact (default 0)")
-        q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
         add_training_arguments(q, default_seeds=3)
         q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
         q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out (nothing else is ever replaced)")
@@ -54,12 +51,9 @@ def _register_compare(sub) -> None:
                                    "the new seeds (e.g. --seeds 3-5).")
     q.add_argument("--methods", type=_names, required=True, metavar="M1,M2,...", help=f"methods: {', '.join(METHODS)}")
     q.add_argument("--tasks", type=_names, required=True, metavar="T1,T2,...", help="task ids, e.g. paper-subpop-cat-dog-p12,paper-dg-cat-dog-1")
-    q.add_argument("--artifact", default=None, help="artifact folder from `metashift-hf build` (the tasks are planned on it)")
+    add_task_arguments(q, task="none", hub=False)  # --artifact, --seed, --set (--images: add_training_arguments)
     q.add_argument("--from", dest="source", default=None, metavar="SRC",
                    help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace")
-    q.add_argument("--seed", type=seed, default=None, help="seed of the tasks' sampling, with --artifact (default 0)")
-    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task option for every task, e.g. scale=0.5 (the demo world needs it); repeatable")
     add_training_arguments(q, default_seeds=3, method=False)
     q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier comparison (runs gain new seeds)")
     q.set_defaults(func=run_compare_command)

@@ -1,6 +1,8 @@
 """`metashift-hf match`: MetaShift names -> WordNet 3.0 -> ImageNet-1k, plus the task registry."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from metashift_hf.builders.match_artifact import explain_names, run_match
@@ -12,7 +14,7 @@ from metashift_hf.sources.manifest import paper_tree_path
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "match",
-        help="match MetaShift names to WordNet/ImageNet-1k and write the task registry",
+        help=HELP["match"],
         description="Published matching: each name's first WordNet noun sense that is a node of the hierarchy; "
                     "a subset is selected when its subject and context both match. Writes match.json, "
                     "match_table.parquet, subsets.parquet, classes.parquet and tasks.parquet into --out "

@@ -1,20 +1,23 @@
 """``metashift-hf publish``: push task repos to the Hugging Face Hub (idempotent) and collect them."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..core.errors import MetashiftError
 from ..core.options import positive_float
 from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
 from ..hub.shards import ExportedRepo, repo_files
-from .export import add_task_arguments, require_task_inputs, task_options
+from .export import add_export_arguments, require_task_inputs, task_options
+from .task_args import planning_seed
 
 
 def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "publish",
-        help="export tasks and push them to the Hub as dataset repos, plus a collection",
+        help=HELP["publish"],
         description=(
             "Export each TASK (or take the repos already exported in --from-export) and push them under "
             "--namespace: one commit per repo, nothing committed when the Hub already has the same files, and a "
@@ -22,7 +25,7 @@ def register(subparsers) -> None:
             "HF_ENDPOINT selects another Hub."
         ),
     )
-    add_task_arguments(p)
+    add_export_arguments(p)
     p.add_argument("--namespace", required=True, help="Hub user or organisation to publish under")
     p.add_argument("--from-export", metavar="DIR", default=None,
                    help="push the repo folders already in DIR (written by `metashift-hf export --namespace NS`) instead of exporting TASKs")
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     options, per_task = task_options(args)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
         _print_result(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
-                                        layout=args.layout, seed=args.seed, task_overrides=per_task, force=args.force,
+                                        layout=args.layout, seed=planning_seed(args), task_overrides=per_task, force=args.force,
                                         **common, **options))
     return 0
 

@@ -1,18 +1,19 @@
 """``metashift-hf score``: any model's predictions on a task -> scores.json + scores.md."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..core.fsutil import check_out
 from ..research.score import BOTH_RULE, LABEL_RULE, SCORES_KIND, USE_CHOICES, Predictions, score_plan
 from .task_args import add_splits_argument, add_task_arguments, task_from_args
 
-HELP = "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD"
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "score", help=HELP,
+        "score", help=HELP["score"],
         description="Read a .csv/.parquet with image_id and either prediction (class name or id) or one column per "
                     "class (prob_<class> or logit_<class>); the split of each image comes from the task. Writes "
                     "scores.json, scores.md and per_group.csv into --out: per split and overall, average, per-group/class/context "

@@ -1,6 +1,8 @@
 """`metashift-hf stats`: an artifact's figures next to the published MetaShift statistics."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import json
 
@@ -10,7 +12,7 @@ from ..sources.stats import compare
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "stats",
-        help="compare a built artifact with the published MetaShift statistics",
+        help=HELP["stats"],
         description=(
             "Print figure, published value, ours, difference and an explanation for every figure. "
             "--verify exits with status 1 when a check fails: exact published figures for artifacts built "

@@ -1,6 +1,8 @@
 """`metashift-hf subsets`: the context subsets of one class (or of all), with size and community."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from metashift_hf.builders.artifact import Artifact
@@ -11,7 +13,7 @@ from .table import print_table
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "subsets",
-        help="list context subsets 'class(context)' with images and meta-graph community",
+        help=HELP["subsets"],
         description="Kept subsets (at least 25 images, of a class) by default, largest first; use their names "
                     "with `metashift-hf distance` and `--set` options. Python: Artifact.subsets_table().",
     )

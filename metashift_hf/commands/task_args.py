@@ -6,27 +6,78 @@ or a Hub dataset repo id ``NAMESPACE/NAME`` (``--config`` when it holds several,
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Literal
 
+from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
 from ..hub.task_source import TaskData, open_task
-from .export import parse_overrides
 
 TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
              "task id such as paper-subpop-cat-dog-p12 with --artifact")
 
 
-def add_task_arguments(p: argparse.ArgumentParser, *, task_flag: bool = True) -> None:
-    """--task (unless the command takes it as a positional), --artifact, --config, --revision, --seed, --set."""
-    if task_flag:
-        p.add_argument("--task", required=True, help=TASK_HELP)
+# The one default of a task's sampling seed: --seed is None when not given, so a folder or repo keeps the
+# seed its spec records and a task id planned on --artifact takes this one.
+DEFAULT_SEED = 0
+SEED_HELP = (f"seed of the task's sampling, with --artifact (default {DEFAULT_SEED}; an exported folder or Hub repo "
+             "keeps its own)")
+IMAGES_HELP = "image folder of <id>.jpg or GQA images.zip, for task ids on --artifact (default: the registered one)"
+TaskFlag = Literal["flag", "optional", "many", "none"]
+
+
+def add_task_arguments(p: argparse.ArgumentParser, *, task: TaskFlag = "flag", images: bool = False,
+                       hub: bool = True, on_missing: bool = False) -> None:
+    """The one declaration of the task flags: the task (``--task``, required or ``optional``; ``many``:
+    positional task ids; ``none``: the command declares it), --artifact, --images (``images``), --config and
+    --revision (``hub``: the task may be a folder or Hub repo), --seed, --set, --on-missing (``on_missing``)."""
+    if task == "many":
+        p.add_argument("tasks", nargs="*", metavar="TASK",
+                       help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks list`)")
+    elif task != "none":
+        p.add_argument("--task", required=task == "flag", default=None, help=TASK_HELP)
     p.add_argument("--artifact", default=None, metavar="ARTIFACT",
                    help="artifact folder from `metashift-hf build`, when the task is a task id")
-    p.add_argument("--config", default=None, help="config of a folder or Hub repo that holds several tasks")
-    p.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
-    p.add_argument("--seed", type=seed, default=None,
-                   help="seed of the task's sampling, with --artifact (default 0; a folder or repo keeps its own)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task option with --artifact, e.g. scale=0.5 (as for export); repeatable")
+    if images:
+        p.add_argument("--images", default=None, help=IMAGES_HELP)
+    if hub:
+        p.add_argument("--config", default=None, help="config of a folder or Hub repo that holds several tasks")
+        p.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
+    p.add_argument("--seed", type=seed, default=None, help=SEED_HELP)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
+                   help="task option with --artifact, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 "
+                        "for one, class-cat:scale=null to drop it for one; repeatable")
+    if on_missing:
+        p.add_argument("--on-missing", choices=("error", "skip"), default="error",
+                       help="images missing or corrupt in --images: error (default; lists them) or skip them")
+
+
+def planning_seed(args: argparse.Namespace) -> int:
+    """The seed a task id is planned with: --seed, else :data:`DEFAULT_SEED`."""
+    return DEFAULT_SEED if args.seed is None else args.seed
+
+
+def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str, dict]]:
+    """``--set`` values -> (options for every task, per-task options that replace them)."""
+    common: dict = {}
+    per_task: dict[str, dict] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        task, colon, key = key.rpartition(":") if ":" in key else ("", "", key)
+        if not eq or not key:
+            raise MetashiftError(f"--set {item!r} is not KEY=VALUE",
+                                 "write e.g. --set scale=0.5 or --set paper-dg-cat-dog-1:scale=0.5")
+        try:
+            value = json.loads(raw)  # numbers, true/false, lists; anything else stays a string
+        except json.JSONDecodeError:
+            value = raw
+        if task and task not in tasks:
+            raise MetashiftError(f"--set {item!r} names task {task!r}, which is not being exported"
+                                 f"{did_you_mean(task, tasks)}", "name one of the TASK arguments before the colon")
+        (per_task.setdefault(task, {}) if task else common)[key] = value
+    # A per-task entry starts from the common options and replaces what it names; KEY=null drops
+    # a common option for that task (collections, for instance, take no size options).
+    return common, {t: {k: v for k, v in {**common, **o}.items() if v is not None} for t, o in per_task.items()}
 
 
 SPLITS_HELP = ("score only these splits, e.g. --splits test (as WILDS' --eval_splits; default: every split of the task). "
@@ -46,4 +97,4 @@ def task_from_args(args: argparse.Namespace, task: str | None = None, images=Non
                      seed=args.seed, options=per_task.get(task, common))
 
 
-__all__ = ["add_task_arguments", "task_from_args", "TASK_HELP"]
+__all__ = ["add_task_arguments", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]

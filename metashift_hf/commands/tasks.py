@@ -1,6 +1,8 @@
 """`metashift-hf tasks list|show`: the task registry (matched tasks) plus the artifact's other task ids."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 import dataclasses
 import json
@@ -19,13 +21,12 @@ from metashift_hf.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
-from metashift_hf.core.options import seed
 from metashift_hf.core.names import terminal_safe
 from metashift_hf.hub.specs import shift_spec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
-from .export import parse_overrides
+from .task_args import add_task_arguments, parse_overrides, planning_seed
 
 KINDS = kinds()
 
@@ -33,7 +34,7 @@ KINDS = kinds()
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "tasks",
-        help="list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
+        help=HELP["tasks"],
         description="Tasks come from ARTIFACT/match/tasks.parquet (written by `metashift-hf match`) and, for an "
                     "artifact, from metashift_hf.hub.api.available_tasks (paper-*, class-<name>, attributes).",
     )
@@ -44,14 +45,11 @@ def register(subparsers) -> None:
         if name == "show":
             q.add_argument("task_id", metavar="ID",
                            help="a task id (with --artifact or --match), an exported repo folder or a Hub repo id NS/NAME")
-            q.add_argument("--config", default=None, help="config of a folder or Hub repo that holds several tasks")
-            q.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
-            q.add_argument("--seed", type=seed, default=0, help="seed of the task's sampling, with --artifact (default 0)")
-            q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                           help="task option for the shift spec, e.g. scale=0.5 (as for export); repeatable")
+            add_task_arguments(q, task="none")  # --artifact, --config, --revision, --seed, --set
             q.add_argument("--json", action="store_true",
                            help="print the registry entry and the whole shift spec as JSON (for machines)")
-        q.add_argument("--artifact", metavar="ARTIFACT", help="artifact folder (its registry is ARTIFACT/match)")
+        if name == "list":
+            q.add_argument("--artifact", metavar="ARTIFACT", help="artifact folder (its registry is ARTIFACT/match)")
         q.add_argument("--match", metavar="DIR", help="a match folder written with `metashift-hf match --out DIR`")
         if name == "list":
             q.add_argument("--kind", choices=KINDS, help="only tasks of this kind")
@@ -217,7 +215,7 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
 
 def _show_exported(args: argparse.Namespace) -> int:
     """``tasks show FOLDER|NS/REPO``: the shift spec an exported task carries (no artifact needed)."""
-    if args.overrides or args.seed:
+    if args.overrides or args.seed is not None:
         raise MetashiftError(f"{args.task_id} is already planned: --set/--seed apply to a task id with --artifact",
                              "drop --set/--seed")
     spec = shift_spec(args.task_id, args.config, revision=args.revision)
@@ -253,7 +251,7 @@ def run_show(args: argparse.Namespace) -> int:
     spec = None
     if args.artifact:
         options, _ = parse_overrides(args.overrides, [args.task_id])
-        spec = plan_all([args.task_id], args.artifact, seed=args.seed, **options)[args.task_id].spec
+        spec = plan_all([args.task_id], args.artifact, seed=planning_seed(args), **options)[args.task_id].spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))

@@ -2,6 +2,8 @@
 DFR) on a task, several seeds, scored per group."""
 from __future__ import annotations
 
+from . import HELP
+
 import argparse
 
 from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
@@ -80,7 +82,7 @@ def config_from_args(args: argparse.Namespace, default_seeds: int) -> TrainConfi
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "train", help="train ERM / reweight / GroupDRO / IRM / CORAL / Mixup / JTT / DFR (EfficientNet-Lite0 linear probe or fine-tuning) and score them",
+        "train", help=HELP["train"],
         description="Train on the task's train split with --method, keep the epoch its --select rule prefers (the "
                     "method's default: validation average or worst-group), predict every split and score it (as "
                     "`metashift-hf score`). --probe linear "

@@ -1,0 +1,47 @@
+"""``metashift-hf evaluate --tasks ...`` / several ``--model``: a zoo, each (model, image) once, a leaderboard.
+
+The flags are declared once, in ``commands/evaluate.py`` (one command, two modules: one model vs the zoo).
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..core.errors import InputFormatError
+from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
+from ..evaluate.zoo import evaluate_zoo, select_tasks
+from ..sources.manifest import resolve_input
+from .task_args import parse_overrides, planning_seed
+
+
+def run_zoo(args: argparse.Namespace) -> int:
+    """Several models and/or tasks: each (model, image) once, every task scored, a leaderboard."""
+    for flag, given in (("--save-logits", args.save_logits), ("--sample", args.sample is not None),
+                        ("--on-missing skip", args.on_missing != "error"), ("--config", args.config is not None),
+                        ("--revision", args.revision is not None)):
+        if given:
+            raise InputFormatError(f"{flag} applies to a single --task, not to a zoo",
+                                   f"drop {flag.split()[0]}, or evaluate one model on one --task")
+    # the repo id, the token and its rights under the namespace: checked before the zoo's work, not after it
+    hub = check_publish(args.publish) if args.publish is not None else None
+    tasks = args.tasks if args.tasks is not None else args.task
+    images = args.images
+    if images is None and args.artifact is not None:
+        images = resolve_input("images", required=False)  # registered/downloaded once
+    named = select_tasks(tasks, args.artifact)
+    common, per_task = parse_overrides(args.overrides, named)
+    result = evaluate_zoo(
+        args.model, named, args.artifact, images, args.out, hierarchy=args.hierarchy, mode=args.mode,
+        batch_size=args.batch_size, device=args.device, workers=args.workers, seed=planning_seed(args),
+        min_subset_size=args.min_subset_size, alpha=args.alpha, progress=args.progress and not args.no_progress,
+        force=args.force, dtype=args.dtype, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=args.charts,
+        splits=args.splits,
+    )
+    print(result.summary())
+    if args.publish is not None:
+        pushed = publish_leaderboard(args.out, args.publish, private=args.private, hub=hub)
+        print(f"published {', '.join(pushed)} to the dataset repo {args.publish}")
+    return 0
+
+
+__all__ = ["run_zoo"]
