@@ -143,7 +143,7 @@ def test_flags_are_consistent_across_commands(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
     text = capsys.readouterr().out
-    assert "--set KEY=VALUE" in text and "--sample N" in text
+    assert "--set [TASK:]KEY=VALUE" in text and "--sample N" in text
 
 
 def test_download_sizes_use_one_unit(capsys):
