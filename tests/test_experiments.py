@@ -45,7 +45,12 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
     assert all(t in md for t in tasks)
     # published figures are labelled as such, and the run says what differs from the paper
     assert "paper:" in md and "What differs from the paper" in md
-    assert {d.split(":")[0] for d in res["paper"]["differences"]} >= {"backbone", "data", "rule"}
+    assert {d.split(":")[0] for d in res["paper"]["differences"]} >= {"backbone", "data", "rule", "steps", "selection", "sampling"}
+    # issue 26.1: no --sampling = the paper's protocol, group-balanced, named in results.json/md and each run card
+    assert res["sampling"] == res["run"]["sampling"] == "group-balanced"
+    assert all(json.loads((out / "runs" / t / "run_card.json").read_text())["sampling"] == "group-balanced" for t in tasks)
+    assert "sampling: group-balanced" in md and "sampling: ours group-balanced (the same)" in md
+    assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in res["run"]["task_origins"].values())
     if name == "paper-subpop":
         assert "84.0%" in md and "71.5%" in md
     # the features of images shared between tasks were computed once
