@@ -170,12 +170,14 @@ def _metric_title(metric: str) -> str:
 
 
 def _grid(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], metrics: Sequence[str]):
-    """(rule, metric, task columns, rows) for each table: rows (method, [per-task summary row or None], avg, worst)."""
+    """(rule, metric, task columns, rows) for each table: rows (method, [per-task summary row or None], avg, worst).
+    ``rule`` None: every method was trained under one rule (its own), so one table holds them all."""
     summ = summary_frame(table)
-    rules = [r for r in SELECTIONS if (summ.selection == r).any()]
+    one_each = bool(len(summ)) and bool((summ.groupby("method")["selection"].nunique() == 1).all())
+    rules = [None] if one_each else [r for r in SELECTIONS if (summ.selection == r).any()]
     for rule in rules:
         for metric in metrics:
-            part = summ[(summ.selection == rule) & (summ.metric == metric)]
+            part = summ[(summ.metric == metric) & ((summ.selection == rule) if rule is not None else True)]
             cols = [t for t in tasks if (part.task == t).any()]
             if not cols:
                 continue
@@ -199,7 +201,7 @@ def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[
     lines: list[str] = []
     last_rule = None
     for rule, metric, cols, rows in _grid(table, methods, tasks, metrics):
-        if rule != last_rule:
+        if rule is not None and rule != last_rule:
             lines += [f"### Selection: {SELECTION_TEXT[rule]}", ""]
             last_rule = rule
         lines += [f"**{_metric_title(metric)}**" + (" ORACLE" if rule == "oracle" else ""), "",
@@ -211,6 +213,8 @@ def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[
                 paper = paper_figure(t, m, metric)
                 if paper is not None:
                     cell += f" (paper: {100 * paper:.1f}%)"
+                if rule is None and selection.get(m) == "oracle":
+                    cell += " ORACLE"
                 out.append(cell)
             out += ["-" if avg is None else f"{100 * avg:.1f}%", "-" if worst is None else f"{100 * worst:.1f}%"]
             lines.append(f"| {m} | " + " | ".join(out) + " |")
@@ -227,7 +231,8 @@ def results_latex(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[s
     """The tables of :func:`results_tables` as LaTeX tabulars (booktabs), one per selection rule and metric."""
     out = [f"% metashift-hf experiment compare: {SPREAD_TEXT[spread]}; requires \\usepackage{{booktabs}}", ""]
     for rule, metric, cols, rows in _grid(table, methods, tasks, metrics):
-        out += [f"% selection: {SELECTION_TEXT[rule]}", f"% {_metric_title(metric)}",
+        out += [f"% selection: {SELECTION_TEXT[rule] if rule else 'each method its own rule (results.md)'}",
+                f"% {_metric_title(metric)}",
                 "\\begin{tabular}{l" + "c" * (len(cols) + 2) + "}", "\\toprule",
                 "Method & " + " & ".join(_tex(t) for t in cols) + " & Avg & Worst \\\\", "\\midrule"]
         for m, cells, avg, worst in rows:
