@@ -267,3 +267,21 @@ def test_compare_shares_hyper_parameters_by_method_prefix():
     assert method_hparams(hp, "erm", ["erm", "groupdro", "jtt"]) == {}
     with pytest.raises(MetashiftError, match="not compared"):
         method_hparams({"irm.lambda": 1.0}, "erm", ["erm"])
+
+
+def test_dfr_refits_as_the_reference_and_says_how_it_standardises():
+    """DFR^Val (dfr_evaluate_spurious.py, dfr_on_validation_eval) averages 20 re-fits; the docs name the scaler."""
+    assert HPARAMS["dfr"]["retrains"] == 20
+    differs = algorithm_info("dfr").differs
+    assert "training split's mean and std" in differs and "C tuning" in differs
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_random_search_draws_are_deterministic_checked_and_draw_0_is_the_default(method):
+    from metashift_hf.research.algorithms import SWEEP_COMMON, sample_hparams
+
+    assert sample_hparams(method, 0) == HPARAMS[method]
+    a, b, other = sample_hparams(method, 1, 7), sample_hparams(method, 1, 7), sample_hparams(method, 1, 8)
+    assert a == b and a != other and set(a) == set(HPARAMS[method]) | set(SWEEP_COMMON)
+    resolve_hparams(method, {k: v for k, v in a.items() if k not in SWEEP_COMMON})  # every draw passes the checks
+    assert 1e-4 <= a["lr"] <= 1e-2

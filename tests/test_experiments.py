@@ -69,3 +69,18 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
 def test_unknown_experiment(builder_world, tmp_path):
     with pytest.raises(UnknownNameError, match="paper-dg"):
         run_experiment("paper-d", builder_world["artifact"].root, builder_world["folder"], tmp_path / "x")
+
+
+def test_sampling_given_overrides_the_papers_protocol(builder_world, tmp_path, monkeypatch):
+    """--sampling still wins over the experiments' group-balanced default (issue 26.1), and the run says so."""
+    import metashift_hf.research.experiments as ex
+    from metashift_hf.research.train import TrainConfig
+
+    seen = []
+    real = ex.train
+    monkeypatch.setattr(ex, "train", lambda data, *a, **k: seen.append(a[3].sampling) or real(data, *a, **k))
+    res = run_experiment("paper-subpop", builder_world["artifact"].root, builder_world["folder"], tmp_path / "s",
+                         TrainConfig(seeds=1, epochs=1, image_size=32, sampling="shuffle"), overrides={"scale": 0.1},
+                         cache_dir=tmp_path / "cache", progress=False)
+    assert seen == ["shuffle"] * 3 and res.card["sampling"] == "shuffle"
+    assert any(d.startswith("sampling: ours shuffle") and "group-balanced" in d for d in res.to_dict()["paper"]["differences"])
