@@ -118,7 +118,8 @@ class CompareResult:
 
     def header(self) -> str:
         return header(self.config.probe, self.card["backbone"]["name"], sorted(set(self.table["seed"])), self.methods,
-                      self.card["selection"], self.spread, self.card.get("sampling"), self.card.get("sweep"))
+                      self.card["selection"], self.spread, self.card.get("sampling"), self.card.get("sweep"),
+                      self.card.get("selections"))
 
     def markdown(self) -> str:
         return "\n".join(["# Method comparison", "", self.header(), "",
@@ -142,12 +143,17 @@ def summary_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def header(probe: str, backbone: str, seeds: Sequence[int], methods: Sequence[str], selection: Mapping[str, str],
-           spread: str = "se", sampling: str | None = None, sweep: Mapping[str, Any] | None = None) -> str:
+           spread: str = "se", sampling: str | None = None, sweep: Mapping[str, Any] | None = None,
+           rules: Sequence[str] | None = None) -> str:
     """What a comparison ran: probe, backbone, seeds, sampling, each method's selection rule, what the paper column is."""
     lines = [f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
              + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
-             "Each method keeps the epoch its selection rule prefers (the tables below name the rule):", ""]
-    lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
+             "Each method keeps the epoch its selection rule prefers"
+             + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"), ""]
+    if rules and len(rules) > 1:
+        lines += [f"- **{m}** ({algorithm_info(m).title})" for m in methods]
+    else:
+        lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
     if sweep and sweep.get("n_hparams", 1) > 1:
         lines += ["", f"Random search: {sweep['n_hparams']} hyper-parameter draws per method (draw 0 the defaults, "
                       f"the others from the distributions of the algorithm registry, hparams seed {sweep['hparams_seed']}) "
