@@ -191,7 +191,14 @@ def _run_header(run: dict[str, Any]) -> str:
     seeds = len(seeds) if isinstance(seeds, list) else seeds
     return (f"{r['method']} / {r['probe']} probe on {r['backbone']['name']} features, {seeds} seeds (mean ± std, ddof 1), "
             f"task options {json.dumps(next(iter(r['task_overrides'].values()), {}) if r['task_overrides'] else {})}; "
-            f"{r['model_selection']}.")
+            f"{r['model_selection']}; sampling: {r.get('sampling', 'shuffle')}"
+            + ("" if r.get("sampling") == "group-balanced" else " (not the paper's group-balanced batches)") + ".")
+
+
+def _differences(run: dict[str, Any]) -> str:
+    """The stored run's "what differs from the paper" list (runs stored before it was kept have none)."""
+    diffs = run.get("differences") or []
+    return ("\nWhat differs from the paper's script and data:\n\n" + "\n".join(f"- {d}" for d in diffs) + "\n") if diffs else ""
 
 
 def paper_dg_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
@@ -205,7 +212,7 @@ def paper_dg_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
         lines.append(f"| {r['task']} | {r['train_groups']} | {_f(r['distance'])} | {_f(r['paper_distance'], 2)} | "
                      f"**{_pct(r['dog_shelf'])}** | {r['n_dog_shelf']} | {r['paper_n_dog_shelf']} | {_pct(r['cat_shelf'])} | "
                      f"{_pct(r['pooled'])} | {_pct(r['id_accuracy'])} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _differences(run)
 
 
 def paper_subpop_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
@@ -219,7 +226,7 @@ def paper_subpop_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
         lines.append(f"| {r['task']} | {_f(r['p_achieved'])} | {r['paper_p']} | {_pct(r['average'])} | "
                      f"{100 * r['paper_average']:.1f}% | **{_pct(r['worst_group'])}** | {100 * r['paper_worst_group']:.1f}% | "
                      f"{_pct(r['adjusted_average'])} | {r['worst_groups']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _differences(run)
 
 
 def compare_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
@@ -233,8 +240,10 @@ def compare_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
         return "No stored run (`python scripts/docs_figures.py --write --results compare=RUN_FOLDER`).\n"
     m = json.loads(meta.read_text())
     table = pd.read_csv(csv)
-    return (header(m["probe"], m["backbone"]["name"], m["seeds"], m["methods"], m["selection"]) + "\n\n"
-            + results_tables(table, m["methods"], m["tasks"], m["selection"]))
+    spread = m.get("spread", "se")
+    return (header(m["probe"], m["backbone"]["name"], m["seeds"], m["methods"], m["selection"], spread,
+                   m.get("config", {}).get("sampling"), m.get("sweep")) + "\n\n"
+            + results_tables(table, m["methods"], m["tasks"], m["selection"], spread=spread))
 
 
 def store_compare(folder: Path) -> Path:
@@ -242,7 +251,7 @@ def store_compare(folder: Path) -> Path:
     card = json.loads((folder / "compare.json").read_text())
     FIGURES.mkdir(exist_ok=True)
     shutil.copyfile(folder / "results.csv", FIGURES / "compare-demo.csv")
-    keep = {k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "algorithms")}
+    keep = {k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "task_origins", "algorithms")}
     out = FIGURES / "compare-demo.json"
     out.write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
     return out
@@ -310,10 +319,11 @@ def store_run(name: str, results: Path) -> Path:
     data = json.loads(Path(results).read_text())
     if data.get("experiment") != name:
         raise SystemExit(f"{results} is experiment {data.get('experiment')!r}, not {name!r}")
-    run = {k: v for k, v in data["run"].items() if k not in ("features", "seconds", "task_sources")}
+    run = {k: v for k, v in data["run"].items() if k not in ("features", "seconds", "task_sources", "task_origins")}
     FIGURES.mkdir(exist_ok=True)
     out = FIGURES / f"{name}-demo.json"
-    out.write_text(json.dumps({"experiment": name, "rows": data["rows"], "run": run}, indent=1, sort_keys=True) + "\n")
+    out.write_text(json.dumps({"experiment": name, "rows": data["rows"], "run": run,
+                               "differences": data.get("paper", {}).get("differences", [])}, indent=1, sort_keys=True) + "\n")
     return out
 
 

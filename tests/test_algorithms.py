@@ -90,26 +90,54 @@ def test_irm_penalty_is_the_squared_gradient_of_the_scaled_risk():
     logits = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 1.5], [1.0, 0.0]], requires_grad=True)
     y = torch.tensor([0, 1, 1, 0])
     e = torch.zeros(4, dtype=torch.long)
-    algo = ALGORITHMS["irm"](torch, {"lambda": 10.0, "anneal_steps": 0}, np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
+    # the anneal is a share of the run: anneal_frac 0.5 of 4 updates = the penalty weight is 1 for updates 0 and 1
+    algo = ALGORITHMS["irm"](torch, {"lambda": 10.0, "anneal_frac": 0.5}, np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
+    algo.set_run(4)
+    assert algo.schedule() == {"lambda": 2}
 
     def grad_w(lg, yy):  # d/dw mean CE(w * logits) at w = 1 = mean((softmax - onehot) . logits)
         p = torch.softmax(lg, 1)
         return ((p - torch.nn.functional.one_hot(yy, 2)) * lg).sum(1).mean()
     want_penalty = grad_w(logits[::2], y[::2]) * grad_w(logits[1::2], y[1::2])
     nll = torch.nn.functional.cross_entropy(logits, y)
+    # before annealing the penalty weight is 1; the optimiser restarts exactly once, at the anneal step
+    assert float(algo.loss(lambda x: (x, x), logits, y, e, e, e).detach()) == pytest.approx(float((nll + want_penalty).detach()), rel=1e-5)
+    assert not algo.resets_optimizer()
+    algo.loss(lambda x: (x, x), logits, y, e, e, e)
+    assert algo.resets_optimizer()
     got = algo.loss(lambda x: (x, x), logits, y, e, e, e).detach()
     assert float(got) == pytest.approx(float((nll + 10.0 * want_penalty).detach() / 10.0), rel=1e-5)
-    # before annealing the penalty weight is 1; the optimiser restarts exactly once, at the anneal step
-    early = ALGORITHMS["irm"](torch, {"lambda": 10.0, "anneal_steps": 2}, np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
-    assert float(early.loss(lambda x: (x, x), logits, y, e, e, e).detach()) == pytest.approx(float((nll + want_penalty).detach()), rel=1e-5)
-    assert not early.resets_optimizer()
-    early.loss(lambda x: (x, x), logits, y, e, e, e)
-    assert early.resets_optimizer()
+    assert not algo.resets_optimizer()
 
 
 def test_irm_runs_on_the_world(world):
-    result = fit(world, "irm", epochs=3, anneal_steps=20)
+    result = fit(world, "irm", epochs=3, anneal_frac=0.2)
     assert result.selected_epoch in (1, 2, 3) and np.isfinite([e["train_loss"] for e in result.log]).all()
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_every_scheduled_hyper_parameter_takes_effect_within_the_run(world, method, caplog):
+    """Issue 26.2: IRM's anneal was 500 steps, beyond every probe run's end. A schedule is a share of the run
+    now: in a short run (3 epochs of 32 batches) each scheduled switch falls before the last update, the
+    log says where, and no warning about a dead schedule is given."""
+    result = fit(world, method, epochs=3)
+    entries = [e for e in result.log if "schedule" in e]
+    algo = ALGORITHMS[method](torch, resolve_hparams(method), np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
+    algo.set_run(10)
+    if algo.schedule():  # a scheduled method logs its switch steps with the stage's length, every epoch
+        assert entries and all(0 < v < e["total_steps"] for e in entries for v in e["schedule"].values())
+        assert entries[0]["total_steps"] == 3 * 32  # 2000 rows in batches of 64
+    if method == "jtt":  # JTT's schedule is in epochs: the identification stage ends before the run does
+        assert 1 <= result.details["jtt"]["identification_epochs"] < 3
+    assert "never take effect" not in caplog.text
+
+
+def test_a_schedule_that_cannot_fire_is_warned_about(world, caplog):
+    """One update: IRM's anneal (at least update 1) cannot happen, and the loop says so."""
+    xs, data = world
+    s = fitting.FitSettings("irm", resolve_hparams("irm"), "average", "shuffle", 1, 1e-2, 4000, 0.0, "cpu")
+    fitting.fit_seed(torch, fitting.LinearLearner(torch, xs, 2, "cpu"), data, s, 0)
+    assert "never take effect" in caplog.text and "lambda (step 1)" in caplog.text
 
 
 def test_coral_penalty_is_zero_for_equal_environments_and_aligns_logits(world, erm):
@@ -239,3 +267,21 @@ def test_compare_shares_hyper_parameters_by_method_prefix():
     assert method_hparams(hp, "erm", ["erm", "groupdro", "jtt"]) == {}
     with pytest.raises(MetashiftError, match="not compared"):
         method_hparams({"irm.lambda": 1.0}, "erm", ["erm"])
+
+
+def test_dfr_refits_as_the_reference_and_says_how_it_standardises():
+    """DFR^Val (dfr_evaluate_spurious.py, dfr_on_validation_eval) averages 20 re-fits; the docs name the scaler."""
+    assert HPARAMS["dfr"]["retrains"] == 20
+    differs = algorithm_info("dfr").differs
+    assert "training split's mean and std" in differs and "C tuning" in differs
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_random_search_draws_are_deterministic_checked_and_draw_0_is_the_default(method):
+    from metashift_hf.research.algorithms import SWEEP_COMMON, sample_hparams
+
+    assert sample_hparams(method, 0) == HPARAMS[method]
+    a, b, other = sample_hparams(method, 1, 7), sample_hparams(method, 1, 7), sample_hparams(method, 1, 8)
+    assert a == b and a != other and set(a) == set(HPARAMS[method]) | set(SWEEP_COMMON)
+    resolve_hparams(method, {k: v for k, v in a.items() if k not in SWEEP_COMMON})  # every draw passes the checks
+    assert 1e-4 <= a["lr"] <= 1e-2

@@ -160,3 +160,54 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
         load_backbone("torchvision:resnet18", image_size=64)
     with pytest.raises(MetashiftError, match="fine-tuning"):
         TrainConfig(probe="finetune", backbone="timm:resnet18").resolved()
+
+
+def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_world, tmp_path):
+    """Issue 27.5 on the demo-sized world: --select all trains each method under every rule, results.md has one
+    table per rule (mean ± SE, cross-task average and worst columns), --latex writes results.tex, results.csv
+    carries SubpopBench's metrics and the sampling per row, and a sweep of 2 draws x 1 trial keeps, per rule,
+    the draw with the best selection score."""
+    out = tmp_path / "all"
+    tasks = "paper-subpop-cat-dog-p12"
+    assert cli.main(["experiment", "compare", "--methods", "erm,irm", "--tasks", tasks, *_common(builder_world, tmp_path),
+                     "--select", "all", "--latex", "--n-hparams", "2", "--n-trials", "1", "--epochs", "2",
+                     "--out", str(out)]) == 0
+    table = pd.read_csv(out / "results.csv")
+    assert set(table["selection"]) == {"average", "worst-group", "oracle"} and set(table["hparams_draw"]) == {0, 1}
+    assert set(table["sampling"]) == {"shuffle"} and set(table["seed"]) == {0}
+    assert {"balanced_accuracy", "macro_f1", "ece", "worst_class"} <= set(table["metric"])
+    # SubpopBench's metrics are the run's own scores of its stored predictions
+    run = json.loads((out / "runs" / "paper-subpop-cat-dog-p12" / "irm-oracle-h1" / "seed-0" / "scores.json").read_text())
+    one = table[(table.task == "paper-subpop-cat-dog-p12") & (table.method == "irm") & (table.selection == "oracle")
+                & (table.hparams_draw == 1)].set_index("metric")["value"]
+    assert one["ece"] == pytest.approx(run["ece"]) and one["macro_f1"] == pytest.approx(run["macro_f1"])
+    assert one["worst_class"] == pytest.approx(run["worst_class"]["accuracy"])
+    # one selected draw per (task, method, rule, seed): the one whose selection score is highest
+    sel = table[table.selected & (table.metric == "average")]
+    assert not sel.duplicated(["task", "method", "selection", "seed"]).any() and len(sel) == 2 * 3
+    card = json.loads((out / "compare.json").read_text())
+    assert card["selections"] == ["average", "worst-group", "oracle"] and card["sweep"]["n_hparams"] == 2
+    d0, d1 = card["sweep"]["draws"]["irm-average-h0"], card["sweep"]["draws"]["irm-average-h1"]
+    assert d0["hparams"] == {"lambda": 100.0, "anneal_frac": 0.1} and d1["hparams"] != d0["hparams"] and d1["lr"] != d0["lr"]
+    assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
+    md = (out / "results.md").read_text()
+    assert md.count("### Selection:") == 3 and "standard error" in md and "| average | worst |" in md
+    assert "trained once under each rule" in md
+    tex = (out / "results.tex").read_text()
+    assert tex.count("\\begin{tabular}") == md.count("| method |") and "$\\pm$" not in tex  # one trial: no spread
+    assert "Avg & Worst" in tex and "paper-subpop-cat-dog-p12" in tex
+
+
+def test_compare_tables_print_standard_error_by_default_and_std_on_request():
+    """mean ± SE (std / sqrt(n)) unless --spread std; a row per method, the cross-task average and worst beside."""
+    from metashift_hf.research.compare import results_latex, results_tables
+
+    vals = {("t1", "erm"): [0.5, 0.6, 0.7], ("t2", "erm"): [0.2, 0.2, 0.2]}
+    rows = [(t, m, s, "average", 0, True, "shuffle", "worst_group", v, None, None)
+            for (t, m), vs in vals.items() for s, v in enumerate(vs)]
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    se = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"})
+    std = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"}, spread="std")
+    assert "| erm | 60.0 ± 5.8% | 20.0 ± 0.0% | 40.0% | 20.0% |" in se  # SE = 0.1 / sqrt(3)
+    assert "| erm | 60.0 ± 10.0% | 20.0 ± 0.0% | 40.0% | 20.0% |" in std
+    assert "erm & 60.0 $\\pm$ 5.8 & 20.0 $\\pm$ 0.0 & 40.0 & 20.0 \\\\" in results_latex(table, ["erm"], ["t1", "t2"])

@@ -45,7 +45,12 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
     assert all(t in md for t in tasks)
     # published figures are labelled as such, and the run says what differs from the paper
     assert "paper:" in md and "What differs from the paper" in md
-    assert {d.split(":")[0] for d in res["paper"]["differences"]} >= {"backbone", "data", "rule"}
+    assert {d.split(":")[0] for d in res["paper"]["differences"]} >= {"backbone", "data", "rule", "steps", "selection", "sampling"}
+    # issue 26.1: no --sampling = the paper's protocol, group-balanced, named in results.json/md and each run card
+    assert res["sampling"] == res["run"]["sampling"] == "group-balanced"
+    assert all(json.loads((out / "runs" / t / "run_card.json").read_text())["sampling"] == "group-balanced" for t in tasks)
+    assert "sampling: group-balanced" in md and "sampling: ours group-balanced (the same)" in md
+    assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in res["run"]["task_origins"].values())
     if name == "paper-subpop":
         assert "84.0%" in md and "71.5%" in md
     # the features of images shared between tasks were computed once
@@ -64,3 +69,18 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
 def test_unknown_experiment(builder_world, tmp_path):
     with pytest.raises(UnknownNameError, match="paper-dg"):
         run_experiment("paper-d", builder_world["artifact"].root, builder_world["folder"], tmp_path / "x")
+
+
+def test_sampling_given_overrides_the_papers_protocol(builder_world, tmp_path, monkeypatch):
+    """--sampling still wins over the experiments' group-balanced default (issue 26.1), and the run says so."""
+    import metashift_hf.research.experiments as ex
+    from metashift_hf.research.train import TrainConfig
+
+    seen = []
+    real = ex.train
+    monkeypatch.setattr(ex, "train", lambda data, *a, **k: seen.append(a[3].sampling) or real(data, *a, **k))
+    res = run_experiment("paper-subpop", builder_world["artifact"].root, builder_world["folder"], tmp_path / "s",
+                         TrainConfig(seeds=1, epochs=1, image_size=32, sampling="shuffle"), overrides={"scale": 0.1},
+                         cache_dir=tmp_path / "cache", progress=False)
+    assert seen == ["shuffle"] * 3 and res.card["sampling"] == "shuffle"
+    assert any(d.startswith("sampling: ours shuffle") and "group-balanced" in d for d in res.to_dict()["paper"]["differences"])

@@ -154,7 +154,7 @@ def test_toml_seeds_and_hparams_are_checked_at_parse_time(tmp_path):  # A4-17, A
     ("jtt", {"first_stage_frac": 1.5}, "fraction in (0, 1]"),       # A4-31
     ("dfr", {"retrains": 0.5}, "not an integer"),                   # A4-32
     ("dfr", {"val_fraction": 1.0}, "fraction in (0, 1)"),
-    ("irm", {"anneal_steps": "nan"}, "not an integer"),
+    ("irm", {"anneal_frac": 1.0}, "fraction in (0, 1)"),
     ("mixup", {"alpha": float("nan")}, "finite"),
 ])
 def test_hparams_are_checked_against_their_declared_range(method, hp, reason):

@@ -124,6 +124,10 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
         run([*cli, "experiment", "paper-subpop", "--from", NS, "--seeds", "1", "--epochs", "2", "--image-size", "32",
              "--cache-dir", str(cache), "--out", str(o / "experiment")], env, tmp_path)
     assert (o / "experiment" / "results.md").is_file()
+    # issue 27.5: a task from the Hub is recorded with its repo id and the commit sha its revision resolved to
+    origins = json.loads((o / "experiment" / "results.json").read_text())["run"]["task_origins"]
+    assert origins[p12]["repo_id"] == repo and re.fullmatch(r"[0-9a-f]{40}", origins[p12]["sha"] or "")
+    assert json.loads((o / "train" / "run_card.json").read_text())["task_origin"]["sha"] == origins[p12]["sha"]
     for name in ("score/per_group.csv", "train/seed-0/predictions.csv", "train/scores.json"):
         texts = {form: (tmp_path / form / name).read_text() for form in ("artifact", "folder", "hub")}
         assert texts["artifact"] == texts["folder"] == texts["hub"], name

@@ -6,8 +6,9 @@ from . import HELP
 
 import argparse
 
-from ..research.algorithms import METHODS
-from ..research.compare import run_compare
+from ..research.algorithms import METHODS, SELECTIONS
+from ..research.compare import SPREADS, run_compare
+from ..core.options import positive_int, seed, seed_count
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..sources.manifest import resolve_input
 from .task_args import add_task_arguments, parse_overrides
@@ -45,16 +46,32 @@ def _names(text: str) -> list[str]:
 def _register_compare(sub) -> None:
     q = sub.add_parser("compare", help="every method x task x seed once: results.csv, results.md (paper figures beside), compare.png",
                        description="Train each --methods on each --tasks with every seed (features computed once, "
-                                   "shared) and write results.csv (task, method, seed, selection, metric, value, ci_low, "
-                                   "ci_high), results.md (mean ± std across seeds, the paper's figure beside where it has "
-                                   "one), compare.png and runs/<task>/<method>/. An earlier comparison in --out gains "
-                                   "the new seeds (e.g. --seeds 3-5).")
+                                   "shared) and write results.csv (task, method, seed, selection, hparams_draw, selected, "
+                                   "sampling, metric, value, ci_low, ci_high; SubpopBench's balanced accuracy, macro-F1, "
+                                   "ECE and worst-class accuracy among the metrics), results.md (DomainBed's "
+                                   "collect_results shape: per selection rule a row per method, a column per task and the "
+                                   "cross-task average and worst; mean ± standard error across seeds, the paper's figure "
+                                   "beside where it has one), compare.png and runs/<task>/<arm>/. An earlier comparison "
+                                   "in --out gains the new seeds (e.g. --seeds 3-5).")
     q.add_argument("--methods", type=_names, required=True, metavar="M1,M2,...", help=f"methods: {', '.join(METHODS)}")
     q.add_argument("--tasks", type=_names, required=True, metavar="T1,T2,...", help="task ids, e.g. paper-subpop-cat-dog-p12,paper-dg-cat-dog-1")
     add_task_arguments(q, task="none", hub=False)  # --artifact, --seed, --set (--images: add_training_arguments)
     q.add_argument("--from", dest="source", default=None, metavar="SRC",
                    help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace")
     add_training_arguments(q, default_seeds=3, method=False)
+    for action in q._actions:  # compare alone may train every rule: --select all
+        if action.dest == "select":
+            action.choices = (*SELECTIONS, "all")
+            action.help += "; all: train every method under each rule, one table per rule"
+    q.add_argument("--spread", choices=SPREADS, default="se",
+                   help="the ± in results.md/.tex: se (standard error across seeds, default, as DomainBed/SubpopBench) or std")
+    q.add_argument("--latex", action="store_true", help="also write results.tex (booktabs tabulars) beside results.md")
+    q.add_argument("--n-hparams", type=positive_int, default=1, metavar="H",
+                   help="random hyper-parameter search: H draws per method (draw 0 the defaults, the others from the "
+                        "algorithm registry's distributions), the best per selection rule kept (default 1: no search)")
+    q.add_argument("--n-trials", type=seed_count, default=None, metavar="T",
+                   help="with --n-hparams: trials (training seeds 0..T-1) per draw; replaces --seeds")
+    q.add_argument("--hparams-seed", type=seed, default=0, help="seed of the hyper-parameter draws (default 0)")
     q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier comparison (runs gain new seeds)")
     q.set_defaults(func=run_compare_command)
 
@@ -62,12 +79,18 @@ def _register_compare(sub) -> None:
 def run_compare_command(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
     images = args.images or (resolve_input("images", required=False) if args.artifact else None)
+    every_rule = args.select == "all"
+    if every_rule:
+        args.select = None
     config = config_from_args(args, default_seeds=3)
     result = run_compare(args.methods, args.tasks, args.artifact, images, args.out, config, seed=args.seed,
                          overrides=options, source=args.source, cache_dir=args.cache_dir,
-                         progress=args.progress and not args.no_progress, resume=args.resume)
+                         progress=args.progress and not args.no_progress, resume=args.resume,
+                         selections=SELECTIONS if every_rule else None, spread=args.spread, latex=args.latex,
+                         n_hparams=args.n_hparams, n_trials=args.n_trials, hparams_seed=args.hparams_seed)
     print(result.markdown())
-    print(f"results: {args.out}/results.csv, results.md, compare.png, runs/<task>/<method>/")
+    print(f"results: {args.out}/results.csv, results.md{', results.tex' if args.latex else ''}, compare.png, "
+          "runs/<task>/<arm>/")
     return 0
 
 

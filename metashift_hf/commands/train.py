@@ -27,7 +27,8 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
                    help="model selection: validation average, validation worst-group, or the test ORACLE (an upper "
                         "bound, labelled as such); default the method's (worst-group for reweight/groupdro/jtt/dfr)")
     p.add_argument("--sampling", choices=SAMPLINGS, default=None,
-                   help="batches: shuffle (default), group-balanced, or domain-balanced (DomainBed's: each context evenly)")
+                   help="batches: shuffle (default of train and compare), group-balanced (the paper's loader; default of "
+                        "experiment paper-dg/paper-subpop), or domain-balanced (DomainBed's: each context evenly)")
     p.add_argument("--hparam", dest="hparams", action="append", default=[], metavar="NAME=VALUE",
                    help="a hyper-parameter of the method, e.g. eta=0.05 (groupdro), lambda_up=20 (jtt); with several "
                         "methods (compare) prefix it: groupdro.eta=0.05; repeatable; "

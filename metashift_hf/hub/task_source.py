@@ -14,6 +14,8 @@ a task id planned on an artifact.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from ..builders.images import DatasetImages, ImageSource, open_images
 from ..builders.metashift import carries_spec, spec_of_features
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
-from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
 from ..core.names import terminal_safe
 from .shards import SORT_KEYS, SPEC_FILE
 from .specs import (
@@ -47,6 +49,7 @@ from .specs import (
 )
 
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
+logger = logging.getLogger(__name__)
 ROW_COLUMNS = ("image_id", "label", "group", "context", "contexts", "community")
 TASK_FORMS_FIX = ("pass a task id with --artifact ARTIFACT (Python: artifact=), a folder written by "
                   "`metashift-hf export`, a Hub dataset repo id NAMESPACE/NAME, or a loaded Dataset/DatasetDict")
@@ -66,6 +69,18 @@ class TaskData:
     dataset: "datasets.DatasetDict | None" = None
     artifact: Artifact | None = None
     images_path: "str | os.PathLike | ImageSource | None" = None
+    repo_id: str | None = None  # a Hub repo's id and the revision asked for (form "hub")
+    revision: str | None = None
+
+    def origin(self) -> dict[str, Any]:
+        """Where the task came from, for reports and run cards: form, place and the task options used; for a
+        Hub repo also its id, the revision asked and the commit sha that revision resolves to (None when the
+        Hub cannot be asked, e.g. offline)."""
+        out: dict[str, Any] = {"form": self.form, "where": self.where, "seed": self.spec.seed,
+                               "options": dict(self.spec.overrides)}
+        if self.repo_id is not None:
+            out.update(repo_id=self.repo_id, revision=self.revision, sha=hub_commit(self.repo_id, self.revision))
+        return out
 
     @property
     def task_id(self) -> str:
@@ -410,7 +425,20 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
     spec = task.spec if isinstance(task, PreparedTask) else dataset_spec(dd, where)
     # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
     refuse_planning_options(spec, where, seed, options, images if form in ("folder", "hub") else None)
-    return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd)
+    return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd,
+                    **({"repo_id": str(task), "revision": revision} if form == "hub" else {}))
+
+
+@functools.lru_cache(maxsize=64)
+def hub_commit(repo_id: str, revision: str | None) -> str | None:
+    """The commit sha ``revision`` (default main) of a Hub dataset repo resolves to; None when it cannot be asked."""
+    from huggingface_hub import HfApi  # heavy optional import, as specs.hub_files
+
+    try:
+        return hub_call(repo_id, None, lambda: HfApi().dataset_info(repo_id, revision=revision).sha, revision)
+    except MetashiftError as exc:
+        logger.warning(f"Hub dataset repo {repo_id}: its commit sha is not known ({exc.what})")
+        return None
 
 
 def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, options: Mapping[str, Any] | None,

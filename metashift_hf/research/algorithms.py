@@ -38,10 +38,19 @@ SAMPLINGS: tuple[str, ...] = ("shuffle", "group-balanced", "domain-balanced")
 SAMPLING_TEXT: dict[str, str] = {
     "shuffle": "each epoch a random permutation of the training rows, cut into batches",
     "group-balanced": "every batch draws the same number of rows from each training group class(context), "
-                      "cycling through a shuffled copy of each group (SubpopBench's group-balanced sampling)",
+                      "cycling through a shuffled copy of each group: the MetaShift paper's released loader "
+                      "(experiments/distribution_shift/main_generalization.py, SubsetShiftDatasetManager) and "
+                      "SubpopBench's group-balanced sampling",
     "domain-balanced": "every batch draws the same number of rows from each training environment (context), "
-                       "as DomainBed's loaders do (one minibatch per domain each step; the paper ran DomainBed)",
+                       "as DomainBed's own loaders do (one minibatch per domain each step)",
 }
+# The paper's training protocol. Its released script (Weixin-Liang/MetaShift,
+# experiments/distribution_shift/main_generalization.py) builds every batch as
+#     for domain_idx in range(num_domains):          # domain 0: cat(indoor), dog(indoor); 1: the outdoor pair
+#         for subject_str in ["cat", "dog"]:
+#             sampled_ids = np.random.choice(group_indices[class(context)], size=batch_size, ...)
+# i.e. batch_size rows from each class(context) group: group-balanced (the appendix's "implicit up-sampling").
+PAPER_SAMPLING = "group-balanced"
 
 
 class Algorithm:
@@ -68,6 +77,17 @@ class Algorithm:
         self.group_counts = np.bincount(groups, minlength=n_groups).astype(np.float64)
         self.rng = np.random.default_rng(0)
         self.step = 0
+        self.total_steps = 0  # updates in this training stage; the loop sets it (set_run) before the first
+
+    def set_run(self, total_steps: int) -> None:
+        """The number of updates this stage will make: schedules are fractions of it (DomainBed's are step
+        counts made for 5,000 steps, which a 200-700-step probe run never reaches)."""
+        self.total_steps = int(total_steps)
+
+    def schedule(self) -> dict[str, int]:
+        """The update (0-based) at which each scheduled hyper-parameter takes effect, for the log and the
+        check that it does within the run (:func:`dead_schedules`)."""
+        return {}
 
     def loss(self, forward: Callable, x, y, g, e, idx):
         raise NotImplementedError
@@ -93,8 +113,10 @@ class ERM(Algorithm):
     name, title = "erm", "ERM"
     reference = "Vapnik 1998; DomainBed's ERM (Gulrajani & Lopez-Paz 2021, Alg. ERM)"
     definition = "min_theta (1/n) sum_i l(f_theta(x_i), y_i): the mean cross-entropy over the batch"
-    differs = ("DomainBed's ERM also samples one minibatch per domain each step: here that is the "
-               "'domain-balanced' sampling option; the default 'shuffle' is a plain mean over shuffled rows")
+    differs = ("the MetaShift paper's script feeds ERM group-balanced batches (batch_size rows from each "
+               "class(context) group per step): the 'group-balanced' sampling, the default of `experiment "
+               "paper-subpop`/`paper-dg`; `train` and `experiment compare` default to 'shuffle', a plain mean over "
+               "shuffled rows; DomainBed's own loaders are 'domain-balanced' (one minibatch per context)")
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -154,13 +176,21 @@ class IRM(Algorithm):
     reference = "Arjovsky et al. 2019, 'Invariant Risk Minimization', eq. IRMv1; DomainBed/SubpopBench IRM"
     definition = ("min_Phi sum_e R^e(Phi) + lambda ||grad_{w|w=1.0} R^e(w . Phi)||^2, the gradient norm "
                   "estimated unbiasedly from two halves of each environment's batch; penalty weight 1 for the "
-                  "first anneal_steps steps, lambda after (and the optimiser restarts then)")
-    differs = "environments are the rows' contexts (SubpopBench's attribute a); lambda 100, anneal 500 steps (their defaults)"
+                  "first anneal steps, lambda after (and the optimiser restarts then)")
+    differs = ("environments are the rows' contexts (SubpopBench's attribute a); lambda 100 (their default); the "
+               "anneal is a fraction of the run, anneal_frac 0.1 = DomainBed's 500 of 5,000 steps, because a step "
+               "count made for 5,000 steps never fires in a 200-700-step probe run")
     default_selection = "average"
+
+    def anneal_step(self) -> int:
+        return max(1, int(round(self.hp["anneal_frac"] * self.total_steps)))
+
+    def schedule(self) -> dict[str, int]:
+        return {"lambda": self.anneal_step()}
 
     def loss(self, forward, x, y, g, e, idx):
         torch = self.torch
-        weight = self.hp["lambda"] if self.step >= self.hp["anneal_steps"] else 1.0
+        weight = self.hp["lambda"] if self.step >= self.anneal_step() else 1.0
         logits = forward(x)[1]
         nll, penalty, envs = 0.0, 0.0, _per_env(e)
         for mask in envs:
@@ -176,7 +206,7 @@ class IRM(Algorithm):
         return loss / weight if weight > 1.0 else loss  # as the IRM authors' code: the loss stays O(1)
 
     def resets_optimizer(self) -> bool:
-        return self.step == int(self.hp["anneal_steps"]) and self.hp["lambda"] != 1.0
+        return self.step == self.anneal_step() and self.hp["lambda"] != 1.0
 
 
 class CORAL(Algorithm):
@@ -258,9 +288,14 @@ class DFR(Algorithm):
     definition = ("take the ERM model's penultimate features; fit an L1 logistic regression on group-balanced "
                   "subsets of half the validation split for each C in the grid, pick C by worst-group accuracy "
                   "on the other half, refit on the whole validation split, averaging the weights of `retrains` "
-                  "balanced subsets")
+                  "(20, as the reference's dfr_on_validation_eval) balanced subsets")
     differs = ("with --probe linear the 'last layer' is the whole head on frozen backbone features, so no ERM "
-               "model is trained first; features standardised with the training split's statistics; the "
+               "model is trained first. Standardisation (--probe linear): every fit (C tuning and the 20 re-fits) "
+               "and the test features use the training split's mean and std, as the reference's final fits do "
+               "(StandardScaler fitted on the training embeddings); the reference's C tuning instead standardises "
+               "with its own fit rows' statistics (half of validation). The reference adds as many random "
+               "training rows to each re-fit (add_train); ours fits validation rows only. With --probe finetune the "
+               "pooled features are not standardised (the fitted head replaces the network's own). The "
                "validation split is consumed by the fit, so validation (and ID, when it is the validation "
                "split) figures of a DFR run are not held out")
     default_selection = "worst-group"
@@ -270,19 +305,43 @@ class DFR(Algorithm):
         return self._ce(forward(x)[1], y).mean()
 
 
-# Every hyper-parameter of every algorithm, in one place: its default (DomainBed / SubpopBench's, cited above)
-# and the check of its range (core.options), applied to every value a user passes.
-_HPARAM_SPECS: dict[str, dict[str, tuple[float, Callable[..., float]]]] = {
+@dataclass(frozen=True)
+class Dist:
+    """A random-search distribution (DomainBed's hparams_registry style): ``uniform`` on [low, high],
+    ``log10`` = 10 ** uniform(low, high), ``int-log2`` = int(2 ** uniform(low, high)); ``fixed``: never searched."""
+
+    kind: Literal["fixed", "uniform", "log10", "int-log2"]
+    low: float = 0.0
+    high: float = 0.0
+
+    def draw(self, rng: np.random.Generator, default: float) -> float:
+        if self.kind == "fixed":
+            return default
+        u = float(rng.uniform(self.low, self.high))
+        return {"uniform": u, "log10": 10.0 ** u, "int-log2": float(int(2.0 ** u))}[self.kind]
+
+
+FIXED = Dist("fixed")
+# Every hyper-parameter of every algorithm, in one place: its default (DomainBed / SubpopBench's, cited above),
+# the check of its range (core.options), applied to every value a user passes, and the distribution the random
+# search (`experiment compare --n-hparams`) draws it from (DomainBed's / SubpopBench's where they have one).
+_HPARAM_SPECS: dict[str, dict[str, tuple[float, Callable[..., float], Dist]]] = {
     "erm": {},
     "reweight": {},
-    "groupdro": {"eta": (0.01, opt.positive_float)},
-    "irm": {"lambda": (100.0, opt.positive_float), "anneal_steps": (500, opt.positive_int)},
-    "coral": {"gamma": (1.0, opt.positive_float)},
-    "mixup": {"alpha": (0.2, opt.positive_float)},
-    "jtt": {"first_stage_frac": (0.5, opt.fraction), "lambda_up": (10.0, opt.positive_float)},
-    "dfr": {"retrains": (10, opt.positive_int), "val_fraction": (0.5, opt.proper_fraction)},
+    "groupdro": {"eta": (0.01, opt.positive_float, Dist("log10", -3, -1))},
+    "irm": {"lambda": (100.0, opt.positive_float, Dist("log10", -1, 5)),
+            # DomainBed: anneal 500 of 5,000 steps (searched as 10**U(0, 4) steps): here a share of the run
+            "anneal_frac": (0.1, opt.proper_fraction, Dist("uniform", 0.02, 0.5))},
+    "coral": {"gamma": (1.0, opt.positive_float, Dist("log10", -1, 1))},
+    "mixup": {"alpha": (0.2, opt.positive_float, Dist("log10", -1, 1))},
+    "jtt": {"first_stage_frac": (0.5, opt.fraction, Dist("uniform", 0.2, 0.8)),
+            "lambda_up": (10.0, opt.positive_float, Dist("log10", 0, 2.5))},
+    # DFR's C is tuned inside the fit (DFR_C_GRID); its re-fit count and split are the reference's, not searched
+    "dfr": {"retrains": (20, opt.positive_int, FIXED), "val_fraction": (0.5, opt.proper_fraction, FIXED)},
 }
-HPARAMS: dict[str, dict[str, float]] = {m: {k: d for k, (d, _) in hp.items()} for m, hp in _HPARAM_SPECS.items()}
+# the loop's own settings searched beside them (DomainBed's lr and weight decay, around our probe defaults)
+SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Dist("log10", -6, -2)}
+HPARAMS: dict[str, dict[str, float]] = {m: {k: d for k, (d, _, _) in hp.items()} for m, hp in _HPARAM_SPECS.items()}
 DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
 # an L1 penalty: scikit-learn 1.8 spells it l1_ratio=1 (penalty= is deprecated), older versions penalty="l1"
 _L1: dict[str, Any] = {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
@@ -328,6 +387,25 @@ def resolve_hparams(name: str, overrides: Mapping[str, Any] | None = None) -> di
             raise UnknownNameError(f"method {name} has no hyper-parameter {key!r}", f"its hyper-parameters: {known}")
         hp[key] = _HPARAM_SPECS[name][key][1](value, f"{name}.{key}")
     return hp
+
+
+def sample_hparams(name: str, draw: int, seed: int = 0) -> dict[str, float]:
+    """Draw ``draw`` of ``name``'s random search: draw 0 is the defaults (as DomainBed's hparams_seed 0), later
+    draws come from each hyper-parameter's :class:`Dist` and the loop's :data:`SWEEP_COMMON` (keys ``lr``,
+    ``weight_decay`` beside the method's); deterministic in (method, draw, seed)."""
+    get_algorithm(name)
+    if draw == 0:
+        return dict(HPARAMS[name])
+    rng = np.random.default_rng([int(seed), int(draw), *name.encode()])
+    out = {k: _HPARAM_SPECS[name][k][1](dist.draw(rng, d), f"{name}.{k}") for k, (d, _, dist) in _HPARAM_SPECS[name].items()}
+    out.update({k: dist.draw(rng, 0.0) for k, dist in SWEEP_COMMON.items()})
+    return out
+
+
+def dead_schedules(algo: "Algorithm") -> dict[str, int]:
+    """The scheduled hyper-parameters of ``algo`` that would never take effect in its run (switch step >= the
+    run's updates), so the loop can warn: {name: step}."""
+    return {k: v for k, v in algo.schedule().items() if v >= algo.total_steps}
 
 
 def default_selection(name: str) -> str:
@@ -416,5 +494,6 @@ def dfr_fit(x_val: np.ndarray, y_val: np.ndarray, g_val: np.ndarray, n_classes: 
 
 __all__ = ["ALGORITHMS", "METHODS", "HPARAMS", "DFR_C_GRID", "SELECTIONS", "SELECTION_TEXT", "SAMPLINGS", "SAMPLING_TEXT",
            "Algorithm", "AlgorithmInfo", "algorithm_info", "get_algorithm", "resolve_hparams", "default_selection",
-           "selection_score", "balanced_batches", "dfr_fit", "ERM", "Reweight", "GroupDRO", "IRM", "CORAL", "Mixup",
+           "selection_score", "balanced_batches", "dfr_fit", "Dist", "SWEEP_COMMON", "sample_hparams", "dead_schedules",
+           "PAPER_SAMPLING", "ERM", "Reweight", "GroupDRO", "IRM", "CORAL", "Mixup",
            "JTT", "DFR"]

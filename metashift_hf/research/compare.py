@@ -4,10 +4,16 @@
     res = run_compare(["erm", "groupdro", "dfr"], ["paper-subpop-cat-dog-p12"], "ARTIFACT", "images/", "runs/cmp",
                       TrainConfig(seeds="0-2"), overrides={"scale": 0.5})
 
-``out/``: ``results.csv`` (flat: task, method, seed, selection, metric, value, ci_low, ci_high; one row
-per seed and metric), ``results.md`` (mean ± std across seeds per task and method, the paper's figure
-beside where the paper has one), ``compare.png`` and ``runs/<task>/<method>/`` (each a training run as
-``train`` writes it). Features are computed once per image (the cache) and shared by every method.
+``out/``: ``results.csv`` (flat: task, method, seed, selection, hparams_draw, selected, sampling, metric,
+value, ci_low, ci_high; one row per run, seed and metric, SubpopBench's metrics included), ``results.md``
+(DomainBed's collect_results shape: one table per selection rule and metric, a row per method, a column per
+task plus the cross-task average and worst, mean ± standard error across seeds (std on request), the
+paper's figure beside where the paper has one), ``results.tex`` with ``latex=True``, ``compare.png`` and
+``runs/<task>/<arm>/`` (each a training run as ``train`` writes it; the arm is the method, with
+``-<rule>`` under several selection rules and ``-h<k>`` for hyper-parameter draw k of a random search).
+A random search (``n_hparams`` > 1) trains every draw (:func:`~metashift_hf.research.algorithms.sample_hparams`,
+draw 0 the defaults) with every seed (trial) and, per rule, task, method and seed, keeps the draw whose
+selection score is best, as DomainBed's sweep does; every draw's rows stay in results.csv (``selected``). Features are computed once per image (the cache) and shared by every method.
 Each run folder is complete on its own: a later call with more seeds (``seeds="3-5"``) merges them
 into the same runs, and an interrupted call continues with ``resume=True``.
 """
@@ -27,8 +33,9 @@ import pandas as pd
 from metashift_hf.builders import paper_tasks as pt
 from metashift_hf.builders.artifact import Artifact
 
-from .algorithms import METHODS, SELECTION_TEXT, algorithm_info
+from .algorithms import METHODS, SAMPLING_TEXT, SELECTION_TEXT, SELECTIONS, SWEEP_COMMON, algorithm_info, sample_hparams
 from ..core import __version__
+from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.names import id_slug
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
@@ -41,7 +48,11 @@ from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_k
 logger = logging.getLogger(__name__)
 
 COMPARE_KIND = "comparison"  # the marker kind of an `experiment compare` --out folder (core.fsutil)
-COLUMNS: tuple[str, ...] = ("task", "method", "seed", "selection", "metric", "value", "ci_low", "ci_high")
+COLUMNS: tuple[str, ...] = ("task", "method", "seed", "selection", "hparams_draw", "selected", "sampling", "metric",
+                            "value", "ci_low", "ci_high")
+SPREADS: tuple[str, ...] = ("se", "std")
+SPREAD_TEXT = {"se": "mean ± standard error across seeds (std / sqrt(n), as DomainBed and SubpopBench print)",
+               "std": "mean ± standard deviation across seeds (ddof 1)"}
 # metric -> what it is, for results.md; the CI is Wilson 95% over the split's rows (none for a weighted average)
 METRICS: dict[str, str] = {
     "average": "headline split's average accuracy",
@@ -49,6 +60,11 @@ METRICS: dict[str, str] = {
     "adjusted_average": "headline split's train-prior (adjusted) average",
     "id_average": "ID split's average accuracy",
     "ood_average": "OOD split's average accuracy",
+    # SubpopBench's metrics, from the same stored predictions through research.score (score_plan)
+    "balanced_accuracy": "headline split's balanced (mean per-class) accuracy",
+    "macro_f1": "headline split's macro-F1",
+    "ece": f"headline split's expected calibration error (top-1, equal-width bins)",
+    "worst_class": "headline split's worst-class accuracy",
 }
 GROUP_METRIC = "group:"  # + a group name: that group's accuracy on the headline split (e.g. group:dog(shelf))
 
@@ -73,6 +89,9 @@ def seed_metrics(scores: Scores) -> list[tuple[str, float | None, float | None, 
     for name, split in (("id_average", scores.id_split), ("ood_average", scores.ood_split)):
         sp = splits.get(split) if split else None
         out.append((name, sp.average if sp else None, *(_wilson(int(round(sp.average * sp.n)), sp.n) if sp else (None, None))))
+    out += [("balanced_accuracy", head.balanced_accuracy, None, None), ("macro_f1", head.macro_f1, None, None),
+            ("ece", head.ece, None, None),
+            ("worst_class", head.worst_class.accuracy, head.worst_class.ci_low, head.worst_class.ci_high)]
     out += [(GROUP_METRIC + g.group, g.accuracy, g.ci_low, g.ci_high) for g in head.per_group]
     return out
 
@@ -92,70 +111,147 @@ class CompareResult:
     config: TrainConfig
     card: dict[str, Any] = field(repr=False)
     out: Path | None = None
+    spread: str = "se"
 
     def summary_frame(self) -> pd.DataFrame:
         return summary_frame(self.table)
 
     def header(self) -> str:
         return header(self.config.probe, self.card["backbone"]["name"], sorted(set(self.table["seed"])), self.methods,
-                      self.card["selection"])
+                      self.card["selection"], self.spread, self.card.get("sampling"), self.card.get("sweep"),
+                      self.card.get("selections"))
 
     def markdown(self) -> str:
         return "\n".join(["# Method comparison", "", self.header(), "",
-                          results_tables(self.table, self.methods, self.tasks, self.card["selection"]),
-                          "Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<method>/.", ""])
+                          results_tables(self.table, self.methods, self.tasks, self.card["selection"], spread=self.spread),
+                          "Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<arm>/.", ""])
+
+    def latex(self) -> str:
+        return results_latex(self.table, self.methods, self.tasks, spread=self.spread)
 
 
 def summary_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (ddof 1) across seeds per task, method and metric of a results.csv table."""
+    """Mean, std (ddof 1) and standard error across seeds per task, method, selection rule and metric of a
+    results.csv table (the rows a random search selected, when it has the column)."""
     t = table.dropna(subset=["value"])
+    if "selected" in t.columns:
+        t = t[t["selected"].astype(bool)]
     g = t.groupby(["task", "method", "selection", "metric"], sort=False)["value"]
-    return g.agg(mean="mean", std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
+    out = g.agg(mean="mean", std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
+    out["se"] = out["std"] / np.sqrt(out["n"])
+    return out
 
 
-def header(probe: str, backbone: str, seeds: Sequence[int], methods: Sequence[str], selection: Mapping[str, str]) -> str:
-    """What a comparison ran: probe, backbone, seeds, each method's selection rule, what the paper column is."""
-    lines = [f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; mean ± std across seeds (ddof 1). "
-             "Each method keeps the epoch its selection rule prefers:", ""]
-    lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
+def header(probe: str, backbone: str, seeds: Sequence[int], methods: Sequence[str], selection: Mapping[str, str],
+           spread: str = "se", sampling: str | None = None, sweep: Mapping[str, Any] | None = None,
+           rules: Sequence[str] | None = None) -> str:
+    """What a comparison ran: probe, backbone, seeds, sampling, each method's selection rule, what the paper column is."""
+    lines = [f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
+             + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
+             "Each method keeps the epoch its selection rule prefers"
+             + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"), ""]
+    if rules and len(rules) > 1:
+        lines += [f"- **{m}** ({algorithm_info(m).title})" for m in methods]
+    else:
+        lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
+    if sweep and sweep.get("n_hparams", 1) > 1:
+        lines += ["", f"Random search: {sweep['n_hparams']} hyper-parameter draws per method (draw 0 the defaults, "
+                      f"the others from the distributions of the algorithm registry, hparams seed {sweep['hparams_seed']}) "
+                      f"x {len(seeds)} trial(s); per rule, task, method and trial the draw with the best selection "
+                      "score is kept, as DomainBed's sweep."]
     lines += ["", "paper: the MetaShift paper's published figure (Liang & Zou 2022, Table 2: ERM, a whole network "
                   "trained on the GQA photographs) where it has one; ours differ in backbone, data and selection, so "
-                  "compare the shape, not the digits."]
+                  "compare the shape, not the digits. average / worst: the mean and the minimum of the task columns."]
     return "\n".join(lines)
 
 
-def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], selection: Mapping[str, str],
-                   metrics: Sequence[str] = ("worst_group", "average", GROUP_METRIC + "dog(shelf)")) -> str:
-    """One markdown table per metric (a ``group:`` metric only for the tasks that have the group): a row
-    per task, a column per method, mean ± std and the paper's figure."""
+DEFAULT_TABLE_METRICS: tuple[str, ...] = ("worst_group", "average", GROUP_METRIC + "dog(shelf)")
+
+
+def _metric_title(metric: str) -> str:
+    if metric.startswith(GROUP_METRIC):
+        return (f"{metric[len(GROUP_METRIC):]} accuracy (that group on the headline split"
+                + ("; the paper's Table 1 metric)" if metric == GROUP_METRIC + "dog(shelf)" else ")"))
+    return f"{metric.replace('_', '-')} ({METRICS[metric]})"
+
+
+def _grid(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], metrics: Sequence[str]):
+    """(rule, metric, task columns, rows) for each table: rows (method, [per-task summary row or None], avg, worst).
+    ``rule`` None: every method was trained under one rule (its own), so one table holds them all."""
     summ = summary_frame(table)
-    lines: list[str] = []
-    for metric in metrics:
-        rows = [t for t in tasks if ((summ.task == t) & (summ.metric == metric)).any()]
-        if not rows:
-            continue
-        title = (f"**{metric[len(GROUP_METRIC):]} accuracy** (that group on the headline split"
-                 + ("; the paper's Table 1 metric)" if metric == GROUP_METRIC + "dog(shelf)" else ")")
-                 if metric.startswith(GROUP_METRIC) else f"**{metric.replace('_', '-')} accuracy** ({METRICS[metric]})")
-        lines += [title, "", "| task | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
-        for task in rows:
-            cells = []
+    one_each = bool(len(summ)) and bool((summ.groupby("method")["selection"].nunique() == 1).all())
+    rules = [None] if one_each else [r for r in SELECTIONS if (summ.selection == r).any()]
+    for rule in rules:
+        for metric in metrics:
+            part = summ[(summ.metric == metric) & ((summ.selection == rule) if rule is not None else True)]
+            cols = [t for t in tasks if (part.task == t).any()]
+            if not cols:
+                continue
+            rows = []
             for m in methods:
-                row = summ[(summ.task == task) & (summ.method == m) & (summ.metric == metric)]
-                cell = "-" if row.empty else _pm(row.iloc[0]["mean"], row.iloc[0]["std"])
-                paper = paper_figure(task, m, metric)
+                cells = [part[(part.task == t) & (part.method == m)] for t in cols]
+                cells = [None if c.empty else c.iloc[0] for c in cells]
+                if all(c is None for c in cells):
+                    continue
+                means = [c["mean"] for c in cells if c is not None]
+                full = len(means) == len(cols)  # a cross-task figure only over every task
+                rows.append((m, cells, float(np.mean(means)) if full else None, float(np.min(means)) if full else None))
+            yield rule, metric, cols, rows
+
+
+def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], selection: Mapping[str, str],
+                   metrics: Sequence[str] = DEFAULT_TABLE_METRICS, spread: str = "se") -> str:
+    """DomainBed's collect_results shape: per selection rule, one markdown table per metric (a ``group:`` metric
+    only over the tasks that have the group), a row per method, a column per task (mean ± spread and the
+    paper's figure) and the cross-task average and worst."""
+    lines: list[str] = []
+    last_rule = None
+    for rule, metric, cols, rows in _grid(table, methods, tasks, metrics):
+        if rule is not None and rule != last_rule:
+            lines += [f"### Selection: {SELECTION_TEXT[rule]}", ""]
+            last_rule = rule
+        lines += [f"**{_metric_title(metric)}**" + (" ORACLE" if rule == "oracle" else ""), "",
+                  "| method | " + " | ".join(cols) + " | average | worst |", "|---|" + "---:|" * (len(cols) + 2)]
+        for m, cells, avg, worst in rows:
+            out = []
+            for t, c in zip(cols, cells):
+                cell = "-" if c is None else _pm(c["mean"], c[spread])
+                paper = paper_figure(t, m, metric)
                 if paper is not None:
                     cell += f" (paper: {100 * paper:.1f}%)"
-                if selection[m] == "oracle":
+                if rule is None and selection.get(m) == "oracle":
                     cell += " ORACLE"
-                cells.append(cell)
-            lines.append(f"| {task} | " + " | ".join(cells) + " |")
+                out.append(cell)
+            out += ["-" if avg is None else f"{100 * avg:.1f}%", "-" if worst is None else f"{100 * worst:.1f}%"]
+            lines.append(f"| {m} | " + " | ".join(out) + " |")
         lines.append("")
     return "\n".join(lines)
 
 
-def _pm(mean: float, std: float) -> str:
-    return f"{100 * mean:.1f}" + ("" if std is None or np.isnan(std) else f" ± {100 * std:.1f}") + "%"
+def _tex(text: str) -> str:
+    return "".join("\\" + ch if ch in "_%&#$" else ch for ch in text)
+
+
+def results_latex(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str],
+                  metrics: Sequence[str] = DEFAULT_TABLE_METRICS, spread: str = "se") -> str:
+    """The tables of :func:`results_tables` as LaTeX tabulars (booktabs), one per selection rule and metric."""
+    out = [f"% metashift-hf experiment compare: {SPREAD_TEXT[spread]}; requires \\usepackage{{booktabs}}", ""]
+    for rule, metric, cols, rows in _grid(table, methods, tasks, metrics):
+        out += [f"% selection: {SELECTION_TEXT[rule] if rule else 'each method its own rule (results.md)'}",
+                f"% {_metric_title(metric)}",
+                "\\begin{tabular}{l" + "c" * (len(cols) + 2) + "}", "\\toprule",
+                "Method & " + " & ".join(_tex(t) for t in cols) + " & Avg & Worst \\\\", "\\midrule"]
+        for m, cells, avg, worst in rows:
+            vals = ["--" if c is None else f"{100 * c['mean']:.1f}"
+                    + ("" if np.isnan(c[spread]) else f" $\\pm$ {100 * c[spread]:.1f}") for c in cells]
+            vals += ["--" if avg is None else f"{100 * avg:.1f}", "--" if worst is None else f"{100 * worst:.1f}"]
+            out.append(f"{_tex(m)} & " + " & ".join(vals) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def _pm(mean: float, spread: float) -> str:
+    return f"{100 * mean:.1f}" + ("" if spread is None or np.isnan(spread) else f" ± {100 * spread:.1f}") + "%"
 
 
 def _plot(result: CompareResult, path: Path) -> bool:
@@ -168,7 +264,8 @@ def _plot(result: CompareResult, path: Path) -> bool:
     except ModuleNotFoundError:
         return False
     summ = result.summary_frame()
-    summ = summ[summ.metric == "worst_group"]
+    summ = summ[(summ.metric == "worst_group")
+                & (summ.selection == summ.method.map(lambda m: result.card["selection"][m]))]  # each method's own rule
     n_m = len(result.methods)
     width = 0.8 / n_m
     fig, ax = plt.subplots(figsize=(min(12.0, 2 + len(result.tasks) * (0.5 + 0.12 * n_m)), 4.2), dpi=120)
@@ -176,7 +273,7 @@ def _plot(result: CompareResult, path: Path) -> bool:
     for j, m in enumerate(result.methods):
         vals = [summ[(summ.task == t) & (summ.method == m)] for t in result.tasks]
         ys = [100 * v.iloc[0]["mean"] if not v.empty else np.nan for v in vals]
-        err = [100 * (0 if v.empty or np.isnan(v.iloc[0]["std"]) else v.iloc[0]["std"]) for v in vals]
+        err = [100 * (0 if v.empty or np.isnan(v.iloc[0][result.spread]) else v.iloc[0][result.spread]) for v in vals]
         label = m + (" (oracle)" if result.card["selection"][m] == "oracle" else "")
         pos = xs + (j - (n_m - 1) / 2) * width
         ax.bar(pos, ys, width, yerr=err, capsize=2, label=label)
@@ -188,7 +285,7 @@ def _plot(result: CompareResult, path: Path) -> bool:
     ax.set_xticks(xs, [t.replace("paper-", "") for t in result.tasks], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("worst-group accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.set_title("methods compared: worst-group accuracy (mean ± std over seeds)")
+    ax.set_title(f"methods compared: worst-group accuracy (mean ± {result.spread} over seeds)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=min(4, n_m))
     fig.tight_layout()
@@ -231,74 +328,151 @@ def _check_names(methods: Sequence[str], tasks: Sequence[str]) -> None:
             raise InputFormatError(f"a {what} is named twice in {', '.join(names)}", f"name each {what} once")
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One trained configuration of a comparison: a method under one selection rule with one hyper-parameter draw."""
+
+    method: str
+    rule: str
+    draw: int
+    folder: str  # runs/<task>/<folder>
+    config: TrainConfig
+
+
+def plan_arms(methods: Sequence[str], config: TrainConfig, selections: Sequence[str] | None = None,
+              n_hparams: int = 1, hparams_seed: int = 0) -> list[Arm]:
+    """Every (method, rule, draw) to train, its folder name and resolved config (every bad setting refused here).
+
+    ``selections``: the rules to train each method under (None: ``config.select`` or the method's default).
+    Draw 0 is ``config`` as given; draw k > 0 takes :func:`sample_hparams` (method's and the loop's lr and
+    weight decay), the hyper-parameters the user fixed (``config.hparams``) winning."""
+    arms = []
+    several = selections is not None and len(selections) > 1
+    for m in methods:
+        base = replace(config, method=m, hparams=method_hparams(config.hparams, m, methods))
+        for rule in (selections or [None]):
+            for k in range(n_hparams):
+                cfg = replace(base, select=rule or base.select)
+                if k > 0:
+                    drawn = sample_hparams(m, k, hparams_seed)
+                    loop = {key: drawn.pop(key) for key in SWEEP_COMMON}
+                    cfg = replace(cfg, hparams={**drawn, **base.hparams}, **loop)
+                cfg = cfg.resolved()
+                folder = m + (f"-{cfg.select}" if several else "") + (f"-h{k}" if n_hparams > 1 else "")
+                arms.append(Arm(m, cfg.select, k, folder, cfg))
+    return arms
+
+
 def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | os.PathLike | None",
                 images: "str | os.PathLike | None", out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *,
                 seed: int | None = None, overrides: Mapping[str, Any] | None = None,
                 source: "str | os.PathLike | None" = None, cache_dir: "str | os.PathLike | None" = None,
-                progress: bool = True, resume: bool = False) -> CompareResult:
+                progress: bool = True, resume: bool = False, selections: Sequence[str] | None = None,
+                spread: str = "se", latex: bool = False, n_hparams: int = 1, n_trials: int | None = None,
+                hparams_seed: int = 0) -> CompareResult:
     """Train every method on every task (``config``'s seeds, probe and settings; ``config.select`` or each
-    method's default selection) and write the table. ``out`` is new, empty, or an earlier comparison
-    (its runs gain the new seeds; a run of other settings there is refused)."""
+    method's default selection, or every rule of ``selections``) and write the table. ``out`` is new, empty,
+    or an earlier comparison (its runs gain the new seeds; a run of other settings there is refused).
+
+    ``spread``: ``se`` (standard error, default) or ``std`` in results.md/.tex; ``latex``: also write
+    results.tex; ``n_hparams`` > 1: a random search of that many draws per method, ``n_trials`` seeds each
+    (0..n_trials-1, replacing ``config.seeds``), the draw selected per rule as DomainBed's sweep."""
     methods, tasks = tuple(methods), tuple(tasks)
     _check_names(methods, tasks)
     if (artifact is None) == (source is None):
         raise InputFormatError("experiment compare: give either an artifact (--artifact) or the exported tasks "
                                "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
-    configs = {m: replace(config, method=m, hparams=method_hparams(config.hparams, m, methods)).resolved()
-               for m in methods}  # every bad setting before any work
+    if spread not in SPREADS:
+        raise UnknownNameError(f"unknown spread {spread!r}", f"use one of: {', '.join(SPREADS)}")
+    for rule in selections or ():
+        if rule not in SELECTIONS:
+            raise UnknownNameError(f"unknown selection {rule!r}", f"use some of: {', '.join(SELECTIONS)} (or --select all)")
+    n_hparams = opt.positive_int(n_hparams, "n_hparams")
+    if n_trials is not None:
+        config = replace(config, seeds=opt.seed_count(n_trials, "n_trials"))
+    arms = plan_arms(methods, config, selections, n_hparams, opt.seed(hparams_seed, "hparams_seed"))
     t0 = time.perf_counter()
     with claimed_dir(out, COMPARE_KIND, inputs=(artifact, images, source)) as folder:
-        _check_covers_earlier(folder, methods, tasks)
+        _check_covers_earlier(folder, [a.folder for a in arms], tasks)
         for t in tasks:
-            for m in methods:
-                check_train_out(folder / "runs" / t / m, inputs=(artifact, images, source))
+            for a in arms:
+                check_train_out(folder / "runs" / t / a.folder, inputs=(artifact, images, source))
         if source is not None:
             data: dict[str, TaskData] = {t: open_task(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed,
                                                       options=overrides) for t in tasks}
         else:
             art = Artifact.load(artifact)
             data = {t: open_task(t, artifact=art, images=images, seed=seed, options=overrides) for t in tasks}
-        first = configs[methods[0]]
+        first = arms[0].config
         backbone = load_backbone(first.backbone, image_size=first.image_size if first.probe == "linear" else None,
                                  device=first.device)  # loaded once; features shared by every method and task
         for t in tasks:  # every earlier run merges, checked before any run is modified
-            for m in methods:
-                _check_mergeable(folder, t, m, data[t], configs[m], backbone)
+            for a in arms:
+                _check_mergeable(folder, t, a.folder, data[t], a.config, backbone)
         results: dict[tuple[str, str], TrainResult] = {}
         for t in tasks:
-            for m in methods:
-                logger.info(f"   training {m} on {t} ...")
+            for a in arms:
+                logger.info(f"   training {a.folder} on {t} ...")
                 try:
-                    results[t, m] = train(data[t], None, None, folder / "runs" / t / m, configs[m], cache_dir=cache_dir,
-                                          progress=progress, backbone=backbone, resume=resume)
+                    results[t, a.folder] = train(data[t], None, None, folder / "runs" / t / a.folder, a.config,
+                                                 cache_dir=cache_dir, progress=progress, backbone=backbone, resume=resume)
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
                     raise OutputExistsError(exc.what, f"run the same command again once the other comparison into {folder} "
                                                       "has finished (its runs are merged), or name a new --out") from None
+        chosen = _sweep_choice(results, arms, tasks)
         rows = []
-        for (t, m), r in results.items():
-            for run in r.runs:
-                for metric, value, lo, hi in seed_metrics(run.scores):
-                    rows.append((t, m, run.seed, r.config.select, metric, value, lo, hi))
+        for t in tasks:
+            for a in arms:
+                for run in results[t, a.folder].runs:
+                    for metric, value, lo, hi in seed_metrics(run.scores):
+                        rows.append((t, a.method, run.seed, a.rule, a.draw, chosen[t, a.method, a.rule, run.seed] == a.draw,
+                                     a.config.sampling, metric, value, lo, hi))
         table = pd.DataFrame(rows, columns=list(COLUMNS))
         any_run = next(iter(results.values()))
+        own_rule = {m: next(a.rule for a in arms if a.method == m) for m in methods}
         card = {"package_version": __version__, "methods": list(methods), "tasks": list(tasks),
                 "seeds": sorted(set(table["seed"])), "probe": first.probe, "backbone": any_run.card["backbone"],
-                "selection": {m: configs[m].select for m in methods}, "sampling": first.sampling,
-                "algorithms": {m: asdict(algorithm_info(m, configs[m].hparams)) for m in methods},
+                "selection": own_rule, "selections": sorted({a.rule for a in arms}, key=SELECTIONS.index),
+                "sampling": first.sampling, "sampling_rule": SAMPLING_TEXT[first.sampling], "spread": spread,
+                "sweep": {"n_hparams": n_hparams, "hparams_seed": hparams_seed,
+                          "draws": {a.folder: {"method": a.method, "draw": a.draw, "lr": a.config.lr,
+                                               "weight_decay": a.config.weight_decay, "hparams": dict(a.config.hparams)}
+                                    for a in arms}},
+                "algorithms": {m: asdict(algorithm_info(m, next(a.config.hparams for a in arms if a.method == m)))
+                               for m in methods},
                 "task_sources": {t: d.where for t, d in data.items()},
+                "task_origins": {t: d.origin() for t, d in data.items()},
                 "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
                 "config": {k: v for k, v in asdict(first).items() if k not in ("method", "select", "hparams")},
-                "features": {f"{t}/{m}": r.card["features"] for (t, m), r in results.items()},
+                "features": {f"{t}/{f}": r.card["features"] for (t, f), r in results.items()},
                 "seconds": round(time.perf_counter() - t0, 3)}
-        result = CompareResult(methods, tasks, table, first, card, folder)
+        result = CompareResult(methods, tasks, table, first, card, folder, spread)
         with atomic_file(folder / "results.csv", "w") as f:
             table.to_csv(f, index=False)
         with atomic_file(folder / "results.md", "w") as f:
             f.write(result.markdown())
+        if latex:
+            with atomic_file(folder / "results.tex", "w") as f:
+                f.write(result.latex())
         with atomic_file(folder / "compare.json", "w") as f:
             f.write(json.dumps(card, indent=2, default=str) + "\n")
         _plot_atomic(result, folder / "compare.png")
     return result
+
+
+def _sweep_choice(results: Mapping[tuple[str, str], TrainResult], arms: Sequence[Arm], tasks: Sequence[str]
+                  ) -> dict[tuple[str, str, int, int], int]:
+    """(task, method, rule, seed) -> the hyper-parameter draw with the best selection score under that rule
+    (each run's score of its kept epoch; ties: the lower draw)."""
+    best: dict[tuple[str, str, int, int], tuple[float, int]] = {}
+    for t in tasks:
+        for a in arms:
+            for run in results[t, a.folder].runs:
+                key = (t, a.method, a.rule, run.seed)
+                cand = (float(run.validation_accuracy), -a.draw)
+                if key not in best or cand > best[key]:
+                    best[key] = cand
+    return {k: -v[1] for k, v in best.items()}
 
 
 def _earlier_pairs(folder: Path) -> set[tuple[str, str]]:
@@ -344,4 +518,4 @@ def _plot_atomic(result: CompareResult, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["run_compare", "method_hparams", "summary_frame", "header", "results_tables", "GROUP_METRIC", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]
+__all__ = ["run_compare", "plan_arms", "Arm", "results_latex", "SPREADS", "method_hparams", "summary_frame", "header", "results_tables", "GROUP_METRIC", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]

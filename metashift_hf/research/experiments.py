@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from ..core import __version__
 from ..builders.artifact import Artifact
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
+from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from ..hub.shards import REPO_PREFIX
 from ..hub.task_source import TaskData, open_task
@@ -123,8 +125,37 @@ def _sizes(rows: Sequence[Row], key: str) -> str:
     return "-" if not vals else (f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}-{vals[-1]:,}")
 
 
+# The paper's released script (Weixin-Liang/MetaShift experiments/distribution_shift/main_generalization.py, DomainBed
+# code): an ImageNet ResNet-18 trained end to end with Adam (lr 5e-5), 81 steps of 32 images (batch_size 8 from each
+# of the 4 class(context) groups), the out-of-domain validation accuracy printed every 20 steps (no selection rule).
+PAPER_SCRIPT = {"backbone": "DomainBed's ImageNet-pretrained ResNet-18, trained end to end (Adam, lr 5e-5)",
+                "steps": 81, "batch": 32, "sampling": PAPER_SAMPLING,
+                "selection": "none in the code: the out-of-domain validation accuracy is printed every 20 steps"}
+
+
+def _protocol_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
+    """Backbone, steps, selection and sampling: ours against the paper's released script (:data:`PAPER_SCRIPT`)."""
+    cfg = card.get("config") or {}
+    epochs, bs = cfg.get("epochs"), cfg.get("batch_size")
+    n = [r.get("n_train") for r in rows if r.get("n_train")]
+    steps = (f"{epochs} epochs of batch {bs} = {_span([epochs * math.ceil(k / bs) for k in n])} steps"
+             if epochs and bs and n else "?")
+    sampling = card.get("sampling", "?")
+    same = " (the same)" if sampling == PAPER_SCRIPT["sampling"] else ""
+    return [f"backbone: ours {_ours(card)}; the paper's script {PAPER_SCRIPT['backbone']}",
+            f"steps: ours {steps}; the paper's script {PAPER_SCRIPT['steps']} steps of {PAPER_SCRIPT['batch']} images",
+            f"selection: ours {card.get('model_selection', '?')}; the paper's script: {PAPER_SCRIPT['selection']}",
+            f"sampling: ours {sampling}{same} ({SAMPLING_TEXT.get(sampling, '?')}); the paper's script "
+            f"{PAPER_SCRIPT['sampling']} (batch_size rows from each class(context) group every step)"]
+
+
+def _span(vals: Sequence[int]) -> str:
+    vals = sorted(set(vals))
+    return f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}-{vals[-1]:,}"
+
+
 def _dg_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
-    return [f"backbone: ours {_ours(card)}; the paper trained with DomainBed (ERM and other algorithms, end to end)",
+    return [*_protocol_differences(rows, card),
             f"data: ours {_sizes(rows, 'n_train')} training images and {_sizes(rows, 'n_dog_shelf')} dog(shelf) test "
             f"images from this artifact; the paper {pt.DG_PAPER_SIZES['train_total']} and "
             f"{pt.DG_PAPER_SIZES['test_dog_shelf']} from GQA/Visual Genome",
@@ -132,17 +163,15 @@ def _dg_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
             "dim 5, mean of the two training groups' distances) on this artifact; the paper's d values (0.44, 0.71, "
             f"1.12, 1.43) are not what the released code prints ({', '.join(map(str, pt.DG_ORIGINAL_CODE_DISTANCES))})",
             "the paper's Table 1 accuracies are not in the reference transcription this package checks its figures "
-            "against (paper-tasks.json), so no published accuracy is shown; its shape: accuracy falls as d grows",
-            str(card.get("model_selection", "model selection: ?"))]
+            "against (paper-tasks.json), so no published accuracy is shown; its shape: accuracy falls as d grows"]
 
 
 def _subpop_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
-    return [f"backbone: ours {_ours(card)}; the paper's figures are DomainBed ERM trained end to end",
+    return [*_protocol_differences(rows, card),
             f"data: ours {_sizes(rows, 'n_train')} training and {_sizes(rows, 'n_test')} balanced test images from this "
             f"artifact; the paper {pt.SUBPOP_PAPER_SIZES['train_total']} and {pt.SUBPOP_PAPER_SIZES['test_total']} "
             "from GQA/Visual Genome",
-            "rule: p is the achieved minority fraction of our training split (the paper's 12/6/1% are rounded)",
-            str(card.get("model_selection", "model selection: ?"))]
+            "rule: p is the achieved minority fraction of our training split (the paper's 12/6/1% are rounded)"]
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -192,7 +221,8 @@ class ExperimentResult:
 
     def to_dict(self) -> dict[str, Any]:
         exp = EXPERIMENTS[self.experiment]
-        return {"experiment": self.experiment, "headline": exp.headline, "rows": list(self.rows), "run": self.card,
+        return {"experiment": self.experiment, "headline": exp.headline, "sampling": self.card["sampling"],
+                "rows": list(self.rows), "run": self.card,
                 "paper": {"reference": exp.paper, "differences": exp.differences(self.rows, self.card)}}
 
     def markdown(self) -> str:
@@ -200,7 +230,7 @@ class ExperimentResult:
         cols = exp.columns
         lines = [f"# Experiment {exp.name}", "", exp.help + ".", "",
                  f"{self.config.method} / {self.config.probe} probe, {len(self.config.seed_list)} seed(s), mean ± std (ddof 1); "
-                 f"{self.card['model_selection']}.", "",
+                 f"{self.card['model_selection']}; sampling: {self.card['sampling']} ({SAMPLING_TEXT[self.card['sampling']]}).", "",
                  "| " + " | ".join(c.title for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(_cell(r.get(c.key), c.kind) for c in cols) + " |" for r in self.rows]
         headline = next(c.title for c in cols if c.key == exp.headline)
@@ -309,6 +339,8 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     or, with ``force``, any earlier experiment (replaced).
     """
     exp = experiment(name)
+    if config.sampling is None:  # the paper's protocol unless the caller names another (--sampling)
+        config = replace(config, sampling=PAPER_SAMPLING)
     merging = not force and _earlier_experiment(out) == name
     check_out(out, EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source))  # before any training
     cfg = config.resolved()
@@ -327,9 +359,13 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     first = results[exp.tasks[0]].card
     card = {"package_version": __version__, "experiment": name, "tasks": list(exp.tasks),
             "task_sources": {t: d.where for t, d in data.items()},
+            "task_origins": {t: d.origin() for t, d in data.items()},
             "task_seed": {t: d.spec.seed for t, d in data.items()},
             "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()}, "method": cfg.method, "probe": cfg.probe, "seeds": first["seeds"],
             "backbone": first["backbone"], "model_selection": first["model_selection"],
+            "sampling": cfg.sampling, "sampling_rule": SAMPLING_TEXT[cfg.sampling],
+            "config": {k: v for k, v in first["config"].items() if k in ("epochs", "lr", "batch_size", "weight_decay",
+                                                                         "image_size", "select", "sampling", "hparams")},
             "features": {t: r.card["features"] for t, r in results.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     result = ExperimentResult(name, rows, cfg, card, Path(out))

@@ -24,7 +24,7 @@ from PIL import Image, ImageEnhance
 
 from metashift_hf.builders.images import ImageSource
 
-from .algorithms import JTT, Algorithm, balanced_batches, dfr_fit, get_algorithm, selection_score
+from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
 from ..core.fsutil import atomic_file
 from ..models import open_rgb
 
@@ -320,6 +320,12 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
     e = torch.from_numpy(data.train_envs).to(s.device)
     n = len(data.y["train"])
     steps = math.ceil(n / s.batch_size)
+    algo.set_run(steps * epochs)  # schedules (IRM's anneal) are shares of this stage's updates
+    schedule = algo.schedule()
+    dead = dead_schedules(algo)
+    if dead:
+        logger.warning(f"{s.method}: scheduled hyper-parameter(s) {', '.join(f'{k} (step {v})' for k, v in dead.items())} "
+                       f"never take effect in this run of {steps * epochs} steps; raise --epochs or lower the fraction")
     for epoch in tqdm(range(start, epochs + 1), desc=f"{stage} seed {seed}", unit="epoch", disable=not progress):
         torch.manual_seed(_epoch_seed(seed, epoch, 1))  # dropout and drop-connect
         rng = np.random.default_rng(_epoch_seed(seed, epoch, 2))
@@ -343,6 +349,8 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
             total += float(loss.detach()) * len(idx)
             rows += len(idx)
         entry: dict[str, Any] = {"seed": seed, "stage": stage, "epoch": epoch, "train_loss": total / max(rows, 1)}
+        if schedule:  # when each scheduled hyper-parameter switched, and how long the stage is
+            entry.update({"schedule": schedule, "total_steps": steps * epochs})
         if select is not None:
             entry.update(_score_entry(learner, module, data, select))
             value = entry[_selection_key(select)]

@@ -80,7 +80,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     image_size: int | None = None  # linear probe: backbone input size (None: the model's 224)
     select: str | None = None  # average | worst-group | oracle; None: the method's default (algorithms)
-    sampling: str = "shuffle"  # shuffle | group-balanced | domain-balanced (DomainBed's)
+    # shuffle | group-balanced (the MetaShift paper's loader) | domain-balanced (DomainBed's); None: the caller's
+    # default (shuffle for train/compare, group-balanced for the paper experiments)
+    sampling: str | None = None
     hparams: Mapping[str, float] = field(default_factory=dict)  # overrides of algorithms.HPARAMS[method]
     backbone: str = "efficientnet-lite0"  # or a registry model: features.BACKBONE_FORMS
 
@@ -97,7 +99,7 @@ class TrainConfig:
         info = algorithm_info(self.method)  # an unknown method is refused here
         if self.select is not None and self.select not in SELECTIONS:
             raise UnknownNameError(f"unknown selection {self.select!r}", f"use one of: {', '.join(SELECTIONS)}")
-        if self.sampling not in SAMPLINGS:
+        if self.sampling is not None and self.sampling not in SAMPLINGS:
             raise UnknownNameError(f"unknown sampling {self.sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
         if self.probe not in PROBES:
             raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
@@ -109,6 +111,7 @@ class TrainConfig:
         epochs, lr, bs = DEFAULTS[self.probe]
         # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
         return replace(self, seeds=parse_seeds(self.seeds), select=self.select or info.default_selection,
+                       sampling=self.sampling or "shuffle",
                        hparams=resolve_hparams(self.method, self.hparams),
                        epochs=epochs if self.epochs is None else opt.positive_int(self.epochs, "epochs"),
                        lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
@@ -568,7 +571,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
         torch.set_num_threads(threads)
     info = algorithm_info(cfg.method, cfg.hparams)
     card = {"package_version": __version__, "task_id": tp.task_id, "task_spec_hash": spec_hash,
-            "task_seed": tp.spec.seed, "task_source": source.where, "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
+            "task_seed": tp.spec.seed, "task_source": source.where, "task_origin": source.origin(), "task_overrides": dict(tp.spec.overrides), "artifact_hash": tp.spec.artifact_hash,
             "method": cfg.method, "probe": cfg.probe, "seeds": sorted(runs), "config": asdict(cfg), "run_key": key,
             "algorithm": asdict(info), "selection": cfg.select, "sampling": cfg.sampling,
             "sampling_rule": SAMPLING_TEXT[cfg.sampling], "backbone": backbone_card, "device": cfg.device,
