@@ -80,6 +80,13 @@ def score_images(
     return out
 
 
+def _per_group_mean(correct: pd.Series, by: pd.Series) -> tuple[float, float, str]:
+    """(mean of the groups' accuracies, worst group's accuracy, worst group's name by WORST_RULE)."""
+    scores = group_scores(by.to_numpy(), correct.to_numpy(), "")
+    w = worst(scores)
+    return float(sum(g.accuracy for g in scores) / len(scores)), w.accuracy, w.group
+
+
 HEADLINE_RULE = ("headline = the test (OOD) split, never train; balanced accuracy = mean of the per-class accuracies; "
                  "worst group = the lowest accuracy over the split's groups (the task's group column, else its classes; " + WORST_RULE + "); "
                  "baseline = always predicting the split's most frequent class (from the truth): its balanced accuracy "

@@ -16,6 +16,7 @@ from .groups import GroupScore
 PER_GROUP_COLUMNS = ("split", "level", "class", "name", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug",
                      "distance_to_largest_community")
+_COUNTS = ("n", "correct", "community", "rest_n", "rest_correct")
 ALL_SPLITS = "overall"  # the split column of a row over every scored split together
 LEVELS = ("all", "group", "class", "context", "community")  # in this order within a split
 
@@ -59,7 +60,10 @@ def from_group_table(groups: pd.DataFrame) -> pd.DataFrame:
 
 def write_per_group(frame: pd.DataFrame, path: "str | os.PathLike") -> None:
     """Write per_group.csv (inside a caller's atomic folder): schema columns only, floats written exactly."""
-    frame.reindex(columns=list(PER_GROUP_COLUMNS)).to_csv(path, index=False)
+    out = frame.reindex(columns=list(PER_GROUP_COLUMNS))
+    for col in _COUNTS:  # counts stay integers in the file (2, not 2.0) where a column also holds blanks
+        out[col] = pd.to_numeric(out[col]).astype("Int64")
+    out.to_csv(path, index=False)
 
 
 __all__ = ["PER_GROUP_COLUMNS", "ALL_SPLITS", "LEVELS", "per_group_frame", "score_row", "from_group_table",
