@@ -26,7 +26,7 @@ from metashift_hf.builders.splits import ID_OOD_RULE, chosen_splits, headline_sp
 from ..core import __version__
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import atomic_dir
-from ..core.names import markdown_safe, terminal_safe
+from ..core.names import markdown_safe, parse_subset_name, terminal_safe
 from ..hub.task_source import open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import ALL_SPLITS, per_group_frame, score_row, write_per_group
@@ -190,7 +190,7 @@ class Scores:
             rows.append(score_row("all", "", GroupScore(s.split, s.split, s.n, s.correct, s.average, s.ci_low, s.ci_high)))
             rows += [score_row("group", "", g) for g in s.per_group]
             rows += [score_row("class", g.group, g) for g in s.per_class]
-            rows += [score_row("context", g.group.split("(", 1)[0], g) for g in s.per_context]
+            rows += [score_row("context", parse_subset_name(g.group)[0], g) for g in s.per_context]
         return per_group_frame(rows)
 
     def write_into(self, folder: "str | os.PathLike") -> None:
