@@ -39,7 +39,6 @@ from .shifts import (
 )
 from .spec import (
     ConditionalFacts,
-    Distance,
     DistanceRule,
     Factor,
     FamilyDesign,
@@ -48,6 +47,7 @@ from .spec import (
     LevelType,
     MinorityFraction,
     MixedFraction,
+    ShiftDistance,
     ShiftSpec,
 )
 
@@ -404,7 +404,7 @@ def marginal_plan(tid: str, source: GroupSource, design: MarginalDesign, level: 
     add("test", fam.take("test", [c - r for c, r in zip(te_caps, res)], res))
     d = design.distances[k]
     lev = replace(level, distance=d)
-    distance = Distance(value=d, rule=design.distance_rule, per_class=design.per_class[k],
+    distance = ShiftDistance(value=d, rule=design.distance_rule, per_class=design.per_class[k],
                         note="mean over classes of the distance between the training and the test contexts' "
                              "subsets of the class")
     groups = _groups_spec(classes, {"train": list(design.train_contexts[k]) + (list(design.test_contexts) if n_mix else []),
@@ -599,7 +599,7 @@ def joint_plan(tid: str, source: GroupSource, design: MarginalDesign, level: Lev
     groups = _groups_spec(classes, {"train": ctxs, "validation": ctxs, "id_test": ctxs, "test": design.test_contexts})
     plan = finish_plan(
         tid, "joint", classes, seed, splits, groups, Counter(),
-        distance=Distance(value=design.distances[k], rule=design.distance_rule, per_class=design.per_class[k],
+        distance=ShiftDistance(value=design.distances[k], rule=design.distance_rule, per_class=design.per_class[k],
                           note="mean over classes of the distance between the training and the test contexts' "
                                "subsets of the class"),
         conditional=ConditionalFacts(p_s1=0.5, p_a_given_s1_train=0.5 + delta, class_a=a_cls,

@@ -21,7 +21,7 @@ from metashift_hf.core.errors import (
 )
 
 from .metagraph import group_distance_code
-from .spec import Distance, PaperFacts
+from .spec import PaperFacts, ShiftDistance
 from .plan import GroupDef, GroupSource, TaskPlan
 from .shifts import (
     DGSizes,
@@ -160,11 +160,11 @@ def dg_distance(source: GroupSource, experiment: int) -> Distance:
     try:
         d = group_distance_code(sets, "dog(shelf)", train_names)
     except MetashiftError as exc:
-        return Distance(value=None, rule="code", note=f"not computable on this artifact: {exc.what}", **published)
+        return ShiftDistance(value=None, rule="code", note=f"not computable on this artifact: {exc.what}", **published)
     if d.value is None:
-        return Distance(value=None, rule="code", metric=d.status, note="dog(shelf) and a training group are "
+        return ShiftDistance(value=None, rule="code", metric=d.status, note="dog(shelf) and a training group are "
                         "disconnected in the meta-graph over all dog groups of the task family", **published)
-    return Distance(value=round(d.value, 6), rule="code", metric=d.rule,
+    return ShiftDistance(value=round(d.value, 6), rule="code", metric=d.rule,
                     note="mean distance of the two dog training groups to dog(shelf), meta-graph over all dog "
                          "groups of the task family (edges < 0.2 dropped, spectral dim 5)", **published)
 

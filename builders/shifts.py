@@ -38,7 +38,7 @@ from metashift_hf.core.names import subset_name
 
 # The plan data model was defined here before builders/plan.py: its names stay importable from here.
 from .plan import SPLITS, ArtifactSource, GroupDef, GroupSource, Row, SetSource, TaskPlan, with_sizes  # noqa: F401
-from .spec import Distance, DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftSpec, ShiftType
+from .spec import DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftDistance, ShiftSpec, ShiftType
 
 
 
@@ -213,7 +213,7 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
                           train: Sequence[GroupDef], test: Sequence[GroupDef],
                           additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
                           seed: int = 0, ambiguous: frozenset[str] | None = None,
-                          distance: Distance | None = None, shift_type: ShiftType = "marginal",
+                          distance: ShiftDistance | None = None, shift_type: ShiftType = "marginal",
                           **spec_fields: Any) -> TaskPlan:
     """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
     ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0. ``shift_type``: the
@@ -314,7 +314,7 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
     return domain_generalisation(
         task_id, source, classes=sorted({shifted_class, other_class}), train=train, test=test, sizes=sizes,
-        seed=seed, distance=Distance(value=achieved, rule="subset", metric=metric,
+        seed=seed, distance=ShiftDistance(value=achieved, rule="subset", metric=metric,
                                      note=f"target {target_distance}; mean distance of {chosen} to {test_subset}"))
 
 
@@ -499,7 +499,7 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     distance = None
     if distance_fn is not None:
         vals = [d for d in per_class_d.values() if d is not None]
-        distance = Distance(
+        distance = ShiftDistance(
             value=float(np.mean(vals)) if vals else None, rule=distance_rule,
             metric="+".join(sorted({m for c, m in per_class_metric.items() if per_class_d[c] is not None})),
             per_class_metric=per_class_metric,

@@ -48,7 +48,7 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
-class Distance:
+class ShiftDistance:
     """Meta-graph distance between training and test groups (docs/metagraph.md for the rules)."""
 
     value: float | None
@@ -237,7 +237,7 @@ class ShiftSpec:
     validation_groups: tuple[GroupSpec, ...] = ()
     test_groups: tuple[GroupSpec, ...] = ()
     id_test_groups: tuple[GroupSpec, ...] = ()
-    distance: Distance | None = None
+    distance: ShiftDistance | None = None
     minority_fraction: MinorityFraction | None = None
     minority_groups: tuple[str, ...] = ()
     removed: Removed = Removed()
@@ -306,6 +306,6 @@ class ShiftSpec:
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
 
 
-__all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "Distance", "MinorityFraction", "Removed",
+__all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "ShiftDistance", "MinorityFraction", "Removed",
            "SkippedImages", "Rules", "RegistryFacts", "CollectionFilters", "PaperFacts", "Level", "Factor", "FamilyDesign",
            "ConditionalFacts", "MixedFraction", "MeasuredShift", "SplitShift", "READABLE_VERSIONS", "DistanceRule", "LevelType", "TestMode"]

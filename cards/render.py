@@ -19,7 +19,7 @@ from typing import Any
 
 from metashift_hf.builders.artifact import ArtifactStats
 from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
-from metashift_hf.builders.spec import Distance, GroupSpec, ShiftSpec
+from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.cards.pictures import TaskPictures
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError
@@ -189,7 +189,7 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 @dataclass
-class TaskInfo:
+class CardTask:
     """Everything a card says about one task, gathered once by :func:`task_info`."""
 
     task_id: str
@@ -277,7 +277,7 @@ def _differences(spec: ShiftSpec, build: dict, stats: ArtifactStats) -> list[str
     return out
 
 
-def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
+def task_info(prepared, art, config_files=None, *, repo_id: str) -> CardTask:
     """Gather the card facts for a ``PreparedTask`` built from artifact ``art``."""
     import datasets
 
@@ -303,7 +303,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> TaskInfo:
     plots = [c for c in spec.classes if (Path(art.root) / "plots" / f"{c}.png").is_file()]
     stats = art.stats
     example = first.select_columns([c for c in first.column_names if c != "image"])[0] if len(first) else {}
-    return TaskInfo(
+    return CardTask(
         example=dict(example),
         task_id=prepared.task_id,
         repo_id=repo_id,
@@ -325,7 +325,7 @@ def plot_file(cls: str) -> str:
     return f"{id_slug(cls)}.png"
 
 
-def copy_plots(info: TaskInfo, art, repo_dir: Path) -> list[str]:
+def copy_plots(info: CardTask, art, repo_dir: Path) -> list[str]:
     """Copy the class meta-graph PNGs into ``repo_dir/images/`` (the card links them)."""
     copied = []
     for cls in info.plots:
@@ -343,7 +343,7 @@ def _contexts(groups: "tuple[GroupSpec, ...]") -> str:
     return ", ".join(g.group for g in groups) or "–"
 
 
-def _metric(dist: Distance) -> str:
+def _metric(dist: ShiftDistance) -> str:
     """Which distance rule gave the number (spectral / resistance), when the spec records it."""
     return f", {dist.metric} distance" if dist.metric else ""
 
@@ -399,12 +399,12 @@ def summary(spec: ShiftSpec) -> str:
     return f"Classify {', '.join(f'`{c}`' for c in spec.classes)} under {kind}."
 
 
-def is_multi_label(info: TaskInfo) -> bool:
+def is_multi_label(info: CardTask) -> bool:
     """One row per (class, image): an image showing several classes appears once per class (e.g. `classes`)."""
     return any(info.split_images.get(split, n) < n for split, n in info.split_rows.items())
 
 
-def multi_label_note(info: TaskInfo) -> str:
+def multi_label_note(info: CardTask) -> str:
     if not is_multi_label(info):
         return ""
     counts = ", ".join(f"{info.split_rows[s]:,} rows for {info.split_images[s]:,} images in `{s}`"
@@ -463,7 +463,7 @@ def _shift_groups_table(spec: ShiftSpec) -> str:
 NO_PICTURES = "drawn only where matplotlib is installed (`pip install 'metashift-hf[plot]'`)"
 
 
-def _metagraph_section(info: TaskInfo) -> str:
+def _metagraph_section(info: CardTask) -> str:
     """Per class: its meta-graph with this task's groups highlighted, then the artifact's community picture."""
     graphs = info.pictures.graphs if info.pictures is not None else {}
     parts = []
@@ -483,7 +483,7 @@ def _metagraph_section(info: TaskInfo) -> str:
     return "No meta-graph picture: no class of the task has a meta-graph in the artifact."
 
 
-def _examples_section(info: TaskInfo) -> str:
+def _examples_section(info: CardTask) -> str:
     if info.pictures is not None and info.pictures.examples is not None:
         return info.pictures.examples.markdown()
     if info.pictures is None:
@@ -491,7 +491,7 @@ def _examples_section(info: TaskInfo) -> str:
     return "No example picture: the task has no rows with a group."
 
 
-def render_task_section(info: TaskInfo, heading: str | None = None) -> str:
+def render_task_section(info: CardTask, heading: str | None = None) -> str:
     """The task's details; ``heading`` defaults to "## Task `ID`" (an index card holding several tasks)."""
     spec = info.spec
     metagraph = _metagraph_section(info)
@@ -555,7 +555,7 @@ def size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def card_data(infos: list[TaskInfo], configs, pretty_name: str, provenance: str | None,
+def card_data(infos: list[CardTask], configs, pretty_name: str, provenance: str | None,
               source_info: SourceInfo | None = None):
     """The README YAML as ``huggingface_hub.DatasetCardData`` (configs + dataset_info included).
 
@@ -596,7 +596,7 @@ def _card(data, body: str) -> str:
     return f"---\n{data.to_yaml()}\n---\n\n{body.rstrip()}\n"
 
 
-def recommended_metric(info: TaskInfo) -> str:
+def recommended_metric(info: CardTask) -> str:
     """How to score and report this task, by shift type (what `metashift-hf score` computes)."""
     kind = info.spec.shift_type
     if getattr(info.spec, "registry", None) is not None:
@@ -617,7 +617,7 @@ def recommended_metric(info: TaskInfo) -> str:
     return "No designed shift: report per-group accuracy (`group` field) with 95% intervals."
 
 
-def _example(info: TaskInfo) -> str:
+def _example(info: CardTask) -> str:
     row = {"image": "<PIL.Image: the original JPEG>", **info.example}
     return "```python\n{\n" + "\n".join(f"    {k!r}: {v!r}," for k, v in row.items()) + "\n}\n```"
 
@@ -653,9 +653,9 @@ def first_sentence(spec: ShiftSpec) -> str:
     return f"**Train on {train}; test on {test}; the shift is {what[spec.shift_type]}{d}.**"
 
 
-def _score_in_python(info: TaskInfo) -> str:
+def _score_in_python(info: CardTask) -> str:
     """The Evaluator snippet: ID and OOD in one call where the task has both (the ID split as
-    ``evaluate.scoring.split_roles`` picks it), else the test split alone."""
+    ``builders.splits.split_roles`` picks it), else the test split alone."""
     splits = info.split_rows
     iid = next((s for s in ("id_test", "validation") if s in splits), None)
     lines = ["```python", "import numpy as np", "import metashift_hf", "",
@@ -672,7 +672,7 @@ def _score_in_python(info: TaskInfo) -> str:
     return "\n".join(lines)
 
 
-def usage(info: TaskInfo) -> str:
+def usage(info: CardTask) -> str:
     """Commands that run as written with only this package and this repo (tests run them verbatim)."""
     task = f"{shlex.quote(info.repo_id)} --config {info.task_id}"
     if getattr(info.spec, "registry", None) is not None:  # matched to ImageNet-1k: what a pretrained classifier gets right
@@ -689,7 +689,7 @@ def usage(info: TaskInfo) -> str:
             f"metashift-hf score --task {task} --predictions runs-erm/seed-0/predictions.csv --out scores-erm\n```")
 
 
-def render_task_card(info: TaskInfo, configs) -> str:
+def render_task_card(info: CardTask, configs) -> str:
     provenance = info.build.get("artifact_source")
     source_info = info.build.get("artifact_source_info")
     body = _render("task_card.md", task_id=info.task_id, repo_id=info.repo_id,
@@ -702,14 +702,14 @@ def render_task_card(info: TaskInfo, configs) -> str:
     return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance, source_info), body)
 
 
-def _task_link(info: TaskInfo) -> str:
+def _task_link(info: CardTask) -> str:
     """The task id as a link to its repo: the Hub page for ``ns/repo``, else the local folder."""
     if info.repo_id.count("/") == 1 and not info.repo_id.startswith((".", "/")):
         return f"[`{info.task_id}`](https://huggingface.co/datasets/{info.repo_id})"
     return f"[`{info.task_id}`](../{Path(info.repo_id).name})"
 
 
-def render_index_card(infos: list[TaskInfo], art, *, configs=None, repo_id: str) -> str:
+def render_index_card(infos: list[CardTask], art, *, configs=None, repo_id: str) -> str:
     """The ``metashift`` overview. With ``configs`` (one-repo layout) it also holds every task."""
 
     rows = []

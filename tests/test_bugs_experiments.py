@@ -14,6 +14,7 @@ from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError, UnknownNameError
+from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
 TASK = "shift-conditional-cat-dog-delta30"
 
@@ -51,6 +52,12 @@ def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     assert f"cat({target})" in capsys.readouterr().out
     d = json.loads((out / "bugs.json").read_text())
     assert d["n_bugs"] >= 1 and d["split"] == "test"
+    # bugs writes the one per_group.csv schema; its tested context rows are bugs.json's tests
+    groups = pd.read_csv(out / "per_group.csv", keep_default_na=False, dtype={"name": str, "class": str})
+    assert list(groups.columns) == list(PER_GROUP_COLUMNS)
+    bug_rows = groups[(groups["level"] == "context") & (groups["bug"].astype(str) == "True")]
+    assert sorted(bug_rows["name"]) == sorted(t["subset"] for t in d["tested"] if t["bug"])
+    assert set(groups.loc[groups["level"] == "all", "name"]) == {"overall", "test"}
     with pytest.raises(UnknownNameError):
         find_bugs(preds, TASK, art.root, split="nope")
     with pytest.raises(MetashiftError):  # a prediction for an image outside the task

@@ -74,9 +74,9 @@ def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
     for b in bugs.values():
         assert b["accuracy"] < 0.3 and b["q_value"] < 0.05 and b["community"] == 1
         assert b["distance_to_largest_community"] is not None and b["distance_to_largest_community"] > 0
-    groups = pd.read_csv(out / "per_group.csv", keep_default_na=False, dtype={"group": str})
-    comm = groups[(groups.level == "community") & (groups["class"] == "dog")].set_index("group")
-    assert float(comm.at["1", "accuracy"]) < 0.3 and float(comm.at["0", "accuracy"]) > 0.9
+    groups = pd.read_csv(out / "per_group.csv", keep_default_na=False, dtype={"name": str})
+    comm = groups[(groups.level == "community") & (groups["class"] == "dog")].set_index("name")
+    assert float(comm.at["dog/1", "accuracy"]) < 0.3 and float(comm.at["dog/0", "accuracy"]) > 0.9
     assert {"cat.png", "dog.png"} <= {p.name for p in (out / "plots").iterdir()}
 
 

@@ -22,6 +22,7 @@ from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.predictions import load_scorer  # noqa: E402
 from metashift_hf.models import load_model, require_torch  # noqa: E402
 from metashift_hf.evaluate.predict import predict  # noqa: E402
+from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS  # noqa: E402
 
 # image id -> (folder, ImageNet-1k top-1 index, its name), verified by looking at each image
 TOP1 = {
@@ -128,7 +129,7 @@ def test_hierarchy_scoring_hand_checked(run_hier):
 
 
 def _wilson(k, n, z=1.959963984540054):
-    # written out independently of metashift_hf.evaluate.stats
+    # written out independently of metashift_hf.scoring.stats
     if n == 0:
         return (math.nan, math.nan)
     p = k / n
@@ -140,46 +141,48 @@ def _wilson(k, n, z=1.959963984540054):
 def test_report_numbers_recomputed_from_csv(run_hier):
     report, out = run_hier
     pred = pd.read_csv(out / "predictions.csv", dtype={"image_id": str}, keep_default_na=False)
-    groups = pd.read_csv(out / "per_group.csv", keep_default_na=False, dtype={"group": str, "class": str})
+    groups = pd.read_csv(out / "per_group.csv", keep_default_na=False, dtype={"split": str, "name": str, "class": str})
+    assert list(groups.columns) == list(PER_GROUP_COLUMNS)
     js = json.loads((out / "report.json").read_text())
     pred["ctx"] = [set(c.split("|")) if c else set() for c in pred.contexts]
     for _, g in groups.iterrows():
-        if g.level == "overall":
-            part = pred
-        elif g.level == "split":
-            part = pred[pred.split == g.group]
+        part = pred if g.split == "overall" else pred[pred.split == g.split]
+        if g.level == "all":
+            assert g["name"] == g.split
         elif g.level == "class":
-            part = pred[pred.label == g["class"]]
-        elif g.level == "split_class":
-            part = pred[(pred.label == g["class"]) & (pred.split == g.group)]
+            part = part[part.label == g["class"]]
         elif g.level == "context":
-            part = pred[(pred.label == g["class"]) & pred.ctx.map(lambda s: g.group in s)]
+            ctx = g["name"][len(g["class"]) + 1:-1]  # the subset is class(context)
+            part = part[(part.label == g["class"]) & part.ctx.map(lambda s: ctx in s)]
         elif g.level == "community":
-            part = pred[(pred.label == g["class"]) & (pred.community == int(g.group))]
+            assert g["name"] == f"{g['class']}/{g.community}"
+            part = part[(part.label == g["class"]) & (part.community == int(g.community))]
         else:
             raise AssertionError(g.level)
-        assert (g.n, g.correct) == (len(part), int(part.correct.sum())), (g.level, g["class"], g.group)
+        assert (g.n, g.correct) == (len(part), int(part.correct.sum())), (g.level, g["class"], g["name"])
         assert float(g.accuracy) == pytest.approx(part.correct.mean())
         lo, hi = _wilson(g.correct, g.n)
         assert (float(g.ci_low), float(g.ci_high)) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9))
-    row = lambda level, cls="", grp="": groups[(groups.level == level) & (groups["class"] == cls) & (groups.group == grp)].iloc[0]
-    assert js["overall"]["accuracy"] == pytest.approx(float(row("overall").accuracy))
-    assert js["overall"]["ci"] == [pytest.approx(float(row("overall").ci_low)), pytest.approx(float(row("overall").ci_high))]
+    row = lambda level, split="overall", name="overall": groups[(groups.level == level) & (groups.split == split)
+                                                                & (groups["name"] == name)].iloc[0]
+    assert js["overall"]["accuracy"] == pytest.approx(float(row("all").accuracy))
+    assert js["overall"]["ci"] == [pytest.approx(float(row("all").ci_low)), pytest.approx(float(row("all").ci_high))]
     for c in CLASSES:
-        assert js["classes"][c]["n"] == int(row("class", c).n)
-        assert js["classes"][c]["accuracy"] == pytest.approx(float(row("class", c).accuracy))
-    a_id, a_ood = float(row("split", "", "validation").accuracy), float(row("split", "", "test").accuracy)
+        assert js["classes"][c]["n"] == int(row("class", name=c).n)
+        assert js["classes"][c]["accuracy"] == pytest.approx(float(row("class", name=c).accuracy))
+    a_id, a_ood = float(row("all", "validation", "validation").accuracy), float(row("all", "test", "test").accuracy)
     assert js["id_vs_ood"]["gap"] == pytest.approx(a_id - a_ood)
     assert js["id_vs_ood"]["relative_drop"] == pytest.approx((a_id - a_ood) / a_id)
     ctx = groups[groups.level == "context"].copy()
     ctx["accuracy"] = ctx.accuracy.astype(float)
-    worst = ctx.sort_values(["accuracy", "n", "subset"], ascending=[True, False, True]).iloc[0]
-    assert js["worst_subset"]["subset"] == worst.subset
+    worst = ctx.sort_values(["accuracy", "n", "name"], ascending=[True, False, True]).iloc[0]
+    assert js["worst_subset"]["subset"] == worst["name"]
     # context tests: rest = the class's images outside the subset
     tested = ctx[ctx.p_value != ""]
     assert len(tested) == js["bug_test"]["n_tests"] > 0
     for _, g in tested.iterrows():
-        rest = pred[(pred.label == g["class"]) & ~pred.ctx.map(lambda s: g.group in s)]
+        context = g["name"][len(g["class"]) + 1:-1]
+        rest = pred[(pred.label == g["class"]) & ~pred.ctx.map(lambda s: context in s)]
         assert (int(g.rest_n), int(g.rest_correct)) == (len(rest), int(rest.correct.sum()))
 
 

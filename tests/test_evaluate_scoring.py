@@ -4,8 +4,10 @@ import pandas as pd
 import pytest
 
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
-from metashift_hf.evaluate.predictions import Predictions
-from metashift_hf.evaluate.scoring import NO_CLASS, context_bugs, group_table, id_vs_ood, score_images, worst_subsets
+from metashift_hf.evaluate.predictions import HeadOutputs as Predictions
+from metashift_hf.evaluate.scoring import NO_CLASS, score_images
+from metashift_hf.scoring.bugs import context_bugs
+from metashift_hf.scoring.groups import group_table, id_vs_ood, worst_subsets
 
 # ImageNet-1k indices: 281 tabby cat, 285 Egyptian cat, 207 golden retriever, 208 Labrador,
 # 339 sorrel (horse), 603 horse cart, 923 plate.

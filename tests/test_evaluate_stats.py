@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from metashift_hf.evaluate.stats import benjamini_hochberg, two_proportion_test, wilson_interval
+from metashift_hf.scoring.stats import benjamini_hochberg, two_proportion_test, wilson_interval
 
 
 def test_wilson_hand_values():

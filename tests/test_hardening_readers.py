@@ -21,7 +21,8 @@ from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
-from metashift_hf.research.score import LABEL_RULE, Predictions, score_plan
+from metashift_hf.research.score import score_plan
+from metashift_hf.scoring.predictions import LABEL_RULE, TaskPredictions as Predictions
 
 COCO = {"images": [{"id": 1, "width": 10, "height": 8, "file_name": "a.jpg"},
                    {"id": 2, "width": 10, "height": 8, "file_name": "b.jpg"}],

@@ -9,7 +9,7 @@ import pytest
 import metashift_hf
 from metashift_hf.builders.plan import GroupDef, SetSource
 from metashift_hf.builders.shifts import DGSizes, collection, domain_generalisation
-from metashift_hf.builders.spec import SPEC_VERSION, Distance, GroupSpec, ShiftSpec
+from metashift_hf.builders.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 
 
@@ -21,7 +21,7 @@ def _spec() -> ShiftSpec:
         "t", src, classes=["cat", "dog"], train=[GroupDef("cat", "a", ("a",), "a"), GroupDef("dog", "a", ("a",), "a")],
         test=[GroupDef("cat", "b", ("b",), "b"), GroupDef("dog", "b", ("b",), "b")],
         sizes=DGSizes(train_per_group=10, validation_per_group=5, id_test_per_group=5),
-        distance=Distance(value=0.5, rule="code", note="n", per_class={"cat": 0.4, "dog": None})).spec
+        distance=ShiftDistance(value=0.5, rule="code", note="n", per_class={"cat": 0.4, "dog": None})).spec
 
 
 def test_round_trip_and_frozen():

@@ -149,7 +149,7 @@ def test_score_and_tasks_show_commands_read_a_folder(exported, tmp_path, capsys)
     preds.to_csv(tmp_path / "p.csv", index=False)
     assert main(["score", "--task", str(folder), "--predictions", str(tmp_path / "p.csv"), "--out", str(tmp_path / "s")]) == 0
     per_group = pd.read_csv(tmp_path / "s" / "per_group.csv")
-    assert set(per_group["level"]) == {"group", "class", "context"}
+    assert set(per_group["level"]) == {"all", "group", "class", "context"}
     want = score(preds, folder)
     row = per_group[(per_group["split"] == "test") & (per_group["level"] == "group")].sort_values("name")
     assert list(row["accuracy"]) == [g.accuracy for g in want.splits["test"].per_group]

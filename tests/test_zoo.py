@@ -184,3 +184,33 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
         got = api.hf_hub_download("tester/board", "leaderboard.csv", repo_type="dataset", cache_dir=tmp_path / "dl")
         local = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")  # published without the local report paths
         pd.testing.assert_frame_equal(pd.read_csv(got).drop(columns="report"), local.drop(columns="report"))
+
+
+def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
+    """per_group.csv has one schema: the zoo's equals evaluate's, and score's rows for the same correct/incorrect
+    images carry the same numbers (issue 25 part 2)."""
+    from metashift_hf import score
+    from metashift_hf.hub.task_source import open_task
+    from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
+
+    art, images = world / "artifact", world / "images"
+    evaluate_zoo([_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", progress=False,
+                 cache_dir=tmp_path / "cache", plots=False)
+    evaluate(_model(1), "bin-cat-dog", art, images, tmp_path / "eval", progress=False, plots=False)
+    read = lambda p: pd.read_csv(p, keep_default_na=False, dtype={"split": str, "class": str, "name": str})
+    eval_pg = read(tmp_path / "eval" / "per_group.csv")
+    pd.testing.assert_frame_equal(read(tmp_path / "zoo" / "bin-cat-dog" / "module-tiny1" / "per_group.csv"), eval_pg)
+
+    per_image = pd.read_csv(tmp_path / "eval" / "predictions.csv", dtype={"image_id": str})
+    classes = open_task("bin-cat-dog", artifact=art, seed=0).plan.classes
+    other = {c: next(o for o in classes if o != c) for c in classes}
+    preds = pd.DataFrame({"image_id": per_image["image_id"],
+                          "prediction": [c if ok else other[c] for c, ok in zip(per_image["label"], per_image["correct"])]})
+    score(preds, "bin-cat-dog", art, seed=0).write(tmp_path / "score")
+    score_pg = read(tmp_path / "score" / "per_group.csv")
+    assert list(score_pg.columns) == list(eval_pg.columns) == list(PER_GROUP_COLUMNS)
+    shared = eval_pg[eval_pg["level"].isin(["all", "class", "context"])]
+    both = shared.merge(score_pg, on=["split", "level", "class", "name"], suffixes=("_e", "_s"))
+    assert len(both) == len(shared) and {"all", "class", "context"} == set(both["level"])
+    for col in ("n", "correct", "accuracy", "ci_low", "ci_high"):
+        np.testing.assert_allclose(both[f"{col}_e"].astype(float), both[f"{col}_s"].astype(float), err_msg=col)

@@ -6,7 +6,8 @@ from . import HELP
 import argparse
 
 from ..core.fsutil import check_out
-from ..research.score import BOTH_RULE, LABEL_RULE, SCORES_KIND, USE_CHOICES, Predictions, score_plan
+from ..research.score import SCORES_KIND, score_plan
+from ..scoring.predictions import BOTH_RULE, LABEL_RULE, USE_CHOICES, TaskPredictions
 from .task_args import add_splits_argument, add_task_arguments, task_from_args
 
 
@@ -34,7 +35,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     check_out(args.out, SCORES_KIND, force=args.force, inputs=(args.predictions, args.artifact, args.task))  # before scoring
     data = task_from_args(args)
-    preds = Predictions.read(args.predictions, data.plan.classes, use=args.use)
+    preds = TaskPredictions.read(args.predictions, data.plan.classes, use=args.use)
     scores = score_plan(preds, data.plan, splits=args.splits)
     scores.write(args.out, force=args.force, inputs=(args.predictions, args.artifact, args.task))
     print(scores.summary())

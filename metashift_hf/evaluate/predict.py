@@ -1,18 +1,12 @@
-"""Batched prediction with decoding and preprocessing overlapped with inference."""
+"""A classifier's head outputs over a task's images (batched by :func:`metashift_hf.models.map_batches`)."""
 from __future__ import annotations
 
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
-from PIL import UnidentifiedImageError
 
-from ..core.errors import MissingImagesError
-from ..models import Classifier, decode_workers
-from .predictions import Predictions
-
-PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
+from ..models import Classifier, map_batches
+from .predictions import HeadOutputs
 
 
 def predict(
@@ -22,66 +16,8 @@ def predict(
     batch_size: int = 32,
     workers: int | None = None,
     progress: bool = True,
-) -> Predictions:
+) -> HeadOutputs:
     """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time."""
     logits = map_batches(classifier.prepare, classifier.logits, image_ids, read, width=classifier.labels.size, batch_size=batch_size,
                          workers=workers, progress=progress, desc=f"evaluate {classifier.name}")
-    return Predictions(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)
-
-
-def map_batches(
-    prepare: Callable[[bytes], Any],
-    run: Callable[[list], np.ndarray],
-    image_ids: Sequence[str],
-    read: Callable[[str], bytes],
-    *,
-    width: int,
-    batch_size: int = 32,
-    workers: int | None = None,
-    progress: bool = True,
-    desc: str = "images",
-) -> np.ndarray:
-    """``run`` over the ``prepare``d images, ``batch_size`` at a time -> float32 (n, ``width``), in order.
-
-    A thread pool decodes and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs
-    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    ids = list(image_ids)
-    workers = decode_workers(workers)
-
-    def load(iid: str):
-        data = read(iid)
-        try:
-            return prepare(data)
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise MissingImagesError(f"image {iid!r} cannot be decoded ({exc})", "replace the corrupt file in the image source", [iid]) from exc
-        except MissingImagesError as exc:  # refused by the decoder (models.open_rgb: too many pixels), which knows no id
-            if exc.image_ids:
-                raise
-            raise MissingImagesError(f"image {iid!r}: {exc.what}", exc.fix, [iid]) from exc
-
-    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
-    out = np.empty((len(ids), width), dtype=np.float32)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(ids), desc=desc, unit="img", disable=not progress)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
-        queue: deque[list[Future]] = deque()
-        next_batch = 0
-        try:
-            for start in range(len(batches)):
-                while next_batch < len(batches) and next_batch <= start + PREFETCH_BATCHES:
-                    queue.append([pool.submit(load, iid) for iid in batches[next_batch]])
-                    next_batch += 1
-                prepared = [f.result() for f in queue.popleft()]
-                lo = start * batch_size
-                out[lo:lo + len(prepared)] = run(prepared)
-                bar.update(len(prepared))
-        finally:
-            for futures in queue:
-                for f in futures:
-                    f.cancel()
-            bar.close()
-    return out
+    return HeadOutputs(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)

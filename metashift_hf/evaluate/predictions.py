@@ -16,15 +16,16 @@ N_CLASSES = 1000
 
 
 @dataclass
-class Predictions:
-    """Outputs for ``image_ids`` in that order: top-1 ImageNet index and, when known, the logits."""
+class HeadOutputs:
+    """A classifier head's outputs for ``image_ids`` in that order: top-1 index (ImageNet-1k or the head's own
+    labels) and, when known, the logits. Task-class predictions are :class:`metashift_hf.scoring.predictions.TaskPredictions`."""
 
     image_ids: list[str]
     top1: np.ndarray  # int64 (n,)
     logits: np.ndarray | None  # float32 (n, 1000) or None (index-only predictions files)
 
-    def for_ids(self, ids: Sequence[str], source: str = "predictions") -> "Predictions":
-        """The same predictions reordered to ``ids``; every id must be present."""
+    def for_ids(self, ids: Sequence[str], source: str = "predictions") -> "HeadOutputs":
+        """The same outputs reordered to ``ids``; every id must be present."""
         pos = {iid: i for i, iid in enumerate(self.image_ids)}
         missing = [i for i in ids if i not in pos]
         if missing:
@@ -35,7 +36,7 @@ class Predictions:
             )
         idx = np.fromiter((pos[i] for i in ids), dtype=np.int64, count=len(ids))
         logits = None if self.logits is None else self.logits[idx]
-        return Predictions(list(ids), self.top1[idx], logits)
+        return HeadOutputs(list(ids), self.top1[idx], logits)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class PrecomputedPredictions:
     """
 
     path: Path
-    predictions: Predictions
+    predictions: HeadOutputs
     sha256: str
     # set when the outputs come from the zoo's logits cache: the model's own card and head labels
     model_card: dict[str, Any] | None = None
@@ -102,7 +103,7 @@ class PrecomputedPredictions:
             top1 = col.to_numpy().astype(np.int64)
         else:
             raise InputFormatError(f"predictions file {path} has neither imagenet_index nor logits", fix)
-        return cls(path, Predictions(ids, top1, logits), sha256_file(path))
+        return cls(path, HeadOutputs(ids, top1, logits), sha256_file(path))
 
 
 def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:

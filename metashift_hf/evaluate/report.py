@@ -12,9 +12,8 @@ import pyarrow as pa
 
 from ..core.fsutil import atomic_dir, write_parquet
 from ..core.names import markdown_safe, terminal_safe
+from ..scoring.per_group import from_group_table, write_per_group
 
-PER_GROUP_COLUMNS = ["level", "class", "group", "subset", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
-                     "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug", "distance_to_largest_community"]
 
 REPORT_KIND = "evaluation report"  # the marker kind of an evaluate --out folder (core.fsutil)
 
@@ -226,8 +225,7 @@ def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFra
                 plots[cls] = name
         metrics = {**metrics, "plots": plots}
         report = EvalReport(metrics, out)
-        pg = per_group.reindex(columns=PER_GROUP_COLUMNS)
-        pg.to_csv(tmp / "per_group.csv", index=False, float_format="%.10g")
+        write_per_group(from_group_table(per_group), tmp / "per_group.csv")
         per_image.to_csv(tmp / "predictions.csv", index=False, float_format="%.10g")
         if logits is not None:
             write_parquet(pa.Table.from_pandas(logits, preserve_index=False), tmp / "logits.parquet")

@@ -12,6 +12,7 @@ import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.spec import ShiftSpec
+from metashift_hf.builders.splits import chosen_splits, split_roles
 from metashift_hf.builders.images import cell_bytes
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
@@ -28,21 +29,9 @@ from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
 from .predictions import PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
-from .scoring import (
-    COUNTING_RULE,
-    chosen_splits,
-    context_bugs,
-    group_table,
-    headline_metrics,
-    id_vs_ood,
-    score_images,
-    split_roles,
-    worst_subsets,
-)
-
-BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
-            "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
-            "across all tested subsets of all classes in the report.")
+from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, community_map, context_bugs, distance_to_largest
+from ..scoring.groups import group_table, id_vs_ood, worst_subsets
+from .scoring import COUNTING_RULE, headline_metrics, score_images
 
 
 def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error",
@@ -173,38 +162,6 @@ def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
         d = rec._asdict()
         h.update(json.dumps([d[c] for c in cols] + [sorted(d["contexts"])]).encode())
     return h.hexdigest()
-
-
-def community_map(art) -> dict[str, int] | None:
-    if art is None:
-        return None
-    t = art.subsets_table()
-    t = t[t["kept"]]
-    return {s: int(c) for s, c in zip(t["subset"], t["community"])}
-
-
-def distance_to_largest(art, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
-    """Meta-graph distance from a subset to its class's largest community (community 0).
-
-    Rule 'paper' (Euclidean between the subset's stored spectral embedding and the size-weighted mean
-    embedding of the community's other subsets): it reads the class's own embedding, whereas the
-    'code' rule re-embeds a two-group graph, which is too small for a spectral embedding.
-    """
-    if art is None:
-        return None
-    largest = sorted(s for s, c in comm_map.items() if c == 0 and s.startswith(f"{cls}("))
-    if not largest or subset not in comm_map:
-        return None
-    others = [s for s in largest if s != subset]
-    if not others:  # the subset is the whole largest community
-        return 0.0
-    try:
-        d = art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper")
-    except MetashiftError:
-        return None
-    # one scale per column: a subset without a spectral embedding gets a resistance number (another
-    # scale) or 'disconnected'; both are reported as unknown here
-    return d.value if d.rule == "spectral" else None
 
 
 def _summary(row) -> dict[str, Any]:
@@ -349,7 +306,7 @@ def evaluate(
     comm_map = community_map(art)
     groups = group_table(scored, classes, comm_map)
     tested = context_bugs(scored, groups, min_subset_size, alpha)
-    for col in ("rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug"):
+    for col in BUG_COLUMNS:
         groups.loc[tested.index, col] = tested[col]
     bug_rows = tested[tested["bug"]].sort_values(["q_value", "subset"], kind="stable")
     if comm_map is not None:

@@ -29,6 +29,7 @@ import pandas as pd
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import ImageSource, open_images
 from metashift_hf.builders.plots import new_figure, save_png
+from metashift_hf.builders.splits import chosen_splits
 from metashift_hf.builders.tasks import match_registry
 
 from ..hub import api
@@ -37,14 +38,13 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..models import Classifier, runtime_card
+from ..models import Classifier, map_batches, runtime_card
 from ..hub.task_source import TaskData, open_task
 from .cache import LogitsCache
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
-from .predict import map_batches
-from .predictions import PrecomputedPredictions, Predictions, load_scorer
+from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
 from .run import evaluate
-from .scoring import HEADLINE_RULE, chosen_splits
+from .scoring import HEADLINE_RULE
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ def evaluate_zoo(
                                   for i in ids]).astype(np.float32)
                 preds = PrecomputedPredictions(
                     path=cache.folder if cache is not None else Path("(memory)"),
-                    predictions=Predictions(ids, block.argmax(axis=1).astype(np.int64), block),
+                    predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp, model_card=card, labels=clf.labels)
                 rel = Path(id_slug(task_id)) / slugs[clf.name]
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from .base import DTYPES, MAX_INPUT_SIDE, Classifier, Preprocessing, open_rgb, require_torch
+from .batches import map_batches
 from .ecosystem import from_callable, from_module, hf_model, timm_model, torchvision_model
 from .labels import LabelMap, imagenet_1k_labels, map_labels
 from .lite0 import TF_CROP_PADDING, TF_LITE_MEAN, TF_LITE_STD, efficientnet_lite0
@@ -15,5 +16,5 @@ from .runtime import decode_workers, runtime_card, tune_allocator
 
 __all__ = ["Classifier", "Preprocessing", "LabelMap", "ModelSource", "MODEL_SOURCES", "DTYPES", "MAX_INPUT_SIDE", "TF_CROP_PADDING",
            "TF_LITE_MEAN", "TF_LITE_STD", "decode_workers", "efficientnet_lite0", "find_source", "from_callable",
-           "from_module", "hf_model", "imagenet_1k_labels", "load_model", "map_labels", "model_forms", "open_rgb", "require_torch",
+           "from_module", "hf_model", "imagenet_1k_labels", "load_model", "map_batches", "map_labels", "model_forms", "open_rgb", "require_torch",
            "runtime_card", "timm_model", "torchvision_model", "tune_allocator"]

@@ -3,7 +3,7 @@
 
 Per class, every context subset with at least ``min_n`` images of the scored split is compared
 with the class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests;
-metashift_hf.evaluate.scoring.context_bugs). Harmful contexts (significant and below the rest) are
+metashift_hf.scoring.bugs.context_bugs). Harmful contexts (significant and below the rest) are
 listed per class ordered by meta-graph distance from the class's largest community (nearest first;
 subsets without a spectral distance last).
 """
@@ -19,10 +19,12 @@ import pandas as pd
 
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir
-from ..evaluate.run import BUG_TEST, community_map, distance_to_largest
-from ..evaluate.scoring import context_bugs, group_table
-from .score import Predictions, score_plan
 from ..hub.task_source import open_task
+from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, bug_entry, community_map, context_bugs, distance_to_largest
+from ..scoring.groups import group_table
+from ..scoring.per_group import from_group_table, write_per_group
+from ..scoring.predictions import TaskPredictions
+from .score import score_plan
 
 BUGS_KIND = "bug report"
 
@@ -35,6 +37,7 @@ class BugReport:
     alpha: float
     tested: pd.DataFrame  # one row per tested context subset
     source: str
+    groups: pd.DataFrame | None = None  # the split's group table with the test's columns (per_group.csv)
 
     def harmful(self, top: int | None = None) -> dict[str, list[dict]]:
         """class -> significant, below-the-rest subsets, nearest to the largest community first."""
@@ -43,7 +46,7 @@ class BugReport:
         for cls, part in rows.groupby("class", sort=True):
             d = part["distance_to_largest_community"].astype(float)
             part = part.assign(_d=d.fillna(np.inf)).sort_values(["_d", "q_value", "subset"], kind="stable")
-            out[str(cls)] = [_entry(r) for _, r in part.head(top if top else len(part)).iterrows()]
+            out[str(cls)] = [bug_entry(r) for _, r in part.head(top if top else len(part)).iterrows()]
         return out
 
     def to_dict(self, top: int = 5) -> dict[str, Any]:
@@ -52,7 +55,7 @@ class BugReport:
                 "n_bugs": int(self.tested["bug"].sum()), "harmful": self.harmful(top),
                 "order": "per class by meta-graph distance ('paper' rule, spectral) from the class's largest "
                          "community, nearest first; subsets without a spectral distance last",
-                "tested": [_entry(r) for _, r in self.tested.iterrows()]}
+                "tested": [bug_entry(r) for _, r in self.tested.iterrows()]}
 
     def markdown(self, top: int = 5) -> str:
         d = self.to_dict(top)
@@ -74,20 +77,11 @@ class BugReport:
         with atomic_dir(out, kind=BUGS_KIND, force=force, inputs=inputs) as tmp:
             (tmp / "bugs.json").write_text(json.dumps(self.to_dict(top), indent=2) + "\n")
             (tmp / "bugs.md").write_text(self.markdown(top))
+            if self.groups is not None:
+                write_per_group(from_group_table(self.groups), tmp / "per_group.csv")
 
 
-def _entry(r: pd.Series) -> dict:
-    def opt(v, cast):
-        return None if pd.isna(v) else cast(v)
-
-    return {"class": r["class"], "subset": r["subset"], "n": int(r["n"]), "accuracy": float(r["accuracy"]),
-            "rest_n": int(r["rest_n"]), "rest_accuracy": opt(r["rest_accuracy"], float), "z": opt(r["z"], float),
-            "p_value": opt(r["p_value"], float), "q_value": opt(r["q_value"], float), "bug": bool(r["bug"]),
-            "community": opt(r.get("community"), int),
-            "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float)}
-
-
-def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", task: Any,
+def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions", task: Any,
               artifact: "str | os.PathLike | None" = None, *, split: str = "test", min_n: int = 10,
               alpha: float = 0.05, seed: int | None = None, **options: Any) -> BugReport:
     """Context bugs of one predictions table on one split of a task (see the module docstring).
@@ -102,7 +96,7 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", tas
     if split not in splits:
         raise UnknownNameError(f"task {tp.task_id} has no split {split!r}{did_you_mean(split, splits)}",
                                f"use one of {', '.join(splits)}")
-    preds = predictions if isinstance(predictions, Predictions) else Predictions.read(predictions, tp.classes)
+    preds = predictions if isinstance(predictions, TaskPredictions) else TaskPredictions.read(predictions, tp.classes)
     score_plan(preds, tp, splits=[split])  # the same checks as `score` (unknown, missing, duplicate ids)
     table = tp.table()
     scored = table[table["split"] == split].reset_index(drop=True)
@@ -111,10 +105,12 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | Predictions", tas
     scored["correct"] = np.array([tp.classes[p] for p in pred]) == scored["label"].to_numpy()
     comm = community_map(art)
     groups = group_table(scored, list(tp.classes), comm)
-    tested = context_bugs(scored, groups, min_n, alpha).reset_index(drop=True)
+    tested = context_bugs(scored, groups, min_n, alpha)  # indexed as its rows of groups
     tested["distance_to_largest_community"] = [distance_to_largest(art, c, s, comm) if ok else None
                                                for c, s, ok in zip(tested["class"], tested["subset"], tested["bug"])]
-    return BugReport(tp.task_id, split, int(min_n), float(alpha), tested, preds.source)
+    for col in (*BUG_COLUMNS, "distance_to_largest_community"):
+        groups.loc[tested.index, col] = tested[col]
+    return BugReport(tp.task_id, split, int(min_n), float(alpha), tested.reset_index(drop=True), preds.source, groups)
 
 
 __all__ = ["BugReport", "find_bugs", "BUGS_KIND"]

@@ -27,13 +27,13 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 
 import datasets
 import numpy as np
-import pandas as pd
 
 from ..hub.api import PreparedTask
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
-from .score import PROB_TOLERANCE, Scores, score_plan
+from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
+from .score import Scores, score_plan
 from ..hub.task_source import TaskData, open_task, task_dataset
 
 logger = logging.getLogger(__name__)
@@ -171,11 +171,11 @@ class Evaluator:
         split_rows = self._split(split)
         if rows is not None:
             split_rows = [split_rows[i] for i in self._positions(rows, split, len(split_rows))]
-        frame = self._frame(y_pred, split, split_rows, "y_pred", selected=rows is not None)
+        preds = self._predictions(y_pred, split, split_rows, "y_pred", selected=rows is not None)
         plan = self.task.plan
         if rows is not None:  # the same plan with this split cut to the chosen rows (train shares unchanged)
             plan = TaskPlan(plan.task_id, plan.classes, {**plan.splits, split: split_rows}, plan.spec)
-        return score_plan(frame, plan, splits=[split])
+        return score_plan(preds, plan, splits=[split])
 
     def _eval_splits(self, y_pred: Mapping[str, Any], split: str, rows: Any) -> Scores:
         if rows is not None or split != "test":
@@ -184,12 +184,8 @@ class Evaluator:
         if not y_pred:
             raise InputFormatError("y_pred is an empty dict", "pass {split: predictions}, e.g. {'validation': y_val, "
                                    "'test': y_test}")
-        frames = [self._frame(v, s, self._split(s), f"y_pred[{s!r}]") for s, v in y_pred.items()]
-        if len({tuple(f.columns) for f in frames}) > 1:
-            kinds = ", ".join(f"{s}: {_kind(f)}" for s, f in zip(y_pred, frames))
-            raise InputFormatError(f"y_pred mixes kinds of predictions ({kinds})",
-                                   "give every split the same kind: class indices, probabilities or logits")
-        return score_plan(pd.concat(frames, ignore_index=True), self.task.plan, splits=list(y_pred))
+        parts = [self._predictions(v, s, self._split(s), f"y_pred[{s!r}]") for s, v in y_pred.items()]
+        return score_plan(TaskPredictions.concat(parts, "y_pred"), self.task.plan, splits=list(y_pred))
 
     @staticmethod
     def _positions(rows: Any, split: str, n: int) -> np.ndarray:
@@ -209,37 +205,30 @@ class Evaluator:
             raise InputFormatError("rows repeats a position", "give each row once")
         return pos
 
-    def _frame(self, y_pred: Any, split: str, split_rows: list[Row], what: str, selected: bool = False) -> pd.DataFrame:
-        """The predictions table ``score_plan`` reads: image_id + prediction or prob_/logit_ columns."""
+    def _predictions(self, y_pred: Any, split: str, split_rows: list[Row], what: str,
+                     selected: bool = False) -> TaskPredictions:
+        """``y_pred`` as the arrays ``score_plan`` scores: class indices, or probabilities/logits in class order."""
         pred = _to_numpy(y_pred, what)
         if pred.shape[:1] != (len(split_rows),):
             raise InputFormatError(f"{what} has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "
                                    f"{len(split_rows)}" + (" selected" if selected else ""),
                                    "predict every row of the split, in the order of the dataset given "
                                    "(Evaluator.image_ids(split))")
-        frame = pd.DataFrame({"image_id": [r.image_id for r in split_rows]})
-        k = len(self.classes)
+        ids = tuple(r.image_id for r in split_rows)
+        classes = tuple(self.classes)
+        k = len(classes)
         if pred.ndim == 1:
             if not np.issubdtype(pred.dtype, np.integer) or (pred < 0).any() or (pred >= k).any():
                 raise InputFormatError(f"{what} of shape {pred.shape} holds values that are not class indices 0..{k - 1}",
                                        "pass predicted class indices (argmax), or (n, k) probabilities/logits")
-            frame["prediction"] = [self.classes[i] for i in pred]
-        elif pred.ndim == 2 and pred.shape[1] == k:
+            return TaskPredictions(ids, pred.astype(np.int64), None, "labels", classes, what)
+        if pred.ndim == 2 and pred.shape[1] == k:
             scores = pred.astype(np.float64)
             probabilities = bool(np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()
                                  and (np.abs(scores.sum(axis=1) - 1) <= PROB_TOLERANCE).all())
-            prefix = "prob" if probabilities else "logit"
-            for j, c in enumerate(self.classes):
-                frame[f"{prefix}_{c}"] = scores[:, j]
-        else:
-            raise InputFormatError(f"{what} has shape {pred.shape}; the task has {k} classes",
-                                   f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}")
-        return frame
-
-
-def _kind(frame: pd.DataFrame) -> str:
-    last = frame.columns[-1]
-    return "class indices" if last == "prediction" else "probabilities" if last.startswith("prob_") else "logits"
+            return TaskPredictions.from_scores(ids, scores, classes, "probabilities" if probabilities else "logits", what)
+        raise InputFormatError(f"{what} has shape {pred.shape}; the task has {k} classes",
+                               f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}")
 
 
 def _given_keys(task: Any, config: str | None, revision: str | None) -> dict[str, list[RowKey]] | None:

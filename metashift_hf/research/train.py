@@ -48,7 +48,8 @@ from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, F
                       fit_seed)
 from ..models import efficientnet_lite0, require_torch
 from .features import Backbone, image_features, load_backbone
-from .score import Predictions, Scores, score_plan, task_spec_hash
+from ..scoring.predictions import TaskPredictions
+from .score import Scores, score_plan, task_spec_hash
 from ..hub.task_source import open_task
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def _read_seed(d: Path, data: _Data, seed: int, probe: str) -> SeedRun:
         raise bad("run.json", f"names seed {meta['seed']}, not the folder's seed {seed}")
     try:
         frame = pd.read_csv(d / "predictions.csv", dtype={"image_id": str, "split": str, "prediction": str})
-        scores = score_plan(Predictions.read(frame, data.plan.classes), data.plan)
+        scores = score_plan(TaskPredictions.read(frame, data.plan.classes), data.plan)
     except FileNotFoundError:
         raise bad("predictions.csv", "is missing") from None
     except MetashiftError as exc:
@@ -561,7 +562,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
             t_seed = time.perf_counter()
             fit = fit_seed(torch, learner, data.fit, _settings(cfg), s, ckpt=ckpt, progress=progress)
             frame = _predictions_frame(data, fit.probs)
-            runs[s] = SeedRun(s, score_plan(Predictions.read(frame, tp.classes), tp), fit.selected_epoch,
+            runs[s] = SeedRun(s, score_plan(TaskPredictions.read(frame, tp.classes), tp), fit.selected_epoch,
                               fit.selection_value, time.perf_counter() - t_seed, frame, fit.log, fit.head, fit.details)
             if work is not None:  # a finished seed survives an interruption of the next one
                 with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:

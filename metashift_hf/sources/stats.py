@@ -53,7 +53,7 @@ _UNPUBLISHED_SCRIPT = ("the published subsets were made by an unpublished script
 
 
 @dataclass
-class Row:
+class CheckRow:
     figure: str
     published: float | None
     ours: float | None
@@ -74,10 +74,10 @@ class StatsReport:
     source: str
     reference: str  # "full", "attributes" or "none"
     basis: str  # why this reference / which checks apply
-    rows: list[Row] = field(default_factory=list)
+    rows: list[CheckRow] = field(default_factory=list)
 
     @property
-    def failures(self) -> list[Row]:
+    def failures(self) -> list[CheckRow]:
         return [r for r in self.rows if r.ok is False]
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,7 +99,7 @@ class StatsReport:
         return "\n".join(line.rstrip() for line in lines)
 
 
-def _table(head: tuple[str, ...], rows: list[Row]) -> list[str]:
+def _table(head: tuple[str, ...], rows: list[CheckRow]) -> list[str]:
     body = [(r.figure, _fmt(r.published), _fmt(r.ours), _fmt(r.difference, sign=True),
              (r.check + (" ok" if r.ok else " FAIL" if r.ok is False else "")).strip(), r.explanation)
             for r in rows]
@@ -205,7 +205,7 @@ def _as_array(values: list[str]):
 
 
 def _consistency_rows(root: Path, manifest: Manifest, stats: ArtifactStats, measured: dict[str, float],
-                      options: BuildOptions) -> list[Row]:
+                      options: BuildOptions) -> list[CheckRow]:
     """stats.json and the manifest's content hash against the tables themselves."""
 
     rows = []
@@ -213,30 +213,30 @@ def _consistency_rows(root: Path, manifest: Manifest, stats: ArtifactStats, meas
                 "subsets_per_class", "images_per_subset"):
         written = _mean(getattr(stats, key))
         ok = written is not None and math.isclose(written, measured[key], rel_tol=0, abs_tol=5e-4 * max(1, abs(written)))
-        rows.append(Row(f"stats.json {key}", written, measured[key], "consistency", ok,
+        rows.append(CheckRow(f"stats.json {key}", written, measured[key], "consistency", ok,
                         "" if ok else "stats.json disagrees with the tables: the artifact was altered or mis-built"))
     classes = pq.read_table(root / "classes.parquet", columns=["subject", "n_subsets"]).to_pandas()
     need = options.min_subsets_per_class
     ok = len(classes) == measured["classes"] and bool((classes["n_subsets"] > need).all())
-    rows.append(Row("classes.parquet = kept subjects", measured["classes"], len(classes), "consistency", ok,
+    rows.append(CheckRow("classes.parquet = kept subjects", measured["classes"], len(classes), "consistency", ok,
                     "" if ok else f"classes.parquet must list exactly the subjects with more than {need} kept subsets"))
     if (root / "images.parquet").is_file():
         # Scene-graph builds: every image of a candidate subset came from a scene graph, so it has metadata.
         have = pq.read_table(root / "images.parquet", columns=["image_id"])["image_id"]
         ids = pc.unique(pq.read_table(root / "membership.parquet", columns=["image_id"])["image_id"])
         lacking = len(ids) - int(pc.sum(pc.is_in(ids, value_set=have.combine_chunks())).as_py() or 0)
-        rows.append(Row("images.parquet covers candidate images", len(ids), len(ids) - lacking, "consistency",
+        rows.append(CheckRow("images.parquet covers candidate images", len(ids), len(ids) - lacking, "consistency",
                         lacking == 0, "" if lacking == 0 else f"{lacking} candidate images have no metadata row"))
     tables = manifest.tables
     if tables:
         ok = table_hash(root, tables) == manifest.content_hash
-        rows.append(Row("content_hash", None, None, "consistency", ok,
+        rows.append(CheckRow("content_hash", None, None, "consistency", ok,
                         "tables match manifest.json" if ok else "tables differ from manifest.json's content_hash: "
                         "the artifact was modified after it was built; rebuild it"))
     return rows
 
 
-def _match_rows(root: Path, exact: bool) -> list[Row]:
+def _match_rows(root: Path, exact: bool) -> list[CheckRow]:
     """ImageNet-matching figures when ``metashift-hf match`` wrote ``match/match.json`` into the artifact."""
     path = root / "match" / "match.json"
     if not path.is_file():
@@ -259,7 +259,7 @@ def _match_rows(root: Path, exact: bool) -> list[Row]:
     rows = []
     for fig in ("vocabulary_names", "matched_names", "subsets", "classes", "imagenet_leaves_covered"):
         ours = doc.get(fig)
-        row = Row(f"match {fig}", pub.get(fig), float(ours) if isinstance(ours, (int, float)) else None,
+        row = CheckRow(f"match {fig}", pub.get(fig), float(ours) if isinstance(ours, (int, float)) else None,
                   explanation=note if fig == "vocabulary_names" else "")
         if check:
             row.check, row.ok = "exact", row.ours == row.published
@@ -305,13 +305,13 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
     published = {"full": PUBLISHED_FULL, "attributes": PUBLISHED_ATTRIBUTES}.get(reference, {})
     measured = measure(art.root, options)
 
-    rows: list[Row] = []
+    rows: list[CheckRow] = []
     for fig in FIGURES:
         pub = published.get(fig)
         ours = measured[fig]
         if fig in _DECIMALS:
             ours = round(ours, _DECIMALS[fig])
-        row = Row(fig, pub, ours, explanation=_explain(fig, reference, source, options))
+        row = CheckRow(fig, pub, ours, explanation=_explain(fig, reference, source, options))
         if exact and pub is not None and fig not in ("distinct_contexts", "general_contexts", "attribute_contexts",
                                                      "object_contexts"):
             row.check, row.ok = "exact", ours == pub
@@ -327,7 +327,7 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
         for key, pub in PUBLISHED_RULES.items():
             ours = getattr(options, key)
             ours_f = float(ours) if isinstance(ours, (int, float)) else None
-            row = Row(f"rule {key}", pub, ours_f)
+            row = CheckRow(f"rule {key}", pub, ours_f)
             if exact or source == "gqa":
                 if key in ("min_images_per_subset", "min_subsets_per_class"):
                     row.check, row.ok = "rule", ours_f == pub
