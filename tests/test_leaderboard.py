@@ -207,7 +207,7 @@ def test_names_are_escaped_in_stdout_markdown_and_what_is_published(world, tmp_p
 def test_publish_without_a_token_is_refused_before_the_zoo_runs(world, tmp_path, monkeypatch, capsys):
     import huggingface_hub
 
-    import metashift_hf.commands.evaluate as cmd
+    import metashift_hf.commands.evaluate_zoo as cmd
 
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     monkeypatch.setattr(cmd, "evaluate_zoo", lambda *a, **k: pytest.fail("the zoo ran before the token check"))
