@@ -85,6 +85,19 @@ def _epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
     return int(np.random.SeedSequence([seed, epoch, stream]).generate_state(1)[0])
 
 
+def epoch_batches(sampling: str, groups: np.ndarray, envs: np.ndarray, batch_size: int,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's batches of row indices: ``shuffle`` (a permutation cut into batches) or ceil(n / batch_size)
+    batches drawn equally from each group (``group-balanced``) or environment (``domain-balanced``).
+    The training loop and :func:`metashift_hf.research.loader.loader` both draw their batches here."""
+    n = len(groups)
+    if sampling == "shuffle":
+        order = rng.permutation(n)
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    keys = groups if sampling == "group-balanced" else envs
+    return balanced_batches(keys, batch_size, math.ceil(n / batch_size), rng)
+
+
 class LinearLearner:
     """A linear head on frozen features, standardised with the training split's mean and std."""
 
@@ -318,18 +331,11 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
     y = torch.from_numpy(data.y["train"]).to(s.device)
     g = torch.from_numpy(data.train_groups).to(s.device)
     e = torch.from_numpy(data.train_envs).to(s.device)
-    n = len(data.y["train"])
-    steps = math.ceil(n / s.batch_size)
     for epoch in tqdm(range(start, epochs + 1), desc=f"{stage} seed {seed}", unit="epoch", disable=not progress):
         torch.manual_seed(_epoch_seed(seed, epoch, 1))  # dropout and drop-connect
         rng = np.random.default_rng(_epoch_seed(seed, epoch, 2))
         algo.rng = np.random.default_rng(_epoch_seed(seed, epoch, 3))
-        if s.sampling == "shuffle":
-            order = rng.permutation(n)
-            batches = [order[i:i + s.batch_size] for i in range(0, n, s.batch_size)]
-        else:
-            keys = data.train_groups if s.sampling == "group-balanced" else data.train_envs
-            batches = balanced_batches(keys, s.batch_size, steps, rng)
+        batches = epoch_batches(s.sampling, data.train_groups, data.train_envs, s.batch_size, rng)
         module.train()
         total, rows = 0.0, 0
         for idx in batches:
@@ -410,4 +416,5 @@ def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitDa
 
 
 __all__ = ["FitData", "FitSettings", "SeedFit", "LinearLearner", "FinetuneLearner", "Checkpoints", "fit_seed", "augment",
+           "epoch_batches",
            "SELECTION_SPLIT", "ORACLE_SPLIT", "COLOR_JITTER", "GREYSCALE_P"]
