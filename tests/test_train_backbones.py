@@ -94,3 +94,20 @@ def test_experiment_compare_on_an_hf_backbone(hf_resnet, exported_task, tmp_path
                      "--from", str(folder.parent), "--backbone", f"hf:{hf_resnet[0]}", "--epochs", "1", "--seeds", "1",
                      "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == 0
     assert json.loads((out / "compare.json").read_text())["backbone"]["name"] == f"hf:{hf_resnet[0]}"
+
+
+@pytest.mark.parametrize("form", ["hf", "timm"])
+def test_train_cli_finetunes_a_backbone(form, hf_resnet, timm_resnet, exported_task, tmp_path):
+    folder = hf_resnet[0] if form == "hf" else timm_resnet[0]
+    backbone = f"hf:{folder}" if form == "hf" else f"timm:local-dir:{folder}"
+    out = tmp_path / "run"
+    assert cli.main(["train", "--task", str(exported_task[0]), "--backbone", backbone, "--probe", "finetune",
+                     "--epochs", "1", "--seeds", "1", "--batch-size", "8", "--cache-dir", str(tmp_path / "cache"),
+                     "--out", str(out), "--no-progress"]) == 0
+    card = json.loads((out / "run_card.json").read_text())
+    assert card["probe"] == "finetune" and card["backbone"]["name"] == backbone
+    from safetensors.numpy import load_file
+
+    state = load_file(str(out / "seed-0" / "model.safetensors"))
+    head = "classifier.1.weight" if form == "hf" else "fc.weight"
+    assert state[head].shape[0] == 2  # the new two-class head in place of the 1,000-class one

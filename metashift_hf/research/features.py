@@ -91,6 +91,20 @@ def _head_input(torch: Any, module: Any, head: Any) -> Callable[[Any], Any]:
     return extract
 
 
+def head_linear(torch: Any, clf: Classifier) -> tuple[Any, str]:
+    """(the torch module of ``clf``, the qualified name of its head: the last Linear layer, inside the
+    ``classifier`` of a transformers model). MetashiftError when it has none (a plain callable)."""
+    module = clf.module if clf.module is not None else clf.forward
+    scope = "classifier" if clf.kind == "hf" and hasattr(module, "classifier") else ""
+    found = (module.get_submodule(scope) if scope else module) if isinstance(module, torch.nn.Module) else None
+    heads = [n for n, m in found.named_modules() if isinstance(m, torch.nn.Linear)] if found is not None else []
+    if not heads or clf.weights_sha256 is None:
+        raise MetashiftError(f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
+                             "to take penultimate features from",
+                             f"use {BACKBONE_FORMS}, or wrap your network with metashift_hf.models.from_module")
+    return module, ".".join(p for p in (scope, heads[-1]) if p)
+
+
 def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
     """Any model of the evaluation registry that is a torch module: its pre-logits features. timm:
     ``forward_head(forward_features(x), pre_logits=True)``; hf: the input of the last Linear of the
@@ -98,13 +112,8 @@ def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
     input of the last Linear layer (the final fc/classifier replaced by the identity)."""
     torch = require_torch()
     clf = load_model(spec, device)
-    module = clf.module if clf.module is not None else clf.forward
-    scope = getattr(module, "classifier", module) if clf.kind == "hf" else module
-    heads = [m for m in scope.modules() if isinstance(m, torch.nn.Linear)] if isinstance(scope, torch.nn.Module) else []
-    if not heads or clf.weights_sha256 is None:
-        raise MetashiftError(f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
-                             "to take penultimate features from",
-                             f"use {BACKBONE_FORMS}, or wrap your network with metashift_hf.models.from_module")
+    module, head_name = head_linear(torch, clf)
+    head = module.get_submodule(head_name)
     module.eval()
     if clf.kind == "timm" and hasattr(module, "forward_head"):
         dtype = next(module.parameters()).dtype
@@ -115,12 +124,13 @@ def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
             return module.forward_head(module.forward_features(batch.to(dtype)), pre_logits=True)
     else:
         layer, how, dim = "last-linear-input", "the input of the model's last Linear layer (its penultimate layer)", \
-            int(heads[-1].in_features)
-        extract = _head_input(torch, module, heads[-1])
+            int(head.in_features)
+        extract = _head_input(torch, module, head)
     digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": clf.preprocessing_card(),
                                         "format": FEATURE_FORMAT, "name": clf.name, "layer": layer},
                                        sort_keys=True, default=str).encode()).hexdigest()
     return Backbone(clf.name, clf, None, digest, dim, extract, how)
+
 
 def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size: int | None = None,
                   device: str = "cpu") -> Backbone:
@@ -215,4 +225,4 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
                       time.perf_counter() - t0, folder)
 
 
-__all__ = ["Backbone", "FeatureSet", "load_backbone", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]
+__all__ = ["Backbone", "FeatureSet", "load_backbone", "head_linear", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]
