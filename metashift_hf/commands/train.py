@@ -35,8 +35,8 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
                         "defaults: " + "; ".join(f"{m} " + ", ".join(f"{k}={v:g}" for k, v in hp.items())
                                                   for m, hp in HPARAMS.items() if hp))
     p.add_argument("--backbone", default=None, metavar="MODEL",
-                   help=f"linear probe: the model whose penultimate features are probed, {BACKBONE_FORMS} "
-                        "(default efficientnet-lite0, offline; fine-tuning: efficientnet-lite0 only)")
+                   help=f"linear probe: the model whose pre-logits features are probed, {BACKBONE_FORMS} "
+                        "(default efficientnet-lite0, offline; --probe finetune trains the same model with a new head)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)")

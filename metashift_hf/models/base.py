@@ -126,6 +126,8 @@ class Classifier:
     extra: dict[str, Any] = field(default_factory=dict)
     labels: LabelMap = field(default_factory=imagenet_1k_labels)
     dtype: Dtype = "float32"
+    # the torch module behind ``forward`` when ``forward`` is a wrapper around it (hf:), for backbone features
+    module: Any = field(default=None, repr=False)
 
     def prepare(self, data: bytes) -> Any:
         """Decode + preprocess one image (runs in worker threads, overlapped with inference)."""

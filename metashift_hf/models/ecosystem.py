@@ -190,7 +190,7 @@ def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classif
                       {"folder": str(folder), "architecture": type(model).__name__,
                        "preprocessing": {"image_processor": type(processor).__name__,
                                          **{k: proc[k] for k in sorted(proc) if k in _PROCESSOR_KEYS}}},
-                      labels=labels, dtype=dtype)
+                      labels=labels, dtype=dtype, module=model)
 
 
 _PROCESSOR_KEYS = {"size", "crop_size", "crop_pct", "resample", "do_resize", "do_center_crop", "do_rescale",

@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from ..core.paths import cache_root
 from ..models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, map_batches, require_torch
 
 BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
-BACKBONE_FORMS = "efficientnet-lite0 | torchvision:NAME | timm:NAME (or a Classifier from metashift_hf.models)"
+BACKBONE_FORMS = ("efficientnet-lite0 | hf:FOLDER_OR_REPO | timm:NAME | timm:local-dir:FOLDER | torchvision:NAME "
+                  "(or a Classifier from metashift_hf.models.from_module)")
 FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled head output (the input of its ImageNet classifier)
 FEATURE_FORMAT = 2  # 2: rows keyed by the image's sha256 (1 keyed them by image id, which two datasets can share)
 
@@ -47,7 +48,8 @@ class Backbone:
     preprocessing: Preprocessing | None  # None: the classifier's own (a registry model)
     key: str  # sha256 of weights + preprocessing + feature format
     dim: int = FEATURE_DIM
-    head: Any = None  # a registry model's last Linear layer: its input is the feature (None: Lite0's pool)
+    extract: "Callable[[Any], Any] | None" = None  # batch -> (n, dim) features (None: Lite0's pool)
+    how: str = "global average pool of the last convolution (extract_features), BatchNorm folded"
 
     @property
     def weights_sha256(self) -> str | None:
@@ -55,10 +57,8 @@ class Backbone:
 
     def card(self) -> dict[str, Any]:
         prep = self.preprocessing.as_dict() if self.preprocessing is not None else self.classifier.preprocessing_card()
-        how = ("global average pool of the last convolution (extract_features), BatchNorm folded" if self.head is None
-               else "the input of the model's last Linear layer (its penultimate layer), taken by a forward hook")
         return {"name": self.name, "weights_sha256": self.weights_sha256, "feature_key": self.key,
-                "feature_dim": self.dim, "preprocessing": prep, "features": how}
+                "feature_dim": self.dim, "preprocessing": prep, "features": self.how}
 
     def prepare(self, data: bytes) -> Any:
         return self.preprocessing(data) if self.preprocessing is not None else self.classifier.prepare(data)
@@ -66,36 +66,69 @@ class Backbone:
     def embed(self, prepared: list) -> np.ndarray:
         """Preprocessed images -> (n, dim) float32 features."""
         torch = require_torch()
-        model = self.classifier.forward
         batch = torch.from_numpy(np.stack([np.asarray(p) for p in prepared])).to(self.classifier.device)
-        if self.head is None:
-            with torch.inference_mode():
-                return model.extract_features(batch.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3)).float().cpu().numpy()
+        with torch.inference_mode():
+            if self.extract is None:
+                feats = self.classifier.forward.extract_features(batch.contiguous(memory_format=torch.channels_last))
+                return feats.mean(dim=(2, 3)).float().cpu().numpy()
+            return self.extract(batch).reshape(len(prepared), -1).float().cpu().numpy()
+
+
+def _head_input(torch: Any, module: Any, head: Any) -> Callable[[Any], Any]:
+    """A function batch -> the input of ``head`` (a Linear of ``module``) when ``module`` runs on the batch:
+    the penultimate layer, as if the head were replaced by the identity."""
+    dtype = next(module.parameters()).dtype
+
+    def extract(batch):
         seen: list = []
-        hook = self.head.register_forward_pre_hook(lambda _m, inputs: seen.append(inputs[0].detach()))
+        hook = head.register_forward_pre_hook(lambda _m, inputs: seen.append(inputs[0].detach()))
         try:
-            with torch.inference_mode():
-                model(batch.to(next(model.parameters()).dtype))
+            module(batch.to(dtype))
         finally:
             hook.remove()
-        return seen[-1].reshape(len(prepared), -1).float().cpu().numpy()
+        return seen[-1]
+    return extract
 
 
-def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
-    """Any model of the evaluation registry whose forward is a torch module: features are the input of its
-    last Linear layer (the penultimate layer of a classifier: ResNet's pool, ViT's CLS token, ...)."""
-    torch = require_torch()
-    clf = load_model(spec, device)
-    module = clf.forward
-    heads = [m for m in module.modules() if isinstance(m, torch.nn.Linear)] if isinstance(module, torch.nn.Module) else []
+def head_linear(torch: Any, clf: Classifier) -> tuple[Any, str]:
+    """(the torch module of ``clf``, the qualified name of its head: the last Linear layer, inside the
+    ``classifier`` of a transformers model). MetashiftError when it has none (a plain callable)."""
+    module = clf.module if clf.module is not None else clf.forward
+    scope = "classifier" if clf.kind == "hf" and hasattr(module, "classifier") else ""
+    found = (module.get_submodule(scope) if scope else module) if isinstance(module, torch.nn.Module) else None
+    heads = [n for n, m in found.named_modules() if isinstance(m, torch.nn.Linear)] if found is not None else []
     if not heads or clf.weights_sha256 is None:
         raise MetashiftError(f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
                              "to take penultimate features from",
-                             f"use {BACKBONE_FORMS}; hf: models are not exposed as modules by the registry yet")
+                             f"use {BACKBONE_FORMS}, or wrap your network with metashift_hf.models.from_module")
+    return module, ".".join(p for p in (scope, heads[-1]) if p)
+
+
+def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
+    """Any model of the evaluation registry that is a torch module: its pre-logits features. timm:
+    ``forward_head(forward_features(x), pre_logits=True)``; hf: the input of the last Linear of the
+    model's ``classifier`` (transformers' pooled output, the CLS token, ...); torchvision and modules: the
+    input of the last Linear layer (the final fc/classifier replaced by the identity)."""
+    torch = require_torch()
+    clf = load_model(spec, device)
+    module, head_name = head_linear(torch, clf)
+    head = module.get_submodule(head_name)
+    module.eval()
+    if clf.kind == "timm" and hasattr(module, "forward_head"):
+        dtype = next(module.parameters()).dtype
+        layer, how = "timm-pre-logits", "timm forward_head(forward_features(x), pre_logits=True)"
+        dim = int(getattr(module, "head_hidden_size", None) or module.num_features)
+
+        def extract(batch):
+            return module.forward_head(module.forward_features(batch.to(dtype)), pre_logits=True)
+    else:
+        layer, how, dim = "last-linear-input", "the input of the model's last Linear layer (its penultimate layer)", \
+            int(head.in_features)
+        extract = _head_input(torch, module, head)
     digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": clf.preprocessing_card(),
-                                        "format": FEATURE_FORMAT, "name": clf.name, "layer": "last-linear-input"},
+                                        "format": FEATURE_FORMAT, "name": clf.name, "layer": layer},
                                        sort_keys=True, default=str).encode()).hexdigest()
-    return Backbone(clf.name, clf, None, digest, int(heads[-1].in_features), heads[-1])
+    return Backbone(clf.name, clf, None, digest, dim, extract, how)
 
 
 def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size: int | None = None,
@@ -105,8 +138,9 @@ def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size
     A smaller ``image_size`` suits small images (the demo world's are 96-128 px): the network is fully
     convolutional with a global pool, and upsampling such images to 224 adds no information.
     ``name``: ``efficientnet-lite0`` (the offline default), another model of the evaluation registry
-    (``torchvision:NAME``, ``timm:NAME``) or a loaded ``metashift_hf.models`` Classifier (``from_module``):
-    its features are the input of its last Linear layer, with the model's own preprocessing.
+    (``hf:FOLDER_OR_REPO``, ``timm:NAME``, ``timm:local-dir:FOLDER``, ``torchvision:NAME``) or a loaded
+    ``metashift_hf.models`` Classifier (``from_module(nn_module, preprocessing)``): its pre-logits features
+    (:func:`_registry_backbone`), with the model's own preprocessing.
     """
     if not isinstance(name, str) or name not in BACKBONES:
         if not isinstance(name, (str, Classifier)) or (isinstance(name, str) and ":" not in name):
@@ -190,4 +224,4 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
                       time.perf_counter() - t0, folder)
 
 
-__all__ = ["Backbone", "FeatureSet", "load_backbone", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]
+__all__ = ["Backbone", "FeatureSet", "load_backbone", "head_linear", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]

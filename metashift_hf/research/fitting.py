@@ -25,8 +25,10 @@ from PIL import Image, ImageEnhance
 from metashift_hf.builders.images import ImageSource
 
 from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
+from .features import head_linear
+from ..core.errors import MetashiftError
 from ..core.fsutil import atomic_file
-from ..models import open_rgb
+from ..models import Preprocessing, open_rgb
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,19 @@ class SeedFit:
 
 def _epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
     return int(np.random.SeedSequence([seed, epoch, stream]).generate_state(1)[0])
+
+
+def epoch_batches(sampling: str, groups: np.ndarray, envs: np.ndarray, batch_size: int,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's batches of row indices: ``shuffle`` (a permutation cut into batches) or ceil(n / batch_size)
+    batches drawn equally from each group (``group-balanced``) or environment (``domain-balanced``).
+    The training loop and :func:`metashift_hf.research.loader.loader` both draw their batches here."""
+    n = len(groups)
+    if sampling == "shuffle":
+        order = rng.permutation(n)
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    keys = groups if sampling == "group-balanced" else envs
+    return balanced_batches(keys, batch_size, math.ceil(n / batch_size), rng)
 
 
 class LinearLearner:
@@ -153,25 +168,50 @@ def augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.n
     return np.ascontiguousarray(arr.transpose(2, 0, 1))
 
 
+def augment_size(base: Any) -> tuple[int, tuple, tuple]:
+    """(crop side, mean, std) for :func:`augment` from a model's preprocessing: a Preprocessing, or a
+    transformers image processor's card (``crop_size``/``size``, ``image_mean``/``image_std``)."""
+    prep = base.preprocessing
+    if isinstance(prep, Preprocessing):
+        return prep.crop, prep.mean, prep.std
+    card = (base.extra or {}).get("preprocessing") or {}
+    size = card.get("crop_size") if card.get("do_center_crop") else None
+    size = size or card.get("size")
+    side = size if isinstance(size, int) else (size or {}).get("height") or (size or {}).get("shortest_edge")
+    if not isinstance(side, int) or side < 1:
+        raise MetashiftError(f"fine-tuning {base.name}: no image side in its preprocessing ({card})",
+                             "use --probe linear, or a model whose image processor names its size")
+    if card.get("do_normalize"):
+        return side, tuple(card["image_mean"]), tuple(card["image_std"])
+    return side, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+
+
 class FinetuneLearner:
-    """The whole network (``base``: a Classifier with BatchNorm kept) with a new head, on augmented images."""
+    """The whole network (``base``: a Classifier whose forward is a torch module, BatchNorm kept) with a new
+    head in place of its last Linear layer (features.head_linear), on augmented images."""
 
     kind = "finetune"
 
     def __init__(self, torch: Any, base: Any, source: ImageSource, ids: Mapping[str, list[str]], n_classes: int,
                  device: str) -> None:
         self.torch, self.base, self.source, self.ids, self.n_classes, self.device = torch, base, source, ids, n_classes, device
-        self.prep = base.preprocessing
+        self.body, self.head_name = head_linear(torch, base)
+        self.size = augment_size(base)
         self.workers = max(1, min(8, os.cpu_count() or 1))
         self._rep = None
 
+    def _head(self, module):
+        return module.get_submodule(self.head_name)
+
     def new_module(self):
-        model = copy.deepcopy(self.base.forward)
-        model._fc = self.torch.nn.Linear(model._fc.in_features, self.n_classes)
+        model = copy.deepcopy(self.body)
+        parent, _, leaf = self.head_name.rpartition(".")
+        head = self.torch.nn.Linear(self._head(model).in_features, self.n_classes)
+        setattr(model.get_submodule(parent) if parent else model, leaf, head)
 
         def keep_input(_module, inputs):  # the pooled features entering the head: CORAL's representation
             self._rep = inputs[0]
-        model._fc.register_forward_pre_hook(keep_input)
+        head.register_forward_pre_hook(keep_input)
         return model.to(self.device)
 
     def batch(self, idx: np.ndarray, seed: int, epoch: int):
@@ -179,20 +219,20 @@ class FinetuneLearner:
         with ThreadPoolExecutor(self.workers) as pool:
             # one generator per (seed, epoch, image): the same augmentations whatever the thread order
             arrays = list(pool.map(lambda i: augment(self.source.read(train[i]), np.random.default_rng([seed, epoch, int(i)]),
-                                                     self.prep.crop, self.prep.mean, self.prep.std), idx))
+                                                     *self.size), idx))
         return self.torch.from_numpy(np.stack(arrays)).to(self.device)
 
     def forward(self, module, xb):
-        logits = module(xb)
-        return self._rep, logits
+        out = module(xb)
+        return self._rep, getattr(out, "logits", out)  # a transformers model returns an output object
 
     def _run(self, module, split: str, fn: Callable) -> np.ndarray:
         module.eval()
         out, ids = [], self.ids[split]
         with ThreadPoolExecutor(self.workers) as pool, self.torch.no_grad():
             for i in range(0, len(ids), 64):
-                batch = np.stack(list(pool.map(lambda iid: self.prep(self.source.read(iid)), ids[i:i + 64])))
-                out.append(fn(module(self.torch.from_numpy(batch).to(self.device))))
+                batch = np.stack(list(pool.map(lambda iid: self.base.prepare(self.source.read(iid)), ids[i:i + 64])))
+                out.append(fn(self.forward(module, self.torch.from_numpy(batch).to(self.device))[1]))
         return np.concatenate(out)
 
     def probs(self, module, splits) -> dict[str, np.ndarray]:
@@ -203,8 +243,8 @@ class FinetuneLearner:
 
     def set_head(self, module, weight: np.ndarray, bias: np.ndarray) -> None:
         with self.torch.no_grad():
-            module._fc.weight.copy_(self.torch.from_numpy(weight))
-            module._fc.bias.copy_(self.torch.from_numpy(bias))
+            self._head(module).weight.copy_(self.torch.from_numpy(weight))
+            self._head(module).bias.copy_(self.torch.from_numpy(bias))
 
     def head(self, module) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
@@ -330,12 +370,7 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
         torch.manual_seed(_epoch_seed(seed, epoch, 1))  # dropout and drop-connect
         rng = np.random.default_rng(_epoch_seed(seed, epoch, 2))
         algo.rng = np.random.default_rng(_epoch_seed(seed, epoch, 3))
-        if s.sampling == "shuffle":
-            order = rng.permutation(n)
-            batches = [order[i:i + s.batch_size] for i in range(0, n, s.batch_size)]
-        else:
-            keys = data.train_groups if s.sampling == "group-balanced" else data.train_envs
-            batches = balanced_batches(keys, s.batch_size, steps, rng)
+        batches = epoch_batches(s.sampling, data.train_groups, data.train_envs, s.batch_size, rng)
         module.train()
         total, rows = 0.0, 0
         for idx in batches:
@@ -418,4 +453,5 @@ def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitDa
 
 
 __all__ = ["FitData", "FitSettings", "SeedFit", "LinearLearner", "FinetuneLearner", "Checkpoints", "fit_seed", "augment",
+           "epoch_batches", "augment_size",
            "SELECTION_SPLIT", "ORACLE_SPLIT", "COLOR_JITTER", "GREYSCALE_P"]

@@ -45,7 +45,7 @@ from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, Un
 from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..core.paths import cache_root
 from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, FitData, FitSettings, LinearLearner,
-                      fit_seed)
+                      augment_size, fit_seed)
 from ..models import efficientnet_lite0, require_torch
 from .features import Backbone, image_features, load_backbone
 from ..scoring.predictions import TaskPredictions
@@ -106,9 +106,6 @@ class TrainConfig:
             raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
         if not isinstance(self.device, str) or not self.device:
             raise opt.OptionError(f"device {self.device!r} is not a device name", "use cpu, cuda or cuda:N")
-        if self.probe == "finetune" and self.backbone != "efficientnet-lite0":
-            raise UnknownNameError(f"fine-tuning supports the efficientnet-lite0 backbone, not {self.backbone!r}",
-                                   "use --probe linear with another backbone, or drop --backbone")
         epochs, lr, bs = DEFAULTS[self.probe]
         # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
         return replace(self, seeds=parse_seeds(self.seeds), select=self.select or info.default_selection,
@@ -472,7 +469,8 @@ def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_d
         return LinearLearner(torch, feats, len(data.plan.classes), cfg.device), stats
     source = open_images(images)
     source.resolve([i for s in data.ids.values() for i in s], "error", verify=False)
-    base = efficientnet_lite0(cfg.device, fold_batchnorm=False)
+    # Lite0 is loaded again with its BatchNorm layers (the backbone's are folded for inference)
+    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.extract is None else bb.classifier
     return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
 
@@ -578,7 +576,7 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
             "sampling_rule": SAMPLING_TEXT[cfg.sampling], "backbone": backbone_card, "device": cfg.device,
             "torch_version": getattr(torch, "__version__", None), "model_selection": cfg.selection_rule,
             "augmentation": (None if cfg.probe == "linear" else
-                             f"random resized crop {bb.preprocessing.crop} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
+                             f"random resized crop {augment_size(bb.classifier)[0]} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
                              f"colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"),
             "merged_from_earlier_run": sorted(earlier), "features": feature_stats,
             "seconds": round(time.perf_counter() - t0, 3)}
