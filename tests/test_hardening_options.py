@@ -21,6 +21,7 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import evaluate
 from metashift_hf.research.score import score_plan
 from metashift_hf.research.train import TrainConfig
+from metashift_hf.evaluate.config import EvalConfig
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,7 @@ def test_evaluate_checks_its_numbers_before_loading_a_model(art):
     for kw in ({"batch_size": 1.5}, {"alpha": math.nan}, {"seed": -1}, {"sample": 0}, {"workers": 0},
                {"on_missing": "maybe"}):
         with pytest.raises(opt.OptionError):
-            evaluate("no-such-model", "class-cat", art, **kw)
+            evaluate("no-such-model", "class-cat", art, settings=EvalConfig(**kw))
 
 
 @pytest.fixture
