@@ -6,11 +6,11 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
-import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tomllib
 
 MAX_PARAMETERS = 14  # 15 or more fails
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +74,20 @@ def test_no_public_function_takes_15_or_more_parameters():
 
 def test_the_rule_sees_a_long_function_and_method(tmp_path):
     """The check itself can fail: a module with a 15-parameter function and method is named."""
+    def wide(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o):
+        pass
+
+    def narrow(a, *, b=1, **kw):
+        pass
+
+    class C:
+        def run(self, a, b, c, d, e, f, g, h, i, j, k, l, m, n, *rest):
+            pass
+
     mod = ModuleType("long_one")
-    exec("def wide(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o): pass\n"
-         "def narrow(a, *, b=1, **kw): pass\n"
-         "class C:\n"
-         "    def run(self, a, b, c, d, e, f, g, h, i, j, k, l, m, n, *rest): pass\n", mod.__dict__)
-    for obj in (mod.wide, mod.narrow, mod.C, mod.C.run):
+    for obj in (wide, narrow, C, C.run):
         obj.__module__ = "long_one"
+    mod.wide, mod.narrow, mod.C = wide, narrow, C
     found = too_long([mod])
     assert [f.split(" (")[0] for f in found] == ["long_one.wide", "long_one.C.run"]
 

@@ -9,8 +9,9 @@ fails before a model loads or an image is read; ``evaluate`` and ``evaluate_zoo`
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..core import options as opt
 from ..core.errors import UnknownNameError
