@@ -169,7 +169,8 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
         hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", prepared[matched_task], art.root, None,
-                        out / "eval-hierarchy", settings=replace(settings, mode="hierarchy", save_logits=False))  # same seed: the same images
+                        out / "eval-hierarchy",  # same seed: the same images
+                        settings=replace(settings, mode="hierarchy", save_logits=False))
         ov, hov = report["overall"], hier["overall"]
         logger.info(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
                     f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "

@@ -296,8 +296,8 @@ def evaluate(
     loaded = load_scorer(model, cfg.device, cfg.dtype)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
                                                      need_images=not isinstance(loaded, PrecomputedPredictions),
-                                                     on_missing=cfg.on_missing, options=task_options, config=hub_config,
-                                                     revision=revision)
+                                                     on_missing=cfg.on_missing, options=task_options,
+                                                     config=hub_config, revision=revision)
     scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
     if sample is not None:
@@ -366,4 +366,5 @@ def evaluate(
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
     names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
-    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force, pictures=cfg.plots is not False)
+    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force,
+                        pictures=cfg.plots is not False)  # None: a single evaluate draws its charts

@@ -180,8 +180,8 @@ def evaluate_zoo(
     if cfg.on_missing != "error":
         raise opt.OptionError(f"on_missing={cfg.on_missing!r} applies to a single evaluate, not to a zoo",
                               "leave on_missing='error' (a zoo reads every image of every task)")
-    hierarchy, mode, seed, batch_size, workers, progress = cfg.hierarchy, cfg.mode, cfg.seed, cfg.batch_size, cfg.workers, cfg.progress
-    force, splits = cfg.force, cfg.splits
+    hierarchy, mode, seed, force, splits = cfg.hierarchy, cfg.mode, cfg.seed, cfg.force, cfg.splits
+    batch_size, workers, progress = cfg.batch_size, cfg.workers, cfg.progress
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
@@ -191,7 +191,8 @@ def evaluate_zoo(
         check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
     art = Artifact.load(artifact) if artifact is not None else None
     names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
-    loaded = [load_scorer(m, cfg.device, cfg.dtype) for m in models]  # every model once, wrong names fail before any task work
+    # every model once, wrong names fail before any task work
+    loaded = [load_scorer(m, cfg.device, cfg.dtype) for m in models]
     for m in loaded:
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
@@ -206,7 +207,8 @@ def evaluate_zoo(
         opened[td.task_id] = td
     scored_splits = {t: chosen_splits(splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
     # the zoo's settings, each task's own splits; a report folder is new inside the zoo's, no bar per task
-    per_task = {t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t]) for t in opened}
+    per_task = {t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t])
+                for t in opened}
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
@@ -276,7 +278,8 @@ def evaluate_zoo(
                 "images": len(found.where), "computed": computed, "cached": cached, "seconds": seconds,
                 "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
                 "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
-                "min_subset_size": cfg.min_subset_size, "alpha": cfg.alpha, "splits": scored_splits, "headline": HEADLINE_RULE})
+                "min_subset_size": cfg.min_subset_size, "alpha": cfg.alpha, "splits": scored_splits,
+                "headline": HEADLINE_RULE})
     return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
 
 
