@@ -60,7 +60,7 @@ def _task(blobs: list[bytes], n: int):
 
 
 def pipeline(args) -> dict:
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
     from metashift_hf.evaluate.predict import predict
     from metashift_hf.models import load_model
 
@@ -72,12 +72,12 @@ def pipeline(args) -> dict:
     model.logits([model.prepare(blobs[0])] * bs)  # warm-up (first forward allocates, picks kernels)
     prepared = [model.prepare(read(i)) for i in ids]
     task = _task(blobs, args.n)
-    evaluate(model, task, progress=False, batch_size=bs)  # warm WordNet and the hierarchy: fixed costs, measured apart
+    evaluate(model, task, settings=EvalConfig(progress=False, batch_size=bs))  # warm WordNet and the hierarchy: fixed costs, measured apart
     modes = {
         "decode": lambda: [model.prepare(read(i)) for i in ids],
         "forward": lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)],
         "pipelined": lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False),
-        "evaluate": lambda: evaluate(model, task, progress=False, batch_size=bs, workers=args.workers),
+        "evaluate": lambda: evaluate(model, task, settings=EvalConfig(progress=False, batch_size=bs, workers=args.workers)),
     }
     times = {k: [] for k in modes}
     for _ in range(args.repeat):  # round-robin, best of each: load drift would otherwise fake a difference
@@ -145,6 +145,7 @@ def zoo(args) -> dict:
     from metashift_hf.builders.images import open_images
     from metashift_hf.evaluate.coverage import class_coverage
     from metashift_hf.evaluate.predict import predict
+    from metashift_hf.evaluate.config import EvalConfig
     from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks
     from metashift_hf.models import load_model
     from metashift_hf.hub import api
@@ -166,8 +167,8 @@ def zoo(args) -> dict:
         times["union"].append(time.perf_counter() - t)
         for name in ("zoo", "zoo_cached"):
             t = time.perf_counter()
-            runs[name] = evaluate_zoo([model], tasks, args.artifact, args.images, out / f"{name}-{r}", progress=False,
-                                      cache_dir=cache, batch_size=args.batch_size, plots=args.charts)
+            runs[name] = evaluate_zoo([model], tasks, args.artifact, args.images, out / f"{name}-{r}", cache_dir=cache,
+                                      settings=EvalConfig(progress=False, batch_size=args.batch_size, plots=args.charts))
             times[name].append(time.perf_counter() - t)
     shutil.rmtree(out, ignore_errors=True)
     t_union, t_zoo, t_cached = (min(times[k]) for k in ("union", "zoo", "zoo_cached"))

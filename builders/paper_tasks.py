@@ -140,7 +140,7 @@ def applicable(source: GroupSource) -> list[str]:
     return ids
 
 
-def dg_distance(source: GroupSource, experiment: int) -> Distance:
+def dg_distance(source: GroupSource, experiment: int) -> ShiftDistance:
     """The original code's distance of dog training set ``experiment`` (1..4) to dog(shelf).
 
     Meta-graph over every dog group of the task family (test, the 8 training groups, the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from metashift_hf.builders.build import build_from_inputs
@@ -20,7 +21,7 @@ from .hub.api import prepare
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
 from .sources.demo_world import generate_demo_world
-from .evaluate import evaluate as run_eval
+from .evaluate import EvalConfig, evaluate as run_eval
 from .hub.export import export_prepared, verify_export
 from .research.train import TrainConfig, train
 
@@ -161,14 +162,15 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
                     f"(metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
                     f"--sample {EVAL_SAMPLE_PER_SPLIT} --artifact {art.root} --images {world.images_dir} --out DIR; "
                     "drop --sample for every image)")
+        settings = EvalConfig(mode="restricted", seed=seed, progress=False, save_logits=True, force=True,
+                              sample=EVAL_SAMPLE_PER_SPLIT)
         report = run_eval("efficientnet-lite0", prepared[matched_task], art.root, world.images_dir, out / "eval",
-                          mode="restricted", seed=seed, progress=False, save_logits=True, force=True,
-                          sample=EVAL_SAMPLE_PER_SPLIT)
+                          settings=settings)
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
         hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", prepared[matched_task], art.root, None,
-                        out / "eval-hierarchy", mode="hierarchy", seed=seed, progress=False, force=True,
-                        sample=EVAL_SAMPLE_PER_SPLIT)  # same seed: the same images
+                        out / "eval-hierarchy",  # same seed: the same images
+                        settings=replace(settings, mode="hierarchy", save_logits=False))
         ov, hov = report["overall"], hier["overall"]
         logger.info(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
                     f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "

@@ -18,7 +18,7 @@ datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.slow  # a real model over real images
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
-from metashift_hf.evaluate import evaluate  # noqa: E402
+from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.predictions import load_scorer  # noqa: E402
 from metashift_hf.models import load_model, require_torch  # noqa: E402
 from metashift_hf.evaluate.predict import predict  # noqa: E402
@@ -93,7 +93,7 @@ def task(shared_ref):
 @pytest.fixture(scope="module")
 def run_hier(tmp_path_factory, model, task):
     out = tmp_path_factory.mktemp("eval") / "hier"
-    report = evaluate(model, task, out=out, min_subset_size=1, progress=False, save_logits=True)
+    report = evaluate(model, task, out=out, settings=EvalConfig(min_subset_size=1, progress=False, save_logits=True))
     return report, out
 
 
@@ -187,7 +187,7 @@ def test_report_numbers_recomputed_from_csv(run_hier):
 
 
 def test_restricted_mode(tmp_path, model, task):
-    report = evaluate(model, task, out=tmp_path / "r", mode="restricted", min_subset_size=1, progress=False)
+    report = evaluate(model, task, out=tmp_path / "r", settings=EvalConfig(mode="restricted", min_subset_size=1, progress=False))
     pred = pd.read_csv(tmp_path / "r" / "predictions.csv", dtype={"image_id": str})
     assert dict(zip(pred.image_id, pred.pred_class)) == RESTRICTED_PRED
     assert report["overall"]["correct"] == sum(RESTRICTED_PRED[i] == r[3] for r in ROWS for i in [r[1]]) == 7
@@ -203,17 +203,17 @@ def test_precomputed_predictions_match_the_model(tmp_path, task, run_hier):
     csv = tmp_path / "top1.csv"
     pd.DataFrame({"image_id": ids, "imagenet_index": [int(np.argmax(v)) for v in saved.logits]}).to_csv(csv, index=False)
     for spec in (f"predictions:{pq}", f"predictions:{csv}"):
-        rep = evaluate(spec, task, min_subset_size=1, progress=False)
+        rep = evaluate(spec, task, settings=EvalConfig(min_subset_size=1, progress=False))
         assert rep["overall"] == base["overall"] and rep["classes"] == base["classes"]
         assert rep["run"]["model"]["file_sha256"]
-    rest = evaluate(f"predictions:{pq}", task, mode="restricted", progress=False)
+    rest = evaluate(f"predictions:{pq}", task, settings=EvalConfig(mode="restricted", progress=False))
     assert rest["overall"]["correct"] == 7
     with pytest.raises(InputFormatError, match="restricted scoring needs logits"):
-        evaluate(f"predictions:{csv}", task, out=tmp_path / "never", mode="restricted", progress=False)
+        evaluate(f"predictions:{csv}", task, out=tmp_path / "never", settings=EvalConfig(mode="restricted", progress=False))
     assert not (tmp_path / "never").exists()  # nothing half-written
     pd.DataFrame({"image_id": ids[:3], "imagenet_index": [1, 2, 3]}).to_csv(tmp_path / "few.csv", index=False)
     with pytest.raises(MissingImagesError, match="7 of the task's 10"):
-        evaluate(f"predictions:{tmp_path / 'few.csv'}", task, progress=False)
+        evaluate(f"predictions:{tmp_path / 'few.csv'}", task, settings=EvalConfig(progress=False))
     pd.DataFrame({"image_id": ids, "imagenet_index": [1000] * 10}).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(InputFormatError, match="0-999"):
         load_scorer(f"predictions:{tmp_path / 'bad.csv'}")
@@ -223,7 +223,7 @@ def test_precomputed_predictions_match_the_model(tmp_path, task, run_hier):
 
 def test_same_inputs_same_outputs(tmp_path, model, task, run_hier):
     report, out = run_hier
-    again = evaluate(model, task, out=tmp_path / "again", min_subset_size=1, progress=False)
+    again = evaluate(model, task, out=tmp_path / "again", settings=EvalConfig(min_subset_size=1, progress=False))
     for name in ("report.json", "per_group.csv", "predictions.csv", "report.md"):
         a, b = (out / name).read_text(), (tmp_path / "again" / name).read_text()
         assert a.replace(str(out), "OUT") == b.replace(str(tmp_path / "again"), "OUT"), name
@@ -241,11 +241,11 @@ def test_callable_model_and_bad_outputs(task):
         out[:, 281] = 1.0  # tabby cat: never correct for these classes
         return out
 
-    rep = evaluate(always_tabby, task, batch_size=4, progress=False)
+    rep = evaluate(always_tabby, task, settings=EvalConfig(batch_size=4, progress=False))
     assert rep["overall"]["correct"] == 0 and sum(calls) == 10 and max(calls) == 4
     assert rep["run"]["model"]["name"] == "callable:always_tabby"
     with pytest.raises(InputFormatError, match=r"shape \(4, 10\)"):
-        evaluate(lambda ims: np.zeros((len(ims), 10)), task, batch_size=4, progress=False)
+        evaluate(lambda ims: np.zeros((len(ims), 10)), task, settings=EvalConfig(batch_size=4, progress=False))
 
 
 def test_unavailable_models_give_clear_errors(monkeypatch):
@@ -270,7 +270,7 @@ def test_tree_hierarchy_and_unmatched_class(shared_ref, task, run_hier, tmp_path
     ids = [r[1] for r in ROWS]
     pred = pd.read_csv(run_hier[1] / "predictions.csv", dtype={"image_id": str}).set_index("image_id")
     pd.DataFrame({"image_id": ids, "imagenet_index": [pred.at[i, "pred_index"] for i in ids]}).to_csv(tmp_path / "p.csv", index=False)
-    rep = evaluate(f"predictions:{tmp_path / 'p.csv'}", task, hierarchy=tree, progress=False)
+    rep = evaluate(f"predictions:{tmp_path / 'p.csv'}", task, settings=EvalConfig(hierarchy=tree, progress=False))
     assert rep["run"]["hierarchy"] == tree
     # the published tree covers the same leaves for these six classes, so the verdicts agree
     assert rep["overall"] == run_hier[0]["overall"]

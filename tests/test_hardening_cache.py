@@ -33,6 +33,7 @@ from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from fixtures.tasks import sample_jpegs  # noqa: E402
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
@@ -175,7 +176,7 @@ def zoo_world(tmp_path_factory):
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     sample_jpegs(root / "images", names=sorted({i for v in subsets.values() for i in v}))
-    kw = dict(artifact=root / "artifact", images=root / "images", progress=False, plots=False)
+    kw = dict(artifact=root / "artifact", images=root / "images", settings=EvalConfig(progress=False, plots=False))
     clean = evaluate_zoo([from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache_dir=root / "clean", **kw)
     model = from_module(_net(0), PREP, name="tiny")
     folder = LogitsCache(model.fingerprint(), root / "clean").folder

@@ -206,7 +206,7 @@ def test_a2_19_20_processor_sizes_are_bounded_before_any_image(hf_folder, tmp_pa
 def test_a2_15_nan_weights_are_refused_not_scored_as_tench(hf_folder, tmp_path, wn):
     from safetensors.torch import load_file, save_file
 
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
 
     folder = variant(hf_folder, tmp_path)
     tensors = load_file(folder / "model.safetensors")
@@ -215,7 +215,7 @@ def test_a2_15_nan_weights_are_refused_not_scored_as_tench(hf_folder, tmp_path, 
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     task = bytes_task(tmp_path)
     with pytest.raises(InputFormatError, match="non-finite logits") as e:
-        evaluate(f"hf:{folder}", task, out=tmp_path / "ev", progress=False)
+        evaluate(f"hf:{folder}", task, out=tmp_path / "ev", settings=EvalConfig(progress=False))
     assert f"hf:{folder}" in e.value.what and "6 of the 6 images" in e.value.what  # every image of the one batch
     assert not (tmp_path / "ev").exists()
 
@@ -238,11 +238,11 @@ def test_the_tiny_hf_folder_still_loads_and_predicts(hf_folder):
     ("float64-overflow", lambda ims: np.full((len(ims), 1000), 1e300), "non-finite logits"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_m03_m04_m06_m09_callable_outputs_are_checked(tmp_path, wn, name, fn, match):
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
 
     task = bytes_task(tmp_path)
     with pytest.raises(InputFormatError, match=match) as e:
-        evaluate(from_callable(fn, name=name), task, out=tmp_path / "ev", progress=False, batch_size=4)
+        evaluate(from_callable(fn, name=name), task, out=tmp_path / "ev", settings=EvalConfig(progress=False, batch_size=4))
     assert f"callable:{name}" in e.value.what and e.value.fix
     if name == "M04":
         assert "1 of the 4 images" in e.value.what  # how many rows: only the first of the batch is inf
@@ -252,7 +252,7 @@ def test_m03_m04_m06_m09_callable_outputs_are_checked(tmp_path, wn, name, fn, ma
 def test_m16_from_module_nan_weights_and_m15_label_gaps(tmp_path, wn):
     import torch
 
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
     from metashift_hf.models import from_module
 
     model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 4))
@@ -261,7 +261,7 @@ def test_m16_from_module_nan_weights_and_m15_label_gaps(tmp_path, wn):
     labels = {0: "n02121808", 1: "n02084071", 2: "n02123045", 3: "n04256520"}
     clf = from_module(model, PREP, name="nan", labels=labels)
     with pytest.raises(InputFormatError, match="non-finite logits") as e:
-        evaluate(clf, bytes_task(tmp_path), progress=False)
+        evaluate(clf, bytes_task(tmp_path), settings=EvalConfig(progress=False))
     assert "module:nan" in e.value.what
     with pytest.raises(InputFormatError, match=r"keys \[0, 1, 2, 4\], not 0..3"):  # M15
         from_module(model, PREP, labels={0: "a", 1: "b", 2: "c", 4: "d"})
@@ -327,7 +327,7 @@ def test_open_rgb_refuses_a_bomb_from_its_header(side):
 
 
 def test_a1_42_a_bomb_in_the_parquet_is_refused_with_its_image_id_evaluate(tmp_path, wn):
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
 
     task = bytes_task(tmp_path, {5: png_header(30_000, 30_000)})
     calls = []
@@ -336,7 +336,7 @@ def test_a1_42_a_bomb_in_the_parquet_is_refused_with_its_image_id_evaluate(tmp_p
         calls.append(len(ims))
         return np.zeros((len(ims), 1000))
     with pytest.raises(MissingImagesError, match="too large to decode") as e:
-        evaluate(from_callable(model, name="zeros"), task, out=tmp_path / "ev", progress=False)
+        evaluate(from_callable(model, name="zeros"), task, out=tmp_path / "ev", settings=EvalConfig(progress=False))
     assert e.value.image_ids == [bomb_row(task, 5)] and repr(bomb_row(task, 5)) in e.value.what
     assert e.value.fix
 

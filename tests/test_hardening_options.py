@@ -21,6 +21,7 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import evaluate
 from metashift_hf.research.score import score_plan
 from metashift_hf.research.train import TrainConfig
+from metashift_hf.evaluate.config import EvalConfig
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,25 @@ def test_evaluate_checks_its_numbers_before_loading_a_model(art):
     for kw in ({"batch_size": 1.5}, {"alpha": math.nan}, {"seed": -1}, {"sample": 0}, {"workers": 0},
                {"on_missing": "maybe"}):
         with pytest.raises(opt.OptionError):
-            evaluate("no-such-model", "class-cat", art, **kw)
+            evaluate("no-such-model", "class-cat", art, settings=EvalConfig(**kw))
+
+
+def test_eval_config_is_checked_once_when_made_and_frozen():
+    with pytest.raises(UnknownNameError, match="scoring mode"):  # was found only after the model ran
+        EvalConfig(mode="hierarchical")
+    with pytest.raises(opt.OptionError, match="splits"):  # a bare 'test' would be read letter by letter
+        EvalConfig(splits="test")
+    cfg = EvalConfig(batch_size=4, splits=["test"], alpha=0.1)
+    assert (cfg.batch_size, cfg.splits) == (4, ("test",))
+    with pytest.raises(AttributeError):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+def test_the_zoo_refuses_on_missing_skip_before_loading_a_model(art):
+    from metashift_hf.evaluate.zoo import evaluate_zoo
+
+    with pytest.raises(opt.OptionError, match="not to a zoo"):
+        evaluate_zoo(["no-such-model"], ["class-cat"], art, settings=EvalConfig(on_missing="skip"))
 
 
 @pytest.fixture

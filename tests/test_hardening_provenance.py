@@ -23,7 +23,7 @@ from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import SourceInfo, license_id, license_statement
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.hub.publish import publish_tasks, push_repos
+from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
 
 N = 60
 SMALL = ["--min-images-per-subset", "10", "--min-subsets-per-class", "2"]
@@ -152,7 +152,7 @@ def test_manifest_without_source_info_still_reads_and_a_bad_one_is_refused(unlic
 
 def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_path):
     with pytest.raises(MetashiftError, match="no licence") as err:
-        publish_tasks(["class-cat"], unlicensed, user_data[1], "ns", tmp_path / "out", dry_run=True)
+        publish_tasks(["class-cat"], unlicensed, user_data[1], "ns", tmp_path / "out", push=PushOptions(dry_run=True))
     assert "--license" in err.value.fix and not (tmp_path / "out").exists()  # refused before the export
     task = prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache")
     repos = export_prepared([task], unlicensed, tmp_path / "exported")  # an export made anyway
@@ -163,7 +163,8 @@ def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_
 
 def test_publish_plans_user_data_with_a_licence(user_data, tmp_path, capsys):
     _build(user_data, tmp_path / "art", capsys, "--license", "mit")
-    res = publish_tasks(["class-cat"], tmp_path / "art", user_data[1], "ns", tmp_path / "out", dry_run=True)
+    res = publish_tasks(["class-cat"], tmp_path / "art", user_data[1], "ns", tmp_path / "out",
+                        push=PushOptions(dry_run=True))
     assert res.dry_run and [p.repo_id for p in res.plans] == ["ns/metashift-class-cat", "ns/metashift"]
 
 

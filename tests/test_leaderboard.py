@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError  # noqa: E402
-from metashift_hf.evaluate import evaluate  # noqa: E402
+from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
@@ -91,8 +91,8 @@ class RandomWeights(torch.nn.Module):
 
 
 def _zoo(world, models, out, **kw):
-    return evaluate_zoo(models, ["bin-cat-dog"], world / "artifact", world / "images", out, progress=False,
-                        use_cache=False, mode="restricted", **kw)
+    return evaluate_zoo(models, ["bin-cat-dog"], world / "artifact", world / "images", out, use_cache=False,
+                        settings=EvalConfig(progress=False, mode="restricted", **kw))
 
 
 def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(world, tmp_path):
@@ -120,13 +120,13 @@ def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(worl
 
 def test_splits_scores_only_the_splits_asked_for(world, tmp_path, capsys):
     rep = evaluate(from_module(RedBlue(), PREP, name="rb"), "bin-cat-dog", world / "artifact", world / "images",
-                   progress=False, splits=["test"], mode="restricted")
+                   settings=EvalConfig(progress=False, splits=["test"], mode="restricted"))
     assert rep["run"]["splits"] == ["test"] and list(rep["splits"]) == ["test"]
     assert rep["overall"]["n"] == rep["headline"]["n"]
     calls = []
     with pytest.raises(UnknownNameError, match="no split"):  # refused before any image runs
         evaluate(from_module(RandomWeights(1), PREP, name="r"), "bin-cat-dog", world / "artifact", world / "images",
-                 progress=False, splits=["tset"])
+                 settings=EvalConfig(progress=False, splits=["tset"]))
     with pytest.raises(UnknownNameError, match="no split"):
         m = from_module(RandomWeights(1), PREP, name="r")
         m.forward = lambda b: calls.append(b)  # noqa: E731 -- must never run

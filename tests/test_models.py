@@ -81,13 +81,13 @@ def test_torch_module_with_a_21k_style_head_through_evaluate(wn, tmp_path):
         def forward(self, x):
             return x.mean(dim=(1, 2, 3))[:, None] * 0 + self.bias
 
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
     from metashift_hf.models import Preprocessing, from_module
 
     clf = from_module(AlwaysTabby(), Preprocessing(40, 32, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tabby",
                       labels={0: CAT, 1: DOG, 2: TABBY, 3: SOFA})
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 6))
-    rep = evaluate(clf, task, out=tmp_path / "ev", progress=False, save_logits=True)
+    rep = evaluate(clf, task, out=tmp_path / "ev", settings=EvalConfig(progress=False, save_logits=True))
     assert rep["classes"]["cat"]["accuracy"] == 1.0 and rep["classes"]["dog"]["accuracy"] == 0.0
     assert rep["run"]["model"]["labels"]["outputs"] == 4 and rep["run"]["hierarchy"] == "wordnet (head wnids)"
     per_image = pd.read_csv(tmp_path / "ev" / "predictions.csv")
@@ -106,9 +106,9 @@ def test_hf_folder_gives_the_logits_of_the_model_called_directly(wn, tmp_path):
     ResNetForImageClassification(cfg).save_pretrained(tmp_path / "tiny")  # default LABEL_i: ImageNet-1k by index
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "tiny")
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 6))
-    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate import EvalConfig, evaluate
 
-    rep = evaluate(f"hf:{tmp_path / 'tiny'}", task, out=tmp_path / "ev", progress=False, save_logits=True)
+    rep = evaluate(f"hf:{tmp_path / 'tiny'}", task, out=tmp_path / "ev", settings=EvalConfig(progress=False, save_logits=True))
     got = pd.read_parquet(tmp_path / "ev" / "logits.parquet").set_index("image_id")
     model = AutoModelForImageClassification.from_pretrained(tmp_path / "tiny").eval()
     proc = AutoImageProcessor.from_pretrained(tmp_path / "tiny")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,10 @@ from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from fixtures.tasks import sample_jpegs  # noqa: E402
+
+QUIET = EvalConfig(progress=False, plots=False)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +73,8 @@ TASKS = ["bin-cat-dog", "class-dog", "class-cat"]  # overlapping: every class im
 
 def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(world, tmp_path):
     seen: list[int] = []
-    kw = dict(artifact=world / "artifact", images=world / "images", progress=False, cache_dir=tmp_path / "cache", plots=False)
-    first = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", **kw)
+    kw = dict(artifact=world / "artifact", images=world / "images", cache_dir=tmp_path / "cache")
+    first = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=QUIET, **kw)
     distinct = first.images
     assert sum(seen) == distinct and first.computed == {"module:tiny1": distinct, "module:tiny2": distinct}
     board = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")
@@ -83,12 +87,12 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     assert (tmp_path / "zoo" / "leaderboard.png").is_file() or card["picture"].startswith("not drawn")
 
     seen.clear()
-    again = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", force=True, **kw)
+    again = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=replace(QUIET, force=True), **kw)
     assert seen == [] and again.cached == {"module:tiny1": distinct, "module:tiny2": distinct}
     pd.testing.assert_frame_equal(again.leaderboard, first.leaderboard)
 
     # the zoo's report for a task is the single evaluate's report on the same model
-    single = evaluate(_model(1), "bin-cat-dog", world / "artifact", world / "images", progress=False)
+    single = evaluate(_model(1), "bin-cat-dog", world / "artifact", world / "images", settings=EvalConfig(progress=False))
     zoo_rep = first.reports[("module:tiny1", "bin-cat-dog")]
     for key in ("overall", "splits", "classes", "worst_subset", "context_bugs"):
         assert zoo_rep[key] == single[key], key
@@ -114,7 +118,7 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
     with pytest.raises(MetashiftError, match="--tasks binary"):
         select_tasks("binary", None)
     with pytest.raises(MetashiftError, match="alpha"):  # before any model loads
-        evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", alpha=2)
+        evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", settings=EvalConfig(alpha=2))
     rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--tasks", "all",
                "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
     assert rc == 2 and "exactly one of --task" in capsys.readouterr().err
@@ -169,7 +173,7 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     evaluate_zoo([_model(1), _model(2)], ["bin-cat-dog", "class-dog"], world / "artifact", world / "images",
-                 tmp_path / "zoo", progress=False, cache_dir=tmp_path / "cache")
+                 tmp_path / "zoo", settings=EvalConfig(progress=False), cache_dir=tmp_path / "cache")
     assert publish_leaderboard(tmp_path / "zoo", "tester/board", dry_run=True)[0] == "README.md"
     with pytest.raises(InputFormatError, match="not a zoo folder"):
         publish_leaderboard(world / "images", "tester/board", dry_run=True)

@@ -10,6 +10,7 @@ import argparse
 from ..core.errors import InputFormatError
 from ..core.options import level, positive_int
 from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
+from ..evaluate.config import EvalConfig
 from ..evaluate.run import evaluate
 from ..sources.manifest import resolve_input
 from . import HELP
@@ -67,13 +68,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def eval_config(args: argparse.Namespace, zoo: bool) -> EvalConfig:
+    """The run settings the flags give, read once for one model and for the zoo (``--charts``: the zoo's plots)."""
+    return EvalConfig(
+        hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device, workers=args.workers,
+        seed=planning_seed(args), min_subset_size=args.min_subset_size, alpha=args.alpha, dtype=args.dtype,
+        sample=args.sample, on_missing=args.on_missing, save_logits=args.save_logits, splits=args.splits,
+        progress=args.progress and not args.no_progress, force=args.force, plots=args.charts if zoo else None)
+
+
 def run(args: argparse.Namespace) -> int:
 
     if (args.task is None) == (args.tasks is None):
         raise InputFormatError("evaluate needs exactly one of --task (one task) and --tasks (a zoo over many)",
                                "pass --task ID, or --tasks ID,ID,... | all | binary | multiclass")
-    if args.tasks is not None or len(args.model) > 1:
-        return run_zoo(args)
+    zoo = args.tasks is not None or len(args.model) > 1
+    settings = eval_config(args, zoo)  # every number checked before any other work
+    if zoo:
+        return run_zoo(args, settings)
     if args.publish is not None:
         raise InputFormatError("--publish pushes a zoo's leaderboard", "use --tasks (a zoo), or publish a task with `metashift-hf publish`")
     args.model = args.model[0]
@@ -83,13 +95,7 @@ def run(args: argparse.Namespace) -> int:
         images = resolve_input("images", required=False)  # registered/downloaded once
     common, per_task = parse_overrides(args.overrides, [args.task])
     options = per_task.get(args.task, common)
-    report = evaluate(
-        args.model, args.task, args.artifact, images, args.out,
-        hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device,
-        workers=args.workers, seed=planning_seed(args), min_subset_size=args.min_subset_size, alpha=args.alpha,
-        progress=args.progress and not args.no_progress, save_logits=args.save_logits, on_missing=args.on_missing, force=args.force,
-        sample=args.sample, task_options=options or None, config=args.config, revision=args.revision, dtype=args.dtype,
-        splits=args.splits,
-    )
+    report = evaluate(args.model, args.task, args.artifact, images, args.out, settings=settings,
+                      task_options=options or None, hub_config=args.config, revision=args.revision)
     print(report.summary())
     return 0

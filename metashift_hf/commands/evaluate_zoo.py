@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import InputFormatError
+from ..evaluate.config import EvalConfig
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
 from ..sources.manifest import resolve_input
-from .task_args import parse_overrides, planning_seed
+from .task_args import parse_overrides
 
 
-def run_zoo(args: argparse.Namespace) -> int:
-    """Several models and/or tasks: each (model, image) once, every task scored, a leaderboard."""
+def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
+    """Several models and/or tasks: each (model, image) once, every task scored, a leaderboard.
+
+    ``settings``: the run settings the flags give (commands.evaluate.eval_config)."""
     for flag, given in (("--save-logits", args.save_logits), ("--sample", args.sample is not None),
                         ("--on-missing skip", args.on_missing != "error"), ("--config", args.config is not None),
                         ("--revision", args.revision is not None)):
@@ -29,14 +32,9 @@ def run_zoo(args: argparse.Namespace) -> int:
         images = resolve_input("images", required=False)  # registered/downloaded once
     named = select_tasks(tasks, args.artifact)
     common, per_task = parse_overrides(args.overrides, named)
-    result = evaluate_zoo(
-        args.model, named, args.artifact, images, args.out, hierarchy=args.hierarchy, mode=args.mode,
-        batch_size=args.batch_size, device=args.device, workers=args.workers, seed=planning_seed(args),
-        min_subset_size=args.min_subset_size, alpha=args.alpha, progress=args.progress and not args.no_progress,
-        force=args.force, dtype=args.dtype, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)}, plots=args.charts,
-        splits=args.splits,
-    )
+    result = evaluate_zoo(args.model, named, args.artifact, images, args.out, settings=settings,
+                          task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
+                          cache_dir=args.cache_dir, use_cache=not args.no_cache)
     print(result.summary())
     if args.publish is not None:
         pushed = publish_leaderboard(args.out, args.publish, private=args.private, hub=hub)

@@ -6,8 +6,7 @@ from . import HELP
 import argparse
 
 from ..core.errors import MetashiftError
-from ..core.options import positive_float
-from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, push_repos
+from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, PushOptions
 from ..hub.shards import ExportedRepo, repo_files
 from .export import add_export_arguments, require_task_inputs, task_options
 from .task_args import planning_seed
@@ -47,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
 
-    timeout = positive_float(args.timeout, "--timeout")  # NaN and inf refused too
-    common = dict(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
-                  allow_synthetic=args.allow_synthetic, timeout=timeout)
+    push = PushOptions(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
+                       allow_synthetic=args.allow_synthetic, timeout=args.timeout)  # --timeout checked here
     if args.from_export:
         if args.tasks:
             raise MetashiftError("give either TASKs or --from-export, not both", "drop the task ids to push the exported folders as they are")
@@ -59,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
             if folder.is_dir() else []
         if not repos:
             raise MetashiftError(f"{folder} holds no exported repo folders", "run `metashift-hf export ... --out DIR` first")
-        _print_result(push_repos(repos, args.namespace, **common))
+        _print_result(push.push(repos, args.namespace))
         return 0
     require_task_inputs(args)
     options, per_task = task_options(args)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
         _print_result(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
-                                        layout=args.layout, seed=planning_seed(args), task_overrides=per_task, force=args.force,
-                                        **common, **options))
+                                    push=push, layout=args.layout, seed=planning_seed(args), task_overrides=per_task,
+                                    force=args.force, **options))
     return 0
 
 

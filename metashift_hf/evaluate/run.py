@@ -20,12 +20,11 @@ from ..hub import api
 from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
 from ..hub.task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
 from ..core import __version__
-from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
 from ..models import runtime_card
+from .config import EvalConfig
 from .coverage import head_coverage
-from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predict import predict
 from .predictions import PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
@@ -223,64 +222,40 @@ def evaluate(
     images: Any = None,
     out: str | Path | None = None,
     *,
-    hierarchy: str = "wordnet",
-    mode: str = "hierarchy",
-    coverage: Mapping[str, Any] | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    device: str = "cpu",
-    workers: int | None = None,
-    seed: int = 0,
-    min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
-    alpha: float = DEFAULT_ALPHA,
-    progress: bool = True,
-    save_logits: bool = False,
-    on_missing: str = "error",
-    force: bool = False,
-    sample: int | None = None,
+    settings: EvalConfig | None = None,
     task_options: Mapping[str, Any] | None = None,
-    dtype: str = "float32",
-    plots: bool = True,
-    config: str | None = None,
+    hub_config: str | None = None,
     revision: str | None = None,
-    splits: "list[str] | tuple[str, ...] | None" = None,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
     ``model``: "efficientnet-lite0", "torchvision:NAME", "timm:NAME", "predictions:FILE", a loaded
     Classifier/PrecomputedPredictions, or any callable list[PIL.Image] -> (n, 1000) logits.
-    ``task``: an exported folder or a Hub dataset repo id (``config``/``revision`` pick one), a loaded
+    ``task``: an exported folder or a Hub dataset repo id (``hub_config``/``revision`` pick one), a loaded
     Dataset/DatasetDict (image, image_id, label ClassLabel, contexts, group, community), a
     ``metashift_hf.prepare`` result, or a task id planned on ``artifact`` (then ``images`` is needed).
-    ``coverage`` (class -> ImageNet-1k indices) overrides the WordNet matching under ``hierarchy``.
-    ``save_logits`` also writes ``logits.parquet`` (one row per image) into ``out``.
-    ``on_missing`` ("error" | "skip"): what to do with task images absent or corrupt in ``images``.
-    ``force`` replaces an earlier report in ``out`` (never anything else: see core.fsutil.check_out).
-    ``sample``: score at most this many images per split, drawn with ``seed`` (quick looks; the
-    report's n and intervals say how few). ``task_options``: the task's options (``scale=0.5``),
-    as ``--set`` gives them to export. ``dtype``: "float32" or "bfloat16" (recorded in the run card).
-    ``splits``: score only these splits (``--splits test``, WILDS' ``--eval_splits``; default every split).
+    ``settings``: how it runs (:class:`.config.EvalConfig`: hierarchy, mode, coverage, batch size, device,
+    seed, sample, splits, ...; checked when made; default ``EvalConfig()``). ``task_options``: the task's
+    options (``scale=0.5``), as ``--set`` gives them to export.
     The report's ``headline`` (scoring.HEADLINE_RULE) is the test split's balanced and worst-group
     accuracy with the majority-class baseline beside it; it never includes train.
     """
 
-    # every number checked (typed, finite, in range) before the model loads or an image is read
-    batch_size, min_subset_size = opt.positive_int(batch_size, "batch_size"), opt.positive_int(min_subset_size, "min_subset_size")
-    alpha, seed = opt.level(alpha, "alpha"), opt.seed(seed, "seed")
-    workers, sample = opt.optional(opt.positive_int, workers, "workers"), opt.optional(opt.positive_int, sample, "sample")
-    if on_missing not in ("error", "skip"):
-        raise opt.OptionError(f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'")
+    cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
+    hierarchy, mode, coverage, seed, sample = cfg.hierarchy, cfg.mode, cfg.coverage, cfg.seed, cfg.sample
+    min_subset_size, alpha, force = cfg.min_subset_size, cfg.alpha, cfg.force
     if out is not None:  # before the model loads: a refused --out costs nothing
         model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
         art_path = artifact.root if isinstance(artifact, Artifact) else artifact  # a loaded one (the zoo) too
         check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
-    loaded = load_scorer(model, device, dtype)
+    loaded = load_scorer(model, cfg.device, cfg.dtype)
     task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
                                                      need_images=not isinstance(loaded, PrecomputedPredictions),
-                                                     on_missing=on_missing, options=task_options, config=config,
-                                                     revision=revision)
-    scored_splits = chosen_splits(splits, set(table["split"]), task_id)  # before any image is read
+                                                     on_missing=cfg.on_missing, options=task_options,
+                                                     config=hub_config, revision=revision)
+    scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
     if sample is not None:
         table = sample_rows(table, sample, seed)
@@ -300,7 +275,7 @@ def evaluate(
     if isinstance(loaded, PrecomputedPredictions):
         preds = loaded.predictions.for_ids(ids, source=str(loaded.path))
     else:
-        preds = predict(loaded, ids, read, batch_size=batch_size, workers=workers, progress=progress)
+        preds = predict(loaded, ids, read, batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
 
     scored = score_images(table, preds, coverage, mode, classes)
     comm_map = community_map(art)
@@ -325,7 +300,7 @@ def evaluate(
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
             "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(task_options or {}),
-            "dtype": model_card.get("dtype", dtype), "runtime": runtime_card(),
+            "dtype": model_card.get("dtype", cfg.dtype), "runtime": runtime_card(),
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,
@@ -342,10 +317,11 @@ def evaluate(
     if out is None:
         return EvalReport(metrics)
     logits = None
-    if save_logits:
+    if cfg.save_logits:
         if preds.logits is None:
             raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
                                    "drop --save-logits, or give a predictions file with logits")
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
     names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
-    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force, pictures=plots)
+    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force,
+                        pictures=cfg.plots is not False)  # None: a single evaluate draws its charts

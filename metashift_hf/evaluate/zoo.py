@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,7 +41,7 @@ from ..core.names import id_slug, markdown_safe, terminal_safe
 from ..models import Classifier, map_batches, runtime_card
 from ..hub.task_source import TaskData, open_task
 from .cache import LogitsCache
-from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
+from .config import EvalConfig
 from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
 from .run import evaluate
 from .scoring import HEADLINE_RULE
@@ -159,38 +159,29 @@ def evaluate_zoo(
     images: Any = None,
     out: str | Path | None = None,
     *,
-    hierarchy: str = "wordnet",
-    mode: str = "hierarchy",
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    device: str = "cpu",
-    workers: int | None = None,
-    seed: int = 0,
-    min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE,
-    alpha: float = DEFAULT_ALPHA,
-    progress: bool = True,
-    force: bool = False,
-    dtype: str = "float32",
+    settings: EvalConfig | None = None,
+    task_options: Mapping[str, Mapping[str, Any]] | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
-    task_options: Mapping[str, Mapping[str, Any]] | None = None,
-    plots: bool = False,
-    splits: Sequence[str] | None = None,
 ) -> ZooResult:
     """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
 
     ``models``: --model strings, Classifiers or callables. ``tasks``: ``all`` | ``binary`` |
     ``multiclass`` | "id,id,..." | a list of task ids, exported folders, Hub repo ids or TaskData.
-    ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
+    ``settings``: the :class:`.config.EvalConfig` every task is evaluated under (passed on to ``evaluate``).
+    Its ``plots`` (None here: off) draws each task report's per-class charts too (at ~0.2 s per chart they
+    cost more than scoring; the zoo draws one leaderboard picture); its ``splits`` are scored in every task
+    (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
+    for all models). ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
     ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
-    ``plots``: draw each task report's per-class charts too (off by default: at ~0.2 s per chart they
-    cost more than scoring; the zoo draws one leaderboard picture). ``splits``: score only these splits
-    of every task (``--splits test``; default every split); the headline is never train whatever is scored.
     """
     t0 = time.perf_counter()
-    # every number checked before a model loads or an image is read (as a single evaluate does)
-    batch_size, min_subset_size = opt.positive_int(batch_size, "batch_size"), opt.positive_int(min_subset_size, "min_subset_size")
-    alpha, seed = opt.level(alpha, "alpha"), opt.seed(seed, "seed")
-    workers = opt.optional(opt.positive_int, workers, "workers")
+    cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
+    if cfg.on_missing != "error":
+        raise opt.OptionError(f"on_missing={cfg.on_missing!r} applies to a single evaluate, not to a zoo",
+                              "leave on_missing='error' (a zoo reads every image of every task)")
+    hierarchy, mode, seed, force, splits = cfg.hierarchy, cfg.mode, cfg.seed, cfg.force, cfg.splits
+    batch_size, workers, progress = cfg.batch_size, cfg.workers, cfg.progress
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
@@ -200,7 +191,8 @@ def evaluate_zoo(
         check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
     art = Artifact.load(artifact) if artifact is not None else None
     names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
-    loaded = [load_scorer(m, device, dtype) for m in models]  # every model once, wrong names fail before any task work
+    # every model once, wrong names fail before any task work
+    loaded = [load_scorer(m, cfg.device, cfg.dtype) for m in models]
     for m in loaded:
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
@@ -214,6 +206,9 @@ def evaluate_zoo(
             raise InputFormatError(f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks")
         opened[td.task_id] = td
     scored_splits = {t: chosen_splits(splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
+    # the zoo's settings, each task's own splits; a report folder is new inside the zoo's, no bar per task
+    per_task = {t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t])
+                for t in opened}
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
@@ -267,9 +262,7 @@ def evaluate_zoo(
                 rel = Path(id_slug(task_id)) / slugs[clf.name]
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
                 rep = evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
-                               (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
-                               min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots,
-                               splits=scored_splits[task_id])
+                               (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
                 reports[(clf.name, task_id)] = rep
                 rows.append(_leaderboard_row(clf.name, task_id, rep, rel))
                 if clf is loaded[0]:  # the truth is the same for every model: one baseline row per task
@@ -285,7 +278,8 @@ def evaluate_zoo(
                 "images": len(found.where), "computed": computed, "cached": cached, "seconds": seconds,
                 "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
                 "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
-                "min_subset_size": min_subset_size, "alpha": alpha, "splits": scored_splits, "headline": HEADLINE_RULE})
+                "min_subset_size": cfg.min_subset_size, "alpha": cfg.alpha, "splits": scored_splits,
+                "headline": HEADLINE_RULE})
     return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
@@ -431,26 +431,45 @@ def resolve_token(token: str | None, dry_run: bool) -> str | None:
     return token
 
 
-def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *, layout: str = "repo-per-task",
-                  seed: int = 0, private: bool = False, dry_run: bool = False, token: str | None = None,
-                  collection_title: str = COLLECTION_TITLE,
-                  task_overrides: dict[str, dict] | None = None, allow_synthetic: bool = False,
-                  force: bool = False, timeout: float = DEFAULT_TIMEOUT,
-                  **overrides) -> PublishResult:
-    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them.
+@dataclass(frozen=True)
+class PushOptions:
+    """How ``publish_tasks`` pushes what it exported (the keywords of :func:`push_repos`, checked when made)."""
+
+    private: bool = False  # create the repos private
+    dry_run: bool = False  # plan only: nothing is pushed (no token needed)
+    token: str | None = None  # None: HF_TOKEN or the `hf auth login` token
+    collection_title: str = COLLECTION_TITLE  # the namespace's collection the repos are added to
+    allow_synthetic: bool = False  # push a synthetic artifact's tasks (demo world, generated worlds) too
+    timeout: float = DEFAULT_TIMEOUT  # seconds without progress on one Hub request
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timeout", opt.positive_float(self.timeout, "--timeout"))  # NaN and inf refused too
+
+    def push(self, repos: list[ExportedRepo | str | Path], namespace: str) -> PublishResult:
+        """:func:`push_repos` with these options."""
+        return push_repos(repos, namespace, private=self.private, dry_run=self.dry_run, token=self.token,
+                          collection_title=self.collection_title, allow_synthetic=self.allow_synthetic,
+                          timeout=self.timeout)
+
+
+def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *,
+                  push: PushOptions | None = None, layout: str = "repo-per-task", seed: int = 0,
+                  task_overrides: dict[str, dict] | None = None, force: bool = False, **overrides) -> PublishResult:
+    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them (``push``: how;
+    default ``PushOptions()``). ``overrides`` go to every task's ``prepare``, ``task_overrides[task]`` to one.
 
     A synthetic artifact (core.provenance: demo world, generated worlds) is refused before
-    anything is exported unless ``allow_synthetic``.
+    anything is exported unless ``push.allow_synthetic``.
     """
 
+    push = push if push is not None else PushOptions()
     validate_repo_name(namespace, "namespace")
     art = Artifact.load(artifact)
-    if not allow_synthetic and is_synthetic(art.provenance):
+    if not push.allow_synthetic and is_synthetic(art.provenance):
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     if art.provenance == "custom" and not (art.manifest.source_info and art.manifest.source_info.license):
         _refuse_unlicensed(f"artifact {art.root}")  # before the (long) export
-    token = resolve_token(token, dry_run)  # before the (long) export, not after it
+    push = replace(push, token=resolve_token(push.token, push.dry_run))  # before the (long) export, not after it
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
                          task_overrides=task_overrides, force=force, **overrides)
-    return push_repos(repos, namespace, private=private, dry_run=dry_run, token=token,
-                      collection_title=collection_title, allow_synthetic=allow_synthetic, timeout=timeout)
+    return push.push(repos, namespace)

@@ -29,7 +29,7 @@ from ..core.fsutil import atomic_dir
 from ..core.names import markdown_safe, parse_subset_name, terminal_safe
 from ..hub.task_source import open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
-from ..scoring.per_group import ALL_SPLITS, per_group_frame, score_row, write_per_group
+from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
 
 Predictions = TaskPredictions  # the name the docs used before issue 25 (the same class)
