@@ -121,3 +121,19 @@ def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(
         assert (tmp_path / "dist" / name).read_bytes() == want, name
         assert (tmp_path / "assembled" / name).read_bytes() == want, name
     assert len(list((tmp_path / "c2").rglob("part-*.npz"))) == 2  # one part per rank
+
+
+def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_path, monkeypatch):  # noqa: F811
+    from metashift_hf.evaluate import pool
+
+    assert pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(4)], 2)[0] == (0, os.getpid())
+    got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
+    assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
+    kw = dict(artifact=world / "artifact", images=world / "images", progress=False, cache_dir=tmp_path / "c")
+    seq = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "seq", **kw)
+    monkeypatch.setattr(pool, "pool_size", lambda jobs: 2)
+    par = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "par", **kw)
+    for name in ("leaderboard.csv", "leaderboard.md"):
+        assert (tmp_path / "par" / name).read_bytes() == (tmp_path / "seq" / name).read_bytes(), name
+    assert {k: dict(v) for k, v in par.reports.items()} == {k: dict(v) for k, v in seq.reports.items()}
+    assert (tmp_path / "par" / "class-cat" / "module-tiny2" / "report.json").is_file()  # written by a worker

@@ -13,6 +13,7 @@ every scored split, worst context and context bugs follow.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
 from ..models import Classifier, runtime_card
 from ..hub.task_source import TaskData, open_task
-from . import distributed
+from . import distributed, pool
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .predictions import PrecomputedPredictions, Predictions, load_scorer
 from .run import evaluate
@@ -269,7 +270,8 @@ def evaluate_zoo(
                 continue
             fp, cache = clf.fingerprint(), got.cache
             card = clf.card()
-            for task_id, td in opened.items():
+
+            def score(task_id: str, td: TaskData, rel: Path) -> Any:
                 id_sha = found.of_task[task_id]
                 ids = list(id_sha)
                 block = got.block([id_sha[i] for i in ids])
@@ -277,14 +279,17 @@ def evaluate_zoo(
                     path=cache.folder if cache is not None else Path("(memory)"),
                     predictions=Predictions(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp, model_card=card, labels=clf.labels)
-                rel = Path(id_slug(task_id)) / slugs[clf.name]
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
-                rep = evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
-                               (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
-                               min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots,
-                               splits=scored_splits[task_id])
+                return evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
+                                (tmp / rel) if tmp is not None else None, hierarchy=hierarchy, mode=mode, seed=seed,
+                                min_subset_size=min_subset_size, alpha=alpha, progress=False, plots=plots,
+                                splits=scored_splits[task_id])
+
+            rels = {task_id: Path(id_slug(task_id)) / slugs[clf.name] for task_id in opened}
+            jobs = [functools.partial(score, task_id, td, rels[task_id]) for task_id, td in opened.items()]
+            for task_id, rep in zip(opened, pool.ordered_map(jobs, pool.pool_size(len(jobs)))):  # in task order
                 reports[(clf.name, task_id)] = rep
-                rows.append(_leaderboard_row(clf.name, task_id, rep, rel))
+                rows.append(_leaderboard_row(clf.name, task_id, rep, rels[task_id]))
                 if clf is loaded[0]:  # the truth is the same for every model: one baseline row per task
                     rows.append(_baseline_row(task_id, rep))
             seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
