@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,11 +109,19 @@ def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(
     assert main([*args, "--out", str(tmp_path / "single"), "--cache-dir", str(tmp_path / "c1")]) == 0
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
-    ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "metashift_hf.cli", *args, "--out", str(tmp_path / "dist"), "--cache-dir", str(tmp_path / "c2")],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert "rank 1/2" in ran.stdout
+    # its own session, so a hung rendezvous is ended with every rank (torchrun's workers outlive a killed agent)
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                                 "-m", "metashift_hf.cli", *args, "--out", str(tmp_path / "dist"), "--cache-dir",
+                                 str(tmp_path / "c2")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        stdout, stderr = launcher.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        raise
+    assert launcher.returncode == 0, stderr[-3000:]
+    assert "rank 1/2" in stdout
     for i in range(2):  # the CLI's --shard into a third cache, then a plain run assembles it
         assert main([*args, "--out", str(tmp_path / f"s{i}"), "--cache-dir", str(tmp_path / "c3"), "--shard", f"{i}/2"]) == 0
     assert main([*args, "--out", str(tmp_path / "assembled"), "--cache-dir", str(tmp_path / "c3")]) == 0
