@@ -19,6 +19,8 @@ from metashift_hf.core.errors import InputFormatError  # noqa: E402
 from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
+from metashift_hf.builders.artifact import Artifact  # noqa: E402
+from metashift_hf.hub.task_source import open_task  # noqa: E402
 from metashift_hf.models import decode_workers  # noqa: E402
 from test_zoo import TASKS, _model, world  # noqa: E402,F401  (the matched cat/dog world and the counted tiny model)
 
@@ -37,7 +39,11 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     per_task = sum(len(ids) for ids in found[0].of_task.values())
     assert per_task > result.images  # the tasks share images (the old code hashed each once per task)
     assert len(hashed) == result.images  # each distinct image read and hashed once
-    assert len(loads) == 1  # the match folder read once for every matched task planned on one Artifact
+    assert len(loads) == 1
+    art = Artifact.load(world / "artifact")
+    for seed in range(3):  # a matched task planned again (another seed, another task) on one loaded Artifact
+        open_task("bin-cat-dog", artifact=art, images=world / "images", seed=seed)
+    assert len(loads) == 2  # the match folder read once per Artifact, not once per planned task
 
 
 def test_shares_are_whole_batches_covering_every_image_once():
