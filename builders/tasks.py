@@ -352,6 +352,7 @@ def artifact_source(artifact: Artifact) -> ArtifactSource:
 
 
 _REGISTRIES: "weakref.WeakKeyDictionary[Artifact, tuple[tuple, dict]]" = weakref.WeakKeyDictionary()
+_MATCHES: "weakref.WeakKeyDictionary[Artifact, tuple[tuple, Any]]" = weakref.WeakKeyDictionary()
 
 
 def match_registry(artifact: Artifact) -> dict:
@@ -373,12 +374,28 @@ def match_registry(artifact: Artifact) -> dict:
     return known[1]
 
 
+def _loaded_match(art: Artifact):
+    """The artifact's match result, read once per loaded Artifact (again only when match.json changes):
+    planning every matched task of a zoo read it once per task (quadratic in the vocabulary)."""
+    folder = _match_dir(art)
+    try:
+        st = (folder / "match.json").stat()
+    except FileNotFoundError:
+        return wordnet_match.load_match(folder)  # its own error says what is missing
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    known = _MATCHES.get(art)
+    if known is None or known[0] != stamp:
+        known = (stamp, wordnet_match.load_match(folder))
+        _MATCHES[art] = known
+    return known[1]
+
+
 def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
     """Per class, the subsets a registry task draws from: ``selected`` = subject and context both
     matched to ImageNet (the ImageNet-matched MetaShift); ``kept`` = every kept subset (None)."""
     if entry.subset_rule == "kept":
         return None
-    match = wordnet_match.load_match(_match_dir(art))
+    match = _loaded_match(art)
     out = {}
     for c in entry.classes:
         try:

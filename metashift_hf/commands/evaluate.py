@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import InputFormatError
-from ..core.options import level, positive_int
+from ..core.options import level, positive_int, shard
 from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
 from ..evaluate.config import EvalConfig
 from ..evaluate.run import evaluate
+from ..evaluate.distributed import launched_world
 from ..sources.manifest import resolve_input
 from . import HELP
 from .evaluate_zoo import run_zoo
@@ -42,6 +43,11 @@ def register(subparsers) -> None:
     p.add_argument("--no-cache", action="store_true", help="zoo: neither read nor write the logits cache")
     p.add_argument("--publish", default=None, metavar="NS/NAME",
                    help="zoo: then push the leaderboard (csv, md, png, zoo.json, a card) to this Hub dataset repo")
+    p.add_argument("--shard", type=shard, default=None, metavar="I/N",
+                   help="zoo: compute only share I of N (0 <= I < N) of the model passes into the logits cache and "
+                        "write nothing to --out (job arrays: --shard $SLURM_ARRAY_TASK_ID/N); a later run without "
+                        "--shard over the same --cache-dir writes the leaderboard and computes nothing. Under torchrun / "
+                        "accelerate launch the ranks share the passes by themselves (docs/evaluate.md)")
     p.add_argument("--private", action="store_true", help="with --publish: create the repo private")
     p.add_argument("--charts", action="store_true",
                    help="zoo: also draw each task report's per-class charts (off by default: they cost more than the scoring)")
@@ -52,7 +58,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, help=f"images per forward pass (default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
-                   help="parallel workers: here threads that decode/preprocess images (default: the cores torch's threads leave free, at least 1)")
+                   help="parallel workers: here threads that decode/preprocess images (default on CPU: the cores torch's threads leave "
+                        "free, 1 to 4; on a GPU: 4 per GPU, within the node's cores per process)")
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="score at most N images per split, stratified by class (each class keeps its share), "
                         "drawn with --seed (a quick look; intervals widen)")
@@ -82,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.task is None) == (args.tasks is None):
         raise InputFormatError("evaluate needs exactly one of --task (one task) and --tasks (a zoo over many)",
                                "pass --task ID, or --tasks ID,ID,... | all | binary | multiclass")
-    zoo = args.tasks is not None or len(args.model) > 1
+    # a shard or a distributed launch splits a zoo's model passes: one task is a zoo of one
+    zoo = args.tasks is not None or len(args.model) > 1 or args.shard is not None or launched_world() is not None
     settings = eval_config(args, zoo)  # every number checked before any other work
     if zoo:
         return run_zoo(args, settings)

@@ -34,9 +34,9 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
     common, per_task = parse_overrides(args.overrides, named)
     result = evaluate_zoo(args.model, named, args.artifact, images, args.out, settings=settings,
                           task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
-                          cache_dir=args.cache_dir, use_cache=not args.no_cache)
+                          cache_dir=args.cache_dir, use_cache=not args.no_cache, shard=args.shard)
     print(result.summary())
-    if args.publish is not None:
+    if args.publish is not None and result.part is None:  # rank 0 / the assembling run publishes
         pushed = publish_leaderboard(args.out, args.publish, private=args.private, hub=hub)
         print(f"published {', '.join(pushed)} to the dataset repo {args.publish}")
     return 0

@@ -122,6 +122,16 @@ def byte_size(value: Any, name: str | None = None) -> int:
     return n
 
 
+def shard(value: Any, name: str | None = None) -> tuple[int, int]:
+    """``i/n`` (a job array's share, 0 <= i < n; ``(i, n)`` from Python) -> ``(i, n)``."""
+    parts = value.split("/") if isinstance(value, str) else list(value) if isinstance(value, (tuple, list)) else None
+    if parts is None or len(parts) != 2:
+        raise OptionError(f"{_label(name)}{short_repr(value)} is not a shard i/n",
+                          "write i/n with 0 <= i < n, e.g. 0/4 .. 3/4 (Slurm: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)")
+    count = positive_int(parts[1], f"{name or 'shard'} count")
+    return _int_range(parts[0], f"{name or 'shard'} index", 0, count - 1, f"0 to {count - 1} (0 <= i < n)"), count
+
+
 def seed(value: Any, name: str | None = None) -> int:
     """A seed: an integer in [0, 2**32 - 1], the range numpy, torch and scikit-learn share."""
     return _int_range(value, name, 0, SEED_MAX, f"a seed: an integer in [0, {SEED_MAX}]")

@@ -13,6 +13,7 @@ every scored split, worst context and context bugs follow.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -38,9 +39,9 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..models import Classifier, map_batches, runtime_card
+from ..models import Classifier, runtime_card
 from ..hub.task_source import TaskData, open_task
-from .cache import LogitsCache
+from . import distributed, pool
 from .config import EvalConfig
 from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
 from .run import evaluate
@@ -94,8 +95,13 @@ class ZooResult:
     computed: dict[str, int]  # model -> images run through it in this call
     cached: dict[str, int]  # model -> images whose logits came from the cache
     seconds: dict[str, float] = field(default_factory=dict)
+    part: str | None = None  # "shard i/n" / "rank i/n" when this process only computed its share into the cache
 
     def summary(self) -> str:
+        if self.part is not None:
+            done = ", ".join(f"{terminal_safe(m)}: {n} computed, {self.cached[m]} cached" for m, n in self.computed.items())
+            return (f"zoo {self.part}: {self.images} distinct images; {done}. Its logits are in the cache; "
+                    "the leaderboard is written by rank 0, or by a plain run over the same cache (it computes nothing)")
         models = self.leaderboard.loc[self.leaderboard["model"] != BASELINE, "model"]
         lines = [f"zoo: {models.nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
                  f"{self.images} distinct images"]
@@ -126,6 +132,9 @@ class _Images:
 def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource],
                     splits: Mapping[str, list[str]]) -> _Images:
     found = _Images()
+    # (source, image id) -> sha256: an image shared by many tasks is read and hashed once per call, not once per
+    # task (38x on the synthetic full registry); the sources outlive this loop, so their id() is stable
+    known: dict[tuple[int, str], str] = {}
     for td in tasks:
         src = source_for(td)
         table = td.plan.table()
@@ -137,9 +146,11 @@ def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], 
                                      image_ids=missing)
         shas = {}
         for iid in ids:
-            sha = _sha256(src.read(iid))
+            sha = known.get((id(src), iid))
+            if sha is None:
+                sha = known[(id(src), iid)] = _sha256(src.read(iid))
+                found.where.setdefault(sha, (src, iid))
             shas[iid] = sha
-            found.where.setdefault(sha, (src, iid))
         found.of_task[td.task_id] = shas
     return found
 
@@ -163,6 +174,7 @@ def evaluate_zoo(
     task_options: Mapping[str, Mapping[str, Any]] | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
+    shard: Any = None,
 ) -> ZooResult:
     """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
 
@@ -174,6 +186,9 @@ def evaluate_zoo(
     (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
     for all models). ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
     ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
+    ``shard``: ``"i/n"`` computes only this job's share of the model passes into the cache and scores nothing
+    (a later plain run assembles the leaderboard); under torchrun / accelerate launch the ranks share the
+    passes and rank 0 scores (:mod:`.distributed`).
     """
     t0 = time.perf_counter()
     cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
@@ -182,22 +197,25 @@ def evaluate_zoo(
                               "leave on_missing='error' (a zoo reads every image of every task)")
     hierarchy, mode, seed, force, splits = cfg.hierarchy, cfg.mode, cfg.seed, cfg.force, cfg.splits
     batch_size, workers, progress = cfg.batch_size, cfg.workers, cfg.progress
+    part = distributed.choose_part(shard)
+    device = distributed.rank_device(cfg.device, part)
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
     if use_cache and cache_dir is not None:
         check_cache_dir(cache_dir)
-    if out is not None:  # before any model loads: a refused --out costs nothing
+    if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
         check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
     art = Artifact.load(artifact) if artifact is not None else None
     names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
     # every model once, wrong names fail before any task work
-    loaded = [load_scorer(m, cfg.device, cfg.dtype) for m in models]
+    loaded = [load_scorer(m, device, cfg.dtype) for m in models]
     for m in loaded:
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
                                    "score a predictions file with a single evaluate --task")
     _refuse_repeated([m.name for m in loaded])  # two spellings of one model (hf:./vit, hf:vit) before any image is read
+    distributed.check_part(part, use_cache=use_cache, models=loaded)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
@@ -234,40 +252,44 @@ def evaluate_zoo(
     reports: dict[tuple[str, str], Any] = {}
     taken: set[str] = set()
     slugs = {m.name: _model_slug(m.name, taken) for m in loaded}
-    with (atomic_dir(out, kind=ZOO_KIND, force=force) if out is not None else _no_dir()) as tmp:
+    writes = out is not None and part.scores
+    with distributed.Group(part) as group, (atomic_dir(out, kind=ZOO_KIND, force=force) if writes else _no_dir()) as tmp:
+        group.agree("images, models or batches", distributed.plan_digest(found.where, loaded, batch_size))
         for clf in loaded:
             tm = time.perf_counter()
-            fp = clf.fingerprint()
-            cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=found.where) if (use_cache and fp) else None
-            shas = sorted(found.where)
-            todo = [s for s in shas if cache is None or s not in cache]
-            logits_by_sha: dict[str, np.ndarray] = {}
-            if todo:
-                new = map_batches(clf.prepare, clf.logits, todo, found.read, width=clf.labels.size, batch_size=batch_size,
-                                  workers=workers, progress=progress, desc=f"zoo {clf.name}")
-                if cache is not None:
-                    cache.add(todo, new)
-                logits_by_sha.update(zip(todo, new))
-            computed[clf.name], cached[clf.name] = len(todo), len(shas) - len(todo)
+            got = distributed.model_logits(clf, found.where, found.read, part, group, cache_dir=cache_dir,
+                                           use_cache=use_cache, batch_size=batch_size, workers=workers,
+                                           device=device, progress=progress)
+            computed[clf.name], cached[clf.name] = got.computed, got.cached
+            if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
+                seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
+                continue
+            fp, cache = clf.fingerprint(), got.cache
             card = clf.card()
-            for task_id, td in opened.items():
+
+            def score(task_id: str, td: TaskData, rel: Path) -> Any:
                 id_sha = found.of_task[task_id]
                 ids = list(id_sha)
-                block = np.stack([logits_by_sha[id_sha[i]] if id_sha[i] in logits_by_sha else cache.get([id_sha[i]])[0]
-                                  for i in ids]).astype(np.float32)
+                block = got.block([id_sha[i] for i in ids])
                 preds = PrecomputedPredictions(
                     path=cache.folder if cache is not None else Path("(memory)"),
                     predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp, model_card=card, labels=clf.labels)
-                rel = Path(id_slug(task_id)) / slugs[clf.name]
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
-                rep = evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
-                               (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
+                return evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
+                                (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
+
+            rels = {task_id: Path(id_slug(task_id)) / slugs[clf.name] for task_id in opened}
+            jobs = [functools.partial(score, task_id, td, rels[task_id]) for task_id, td in opened.items()]
+            for task_id, rep in zip(opened, pool.ordered_map(jobs, pool.pool_size(len(jobs)))):  # in task order
                 reports[(clf.name, task_id)] = rep
-                rows.append(_leaderboard_row(clf.name, task_id, rep, rel))
+                rows.append(_leaderboard_row(clf.name, task_id, rep, rels[task_id]))
                 if clf is loaded[0]:  # the truth is the same for every model: one baseline row per task
                     rows.append(_baseline_row(task_id, rep))
             seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
+        if not part.scores:
+            return ZooResult(None, pd.DataFrame(columns=LEADERBOARD_COLUMNS), {}, len(found.where), computed, cached,
+                             {"per_model": seconds_model, "total": round(time.perf_counter() - t0, 3)}, part.label())
         board = rank(pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS))
         seconds = {"load_models": round(t_models - t0, 3), "plan_tasks": round(t_plan - t_models, 3),
                    "read_and_hash_images": round(t_read - t_plan, 3), "per_model": seconds_model,
