@@ -198,9 +198,9 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
     art, images = world / "artifact", world / "images"
-    evaluate_zoo([_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", progress=False,
-                 cache_dir=tmp_path / "cache", plots=False)
-    evaluate(_model(1), "bin-cat-dog", art, images, tmp_path / "eval", progress=False, plots=False)
+    evaluate_zoo([_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", settings=QUIET,
+                 cache_dir=tmp_path / "cache")
+    evaluate(_model(1), "bin-cat-dog", art, images, tmp_path / "eval", settings=QUIET)
     read = lambda p: pd.read_csv(p, keep_default_na=False, dtype={"split": str, "class": str, "name": str})
     eval_pg = read(tmp_path / "eval" / "per_group.csv")
     pd.testing.assert_frame_equal(read(tmp_path / "zoo" / "bin-cat-dog" / "module-tiny1" / "per_group.csv"), eval_pg)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import metashift_hf.builders.tasks as tasks_mod  # noqa: E402
 import metashift_hf.evaluate.zoo as zoo_mod  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError  # noqa: E402
 from metashift_hf.core.options import OptionError  # noqa: E402
@@ -35,7 +36,7 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     found: list = []
     real_collect = zoo_mod._collect_images
     monkeypatch.setattr(zoo_mod, "_collect_images", lambda *a: found.append(real_collect(*a)) or found[-1])
-    result = evaluate_zoo([_model(1)], TASKS, world / "artifact", world / "images", progress=False, use_cache=False)
+    result = evaluate_zoo([_model(1)], TASKS, world / "artifact", world / "images", settings=EvalConfig(progress=False), use_cache=False)
     per_task = sum(len(ids) for ids in found[0].of_task.values())
     assert per_task > result.images  # the tasks share images (the old code hashed each once per task)
     assert len(hashed) == result.images  # each distinct image read and hashed once
@@ -82,7 +83,7 @@ def test_decode_threads_scale_with_the_device(monkeypatch):
 
 
 def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):  # noqa: F811
-    kw = dict(artifact=world / "artifact", images=world / "images", progress=False, batch_size=8)
+    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
     single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)
     calls: list[int] = []
     for i in range(2):
@@ -144,7 +145,7 @@ def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_
     assert pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(4)], 2)[0] == (0, os.getpid())
     got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
     assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
-    kw = dict(artifact=world / "artifact", images=world / "images", progress=False, cache_dir=tmp_path / "c")
+    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False), cache_dir=tmp_path / "c")
     seq = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "seq", **kw)
     monkeypatch.setattr(pool, "pool_size", lambda jobs: 2)
     par = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "par", **kw)

@@ -7,7 +7,7 @@ from . import HELP
 import argparse
 
 from ..research.algorithms import METHODS, SELECTIONS
-from ..research.compare import SPREADS, run_compare
+from ..research.compare import SPREADS, CompareOptions, run_compare
 from ..core.options import positive_int, seed, seed_count
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..sources.manifest import resolve_input
@@ -86,8 +86,9 @@ def run_compare_command(args: argparse.Namespace) -> int:
     result = run_compare(args.methods, args.tasks, args.artifact, images, args.out, config, seed=args.seed,
                          overrides=options, source=args.source, cache_dir=args.cache_dir,
                          progress=args.progress and not args.no_progress, resume=args.resume,
-                         selections=SELECTIONS if every_rule else None, spread=args.spread, latex=args.latex,
-                         n_hparams=args.n_hparams, n_trials=args.n_trials, hparams_seed=args.hparams_seed)
+                         options=CompareOptions(selections=tuple(SELECTIONS) if every_rule else None,
+                                                spread=args.spread, latex=args.latex, n_hparams=args.n_hparams,
+                                                n_trials=args.n_trials, hparams_seed=args.hparams_seed))
     print(result.markdown())
     print(f"results: {args.out}/results.csv, results.md{', results.tex' if args.latex else ''}, compare.png, "
           "runs/<task>/<arm>/")

@@ -363,34 +363,55 @@ def plan_arms(methods: Sequence[str], config: TrainConfig, selections: Sequence[
     return arms
 
 
+@dataclass(frozen=True)
+class CompareOptions:
+    """How a comparison is tabulated and swept (checked when made, before any training).
+
+    ``selections``: every rule to train each method under (None: ``config.select`` or each method's
+    default); ``spread``: ``se`` (standard error, default, as DomainBed/SubpopBench) or ``std`` in
+    results.md/.tex; ``latex``: also write results.tex; ``n_hparams`` > 1: a random search of that many
+    draws per method, ``n_trials`` seeds each (0..n_trials-1, replacing ``config.seeds``), the draw
+    selected per rule as DomainBed's sweep; ``hparams_seed``: the seed of the draws."""
+
+    selections: tuple[str, ...] | None = None
+    spread: str = "se"
+    latex: bool = False
+    n_hparams: int = 1
+    n_trials: int | None = None
+    hparams_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.spread not in SPREADS:
+            raise UnknownNameError(f"unknown spread {self.spread!r}", f"use one of: {', '.join(SPREADS)}")
+        for rule in self.selections or ():
+            if rule not in SELECTIONS:
+                raise UnknownNameError(f"unknown selection {rule!r}", f"use some of: {', '.join(SELECTIONS)} (or --select all)")
+        object.__setattr__(self, "n_hparams", opt.positive_int(self.n_hparams, "n_hparams"))
+        if self.n_trials is not None:
+            object.__setattr__(self, "n_trials", opt.seed_count(self.n_trials, "n_trials"))
+        object.__setattr__(self, "hparams_seed", opt.seed(self.hparams_seed, "hparams_seed"))
+
+
 def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | os.PathLike | None",
                 images: "str | os.PathLike | None", out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *,
                 seed: int | None = None, overrides: Mapping[str, Any] | None = None,
                 source: "str | os.PathLike | None" = None, cache_dir: "str | os.PathLike | None" = None,
-                progress: bool = True, resume: bool = False, selections: Sequence[str] | None = None,
-                spread: str = "se", latex: bool = False, n_hparams: int = 1, n_trials: int | None = None,
-                hparams_seed: int = 0) -> CompareResult:
+                progress: bool = True, resume: bool = False,
+                options: CompareOptions = CompareOptions()) -> CompareResult:
     """Train every method on every task (``config``'s seeds, probe and settings; ``config.select`` or each
-    method's default selection, or every rule of ``selections``) and write the table. ``out`` is new, empty,
-    or an earlier comparison (its runs gain the new seeds; a run of other settings there is refused).
-
-    ``spread``: ``se`` (standard error, default) or ``std`` in results.md/.tex; ``latex``: also write
-    results.tex; ``n_hparams`` > 1: a random search of that many draws per method, ``n_trials`` seeds each
-    (0..n_trials-1, replacing ``config.seeds``), the draw selected per rule as DomainBed's sweep."""
+    method's default selection, or every rule of ``options.selections``) and write the table. ``out`` is new,
+    empty, or an earlier comparison (its runs gain the new seeds; a run of other settings there is refused).
+    ``options``: tables and sweep (:class:`CompareOptions`)."""
+    selections, spread, latex = options.selections, options.spread, options.latex
+    n_hparams, n_trials, hparams_seed = options.n_hparams, options.n_trials, options.hparams_seed
     methods, tasks = tuple(methods), tuple(tasks)
     _check_names(methods, tasks)
     if (artifact is None) == (source is None):
         raise InputFormatError("experiment compare: give either an artifact (--artifact) or the exported tasks "
                                "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
-    if spread not in SPREADS:
-        raise UnknownNameError(f"unknown spread {spread!r}", f"use one of: {', '.join(SPREADS)}")
-    for rule in selections or ():
-        if rule not in SELECTIONS:
-            raise UnknownNameError(f"unknown selection {rule!r}", f"use some of: {', '.join(SELECTIONS)} (or --select all)")
-    n_hparams = opt.positive_int(n_hparams, "n_hparams")
     if n_trials is not None:
-        config = replace(config, seeds=opt.seed_count(n_trials, "n_trials"))
-    arms = plan_arms(methods, config, selections, n_hparams, opt.seed(hparams_seed, "hparams_seed"))
+        config = replace(config, seeds=n_trials)
+    arms = plan_arms(methods, config, selections, n_hparams, hparams_seed)
     t0 = time.perf_counter()
     with claimed_dir(out, COMPARE_KIND, inputs=(artifact, images, source)) as folder:
         _check_covers_earlier(folder, [a.folder for a in arms], tasks)
