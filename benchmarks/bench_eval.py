@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 DEFAULT_IMAGES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "images"
 
 
@@ -143,12 +144,12 @@ def lite0(args) -> dict:
 
 def zoo(args) -> dict:
     from metashift_hf.builders.images import open_images
+    from metashift_hf.evaluate.config import EvalConfig
     from metashift_hf.evaluate.coverage import class_coverage
     from metashift_hf.evaluate.predict import predict
-    from metashift_hf.evaluate.config import EvalConfig
     from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks
-    from metashift_hf.models import load_model
     from metashift_hf.hub import api
+    from metashift_hf.models import load_model
 
     model = load_model("efficientnet-lite0")
     tasks = select_tasks(args.tasks, args.artifact)

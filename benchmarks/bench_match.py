@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 REFERENCE = ROOT.parent / "shared" / "reference" / "metashift"

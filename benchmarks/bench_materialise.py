@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from metashift_hf.builders import metagraph as mg  # noqa: E402
+
 
 N_IMAGES = 113_018  # GQA train+val scene graphs
 N_SUBSETS = 12_868  # published: 410 classes, 12,868 subsets

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+
 TASK, OTHER, SCALE = "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "0.5"
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"openimages": {"tags": 600, "zipf": 0.9}, "laion": {"tags": 20_000, "zipf": 1.05}}
 TAGS_PER_IMAGE = 7.7

@@ -38,6 +38,7 @@ import scipy.sparse.csgraph
 import scipy.spatial.distance
 import scipy.stats
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from metashift_hf.builders import distances as dist  # noqa: E402

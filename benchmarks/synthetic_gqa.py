@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from metashift_hf.builders.subsets import ATTRIBUTE_CATEGORY, GENERAL_CONTEXT_ONTOLOGY  # noqa: E402
 from metashift_hf.core.fsutil import atomic_file  # noqa: E402
+
 
 N_IMAGES = 113_018
 N_NAMES = 1_700

@@ -31,10 +31,11 @@ from metashift_hf.core.provenance import SourceInfo
 
 from . import distances, metagraph
 from .build_options import BuildOptions
-from .jsontypes import decode, encode
 from .distances import Distance, DistanceMatrix
+from .jsontypes import decode, encode
 from .metagraph import ClassAnalysis
 from .subsets import CandidateSubsets, parse_subset_name
+
 
 FORMAT = "metashift-hf-artifact"
 FORMAT_VERSION = 1

@@ -1,13 +1,13 @@
 """Orchestration: inputs -> candidate subsets -> rules -> per-class meta-graphs -> artifact folder."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
+import multiprocessing
 import os
 import re
 import time
-import collections
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.fsutil import (
     ParquetRowGroups,
     atomic_dir,
@@ -25,6 +24,7 @@ from metashift_hf.core.fsutil import (
     sha256_file,
     write_parquet,
 )
+from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.provenance import (
     PROVENANCES,
     Provenance,
@@ -44,6 +44,7 @@ from .scene_graphs import read_scene_graphs
 from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules, candidates_from_scene_graphs
 from .tag_store import TagCandidates
 from .tags import MultiLabelDataset, read_tags_file
+
 
 logger = logging.getLogger(__name__)
 

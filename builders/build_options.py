@@ -12,6 +12,7 @@ from metashift_hf.core.errors import InputFormatError
 from . import metagraph
 from .subsets import KINDS
 
+
 PAIRINGS = ("relation", "cooccurrence")
 GENERAL_CONTEXT_AS = ("subject", "context")
 

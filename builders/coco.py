@@ -26,6 +26,7 @@ from metashift_hf.core.errors import InputFormatError, short_repr
 from .scene_graphs import _Buffer as JsonBuffer
 from .tags import TagTable
 
+
 # COCO 2017's 80 object categories: (id, name, super-category), as in its instances files
 COCO_CATEGORIES: tuple[tuple[int, str, str], ...] = tuple(
     (int(i), n, sup) for sup, items in (

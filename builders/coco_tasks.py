@@ -17,6 +17,7 @@ from .plan import ArtifactSource, GroupDef, TaskPlan
 from .shifts import SubpopSizes, subpopulation_shift
 from .spec import PaperFacts
 
+
 CLASSES = ("cat", "dog")
 INDOOR = ("indoor", "kitchen", "electronic", "appliance", "furniture")
 OUTDOOR = ("outdoor", "vehicle", "sports")

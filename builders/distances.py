@@ -25,6 +25,7 @@ import scipy.sparse.csgraph
 
 from metashift_hf.core.errors import MetashiftError
 
+
 Rule = Literal["spectral", "resistance"]
 Status = Literal["ok", "disconnected"]
 RULE_SPECTRAL: Rule = "spectral"

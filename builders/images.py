@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
 
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 # Bounds on one image, checked from the declared size before anything is read or inflated: GQA's
 # largest JPEG is a few MB, so a 64 MiB image is a damaged or hostile file, not a photograph.

@@ -31,10 +31,10 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 
 from .plan import SPLITS, GroupDef, GroupSource, Row, TaskPlan
 from .shifts import (
-    finish_plan,
     _group_spec,
     _RowMaker,
     ambiguous_images,
+    finish_plan,
     seeded_order,
 )
 from .spec import (
@@ -50,6 +50,7 @@ from .spec import (
     ShiftDistance,
     ShiftSpec,
 )
+
 
 ShiftType = LevelType
 SHIFT_TYPES: tuple[ShiftType, ...] = ("marginal", "conditional", "joint")

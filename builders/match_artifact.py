@@ -5,6 +5,8 @@ import os
 from pathlib import Path
 
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.core.errors import MetashiftError
+from metashift_hf.core.fsutil import check_out, sha256_file
 from metashift_hf.wordnet_match.explain import explain_name, explain_subset
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import (
@@ -23,9 +25,6 @@ from metashift_hf.wordnet_match.tasks import (
     build_registry,
 )
 from metashift_hf.wordnet_match.wordnet import load_wordnet
-
-from metashift_hf.core.errors import MetashiftError
-from metashift_hf.core.fsutil import check_out, sha256_file
 
 
 def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:

@@ -29,6 +29,7 @@ import numpy as np
 
 from .spec import Level, MeasuredShift, ShiftType, SplitShift
 
+
 FLOOR = 0.05
 PERMUTATIONS = 200
 QUANTILE = 0.95

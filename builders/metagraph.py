@@ -30,6 +30,7 @@ from metashift_hf.core.errors import (
 
 from . import distances
 
+
 COMMUNITY_METHODS = ("cnm", "louvain")
 
 # embedding_status values (also written to classes.parquet)

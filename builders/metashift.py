@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
 from datasets.builder import Key
+
 from metashift_hf.builders.images import DatasetImages, jpeg_problem, open_images, sniff_image
 from metashift_hf.core.errors import (
     InputFormatError,
@@ -39,6 +40,7 @@ from .plan import TaskPlan
 from .spec import ShiftSpec
 from .task_options import CollectionOptions
 from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
+
 
 # The old HF loader's default classes (kept for reference in docs; our default is every class).
 LEGACY_CLASSES = ("cat", "dog", "bus", "truck", "elephant", "horse", "bowl", "cup")

@@ -1,6 +1,7 @@
 """The context ontologies of MetaShift (the original code's lists, as published)."""
 from __future__ import annotations
 
+
 # General contexts: GQA's `location`/`weather` fields plus place/room words that appear as object
 # names. The paper's appendix lists 'snow' where the code has 'sea'; we follow the code.
 GENERAL_CONTEXT_ONTOLOGY: dict[str, tuple[str, ...]] = {

@@ -21,7 +21,6 @@ from metashift_hf.core.errors import (
 )
 
 from .metagraph import group_distance_code
-from .spec import PaperFacts, ShiftDistance
 from .plan import GroupDef, GroupSource, TaskPlan
 from .shifts import (
     DGSizes,
@@ -31,6 +30,8 @@ from .shifts import (
     group_images,
     subpopulation_shift,
 )
+from .spec import PaperFacts, ShiftDistance
+
 
 CLASSES = ("cat", "dog")
 

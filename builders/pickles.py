@@ -19,6 +19,7 @@ from metashift_hf.core.sources import known_file
 
 from .subsets import CandidateSubsets, attribute_kind, published_kind
 
+
 ALLOWED_GLOBALS = {
     ("builtins", "set"): builtins.set,
     ("collections", "defaultdict"): collections.defaultdict,

@@ -17,6 +17,7 @@ from metashift_hf.core.names import parse_subset_name
 from .measured import measure
 from .spec import ShiftSpec, SkippedImages
 
+
 SPLITS = ("train", "validation", "test", "id_test")
 
 # --------------------------------------------------------------------------------------------

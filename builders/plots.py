@@ -20,6 +20,7 @@ from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.fsutil import atomic_file
 from metashift_hf.core.names import SubsetName
 
+
 LAYOUT_SEED = 1234  # the original code's spring_layout seed
 GRID_STEP = 0.5  # distance between neighbouring isolated subsets, in layout units (the spring part spans [-1, 1])
 

@@ -26,6 +26,7 @@ from metashift_hf.core.names import usable_image_id
 
 from .ontology import ATTRIBUTE_CATEGORY
 
+
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 CHUNK = 1 << 22

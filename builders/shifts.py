@@ -41,7 +41,6 @@ from .plan import SPLITS, ArtifactSource, GroupDef, GroupSource, Row, SetSource,
 from .spec import DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftDistance, ShiftSpec, ShiftType
 
 
-
 # --------------------------------------------------------------------------------------------
 # shared steps
 # --------------------------------------------------------------------------------------------

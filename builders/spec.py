@@ -20,6 +20,7 @@ from metashift_hf.core.errors import InputFormatError
 
 from .jsontypes import decode, encode
 
+
 SPEC_VERSION = 3
 # 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).

@@ -14,6 +14,7 @@ from metashift_hf.core.errors import UnknownNameError, did_you_mean
 from .plan import SPLITS
 from .spec import ShiftSpec
 
+
 SPLIT_ORDER = SPLITS  # the plan's own order
 ID_OOD_RULE = "ID = id_test when the task has it, else validation; OOD = test"
 

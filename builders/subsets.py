@@ -24,6 +24,7 @@ from .ontology import (  # noqa: F401  (re-exported)
 )
 from .scene_graphs import SceneGraphTable
 
+
 KINDS = ("object", "attribute", "general")
 
 def published_kind(name: str) -> tuple[str, str | None]:

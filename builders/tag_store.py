@@ -26,6 +26,7 @@ from metashift_hf.core.options import byte_size, positive_int
 from .subsets import KINDS, KeptSubsets
 from .tags import TagTable, allowed_subjects
 
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, the default --memory-limit

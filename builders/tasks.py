@@ -29,11 +29,11 @@ while planning.
 """
 from __future__ import annotations
 
-import os
-import weakref
-import typing
-from abc import ABC, abstractmethod
 import math
+import os
+import typing
+import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -52,9 +52,9 @@ from metashift_hf.core.options import text as text_option
 
 from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
-from .plan import ArtifactSource, GroupDef, TaskPlan
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
+from .plan import ArtifactSource, GroupDef, TaskPlan
 from .spec import CollectionFilters, RegistryFacts, Rules
 from .task_options import (  # the options dataclasses stay importable from here, as docs/tasks.md shows
     DEFAULT,
@@ -68,6 +68,7 @@ from .task_options import (  # the options dataclasses stay importable from here
     option_docs,
     option_value,
 )
+
 
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 # The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).

@@ -24,6 +24,7 @@ from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import id_slug
 
+
 logger = logging.getLogger(__name__)
 
 # Role of a subset in a task, in legend order (Okabe-Ito colours: distinct for colour-blind readers).

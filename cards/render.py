@@ -23,11 +23,11 @@ from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.cards.pictures import TaskPictures
 from metashift_hf.core import __version__
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.core.names import SubsetName
-from metashift_hf.core.names import id_slug
+from metashift_hf.core.names import SubsetName, id_slug
 from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic, license_id
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.hub.shards import dataset_infos_yaml
+
 
 # Templates are package data of metashift_hf.cards, read through importlib.resources so they work from a wheel.
 TEMPLATE_DIR = resources.files("metashift_hf.cards") / "templates"

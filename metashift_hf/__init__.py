@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .core import __version__
 
+
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
 _LAZY = {"load": "metashift_hf.hub.api", "prepare": "metashift_hf.hub.api", "plan": "metashift_hf.hub.api",
          "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.hub.specs",

@@ -14,6 +14,7 @@ from .core import __version__
 from .core.errors import MetashiftError
 from .core.fsutil import write_error
 
+
 # name -> one-line help (commands.HELP, the one source), in --help order. Each module
 # metashift_hf.commands.<name> defines ``register(subparsers)``, which adds its parser and sets
 # ``func(args) -> int``. Only the command being run is imported (it pulls datasets, pyarrow, torch...),

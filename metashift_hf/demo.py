@@ -17,13 +17,15 @@ from pathlib import Path
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
 
-from .hub.api import prepare
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
-from .sources.demo_world import generate_demo_world
-from .evaluate import EvalConfig, evaluate as run_eval
+from .evaluate import EvalConfig
+from .evaluate import evaluate as run_eval
+from .hub.api import prepare
 from .hub.export import export_prepared, verify_export
 from .research.train import TrainConfig, train
+from .sources.demo_world import generate_demo_world
+
 
 logger = logging.getLogger(__name__)
 

@@ -38,6 +38,7 @@ from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.sources.demo_world import generate_demo_world
 
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "figures"
 BLOCK = re.compile(r"(<!-- docs-figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /docs-figures: (?P=name) -->)", re.S)

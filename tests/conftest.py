@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+
 pytest_plugins = [
     "fixtures.reference",
     "fixtures.environment",

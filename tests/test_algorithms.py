@@ -5,10 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metashift_hf.research.algorithms import (ALGORITHMS, HPARAMS, SELECTIONS, algorithm_info, balanced_batches, default_selection,
-                                     resolve_hparams, selection_score)
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.research.algorithms import (
+    ALGORITHMS,
+    HPARAMS,
+    SELECTIONS,
+    algorithm_info,
+    balanced_batches,
+    default_selection,
+    resolve_hparams,
+    selection_score,
+)
 from metashift_hf.research.train import TrainConfig, config_toml, load_config, parse_seeds
+
 
 torch = pytest.importorskip("torch")
 fitting = pytest.importorskip("metashift_hf.research.fitting")

@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 
 import metashift_hf
+from metashift_hf.builders import shifts
+from metashift_hf.core.errors import (
+    EmptyGroupError,
+    EmptyResultError,
+    MetashiftError,
+    MissingImagesError,
+    UnknownNameError,
+)
 from metashift_hf.hub import api
 from metashift_hf.hub.api import plan
-from metashift_hf.builders import shifts
-from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError, UnknownNameError
 
 
 def test_plan_needs_no_images(builder_world):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = ("metashift_hf", "builders", "wordnet_match", "cards")
 

@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from fixtures.worlds import two_cluster_subsets
 from metashift_hf.builders.artifact import Artifact, ArtifactStats, Manifest
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
-from fixtures.worlds import two_cluster_subsets
 
 
 def world() -> dict[str, list[str]]:

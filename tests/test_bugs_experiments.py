@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from metashift_hf.cli import main
+from metashift_hf.core.errors import MetashiftError, UnknownNameError
 from metashift_hf.hub import api
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
-from metashift_hf.cli import main
-from metashift_hf.core.errors import MetashiftError, UnknownNameError
 from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
+
 
 TASK = "shift-conditional-cat-dog-delta30"
 

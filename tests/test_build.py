@@ -13,6 +13,7 @@ import pytest
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.cli import main
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from synthetic_gqa import generate  # noqa: E402
 
@@ -106,7 +107,7 @@ def test_distance_errors(sg_artifact, capsys):
                           (["no(such)", a], "unknown subset")):
         assert main(["distance", "--artifact", root, *args]) == 2
         err = capsys.readouterr().err
-        assert f"error: " in err and message in err and "  fix: " in err
+        assert "error: " in err and message in err and "  fix: " in err
     assert main(["distance", "--artifact", "/nonexistent", a, a]) == 2
     assert "not a metashift-hf artifact" in capsys.readouterr().err
 

@@ -10,6 +10,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import pytest
 
+from fixtures.worlds import paper_world, two_cluster_subsets
 from metashift_hf.builders import artifact as art
 from metashift_hf.builders import build
 from metashift_hf.builders.artifact import Artifact
@@ -18,11 +19,10 @@ from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.builders.tag_store import TagCandidates
 from metashift_hf.builders.tags import TagTable, candidates_from_tags
-from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.core import fsutil
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.core.options import MIN_BYTE_SIZE, OptionError, byte_size
-from fixtures.worlds import paper_world, two_cluster_subsets
+from metashift_hf.sources.coco_world import write_coco_world
 
 
 def _old_membership_table(candidates: CandidateSubsets) -> pa.Table:

@@ -8,13 +8,13 @@ from collections import Counter
 
 import pytest
 
+from fixtures.worlds import ATTRS
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, describe, features_with_spec, spec_of_features
 from metashift_hf.builders.metashift import spec_of_dataset as shift_spec
-from metashift_hf.builders.tasks import plan_task
 from metashift_hf.builders.subsets import CandidateSubsets
+from metashift_hf.builders.tasks import plan_task
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
-from fixtures.worlds import ATTRS
 
 
 def build(builder_world, task, images=None, cache=None, **kw):

@@ -10,15 +10,15 @@ from dataclasses import replace
 import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf import __version__
 from metashift_hf.builders.distances import Distance
 from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
-from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.export import export_prepared
-from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
 # what export draws for the first task of ``exported`` (matplotlib installed): both classes' role graphs, the grid

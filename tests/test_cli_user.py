@@ -10,10 +10,11 @@ import sys
 import pytest
 
 import metashift_hf
-from metashift_hf.hub.api import available_tasks
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.hub.api import available_tasks
 from metashift_hf.wordnet_match.match import MatchResult, MatchRow, SubsetRecord
+
 
 HUB_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metashift_hf.research import clusters, conflicts
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
+from metashift_hf.research import clusters, conflicts
 
 
 def test_mi_is_entropy_when_clusters_are_tags():

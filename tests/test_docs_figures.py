@@ -10,6 +10,7 @@ import pytest
 
 from metashift_hf.core.errors import MetashiftError
 
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

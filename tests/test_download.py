@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.sources import download as dl
-from metashift_hf.sources import manifest as manifest_mod
 from metashift_hf.core.errors import ChecksumError, InputFormatError
 from metashift_hf.core.sources import KNOWN_FILES, KnownFile
+from metashift_hf.sources import download as dl
+from metashift_hf.sources import manifest as manifest_mod
+
 
 PAYLOAD = np.random.default_rng(7).integers(0, 256, size=3 * (1 << 20) + 12345, dtype=np.uint8).tobytes()
 

@@ -9,6 +9,7 @@ from PIL import Image
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.models import ecosystem
 
+
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 tv = pytest.importorskip("torchvision")

@@ -13,16 +13,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+
 pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.slow  # a real model over real images
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError  # noqa: E402
 from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
+from metashift_hf.evaluate.predict import predict  # noqa: E402
 from metashift_hf.evaluate.predictions import load_scorer  # noqa: E402
 from metashift_hf.models import load_model, require_torch  # noqa: E402
-from metashift_hf.evaluate.predict import predict  # noqa: E402
 from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS  # noqa: E402
+
 
 # image id -> (folder, ImageNet-1k top-1 index, its name), verified by looking at each image
 TOP1 = {

@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.models import TF_LITE_MEAN, TF_LITE_STD, Preprocessing
 from metashift_hf.evaluate.predictions import PrecomputedPredictions
+from metashift_hf.models import TF_LITE_MEAN, TF_LITE_STD, Preprocessing
 
 
 def _jpeg(w, h, left_rgb, right_rgb):

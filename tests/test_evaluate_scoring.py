@@ -9,6 +9,7 @@ from metashift_hf.evaluate.scoring import NO_CLASS, score_images
 from metashift_hf.scoring.bugs import context_bugs
 from metashift_hf.scoring.groups import group_table, id_vs_ood, worst_subsets
 
+
 # ImageNet-1k indices: 281 tabby cat, 285 Egyptian cat, 207 golden retriever, 208 Labrador,
 # 339 sorrel (horse), 603 horse cart, 923 plate.
 COVER = {"cat": [281, 282, 283, 284, 285], "dog": list(range(151, 269)), "horse": [339]}

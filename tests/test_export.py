@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import shutil
 from pathlib import Path
 
@@ -11,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import metashift_hf
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub import shards
+from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub.shards import write_config
-from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 
 
 @pytest.fixture(scope="module")

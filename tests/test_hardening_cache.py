@@ -19,10 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 
 torch = pytest.importorskip("torch")
 
+from fixtures.tasks import sample_jpegs  # noqa: E402
 from metashift_hf.builders.build import BuildOptions, build_artifact  # noqa: E402
 from metashift_hf.builders.match_artifact import run_match  # noqa: E402
 from metashift_hf.builders.subsets import CandidateSubsets  # noqa: E402
@@ -30,11 +33,11 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E
 from metashift_hf.core.names import path_component  # noqa: E402
 from metashift_hf.core.parts import part_checksum  # noqa: E402
 from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
-from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
-from fixtures.tasks import sample_jpegs  # noqa: E402
+
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
 GOLDFISH = 1  # ImageNet-1k index of 'goldfish' ('tench' is 0)

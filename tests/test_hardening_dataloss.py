@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact, write_candidate_pickle

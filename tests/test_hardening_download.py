@@ -17,6 +17,7 @@ from hardening_inputs import assert_one_line_error, run_cli, small_subsets
 from metashift_hf.core.sources import KnownFile
 from metashift_hf.sources.download import download_file, part_path
 
+
 PAYLOAD = pickle.dumps(small_subsets(), protocol=4)
 KNOWN = KnownFile("hardening", "hardening.pkl", len(PAYLOAD), hashlib.sha256(PAYLOAD).hexdigest(), (), "test file")
 HTML = b"<!DOCTYPE html><html><body>mirror maintenance</body></html>"

@@ -8,7 +8,6 @@ reported; malformed scene graphs give one `error:`/`fix:` line.
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import subprocess

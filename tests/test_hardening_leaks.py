@@ -15,12 +15,12 @@ import pytest
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
 
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
-
-from metashift_hf.hub.api import PreparedTask
 from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.hub.api import PreparedTask
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos, scrub_token
 from metashift_hf.hub.shards import repo_files
+
 
 TOKEN = "hf_SecretToken1234567890abcdef"
 README = """---
@@ -217,8 +217,9 @@ def _loopback_hub(monkeypatch, drop: str | None = None):
     import types
 
     import huggingface_hub.utils._http as hub_http
-    from fixtures.fake_hub import _Handler, running_hub
     from huggingface_hub import constants
+
+    from fixtures.fake_hub import _Handler, running_hub
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(hub_http, "time", types.SimpleNamespace(sleep=lambda s: None))  # its retries, without the waits

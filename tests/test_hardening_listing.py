@@ -16,6 +16,7 @@ from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.names import control_char, terminal_safe
 
+
 EVIL = "cat\x1b[31m"  # an escape sequence that turns the terminal red
 CONTEXTS = ["sofa\nFAKE LINE", "r\rug", "bed\u202etxt.exe", "tv\x07", "floor", "lamp"]  # newline, CR, bidi, bell
 RAW = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what must never reach the terminal

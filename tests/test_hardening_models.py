@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from metashift_hf.hub.api import PreparedTask
+from fixtures.tasks import make_prepared, sample_jpegs, task_features
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
 from metashift_hf.core.options import OptionError
+from metashift_hf.hub.api import PreparedTask
 from metashift_hf.models import MAX_INPUT_SIDE, Preprocessing, from_callable, load_model, map_labels, open_rgb
-from fixtures.tasks import make_prepared, sample_jpegs, task_features
+
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = HAS_TORCH and importlib.util.find_spec("transformers") is not None

@@ -10,18 +10,18 @@ import math
 from pathlib import Path
 
 import pytest
-
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
-from metashift_hf.hub import api
+
 from metashift_hf import cli
-from metashift_hf.research import ood_experiments
-from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate import evaluate
+from metashift_hf.evaluate.config import EvalConfig
+from metashift_hf.hub import api
+from metashift_hf.research import ood_experiments
+from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.research.score import score_plan
 from metashift_hf.research.train import TrainConfig
-from metashift_hf.evaluate.config import EvalConfig
 
 
 @pytest.fixture(scope="module")

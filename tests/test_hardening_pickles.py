@@ -15,6 +15,7 @@ from hardening_inputs import run_cli_bounded, small_subsets
 from metashift_hf.builders.pickles import load_candidate_pickle
 from metashift_hf.core.errors import UnsafePickleError
 
+
 PROTO2 = b"\x80\x02"
 
 

@@ -17,18 +17,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hardening_inputs import tiny_artifact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hardening_inputs import tiny_artifact
-from metashift_hf.hub import api
 from metashift_hf import cli
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.tags import read_tags_file
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.hub import api
 from metashift_hf.research.score import Predictions, score_plan
+
 
 FAST = settings(max_examples=40, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -15,15 +15,16 @@ from hardening_inputs import assert_one_line_error, run_cli
 from huggingface_hub import DatasetCard
 from PIL import Image
 
-from metashift_hf.hub.api import prepare
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import SourceInfo, license_id, license_statement
+from metashift_hf.hub.api import prepare
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
+
 
 N = 60
 SMALL = ["--min-images-per-subset", "10", "--min-subsets-per-class", "2"]

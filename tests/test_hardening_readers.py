@@ -14,15 +14,17 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
-from metashift_hf.hub import api
+
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
+from metashift_hf.hub import api
 from metashift_hf.research.score import score_plan
-from metashift_hf.scoring.predictions import LABEL_RULE, TaskPredictions as Predictions
+from metashift_hf.scoring.predictions import LABEL_RULE
+from metashift_hf.scoring.predictions import TaskPredictions as Predictions
+
 
 COCO = {"images": [{"id": 1, "width": 10, "height": 8, "file_name": "a.jpg"},
                    {"id": 2, "width": 10, "height": 8, "file_name": "b.jpg"}],

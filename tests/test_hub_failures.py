@@ -10,9 +10,11 @@ import sys
 import threading
 
 import pytest
+
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.hub.export import export_prepared
+
 
 NS, TOKEN = "tester", "hf_test_write_token_123"
 

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_task_source import three_split_task
 
-from metashift_hf.cli import main
-from metashift_hf.hub.export import export_prepared
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
-from test_task_source import three_split_task
+from metashift_hf.cli import main
+from metashift_hf.hub.export import export_prepared
+
 
 pytestmark = pytest.mark.slow  # real clients in subprocesses, a real model, real training
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from metashift_hf.core.errors import InputFormatError, MissingImagesError
-from metashift_hf.builders.images import FolderImages, ZipImages, open_images, sniff_image
 from fixtures.tasks import sample_jpegs
+from metashift_hf.builders.images import FolderImages, ZipImages, open_images, sniff_image
+from metashift_hf.core.errors import InputFormatError, MissingImagesError
 
 
 # The shared reference folder's layout and ids (gqa/ and vg/ subfolders), as generated JPEGs.

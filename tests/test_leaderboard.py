@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+
 torch = pytest.importorskip("torch")
 
 from metashift_hf.cli import main  # noqa: E402
@@ -17,6 +18,7 @@ from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
 
@@ -100,7 +102,7 @@ def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(worl
     majority = first.reports[("module:redblue", "bin-cat-dog")]["headline"]["baseline"]["predicts"]
     models = [from_module(RandomWeights(3), PREP, name="random"), from_module(Constant(_leaf(majority)), PREP, name="constant"),
               from_module(RedBlue(), PREP, name="redblue")]
-    result = _zoo(world, models, tmp_path / "zoo")
+    _zoo(world, models, tmp_path / "zoo")
     board = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv").set_index("model")
     assert set(board["split"]) == {"test"}  # the headline never pools train
     base, const, rand, good = (board.loc[m] for m in (BASELINE, "module:constant", "module:random", "module:redblue"))

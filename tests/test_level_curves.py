@@ -8,7 +8,13 @@ import pytest
 from scipy import stats
 
 from metashift_hf.core.errors import EmptyResultError
-from metashift_hf.research.level_curves import MIN_MODELS_FOR_P, curve_summary, format_p, pooled_agreement, rank_agreement
+from metashift_hf.research.level_curves import (
+    MIN_MODELS_FOR_P,
+    curve_summary,
+    format_p,
+    pooled_agreement,
+    rank_agreement,
+)
 
 
 def test_linear_curve():

@@ -12,6 +12,7 @@ from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
 from metashift_hf.core.options import OptionError
 
+
 CONTEXTS = [f"c{i:02d}" for i in range(20)]
 POS = {c: i for i, c in enumerate(CONTEXTS)}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from metashift_hf.hub import api
 from metashift_hf.builders import levels
 from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.hub import api
 
 
 def test_listed_and_planned(builder_world):

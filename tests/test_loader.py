@@ -13,6 +13,7 @@ from metashift_hf.core.errors import MetashiftError
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.fitting import epoch_batches
 
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 @pytest.fixture(scope="module")

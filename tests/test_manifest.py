@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.tasks import sample_jpegs
 from metashift_hf import cli
-from metashift_hf.sources import manifest as mf
 from metashift_hf.core.errors import ChecksumError, InputFormatError, UnknownNameError
 from metashift_hf.core.fsutil import sha256_file
 from metashift_hf.core.sources import KNOWN_FILES, identify, known_file
-from fixtures.tasks import sample_jpegs
+from metashift_hf.sources import manifest as mf
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")

@@ -9,6 +9,7 @@ from metashift_hf import wordnet_match
 from metashift_hf.builders.match_artifact import run_match
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
 
+
 CONTEXTS = {
     # 30 images each unless said otherwise; frisbee has no ImageNet-1k node, cat(car) is too small
     "cat": {"sofa": 30, "bed": 30, "chair": 30, "table": 30, "laptop": 30, "television": 30, "car": 10, "frisbee": 30},

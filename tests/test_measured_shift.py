@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders import measured, tasks
-from metashift_hf.cards.render import measured_words
-from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
-from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
+from metashift_hf.cards.render import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
+from metashift_hf.sources.coco_world import write_coco_world
 
 
 @dataclass(frozen=True)

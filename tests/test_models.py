@@ -7,14 +7,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fixtures.tasks import make_prepared, sample_jpegs
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
 from metashift_hf.evaluate.coverage import head_coverage
-from metashift_hf.evaluate.predictions import EVAL_SOURCES, PrecomputedPredictions, load_scorer
+from metashift_hf.evaluate.predictions import EVAL_SOURCES, load_scorer
 from metashift_hf.models import (
-    MODEL_SOURCES, LabelMap, find_source, imagenet_1k_labels, load_model, map_labels, runtime_card, tune_allocator,
+    MODEL_SOURCES,
+    find_source,
+    imagenet_1k_labels,
+    load_model,
+    map_labels,
+    runtime_card,
+    tune_allocator,
 )
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
-from fixtures.tasks import make_prepared, sample_jpegs
+
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = HAS_TORCH and importlib.util.find_spec("transformers") is not None
@@ -99,7 +106,13 @@ def test_torch_module_with_a_21k_style_head_through_evaluate(wn, tmp_path):
 def test_hf_folder_gives_the_logits_of_the_model_called_directly(wn, tmp_path):
     import torch
     from PIL import Image
-    from transformers import AutoImageProcessor, AutoModelForImageClassification, ResNetConfig, ResNetForImageClassification, ViTImageProcessor
+    from transformers import (
+        AutoImageProcessor,
+        AutoModelForImageClassification,
+        ResNetConfig,
+        ResNetForImageClassification,
+        ViTImageProcessor,
+    )
 
     torch.manual_seed(0)
     cfg = ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])

@@ -4,9 +4,11 @@ from __future__ import annotations
 import html
 import re
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from metashift_hf.core.names import control_char, markdown_safe, terminal_safe
+
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
     ["a|b", "<script>x</script>", "[x](http://e.vil)", "\x1b]8;;http://e.vil\x07t\x1b]8;;\x07", "\x1b[31mred\nrow", "`*_~\\"])

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
+from fixtures.worlds import paper_world
 from metashift_hf.builders import paper_tasks as pt
 from metashift_hf.builders.plan import SetSource
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
-from fixtures.worlds import paper_world
 
 
 @pytest.fixture(scope="module")

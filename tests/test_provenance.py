@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shutil
 import subprocess
@@ -11,15 +10,15 @@ import sys
 import pytest
 from huggingface_hub import DatasetCard
 
-from metashift_hf.sources import stats as st
+from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import demo_world_summary
-from metashift_hf.sources.demo_world import generate_demo_world
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos
-from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+from metashift_hf.sources import stats as st
+from metashift_hf.sources.demo_world import generate_demo_world
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,19 @@ import importlib.util
 import json
 import shutil
 import subprocess
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from metashift_hf.hub import publish as publish_mod
-from metashift_hf.hub import shards as shards_mod
-from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.hub.export import export_prepared
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+from metashift_hf.builders.spec import ShiftSpec
+from metashift_hf.hub import publish as publish_mod
+from metashift_hf.hub import shards as shards_mod
+from metashift_hf.hub.export import export_prepared
+
 
 TOKEN = "hf_test_write_token_123"
 NS = "tester"

@@ -14,9 +14,10 @@ import pytest
 import metashift_hf
 from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
-from metashift_hf.scoring.stats import wilson_interval
 from metashift_hf.hub.export import export_tasks
 from metashift_hf.research.score import Predictions, expected_calibration_error, score
+from metashift_hf.scoring.stats import wilson_interval
+
 
 TASK = "paper-subpop-cat-dog-p6"
 OPTIONS = {"scale": 0.1}

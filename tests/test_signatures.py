@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import tomllib
 
+
 MAX_PARAMETERS = 14  # 15 or more fails
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 
+from metashift_hf import cli
 from metashift_hf.builders.build import BuildOptions, build_artifact
 from metashift_hf.builders.pickles import load_candidate_pickle
 from metashift_hf.builders.subsets import CandidateSubsets
-from metashift_hf import cli
-from metashift_hf.sources import stats as st
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.sources import KNOWN_FILES
+from metashift_hf.sources import stats as st
+
 
 FULL_SHA = KNOWN_FILES["subsets"].sha256
 ATTR_SHA = KNOWN_FILES["attributes"].sha256

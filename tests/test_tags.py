@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from metashift_hf.hub.api import prepare
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.tags import MultiLabelDataset, TagTable, candidates_from_tags, read_tags_file
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.hub.api import prepare
+
 
 N = 240
 

@@ -7,6 +7,7 @@ import sys
 
 from fixtures.fake_hub import client_env, running_hub
 
+
 TOKEN = "hf_test_write_token_123"
 SCRIPT = """
 import json, sys

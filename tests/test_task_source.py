@@ -10,14 +10,15 @@ import pandas as pd
 import pytest
 
 import metashift_hf
+from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
-from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.research.score import score
 from metashift_hf.hub.task_source import open_task
-from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
+from metashift_hf.research.evaluator import Evaluator
+from metashift_hf.research.score import score
+
 
 NS = "tester"
 
@@ -44,7 +45,7 @@ def random_predictions(tp, seed: int = 0, probabilities: bool = False) -> pd.Dat
 
 
 def test_folder_dataset_and_prepared_task_give_the_same_rows(exported):
-    folder = exported["out"] / f"metashift-paper-subpop-cat-dog-p12"
+    folder = exported["out"] / "metashift-paper-subpop-cat-dog-p12"
     prepared = exported["tasks"]["paper-subpop-cat-dog-p12"]
     from_folder = open_task(folder)
     from_config_folder = open_task(folder / "paper-subpop-cat-dog-p12")

@@ -11,6 +11,7 @@ from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import match, read_subset_names, vocabulary_of
 from metashift_hf.wordnet_match.tasks import binary_task_id, binary_tasks, multiclass_task
 
+
 CONTEXTS = ["sofa", "bed", "chair", "table", "laptop", "car"]
 SUBSETS = (
     [f"cat({c})" for c in CONTEXTS]

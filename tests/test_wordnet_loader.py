@@ -19,6 +19,7 @@ from metashift_hf.wordnet_match.wordnet import (
     wnid_of,
 )
 
+
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_DICT_DIR / "data.noun").is_file(),
     reason="Debian wordnet-base is not installed (apt-get install wordnet-base wordnet-sense-index)",

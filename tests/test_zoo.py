@@ -10,16 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+
 torch = pytest.importorskip("torch")
 
+from fixtures.tasks import sample_jpegs  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
-from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
-from fixtures.tasks import sample_jpegs  # noqa: E402
+
 
 QUIET = EvalConfig(progress=False, plots=False)
 
@@ -146,7 +148,13 @@ def test_match_registry_is_read_once_per_loaded_artifact(world, monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed (extra 'hf')")
 def test_cli_hf_folder_logits_equal_the_model_called_directly(world, tmp_path, capsys):
     from PIL import Image
-    from transformers import AutoImageProcessor, AutoModelForImageClassification, ResNetConfig, ResNetForImageClassification, ViTImageProcessor
+    from transformers import (
+        AutoImageProcessor,
+        AutoModelForImageClassification,
+        ResNetConfig,
+        ResNetForImageClassification,
+        ViTImageProcessor,
+    )
 
     torch.manual_seed(1)
     folder = tmp_path / "tiny-hf"
@@ -168,8 +176,8 @@ def test_cli_hf_folder_logits_equal_the_model_called_directly(world, tmp_path, c
 def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, monkeypatch):
     from huggingface_hub import HfApi, constants
 
-    from metashift_hf.evaluate.leaderboard_hub import publish_leaderboard
     from fixtures.fake_hub import running_hub
+    from metashift_hf.evaluate.leaderboard_hub import publish_leaderboard
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     evaluate_zoo([_model(1), _model(2)], ["bin-cat-dog", "class-dog"], world / "artifact", world / "images",

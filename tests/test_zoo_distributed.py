@@ -10,20 +10,22 @@ from pathlib import Path
 
 import pytest
 
+
 torch = pytest.importorskip("torch")
+
+from test_zoo import TASKS, _model, world  # noqa: E402,F401  (the matched cat/dog world and the counted tiny model)
 
 import metashift_hf.builders.tasks as tasks_mod  # noqa: E402
 import metashift_hf.evaluate.zoo as zoo_mod  # noqa: E402
-from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
+from metashift_hf.builders.artifact import Artifact  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError  # noqa: E402
 from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
+from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.builders.artifact import Artifact  # noqa: E402
 from metashift_hf.hub.task_source import open_task  # noqa: E402
 from metashift_hf.models import decode_workers  # noqa: E402
-from test_zoo import TASKS, _model, world  # noqa: E402,F401  (the matched cat/dog world and the counted tiny model)
 
 
 def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(world, monkeypatch):  # noqa: F811

@@ -8,6 +8,7 @@ from .imagenet import imagenet_classes
 from .match import MatchResult, MatchRow, match_name
 from .wordnet import noun_synsets, wnid_of
 
+
 _SHOW = 8  # ImageNet classes listed before "..."
 
 

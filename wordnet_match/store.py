@@ -22,6 +22,7 @@ from metashift_hf.core.fsutil import atomic_dir, write_parquet
 from .match import MatchResult, MatchRow, SubsetRecord
 from .tasks import TaskEntry
 
+
 FORMAT = "metashift-hf-match"
 FORMAT_VERSION = 1
 MATCH_KIND = "match"  # the marker kind of a match --out folder (core.fsutil)

@@ -19,6 +19,7 @@ from metashift_hf.core.names import id_slug
 from .hierarchy import Hierarchy
 from .match import MatchResult
 
+
 DEFAULT_MIN_SUBSETS = 5
 DEFAULT_LEVEL = 2
 

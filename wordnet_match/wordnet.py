@@ -16,6 +16,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.core.fsutil import atomic_dir
 from metashift_hf.core.paths import cache_root
 
+
 DEBIAN_DICT_DIR = Path("/usr/share/wordnet")
 DICT_ENV = "METASHIFT_HF_WORDNET_DICT"  # another folder holding the WordNet 3.0 dict files
 

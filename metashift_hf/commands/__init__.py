@@ -6,6 +6,7 @@ parser's ``help``; tests/test_cli_help.py holds the two together.
 """
 from __future__ import annotations
 
+
 # name -> one-line help, in `metashift-hf --help` order
 HELP: dict[str, str] = {
     "download": "download GQA / published MetaShift files (resumable, sha256-verified) or register local copies",

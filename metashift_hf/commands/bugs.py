@@ -1,13 +1,12 @@
 """``metashift-hf bugs``: context bugs of any predictions file (a trained model's, or any `score` input)."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
-from ..research.bugs import BUGS_KIND, find_bugs
 from ..core.fsutil import check_out
 from ..core.options import level, positive_int
+from ..research.bugs import BUGS_KIND, find_bugs
+from . import HELP
 from .task_args import add_task_arguments, task_from_args
 
 

@@ -1,8 +1,6 @@
 """`metashift-hf build`: scene graphs or published pickles -> artifact folder."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 import dataclasses
 import logging
@@ -16,6 +14,9 @@ from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.provenance import PROVENANCES, SourceInfo, describe, is_demo_world_summary
 from metashift_hf.sources.manifest import resolve_build_inputs
+
+from . import HELP
+
 
 logger = logging.getLogger(__name__)
 

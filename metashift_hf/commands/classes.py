@@ -1,13 +1,12 @@
 """`metashift-hf classes`: the classes of an artifact with their subsets, images and communities."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.tasks import class_task_id
 
+from . import HELP
 from .table import print_table
 
 

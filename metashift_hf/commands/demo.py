@@ -1,12 +1,12 @@
 """``metashift-hf demo``: run the whole pipeline on the embedded demo world."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from metashift_hf.core.options import positive_int, seed
 from metashift_hf.demo import run_demo
+
+from . import HELP
 
 
 def register(sub: argparse._SubParsersAction) -> None:

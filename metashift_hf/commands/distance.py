@@ -1,8 +1,6 @@
 """`metashift-hf distance`: meta-graph distance between two subsets of one class, or a class's matrix."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 import csv
 import io
@@ -14,6 +12,8 @@ from metashift_hf.builders.distances import RULE_HELP, DistanceMatrix
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import FileKind, atomic_out_file, check_out_file
 from metashift_hf.core.names import SubsetName, terminal_safe
+
+from . import HELP
 
 
 def register(subparsers) -> None:

@@ -1,20 +1,20 @@
 """`metashift-hf download`: fetch, register and list the real inputs."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 import logging
 import urllib.parse
 from pathlib import Path
 
 from ..core.errors import MetashiftError, UnknownNameError
+from ..core.fsutil import human_size
 from ..core.options import non_negative_int, positive_float
 from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, known_file
-from ..core.fsutil import human_size
 from ..sources.download import default_cache_dir, part_path
 from ..sources.manifest import DataManifest, download, env_var
 from ..sources.manifest import register as register_input
+from . import HELP
+
 
 logger = logging.getLogger(__name__)
 

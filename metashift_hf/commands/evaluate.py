@@ -9,10 +9,10 @@ import argparse
 
 from ..core.errors import InputFormatError
 from ..core.options import level, positive_int, shard
-from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
 from ..evaluate.config import EvalConfig
-from ..evaluate.run import evaluate
 from ..evaluate.distributed import launched_world
+from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
+from ..evaluate.run import evaluate
 from ..sources.manifest import resolve_input
 from . import HELP
 from .evaluate_zoo import run_zoo

@@ -2,18 +2,17 @@
 the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
+from ..core.options import positive_int, seed, seed_count
 from ..research.algorithms import METHODS, SELECTIONS
 from ..research.compare import SPREADS, CompareOptions, run_compare
-from ..core.options import positive_int, seed, seed_count
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..sources.manifest import resolve_input
-from .task_args import add_task_arguments, parse_overrides
+from . import HELP
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
+from .task_args import add_task_arguments, parse_overrides
 from .train import add_training_arguments, config_from_args
 
 

@@ -1,15 +1,14 @@
 """``metashift-hf export``: write task repos (parquet + README card) exactly as they would be pushed."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
-from ..hub.api import reads_dataset_images
 from ..core.errors import MetashiftError
+from ..hub.api import reads_dataset_images
 from ..hub.export import export_tasks, verify_export
-from ..sources.manifest import resolve_input
 from ..hub.shards import LAYOUTS
+from ..sources.manifest import resolve_input
+from . import HELP
 from .task_args import add_task_arguments, parse_overrides, planning_seed
 
 

@@ -1,14 +1,14 @@
 """`metashift-hf match`: MetaShift names -> WordNet 3.0 -> ImageNet-1k, plus the task registry."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from metashift_hf.builders.match_artifact import explain_names, run_match
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.options import non_negative_int
 from metashift_hf.sources.manifest import paper_tree_path
+
+from . import HELP
 
 
 def register(subparsers) -> None:

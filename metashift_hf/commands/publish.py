@@ -1,13 +1,12 @@
 """``metashift-hf publish``: push task repos to the Hugging Face Hub (idempotent) and collect them."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from ..core.errors import MetashiftError
-from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, check_repo_dir, plan_lines, publish_tasks, PushOptions
+from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, PushOptions, check_repo_dir, plan_lines, publish_tasks
 from ..hub.shards import ExportedRepo, repo_files
+from . import HELP
 from .export import add_export_arguments, require_task_inputs, task_options
 from .task_args import planning_seed
 

@@ -1,15 +1,13 @@
 """``metashift-hf score``: any model's predictions on a task -> scores.json + scores.md."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from ..core.fsutil import check_out
 from ..research.score import SCORES_KIND, score_plan
 from ..scoring.predictions import BOTH_RULE, LABEL_RULE, USE_CHOICES, TaskPredictions
+from . import HELP
 from .task_args import add_splits_argument, add_task_arguments, task_from_args
-
 
 
 def register(subparsers) -> None:

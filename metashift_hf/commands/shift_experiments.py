@@ -5,11 +5,12 @@ import argparse
 
 from metashift_hf.builders.levels import SHIFT_TYPES
 
-from ..research.conflicts import ConflictConfig
 from ..core.options import int_at_least, positive_float, positive_int, seed
-from ..sources.manifest import resolve_input
+from ..research.conflicts import ConflictConfig
 from ..research.ood_experiments import clustered, conflicts, ood_levels
+from ..sources.manifest import resolve_input
 from .task_args import parse_overrides
+
 
 HELP = {
     "ood-levels": "train baselines on every level of a shift family (marginal|conditional|joint): curves, slope, AUC, knee",

@@ -1,12 +1,11 @@
 """`metashift-hf stats`: an artifact's figures next to the published MetaShift statistics."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 import json
 
 from ..sources.stats import compare
+from . import HELP
 
 
 def register(subparsers) -> None:

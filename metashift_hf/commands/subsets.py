@@ -1,12 +1,11 @@
 """`metashift-hf subsets`: the context subsets of one class (or of all), with size and community."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
 from metashift_hf.builders.artifact import Artifact
 
+from . import HELP
 from .table import print_table
 
 

@@ -13,6 +13,7 @@ from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
 from ..hub.task_source import TaskData, open_task
 
+
 TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
              "task id such as paper-subpop-cat-dog-p12 with --artifact")
 

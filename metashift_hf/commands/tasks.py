@@ -1,20 +1,17 @@
 """`metashift-hf tasks list|show`: the task registry (matched tasks) plus the artifact's other task ids."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 import dataclasses
 import json
 import math
 from pathlib import Path
 
-from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.cards.render import measured_words
 from metashift_hf.builders.tasks import family_of, kinds
+from metashift_hf.cards.render import measured_words
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
@@ -22,11 +19,14 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.names import terminal_safe
+from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
 from metashift_hf.hub.specs import shift_spec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
+from . import HELP
 from .task_args import add_task_arguments, parse_overrides, planning_seed
+
 
 KINDS = kinds()
 

@@ -2,15 +2,14 @@
 DFR) on a task, several seeds, scored per group."""
 from __future__ import annotations
 
-from . import HELP
-
 import argparse
 
-from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..core.options import OptionError, non_negative_float, positive_float, positive_int
+from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
-from ..sources.manifest import resolve_input
 from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
+from ..sources.manifest import resolve_input
+from . import HELP
 from .task_args import add_task_arguments, task_from_args
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
+
 try:
     __version__ = metadata.version("metashift-hf")
 except metadata.PackageNotFoundError:  # running from a source tree that was never installed

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
 from .errors import MetashiftError
+
 
 MARKER = ".metashift-hf.json"
 _TOOL = "metashift-hf"
@@ -38,10 +43,6 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EP
 
 class OutputExistsError(MetashiftError):
     """An output folder holds something this command must not replace."""
-
-import pyarrow as pa
-import pyarrow.parquet as pq
-from tqdm import tqdm
 
 
 _CHUNK = 1 << 20

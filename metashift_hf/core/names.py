@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .errors import InputFormatError
 
+
 _NAME = re.compile(r"^([^()]+)\(([^()]+)\)$")
 _NAME_FIX = "write subset names as 'subject(context)', e.g. 'dog(frisbee)' (spaces allowed, no extra parentheses)"
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .errors import MetashiftError, short_repr
 
+
 SEED_MAX = 2**32 - 1  # numpy, torch and scikit-learn all take seeds up to here
 INT_MAX = 2**63 - 1  # what an int64 column or array holds
 # The most training seeds one call may ask for (`train --seeds`, compare, experiments): each seed is a whole

@@ -32,6 +32,7 @@ from .errors import InputFormatError
 from .fsutil import atomic_file
 from .names import terminal_safe
 
+
 logger = logging.getLogger(__name__)
 
 PART_FORMAT = "metashift-hf-cache-part"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import platformdirs
 
+
 CACHE_ENV = "METASHIFT_HF_CACHE"
 
 

@@ -16,6 +16,7 @@ from typing import Literal, Sequence, get_args
 from .errors import InputFormatError
 from .names import control_char
 
+
 Provenance = Literal["gqa", "published", "coco", "demo", "synthetic", "custom"]
 PROVENANCES: tuple[str, ...] = get_args(Provenance)
 SYNTHETIC: frozenset[str] = frozenset({"demo", "synthetic"})

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+
 PUBLISHED_FULL: dict[str, float] = {
     "candidate_keys": 17_938,
     "kept_subsets_any_class": 13_543,  # keys with >= 25 images

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import UnknownNameError, did_you_mean
 
+
 _GQA_NEW = "https://downloads.cs.stanford.edu/nlp/data/gqa"
 _GQA_OLD = "https://nlp.stanford.edu/data/gqa"
 _MS_GITHUB = "https://github.com/Weixin-Liang/MetaShift/raw/main/dataset"

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+
 # pandas/scipy load only when evaluation is used, so `metashift-hf --help` stays fast
 _LAZY = {"evaluate": "metashift_hf.evaluate.run", "EvalReport": "metashift_hf.evaluate.report",
          "EvalConfig": "metashift_hf.evaluate.config"}

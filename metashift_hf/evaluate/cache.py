@@ -22,6 +22,7 @@ from ..core.fsutil import atomic_file
 from ..core.parts import PartStore
 from ..core.paths import cache_root
 
+
 logger = logging.getLogger(__name__)
 
 

@@ -18,6 +18,7 @@ from ..core.errors import UnknownNameError
 from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .scoring import MODES
 
+
 ON_MISSING = ("error", "skip")
 
 

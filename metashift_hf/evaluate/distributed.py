@@ -37,6 +37,7 @@ from ..models import Classifier, decode_workers
 from .cache import LogitsCache
 from .predict import map_batches
 
+
 logger = logging.getLogger(__name__)
 
 TORCH = "torch.distributed"

@@ -21,6 +21,7 @@ from ..hub.publish import DEFAULT_TIMEOUT, writable_hub
 from ..hub.specs import looks_like_repo_id
 from .zoo import BASELINE, ZOO_KIND, leaderboard_markdown, public_model_name
 
+
 logger = logging.getLogger(__name__)
 
 PUBLISHED_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.png", "zoo.json")

@@ -13,6 +13,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
+
 logger = logging.getLogger(__name__)
 
 MIN_JOBS = 16  # below this, forking costs more than it saves (a task scores in ~0.06 s, docs/evaluate.md)

@@ -12,6 +12,7 @@ from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import sha256_file
 from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, load_model, tune_allocator
 
+
 N_CLASSES = 1000
 
 

@@ -11,25 +11,25 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.images import cell_bytes
+from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.splits import chosen_splits, split_roles
-from metashift_hf.builders.images import cell_bytes
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
-from ..hub import api
-from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
-from ..hub.task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
+from ..hub import api
+from ..hub.task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
 from ..models import runtime_card
+from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, community_map, context_bugs, distance_to_largest
+from ..scoring.groups import group_table, id_vs_ood, worst_subsets
 from .config import EvalConfig
 from .coverage import head_coverage
 from .predict import predict
 from .predictions import PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
-from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, community_map, context_bugs, distance_to_largest
-from ..scoring.groups import group_table, id_vs_ood, worst_subsets
 from .scoring import COUNTING_RULE, headline_metrics, score_images
 
 

@@ -20,6 +20,7 @@ from ..scoring.groups import WORST_RULE, group_scores, worst
 from ..scoring.stats import wilson_interval
 from .predictions import HeadOutputs
 
+
 MODES = ("hierarchy", "restricted")
 COUNTING_RULE = (
     "each image counts once overall, once in its split and once in its class; it counts once in every "

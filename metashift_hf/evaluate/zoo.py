@@ -33,19 +33,20 @@ from metashift_hf.builders.plots import new_figure, save_png
 from metashift_hf.builders.splits import chosen_splits
 from metashift_hf.builders.tasks import match_registry
 
-from ..hub import api
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..models import Classifier, runtime_card
+from ..hub import api
 from ..hub.task_source import TaskData, open_task
+from ..models import Classifier, runtime_card
 from . import distributed, pool
 from .config import EvalConfig
 from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
 from .run import evaluate
 from .scoring import HEADLINE_RULE
+
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from metashift_hf.builders.tasks import plan_task, task_ids
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, MetashiftError, MissingImagesError
 
+
 if TYPE_CHECKING:
     import datasets
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .api import plan_all, prepare
 from ..builders.artifact import Artifact
 from ..builders.metashift import features_with_spec
 from ..builders.spec import ShiftSpec
@@ -28,6 +27,7 @@ from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
+from .api import plan_all, prepare
 from .shards import (
     INDEX_REPO,
     LAYOUTS,

@@ -27,6 +27,7 @@ from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
 from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 
+
 logger = logging.getLogger(__name__)
 
 COLLECTION_TITLE = "MetaShift"

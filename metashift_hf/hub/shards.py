@@ -22,6 +22,7 @@ from huggingface_hub.utils import validate_repo_id
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError
 
+
 # Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks
 # sharing 673 of 878 images, a store chunking at 64 KiB like the Hub's Xet:
 # - rows sorted by image id: tasks that share images then hold them in the same relative order,

@@ -18,10 +18,10 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from .api import plan
 from ..builders.metashift import spec_of_dataset
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from .api import plan
 from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
 
@@ -92,8 +92,13 @@ def hub_call(repo_id: str, config: str | None, call, revision: str | None = None
     """``call()``, its Hub failures as one error naming the repo (and revision) and the fix: never a
     traceback, never a wait without end (the shared session gets a read timeout, :func:`metashift_hf.hub.http.bound_hub_timeouts`)."""
     import httpx2
-    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     where = f"Hub dataset repo {repo_id}"
     bound_hub_timeouts()

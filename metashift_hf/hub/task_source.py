@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .api import PreparedTask, plan
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
 from ..builders.metashift import carries_spec, spec_of_features
@@ -34,19 +33,21 @@ from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
 from ..core.names import terminal_safe
+from .api import PreparedTask, plan
 from .shards import SORT_KEYS, SPEC_FILE
 from .specs import (
-    hub_call,
     card_configs,
     check_spec_size,
     configs_of,
     folder_configs,
+    hub_call,
     hub_files,
     hub_text,
     looks_like_repo_id,
     pick_config,
     read_text_file,
 )
+
 
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
 logger = logging.getLogger(__name__)

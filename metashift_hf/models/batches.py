@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from ..core.errors import MissingImagesError
 from .runtime import decode_workers
 
+
 PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
 
 

@@ -17,9 +17,19 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import sha256_file
 from .base import (
-    MAX_INPUT_SIDE, Classifier, Dtype, Preprocessing, check_device, hash_state_dict, input_side, place, require_module, require_torch,
+    MAX_INPUT_SIDE,
+    Classifier,
+    Dtype,
+    Preprocessing,
+    check_device,
+    hash_state_dict,
+    input_side,
+    place,
+    require_module,
+    require_torch,
 )
 from .labels import LabelMap, imagenet_1k_labels, map_labels
+
 
 _HF_CONFIG_FILES = ("config.json", "preprocessor_config.json", "model.safetensors.index.json")
 # Weight files read with pickle (torch.load), which can run code: never loaded, only named in the error.

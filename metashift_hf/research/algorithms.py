@@ -25,6 +25,7 @@ from sklearn import __version__ as _sklearn_version
 from ..core import options as opt
 from ..core.errors import UnknownNameError, did_you_mean
 
+
 Selection = Literal["average", "worst-group", "oracle"]
 SELECTIONS: tuple[str, ...] = ("average", "worst-group", "oracle")
 SELECTION_TEXT: dict[str, str] = {

@@ -26,6 +26,7 @@ from ..scoring.per_group import from_group_table, write_per_group
 from ..scoring.predictions import TaskPredictions
 from .score import score_plan
 
+
 BUGS_KIND = "bug report"
 
 

@@ -33,17 +33,26 @@ import pandas as pd
 from metashift_hf.builders import paper_tasks as pt
 from metashift_hf.builders.artifact import Artifact
 
-from .algorithms import METHODS, SAMPLING_TEXT, SELECTION_TEXT, SELECTIONS, SWEEP_COMMON, algorithm_info, sample_hparams
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
-from ..core.names import id_slug
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
-from .features import load_backbone
-from .score import Scores
+from ..core.names import id_slug
 from ..hub.shards import REPO_PREFIX
 from ..hub.task_source import TaskData, open_task
+from .algorithms import (
+    METHODS,
+    SAMPLING_TEXT,
+    SELECTION_TEXT,
+    SELECTIONS,
+    SWEEP_COMMON,
+    algorithm_info,
+    sample_hparams,
+)
+from .features import load_backbone
+from .score import Scores
 from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_key, settings_differ, train
+
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +72,7 @@ METRICS: dict[str, str] = {
     # SubpopBench's metrics, from the same stored predictions through research.score (score_plan)
     "balanced_accuracy": "headline split's balanced (mean per-class) accuracy",
     "macro_f1": "headline split's macro-F1",
-    "ece": f"headline split's expected calibration error (top-1, equal-width bins)",
+    "ece": "headline split's expected calibration error (top-1, equal-width bins)",
     "worst_class": "headline split's worst-class accuracy",
 }
 GROUP_METRIC = "group:"  # + a group name: that group's accuracy on the headline split (e.g. group:dog(shelf))

@@ -28,13 +28,14 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 import datasets
 import numpy as np
 
-from ..hub.api import PreparedTask
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..hub.api import PreparedTask
+from ..hub.task_source import TaskData, open_task, task_dataset
 from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
 from .score import Scores, score_plan
-from ..hub.task_source import TaskData, open_task, task_dataset
+
 
 logger = logging.getLogger(__name__)
 

@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..builders import paper_tasks as pt
+from ..builders.artifact import Artifact
 from ..builders.spec import ShiftSpec
 from ..core import __version__
-from ..builders.artifact import Artifact
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
-from .features import load_backbone
 from ..hub.shards import REPO_PREFIX
 from ..hub.task_source import TaskData, open_task
+from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
+from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
+
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,16 @@ from ..core.errors import MetashiftError, UnknownNameError
 from ..core.names import path_component
 from ..core.parts import PartStore
 from ..core.paths import cache_root
-from ..models import TF_CROP_PADDING, Classifier, Preprocessing, efficientnet_lite0, load_model, map_batches, require_torch
+from ..models import (
+    TF_CROP_PADDING,
+    Classifier,
+    Preprocessing,
+    efficientnet_lite0,
+    load_model,
+    map_batches,
+    require_torch,
+)
+
 
 BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
 BACKBONE_FORMS = ("efficientnet-lite0 | hf:FOLDER_OR_REPO | timm:NAME | timm:local-dir:FOLDER | torchvision:NAME "

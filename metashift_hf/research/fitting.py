@@ -24,11 +24,12 @@ from PIL import Image, ImageEnhance
 
 from metashift_hf.builders.images import ImageSource
 
-from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
-from .features import head_linear
 from ..core.errors import MetashiftError
 from ..core.fsutil import atomic_file
 from ..models import Preprocessing, open_rgb
+from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
+from .features import head_linear
+
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.errors import EmptyResultError, InputFormatError
 
+
 KNEE_FRACTION = 0.9
 
 

@@ -26,6 +26,7 @@ from .algorithms import SAMPLINGS
 from .evaluator import Evaluator
 from .fitting import epoch_batches
 
+
 # torchvision's ImageNet evaluation transform, the default when no ``transform`` is given
 IMAGENET_PREPROCESSING = Preprocessing(resize=256, crop=224, interpolation="bilinear", mean=(0.485, 0.456, 0.406),
                                        std=(0.229, 0.224, 0.225), source="ImageNet: resize 256, centre crop 224")

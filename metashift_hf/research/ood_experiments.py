@@ -32,15 +32,16 @@ from metashift_hf.builders.shifts import (
 )
 from metashift_hf.builders.spec import GroupSpec
 
-from . import clusters as cl
-from . import conflicts as cf
-from ..hub.api import plan
 from ..core import options as opt
 from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
+from ..hub.api import plan
+from . import clusters as cl
+from . import conflicts as cf
 from .features import image_features, load_backbone
 from .level_curves import MIN_MODELS_FOR_P, curve_summary, format_p, pooled_agreement, rank_agreement
 from .train import METHODS, PROBES, TrainConfig, train
+
 
 logger = logging.getLogger(__name__)
 KIND = "experiment"  # the --out marker kind

@@ -32,6 +32,7 @@ from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
 
+
 Predictions = TaskPredictions  # the name the docs used before issue 25 (the same class)
 
 if TYPE_CHECKING:

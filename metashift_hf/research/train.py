@@ -37,20 +37,29 @@ import pandas as pd
 
 from metashift_hf.builders.images import open_images
 
-from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
-
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..core.paths import cache_root
-from .fitting import (COLOR_JITTER, GREYSCALE_P, Checkpoints, FinetuneLearner, FitData, FitSettings, LinearLearner,
-                      augment_size, fit_seed)
-from ..models import efficientnet_lite0, require_torch
-from .features import Backbone, image_features, load_backbone
-from ..scoring.predictions import TaskPredictions
-from .score import Scores, score_plan, task_spec_hash
 from ..hub.task_source import open_task
+from ..models import efficientnet_lite0, require_torch
+from ..scoring.predictions import TaskPredictions
+from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
+from .features import Backbone, image_features, load_backbone
+from .fitting import (
+    COLOR_JITTER,
+    GREYSCALE_P,
+    Checkpoints,
+    FinetuneLearner,
+    FitData,
+    FitSettings,
+    LinearLearner,
+    augment_size,
+    fit_seed,
+)
+from .score import Scores, score_plan, task_spec_hash
+
 
 if TYPE_CHECKING:
     from metashift_hf.builders.plan import TaskPlan

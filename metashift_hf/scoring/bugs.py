@@ -15,6 +15,7 @@ from metashift_hf.builders.artifact import Artifact
 from ..core.errors import MetashiftError
 from .stats import benjamini_hochberg, two_proportion_test
 
+
 BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
             "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
             "across all tested subsets of all classes in the report.")

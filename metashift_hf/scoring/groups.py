@@ -12,9 +12,11 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..core.errors import EmptyResultError
 from metashift_hf.builders.splits import split_order
+
+from ..core.errors import EmptyResultError
 from .stats import wilson_interval
+
 
 WORST_RULE = "worst = the lowest accuracy; ties go to the larger group, then to the name (alphabetical)"
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .groups import GroupScore
 
+
 PER_GROUP_COLUMNS = ("split", "level", "class", "name", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
                      "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug",
                      "distance_to_largest_community")

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 
+
 PredictionKind = Literal["labels", "probabilities", "logits"]
 PROB_TOLERANCE = 1e-3  # probabilities must sum to 1 within this per row
 PREDICTIONS_FIX = ("write a .csv or .parquet with a string column image_id and either a column prediction "

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import binomtest, false_discovery_control, norm
 
+
 CONFIDENCE = 0.95
 
 

@@ -26,6 +26,7 @@ from metashift_hf.builders.coco import COCO_CATEGORIES
 from metashift_hf.builders.coco_tasks import INDOOR, OUTDOOR
 from metashift_hf.core.fsutil import atomic_dir
 
+
 # (subject, where, images): where = indoor | outdoor | both
 SCENES = (("cat", "indoor", 1800), ("cat", "outdoor", 320), ("cat", "both", 60),
           ("dog", "outdoor", 1800), ("dog", "indoor", 320), ("dog", "both", 60),

@@ -28,6 +28,7 @@ from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import atomic_dir
 from ..core.provenance import DEMO_WORLD_FORMAT, DEMO_WORLD_SUMMARY
 
+
 GENERATOR_VERSION = 1
 DEFAULT_N_IMAGES = 5000
 SUMMARY_FILE = DEMO_WORLD_SUMMARY  # build detects the demo world by this file (core.provenance)

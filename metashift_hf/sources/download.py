@@ -28,6 +28,7 @@ from ..core.fsutil import atomic_file, hash_file, human_size, sha256_file
 from ..core.paths import default_cache_dir
 from ..core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
+
 MIRROR_ENV = "METASHIFT_HF_MIRROR"
 _CHUNK = 1 << 20
 # Failures that say "this mirror does not have the file": go straight to the next mirror.

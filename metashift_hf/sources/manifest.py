@@ -25,6 +25,7 @@ from ..core.paths import cache_root, default_cache_dir
 from ..core.sources import DEFAULT_ORDER, KNOWN_FILES, SCENE_GRAPH_MEMBERS, KnownFile, known_file
 from .download import DownloadError, check_disk_space, download_file, extract_scene_graphs, extraction_dir, part_path
 
+
 MANIFEST_ENV = "METASHIFT_HF_MANIFEST"
 
 logger = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ from ..core.provenance import describe, is_synthetic
 from ..core.published import PUBLISHED_ATTRIBUTES, PUBLISHED_FULL, PUBLISHED_MATCH, PUBLISHED_RULES
 from ..core.sources import KNOWN_FILES
 
+
 # --- published facts: metashift_hf.core.published ------------------------------------------
 # Distinct words in the context ontologies (the attribute lists hold 114 entries, 111 distinct:
 # 'dark' and 'short' sit in two categories and 'leather' is listed twice).
