@@ -250,12 +250,20 @@ def test_callable_model_and_bad_outputs(task):
         evaluate(lambda ims: np.zeros((len(ims), 10)), task, settings=EvalConfig(batch_size=4, progress=False))
 
 
-def test_unavailable_models_give_clear_errors(monkeypatch):
-    with pytest.raises(MetashiftError, match="torchvision") as e:
+def test_unavailable_models_give_clear_errors(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # no cached weights, whatever this machine holds
+    with pytest.raises(MetashiftError, match="torchvision") as e:  # installed ([all]): its weights are not cached
         load_model("torchvision:resnet50")
-    assert "metashift-hf[torchvision]" in e.value.fix
-    with pytest.raises(MetashiftError, match="timm"):
-        load_model("timm:resnet50")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "torchvision", None)  # as if the torchvision extra were absent
+        with pytest.raises(MetashiftError, match="torchvision") as e:
+            load_model("torchvision:resnet50")
+        assert "metashift-hf[torchvision]" in e.value.fix
+        m.setitem(sys.modules, "timm", None)
+        with pytest.raises(MetashiftError, match="timm"):
+            load_model("timm:resnet50")
     with pytest.raises(UnknownNameError, match="unknown --model"):
         load_model("resnet")
     monkeypatch.setitem(__import__("sys").modules, "torch", None)  # as if the eval extra were absent

@@ -63,7 +63,7 @@ def published(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hub")
     art = build_tiny_artifact(tmp / "artifact")
     task = three_split_task("paper-dg-cat-dog-1", sample_jpegs(tmp / "images", n=12))
-    export_prepared([task], art, tmp / "out")
+    export_prepared([task], art, tmp / "out", namespace=NS)
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp / "home"), TOKEN)
         r = subprocess.run([sys.executable, "-m", "metashift_hf", "publish", "--from-export", str(tmp / "out"),

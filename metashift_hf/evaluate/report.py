@@ -136,8 +136,8 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     out += ["## Per class", "", f"| class | n | accuracy | 95% CI | contexts | worst context (n ≥ {m['min_subset_size']}) |", "|---|---:|---:|---|---:|---|"]
     for cls, c in m["classes"].items():
         w = c.get("worst_context")
-        worst = f"{w['subset']}: {_pct(w['accuracy'])} (n={w['n']})" if w else "—"
-        out.append(f"| {cls} | {c['n']} | {_pct(c['accuracy'])} | [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}] | {c['n_contexts']} | {worst} |")
+        worst = f"{markdown_safe(w['subset'])}: {_pct(w['accuracy'])} (n={w['n']})" if w else "—"
+        out.append(f"| {markdown_safe(cls)} | {c['n']} | {_pct(c['accuracy'])} | [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}] | {c['n_contexts']} | {worst} |")
     out.append("")
     bugs = m["context_bugs"]
     bt = m["bug_test"]
@@ -147,7 +147,7 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
         out += ["| subset | n | accuracy | rest n | rest accuracy | p | q | community | distance to largest community |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for b in bugs:
             d = b.get("distance_to_largest_community")
-            out.append(f"| {b['subset']} | {b['n']} | {_pct(b['accuracy'])} | {b['rest_n']} | {_pct(b['rest_accuracy'])} | {b['p_value']:.2g} | "
+            out.append(f"| {markdown_safe(b['subset'])} | {b['n']} | {_pct(b['accuracy'])} | {b['rest_n']} | {_pct(b['rest_accuracy'])} | {b['p_value']:.2g} | "
                        f"{b['q_value']:.2g} | {'' if b.get('community') is None else b['community']} | {'' if d is None else f'{d:.3f}'} |")
         out.append("")
     out += ["## Context subsets", "", f"All context subsets, worst first ({len(per_group[per_group.level == 'context'])} rows; full table in per_group.csv).", "",
@@ -155,7 +155,7 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     ctx = per_group[per_group.level == "context"].sort_values(["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable")
     for _, r in ctx.head(100).iterrows():
         comm = "" if pd.isna(r["community"]) else int(r["community"])
-        out.append(f"| {r['subset']} | {r['n']} | {_pct(r['accuracy'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {comm} |")
+        out.append(f"| {markdown_safe(r['subset'])} | {r['n']} | {_pct(r['accuracy'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {comm} |")
     if m.get("plots"):
         out += ["", "## Charts", ""] + [f"![{c}]({p})" for c, p in m["plots"].items()]
     return "\n".join(out) + "\n"
