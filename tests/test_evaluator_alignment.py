@@ -11,33 +11,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
+from fixtures.tasks import EXPORTED_TASK
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.hub.export import export_prepared
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 
 
-TASK = "paper-subpop-cat-dog-p12"
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    """(exported folder, the loaded DatasetDict in export order)."""
-    root = tmp_path_factory.mktemp("evaluator-alignment")
-    art = build_tiny_artifact(root / "artifact")
-    prepared = three_split_task(TASK, sample_jpegs(root / "images", n=48), shift_type="conditional")
-    export_prepared([prepared], art, root / "out", namespace="tester")
-    folder = root / "out" / f"metashift-{TASK}"
-    return folder, datasets.load_dataset(str(folder), TASK)
+TASK = EXPORTED_TASK
 
 
 def perfect(ds: datasets.Dataset) -> np.ndarray:
     return np.asarray(ds["label"], dtype=np.int64)
 
 
-def test_a_shuffled_dataset_dict_is_scored_in_its_own_order(task):  # EO1, EO2
-    _, dd = task
+def test_a_shuffled_dataset_dict_is_scored_in_its_own_order(exported_task):  # EO1, EO2
+    _, dd = exported_task
     shuffled = dd.shuffle(seed=0)
     assert list(shuffled["test"]["image_id"]) != list(dd["test"]["image_id"])  # the case is a real reordering
     ev = Evaluator(shuffled)
@@ -49,8 +37,8 @@ def test_a_shuffled_dataset_dict_is_scored_in_its_own_order(task):  # EO1, EO2
     assert [g.names.int2str(int(i)) for i in g.ids] == list(shuffled["train"]["group"])
 
 
-def test_a_shuffled_single_split_is_scored_in_its_own_order(task):
-    _, dd = task
+def test_a_shuffled_single_split_is_scored_in_its_own_order(exported_task):
+    _, dd = exported_task
     test = dd["test"].shuffle(seed=1)
     ev = Evaluator(test)
     assert ev.splits == ["test"] and ev.image_ids("test") == list(test["image_id"])
@@ -60,8 +48,8 @@ def test_a_shuffled_single_split_is_scored_in_its_own_order(task):
     assert [g.names.int2str(int(i)) for i in g.ids] == list(train["group"])
 
 
-def test_a_selected_split_scores_its_rows_and_warns(task, caplog):
-    _, dd = task
+def test_a_selected_split_scores_its_rows_and_warns(exported_task, caplog):
+    _, dd = exported_task
     part = dd["test"].select([5, 1, 3])
     with caplog.at_level(logging.WARNING, logger="metashift_hf"):
         ev = Evaluator(part)
@@ -74,16 +62,16 @@ def test_a_selected_split_scores_its_rows_and_warns(task, caplog):
     assert ev.eval(wrong).splits["test"].average == 0.0
 
 
-def test_predictions_of_another_length_are_refused(task):
-    _, dd = task
+def test_predictions_of_another_length_are_refused(exported_task):
+    _, dd = exported_task
     ev = Evaluator(dd["test"].select(range(4)))
     with pytest.raises(InputFormatError, match=r"y_pred has 5 rows, split 'test' has 4") as err:
         ev.eval(np.zeros(5, dtype=np.int64))
     assert "image_ids" in err.value.fix
 
 
-def test_rows_the_task_split_cannot_hold_are_refused(task):
-    _, dd = task
+def test_rows_the_task_split_cannot_hold_are_refused(exported_task):
+    _, dd = exported_task
     again = datasets.concatenate_datasets([dd["test"].select(range(4)), dd["test"].select([0, 1])])
     with pytest.raises(InputFormatError, match="image listed twice in 'test'"):
         Evaluator(datasets.DatasetDict({"test": again}))
@@ -103,8 +91,8 @@ def test_rows_the_task_split_cannot_hold_are_refused(task):
         Evaluator(datasets.DatasetDict({"val": dd["validation"]}))
 
 
-def test_a_dict_of_predictions_scores_id_and_ood_in_one_call(task):
-    folder, dd = task
+def test_a_dict_of_predictions_scores_id_and_ood_in_one_call(exported_task):
+    folder, dd = exported_task
     shuffled = dd.shuffle(seed=4)
     ev = Evaluator(shuffled)
     rng = np.random.default_rng(0)
@@ -122,8 +110,8 @@ def test_a_dict_of_predictions_scores_id_and_ood_in_one_call(task):
         ev.eval({"test": yt}, split="validation")
 
 
-def test_an_empty_row_selection_is_refused_clearly(task):  # E17
-    _, dd = task
+def test_an_empty_row_selection_is_refused_clearly(exported_task):  # E17
+    _, dd = exported_task
     ev = Evaluator(dd)
     for rows in ([], np.zeros(len(dd["test"]), dtype=bool)):
         with pytest.raises(InputFormatError, match="selects no row of split 'test'"):
@@ -131,8 +119,8 @@ def test_an_empty_row_selection_is_refused_clearly(task):  # E17
 
 
 @pytest.mark.parametrize("split", [None, ["test"], 0])  # E27, E28
-def test_a_split_that_is_not_a_name_is_refused_clearly(task, split):
-    _, dd = task
+def test_a_split_that_is_not_a_name_is_refused_clearly(exported_task, split):
+    _, dd = exported_task
     ev = Evaluator(dd)
     for call in (lambda: ev.eval(np.zeros(len(dd["test"]), dtype=np.int64), split=split),
                  lambda: ev.image_ids(split), lambda: ev.labels(split), lambda: ev.grouping("group", split)):
@@ -141,9 +129,9 @@ def test_a_split_that_is_not_a_name_is_refused_clearly(task, split):
         assert "'validation'" in err.value.fix and "'test'" in err.value.fix
 
 
-def test_bfloat16_logits_are_scored_as_float32(task):  # E38
+def test_bfloat16_logits_are_scored_as_float32(exported_task):  # E38
     torch = pytest.importorskip("torch")
-    _, dd = task
+    _, dd = exported_task
     ev = Evaluator(dd)
     logits = torch.randn(len(dd["test"]), 2, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     got = ev.eval(logits, split="test")
@@ -151,8 +139,8 @@ def test_bfloat16_logits_are_scored_as_float32(task):  # E38
     assert got.prediction_kind == "logits"
 
 
-def test_config_with_a_loaded_dataset_is_refused(task):  # E48
-    _, dd = task
+def test_config_with_a_loaded_dataset_is_refused(exported_task):  # E48
+    _, dd = exported_task
     for kw in ({"config": "x"}, {"revision": "main"}):
         with pytest.raises(InputFormatError, match="config=.*revision=") as err:
             Evaluator(dd, **kw)
@@ -163,10 +151,10 @@ def test_config_with_a_loaded_dataset_is_refused(task):  # E48
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_permutation_scores_the_same(task, data):
+def test_any_permutation_scores_the_same(exported_task, data):
     """Perfect predictions in any row order score 100%; one prediction vector permuted with the rows
     gives identical Scores."""
-    _, dd = task
+    _, dd = exported_task
     test = dd["test"]
     perm = data.draw(st.permutations(range(len(test))))
     y = np.random.default_rng(7).integers(0, 2, len(test))
@@ -177,9 +165,9 @@ def test_any_permutation_scores_the_same(task, data):
     assert ev.eval(y[list(perm)]).to_dict() == base.to_dict()
 
 
-def test_the_card_example_scores_id_vs_ood_in_one_call(task, capsys):
+def test_the_card_example_scores_id_vs_ood_in_one_call(exported_task, capsys):
     """The card's Evaluator block (comment: 'ID vs OOD') runs on the loaded dataset and prints ID vs OOD."""
-    folder, dd = task
+    folder, dd = exported_task
     card = (folder / "README.md").read_text()
     block = next(b for b in card.split("```python\n")[1:] if "Evaluator(ds)" in b).split("```", 1)[0]
     assert 'ev.eval({"validation": y_id, "test": y_ood})' in block and "ID vs OOD" in block
