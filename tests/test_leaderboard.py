@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fixtures.worlds import matched_cat_dog_artifact
+
 
 torch = pytest.importorskip("torch")
 
@@ -28,22 +30,8 @@ def world(tmp_path_factory):
     """A matched cat/dog artifact whose cat photos are reddish and dog photos bluish (an informative model exists)."""
     from PIL import Image
 
-    from metashift_hf.builders.build import BuildOptions, build_artifact
-    from metashift_hf.builders.subsets import CandidateSubsets
-
-    subsets = {}
-    for k, ctx in enumerate(["ball", "bench", "chair", "boat", "car", "truck"]):
-        subsets[f"dog({ctx})"] = [f"d{i}" for i in range(12 * k, 12 * k + 30)]
-    for k, ctx in enumerate(["sofa", "bed", "chair", "table", "car", "bench"]):
-        subsets[f"cat({ctx})"] = [f"c{i}" for i in range(10 * k, 10 * k + 28)]
     root = tmp_path_factory.mktemp("board")
-    build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
-    try:
-        from metashift_hf.builders.match_artifact import run_match
-
-        run_match(artifact=str(root / "artifact"), hierarchy="wordnet")
-    except MetashiftError as exc:
-        pytest.skip(f"wordnet_match unavailable: {exc.what}")
+    subsets = matched_cat_dog_artifact(root)
     (root / "images").mkdir()
     rng = np.random.default_rng(0)
     for iid in sorted({i for v in subsets.values() for i in v}):

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fixtures.tasks import sample_jpegs  # noqa: E402
+from fixtures.worlds import matched_cat_dog_artifact  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
@@ -29,22 +30,8 @@ QUIET = EvalConfig(progress=False, plots=False)
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A matched artifact (cat, dog in two context communities each) and a JPEG per image id."""
-    from metashift_hf.builders.build import BuildOptions, build_artifact
-    from metashift_hf.builders.subsets import CandidateSubsets
-
-    subsets = {}
-    for k, ctx in enumerate(["ball", "bench", "chair", "boat", "car", "truck"]):
-        subsets[f"dog({ctx})"] = [f"d{i}" for i in range(12 * k, 12 * k + 30)]
-    for k, ctx in enumerate(["sofa", "bed", "chair", "table", "car", "bench"]):
-        subsets[f"cat({ctx})"] = [f"c{i}" for i in range(10 * k, 10 * k + 28)]
     root = tmp_path_factory.mktemp("zoo")
-    build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
-    try:
-        from metashift_hf.builders.match_artifact import run_match
-
-        run_match(artifact=str(root / "artifact"), hierarchy="wordnet")
-    except MetashiftError as exc:  # WordNet dict files absent on this machine
-        pytest.skip(f"wordnet_match unavailable: {exc.what}")
+    subsets = matched_cat_dog_artifact(root)
     ids = sorted({i for v in subsets.values() for i in v})
     sample_jpegs(root / "images", names=ids)
     return root
