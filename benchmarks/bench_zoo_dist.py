@@ -38,14 +38,14 @@ def _images(args) -> tuple[list[str], int, int, float]:
     from metashift_hf.builders.images import open_images
     from metashift_hf.core.errors import MetashiftError
     from metashift_hf.evaluate.zoo import select_tasks
-    from metashift_hf.hub.task_source import open_task
+    from metashift_hf.hub.task_source import TaskRef, open_task
 
     art = Artifact.load(args.artifact)
     src = open_images(args.images)
     total, distinct, tasks = 0, set(), []
     for t in select_tasks(args.tasks, art):
         try:
-            ids = set(open_task(t, artifact=art, images=args.images).plan.table()["image_id"])
+            ids = set(open_task(TaskRef(t, artifact=art, images=args.images)).plan.table()["image_id"])
         except MetashiftError:  # a registry task this artifact cannot make (e.g. an empty group): left out
             continue
         tasks.append(t)

@@ -23,6 +23,7 @@ from .evaluate import EvalConfig
 from .evaluate import evaluate as run_eval
 from .hub.api import prepare
 from .hub.export import export_prepared, verify_export
+from .hub.task_source import TaskRef
 from .research.train import TrainConfig, train
 from .sources.demo_world import generate_demo_world
 
@@ -138,8 +139,8 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         logger.info(f"   skipped: {EXTRA_MISSING}")
     else:
         config = TrainConfig(method="erm", probe="linear", seeds=1, image_size=DEMO_IMAGE_SIZE)
-        result = train(TRAIN_TASK, art, world.images_dir, out / "train", config, seed=seed, cache_dir=out / "cache",
-                       progress=False, force=True, **DEMO_TASKS[TRAIN_TASK])
+        task = TaskRef(TRAIN_TASK, artifact=art, images=world.images_dir, seed=seed, options=DEMO_TASKS[TRAIN_TASK])
+        result = train(task, out / "train", config, cache_dir=out / "cache", progress=False, force=True)
         h = result.runs[0].scores.headline
         feats = result.card["features"]
         logger.info(f"   features: {feats['computed']} images through the backbone at {DEMO_IMAGE_SIZE} px (the demo's JPEGs are "
@@ -166,11 +167,11 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
                     "drop --sample for every image)")
         settings = EvalConfig(mode="restricted", seed=seed, progress=False, save_logits=True, force=True,
                               sample=EVAL_SAMPLE_PER_SPLIT)
-        report = run_eval("efficientnet-lite0", prepared[matched_task], art.root, world.images_dir, out / "eval",
+        report = run_eval("efficientnet-lite0", TaskRef(prepared[matched_task], artifact=art), out / "eval",
                           settings=settings)
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
-        hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", prepared[matched_task], art.root, None,
+        hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", TaskRef(prepared[matched_task], artifact=art),
                         out / "eval-hierarchy",  # same seed: the same images
                         settings=replace(settings, mode="hierarchy", save_logits=False))
         ov, hov = report["overall"], hier["overall"]

@@ -12,6 +12,7 @@ import pytest
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError, UnknownNameError
 from metashift_hf.hub import api
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
 from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
@@ -38,7 +39,7 @@ def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     counts = pd.Series([c for r in test_cat for c in r.contexts]).value_counts()
     target = counts.index[0]  # the largest context of the test cats: all of it predicted wrong
     preds = _predictions(tp, target, "cat")
-    report = find_bugs(preds, TASK, art.root, min_n=5)
+    report = find_bugs(preds, TaskRef(TASK, artifact=art.root), min_n=5)
     harmful = report.harmful()
     assert f"cat({target})" in [h["subset"] for h in harmful["cat"]]
     assert all(h["accuracy"] < h["rest_accuracy"] for rows in harmful.values() for h in rows)
@@ -60,9 +61,9 @@ def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     assert sorted(bug_rows["name"]) == sorted(t["subset"] for t in d["tested"] if t["bug"])
     assert set(groups.loc[groups["level"] == "all", "name"]) == {"overall", "test"}
     with pytest.raises(UnknownNameError):
-        find_bugs(preds, TASK, art.root, split="nope")
+        find_bugs(preds, TaskRef(TASK, artifact=art.root), split="nope")
     with pytest.raises(MetashiftError):  # a prediction for an image outside the task
-        find_bugs(pd.concat([preds, pd.DataFrame([{"image_id": "zzz", "prediction": "cat"}])]), TASK, art.root)
+        find_bugs(pd.concat([preds, pd.DataFrame([{"image_id": "zzz", "prediction": "cat"}])]), TaskRef(TASK, artifact=art.root))
 
 
 def test_model_specs():
@@ -72,10 +73,10 @@ def test_model_specs():
         ood_experiments.ModelSpec.parse("ern")
 
 
-def fake_train(tp, *a, config=None, **k):
+def fake_train(ref, *a, config=None, **k):
     """Stand-in training: OOD accuracy 0.9 - distance - delta (+0.3 x mixed fraction), ID 0.9; groupdro +0.05."""
-    cfg = a[3] if len(a) > 3 else config  # train(task, artifact, images, out, config)
-    lev = tp.spec.level
+    cfg = a[1] if len(a) > 1 else config  # train(task, out, config)
+    lev = ref.task.spec.level  # a TaskRef of the planned task
     ood = 0.9 - (lev.distance or 0) - (lev.delta or 0) + 0.3 * lev.mixed_fraction
     ood += 0.05 if cfg.method == "groupdro" else 0
     idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
@@ -135,7 +136,8 @@ def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):
     def fake_features(ids, images, **k):
         return SimpleNamespace(rows=lambda wanted: np.stack([feats.setdefault(i, rng.normal(size=4)) for i in wanted]))
 
-    def fake_cluster_train(tp, *a, **k):
+    def fake_cluster_train(ref, *a, **k):
+        tp = ref.task  # a TaskRef of the planned task
         plans.append(tp)
         m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
         groups = sorted({(r.group, sum(x.group == r.group for x in tp.splits["test"])) for r in tp.splits["test"]})

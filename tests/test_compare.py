@@ -14,6 +14,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 
 
@@ -154,8 +155,9 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     with torch.no_grad():
         want = net[:4](torch.from_numpy(np.asarray(prep(one.read_bytes())))[None]).numpy()
     np.testing.assert_allclose(fs.features, want, rtol=1e-5, atol=1e-6)
-    result = train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None,
-                   TrainConfig(epochs=2), backbone=bb, cache_dir=tmp_path, progress=False, scale=0.1)
+    task = TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
+                   options={"scale": 0.1})
+    result = train(task, None, TrainConfig(epochs=2), backbone=bb, cache_dir=tmp_path, progress=False)
     assert result.runs[0].head["weight"].shape == (2, 4) and result.card["backbone"]["name"] == "module:tiny"
     with pytest.raises(MetashiftError, match="image-size"):
         load_backbone("torchvision:resnet18", image_size=64)

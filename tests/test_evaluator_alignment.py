@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from fixtures.tasks import EXPORTED_TASK
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 
@@ -143,10 +144,10 @@ def test_config_with_a_loaded_dataset_is_refused(exported_task):  # E48
     _, dd = exported_task
     for kw in ({"config": "x"}, {"revision": "main"}):
         with pytest.raises(InputFormatError, match="config=.*revision=") as err:
-            Evaluator(dd, **kw)
+            Evaluator(TaskRef(dd, **kw))
         assert "repo id or folder" in err.value.fix
         with pytest.raises(InputFormatError, match="config="):
-            Evaluator(dd["test"], **kw)
+            Evaluator(TaskRef(dd["test"], **kw))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -161,11 +161,11 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     cache = root / "hf-cache"
     tasks = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "class-cat"]
     repos = export_tasks(tasks, art.root, world.images_dir, root / "out", scale=0.5, cache_dir=cache,
-                         task_overrides={"class-cat": {"cache_dir": cache}})
+                         task_overrides={"class-cat": {}})
     assert [r.name for r in repos] == [f"metashift-{t}" for t in tasks] + ["metashift"]
     for repo, task in zip(repos, tasks):
-        overrides = {"cache_dir": cache} if task == "class-cat" else {"scale": 0.5, "cache_dir": cache}
-        expected = prepare(task, art.root, world.images_dir, **overrides)
+        overrides = {} if task == "class-cat" else {"scale": 0.5}
+        expected = prepare(task, art.root, world.images_dir, cache_dir=cache, **overrides)
         result = verify_export(repo.path, task, expected.dataset)
         assert result.splits == {s: len(d) for s, d in expected.dataset.items()}
         # every exported config's shift_spec.json parses with the public call and round-trips equal
@@ -174,8 +174,7 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
         assert spec == expected.spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
         assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(repo.path, task) == spec
         assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == spec
-        assert metashift_hf.shift_spec(task, artifact=art.root, **{k: v for k, v in overrides.items()
-                                                                  if k != "cache_dir"}) == spec
+        assert metashift_hf.shift_spec(task, artifact=art.root, **overrides) == spec
         loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
         assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
         for s, d in loaded.items():  # group_id comes back a ClassLabel over the task's groups

@@ -18,6 +18,7 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import evaluate
 from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.research.score import score_plan
@@ -142,7 +143,7 @@ def test_evaluate_checks_its_numbers_before_loading_a_model(art):
     for kw in ({"batch_size": 1.5}, {"alpha": math.nan}, {"seed": -1}, {"sample": 0}, {"workers": 0},
                {"on_missing": "maybe"}):
         with pytest.raises(opt.OptionError):
-            evaluate("no-such-model", "class-cat", art, settings=EvalConfig(**kw))
+            evaluate("no-such-model", TaskRef("class-cat", artifact=art), settings=EvalConfig(**kw))
 
 
 def test_eval_config_is_checked_once_when_made_and_frozen():

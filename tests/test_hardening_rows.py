@@ -23,7 +23,7 @@ from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.hub.task_source import check_rows, open_task
+from metashift_hf.hub.task_source import TaskRef, check_rows, open_task
 
 
 TASK = "paper-dg-cat-dog-1"
@@ -68,7 +68,7 @@ def set_column(table: pa.Table, name: str, values) -> pa.Table:
 
 def refused(repo, match: str, exc=InputFormatError, **kw) -> str:
     with pytest.raises(exc, match=match) as info:
-        open_task(repo, **kw)
+        open_task(TaskRef(repo, **kw)).verify()  # the rows are read when first needed
     return str(info.value)
 
 
@@ -278,7 +278,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
 def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
     from metashift_hf.evaluate.run import _task_rows
     iid = set_first_image(repo, {"bytes": None, "path": None})
-    *_, read = _task_rows(str(repo), None, None, 0, True)
+    *_, read = _task_rows(str(repo), True)
     with pytest.raises(MissingImagesError, match=rf"image '{iid}' \(split 'test' row 0\)"):
         read(iid)
 

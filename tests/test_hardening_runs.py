@@ -18,6 +18,7 @@ from metashift_hf import cli
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import OutputExistsError, atomic_file
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research.train import TrainConfig, load_config, parse_seeds, train
 
 
@@ -30,7 +31,8 @@ CFG = TrainConfig(epochs=2, image_size=32, seeds=1)  # seed 0
 
 
 def _train(world, out, cache, cfg=CFG, **kw):
-    return train(TASK, world["artifact"].root, world["folder"], out, cfg, cache_dir=cache, progress=False, scale=0.1, **kw)
+    task = TaskRef(TASK, artifact=world["artifact"].root, images=world["folder"], options={"scale": 0.1})
+    return train(task, out, cfg, cache_dir=cache, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
+from metashift_hf.hub.task_source import TaskRef  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 
 
@@ -109,13 +110,13 @@ def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(worl
 
 
 def test_splits_scores_only_the_splits_asked_for(world, tmp_path, capsys):
-    rep = evaluate(from_module(RedBlue(), PREP, name="rb"), "bin-cat-dog", world / "artifact", world / "images",
+    rep = evaluate(from_module(RedBlue(), PREP, name="rb"), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
                    settings=EvalConfig(progress=False, splits=["test"], mode="restricted"))
     assert rep["run"]["splits"] == ["test"] and list(rep["splits"]) == ["test"]
     assert rep["overall"]["n"] == rep["headline"]["n"]
     calls = []
     with pytest.raises(UnknownNameError, match="no split"):  # refused before any image runs
-        evaluate(from_module(RandomWeights(1), PREP, name="r"), "bin-cat-dog", world / "artifact", world / "images",
+        evaluate(from_module(RandomWeights(1), PREP, name="r"), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
                  settings=EvalConfig(progress=False, splits=["tset"]))
     with pytest.raises(UnknownNameError, match="no split"):
         m = from_module(RandomWeights(1), PREP, name="r")

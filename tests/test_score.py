@@ -15,6 +15,7 @@ import metashift_hf
 from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_tasks
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research.score import Predictions, expected_calibration_error, score
 from metashift_hf.scoring.stats import wilson_interval
 
@@ -52,7 +53,7 @@ def test_per_group_matches_independent_computation(exported, tmp_path):
     t = exported["table"]
     path = tmp_path / "preds.csv"
     t[["image_id", "prediction"]].to_csv(path, index=False)
-    scores = metashift_hf.score(path, TASK, exported["artifact"], **OPTIONS)
+    scores = metashift_hf.score(path, TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS))
     got = {(g["split"], g["group"]): g for g in scores.to_dict()["per_group"]}
 
     t = t.assign(ok=t["prediction"] == t["label"])
@@ -94,7 +95,7 @@ def test_cli_writes_scores_with_the_listed_keys(exported, tmp_path):
     assert set(d["per_group"][0]) == {"group", "split", "n", "correct", "accuracy", "ci_low", "ci_high"}
     assert set(d["splits"]) == set(t["split"]) and d["prediction_kind"] == "probabilities"
     # same argmax as the labels file, so the same per-group accuracies
-    same = metashift_hf.score(t[["image_id", "prediction"]], TASK, exported["artifact"], **OPTIONS).to_dict()
+    same = metashift_hf.score(t[["image_id", "prediction"]], TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS)).to_dict()
     assert [g["correct"] for g in d["per_group"]] == [g["correct"] for g in same["per_group"]]
     assert 0 <= d["ece"] <= 1
     md = (out / "scores.md").read_text()
@@ -150,9 +151,9 @@ def test_score_is_a_plain_function_of_the_package(exported):
     assert metashift_hf.score is module.score and type(module) is type(metashift_hf)
     t = exported["table"]
     with pytest.raises(MissingImagesError):
-        score(t[["image_id", "prediction"]].iloc[:5], TASK, exported["artifact"], **OPTIONS)
+        score(t[["image_id", "prediction"]].iloc[:5], TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS))
     only_test = t[t["split"] == "test"][["image_id", "prediction"]]
     with pytest.raises(MissingImagesError):
-        score(only_test, TASK, exported["artifact"], **OPTIONS)
-    s = score(only_test, TASK, exported["artifact"], splits=["test"], **OPTIONS)
+        score(only_test, TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS))
+    s = score(only_test, TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS), splits=["test"])
     assert list(s.splits) == ["test"] and s.id is None and s.to_dict()["drop_pct"] is None

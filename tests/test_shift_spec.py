@@ -66,6 +66,10 @@ def test_public_reader_errors(tmp_path):
     (tmp_path / "two" / "b").mkdir()
     for c in "ab":
         (tmp_path / "two" / c / "shift_spec.json").write_text(spec.to_json())
+    # a repo folder's card declares its configs (the spec is read without any parquet row)
+    card = "---\nconfigs:\n" + "".join(f"- config_name: {c}\n" for c in "ab") + "---\n"
+    (tmp_path / "two" / "README.md").write_text(card)
+    (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: one\n---\n")
     assert metashift_hf.shift_spec(tmp_path / "one") == spec == metashift_hf.shift_spec(str(tmp_path / "two"), "b")
     assert metashift_hf.shift_spec(spec) is spec
     with pytest.raises(UnknownNameError, match="2 configs"):
@@ -76,5 +80,5 @@ def test_public_reader_errors(tmp_path):
         metashift_hf.shift_spec("paper-dg-cat-dog-1")  # a task id needs artifact=
     with pytest.raises(InputFormatError, match="artifact"):
         metashift_hf.shift_spec(tmp_path / "one", scale=0.5)
-    with pytest.raises(InputFormatError, match="cannot read a shift spec"):
+    with pytest.raises(InputFormatError, match="cannot read a task"):
         metashift_hf.shift_spec(42)

@@ -15,7 +15,7 @@ from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.hub.task_source import open_task
+from metashift_hf.hub.task_source import TaskRef, open_task
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 
@@ -130,16 +130,16 @@ def test_groupings_are_integer_ids_with_class_labels(exported):
 def test_a_published_task_refuses_options_that_would_change_it(exported):
     folder = exported["out"] / "metashift-paper-dg-cat-dog-1"
     with pytest.raises(InputFormatError, match="already planned"):
-        open_task(folder, options={"scale": 0.5})
+        open_task(TaskRef(folder, options={"scale": 0.5}))
     with pytest.raises(InputFormatError, match="seed 0"):
-        open_task(folder, seed=3)
-    assert open_task(folder, seed=0).task_id == "paper-dg-cat-dog-1"
+        open_task(TaskRef(folder, seed=3))
+    assert open_task(TaskRef(folder, seed=0)).task_id == "paper-dg-cat-dog-1"
     with pytest.raises(InputFormatError, match="own images"):
-        open_task(folder, images="images/")
+        open_task(TaskRef(folder, images="images/"))
     with pytest.raises(UnknownNameError, match="made from an artifact"):
         open_task("paper-dg-cat-dog-1")
     with pytest.raises(UnknownNameError, match="config"):
-        open_task(folder, config="paper-subpop-cat-dog-p12")
+        open_task(TaskRef(folder, config="paper-subpop-cat-dog-p12"))
     with pytest.raises(InputFormatError, match="streamed"):
         open_task(datasets.load_dataset(str(folder), "paper-dg-cat-dog-1", streaming=True))
 

@@ -15,6 +15,7 @@ import pytest
 from metashift_hf import cli
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub.api import plan
+from metashift_hf.hub.task_source import TaskRef
 from metashift_hf.research.algorithms import ALGORITHMS
 from metashift_hf.research.features import image_features, load_backbone
 from metashift_hf.research.fitting import augment as _augment
@@ -45,7 +46,7 @@ def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
     # each seed's predictions file, scored again from disk, gives the stored per-group figures
     for s, value in zip((0, 1), values):
         preds = pd.read_csv(out / f"seed-{s}" / "predictions.csv", dtype={"image_id": str})
-        again = score(preds, "paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1).to_dict()
+        again = score(preds, TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1})).to_dict()
         stored = json.loads((out / f"seed-{s}" / "scores.json").read_text())
         assert again["per_group"] == stored["per_group"] and stored["average"] == value
 
@@ -91,9 +92,9 @@ def test_features_are_keyed_by_image_content_not_id(builder_world, tmp_path):
 
 @pytest.mark.parametrize("method", ["reweight", "groupdro"])
 def test_group_methods_run(builder_world, tmp_path, method):
-    result = train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None,
-                   TrainConfig(method=method, epochs=3, image_size=SMALL), cache_dir=tmp_path, progress=False,
-                   scale=0.1)
+    result = train(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
+                           options={"scale": 0.1}), None,
+                   TrainConfig(method=method, epochs=3, image_size=SMALL), cache_dir=tmp_path, progress=False)
     assert result.config.method == method and len(result.runs) == 1
     assert result.aggregate()["average"]["std"] is None  # one seed: no spread
 
@@ -131,7 +132,7 @@ def test_augment_is_seeded(builder_world):
 def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
     full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     small = replace(full, splits={s: rows[:6] for s, rows in full.splits.items()})
-    result = train(small, builder_world["artifact"].root, builder_world["folder"], tmp_path / "ft",
+    result = train(TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]), tmp_path / "ft",
                    TrainConfig(probe="finetune", epochs=1, batch_size=6), progress=False)
     assert result.runs[0].selected_epoch == 1
     assert (tmp_path / "ft" / "seed-0" / "predictions.csv").is_file()
@@ -143,7 +144,7 @@ def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
 def test_finetune_runs_the_staged_and_representation_algorithms(builder_world, tmp_path, method):
     full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     small = replace(full, splits={s: rows[:4] + rows[-4:] for s, rows in full.splits.items()})
-    result = train(small, builder_world["artifact"].root, builder_world["folder"], tmp_path / "ft",
+    result = train(TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]), tmp_path / "ft",
                    TrainConfig(method=method, probe="finetune", epochs=2, batch_size=8), progress=False)
     assert (tmp_path / "ft" / "seed-0" / "model.safetensors").is_file()
     assert method not in ("jtt", "dfr") or method in result.runs[0].details
@@ -153,7 +154,7 @@ def test_finetune_runs_the_staged_and_representation_algorithms(builder_world, t
 
 def test_bad_training_options(builder_world, tmp_path):
     with pytest.raises(MetashiftError, match="method"):
-        train("paper-subpop-cat-dog-p6", builder_world["artifact"].root, builder_world["folder"], None, TrainConfig(method="sgd"),
-              scale=0.1)
+        train(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
+                      options={"scale": 0.1}), None, TrainConfig(method="sgd"))
     with pytest.raises(MetashiftError, match="seeds"):
         TrainConfig(seeds=0).resolved()

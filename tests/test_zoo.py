@@ -21,6 +21,7 @@ from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
+from metashift_hf.hub.task_source import TaskRef  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 
 
@@ -81,7 +82,7 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     pd.testing.assert_frame_equal(again.leaderboard, first.leaderboard)
 
     # the zoo's report for a task is the single evaluate's report on the same model
-    single = evaluate(_model(1), "bin-cat-dog", world / "artifact", world / "images", settings=EvalConfig(progress=False))
+    single = evaluate(_model(1), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"), settings=EvalConfig(progress=False))
     zoo_rep = first.reports[("module:tiny1", "bin-cat-dog")]
     for key in ("overall", "splits", "classes", "worst_subset", "context_bugs"):
         assert zoo_rep[key] == single[key], key
@@ -195,17 +196,17 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     art, images = world / "artifact", world / "images"
     evaluate_zoo([_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", settings=QUIET,
                  cache_dir=tmp_path / "cache")
-    evaluate(_model(1), "bin-cat-dog", art, images, tmp_path / "eval", settings=QUIET)
+    evaluate(_model(1), TaskRef("bin-cat-dog", artifact=art, images=images), tmp_path / "eval", settings=QUIET)
     read = lambda p: pd.read_csv(p, keep_default_na=False, dtype={"split": str, "class": str, "name": str})
     eval_pg = read(tmp_path / "eval" / "per_group.csv")
     pd.testing.assert_frame_equal(read(tmp_path / "zoo" / "bin-cat-dog" / "module-tiny1" / "per_group.csv"), eval_pg)
 
     per_image = pd.read_csv(tmp_path / "eval" / "predictions.csv", dtype={"image_id": str})
-    classes = open_task("bin-cat-dog", artifact=art, seed=0).plan.classes
+    classes = open_task(TaskRef("bin-cat-dog", artifact=art, seed=0)).plan.classes
     other = {c: next(o for o in classes if o != c) for c in classes}
     preds = pd.DataFrame({"image_id": per_image["image_id"],
                           "prediction": [c if ok else other[c] for c, ok in zip(per_image["label"], per_image["correct"])]})
-    score(preds, "bin-cat-dog", art, seed=0).write(tmp_path / "score")
+    score(preds, TaskRef("bin-cat-dog", artifact=art, seed=0)).write(tmp_path / "score")
     score_pg = read(tmp_path / "score" / "per_group.csv")
     assert list(score_pg.columns) == list(eval_pg.columns) == list(PER_GROUP_COLUMNS)
     shared = eval_pg[eval_pg["level"].isin(["all", "class", "context"])]

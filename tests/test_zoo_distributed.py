@@ -24,7 +24,7 @@ from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import open_task  # noqa: E402
+from metashift_hf.hub.task_source import TaskRef, open_task  # noqa: E402
 from metashift_hf.models import decode_workers  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     assert len(loads) == 1
     art = Artifact.load(world / "artifact")
     for seed in range(3):  # a matched task planned again (another seed, another task) on one loaded Artifact
-        open_task("bin-cat-dog", artifact=art, images=world / "images", seed=seed)
+        open_task(TaskRef("bin-cat-dog", artifact=art, images=world / "images", seed=seed))
     assert len(loads) == 2  # the match folder read once per Artifact, not once per planned task
 
 

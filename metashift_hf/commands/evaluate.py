@@ -16,7 +16,7 @@ from ..evaluate.run import evaluate
 from ..sources.manifest import resolve_input
 from . import HELP
 from .evaluate_zoo import run_zoo
-from .task_args import add_splits_argument, add_task_arguments, parse_overrides, planning_seed
+from .task_args import add_splits_argument, add_task_arguments, planning_seed, task_ref_from_args
 
 
 def register(subparsers) -> None:
@@ -101,9 +101,6 @@ def run(args: argparse.Namespace) -> int:
     if images is None and args.artifact is not None and not args.model.startswith("predictions:"):
 
         images = resolve_input("images", required=False)  # registered/downloaded once
-    common, per_task = parse_overrides(args.overrides, [args.task])
-    options = per_task.get(args.task, common)
-    report = evaluate(args.model, args.task, args.artifact, images, args.out, settings=settings,
-                      task_options=options or None, hub_config=args.config, revision=args.revision)
+    report = evaluate(args.model, task_ref_from_args(args, images=images), args.out, settings=settings)
     print(report.summary())
     return 0

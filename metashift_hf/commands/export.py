@@ -21,14 +21,6 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars (as for download and evaluate)")
 
 
-def task_options(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
-    """``--set`` values plus ``--on-missing``, which applies to every task."""
-    common, per_task = parse_overrides(args.overrides, args.tasks)
-    for options in (common, *per_task.values()):
-        options["on_missing"] = args.on_missing
-    return common, per_task
-
-
 def require_task_inputs(args: argparse.Namespace) -> None:
     if args.no_progress:
         import datasets  # heavy: imported only by the commands that materialise tasks
@@ -74,9 +66,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
 
     require_task_inputs(args)
-    common, per_task = task_options(args)
+    common, per_task = parse_overrides(args.overrides, args.tasks)
     repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=planning_seed(args),
-                         namespace=args.namespace, task_overrides=per_task, force=args.force, **common)
+                         namespace=args.namespace, task_overrides=per_task, force=args.force,
+                         on_missing=args.on_missing, **common)
     for repo in repos:
         print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
     print("load with:")

@@ -7,8 +7,8 @@ from ..core.errors import MetashiftError
 from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, PushOptions, check_repo_dir, plan_lines, publish_tasks
 from ..hub.shards import ExportedRepo, repo_files
 from . import HELP
-from .export import add_export_arguments, require_task_inputs, task_options
-from .task_args import planning_seed
+from .export import add_export_arguments, require_task_inputs
+from .task_args import parse_overrides, planning_seed
 
 
 def register(subparsers) -> None:
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
         _print_result(push.push(repos, args.namespace))
         return 0
     require_task_inputs(args)
-    options, per_task = task_options(args)
+    options, per_task = parse_overrides(args.overrides, args.tasks)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
         _print_result(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
                                     push=push, layout=args.layout, seed=planning_seed(args), task_overrides=per_task,
-                                    force=args.force, **options))
+                                    force=args.force, on_missing=args.on_missing, **options))
     return 0
 
 

@@ -11,16 +11,13 @@ from typing import Literal
 
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
-from ..hub.task_source import TaskData, open_task
+from ..hub.task_source import DEFAULT_SEED, TaskData, TaskRef, open_task
 
 
 TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
              "task id such as paper-subpop-cat-dog-p12 with --artifact")
 
 
-# The one default of a task's sampling seed: --seed is None when not given, so a folder or repo keeps the
-# seed its spec records and a task id planned on --artifact takes this one.
-DEFAULT_SEED = 0
 SEED_HELP = (f"seed of the task's sampling, with --artifact (default {DEFAULT_SEED}; an exported folder or Hub repo "
              "keeps its own)")
 IMAGES_HELP = "image folder of <id>.jpg or GQA images.zip, for task ids on --artifact (default: the registered one)"
@@ -90,12 +87,17 @@ def add_splits_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--splits", nargs="+", default=None, metavar="SPLIT", help=SPLITS_HELP)
 
 
-def task_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskData:
-    """The task the arguments name (``task`` overrides ``args.task``), resolved once."""
+def task_ref_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskRef:
+    """The task request the flags spell (``task`` overrides ``args.task``; ``images`` the resolved --images)."""
     task = args.task if task is None else task
     common, per_task = parse_overrides(args.overrides, [task])
-    return open_task(task, artifact=args.artifact, images=images, config=args.config, revision=args.revision,
-                     seed=args.seed, options=per_task.get(task, common))
+    return TaskRef(task, artifact=args.artifact, images=images, seed=args.seed, config=getattr(args, "config", None),
+                   revision=getattr(args, "revision", None), options=per_task.get(task, common))
 
 
-__all__ = ["add_task_arguments", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]
+def task_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskData:
+    """The task the arguments name, resolved once (:func:`task_ref_from_args`, :func:`open_task`)."""
+    return open_task(task_ref_from_args(args, task, images))
+
+
+__all__ = ["add_task_arguments", "task_ref_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]

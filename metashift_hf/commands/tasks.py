@@ -5,7 +5,6 @@ import argparse
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.plan import SPLITS
@@ -20,12 +19,12 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.names import terminal_safe
 from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
-from metashift_hf.hub.specs import shift_spec
+from metashift_hf.hub.task_source import TaskRef, open_task
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
 from . import HELP
-from .task_args import add_task_arguments, parse_overrides, planning_seed
+from .task_args import add_task_arguments, task_ref_from_args
 
 
 KINDS = kinds()
@@ -213,12 +212,12 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
     return lines
 
 
-def _show_exported(args: argparse.Namespace) -> int:
-    """``tasks show FOLDER|NS/REPO``: the shift spec an exported task carries (no artifact needed)."""
-    if args.overrides or args.seed is not None:
-        raise MetashiftError(f"{args.task_id} is already planned: --set/--seed apply to a task id with --artifact",
-                             "drop --set/--seed")
-    spec = shift_spec(args.task_id, args.config, revision=args.revision)
+def _show_exported(args: argparse.Namespace, ref: TaskRef) -> int:
+    """``tasks show FOLDER|NS/REPO``: the shift spec an exported task carries (no artifact needed), after its
+    rows and both copies of the spec (``shift_spec.json`` and the parquet's features) were checked to agree."""
+    data = open_task(ref)  # refuses --set/--seed: the folder or repo is planned already
+    data.verify()  # a spec that disagrees with the rows or with its other copy is refused, not shown
+    spec = data.spec
     if args.json:
         print(json.dumps({"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
                          indent=2, sort_keys=True, default=str))
@@ -230,8 +229,9 @@ def _show_exported(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    if args.artifact is None and args.match is None and ("/" in args.task_id or Path(args.task_id).is_dir()):
-        return _show_exported(args)  # task ids have no slash: this is a folder or a Hub repo id
+    ref = task_ref_from_args(args, args.task_id)
+    if args.match is None and ref.form in ("folder", "hub"):
+        return _show_exported(args, ref)
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)
     entry = None
@@ -250,8 +250,8 @@ def run_show(args: argparse.Namespace) -> int:
                                "pick another id from `metashift-hf tasks list --artifact ARTIFACT`")
     spec = None
     if args.artifact:
-        options, _ = parse_overrides(args.overrides, [args.task_id])
-        spec = plan_all([args.task_id], args.artifact, seed=planning_seed(args), **options)[args.task_id].spec
+        # plan_all: a task too big for the artifact gets the --set scale=... that makes it plan
+        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed, **ref.options)[args.task_id].spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))

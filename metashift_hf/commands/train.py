@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args, default_seeds=1)
     config.resolved()  # a bad setting is refused before any download
     check_train_out(args.out, force=args.force, inputs=[args.artifact, images, args.task])  # before any download
-    result = train(task_from_args(args, images=images), None, None, args.out, config, cache_dir=args.cache_dir,
+    result = train(task_from_args(args, images=images), args.out, config, cache_dir=args.cache_dir,
                    progress=args.progress and not args.no_progress, force=args.force, resume=args.resume)
     print(result.summary())
     feats = result.card.get("features")

@@ -1,4 +1,4 @@
-"""``evaluate(model, task, artifact, images, out)``: predictions -> scores -> groups -> report."""
+"""``evaluate(model, task, out)``: predictions -> scores -> groups -> report."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,6 @@ import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import cell_bytes
-from metashift_hf.builders.metashift import carries_spec, spec_of_dataset
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.splits import chosen_splits, split_roles
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
@@ -21,7 +20,7 @@ from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
 from ..hub import api
-from ..hub.task_source import TaskData, dataset_classes, refuse_planning_options, task_dataset
+from ..hub.task_source import TaskData, TaskRef, dataset_classes, open_task, spec_less_dataset, task_ref
 from ..models import runtime_card
 from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, community_map, context_bugs, distance_to_largest
 from ..scoring.groups import group_table, id_vs_ood, worst_subsets
@@ -33,39 +32,30 @@ from .report import REPORT_KIND, EvalReport, write_report
 from .scoring import COUNTING_RULE, headline_metrics, score_images
 
 
-def _task_rows(task: Any, artifact, images, seed: int, need_images: bool, on_missing: str = "error",
-               options: Mapping[str, Any] | None = None, config: str | None = None, revision: str | None = None):
-    """(task_id, spec or None, per-image table, class names, byte reader or None).
+def _task_rows(task: Any, need_images: bool, on_missing: str = "error"):
+    """(TaskData or None, task_id, spec or None, per-image table, class names, byte reader or None).
 
-    A task id on an artifact is planned (no images) when predictions come from a file, else
-    materialised with ``metashift_hf.prepare``. Any other form (an exported folder, a Hub repo id,
-    a ``prepare`` result, a Dataset/DatasetDict: metashift_hf.hub.task_source) is read as it is, its
-    images from its own bytes; a dataset without a shift spec is scored as task ``custom``.
+    The task is resolved by :func:`open_task` (every form); a planned task id gives its rows without images
+    when predictions come from a file, else it is materialised with ``metashift_hf.prepare`` (``on_missing``).
+    A folder, repo or dataset is read as it is, its images from its own bytes; a loaded dataset without a
+    shift spec is scored as task ``custom``.
     """
-    if isinstance(task, TaskData) and task.dataset is None and not need_images:  # planned already (the zoo): its rows
-        return task.task_id, task.spec, _checked(task.plan.table(), task.task_id), task.classes, None
-    if isinstance(task, TaskData) and task.dataset is None:  # planned on an artifact: materialise the same plan
-        seed, options = task.spec.seed, dict(task.spec.overrides)
-        task, artifact, images = task.task_id, task.artifact, images or task.images_path
-    if isinstance(task, str) and artifact is not None:
-        if not need_images:
-            plan = api.plan(task, artifact, seed=seed, **dict(options or {}))
-            return plan.task_id, plan.spec, _checked(plan.table(), task), list(plan.classes), None
-        if images is None:
-            raise MetashiftError(f"task {task!r}: the model needs the images, and --images was not given",
-                                 "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
-                                 "folder or Hub repo (it carries its images), or --model predictions:FILE")
-        prepared = api.prepare(task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
-                               **dict(options or {}))
-        return (prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
-    if isinstance(task, TaskData):
-        dd, where, form = task.dataset, task.where, task.form
-    else:
-        dd, where, form = task_dataset(task, config=config, revision=revision)
-    spec = spec_of_dataset(dd) if carries_spec(dd) else None
-    if spec is not None:  # a loaded object may come with its images; a folder or repo id never needs them
-        refuse_planning_options(spec, where, None, options, images if form in ("folder", "hub") else None)
-    return (spec.task_id if spec else "custom", spec) + _from_dataset(dd)
+    own = spec_less_dataset(task)
+    if own is not None:
+        return (None, "custom", None) + _from_dataset(own)
+    data = open_task(task)
+    if data.dataset is not None:
+        return (data, data.task_id, data.spec) + _from_dataset(data.dataset)
+    if not need_images:
+        return data, data.task_id, data.spec, _checked(data.plan.table(), data.task_id), data.classes, None
+    if data.images_path is None:
+        raise MetashiftError(f"task {data.task_id!r}: the model needs the images, and --images was not given",
+                             "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
+                             "folder or Hub repo (it carries its images), or --model predictions:FILE")
+    # the same plan, materialised: its seed and options are the ones its spec records
+    prepared = api.prepare(data.task_id, artifact=data.artifact, images=data.images_path, seed=data.spec.seed,
+                           on_missing=on_missing, **dict(data.spec.overrides))
+    return (data, prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
 
 
 SAMPLE_RULE = ("at most N images per split, stratified by class: each class keeps its share of the split "
@@ -217,26 +207,21 @@ def _per_image(scored: pd.DataFrame, labels: list[str] | None = None) -> pd.Data
 
 def evaluate(
     model: Any,
-    task: Any,
-    artifact: str | Path | None = None,
-    images: Any = None,
+    task: "TaskRef | Any",
     out: str | Path | None = None,
     *,
     settings: EvalConfig | None = None,
-    task_options: Mapping[str, Any] | None = None,
-    hub_config: str | None = None,
-    revision: str | None = None,
 ) -> EvalReport:
     """Evaluate an ImageNet-1k classifier on a MetaShift task; write the report to ``out`` when given.
 
     ``model``: "efficientnet-lite0", "torchvision:NAME", "timm:NAME", "predictions:FILE", a loaded
     Classifier/PrecomputedPredictions, or any callable list[PIL.Image] -> (n, 1000) logits.
-    ``task``: an exported folder or a Hub dataset repo id (``hub_config``/``revision`` pick one), a loaded
-    Dataset/DatasetDict (image, image_id, label ClassLabel, contexts, group, community), a
-    ``metashift_hf.prepare`` result, or a task id planned on ``artifact`` (then ``images`` is needed).
+    ``task``: a :class:`~metashift_hf.hub.task_source.TaskRef` (a task id planned on its ``artifact``, with
+    ``images``, ``seed`` and ``options``; a folder or Hub repo with ``config``/``revision``) or a bare exported
+    folder, Hub dataset repo id, loaded Dataset/DatasetDict (image, image_id, label ClassLabel, contexts, group,
+    community), ``metashift_hf.prepare`` result or :func:`open_task` result.
     ``settings``: how it runs (:class:`.config.EvalConfig`: hierarchy, mode, coverage, batch size, device,
-    seed, sample, splits, ...; checked when made; default ``EvalConfig()``). ``task_options``: the task's
-    options (``scale=0.5``), as ``--set`` gives them to export.
+    seed, sample, splits, ...; checked when made; default ``EvalConfig()``).
     The report's ``headline`` (scoring.HEADLINE_RULE) is the test split's balanced and worst-group
     accuracy with the majority-class baseline beside it; it never includes train.
     """
@@ -247,24 +232,21 @@ def evaluate(
     if out is not None:  # before the model loads: a refused --out costs nothing
         model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
         tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
-        art_path = artifact.root if isinstance(artifact, Artifact) else artifact  # a loaded one (the zoo) too
+        ref = task.ref if isinstance(task, TaskData) else task_ref(task)
+        art_path = ref.artifact.root if isinstance(ref.artifact, Artifact) else ref.artifact  # a loaded one (the zoo) too
+        images = ref.images if isinstance(ref.images, (str, Path)) else None
         check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = load_scorer(model, cfg.device, cfg.dtype)
-    task_id, spec, table, classes, read = _task_rows(task, artifact, images, seed,
-                                                     need_images=not isinstance(loaded, PrecomputedPredictions),
-                                                     on_missing=cfg.on_missing, options=task_options,
-                                                     config=hub_config, revision=revision)
+    data, task_id, spec, table, classes, read = _task_rows(task, not isinstance(loaded, PrecomputedPredictions),
+                                                           cfg.on_missing)
     scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
     if sample is not None:
         table = sample_rows(table, sample, seed)
     if table.empty:
         raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
-    art = None
-    if artifact is not None:
-
-        art = Artifact.load(artifact)
+    art = None if data is None else data.artifact
     labels = getattr(loaded, "labels", None)  # the head's label map (None: ImageNet-1k predictions file)
     if coverage is None:
         coverage, hierarchy_card = head_coverage(classes, hierarchy, labels)
@@ -299,7 +281,7 @@ def evaluate(
             "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
             "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
-            "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(task_options or {}),
+            "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(spec.overrides) if spec else {},
             "dtype": model_card.get("dtype", cfg.dtype), "runtime": runtime_card(),
         },
         "counting": COUNTING_RULE,

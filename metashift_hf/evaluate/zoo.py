@@ -39,7 +39,7 @@ from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, Mi
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
 from ..hub import api
-from ..hub.task_source import TaskData, open_task
+from ..hub.task_source import TaskData, TaskRef, open_task
 from ..models import Classifier, runtime_card
 from . import distributed, pool
 from .config import EvalConfig
@@ -231,7 +231,7 @@ def evaluate_zoo(
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
-        if td.dataset is not None:
+        if td.form != "artifact":
             key = td.where
         else:
             key = f"images {td.images_path}"
@@ -240,7 +240,7 @@ def evaluate_zoo(
                 if from_art is not None:
                     sources.setdefault(key, from_art)
         if key not in sources:
-            sources[key] = td.images() if td.dataset is not None or td.images_path is not None else open_images(images)
+            sources[key] = td.images() if td.form != "artifact" or td.images_path is not None else open_images(images)
         return sources[key]
 
     t_plan = time.perf_counter()
@@ -277,8 +277,7 @@ def evaluate_zoo(
                     predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp, model_card=card, labels=clf.labels)
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
-                return evaluate(preds, td, art if art is not None and td.dataset is None else None, None,
-                                (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
+                return evaluate(preds, td, (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
 
             rels = {task_id: Path(id_slug(task_id)) / slugs[clf.name] for task_id in opened}
             jobs = [functools.partial(score, task_id, td, rels[task_id]) for task_id, td in opened.items()]
@@ -344,10 +343,11 @@ _ZOO_CONFIG_FIX = ("a zoo takes one config per --tasks entry: list the configs' 
 def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None) -> TaskData:
     """One --tasks entry: a task id planned on the artifact, or an exported folder / Hub repo id (which carries
     its own rows and images, so --images and --seed go only to the task ids: the two forms mix in one zoo)."""
-    if isinstance(t, str) and art is not None and "/" not in t and os.sep not in t and not Path(t).is_dir():
-        return open_task(t, artifact=art, images=images, seed=seed, options=options)
+    own = TaskRef(t, options=options or {})
+    if art is not None and own.form == "artifact":  # a task id: planned on the zoo's artifact
+        return open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {}))
     try:
-        return open_task(t, options=options)
+        return open_task(own)
     except MetashiftError as exc:
         if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
             raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None

@@ -5,10 +5,11 @@
     task = metashift_hf.prepare("paper-subpop-cat-dog-p12", artifact="ARTIFACT", images="img/", scale=0.1)
     task.spec.minority_fraction      # MinorityFraction(target=..., achieved=...)
 
-Keyword overrides are either options of the old HF loader (``selected_classes``,
-``attributes_dataset``, ``attributes``, ``with_image_metadata``, ``image_subset_size_threshold``,
-``min_local_groups``) or size overrides of the task generator (``scale``, ``train_per_group``,
-``minority_fraction``, ``validation_fraction``, ...); docs/tasks.md lists them per task.
+Keyword options are the task family's options (``scale``, ``train_per_group``, ``minority_fraction``,
+``validation_fraction``, the collections' ``selected_classes``, ``attributes``, ``image_subset_size_threshold``,
+``min_local_groups``; ``attributes_dataset=True`` is the old HF loader's spelling of task ``attributes``),
+parsed once by the family's options dataclass (docs/tasks.md lists them per task). ``with_image_metadata`` and
+``verify_images`` say how :func:`prepare` writes the rows, not which rows: they are its own arguments.
 """
 from __future__ import annotations
 
@@ -31,11 +32,6 @@ if TYPE_CHECKING:
     from metashift_hf.builders.images import ImageSource
     from metashift_hf.builders.plan import TaskPlan
 
-# Options that are fields of MetashiftConfig (everything else is a size override).
-_CONFIG_OPTIONS = ("selected_classes", "attributes_dataset", "attributes", "with_image_metadata",
-                   "image_subset_size_threshold", "min_local_groups", "verify_images")
-_MATERIALISE_ONLY = ("with_image_metadata", "verify_images")  # no effect on the plan
-
 
 @dataclass
 class PreparedTask:
@@ -44,24 +40,15 @@ class PreparedTask:
     spec: ShiftSpec
 
 
-def _split_options(options: dict[str, Any], allowed: tuple[str, ...]) -> tuple[dict, dict]:
-    config = {k: v for k, v in options.items() if k in allowed}
-    sizes = {k: v for k, v in options.items() if k not in allowed}
-    return config, sizes
-
-
 def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, **overrides: Any) -> "TaskPlan":
     """The task's rows per split (image_id, label, group, context(s), community) and ``.spec``.
 
     No images are read: this is what ``metashift-hf tasks show``, export and evaluation use.
     """
-
-    options = {k: v for k, v in overrides.items() if k not in _MATERIALISE_ONLY}
-    return plan_task(task, artifact, seed=seed, **options)
+    return plan_task(task, artifact, seed=seed, **overrides)
 
 
 _TRY_SCALES = (0.5, 0.25, 0.1, 0.05)
-_PREPARE_ONLY = ("on_missing", "cache_dir")  # arguments of prepare(), not task options
 
 
 def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
@@ -88,7 +75,7 @@ def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed
     art = Artifact.load(artifact)
     plans = {}
     for task in tasks:
-        options = {k: v for k, v in (task_overrides or {}).get(task, overrides).items() if k not in _PREPARE_ONLY}
+        options = (task_overrides or {}).get(task, overrides)
         try:
             plans[task] = plan(task, art, seed=seed, **options)
         except EmptyGroupError as exc:
@@ -136,11 +123,13 @@ def dataset_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | N
 def prepare(task: str, artifact: "str | os.PathLike | Artifact",
             images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0,
             on_missing: str = "error", cache_dir: "str | os.PathLike | None" = None,
-            **overrides: Any) -> PreparedTask:
+            with_image_metadata: bool = False, verify_images: bool = True, **overrides: Any) -> PreparedTask:
     """Materialise a task: splits as a ``datasets.DatasetDict`` with original JPEG bytes + its spec.
 
     ``cache_dir`` is the ``datasets`` cache (default: the Hugging Face datasets cache); a prepared
     task is reused when task, artifact content, images path, seed and options are the same.
+    ``with_image_metadata`` adds the scene-graph fields; ``verify_images=False`` skips decoding each image once
+    to check it. ``overrides``: the task's options.
     """
 
     # argument types first: a wrong one is named here, not deep inside the datasets builder
@@ -155,9 +144,9 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
         raise MissingImagesError(f"task {task}: prepare/load need images",
                                  "pass images= a folder of <id>.jpg files or GQA's images.zip "
                                  "(metashift_hf.hub.api.plan works without images)")
-    config, sizes = _split_options(overrides, _CONFIG_OPTIONS)
     builder = Metashift(config_name=task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
-                        overrides=sizes or None, cache_dir=None if cache_dir is None else str(cache_dir), **config)
+                        overrides=dict(overrides) or None, cache_dir=None if cache_dir is None else str(cache_dir),
+                        with_image_metadata=with_image_metadata, verify_images=verify_images)
     builder.download_and_prepare()
     ds = builder.as_dataset()
     if not ds or not any(len(split) for split in ds.values()):  # every image dropped by on_missing="skip"
@@ -168,10 +157,11 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
 
 def load(task: str, artifact: "str | os.PathLike | Artifact",
          images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0, on_missing: str = "error",
-         cache_dir: "str | os.PathLike | None" = None, **overrides: Any) -> "datasets.DatasetDict":
+         cache_dir: "str | os.PathLike | None" = None, with_image_metadata: bool = False, verify_images: bool = True,
+         **overrides: Any) -> "datasets.DatasetDict":
     """Same as :func:`prepare`, returning only the ``DatasetDict``."""
     return prepare(task, artifact, images, seed=seed, on_missing=on_missing, cache_dir=cache_dir,
-                   **overrides).dataset
+                   with_image_metadata=with_image_metadata, verify_images=verify_images, **overrides).dataset
 
 
 __all__ = ["PreparedTask", "prepare", "load", "plan", "plan_all", "fitting_scale", "available_tasks", "dataset_images",

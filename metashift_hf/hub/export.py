@@ -203,8 +203,12 @@ def read_note(repo_dir: Path) -> str:
 
 def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",
                  seed: int = 0, namespace: str | None = None, task_overrides: dict[str, dict] | None = None,
-                 force: bool = False, **overrides) -> list[ExportedRepo]:
+                 force: bool = False, on_missing: str = "error", cache_dir: str | Path | None = None,
+                 **overrides) -> list[ExportedRepo]:
     """Prepare each task from the artifact + images and export it (see module docstring).
+
+    ``on_missing``: images missing or corrupt in ``images`` stop the export ("error") or are left out ("skip");
+    ``cache_dir``: the ``datasets`` cache :func:`prepare` uses.
 
     ``overrides`` go to every task's ``prepare``; ``task_overrides[task]`` replaces them for one task
     (tasks take different options: paper tasks a ``scale``, collections none).
@@ -218,7 +222,8 @@ def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, lay
     with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
         per_task = task_overrides or {}
         plan_all(tasks, art, seed=seed, task_overrides=per_task, **overrides)  # every task plans before any is built
-        prepared = [prepare(t, artifact=art, images=images, seed=seed, **per_task.get(t, overrides)) for t in tasks]
+        prepared = [prepare(t, artifact=art, images=images, seed=seed, on_missing=on_missing, cache_dir=cache_dir,
+                            **per_task.get(t, overrides)) for t in tasks]
         return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 
 

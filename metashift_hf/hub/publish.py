@@ -455,7 +455,8 @@ class PushOptions:
 
 def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *,
                   push: PushOptions | None = None, layout: str = "repo-per-task", seed: int = 0,
-                  task_overrides: dict[str, dict] | None = None, force: bool = False, **overrides) -> PublishResult:
+                  task_overrides: dict[str, dict] | None = None, force: bool = False, on_missing: str = "error",
+                  **overrides) -> PublishResult:
     """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them (``push``: how;
     default ``PushOptions()``). ``overrides`` go to every task's ``prepare``, ``task_overrides[task]`` to one.
 
@@ -472,5 +473,5 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
         _refuse_unlicensed(f"artifact {art.root}")  # before the (long) export
     push = replace(push, token=resolve_token(push.token, push.dry_run))  # before the (long) export, not after it
     repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
-                         task_overrides=task_overrides, force=force, **overrides)
+                         task_overrides=task_overrides, force=force, on_missing=on_missing, **overrides)
     return push.push(repos, namespace)

@@ -1,27 +1,17 @@
-"""``metashift_hf.shift_spec(x)``: the one call that gives a task's :class:`ShiftSpec` back, whatever holds it.
-
-    metashift_hf.shift_spec("paper-dg-cat-dog-1", artifact="ARTIFACT", scale=0.5)   # planned, no images
-    metashift_hf.shift_spec(prepared)                    # a PreparedTask (or a TaskPlan)
-    metashift_hf.shift_spec(load_dataset(...))           # a Dataset / DatasetDict, prepared or loaded
-    metashift_hf.shift_spec("out/metashift-paper-dg-cat-dog-1")             # an exported repo folder
-    metashift_hf.shift_spec("out/metashift", "paper-dg-cat-dog-1")          # ... naming the config
-    metashift_hf.shift_spec("out/metashift-class-cat/class-cat/shift_spec.json")  # the file itself
-    metashift_hf.shift_spec("user/metashift-paper-dg-cat-dog-1")            # a Hub dataset repo
-
-Exported configs hold ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`);
-datasets carry the same spec in their features (``builders.metashift.features_with_spec``).
+"""Reading what an exported folder or Hub dataset repo holds, safely: its configs, its card's declared configs,
+its ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`) and small text files, each bounded
+in size and never a FIFO or device; Hub failures as one error naming the repo. The task resolver
+(:mod:`metashift_hf.hub.task_source`) puts these together.
 """
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-from ..builders.metashift import spec_of_dataset
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
-from .api import plan
 from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
 
@@ -80,12 +70,6 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
 def folder_configs(folder: Path) -> list[str]:
     """The configs of an exported repo folder: its subfolders holding a shift spec."""
     return configs_of([f"{p.parent.name}/{p.name}" for p in Path(folder).glob(f"*/{SPEC_FILE}")])
-
-
-def _from_folder(folder: Path, config: str | None) -> ShiftSpec:
-    if config is None and (folder / SPEC_FILE).is_file():
-        return read_spec_file(folder / SPEC_FILE)  # the config folder itself
-    return read_spec_file(folder / pick_config(str(folder), folder_configs(folder), config) / SPEC_FILE)
 
 
 def hub_call(repo_id: str, config: str | None, call, revision: str | None = None):
@@ -173,13 +157,6 @@ def card_configs(card: str, where: str) -> list[str]:
     return sorted(str(c.get("config_name")) for c in configs or () if isinstance(c, dict))
 
 
-def _from_hub(repo_id: str, config: str | None, revision: str | None) -> ShiftSpec:
-    files = hub_files(repo_id, revision)
-    config = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), config)
-    path = f"{config}/{SPEC_FILE}"
-    return ShiftSpec.from_json(hub_text(repo_id, path, revision, files.get(path)), where=f"{path} of {repo_id}")
-
-
 def looks_like_repo_id(text: str) -> bool:
     """``namespace/name`` as the Hub spells repo ids (no check that it exists)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -191,45 +168,5 @@ def looks_like_repo_id(text: str) -> bool:
     return text.count("/") == 1
 
 
-def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.PathLike | None" = None,
-               seed: int = 0, revision: str | None = None, **options: Any) -> ShiftSpec:
-    """The shift spec of ``source`` (see the module docstring for what it may be).
-
-    ``config``: which config of an exported repo or Hub repo (needed when it holds several);
-    ``artifact``, ``seed``, ``options``: plan task id ``source`` on that artifact (no images read);
-    ``revision``: a Hub branch, tag or commit.
-    """
-    if artifact is not None:
-        if not isinstance(source, str):
-            raise InputFormatError(f"artifact= plans a task id, but the source is a {type(source).__name__}",
-                                   "pass a task id with artifact=, or drop artifact=")
-        return plan(source, artifact, seed=seed, **options).spec
-    if options or seed:
-        raise InputFormatError(f"task options {sorted(options) + (['seed'] if seed else [])} apply only when planning "
-                               "a task id on an artifact", "pass artifact=ARTIFACT, or drop the options")
-    if isinstance(source, ShiftSpec):
-        return source
-    if isinstance(getattr(source, "spec", None), ShiftSpec):  # PreparedTask, TaskPlan
-        return source.spec
-    import datasets
-
-    if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):
-        return spec_of_dataset(source)
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_file():
-            return read_spec_file(path)
-        if path.is_dir():
-            return _from_folder(path, config)
-        if isinstance(source, str) and looks_like_repo_id(source):
-            return _from_hub(source, config, revision)
-        raise UnknownNameError(f"{source!r} is neither a file, a folder nor a Hub repo id (namespace/name)",
-                               "pass an exported folder, a shift_spec.json, a Hub dataset repo id, or a task id "
-                               "with artifact=ARTIFACT")
-    raise InputFormatError(f"cannot read a shift spec from a {type(source).__name__}",
-                           "pass a task id with artifact=, a PreparedTask, a Dataset/DatasetDict, an exported "
-                           "folder or a Hub repo id")
-
-
-__all__ = ["shift_spec", "read_spec_file", "read_text_file", "check_spec_size", "MAX_SPEC_BYTES", "hub_files",
+__all__ = ["read_spec_file", "read_text_file", "check_spec_size", "MAX_SPEC_BYTES", "hub_files",
            "hub_text", "hub_call", "card_configs", "configs_of", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]

@@ -4,6 +4,10 @@
     open_task("out/metashift-paper-dg-cat-dog-1")                                # an exported repo folder
     open_task("NS/metashift-paper-dg-cat-dog-1", revision="main")                 # a Hub dataset repo
     open_task(load_dataset("NS/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1"))   # a loaded dataset
+    open_task(TaskRef("NS/metashift", config="paper-dg-cat-dog-1", revision="v1"))     # any of them, with options
+
+A :class:`TaskRef` is the one spelling of a task request (what every command's task flags and every library
+function's ``task`` argument become); :attr:`TaskRef.form` is the one place that decides which form it is.
 
 Whatever the form, the result is a :class:`TaskData`: the task's rows per split (a ``TaskPlan``, rows
 in export order, :data:`metashift_hf.hub.shards.SORT_KEYS`, so every form gives the same rows in the same
@@ -11,15 +15,20 @@ order and a training run gives the same numbers from each), its shift spec and w
 From a folder, a repo or a dataset nothing else is needed: the images are the parquet's own bytes,
 and sizes, seed and options are the ones the spec records, so ``--set`` and ``--seed`` only apply to
 a task id planned on an artifact.
+
+:class:`TaskData` reads lazily: a folder's or repo's spec comes from its ``shift_spec.json`` (no parquet read),
+its rows (checked against the spec) when ``.plan`` or ``.dataset`` is first asked for, and pixels only through
+``.images()``.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import os
-from dataclasses import dataclass
+import types
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import datasets
 import numpy as np
@@ -28,13 +37,13 @@ import pyarrow.compute as pc
 
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
-from ..builders.metashift import carries_spec, spec_of_features
+from ..builders.metashift import carries_spec, spec_of_dataset, spec_of_features
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
 from ..core.names import terminal_safe
 from .api import PreparedTask, plan
-from .shards import SORT_KEYS, SPEC_FILE
+from .shards import REPO_PREFIX, SORT_KEYS, SPEC_FILE
 from .specs import (
     card_configs,
     check_spec_size,
@@ -45,6 +54,7 @@ from .specs import (
     hub_text,
     looks_like_repo_id,
     pick_config,
+    read_spec_file,
     read_text_file,
 )
 
@@ -54,24 +64,114 @@ logger = logging.getLogger(__name__)
 ROW_COLUMNS = ("image_id", "label", "group", "context", "contexts", "community")
 TASK_FORMS_FIX = ("pass a task id with --artifact ARTIFACT (Python: artifact=), a folder written by "
                   "`metashift-hf export`, a Hub dataset repo id NAMESPACE/NAME, or a loaded Dataset/DatasetDict")
+# The one default of a task's sampling seed: a task id planned on an artifact takes it when no seed is
+# given; a folder or repo keeps the seed its spec records.
+DEFAULT_SEED = 0
+_LOADED = (PreparedTask, datasets.Dataset, datasets.DatasetDict)
 
 
 @dataclass(frozen=True)
-class TaskData:
-    """One task, whatever form it came in: rows per split + spec (``plan``) and its images.
+class TaskRef:
+    """One task request: what every command's task flags and every library function's ``task`` mean.
 
-    ``dataset`` holds the loaded splits (folder, Hub repo, Dataset); ``artifact``/``images_path`` the
-    build and image source a planned task id reads.
+    task: a task id (planned on ``artifact``), an exported repo folder or one of its config folders, a Hub
+        dataset repo id ``NAMESPACE/NAME``, a loaded ``Dataset``/``DatasetDict``, a ``PreparedTask`` or a ``TaskPlan``.
+    artifact: the build a task id is planned on (``metashift-hf build``'s folder or a loaded ``Artifact``); with
+        a loaded dataset or plan, the build it was prepared from (for its meta-graph: communities, distances).
+    images: the image source of a task id planned on ``artifact`` (folder of ``<id>.jpg`` or GQA's images.zip).
+    seed: the sampling seed of a task id (None: :data:`DEFAULT_SEED`); a folder or repo keeps its spec's.
+    config: which config of a folder or Hub repo that holds several tasks.
+    revision: a Hub branch, tag or commit (default: main).
+    options: the task family's options (``{"scale": 0.5}``), parsed once by the family's options dataclass
+        when the task is planned; a folder or repo is planned already and refuses them.
     """
 
-    plan: TaskPlan
+    task: Any
+    artifact: "str | os.PathLike | Artifact | None" = None
+    images: "str | os.PathLike | ImageSource | None" = None
+    seed: int | None = None
+    config: str | None = None
+    revision: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.task, TaskRef):
+            raise InputFormatError("a TaskRef's task is itself a TaskRef", "pass the inner TaskRef as it is")
+        # read-only, so a request cannot change after it was resolved
+        object.__setattr__(self, "options", types.MappingProxyType(dict(self.options or {})))
+
+    @property
+    def form(self) -> TaskForm:
+        """The form of the task (the one place that decides it): a task id with an artifact (or one that is
+        neither a folder nor a repo id) is ``artifact``, an existing folder ``folder``, ``NAMESPACE/NAME``
+        ``hub``, a loaded object ``dataset``."""
+        task = self.task
+        if isinstance(task, TaskData):
+            return task.form
+        if isinstance(task, TaskPlan):
+            return "artifact"
+        if isinstance(task, _LOADED):
+            return "dataset"
+        if self.artifact is not None:
+            return "artifact"
+        if isinstance(task, (str, os.PathLike)) and Path(task).is_dir():
+            return "folder"
+        if isinstance(task, str) and looks_like_repo_id(task):
+            return "hub"
+        return "artifact"
+
+    @property
+    def planning_seed(self) -> int:
+        """The seed a task id is planned with."""
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+
+def task_ref(task: "TaskRef | Any") -> TaskRef:
+    """``task`` as a :class:`TaskRef` (a bare task, folder, repo id or dataset becomes ``TaskRef(task)``)."""
+    return task if isinstance(task, TaskRef) else TaskRef(task)
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """One task, whatever form it came in: its spec, rows per split (``plan``) and images, read lazily.
+
+    ``spec`` is known when :func:`open_task` returns (a folder's or repo's ``shift_spec.json``, a dataset's
+    features, the plan of a task id); ``dataset`` (the loaded splits of a folder, repo or dataset, checked
+    against the spec by :func:`check_rows`) and ``plan`` are read the first time they are asked for;
+    pixels only by :meth:`images`.
+    """
+
+    ref: TaskRef
     form: TaskForm
     where: str  # for messages: "artifact A", "folder F", "Hub dataset repo NS/NAME", "dataset"
-    dataset: "datasets.DatasetDict | None" = None
+    spec: ShiftSpec
     artifact: Artifact | None = None
-    images_path: "str | os.PathLike | ImageSource | None" = None
-    repo_id: str | None = None  # a Hub repo's id and the revision asked for (form "hub")
-    revision: str | None = None
+    planned: TaskPlan | None = None  # form "artifact": the plan (no images read)
+    load_rows: "Callable[[], datasets.DatasetDict] | None" = field(default=None, repr=False)
+
+    @functools.cached_property
+    def dataset(self) -> "datasets.DatasetDict | None":
+        """The loaded splits (folder, Hub repo, dataset), rows checked against the spec; None for a planned task."""
+        return None if self.load_rows is None else self.load_rows()
+
+    @functools.cached_property
+    def plan(self) -> TaskPlan:
+        """The task's rows per split, in export order."""
+        if self.planned is not None:
+            return self.planned
+        return in_export_order(plan_of_dataset(self.dataset, self.spec, self.where))
+
+    @property
+    def images_path(self) -> "str | os.PathLike | ImageSource | None":
+        return self.ref.images
+
+    @property
+    def repo_id(self) -> str | None:
+        return str(self.ref.task) if self.form == "hub" else None
+
+    @property
+    def revision(self) -> str | None:
+        return self.ref.revision if self.form == "hub" else None
 
     def origin(self) -> dict[str, Any]:
         """Where the task came from, for reports and run cards: form, place and the task options used; for a
@@ -85,19 +185,19 @@ class TaskData:
 
     @property
     def task_id(self) -> str:
-        return self.plan.task_id
-
-    @property
-    def spec(self) -> ShiftSpec:
-        return self.plan.spec
+        return self.spec.task_id
 
     @property
     def classes(self) -> list[str]:
-        return list(self.plan.classes)
+        return list(self.spec.classes)
+
+    def verify(self) -> None:
+        """Read the rows now and check them against the spec (otherwise read when first needed)."""
+        _ = self.plan
 
     def images(self) -> ImageSource:
         """The task's pixels: the dataset's own JPEG bytes, or the image source given with the artifact."""
-        if self.dataset is not None:
+        if self.load_rows is not None:
             return dataset_images(self.dataset, self.where)
         if self.images_path is None:
             raise MissingImagesError(f"task {self.task_id}: the images are needed, and none were given",
@@ -274,6 +374,15 @@ def _as_dataset_dict(ds: "datasets.Dataset | datasets.DatasetDict") -> "datasets
     return datasets.DatasetDict({str(ds.split) if ds.split else "test": ds})
 
 
+def spec_less_dataset(task: "TaskRef | Any") -> "datasets.DatasetDict | None":
+    """A loaded Dataset/DatasetDict that carries no shift spec (someone's own data, which evaluate scores as
+    task ``custom``), as a DatasetDict; None for anything else, which :func:`open_task` resolves."""
+    task = task.task if isinstance(task, TaskRef) else task
+    if isinstance(task, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(task):
+        return _as_dataset_dict(task)
+    return None
+
+
 def _repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
     """(repo folder, config) for a repo folder or one of its config folders."""
     if (path / SPEC_FILE).is_file():  # the config folder itself
@@ -328,54 +437,6 @@ def dataset_spec(dd: "datasets.DatasetDict", where: str, file_spec: ShiftSpec | 
     return spec
 
 
-def task_dataset(source: Any, *, config: str | None = None,
-                 revision: str | None = None) -> tuple["datasets.DatasetDict", str, TaskForm]:
-    """(splits, where, form) of an exported folder, a Hub repo id, a PreparedTask or a loaded dataset,
-    its rows checked against its shift spec (:func:`check_rows`) when it carries one."""
-    if isinstance(source, (PreparedTask, datasets.Dataset, datasets.DatasetDict)) and (config, revision) != (None, None):
-        raise InputFormatError(f"config={config!r}, revision={revision!r}: a loaded {type(source).__name__} is one "
-                               "config at one revision already", "drop config=/revision=, or pass the repo id or folder")
-    if isinstance(source, PreparedTask):
-        where = f"prepared task {source.task_id}"
-        check_rows(source.dataset, source.spec, where)
-        return source.dataset, where, "dataset"
-    if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):
-        dd = _as_dataset_dict(source)
-        if carries_spec(dd):
-            check_rows(dd, dataset_spec(dd, "dataset"), "dataset", whole=False)
-        return dd, "dataset", "dataset"
-    if isinstance(source, datasets.IterableDataset | datasets.IterableDatasetDict):
-        raise InputFormatError("a streamed (iterable) dataset has no row order to score against",
-                               "load it without streaming=True, or pass the repo id and let metashift-hf load it")
-    if not isinstance(source, (str, os.PathLike)):
-        raise InputFormatError(f"cannot read a task from a {type(source).__name__}", TASK_FORMS_FIX)
-    if isinstance(source, str) and source != source.strip() and source.strip():
-        raise UnknownNameError(f"task {terminal_safe(source)!r} begins or ends with white space",
-                               f"pass {terminal_safe(source.strip())!r} (without the spaces)")
-    path = Path(source)
-    if path.is_dir():
-        repo, name = _repo_folder(path, config)
-        where = f"exported folder {repo} (config {name})"
-        files = {str(p.relative_to(repo)): p.stat().st_size for p in (*repo.glob("*"), *repo.glob("*/*"))
-                 if p.is_file() and not p.is_symlink()}
-        file_spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
-        dd = _load(where, lambda: datasets.load_dataset(str(repo), name))
-    elif isinstance(source, str) and looks_like_repo_id(source):
-        files = hub_files(source, revision)
-        name = pick_config(f"Hub dataset repo {source}", configs_of(files), config)
-        where = f"Hub dataset repo {source} (config {name}" + (f", revision {revision})" if revision else ")")
-        file_spec = _check_repo(where, files, name, lambda f: hub_text(source, f, revision, files.get(f)))
-        dd = hub_call(source, name, lambda: _load(where, lambda: datasets.load_dataset(source, name, revision=revision)),
-                      revision)
-    elif path.exists():
-        raise InputFormatError(f"{path} is a file, not a task", TASK_FORMS_FIX)
-    else:
-        raise UnknownNameError(f"task {terminal_safe(str(source))!r} is made from an artifact, and none was given (nor is "
-                               "it an exported folder or a Hub repo id)", TASK_FORMS_FIX)
-    check_rows(dd, dataset_spec(dd, where, file_spec), where, name)
-    return dd, where, "folder" if path.is_dir() else "hub"
-
-
 def _load(where: str, call) -> "datasets.DatasetDict":
     """``datasets.load_dataset`` of a checked folder or repo; shards it cannot read (empty, missing, sizes
     unlike the card's) are one error naming the source."""
@@ -393,41 +454,150 @@ def _exported_folder(path: Any) -> bool:
     return p is not None and p.is_dir() and ((p / SPEC_FILE).is_file() or bool(folder_configs(p)))
 
 
-def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = None,
-              images: "str | os.PathLike | ImageSource | None" = None, config: str | None = None,
-              revision: str | None = None, seed: int | None = None,
-              options: Mapping[str, Any] | None = None) -> TaskData:
-    """Resolve ``task`` (see the module docstring) into a :class:`TaskData`.
+def _checked_rows(load: "Callable[[], datasets.DatasetDict]", where: str, spec: ShiftSpec, *, file_spec: bool,
+                  whole: bool, config: str | None) -> "Callable[[], datasets.DatasetDict]":
+    """``load`` followed by the row checks: (``file_spec``, a folder or repo) the parquet's copy of the spec equals
+    ``spec``, the config's shift_spec.json, and every row matches it (:func:`check_rows`)."""
+    def rows() -> "datasets.DatasetDict":
+        dd = load()
+        if file_spec:  # the parquet's copy of the spec (its features) must equal the file's
+            dataset_spec(dd, where, spec)
+        check_rows(dd, spec, where, config, whole=whole)
+        return dd
+    return rows
 
-    ``artifact``, ``images``, ``seed`` and ``options`` go with a task id planned on an artifact;
-    ``config`` and ``revision`` pick the config and the Hub revision of a repo.
-    """
-    if isinstance(task, TaskData):
-        return task
+
+def _open_artifact(ref: TaskRef) -> TaskData:
+    task = ref.task
     if isinstance(task, TaskPlan):  # already planned (experiments plan every task before training)
-        return TaskData(in_export_order(task), "artifact", "task plan",
-                        artifact=None if artifact is None else Artifact.load(artifact),
-                        images_path=images)
-    if artifact is not None and (_exported_folder(artifact) or _exported_folder(task)):
-        folder = artifact if _exported_folder(artifact) else task
+        art = None if ref.artifact is None else Artifact.load(ref.artifact)
+        return TaskData(ref, "artifact", "task plan", task.spec, artifact=art, planned=in_export_order(task))
+    if ref.artifact is not None and (_exported_folder(ref.artifact) or _exported_folder(task)):
+        folder = ref.artifact if _exported_folder(ref.artifact) else task
         raise InputFormatError(f"{folder} is an exported task folder, not a build artifact: it carries its rows, "
                                "spec and images", f"pass it as the task (--task {folder}) and drop --artifact")
-    if isinstance(task, str) and artifact is not None:
-        if config is not None or revision is not None:
-            raise InputFormatError("--config/--revision pick a config of an exported folder or Hub repo, not of a task id "
-                                   "planned on --artifact", "drop --config/--revision, or drop --artifact and pass the repo")
-        art = Artifact.load(artifact)
-        tp = plan(task, art, seed=0 if seed is None else seed, **dict(options or {}))
-        return TaskData(in_export_order(tp), "artifact", f"artifact {art.root}", artifact=art, images_path=images)
-    if artifact is not None:
-        raise InputFormatError(f"--artifact plans a task id, but the task is a {type(task).__name__}",
-                               "drop --artifact: the dataset carries its rows and shift spec")
-    dd, where, form = task_dataset(task, config=config, revision=revision)  # rows checked against the spec
-    spec = task.spec if isinstance(task, PreparedTask) else dataset_spec(dd, where)
-    # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
-    refuse_planning_options(spec, where, seed, options, images if form in ("folder", "hub") else None)
-    return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd,
-                    **({"repo_id": str(task), "revision": revision} if form == "hub" else {}))
+    if ref.artifact is None:
+        if isinstance(task, str) and task != task.strip() and task.strip():
+            raise UnknownNameError(f"task {terminal_safe(task)!r} begins or ends with white space",
+                                   f"pass {terminal_safe(task.strip())!r} (without the spaces)")
+        if isinstance(task, (str, os.PathLike)) and Path(task).exists():
+            raise InputFormatError(f"{task} is a file, not a task", TASK_FORMS_FIX)
+        if not isinstance(task, (str, os.PathLike)):
+            raise InputFormatError(f"cannot read a task from a {type(task).__name__}", TASK_FORMS_FIX)
+        raise UnknownNameError(f"task {terminal_safe(str(task))!r} is made from an artifact, and none was given (nor is "
+                               "it an exported folder or a Hub repo id)", TASK_FORMS_FIX)
+    if ref.config is not None or ref.revision is not None:
+        raise InputFormatError("--config/--revision pick a config of an exported folder or Hub repo, not of a task id "
+                               "planned on --artifact", "drop --config/--revision, or drop --artifact and pass the repo")
+    art = Artifact.load(ref.artifact)
+    tp = in_export_order(plan(task, art, seed=ref.planning_seed, **ref.options))
+    return TaskData(ref, "artifact", f"artifact {art.root}", tp.spec, artifact=art, planned=tp)
+
+
+def _open_folder(ref: TaskRef) -> TaskData:
+    repo, name = _repo_folder(Path(ref.task), ref.config)
+    where = f"exported folder {repo} (config {name})"
+    files = {str(p.relative_to(repo)): p.stat().st_size for p in (*repo.glob("*"), *repo.glob("*/*"))
+             if p.is_file() and not p.is_symlink()}
+    spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
+    load = _checked_rows(lambda: _load(where, lambda: datasets.load_dataset(str(repo), name)), where, spec,
+                         file_spec=True, whole=True, config=name)
+    return TaskData(ref, "folder", where, spec, load_rows=load)
+
+
+def _open_hub(ref: TaskRef) -> TaskData:
+    repo_id, revision = str(ref.task), ref.revision
+    files = hub_files(repo_id, revision)
+    name = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), ref.config)
+    where = f"Hub dataset repo {repo_id} (config {name}" + (f", revision {revision})" if revision else ")")
+    spec = _check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
+    load = _checked_rows(lambda: hub_call(repo_id, name, lambda: _load(
+        where, lambda: datasets.load_dataset(repo_id, name, revision=revision)), revision),
+        where, spec, file_spec=True, whole=True, config=name)
+    return TaskData(ref, "hub", where, spec, load_rows=load)
+
+
+def _open_loaded(ref: TaskRef) -> TaskData:
+    task = ref.task
+    if (ref.config, ref.revision) != (None, None):
+        raise InputFormatError(f"config={ref.config!r}, revision={ref.revision!r}: a loaded {type(task).__name__} is "
+                               "one config at one revision already", "drop config=/revision=, or pass the repo id or folder")
+    if isinstance(task, PreparedTask):
+        where = f"prepared task {task.task_id}"
+        dd, spec, whole = task.dataset, task.spec, True
+    else:
+        where, dd, whole = "dataset", _as_dataset_dict(task), False
+        spec = dataset_spec(dd, where)
+    art = None if ref.artifact is None else _build_of(spec, where, ref.artifact)
+    return TaskData(ref, "dataset", where, spec, artifact=art,
+                    load_rows=_checked_rows(lambda: dd, where, spec, file_spec=False, whole=whole, config=None))
+
+
+def _build_of(spec: ShiftSpec, where: str, artifact: "str | os.PathLike | Artifact") -> Artifact:
+    """The artifact a loaded dataset says it was prepared from; another build is refused (its meta-graph
+    would describe other subsets)."""
+    art = Artifact.load(artifact)
+    if spec.artifact_hash and spec.artifact_hash != art.content_hash:
+        raise InputFormatError(f"{where} was prepared from artifact {spec.artifact_hash[:12]}, not from {art.root} "
+                               f"({art.content_hash[:12]})", "pass the artifact the task was prepared from, or drop it")
+    return art
+
+
+def open_task(task: "TaskRef | Any") -> TaskData:
+    """Resolve a task request (a :class:`TaskRef`, or a bare task: see the module docstring) into a
+    :class:`TaskData`; the one resolver every command and library function calls."""
+    if isinstance(task, TaskData):
+        return task
+    ref = task_ref(task)
+    if isinstance(ref.task, (datasets.IterableDataset, datasets.IterableDatasetDict)):
+        raise InputFormatError("a streamed (iterable) dataset has no row order to score against",
+                               "load it without streaming=True, or pass the repo id and let metashift-hf load it")
+    opener = {"artifact": _open_artifact, "folder": _open_folder, "hub": _open_hub, "dataset": _open_loaded}[ref.form]
+    data = opener(ref)
+    if data.form != "artifact":
+        # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
+        refuse_planning_options(data.spec, data.where, ref.seed, ref.options,
+                                ref.images if data.form in ("folder", "hub") else None)
+    return data
+
+
+def open_tasks(tasks: Sequence[str], *, artifact: "str | os.PathLike | Artifact | None" = None,
+               source: "str | os.PathLike | None" = None, images: "str | os.PathLike | ImageSource | None" = None,
+               seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
+    """Several task ids of one run, each resolved by :func:`open_task` before any work: planned on one
+    ``artifact`` (loaded once), or read from ``source``, an export folder or a Hub namespace (task T is
+    ``SOURCE/metashift-T``, its own rows and images)."""
+    if (artifact is None) == (source is None):
+        raise InputFormatError("give either an artifact (--artifact) or the exported tasks (--from EXPORT_FOLDER or "
+                               "a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+    if source is not None:
+        return {t: open_task(TaskRef(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed,
+                                     options=options or {})) for t in tasks}
+    art = Artifact.load(artifact)
+    return {t: open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {})) for t in tasks}
+
+
+def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.PathLike | Artifact | None" = None,
+               seed: int | None = None, revision: str | None = None, **options: Any) -> ShiftSpec:
+    """The shift spec of ``source``: anything :func:`open_task` takes (the spec only: no parquet row or image is
+    read), a ``ShiftSpec``, or a ``shift_spec.json`` file.
+
+        metashift_hf.shift_spec("paper-dg-cat-dog-1", artifact="ARTIFACT", scale=0.5)   # planned, no images
+        metashift_hf.shift_spec(prepared)                    # a PreparedTask (or a TaskPlan)
+        metashift_hf.shift_spec(load_dataset(...))           # a Dataset / DatasetDict, prepared or loaded
+        metashift_hf.shift_spec("out/metashift-paper-dg-cat-dog-1")             # an exported repo folder
+        metashift_hf.shift_spec("out/metashift", "paper-dg-cat-dog-1")          # ... naming the config
+        metashift_hf.shift_spec("out/metashift-class-cat/class-cat/shift_spec.json")  # the file itself
+        metashift_hf.shift_spec("user/metashift-paper-dg-cat-dog-1")            # a Hub dataset repo
+    """
+    if isinstance(source, ShiftSpec):
+        return source
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file() and artifact is None:
+        return read_spec_file(source)
+    if isinstance(source, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(source):
+        spec_of_dataset(source)  # names what is missing
+    return open_task(TaskRef(source, artifact=artifact, seed=seed, config=config, revision=revision,
+                             options=options)).spec
 
 
 @functools.lru_cache(maxsize=64)
@@ -457,6 +627,6 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
                                "drop --images")
 
 
-__all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
+__all__ = ["TaskRef", "TaskData", "TaskForm", "task_ref", "open_task", "open_tasks", "shift_spec", "DEFAULT_SEED", "spec_less_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
            "in_export_order", "check_rows", "dataset_spec",
            "refuse_planning_options"]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir
-from ..hub.task_source import open_task
+from ..hub.task_source import TaskRef, open_task
 from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, bug_entry, community_map, context_bugs, distance_to_largest
 from ..scoring.groups import group_table
 from ..scoring.per_group import from_group_table, write_per_group
@@ -82,16 +82,15 @@ class BugReport:
                 write_per_group(from_group_table(self.groups), tmp / "per_group.csv")
 
 
-def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions", task: Any,
-              artifact: "str | os.PathLike | None" = None, *, split: str = "test", min_n: int = 10,
-              alpha: float = 0.05, seed: int | None = None, **options: Any) -> BugReport:
+def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions", task: "TaskRef | Any", *,
+              split: str = "test", min_n: int = 10, alpha: float = 0.05) -> BugReport:
     """Context bugs of one predictions table on one split of a task (see the module docstring).
 
     ``task``: anything :func:`metashift_hf.hub.task_source.open_task` takes (a dataset, an exported folder,
-    a Hub repo id, or a task id with ``artifact``). Distances to the largest community need the
+    a Hub repo id, or a :class:`~metashift_hf.hub.task_source.TaskRef` of a task id with its ``artifact``). Distances to the largest community need the
     artifact's meta-graph; from a dataset alone they are left empty.
     """
-    data = open_task(task, artifact=artifact, seed=seed, options=options)
+    data = open_task(task)
     art, tp = data.artifact, data.plan
     splits = sorted(set(r for r in tp.splits))
     if split not in splits:

@@ -31,15 +31,13 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders import paper_tasks as pt
-from metashift_hf.builders.artifact import Artifact
 
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
-from ..hub.shards import REPO_PREFIX
-from ..hub.task_source import TaskData, open_task
+from ..hub.task_source import TaskData, open_tasks
 from .algorithms import (
     METHODS,
     SAMPLING_TEXT,
@@ -427,12 +425,8 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
         for t in tasks:
             for a in arms:
                 check_train_out(folder / "runs" / t / a.folder, inputs=(artifact, images, source))
-        if source is not None:
-            data: dict[str, TaskData] = {t: open_task(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed,
-                                                      options=overrides) for t in tasks}
-        else:
-            art = Artifact.load(artifact)
-            data = {t: open_task(t, artifact=art, images=images, seed=seed, options=overrides) for t in tasks}
+        data: dict[str, TaskData] = open_tasks(tasks, artifact=artifact, source=source, images=images, seed=seed,
+                                               options=overrides)
         first = arms[0].config
         backbone = load_backbone(first.backbone, image_size=first.image_size if first.probe == "linear" else None,
                                  device=first.device)  # loaded once; features shared by every method and task
@@ -444,7 +438,7 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
             for a in arms:
                 logger.info(f"   training {a.folder} on {t} ...")
                 try:
-                    results[t, a.folder] = train(data[t], None, None, folder / "runs" / t / a.folder, a.config,
+                    results[t, a.folder] = train(data[t], folder / "runs" / t / a.folder, a.config,
                                                  cache_dir=cache_dir, progress=progress, backbone=backbone, resume=resume)
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
                     raise OutputExistsError(exc.what, f"run the same command again once the other comparison into {folder} "

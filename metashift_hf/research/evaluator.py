@@ -21,7 +21,6 @@ so an ``eval`` equals ``score`` on the same predictions.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence, get_args
 
@@ -31,8 +30,7 @@ import numpy as np
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
-from ..hub.api import PreparedTask
-from ..hub.task_source import TaskData, open_task, task_dataset
+from ..hub.task_source import TaskData, TaskRef, open_task
 from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
 from .score import Scores, score_plan
 
@@ -77,15 +75,14 @@ def _to_numpy(values: Any, what: str) -> np.ndarray:
 class Evaluator:
     """Score arrays of predictions on one task, split by split (see the module docstring).
 
-    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id (with
-    ``config``/``revision``), or a task id with ``artifact=`` (plus ``seed`` and size options).
+    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
+    :class:`~metashift_hf.hub.task_source.TaskRef` (a task id with its ``artifact``, ``seed`` and options; a
+    repo's ``config``/``revision``).
     """
 
-    def __init__(self, task: Any, *, config: str | None = None, revision: str | None = None,
-                 artifact: "str | os.PathLike | None" = None, seed: int | None = None, **options: Any) -> None:
-        given = _given_keys(task, config, revision)
-        self.task: TaskData = open_task(task, artifact=artifact, seed=seed, options=options, config=config,
-                                        revision=revision)
+    def __init__(self, task: "TaskRef | Any") -> None:
+        self.task: TaskData = open_task(task)
+        given = _given_keys(self.task)
         self._rows = self.task.plan.splits if given is None else self._in_given_order(given)
 
     def _in_given_order(self, given: dict[str, list[RowKey]]) -> dict[str, list[Row]]:
@@ -232,19 +229,15 @@ class Evaluator:
                                f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}")
 
 
-def _given_keys(task: Any, config: str | None, revision: str | None) -> dict[str, list[RowKey]] | None:
+def _given_keys(task: TaskData) -> dict[str, list[RowKey]] | None:
     """Each split's (image_id, class index) in the row order of a loaded dataset (None for other forms,
-    read in export order); ``task_dataset`` has checked them against the spec (no repeated or foreign rows)."""
-    if not isinstance(task, (PreparedTask, datasets.Dataset, datasets.DatasetDict)):
+    read in export order); ``check_rows`` has checked them against the spec (no repeated or foreign rows)."""
+    if task.form != "dataset":
         return None
-    dd, where, _ = task_dataset(task, config=config, revision=revision)
-    if any(not {"image_id", "label"} <= set(ds.column_names) for ds in dd.values()) or not len(dd):
-        return None  # open_task names what is missing
     given: dict[str, list[RowKey]] = {}
-    for split, ds in dd.items():
+    for split, ds in task.dataset.items():
         cols = ds.select_columns(["image_id", "label"]).to_dict()
-        keys = [(str(i), y) for i, y in zip(cols["image_id"], cols["label"])]
-        given[split] = keys
+        given[split] = [(str(i), y) for i, y in zip(cols["image_id"], cols["label"])]
     return given
 
 

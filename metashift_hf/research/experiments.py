@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..builders import paper_tasks as pt
-from ..builders.artifact import Artifact
 from ..builders.spec import ShiftSpec
 from ..core import __version__
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from ..hub.shards import REPO_PREFIX
-from ..hub.task_source import TaskData, open_task
+from ..hub.task_source import TaskData, open_tasks
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
@@ -305,18 +303,12 @@ def experiment(name: str) -> Experiment:
 def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
                      images: "str | os.PathLike | None" = None, source: "str | os.PathLike | None" = None,
                      seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
-    """Every task of experiment ``name``, resolved before any training: planned on ``artifact``, or read
-    from ``source``, a folder written by ``export`` or a Hub namespace (task T is ``SOURCE/metashift-T``)."""
+    """Every task of experiment ``name``, resolved before any training (:func:`open_tasks`)."""
     exp = experiment(name)
-    if (artifact is None) == (source is None):
-        raise InputFormatError(f"experiment {name}: give either an artifact (--artifact) or the exported tasks "
-                               "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
-    tasks = exp.tasks
-    if source is not None:
-        return {t: open_task(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed, options=overrides)
-                for t in tasks}
-    art = Artifact.load(artifact)
-    return {t: open_task(t, artifact=art, images=images, seed=seed, options=overrides) for t in tasks}
+    try:
+        return open_tasks(exp.tasks, artifact=artifact, source=source, images=images, seed=seed, options=overrides)
+    except InputFormatError as exc:
+        raise InputFormatError(f"experiment {name}: {exc.what}", exc.fix) from None
 
 
 def _earlier_experiment(out: "str | os.PathLike") -> str | None:
@@ -353,7 +345,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     results: dict[str, TrainResult] = {}
     for t in exp.tasks:
         logger.info(f"   training {t} ...")
-        results[t] = train(data[t], None, None, None, cfg, cache_dir=cache_dir, progress=progress,
+        results[t] = train(data[t], None, cfg, cache_dir=cache_dir, progress=progress,
                            merge_from=Path(out) / "runs" / t if merging else None,
                            backbone=backbone if cfg.probe == "linear" else None)
     rows = tuple(exp.row(results[t], plans[t].spec) for t in exp.tasks)

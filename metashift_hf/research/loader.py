@@ -69,14 +69,13 @@ class EpochBatches:
 
 
 def loader(ds: Any, split: str = "train", *, batch_size: int = 32, sampling: str = "shuffle", seed: int = 0,
-           transform: "Preprocessing | Callable[[bytes], Any] | None" = None, num_workers: int = 0,
-           **task: Any) -> Any:
+           transform: "Preprocessing | Callable[[bytes], Any] | None" = None, num_workers: int = 0) -> Any:
     """A ``torch.utils.data.DataLoader`` over ``split`` of ``ds`` yielding (images, labels, group ids).
 
     ``sampling``: ``shuffle``, ``group-balanced`` (equal rows per group in every batch) or
     ``domain-balanced`` (equal rows per context), as ``train --sampling``. ``transform``: image bytes ->
-    (3, H, W) array (default: ImageNet's resize 256 / crop 224). ``task``: what :class:`Evaluator` takes
-    besides the task (``artifact=``, ``config=``, ``revision=``, ``seed``-free size options).
+    (3, H, W) array (default: ImageNet's resize 256 / crop 224). ``ds``: anything :class:`Evaluator` takes
+    (a :class:`~metashift_hf.hub.task_source.TaskRef` for a task id on an artifact or a repo's config).
     """
     if sampling not in SAMPLINGS:
         raise UnknownNameError(f"unknown sampling {sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
@@ -87,7 +86,7 @@ def loader(ds: Any, split: str = "train", *, batch_size: int = 32, sampling: str
         raise UnknownNameError(f"transform {transform!r} is not callable",
                                "pass a Preprocessing or a function image bytes -> (3, H, W) array")
     torch = require_torch()
-    ev = Evaluator(ds, **task)
+    ev = Evaluator(ds)
     groups = ev.grouping("group", split)
     data = TaskImages(ev.image_ids(split), ev.labels(split), groups.ids, list(groups.names.names), ev.classes,
                       ev.task.images(), transform or IMAGENET_PREPROCESSING)

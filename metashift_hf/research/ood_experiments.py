@@ -36,6 +36,7 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
 from ..hub.api import plan
+from ..hub.task_source import TaskRef
 from . import clusters as cl
 from . import conflicts as cf
 from .features import image_features, load_backbone
@@ -162,7 +163,7 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
     rows = []
     for m in specs:
         for tid, tp in plans.items():
-            res = train(tp, art, images, None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
+            res = train(TaskRef(tp, artifact=art, images=images), None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
                         progress=False)
             a = res.aggregate()
             lev = tp.spec.level
@@ -362,7 +363,7 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         member = [1 if i in d_sets[kk] else 0 for _, i in all_ids]
         mi_d = cl.mutual_information(member, [tags[key] for key in all_ids])
         tp = _cluster_plan(kk, classes, clusterings, tags, seed, comms)
-        res = train(tp, art, images, None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
+        res = train(TaskRef(tp, artifact=art, images=images), None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
                     progress=False)
         a = res.aggregate()
         test_groups = [g for g in a["per_group"] if g["split"] == "test" and g["mean"] is not None]

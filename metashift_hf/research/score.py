@@ -27,7 +27,7 @@ from ..core import __version__
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import atomic_dir
 from ..core.names import markdown_safe, parse_subset_name, terminal_safe
-from ..hub.task_source import open_task
+from ..hub.task_source import TaskRef, open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
@@ -257,19 +257,18 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = ECE
     return float(ece)
 
 
-def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions", task: Any,
-          artifact: "str | os.PathLike | None" = None, *, seed: int | None = None, splits: Sequence[str] | None = None,
-          config: str | None = None, revision: str | None = None, **overrides: Any) -> Scores:
+def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions", task: "TaskRef | Any",
+          *, splits: Sequence[str] | None = None) -> Scores:
     """Score predictions on a task's splits (every split by default; ``splits`` restricts them).
 
-    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id
-    (``config``/``revision`` pick one), or a task id planned on ``artifact`` (with ``seed`` and size
-    ``overrides``); see :func:`metashift_hf.hub.task_source.open_task`. ``predictions``: a .csv/.parquet
+    ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
+    :class:`~metashift_hf.hub.task_source.TaskRef` (a task id planned on its ``artifact`` with ``seed`` and
+    ``options``; a repo's ``config``/``revision``); see :func:`metashift_hf.hub.task_source.open_task`. ``predictions``: a .csv/.parquet
     path, a DataFrame or a dict of columns (``image_id`` plus ``prediction`` or ``prob_<class>``).
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).
     """
-    tp = open_task(task, artifact=artifact, seed=seed, options=overrides, config=config, revision=revision).plan
+    tp = open_task(task).plan
     return score_plan(predictions, tp, splits=splits)
 
 

@@ -42,7 +42,7 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..core.paths import cache_root
-from ..hub.task_source import open_task
+from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
 from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
@@ -500,16 +500,15 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
-def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str | os.PathLike | None" = None,
-          out: "str | os.PathLike | None" = None, config: TrainConfig = TrainConfig(), *, seed: int | None = None,
+def train(task: "TaskRef | Any", out: "str | os.PathLike | None" = None, config: TrainConfig = TrainConfig(), *,
           cache_dir: "str | os.PathLike | None" = None, progress: bool = True, backbone: Backbone | None = None,
-          force: bool = False, resume: bool = False, merge_from: "str | os.PathLike | None" = None,
-          **overrides: Any) -> TrainResult:
+          force: bool = False, resume: bool = False, merge_from: "str | os.PathLike | None" = None) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.hub.task_source.open_task` result, or a task id planned on ``artifact`` (then
-    ``images``, ``seed`` and size ``overrides`` apply; a dataset brings its own images and spec).
+    :func:`metashift_hf.hub.task_source.open_task` result, or a :class:`~metashift_hf.hub.task_source.TaskRef`
+    of a task id planned on its ``artifact`` (with its ``images``, ``seed`` and ``options``; a dataset brings
+    its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
     :func:`metashift_hf.research.features.load_backbone` (reused across tasks). ``out`` must be new, empty, an
     earlier run of the same task and config (its seeds are kept and the new ones merged in) or, with
@@ -522,12 +521,15 @@ def train(task: Any, artifact: "str | os.PathLike | None" = None, images: "str |
     earlier_card = earlier_run(earlier_dir) if earlier_dir is not None else None
     merging = earlier_card is not None
     if out is not None:  # before any training: a refused --out costs nothing
-        check_train_out(out, force=force, inputs=[artifact, images, task if isinstance(task, str) else None])
+        ref = task.ref if isinstance(task, TaskData) else task_ref(task)
+        inputs = [ref.artifact, ref.images, ref.task]
+        check_train_out(out, force=force, inputs=[i for i in inputs if isinstance(i, (str, os.PathLike))])
     cfg = config.resolved()
     t0 = time.perf_counter()
-    source = open_task(task, artifact=artifact, images=images, seed=seed, options=overrides)
+    source = open_task(task)
     tp = source.plan
-    if source.dataset is not None:  # the parquet's own bytes; an artifact's images are opened only when needed
+    images = source.images_path
+    if source.form != "artifact":  # the parquet's own bytes; an artifact's images are opened only when needed
         images = source.images()
     data = _task_data(tp)
     if cfg.select == "oracle" and "test" not in data.ids:
