@@ -1,7 +1,8 @@
 """Evaluate ImageNet-1k classifiers on MetaShift tasks: per class, per context subset, with uncertainty.
 
+    from metashift_hf import TaskRef
     from metashift_hf.evaluate import EvalConfig, evaluate
-    report = evaluate("efficientnet-lite0", "imagenet-5", artifact="ARTIFACT", images="images.zip", out="eval",
+    report = evaluate("efficientnet-lite0", TaskRef("imagenet-5", artifact="ARTIFACT", images="images.zip"), out="eval",
                       settings=EvalConfig(mode="restricted"))
     print(report.summary())
 """

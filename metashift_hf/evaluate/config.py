@@ -1,7 +1,8 @@
 """``EvalConfig``: how one evaluation (or a zoo of them) runs, as ``TrainConfig`` is for training.
 
+    from metashift_hf import TaskRef
     from metashift_hf.evaluate import EvalConfig, evaluate
-    evaluate("efficientnet-lite0", "imagenet-5", "ARTIFACT", "images.zip", "eval",
+    evaluate("efficientnet-lite0", TaskRef("imagenet-5", artifact="ARTIFACT", images="images.zip"), "eval",
              settings=EvalConfig(mode="restricted", sample=200, progress=False))
 
 The settings are checked once, when the config is made (typed, finite, in range), so a bad number

@@ -1,8 +1,8 @@
 """A task is a dataset: one resolver for every form a task comes in.
 
-    open_task("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")   # planned from a build
+    open_task(TaskRef("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip"))   # planned from a build
     open_task("out/metashift-paper-dg-cat-dog-1")                                # an exported repo folder
-    open_task("NS/metashift-paper-dg-cat-dog-1", revision="main")                 # a Hub dataset repo
+    open_task("NS/metashift-paper-dg-cat-dog-1")                                  # a Hub dataset repo
     open_task(load_dataset("NS/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1"))   # a loaded dataset
     open_task(TaskRef("NS/metashift", config="paper-dg-cat-dog-1", revision="v1"))     # any of them, with options
 

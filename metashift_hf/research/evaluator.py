@@ -3,7 +3,7 @@
     from datasets import load_dataset
     import metashift_hf
     ds = load_dataset("NS/metashift-paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p12")
-    ev = metashift_hf.Evaluator(ds)                   # or a repo id, an exported folder, a task id + artifact=
+    ev = metashift_hf.Evaluator(ds)                   # or a repo id, an exported folder, a TaskRef
     result = ev.eval(y_prob, split="test")            # numpy or torch; rows in ds["test"]'s order
     both = ev.eval({"validation": y_val, "test": y_test})   # ID vs OOD in one Scores
     print(result)                                     # headline, worst group, worst class, ID/OOD

@@ -1,7 +1,8 @@
 """Score any model's predictions on a task: per split, per group, worst group, with uncertainty.
 
     import metashift_hf
-    scores = metashift_hf.score("preds.csv", "paper-subpop-cat-dog-p12", artifact="ARTIFACT")
+    scores = metashift_hf.score("preds.csv", "NS/metashift-paper-subpop-cat-dog-p12")   # or a folder, a dataset
+    scores = metashift_hf.score("preds.csv", metashift_hf.TaskRef("paper-subpop-cat-dog-p12", artifact="ARTIFACT"))
     print(scores.summary()); scores.to_dict()["worst_group"]
 
 Predictions are read by :class:`metashift_hf.scoring.predictions.TaskPredictions` (a file, a DataFrame or

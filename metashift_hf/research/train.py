@@ -1,9 +1,10 @@
 """Baselines on a task: ERM, reweighting, GroupDRO, IRM, CORAL, Mixup, JTT, DFR (metashift_hf.research.algorithms)
 on EfficientNet-Lite0 features or fine-tuned, several seeds.
 
+    from metashift_hf import TaskRef
     from metashift_hf.research.train import TrainConfig, train
-    result = train("paper-subpop-cat-dog-p12", "ARTIFACT", "images/", "runs/p12",
-                   TrainConfig(method="erm", probe="linear", seeds=3), scale=0.5)
+    task = TaskRef("paper-subpop-cat-dog-p12", artifact="ARTIFACT", images="images/", options={"scale": 0.5})
+    result = train(task, "runs/p12", TrainConfig(method="erm", probe="linear", seeds=3))
     print(result.summary())
 
 ``probe="linear"`` trains a linear head on frozen, cached backbone features (metashift_hf.research.features);
