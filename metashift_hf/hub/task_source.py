@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
+from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
 from ..builders.metashift import carries_spec, spec_of_features
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
@@ -72,6 +73,7 @@ class TaskData:
     images_path: "str | os.PathLike | ImageSource | None" = None
     repo_id: str | None = None  # a Hub repo's id and the revision asked for (form "hub")
     revision: str | None = None
+    meta_graph: MetaGraphFacts | None = None  # a folder's or repo's meta_graph.parquet (read_meta_graph)
 
     def origin(self) -> dict[str, Any]:
         """Where the task came from, for reports and run cards: form, place and the task options used; for a
@@ -426,8 +428,39 @@ def open_task(task: Any, *, artifact: "str | os.PathLike | Artifact | None" = No
     spec = task.spec if isinstance(task, PreparedTask) else dataset_spec(dd, where)
     # a loaded object may come with the images it was prepared from; a folder or repo id never needs them
     refuse_planning_options(spec, where, seed, options, images if form in ("folder", "hub") else None)
-    return TaskData(in_export_order(plan_of_dataset(dd, spec, where)), form, where, dataset=dd,
+    tp = in_export_order(plan_of_dataset(dd, spec, where))
+    return TaskData(tp, form, where, dataset=dd, meta_graph=read_meta_graph(task, tp.classes, _plan_rows(tp), config, revision),
                     **({"repo_id": str(task), "revision": revision} if form == "hub" else {}))
+
+
+def _plan_rows(tp: TaskPlan) -> list[tuple[str, tuple[str, ...]]]:
+    return [(r.label, r.contexts) for rows in tp.splits.values() for r in rows]
+
+
+def read_meta_graph(source: Any, classes: Sequence[str], rows, config: str | None = None,
+                    revision: str | None = None) -> MetaGraphFacts | None:
+    """The meta-graph facts an exported folder or Hub repo carries beside its shards (``<config>/meta_graph.parquet``,
+    builders.meta_graph_facts), checked against the task's ``classes`` and ``rows`` ((class, contexts) each); None
+    for another form or an export made before the file existed."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        repo, name = _repo_folder(Path(source), config)
+        path = repo / name / FACTS_FILE
+        where = f"{name}/{FACTS_FILE} of exported folder {repo}"
+        return MetaGraphFacts.read(path, where, classes, rows) if os.path.lexists(path) else None
+    if not (isinstance(source, str) and looks_like_repo_id(source)):
+        return None
+    from huggingface_hub import hf_hub_download  # heavy optional import, as specs.hub_files
+
+    files = hub_files(source, revision)
+    path = f"{pick_config(f'Hub dataset repo {source}', configs_of(files), config)}/{FACTS_FILE}"
+    where = f"{path} of Hub dataset repo {source}"
+    if path not in files:
+        return None
+    if (files[path] or 0) > FACTS_MAX_BYTES:
+        raise InputFormatError(f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
+                               "download the repo again (another --revision) or export the task again")
+    local = hub_call(source, None, lambda: hf_hub_download(source, path, repo_type="dataset", revision=revision), revision)
+    return MetaGraphFacts.read(local, where, classes, rows)
 
 
 @functools.lru_cache(maxsize=64)
@@ -459,4 +492,4 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
 
 __all__ = ["TaskData", "TaskForm", "open_task", "task_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
            "in_export_order", "check_rows", "dataset_spec",
-           "refuse_planning_options"]
+           "refuse_planning_options", "read_meta_graph"]
