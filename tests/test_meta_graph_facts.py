@@ -20,6 +20,7 @@ from metashift_hf.hub import api
 from metashift_hf.hub.export import export_tasks
 from metashift_hf.hub.shards import repo_files
 from metashift_hf.hub.task_source import open_task
+from metashift_hf.research.bugs import find_bugs
 
 
 TASK = "shift-conditional-cat-dog-delta30"
@@ -138,3 +139,14 @@ def test_an_oversized_or_linked_facts_file_is_refused_unread(exported, tmp_path)
     path.symlink_to(repo / TASK / FACTS_FILE)
     with pytest.raises(InputFormatError, match="cannot read"):
         open_task(copy)
+
+
+def test_an_export_without_facts_reads_with_empty_columns(exported, tmp_path):
+    """An export made before the file existed still reads; its communities come from the rows, distances empty."""
+    art, repo, preds = exported
+    copy = _tamper(repo, tmp_path, lambda t: t)
+    (copy / TASK / FACTS_FILE).unlink()
+    assert open_task(copy).meta_graph is None
+    report = find_bugs(preds, str(copy), min_n=5)
+    assert report.tested["distance_to_largest_community"].isna().all()
+    assert find_bugs(preds, str(repo), min_n=5).tested["distance_to_largest_community"].notna().any()

@@ -460,7 +460,8 @@ def read_meta_graph(source: Any, classes: Sequence[str], rows, config: str | Non
         raise InputFormatError(f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
                                "download the repo again (another --revision) or export the task again")
     local = hub_call(source, None, lambda: hf_hub_download(source, path, repo_type="dataset", revision=revision), revision)
-    return MetaGraphFacts.read(local, where, classes, rows)
+    # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
+    return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)
 
 
 @functools.lru_cache(maxsize=64)
