@@ -19,6 +19,7 @@ from typing import Any
 
 from metashift_hf.builders.artifact import ArtifactStats
 from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
+from metashift_hf.builders.meta_graph_facts import EDGE_SUBSETS_MAX
 from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.cards.pictures import TaskPictures
 from metashift_hf.core import __version__
@@ -529,6 +530,7 @@ def render_task_section(info: CardTask, heading: str | None = None) -> str:
     return _render(
         "task_section.md",
         task_id=info.task_id,
+        repo_id=info.repo_id, edge_subsets_max=EDGE_SUBSETS_MAX,  # the Meta-graph facts section
         heading=heading or f"## Task `{info.task_id}`",
         summary=summary(spec) + multi_label_note(info),
         fields_table="\n".join(f"| `{n}` | {t} | {field_meaning(n, info.build.get('artifact_source'))} |"

@@ -97,6 +97,10 @@ def test_body_has_every_section(exported):
     assert "![meta-graph of cat](images/cat.png)" in text and "images/dog.png" not in text
     assert (repos[0].path / "images" / "cat.png").read_bytes() == (art.root / "plots" / "cat.png").read_bytes()
     assert "$" not in re.sub(r"```.*?```", "", text, flags=re.S)  # no unfilled placeholder
+    # the task's meta-graph facts (issue 26.4): linked, and loaded on their own by the card's line
+    facts = "paper-dg-cat-dog-1/meta_graph.parquet"
+    assert "### Meta-graph facts" in text and f"[`{facts}`]({facts})" in text and (repos[0].path / facts).is_file()
+    assert f'load_dataset("metashift-org/metashift-paper-dg-cat-dog-1", data_files="{facts}", split="train")' in text
 
 
 def test_card_formats_the_distances_it_is_given(exported):

@@ -41,7 +41,7 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     # the task's own pictures (cards.pictures) where matplotlib is installed; tests/test_cards.py checks them
     pictures = (("images/paper-dg-cat-dog-1-cat-groups.png", "images/paper-dg-cat-dog-1-dog-groups.png",
                  "images/paper-dg-cat-dog-1-examples.png") if importlib.util.find_spec("matplotlib") else ())
-    assert repo.files == ("README.md", *pictures, "paper-dg-cat-dog-1/shift_spec.json",
+    assert repo.files == ("README.md", *pictures, "paper-dg-cat-dog-1/meta_graph.parquet", "paper-dg-cat-dog-1/shift_spec.json",
                           "paper-dg-cat-dog-1/test-00000-of-00001.parquet", "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
     assert ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
     assert metashift_hf.shift_spec(repo.path) == task.spec

@@ -129,16 +129,14 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
     origins = json.loads((o / "experiment" / "results.json").read_text())["run"]["task_origins"]
     assert origins[p12]["repo_id"] == repo and re.fullmatch(r"[0-9a-f]{40}", origins[p12]["sha"] or "")
     assert json.loads((o / "train" / "run_card.json").read_text())["task_origin"]["sha"] == origins[p12]["sha"]
-    for name in ("score/per_group.csv", "train/seed-0/predictions.csv", "train/scores.json"):
+    # every column, a context subset's community and meta-graph distance included: the folder and the repo carry
+    # the task's meta-graph facts (<config>/meta_graph.parquet, issue 26.4)
+    for name in ("score/per_group.csv", "bugs/per_group.csv", "eval/per_group.csv", "train/seed-0/predictions.csv",
+                 "train/scores.json"):
         texts = {form: (tmp_path / form / name).read_text() for form in ("artifact", "folder", "hub")}
         assert texts["artifact"] == texts["folder"] == texts["hub"], name
-    # a context subset's community and meta-graph distance need the artifact: the rest is the same
-    meta = ["community", "distance_to_largest_community"]
-    evals = {}
-    for form in ("artifact", "folder", "hub"):
-        groups = pd.read_csv(tmp_path / form / "eval" / "per_group.csv")
-        evals[form] = groups[groups["level"] != "community"].drop(columns=meta, errors="ignore").reset_index(drop=True)
-    assert evals["artifact"].equals(evals["folder"]) and evals["folder"].equals(evals["hub"])
+    groups = pd.read_csv(tmp_path / "hub" / "eval" / "per_group.csv")
+    assert groups.loc[groups["level"] == "context", "community"].notna().all()
     bugs = {form: json.loads((tmp_path / form / "bugs" / "bugs.json").read_text()) for form in ("artifact", "folder", "hub")}
     for form, report in bugs.items():
         assert report["n_tests"] == bugs["artifact"]["n_tests"] and report["n_bugs"] == bugs["artifact"]["n_bugs"], form

@@ -137,6 +137,7 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
         pictures = ([f"images/{CONFIGS[0]}-{c}-groups.png" for c in ("cat", "dog")] + [f"images/{CONFIGS[0]}-examples.png"]
                     if importlib.util.find_spec("matplotlib") else [])  # the task card's pictures (cards.pictures)
         assert sorted(head.files) == sorted([".gitattributes", "README.md", f"{CONFIGS[0]}/shift_spec.json",
+                                             f"{CONFIGS[0]}/meta_graph.parquet",  # the task's meta-graph facts
                                              f"{CONFIGS[0]}/test-00000-of-00001.parquet",
                                              f"{CONFIGS[0]}/train-00000-of-00001.parquet", *pictures])
         assert all(e.lfs_oid for p, e in head.files.items() if p.endswith(".parquet"))
@@ -298,7 +299,7 @@ def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
         head = state.repos[("dataset", f"{NS}/metashift-{task}")].head
         readme = head.files["README.md"].content.decode()
         assert f'ds = load_dataset("{NS}/metashift-{task}", "{task}")' in readme
-        assert {"images/cat.png", "images/dog.png", f"{task}/shift_spec.json"} <= set(head.files)
+        assert {"images/cat.png", "images/dog.png", f"{task}/shift_spec.json", f"{task}/meta_graph.parquet"} <= set(head.files)
         index = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
         assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in index
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{task}", task))

@@ -12,6 +12,7 @@ import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import cell_bytes
+from metashift_hf.builders.meta_graph_facts import DISTANCE_RULE
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.splits import chosen_splits, split_roles
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
@@ -22,7 +23,7 @@ from ..core.fsutil import check_out
 from ..hub import api
 from ..hub.task_source import TaskData, TaskRef, dataset_classes, open_task, spec_less_dataset, task_ref
 from ..models import runtime_card
-from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, community_map, context_bugs, distance_to_largest
+from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, context_bugs, meta_graph_facts
 from ..scoring.groups import group_table, id_vs_ood, worst_subsets
 from .config import EvalConfig
 from .coverage import head_coverage
@@ -240,6 +241,7 @@ def evaluate(
     loaded = load_scorer(model, cfg.device, cfg.dtype)
     data, task_id, spec, table, classes, read = _task_rows(task, not isinstance(loaded, PrecomputedPredictions),
                                                            cfg.on_missing)
+    facts = None if data is None else data.meta_graph  # a folder's or repo's, checked against its rows
     scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
     if sample is not None:
@@ -260,15 +262,15 @@ def evaluate(
         preds = predict(loaded, ids, read, batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
 
     scored = score_images(table, preds, coverage, mode, classes)
-    comm_map = community_map(art)
-    groups = group_table(scored, classes, comm_map)
+    facts = meta_graph_facts(art, facts, scored)
+    groups = group_table(scored, classes, facts.community_map() if facts is not None else None)
     tested = context_bugs(scored, groups, min_subset_size, alpha)
     for col in BUG_COLUMNS:
         groups.loc[tested.index, col] = tested[col]
     bug_rows = tested[tested["bug"]].sort_values(["q_value", "subset"], kind="stable")
-    if comm_map is not None:
+    if facts is not None:
         for i in bug_rows.index:
-            groups.loc[i, "distance_to_largest_community"] = distance_to_largest(art, groups.at[i, "class"], groups.at[i, "subset"], comm_map)
+            groups.loc[i, "distance_to_largest_community"] = facts.distance_to_largest(groups.at[i, "subset"])
     bug_rows = groups.loc[bug_rows.index]
 
     worst = worst_subsets(groups, min_subset_size)
@@ -293,7 +295,7 @@ def evaluate(
         "worst_subset": ({"subset": worst.iloc[0]["subset"], **_summary(worst.iloc[0])} if len(worst) else None),
         "id_vs_ood": _gap_metrics(groups, classes, roles),
         "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size,
-                     "distance": "artifact group distance, rule 'paper', from the subset to the other subsets of its class's community 0"},
+                     "distance": DISTANCE_RULE},
         "context_bugs": _bug_list(bug_rows),
     }
     if out is None:

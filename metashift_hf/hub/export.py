@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..builders.artifact import Artifact
+from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
 from ..builders.metashift import features_with_spec
 from ..builders.spec import ShiftSpec
 from ..cards import pictures
@@ -144,6 +145,7 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                 cards.copy_plots(info, art, tmp)
                 info.pictures = pictures.draw_task_pictures(p, art, tmp)
                 write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
+                write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
                 card = cards.render_task_card(info, [cfg])
                 with atomic_file(tmp / "README.md", "w") as f:
                     f.write(card)
@@ -166,6 +168,7 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                 cards.copy_plots(info, art, tmp)
                 info.pictures = pictures.draw_task_pictures(p, art, tmp)
                 write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
+                write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
                 cfgs.append(cfg)
                 infos.append(info)
             with atomic_file(tmp / "README.md", "w") as f:
@@ -188,6 +191,21 @@ def _spec_features(prepared):
 def write_spec(path: Path, spec: ShiftSpec) -> None:
     with atomic_file(path, "w") as f:
         f.write(spec.to_json())
+
+
+def write_meta_graph(path: Path, prepared, art: Artifact) -> None:
+    """The task's meta-graph facts beside its shards (builders.meta_graph_facts): what ``evaluate`` and ``bugs``
+    read for a context subset's community and distance when there is no artifact."""
+    rows = []
+    for ds in prepared.dataset.values():
+        if "contexts" not in ds.column_names:
+            continue
+        names = ds.features["label"].names
+        cols = ds.select_columns(["label", "contexts"]).to_dict()
+        rows += [(names[y], cs) for y, cs in zip(cols["label"], cols["contexts"])]
+    facts = MetaGraphFacts.of_artifact(art, rows)
+    with atomic_file(path, "wb") as f:
+        facts.write(f)
 
 
 def read_note(repo_dir: Path) -> str:

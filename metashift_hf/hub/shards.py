@@ -19,6 +19,7 @@ from datasets.table import embed_table_storage
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from ..builders.meta_graph_facts import FACTS_FILE
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError
 
@@ -40,6 +41,8 @@ MAX_SHARD_BYTES = 500 * 1024 * 1024  # same bound as datasets' push_to_hub defau
 
 INDEX_REPO = "metashift"
 SPEC_FILE = "shift_spec.json"  # the task's shift spec, machine-readable, beside the shards
+# <config>/FACTS_FILE (builders.meta_graph_facts), the task's meta-graph facts, also sits beside the shards: no
+# split's data_files pattern (<config>/<split>-*) matches it, so it is never read as rows of the task's config.
 REPO_PREFIX = "metashift-"
 LAYOUTS = ("repo-per-task", "one-repo")
 
@@ -288,7 +291,8 @@ def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
 # Every path a repo folder may publish (see export's layout); anything else is never uploaded.
 _LAYOUT_FILE_RE = re.compile(
     r"README\.md|images/[^/.][^/]*\.png"
-    r"|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/(?:\w+(?:\.\w+)*-\d{5}-of-\d{5}\.parquet|" + re.escape(SPEC_FILE) + ")")
+    r"|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/(?:\w+(?:\.\w+)*-\d{5}-of-\d{5}\.parquet|" + re.escape(SPEC_FILE)
+    + "|" + re.escape(FACTS_FILE) + ")")
 
 
 def repo_files(repo_dir: Path) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
+from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
 from ..builders.metashift import carries_spec, spec_of_dataset, spec_of_features
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
@@ -148,6 +149,8 @@ class TaskData:
     artifact: Artifact | None = None
     planned: TaskPlan | None = None  # form "artifact": the plan (no images read)
     load_rows: "Callable[[], datasets.DatasetDict] | None" = field(default=None, repr=False)
+    # a folder's or repo's <config>/meta_graph.parquet, read and checked against (classes, rows) when asked for
+    load_facts: "Callable[[Sequence[str], list], MetaGraphFacts | None] | None" = field(default=None, repr=False)
 
     @functools.cached_property
     def dataset(self) -> "datasets.DatasetDict | None":
@@ -160,6 +163,16 @@ class TaskData:
         if self.planned is not None:
             return self.planned
         return in_export_order(plan_of_dataset(self.dataset, self.spec, self.where))
+
+    @functools.cached_property
+    def meta_graph(self) -> MetaGraphFacts | None:
+        """The meta-graph facts of a folder or Hub repo (builders.meta_graph_facts: each context subset's community
+        and distance to the largest community), checked against the task's classes and rows; None for other
+        forms (an artifact has the meta-graph itself) or an export made before the file existed."""
+        if self.load_facts is None:
+            return None
+        rows = [(r.label, r.contexts) for split_rows in self.plan.splits.values() for r in split_rows]
+        return self.load_facts(self.classes, rows)
 
     @property
     def images_path(self) -> "str | os.PathLike | ImageSource | None":
@@ -502,7 +515,7 @@ def _open_folder(ref: TaskRef) -> TaskData:
     spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
     load = _checked_rows(lambda: _load(where, lambda: datasets.load_dataset(str(repo), name)), where, spec,
                          file_spec=True, whole=True, config=name)
-    return TaskData(ref, "folder", where, spec, load_rows=load)
+    return TaskData(ref, "folder", where, spec, load_rows=load, load_facts=_folder_facts(repo, name))
 
 
 def _open_hub(ref: TaskRef) -> TaskData:
@@ -514,7 +527,7 @@ def _open_hub(ref: TaskRef) -> TaskData:
     load = _checked_rows(lambda: hub_call(repo_id, name, lambda: _load(
         where, lambda: datasets.load_dataset(repo_id, name, revision=revision)), revision),
         where, spec, file_spec=True, whole=True, config=name)
-    return TaskData(ref, "hub", where, spec, load_rows=load)
+    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=_hub_facts(repo_id, files, name, revision))
 
 
 def _open_loaded(ref: TaskRef) -> TaskData:
@@ -598,6 +611,30 @@ def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.Pa
         spec_of_dataset(source)  # names what is missing
     return open_task(TaskRef(source, artifact=artifact, seed=seed, config=config, revision=revision,
                              options=options)).spec
+
+
+def _folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    path, where = repo / name / FACTS_FILE, f"{name}/{FACTS_FILE} of exported folder {repo}"
+    return lambda classes, rows: MetaGraphFacts.read(path, where, classes, rows) if os.path.lexists(path) else None
+
+
+def _hub_facts(repo_id: str, files: Mapping[str, "int | None"], name: str,
+               revision: str | None) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    from huggingface_hub import hf_hub_download  # heavy optional import, as specs.hub_files
+
+    path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
+
+    def read(classes: Sequence[str], rows: list) -> MetaGraphFacts | None:
+        if path not in files:
+            return None  # exported before the file existed
+        if (files[path] or 0) > FACTS_MAX_BYTES:
+            raise InputFormatError(f"{where} is {files[path]} bytes; a task's meta-graph facts are at most "
+                                   f"{FACTS_MAX_BYTES}", "download the repo again (another --revision) or export the task again")
+        local = hub_call(repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision),
+                         revision)
+        # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
+        return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)
+    return read
 
 
 @functools.lru_cache(maxsize=64)

@@ -20,7 +20,7 @@ import pandas as pd
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir
 from ..hub.task_source import TaskRef, open_task
-from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, bug_entry, community_map, context_bugs, distance_to_largest
+from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, bug_entry, context_bugs, meta_graph_facts
 from ..scoring.groups import group_table
 from ..scoring.per_group import from_group_table, write_per_group
 from ..scoring.predictions import TaskPredictions
@@ -87,8 +87,9 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions",
     """Context bugs of one predictions table on one split of a task (see the module docstring).
 
     ``task``: anything :func:`metashift_hf.hub.task_source.open_task` takes (a dataset, an exported folder,
-    a Hub repo id, or a :class:`~metashift_hf.hub.task_source.TaskRef` of a task id with its ``artifact``). Distances to the largest community need the
-    artifact's meta-graph; from a dataset alone they are left empty.
+    a Hub repo id, or a :class:`~metashift_hf.hub.task_source.TaskRef` of a task id with its ``artifact``).
+    Communities and distances to the largest community come from the artifact's meta-graph or from the
+    meta-graph facts an exported folder or Hub repo carries; from a loaded dataset alone they are left empty.
     """
     data = open_task(task)
     art, tp = data.artifact, data.plan
@@ -103,11 +104,11 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions",
     pos = {iid: i for i, iid in enumerate(preds.image_ids)}
     pred = preds.predicted[[pos[i] for i in scored["image_id"]]]
     scored["correct"] = np.array([tp.classes[p] for p in pred]) == scored["label"].to_numpy()
-    comm = community_map(art)
-    groups = group_table(scored, list(tp.classes), comm)
+    facts = meta_graph_facts(art, data.meta_graph, scored)  # an exported folder or repo carries them
+    groups = group_table(scored, list(tp.classes), facts.community_map() if facts is not None else None)
     tested = context_bugs(scored, groups, min_n, alpha)  # indexed as its rows of groups
-    tested["distance_to_largest_community"] = [distance_to_largest(art, c, s, comm) if ok else None
-                                               for c, s, ok in zip(tested["class"], tested["subset"], tested["bug"])]
+    tested["distance_to_largest_community"] = [facts.distance_to_largest(s) if ok and facts is not None else None
+                                               for s, ok in zip(tested["subset"], tested["bug"])]
     for col in (*BUG_COLUMNS, "distance_to_largest_community"):
         groups.loc[tested.index, col] = tested[col]
     return BugReport(tp.task_id, split, int(min_n), float(alpha), tested.reset_index(drop=True), preds.source, groups)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.meta_graph_facts import MetaGraphFacts
 
-from ..core.errors import MetashiftError
 from .stats import benjamini_hochberg, two_proportion_test
 
 
@@ -64,37 +64,14 @@ def context_bugs(
     return ctx
 
 
-def community_map(art: Artifact | None) -> dict[str, int] | None:
-    """Each kept subset's community in its class's meta-graph (None without an artifact)."""
+def meta_graph_facts(art: "Artifact | None", facts: MetaGraphFacts | None, scored: pd.DataFrame) -> MetaGraphFacts | None:
+    """The meta-graph facts of the scored rows' context subsets: ``facts`` when the task carries them (an exported
+    folder or Hub repo), else computed from the artifact; None with neither (the columns stay empty)."""
+    if facts is not None:
+        return facts
     if art is None:
         return None
-    t = art.subsets_table()
-    t = t[t["kept"]]
-    return {s: int(c) for s, c in zip(t["subset"], t["community"])}
-
-
-def distance_to_largest(art: Artifact | None, cls: str, subset: str, comm_map: Mapping[str, int]) -> float | None:
-    """Meta-graph distance from a subset to its class's largest community (community 0).
-
-    Rule 'paper' (Euclidean between the subset's stored spectral embedding and the size-weighted mean
-    embedding of the community's other subsets): it reads the class's own embedding, whereas the
-    'code' rule re-embeds a two-group graph, which is too small for a spectral embedding.
-    """
-    if art is None:
-        return None
-    largest = sorted(s for s, c in comm_map.items() if c == 0 and s.startswith(f"{cls}("))
-    if not largest or subset not in comm_map:
-        return None
-    others = [s for s in largest if s != subset]
-    if not others:  # the subset is the whole largest community
-        return 0.0
-    try:
-        d = art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper")
-    except MetashiftError:
-        return None
-    # one scale per column: a subset without a spectral embedding gets a resistance number (another
-    # scale) or 'disconnected'; both are reported as unknown here
-    return d.value if d.rule == "spectral" else None
+    return MetaGraphFacts.of_artifact(art, zip(scored["label"], scored["contexts"]))
 
 
 def bug_entry(r: "pd.Series | Mapping[str, Any]") -> dict[str, Any]:
@@ -109,4 +86,4 @@ def bug_entry(r: "pd.Series | Mapping[str, Any]") -> dict[str, Any]:
             "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float)}
 
 
-__all__ = ["BUG_TEST", "BUG_COLUMNS", "context_bugs", "community_map", "distance_to_largest", "bug_entry"]
+__all__ = ["BUG_TEST", "BUG_COLUMNS", "context_bugs", "meta_graph_facts", "bug_entry"]

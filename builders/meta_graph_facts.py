@@ -1,0 +1,229 @@
+"""A task's meta-graph facts: each context subset's community and its distance to its class's largest community.
+
+One object, :class:`MetaGraphFacts`, answers "community and distance of a subset" for every form a task comes
+in: computed from the artifact (:meth:`MetaGraphFacts.of_artifact`) when there is one, and read back from the
+``<config>/meta_graph.parquet`` an export writes beside the shards (:data:`FACTS_FILE`) when there is none, so
+``evaluate`` and ``bugs`` give the same per-group figures from an artifact, an exported folder or a Hub repo.
+
+The file holds one row per context subset that occurs in the task (every ``class(context)`` of every row's
+``contexts``), sorted by subset::
+
+    class: str, subset: str ("class(context)"), community: int64 (-1: not a kept subset of the artifact),
+    distance_to_largest_community: float64 | null, n_images: int64 (the subset's images in the artifact),
+    edges: list<struct<target: str, weight: float64>> | null  (its meta-graph edges to the other listed
+    subsets of its class; null for a class with more than EDGE_SUBSETS_MAX listed subsets)
+
+``datasets`` users read it with ``load_dataset(REPO, data_files="CONFIG/meta_graph.parquet")``.
+Builders compute, cards and the hub only write and read.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.core.fsutil import write_parquet
+
+from .artifact import Artifact
+
+
+FACTS_FILE = "meta_graph.parquet"
+# A task lists each of its context subsets once (GQA's largest collections: a few thousand); a file far
+# past these bounds is not ours and is refused before pyarrow parses it.
+FACTS_MAX_BYTES = 32 * 2**20
+FACTS_MAX_ROWS = 200_000
+EDGE_SUBSETS_MAX = 64  # edges are written for classes with at most this many listed subsets (<= 2,016 pairs)
+DISTANCE_RULE = ("artifact group distance, rule 'paper' (spectral embeddings only), from the subset to the other "
+                 "subsets of its class's community 0")
+
+EDGE_TYPE = pa.list_(pa.struct([("target", pa.string()), ("weight", pa.float64())]))
+FACTS_SCHEMA = pa.schema([("class", pa.string()), ("subset", pa.string()), ("community", pa.int64()),
+                          ("distance_to_largest_community", pa.float64()), ("n_images", pa.int64()),
+                          ("edges", EDGE_TYPE)])
+_FIX = ("export the task again with `metashift-hf export` (the file is written from the artifact), or download the "
+        "repo again (another --revision)")
+
+
+@dataclass(frozen=True)
+class SubsetFacts:
+    """One context subset of a task: its community in its class's meta-graph and its distance to the largest."""
+
+    cls: str
+    subset: str
+    community: int  # -1: not a kept subset of the artifact
+    distance_to_largest_community: float | None  # DISTANCE_RULE; None: not a spectral number
+    n_images: int
+    edges: tuple[tuple[str, float], ...] | None  # (other listed subset, overlap weight); None: class too large
+
+
+@dataclass(frozen=True)
+class MetaGraphFacts:
+    """The meta-graph facts of a task's context subsets, by subset name (see the module docstring)."""
+
+    subsets: Mapping[str, SubsetFacts]
+
+    def community_map(self) -> dict[str, int]:
+        """subset -> community, for the subsets kept in the artifact (what ``scoring.groups.group_table`` takes)."""
+        return {s: f.community for s, f in self.subsets.items() if f.community >= 0}
+
+    def distance_to_largest(self, subset: str) -> float | None:
+        """The subset's distance to its class's largest community (None: unknown, or not a task subset)."""
+        f = self.subsets.get(subset)
+        return None if f is None else f.distance_to_largest_community
+
+    # -- computed from the artifact -------------------------------------------------------------------
+    @classmethod
+    def of_artifact(cls, art: "Artifact | str | os.PathLike", rows: Iterable[tuple[str, Iterable[str]]]) -> "MetaGraphFacts":
+        """The facts of the context subsets of ``rows`` ((class, contexts) per row), from the artifact."""
+        art = Artifact.load(art)
+        wanted = task_subsets(rows)
+        table = art.subsets_table()
+        sizes = dict(zip(table["subset"], (int(n) for n in table["n_images"])))
+        classes = set(art.classes())
+        out: dict[str, SubsetFacts] = {}
+        for c, names in sorted(wanted.items()):
+            comm = art.communities(c) if c in classes else {}
+            edges = _class_edges(art, c, names) if c in classes and len(names) <= EDGE_SUBSETS_MAX else None
+            for s in sorted(names):
+                out[s] = SubsetFacts(c, s, comm.get(s, -1), _distance_to_largest(art, c, s, comm),
+                                     sizes.get(s, 0), None if edges is None else tuple(edges.get(s, ())))
+        return cls(dict(sorted(out.items())))
+
+    # -- the file -------------------------------------------------------------------------------------
+    def to_arrow(self) -> pa.Table:
+        rows = list(self.subsets.values())
+        return pa.table({
+            "class": pa.array([f.cls for f in rows], pa.string()),
+            "subset": pa.array([f.subset for f in rows], pa.string()),
+            "community": pa.array([f.community for f in rows], pa.int64()),
+            "distance_to_largest_community": pa.array([f.distance_to_largest_community for f in rows], pa.float64()),
+            "n_images": pa.array([f.n_images for f in rows], pa.int64()),
+            "edges": pa.array([None if f.edges is None else [{"target": t, "weight": w} for t, w in f.edges]
+                               for f in rows], EDGE_TYPE),
+        }, schema=FACTS_SCHEMA)
+
+    def write(self, where: "str | os.PathLike | BinaryIO") -> None:
+        """Write the facts file to a path or an open binary file (fixed parquet settings: the same facts give
+        the same bytes)."""
+        write_parquet(self.to_arrow(), where)
+
+    @classmethod
+    def read(cls, path: "str | os.PathLike", where: str, classes: Iterable[str],
+             rows: Iterable[tuple[str, Iterable[str]]] | None = None) -> "MetaGraphFacts":
+        """The facts file at ``path`` (a regular file of at most :data:`FACTS_MAX_BYTES`), checked against the
+        task: its schema, names of the task's ``classes`` and, with ``rows``, exactly the task's context subsets."""
+        table = _read_table(Path(path), where)
+        return cls.from_arrow(table, where, classes, rows)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table, where: str, classes: Iterable[str],
+                   rows: Iterable[tuple[str, Iterable[str]]] | None = None) -> "MetaGraphFacts":
+        """Facts from a table of :data:`FACTS_SCHEMA`; anything else is an :class:`InputFormatError` naming ``where``."""
+        if table.schema.remove_metadata() != FACTS_SCHEMA:
+            raise InputFormatError(f"{where}: columns {table.schema.names} ({', '.join(str(t) for t in table.schema.types)}) "
+                                   f"are not the meta-graph facts schema ({', '.join(FACTS_SCHEMA.names)})", _FIX)
+        if table.num_rows > FACTS_MAX_ROWS:
+            raise InputFormatError(f"{where} has {table.num_rows} rows; a task lists at most {FACTS_MAX_ROWS}", _FIX)
+        for name in ("class", "subset", "community", "n_images"):
+            if table.column(name).null_count:
+                raise InputFormatError(f"{where}: column {name!r} has empty cells", _FIX)
+        known = set(classes)
+        out: dict[str, SubsetFacts] = {}
+        for r in table.to_pylist():
+            c, s, k, d, n = r["class"], r["subset"], r["community"], r["distance_to_largest_community"], r["n_images"]
+            what = f"{where}: subset {s!r}"
+            if c not in known:
+                raise InputFormatError(f"{what} is of class {c!r}, which is not a class of the task ({sorted(known)})", _FIX)
+            if not (s.startswith(f"{c}(") and s.endswith(")")) or s in out:
+                raise InputFormatError(f"{what} is not a class({c})(context) subset listed once", _FIX)
+            if k < -1 or n < 0 or (d is not None and not (math.isfinite(d) and d >= 0)) or (k == -1 and d is not None):
+                raise InputFormatError(f"{what}: community {k}, distance {d}, n_images {n} are not valid "
+                                       "(community >= -1, a distance >= 0 only for a kept subset, n_images >= 0)", _FIX)
+            edges = r["edges"]
+            if edges is not None:
+                edges = tuple((e["target"], e["weight"]) for e in edges)
+                if any(t is None or w is None or not (0 < w <= 1) or not t.startswith(f"{c}(") for t, w in edges):
+                    raise InputFormatError(f"{what}: an edge has no target of its class or a weight outside (0, 1]", _FIX)
+            out[s] = SubsetFacts(c, s, int(k), d, int(n), edges)
+        listed = set(out)
+        if any(f.edges is not None and not {t for t, _ in f.edges} <= listed for f in out.values()):
+            raise InputFormatError(f"{where}: an edge names a subset the file does not list", _FIX)
+        if rows is not None:
+            wanted = {s for names in task_subsets(rows).values() for s in names}
+            if wanted != listed:
+                missing, extra = sorted(wanted - listed)[:5], sorted(listed - wanted)[:5]
+                raise InputFormatError(f"{where} does not list the task's context subsets"
+                                       + (f" (missing: {missing})" if missing else "")
+                                       + (f" (not in the task: {extra})" if extra else ""), _FIX)
+        return cls(dict(sorted(out.items())))
+
+
+def task_subsets(rows: Iterable[tuple[str, Iterable[str]]]) -> dict[str, set[str]]:
+    """class -> the context subsets ``class(context)`` its rows name (each row: its class and its contexts)."""
+    out: dict[str, set[str]] = {}
+    for cls, contexts in rows:
+        names = out.setdefault(str(cls), set())
+        names.update(f"{cls}({ctx})" for ctx in (contexts if contexts is not None else ()))
+    return {c: names for c, names in out.items() if names}
+
+
+def _class_edges(art: Artifact, cls: str, names: set[str]) -> dict[str, list[tuple[str, float]]]:
+    """subset -> its meta-graph edges to the other ``names`` (both directions, sorted by target)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    e = art.edges(cls)
+    for a, b, w in zip(e["source"], e["target"], e["weight"]):
+        if a in names and b in names:
+            out.setdefault(a, []).append((b, float(w)))
+            out.setdefault(b, []).append((a, float(w)))
+    return {s: sorted(v) for s, v in out.items()}
+
+
+def _distance_to_largest(art: Artifact, cls: str, subset: str, communities: Mapping[str, int]) -> float | None:
+    """:data:`DISTANCE_RULE`: Euclidean between the subset's stored spectral embedding and the size-weighted
+    mean embedding of the largest community's other subsets (the 'code' rule re-embeds a two-group graph,
+    which is too small for a spectral embedding)."""
+    largest = sorted(s for s, c in communities.items() if c == 0)
+    if not largest or subset not in communities:
+        return None
+    others = [s for s in largest if s != subset]
+    if not others:  # the subset is the whole largest community
+        return 0.0
+    try:
+        d = art.group_distance(cls, {"subset": [subset], "largest": others}, "subset", "largest", rule="paper")
+    except MetashiftError:
+        return None
+    # one scale per column: a subset without a spectral embedding gets a resistance number (another
+    # scale) or 'disconnected'; both are reported as unknown here
+    return d.value if d.rule == "spectral" else None
+
+
+def _read_table(path: Path, where: str) -> pa.Table:
+    """A facts file: a regular file (never a link, FIFO or device), bounded in size, read as parquet."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", _FIX) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InputFormatError(f"{where} is not a regular file", _FIX)
+        if st.st_size > FACTS_MAX_BYTES:
+            raise InputFormatError(f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most "
+                                   f"{FACTS_MAX_BYTES}", _FIX)
+        data = f.read(FACTS_MAX_BYTES + 1)
+    try:
+        return pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputFormatError(f"{where} is not a readable parquet file ({type(exc).__name__})", _FIX) from None
+
+
+__all__ = ["FACTS_FILE", "FACTS_SCHEMA", "DISTANCE_RULE", "EDGE_SUBSETS_MAX", "SubsetFacts", "MetaGraphFacts",
+           "task_subsets"]
