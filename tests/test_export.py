@@ -16,6 +16,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.hub import shards
 from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub.shards import write_config
+from metashift_hf.hub.task_source import TaskRef
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +173,9 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
         spec_file = repo.path / task / "shift_spec.json"
         spec = metashift_hf.shift_spec(spec_file)
         assert spec == expected.spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
-        assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(repo.path, task) == spec
+        assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(TaskRef(repo.path, config=task)) == spec
         assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == spec
-        assert metashift_hf.shift_spec(task, artifact=art.root, **overrides) == spec
+        assert metashift_hf.shift_spec(TaskRef(task, artifact=art.root, options=overrides)) == spec
         loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
         assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
         for s, d in loaded.items():  # group_id comes back a ClassLabel over the task's groups

@@ -11,6 +11,7 @@ from metashift_hf.builders.plan import GroupDef, SetSource
 from metashift_hf.builders.shifts import DGSizes, collection, domain_generalisation
 from metashift_hf.builders.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
+from metashift_hf.hub.task_source import TaskRef
 
 
 def _spec() -> ShiftSpec:
@@ -70,15 +71,15 @@ def test_public_reader_errors(tmp_path):
     card = "---\nconfigs:\n" + "".join(f"- config_name: {c}\n" for c in "ab") + "---\n"
     (tmp_path / "two" / "README.md").write_text(card)
     (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: one\n---\n")
-    assert metashift_hf.shift_spec(tmp_path / "one") == spec == metashift_hf.shift_spec(str(tmp_path / "two"), "b")
+    assert metashift_hf.shift_spec(tmp_path / "one") == spec == metashift_hf.shift_spec(TaskRef(str(tmp_path / "two"), config="b"))
     assert metashift_hf.shift_spec(spec) is spec
     with pytest.raises(UnknownNameError, match="2 configs"):
         metashift_hf.shift_spec(tmp_path / "two")
     with pytest.raises(UnknownNameError, match="did you mean"):
-        metashift_hf.shift_spec(tmp_path / "two", "bb")
+        metashift_hf.shift_spec(TaskRef(tmp_path / "two", config="bb"))
     with pytest.raises(UnknownNameError, match="task id"):
         metashift_hf.shift_spec("paper-dg-cat-dog-1")  # a task id needs artifact=
     with pytest.raises(InputFormatError, match="artifact"):
-        metashift_hf.shift_spec(tmp_path / "one", scale=0.5)
+        metashift_hf.shift_spec(TaskRef(tmp_path / "one", options={"scale": 0.5}))
     with pytest.raises(InputFormatError, match="cannot read a task"):
         metashift_hf.shift_spec(42)

@@ -590,27 +590,25 @@ def open_tasks(tasks: Sequence[str], *, artifact: "str | os.PathLike | Artifact 
     return {t: open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {})) for t in tasks}
 
 
-def shift_spec(source: Any, config: str | None = None, *, artifact: "str | os.PathLike | Artifact | None" = None,
-               seed: int | None = None, revision: str | None = None, **options: Any) -> ShiftSpec:
+def shift_spec(source: "TaskRef | Any") -> ShiftSpec:
     """The shift spec of ``source``: anything :func:`open_task` takes (the spec only: no parquet row or image is
     read), a ``ShiftSpec``, or a ``shift_spec.json`` file.
 
-        metashift_hf.shift_spec("paper-dg-cat-dog-1", artifact="ARTIFACT", scale=0.5)   # planned, no images
+        metashift_hf.shift_spec(TaskRef("paper-dg-cat-dog-1", artifact="ARTIFACT", options={"scale": 0.5}))  # planned
         metashift_hf.shift_spec(prepared)                    # a PreparedTask (or a TaskPlan)
         metashift_hf.shift_spec(load_dataset(...))           # a Dataset / DatasetDict, prepared or loaded
         metashift_hf.shift_spec("out/metashift-paper-dg-cat-dog-1")             # an exported repo folder
-        metashift_hf.shift_spec("out/metashift", "paper-dg-cat-dog-1")          # ... naming the config
+        metashift_hf.shift_spec(TaskRef("out/metashift", config="paper-dg-cat-dog-1"))   # ... naming the config
         metashift_hf.shift_spec("out/metashift-class-cat/class-cat/shift_spec.json")  # the file itself
         metashift_hf.shift_spec("user/metashift-paper-dg-cat-dog-1")            # a Hub dataset repo
     """
     if isinstance(source, ShiftSpec):
         return source
-    if isinstance(source, (str, os.PathLike)) and Path(source).is_file() and artifact is None:
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
         return read_spec_file(source)
     if isinstance(source, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(source):
         spec_of_dataset(source)  # names what is missing
-    return open_task(TaskRef(source, artifact=artifact, seed=seed, config=config, revision=revision,
-                             options=options)).spec
+    return open_task(source).spec
 
 
 def _folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
