@@ -13,10 +13,9 @@ from ..evaluate.config import EvalConfig
 from ..evaluate.distributed import launched_world
 from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
 from ..evaluate.run import evaluate
-from ..sources.manifest import resolve_input
 from . import HELP
 from .evaluate_zoo import run_zoo
-from .task_args import add_splits_argument, add_task_arguments, planning_seed, task_ref_from_args
+from .task_args import add_splits_argument, add_task_arguments, planning_seed, task_images, task_ref_from_args
 
 
 def register(subparsers) -> None:
@@ -97,10 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if args.publish is not None:
         raise InputFormatError("--publish pushes a zoo's leaderboard", "use --tasks (a zoo), or publish a task with `metashift-hf publish`")
     args.model = args.model[0]
-    images = args.images
-    if images is None and args.artifact is not None and not args.model.startswith("predictions:"):
-
-        images = resolve_input("images", required=False)  # registered/downloaded once
+    # predictions need no pixels: the registered images are looked up only for a model that reads them
+    images = args.images if args.model.startswith("predictions:") else task_images(args)
     report = evaluate(args.model, task_ref_from_args(args, images=images), args.out, settings=settings)
     print(report.summary())
     return 0

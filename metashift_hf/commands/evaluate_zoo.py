@@ -10,8 +10,7 @@ from ..core.errors import InputFormatError
 from ..evaluate.config import EvalConfig
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
-from ..sources.manifest import resolve_input
-from .task_args import parse_overrides
+from .task_args import parse_overrides, task_images
 
 
 def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
@@ -27,9 +26,7 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
     # the repo id, the token and its rights under the namespace: checked before the zoo's work, not after it
     hub = check_publish(args.publish) if args.publish is not None else None
     tasks = args.tasks if args.tasks is not None else args.task
-    images = args.images
-    if images is None and args.artifact is not None:
-        images = resolve_input("images", required=False)  # registered/downloaded once
+    images = task_images(args)
     named = select_tasks(tasks, args.artifact)
     common, per_task = parse_overrides(args.overrides, named)
     result = evaluate_zoo(args.model, named, args.artifact, images, args.out, settings=settings,

@@ -8,11 +8,10 @@ from ..core.options import positive_int, seed, seed_count
 from ..research.algorithms import METHODS, SELECTIONS
 from ..research.compare import SPREADS, CompareOptions, run_compare
 from ..research.experiments import EXPERIMENTS, run_experiment
-from ..sources.manifest import resolve_input
 from . import HELP
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
-from .task_args import add_task_arguments, parse_overrides
+from .task_args import add_task_arguments, parse_overrides, task_images
 from .train import add_training_arguments, config_from_args
 
 
@@ -25,7 +24,7 @@ def register(subparsers) -> None:
     for name, exp in EXPERIMENTS.items():
         q = sub.add_parser(name, help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
                            description=f"{exp.help}. Tasks: {', '.join(exp.tasks)}.".replace("%", "%%"))
-        add_task_arguments(q, task="none", hub=False)  # --artifact, --seed, --set (--images: add_training_arguments)
+        add_task_arguments(q, task="none", images=True, hub=False)  # --artifact, --images, --seed, --set
         q.add_argument("--from", dest="source", default=None, metavar="SRC",
                        help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace "
                             "(task T is SRC/metashift-T); no --artifact, --images or --set needed")
@@ -54,7 +53,7 @@ def _register_compare(sub) -> None:
                                    "in --out gains the new seeds (e.g. --seeds 3-5).")
     q.add_argument("--methods", type=_names, required=True, metavar="M1,M2,...", help=f"methods: {', '.join(METHODS)}")
     q.add_argument("--tasks", type=_names, required=True, metavar="T1,T2,...", help="task ids, e.g. paper-subpop-cat-dog-p12,paper-dg-cat-dog-1")
-    add_task_arguments(q, task="none", hub=False)  # --artifact, --seed, --set (--images: add_training_arguments)
+    add_task_arguments(q, task="none", images=True, hub=False)  # --artifact, --images, --seed, --set
     q.add_argument("--from", dest="source", default=None, metavar="SRC",
                    help="or read the exported tasks: a folder written by `metashift-hf export`, or a Hub namespace")
     add_training_arguments(q, default_seeds=3, method=False)
@@ -77,7 +76,7 @@ def _register_compare(sub) -> None:
 
 def run_compare_command(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
-    images = args.images or (resolve_input("images", required=False) if args.artifact else None)
+    images = task_images(args)
     every_rule = args.select == "all"
     if every_rule:
         args.select = None
@@ -96,7 +95,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
-    images = args.images or (resolve_input("images", required=False) if args.artifact else None)
+    images = task_images(args)
     config = config_from_args(args, default_seeds=3)
     result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
                             source=args.source, cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,

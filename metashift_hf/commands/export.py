@@ -7,9 +7,8 @@ from ..core.errors import MetashiftError
 from ..hub.api import reads_dataset_images
 from ..hub.export import export_tasks, verify_export
 from ..hub.shards import LAYOUTS
-from ..sources.manifest import resolve_input
 from . import HELP
-from .task_args import add_task_arguments, parse_overrides, planning_seed
+from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,9 +31,7 @@ def require_task_inputs(args: argparse.Namespace) -> None:
                              "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
     if not args.images and args.artifact and reads_dataset_images(args.artifact):
         return  # built with --hf-dataset --image-column: the images are the dataset's own
-    if not args.images:  # the images registered or downloaded once (metashift-hf download)
-
-        args.images = resolve_input("images", required=False)
+    args.images = task_images(args)
     missing = [flag for flag, value in (("--artifact", args.artifact), ("--images", args.images)) if not value]
     if missing:
         raise MetashiftError(f"{' and '.join(missing)} not given", "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip; "

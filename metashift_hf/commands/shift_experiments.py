@@ -8,8 +8,7 @@ from metashift_hf.builders.levels import SHIFT_TYPES
 from ..core.options import int_at_least, positive_float, positive_int, seed
 from ..research.conflicts import ConflictConfig
 from ..research.ood_experiments import clustered, conflicts, ood_levels
-from ..sources.manifest import resolve_input
-from .task_args import parse_overrides
+from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
 
 
 HELP = {
@@ -19,9 +18,9 @@ HELP = {
 }
 
 
-def _common(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--artifact", required=True, help="artifact folder from `metashift-hf build`")
-    q.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
+def _common(q: argparse.ArgumentParser, planning: bool = False) -> None:
+    # the tasks are planned on a build; --seed/--set are the tasks' own only where the command plans them
+    add_task_arguments(q, task="none", images=True, hub=False, planning=planning, artifact_required=True)
     q.add_argument("--classes", nargs=2, default=["cat", "dog"], metavar=("A", "B"), help="the class pair (default cat dog)")
     q.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     q.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
@@ -32,15 +31,12 @@ def _common(q: argparse.ArgumentParser) -> None:
 def add_subcommands(sub) -> None:
     """Add the three subcommands to `metashift-hf experiment`'s subparsers."""
     q = sub.add_parser("ood-levels", help=HELP["ood-levels"], description=HELP["ood-levels"] + ".")
-    _common(q)
+    _common(q, planning=True)
     q.add_argument("--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)")
     q.add_argument("--models", nargs="+", default=["erm", "reweight", "groupdro"], metavar="METHOD[:PROBE]",
                    help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)")
     q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per task (default 2)")
     q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
-    q.add_argument("--seed", type=seed, default=0, help="seed of the tasks' sampling (default 0)")
-    q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="shift-family option for every task, e.g. levels=3 or train_per_class=30; repeatable")
     q.set_defaults(func=run_ood_levels)
     q = sub.add_parser("clustered", help=HELP["clustered"], description=HELP["clustered"] + ".")
     _common(q)
@@ -64,14 +60,11 @@ def add_subcommands(sub) -> None:
     q.set_defaults(func=run_conflicts)
 
 
-def _images(args) -> str | None:
-    return args.images or resolve_input("images", required=False)
-
 
 def run_ood_levels(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
-    r = ood_levels(args.artifact, _images(args), args.out, classes=args.classes, shift_type=args.shift_type,
-                   models=args.models, seeds=args.seeds, seed=args.seed, device=args.device, epochs=args.epochs,
+    r = ood_levels(args.artifact, task_images(args), args.out, classes=args.classes, shift_type=args.shift_type,
+                   models=args.models, seeds=args.seeds, seed=planning_seed(args), device=args.device, epochs=args.epochs,
                    cache_dir=args.cache_dir, options=options, force=args.force)
     for c in r["curves"]:
         slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
@@ -82,7 +75,7 @@ def run_ood_levels(args: argparse.Namespace) -> int:
 
 
 def run_clustered(args: argparse.Namespace) -> int:
-    r = clustered(args.artifact, _images(args), args.out, classes=args.classes, k=args.k, seed=args.seed,
+    r = clustered(args.artifact, task_images(args), args.out, classes=args.classes, k=args.k, seed=args.seed,
                   n_init=args.n_init, model=args.model, seeds=args.seeds, device=args.device, epochs=args.epochs,
                   cache_dir=args.cache_dir, force=args.force)
     for c in r["per_class"]:
@@ -93,7 +86,7 @@ def run_clustered(args: argparse.Namespace) -> int:
 
 def run_conflicts(args: argparse.Namespace) -> int:
     cfg = ConflictConfig(steps=args.steps, every=args.every, lr=args.lr, seed=args.seed)
-    r = conflicts(args.artifact, _images(args), args.out, classes=args.classes, subsets=args.subsets,
+    r = conflicts(args.artifact, task_images(args), args.out, classes=args.classes, subsets=args.subsets,
                   min_images=args.min_images, per_subset=args.per_subset, config=cfg, device=args.device,
                   cache_dir=args.cache_dir, force=args.force)
     for kind in ("helps", "hurts"):

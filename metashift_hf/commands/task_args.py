@@ -12,6 +12,7 @@ from typing import Literal
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
 from ..hub.task_source import DEFAULT_SEED, TaskData, TaskRef, open_task
+from ..sources.manifest import resolve_input
 
 
 TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
@@ -25,29 +26,41 @@ TaskFlag = Literal["flag", "optional", "many", "none"]
 
 
 def add_task_arguments(p: argparse.ArgumentParser, *, task: TaskFlag = "flag", images: bool = False,
-                       hub: bool = True, on_missing: bool = False) -> None:
+                       hub: bool = True, on_missing: bool = False, planning: bool = True,
+                       artifact_required: bool = False) -> None:
     """The one declaration of the task flags: the task (``--task``, required or ``optional``; ``many``:
-    positional task ids; ``none``: the command declares it), --artifact, --images (``images``), --config and
-    --revision (``hub``: the task may be a folder or Hub repo), --seed, --set, --on-missing (``on_missing``)."""
+    positional task ids; ``none``: the command declares it), --artifact (``artifact_required``: the command plans
+    on a build only), --images (``images``), --config and --revision (``hub``: the task may be a folder or Hub
+    repo), --seed and --set (``planning``; off where a command's --seed seeds something else), --on-missing
+    (``on_missing``)."""
     if task == "many":
         p.add_argument("tasks", nargs="*", metavar="TASK",
                        help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks list`)")
     elif task != "none":
         p.add_argument("--task", required=task == "flag", default=None, help=TASK_HELP)
-    p.add_argument("--artifact", default=None, metavar="ARTIFACT",
-                   help="artifact folder from `metashift-hf build`, when the task is a task id")
+    p.add_argument("--artifact", default=None, required=artifact_required, metavar="ARTIFACT",
+                   help="artifact folder from `metashift-hf build`" + ("" if artifact_required else ", when the task is a task id"))
     if images:
         p.add_argument("--images", default=None, help=IMAGES_HELP)
     if hub:
         p.add_argument("--config", default=None, help="config of a folder or Hub repo that holds several tasks")
         p.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
-    p.add_argument("--seed", type=seed, default=None, help=SEED_HELP)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
-                   help="task option with --artifact, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 "
-                        "for one, class-cat:scale=null to drop it for one; repeatable")
+    if planning:
+        p.add_argument("--seed", type=seed, default=None, help=SEED_HELP)
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
+                       help="task option with --artifact, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 "
+                            "for one, class-cat:scale=null to drop it for one; repeatable")
     if on_missing:
         p.add_argument("--on-missing", choices=("error", "skip"), default="error",
                        help="images missing or corrupt in --images: error (default; lists them) or skip them")
+
+
+def task_images(args: argparse.Namespace) -> str | None:
+    """--images, else, for task ids planned on --artifact, the image source registered once with
+    `metashift-hf download` (None when there is none: a folder or repo carries its own images)."""
+    if getattr(args, "images", None):
+        return args.images
+    return resolve_input("images", required=False) if getattr(args, "artifact", None) else None
 
 
 def planning_seed(args: argparse.Namespace) -> int:
@@ -100,4 +113,4 @@ def task_from_args(args: argparse.Namespace, task: str | None = None, images=Non
     return open_task(task_ref_from_args(args, task, images))
 
 
-__all__ = ["add_task_arguments", "task_ref_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]
+__all__ = ["add_task_arguments", "task_images", "task_ref_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]

@@ -8,14 +8,12 @@ from ..core.options import OptionError, non_negative_float, positive_float, posi
 from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
 from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
-from ..sources.manifest import resolve_input
 from . import HELP
-from .task_args import add_task_arguments, task_from_args
+from .task_args import add_task_arguments, task_from_args, task_images
 
 
 def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, method: bool = True) -> None:
     """What to train, shared with `metashift-hf experiment` (``method=False``: the command names its methods)."""
-    p.add_argument("--images", default=None, help="image folder of <id>.jpg or GQA images.zip (default: the registered one)")
     if method:
         p.add_argument("--method", choices=METHODS, default=None, help="training algorithm (default erm; docs/evaluate.md)")
     p.add_argument("--probe", choices=PROBES, default=None, help="linear head on frozen features, or fine-tune all (default linear)")
@@ -92,7 +90,7 @@ def register(subparsers) -> None:
                     "seed-<s>/{predictions.csv,scores.json,scores.md,head.safetensors,run.json,log.jsonl}, "
                     "scores.json/scores.md (mean ± std over seeds, ddof 1), run_card.json, config.toml and "
                     "log.jsonl (every epoch) into --out.")
-    add_task_arguments(p)
+    add_task_arguments(p, images=True)
     add_training_arguments(p, default_seeds=1)
     p.add_argument("--out", required=True,
                    help="output folder: new, empty, an earlier run of the same config (new seeds are merged in), or any earlier run with --force")
@@ -102,7 +100,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # a task id on an artifact reads --images (or the registered image source); a folder or repo has its own
-    images = args.images or (resolve_input("images", required=False) if args.artifact else None)
+    images = task_images(args)
     config = config_from_args(args, default_seeds=1)
     config.resolved()  # a bad setting is refused before any download
     check_train_out(args.out, force=args.force, inputs=[args.artifact, images, args.task])  # before any download
