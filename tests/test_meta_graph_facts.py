@@ -19,7 +19,7 @@ from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
 from metashift_hf.hub.export import export_tasks
 from metashift_hf.hub.shards import repo_files
-from metashift_hf.hub.task_source import open_task
+from metashift_hf.hub.task_source import TaskRef, open_task
 from metashift_hf.research.bugs import find_bugs
 
 
@@ -89,8 +89,8 @@ def test_evaluate_from_the_folder_writes_the_artifact_per_group(exported, tmp_pa
         tmp_path / "p.csv", index=False)
     cfg = EvalConfig(coverage={"cat": [281], "dog": [207]}, min_subset_size=5, plots=False, progress=False)
     model = f"predictions:{tmp_path / 'p.csv'}"
-    evaluate(model, TASK, art.root, None, tmp_path / "artifact", settings=cfg)
-    evaluate(model, str(repo), None, None, tmp_path / "folder", settings=cfg)
+    evaluate(model, TaskRef(TASK, artifact=art.root), tmp_path / "artifact", settings=cfg)
+    evaluate(model, str(repo), tmp_path / "folder", settings=cfg)
     text = {form: (tmp_path / form / "per_group.csv").read_text() for form in ("artifact", "folder")}
     assert text["artifact"] == text["folder"]  # every column, community and distance included
     groups = pd.read_csv(tmp_path / "folder" / "per_group.csv")

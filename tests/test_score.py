@@ -37,7 +37,7 @@ def exported(builder_world, tmp_path_factory):
     out = tmp_path_factory.mktemp("score-export")
     export_tasks([TASK], builder_world["artifact"].root, builder_world["folder"], out, **OPTIONS)
     frames = []
-    for path in sorted(out.glob(f"*/{TASK}/*.parquet")):
+    for path in sorted(out.glob(f"*/{TASK}/*-of-*.parquet")):  # the split shards (not meta_graph.parquet)
         t = pq.read_table(path, columns=["image_id", "label", "group"])
         names = json.loads(pq.read_schema(path).metadata[b"huggingface"])["info"]["features"]["label"]["names"]
         df = t.to_pandas()
