@@ -79,7 +79,7 @@ def test_sampling_given_overrides_the_papers_protocol(builder_world, tmp_path, m
 
     seen = []
     real = ex.train
-    monkeypatch.setattr(ex, "train", lambda data, *a, **k: seen.append(a[3].sampling) or real(data, *a, **k))
+    monkeypatch.setattr(ex, "train", lambda data, *a, **k: seen.append(a[1].sampling) or real(data, *a, **k))  # train(task, out, config)
     res = run_experiment("paper-subpop", builder_world["artifact"].root, builder_world["folder"], tmp_path / "s",
                          TrainConfig(seeds=1, epochs=1, image_size=32, sampling="shuffle"), overrides={"scale": 0.1},
                          cache_dir=tmp_path / "cache", progress=False)

@@ -287,3 +287,26 @@ def test_the_loser_of_two_compares_gets_a_real_fix(builder_world, tmp_path, monk
         compare.run_compare(["erm"], [TASK], builder_world["artifact"].root, builder_world["folder"], tmp_path / "cmp",
                             CFG, overrides={"scale": 0.1}, cache_dir=tmp_path / "cache", progress=False)
     assert "--force" not in exc.value.fix and "run the same command again" in exc.value.fix
+
+
+def test_compare_png_is_written_by_the_one_atomic_write(tmp_path, monkeypatch):
+    """compare.png goes through core.fsutil.atomic_file: a killed run's temporary is cleaned by the next run,
+    and a figure that fails half-way leaves neither a temporary nor a partial compare.png (issue 29)."""
+    from metashift_hf.research import compare
+
+    target = tmp_path / "compare.png"
+    stale = tmp_path / f".compare.png.tmp-{_dead_pid()}-abc123"  # what a killed writer left
+    stale.write_bytes(b"half a png")
+    monkeypatch.setattr(compare.importlib.util, "find_spec", lambda name: object())  # matplotlib "present"
+    monkeypatch.setattr(compare, "_plot", lambda result, out: out.write(b"\x89PNG whole"))
+    compare._plot_atomic(None, target)
+    assert target.read_bytes() == b"\x89PNG whole" and not stale.exists()
+
+    def fails(result, out):
+        out.write(b"\x89PNG half")
+        raise RuntimeError("killed mid-figure")
+
+    monkeypatch.setattr(compare, "_plot", fails)
+    with pytest.raises(RuntimeError):
+        compare._plot_atomic(None, target)
+    assert target.read_bytes() == b"\x89PNG whole" and sorted(p.name for p in tmp_path.iterdir()) == ["compare.png"]

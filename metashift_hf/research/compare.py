@@ -19,13 +19,14 @@ into the same runs, and an interrupted call continues with ``resume=True``.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -261,15 +262,13 @@ def _pm(mean: float, spread: float) -> str:
     return f"{100 * mean:.1f}" + ("" if spread is None or np.isnan(spread) else f" ± {100 * spread:.1f}") + "%"
 
 
-def _plot(result: CompareResult, path: Path) -> bool:
-    """Worst-group accuracy (mean ± std) per task, one bar per method; False without matplotlib."""
-    try:
-        import matplotlib  # heavy optional dependency: only for this figure
+def _plot(result: CompareResult, out: BinaryIO) -> None:
+    """Worst-group accuracy (mean ± spread) per task, one bar per method, as PNG into ``out``."""
+    import matplotlib  # heavy optional dependency: only for this figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ModuleNotFoundError:
-        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     summ = result.summary_frame()
     summ = summ[(summ.metric == "worst_group")
                 & (summ.selection == summ.method.map(lambda m: result.card["selection"][m]))]  # each method's own rule
@@ -296,9 +295,8 @@ def _plot(result: CompareResult, path: Path) -> bool:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=min(4, n_m))
     fig.tight_layout()
-    fig.savefig(path, bbox_inches="tight")
+    fig.savefig(out, format="png", bbox_inches="tight")
     plt.close(fig)
-    return True
 
 
 def method_hparams(hparams: Mapping[str, float], method: str, methods: Sequence[str]) -> dict[str, float]:
@@ -534,12 +532,12 @@ def _check_mergeable(folder: Path, task: str, method: str, data: TaskData, confi
 
 
 def _plot_atomic(result: CompareResult, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    try:
-        if _plot(result, tmp):
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """compare.png through the one atomic write (a killed run's temporary is cleaned as every other's);
+    no figure without matplotlib (an optional extra)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    with atomic_file(path) as f:
+        _plot(result, f)
 
 
 __all__ = ["run_compare", "plan_arms", "Arm", "results_latex", "SPREADS", "method_hparams", "summary_frame", "header", "results_tables", "GROUP_METRIC", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]
