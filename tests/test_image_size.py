@@ -45,7 +45,7 @@ def test_preprocessing_keeps_its_resize_to_crop_ratio():
     lite0 = Preprocessing(256, 224, "bicubic", (0.5,) * 3, (0.5,) * 3)  # Lite0: crop padding 32
     small = lite0.at_crop(128)
     assert (small.resize, small.crop) == (146, 128) and small.interpolation == "bicubic" and small.mean == lite0.mean
-    assert "128 px crop" in small.source
+    assert "crop 128 instead of 224" in small.source
     timm_like = Preprocessing(235, 224, "bicubic", (0.5,) * 3, (0.5,) * 3)  # crop_pct 0.95
     assert (timm_like.at_crop(128).resize, timm_like.at_crop(128).crop) == (134, 128)
     assert (lite0.at_crop(224).resize, lite0.at_crop(224).crop) == (256, 224)  # its own size: the same transform

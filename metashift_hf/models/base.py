@@ -98,7 +98,7 @@ class Preprocessing:
         crop padding, timm's crop_pct, torchvision's resize/crop), as each family evaluates other input sizes."""
         resize = max(side, round(side * self.resize / self.crop))
         return replace(self, resize=resize, crop=side,
-                       source=f"{self.source}; scaled to a {side} px crop (resize/crop ratio kept)")
+                       source=f"{self.source}; crop {side} instead of {self.crop}, same crop fraction")
 
     def __call__(self, data: bytes) -> np.ndarray:
         """Original image bytes -> float32 array (3, crop, crop)."""
