@@ -164,3 +164,16 @@ def test_hf_model_at_another_size_matches_its_processor_asked_for_that_size(arch
         kw = {"interpolate_pos_encoding": True} if arch == "vit" else {}
         direct = model(pixel_values=direct_x, **kw).logits.numpy()
     np.testing.assert_allclose(small.logits([x]), direct, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("zoo", [False, True])
+def test_the_flag_reaches_the_run_settings_of_one_model_and_of_a_zoo(zoo):
+    from metashift_hf.cli import build_parser
+    from metashift_hf.commands.evaluate import eval_config
+
+    argv = ["evaluate", "--model", "efficientnet-lite0", "--tasks" if zoo else "--task", "bin-cat-dog",
+            "--image-size", "128", "--out", "ev"]
+    args = build_parser(argv).parse_args(argv)
+    assert eval_config(args, zoo).image_size == 128
+    plain = ["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--out", "ev"]
+    assert eval_config(build_parser(plain).parse_args(plain), zoo).image_size is None
