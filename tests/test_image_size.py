@@ -173,7 +173,7 @@ def test_the_flag_reaches_the_run_settings_of_one_model_and_of_a_zoo(zoo):
 
     argv = ["evaluate", "--model", "efficientnet-lite0", "--tasks" if zoo else "--task", "bin-cat-dog",
             "--image-size", "128", "--out", "ev"]
-    args = build_parser(argv).parse_args(argv)
-    assert eval_config(args, zoo).image_size == 128
     plain = ["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--out", "ev"]
-    assert eval_config(build_parser(plain).parse_args(plain), zoo).image_size is None
+    args, default = (build_parser(a).parse_args(a) for a in (argv, plain))
+    args.progress = default.progress = False  # cli.main sets it from the terminal
+    assert eval_config(args, zoo).image_size == 128 and eval_config(default, zoo).image_size is None
