@@ -677,6 +677,7 @@ def _score_in_python(info: CardTask) -> str:
 EVAL_COST_FILE = "eval_cost.json"
 QUICK_SAMPLE = 100  # the quick variant's --sample: images of the test split
 QUICK_IMAGE_SIZE = 128  # the quick variant's --image-size
+FULL_IMAGE_SIZE = 224  # EfficientNet-Lite0's own input side (models.lite0), the full command's
 
 
 def eval_cost() -> dict[str, Any]:
@@ -701,13 +702,13 @@ def _quick_variant(info: CardTask, task: str) -> str:
     cost = eval_cost()
     quick = min(QUICK_SAMPLE, test)
     full = sum(info.split_images.values())  # no image is in two splits
-    full_s = estimated_seconds(full, 224, cost)
+    full_s = estimated_seconds(full, FULL_IMAGE_SIZE, cost)
     quick_s = estimated_seconds(quick, QUICK_IMAGE_SIZE, cost)
     return (f"Or a quick look: the test split only, {quick:,} of its {test:,} images, fed at {QUICK_IMAGE_SIZE} px instead "
-            f"of the model's 224 (the report says it is not the full-resolution score). EfficientNet-Lite0's model pass "
+            f"of the model's {FULL_IMAGE_SIZE} (the report says it is not the full-resolution score). EfficientNet-Lite0's model pass "
             f"on {cost['machine']}: {_duration(quick_s)} for this, {_duration(full_s)} for the {full:,} images of the "
             f"full run above (measured {cost['seconds_per_image'][str(QUICK_IMAGE_SIZE)]} and "
-            f"{cost['seconds_per_image']['224']} s per image by `benchmarks/bench_eval.py cost`; model loading and "
+            f"{cost['seconds_per_image'][str(FULL_IMAGE_SIZE)]} s per image by `benchmarks/bench_eval.py cost`; model loading and "
             "scoring add a few seconds):\n\n"
             f"```bash\nmetashift-hf evaluate --model efficientnet-lite0 --task {task} --splits test --sample {QUICK_SAMPLE} "
             f"--image-size {QUICK_IMAGE_SIZE} --out eval-quick\n```\n\n")
