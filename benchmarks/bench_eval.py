@@ -3,6 +3,7 @@
     python benchmarks/bench_eval.py pipeline [--n 512] [--batch-size 32] [--images DIR]
     python benchmarks/bench_eval.py lite0 [--rounds 3]
     python benchmarks/bench_eval.py zoo --artifact ART --images IMG [--tasks a,b,c]
+    python benchmarks/bench_eval.py cost [--n 128] [--rounds 2] [--write]
 
 pipeline: images/s of decode+preprocess, forward only (preprocessed tensors), the evaluator's pipelined
   predict, and evaluate() end to end on an in-memory task (model loaded once, as in a zoo), each
@@ -11,6 +12,9 @@ lite0: EfficientNet-Lite0 forward-only images/s of the shipped forward (BatchNor
   default allocator, 'same' paddings as ZeroPad2d) against today's (mallopt setting, symmetric paddings
   folded, ReLU6 in place), each in its own process (an allocator setting is per process), alternating;
   page faults per run, logits compared bit for bit; bfloat16 top-1 agreement on the real images.
+cost: seconds per image of evaluate's model pass (decode, preprocess, forward; pipelined as `evaluate` runs it)
+  for EfficientNet-Lite0 at its own 224 px and at --image-size 128, alternating, best round each; --write
+  stores it in cards/eval_cost.json, which the dataset cards read for their time estimates (cards/render.py).
 zoo: K overlapping tasks through evaluate_zoo (fresh logits cache) against one predict pass over the
   union of their images, then the same zoo again (cache warm).
 """
@@ -184,9 +188,47 @@ def zoo(args) -> dict:
             "load_average_1min_after": round(os.getloadavg()[0], 2)}
 
 
+EVAL_COST_FILE = Path(__file__).resolve().parents[1] / "cards" / "eval_cost.json"
+COST_SIZES = (224, 128)  # the full run and the cards' quick variant (cards/render.py QUICK_IMAGE_SIZE)
+
+
+def cost(args) -> dict:
+    from metashift_hf.evaluate.predict import predict
+    from metashift_hf.evaluate.predictions import load_scorer
+
+    load_before = round(os.getloadavg()[0], 2)
+    blobs = _blobs(args.images)
+    ids = [str(i) for i in range(args.n)]
+    read = lambda iid: blobs[int(iid) % len(blobs)]  # noqa: E731
+    models = {size: load_scorer("efficientnet-lite0", image_size=None if size == 224 else size) for size in COST_SIZES}
+    for m in models.values():  # warm-up: the first forward allocates and picks kernels
+        predict(m, ids[:args.batch_size], read, batch_size=args.batch_size, progress=False)
+    times: dict[int, list[float]] = {size: [] for size in COST_SIZES}
+    for r in range(args.rounds):  # alternating, best of each: load drift would otherwise fake a difference
+        for size in (COST_SIZES if r % 2 == 0 else COST_SIZES[::-1]):
+            t = time.perf_counter()
+            predict(models[size], ids, read, batch_size=args.batch_size, workers=args.workers, progress=False)
+            times[size].append(time.perf_counter() - t)
+    distinct = [str(i) for i in range(len(blobs))]  # each reference photograph once: does the top-1 class move?
+    top1 = {size: predict(m, distinct, read, batch_size=args.batch_size, progress=False).top1 for size, m in models.items()}
+    machine = _machine()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), machine["cpu"]) if Path("/proc/cpuinfo").is_file() else machine["cpu"]
+    return {"what": "seconds per image of evaluate's model pass (decode, preprocess, forward; pipelined, float32, "
+                    f"batch {args.batch_size}), best of {args.rounds} alternating rounds over {args.n} images",
+            "model": "efficientnet-lite0", "machine": f"a {machine['cpus']}-core CPU ({cpu})", **machine,
+            "images": args.n, "rounds": args.rounds,
+            "seconds_per_image": {str(size): round(min(v) / args.n, 5) for size, v in times.items()},
+            "all_rounds_s": {str(size): [round(x, 2) for x in v] for size, v in times.items()},
+            "top1_agreement_128_vs_224": {"images": len(distinct),
+                                          "agree": int((top1[128] == top1[224]).sum())},
+            "measured_with": "python benchmarks/bench_eval.py cost --write",
+            "load_average_1min_before": load_before, "load_average_1min_after": round(os.getloadavg()[0], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("pipeline", "lite0", "zoo"))
+    ap.add_argument("what", choices=("pipeline", "lite0", "zoo", "cost"))
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=None)
@@ -197,9 +239,13 @@ def main() -> None:
     ap.add_argument("--artifact", type=Path, default=None)
     ap.add_argument("--tasks", default="bin-cat-dog,bin-dog-horse,bin-cat-horse")
     ap.add_argument("--charts", action="store_true", help="zoo: per-class charts in every task report")
+    ap.add_argument("--write", action="store_true", help=f"cost: write the result to {EVAL_COST_FILE} (the cards' estimates)")
     args = ap.parse_args()
-    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo}[args.what](args)
-    print(json.dumps(result, indent=2, default=str))
+    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "cost": cost}[args.what](args)
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.write and args.what == "cost":
+        EVAL_COST_FILE.write_text(text + "\n")
 
 
 if __name__ == "__main__":

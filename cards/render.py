@@ -674,6 +674,48 @@ def _score_in_python(info: CardTask) -> str:
     return "\n".join(lines)
 
 
+# The measured per-image cost of evaluate's model pass (benchmarks/bench_eval.py cost --write), package data:
+# the cards' time estimates are that cost x the images a command scores, never a number typed into a template.
+EVAL_COST_FILE = "eval_cost.json"
+QUICK_SAMPLE = 100  # the quick variant's --sample: images of the test split
+QUICK_IMAGE_SIZE = 128  # the quick variant's --image-size
+FULL_IMAGE_SIZE = 224  # EfficientNet-Lite0's own input side (models.lite0), the full command's
+
+
+def eval_cost() -> dict[str, Any]:
+    """The measured cost file: ``seconds_per_image`` by input side (\"224\", \"128\"), the ``machine`` it was measured on."""
+    return json.loads((resources.files("metashift_hf.cards") / EVAL_COST_FILE).read_text(encoding="utf-8"))
+
+
+def estimated_seconds(images: int, image_size: int, cost: dict[str, Any]) -> int:
+    """Seconds of Lite0's model pass over ``images`` at ``image_size`` px: the measured per-image cost x images (>= 1)."""
+    return max(1, round(cost["seconds_per_image"][str(image_size)] * images))
+
+
+def _duration(seconds: int) -> str:
+    return f"about {seconds:,} s" + (f" ({seconds / 60:.0f} min)" if seconds >= 120 else "")
+
+
+def _quick_variant(info: CardTask, task: str) -> str:
+    """The quick evaluate (test split, a sample, 128 px) with its time and the full run's, both from the measured cost."""
+    test = info.split_images.get("test")
+    if not test:
+        return ""
+    cost = eval_cost()
+    quick = min(QUICK_SAMPLE, test)
+    full = sum(info.split_images.values())  # no image is in two splits
+    full_s = estimated_seconds(full, FULL_IMAGE_SIZE, cost)
+    quick_s = estimated_seconds(quick, QUICK_IMAGE_SIZE, cost)
+    return (f"Or a quick look: the test split only, {quick:,} of its {test:,} images, fed at {QUICK_IMAGE_SIZE} px instead "
+            f"of the model's {FULL_IMAGE_SIZE} (the report says it is not the full-resolution score). EfficientNet-Lite0's model pass "
+            f"on {cost['machine']}: {_duration(quick_s)} for this, {_duration(full_s)} for the {full:,} images of the "
+            f"full run above (measured {cost['seconds_per_image'][str(QUICK_IMAGE_SIZE)]} and "
+            f"{cost['seconds_per_image'][str(FULL_IMAGE_SIZE)]} s per image by `benchmarks/bench_eval.py cost`; model loading and "
+            "scoring add a few seconds):\n\n"
+            f"```bash\nmetashift-hf evaluate --model efficientnet-lite0 --task {task} --splits test --sample {QUICK_SAMPLE} "
+            f"--image-size {QUICK_IMAGE_SIZE} --out eval-quick\n```\n\n")
+
+
 def usage(info: CardTask) -> str:
     """Commands that run as written with only this package and this repo (tests run them verbatim)."""
     task = f"{shlex.quote(info.repo_id)} --config {info.task_id}"
@@ -682,6 +724,7 @@ def usage(info: CardTask) -> str:
                 "the package, or another model of the registry: docs/evaluate.md): accuracy per class and per context "
                 "with intervals, worst context and context bugs:\n\n"
                 f"```bash\nmetashift-hf evaluate --model efficientnet-lite0 --task {task} --out eval-lite0\n```\n\n"
+                f"{_quick_variant(info, task)}"
                 f"Or score your own model's predictions on the task's classes from Python:\n\n{_score_in_python(info)}")
     return ("Score your model inside its training loop (numpy or torch arrays; the truth and the groups come from the "
             f"task):\n\n{_score_in_python(info)}\n\nOr from the shell: an ERM baseline (a linear probe on EfficientNet-Lite0 "

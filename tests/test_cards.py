@@ -312,3 +312,37 @@ def test_multi_label_task_says_so_and_how_to_use_it(exported, tmp_path):
     assert "labels[image_id].add(label)" in card.text
     single = DatasetCard.load(exported[2][0].path / "README.md")
     assert single.data.task_ids == ["multi-class-image-classification"] and "multi-label" not in single.text
+
+
+def _matched_card(tmp_path, n_images: int = 30) -> tuple[str, dict]:
+    """A matched (ImageNet-registry) task's card as export writes it, and its split image counts."""
+    from fixtures.tasks import three_split_task
+
+    art = build_tiny_artifact(tmp_path / "artifact")
+    task = three_split_task("bin-cat-dog", sample_jpegs(tmp_path / "images", n=n_images), matched=True)
+    repo = export_prepared([task], art, tmp_path / "out", namespace="metashift-org")[0]
+    images = {s: len(set(d["image_id"])) for s, d in task.dataset.items()}
+    return (repo.path / "README.md").read_text(), images
+
+
+def test_card_quick_evaluate_estimate_is_the_measured_cost_times_the_images(tmp_path, monkeypatch):
+    import json
+    from importlib import resources
+
+    card, images = _matched_card(tmp_path)
+    usage = card.split("## Details", 1)[0]
+    cost = json.loads((resources.files("metashift_hf.cards") / "eval_cost.json").read_text())  # bench_eval.py cost --write
+    assert set(cost["seconds_per_image"]) >= {"224", "128"} and cost["machine"]
+    quick = min(100, images["test"])
+    line = next(x for x in usage.splitlines() if "--image-size" in x)
+    assert line == ("metashift-hf evaluate --model efficientnet-lite0 --task metashift-org/metashift-bin-cat-dog "
+                    "--config bin-cat-dog --splits test --sample 100 --image-size 128 --out eval-quick")
+    quick_s = max(1, round(cost["seconds_per_image"]["128"] * quick))
+    full_s = max(1, round(cost["seconds_per_image"]["224"] * sum(images.values())))
+    assert f"on {cost['machine']}: about {quick_s:,} s for this, about {full_s:,} s for the {sum(images.values())} images" \
+        in " ".join(usage.split())
+    # the figure follows the measured file, whatever it holds (no number typed into a template)
+    monkeypatch.setattr(cards, "eval_cost", lambda: {"machine": "a test machine",
+                                                     "seconds_per_image": {"224": 2.0, "128": 0.5}})
+    other, _ = _matched_card(tmp_path / "again")
+    assert f"on a test machine: about {round(0.5 * quick)} s for this, about {2 * sum(images.values())} s" in " ".join(other.split())

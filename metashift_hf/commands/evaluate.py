@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import InputFormatError
-from ..core.options import level, positive_int, shard
+from ..core.options import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, image_size, level, positive_int, shard
 from ..evaluate.config import EvalConfig
 from ..evaluate.distributed import launched_world
 from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE, MODEL_FORMS
@@ -62,6 +62,9 @@ def register(subparsers) -> None:
     p.add_argument("--sample", type=positive_int, default=None, metavar="N",
                    help="score at most N images per split, stratified by class (each class keeps its share), "
                         "drawn with --seed (a quick look; intervals widen)")
+    p.add_argument("--image-size", type=image_size, default=None, metavar="N",
+                   help=f"feed the model N x N px inputs (its resize and crop scaled; {IMAGE_SIZE_MIN}-{IMAGE_SIZE_MAX}): a quick "
+                        "look, recorded in the report and keyed apart in the logits cache (default: the model's own size)")
     add_splits_argument(p)
     p.add_argument("--min-subset-size", type=positive_int, default=DEFAULT_MIN_SUBSET_SIZE,
                    help=f"context subsets smaller than this are not ranked as worst nor tested for bugs (default {DEFAULT_MIN_SUBSET_SIZE})")
@@ -79,7 +82,7 @@ def eval_config(args: argparse.Namespace, zoo: bool) -> EvalConfig:
     return EvalConfig(
         hierarchy=args.hierarchy, mode=args.mode, batch_size=args.batch_size, device=args.device, workers=args.workers,
         seed=planning_seed(args), min_subset_size=args.min_subset_size, alpha=args.alpha, dtype=args.dtype,
-        sample=args.sample, on_missing=args.on_missing, save_logits=args.save_logits, splits=args.splits,
+        sample=args.sample, image_size=args.image_size, on_missing=args.on_missing, save_logits=args.save_logits, splits=args.splits,
         progress=args.progress and not args.no_progress, force=args.force, plots=args.charts if zoo else None)
 
 

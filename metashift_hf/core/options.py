@@ -29,6 +29,9 @@ INT_MAX = 2**63 - 1  # what an int64 column or array holds
 # The most training seeds one call may ask for (`train --seeds`, compare, experiments): each seed is a whole
 # training run, so more is a typo (10**23, 0-1000000000) that would otherwise fill memory before any output.
 SEEDS_MAX = 1000
+# evaluate --image-size: classifiers take 224-600 px and stride 32 (below 32 px the last feature map is empty);
+# past 1024 px a typo (2240 for 224) costs ~20x the compute per image before anything is shown.
+IMAGE_SIZE_MIN, IMAGE_SIZE_MAX = 32, 1024
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
 
 
@@ -104,6 +107,12 @@ _SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB
 _SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 MIN_BYTE_SIZE = 64 * 2**20  # below this an engine's own buffers do not fit
+
+
+def image_size(value: Any, name: str | None = None) -> int:
+    """A model's input side in pixels for ``evaluate --image-size``: an integer in IMAGE_SIZE_MIN..IMAGE_SIZE_MAX."""
+    return _int_range(value, name, IMAGE_SIZE_MIN, IMAGE_SIZE_MAX,
+                      f"an integer number of pixels from {IMAGE_SIZE_MIN} to {IMAGE_SIZE_MAX} (e.g. 128 or 224)")
 
 
 def byte_size(value: Any, name: str | None = None) -> int:

@@ -44,6 +44,8 @@ class EvalConfig:
     progress: bool = True  # a progress bar over the forward passes
     force: bool = False  # replace an earlier report (or zoo) in ``out``, never anything else (core.fsutil.check_out)
     splits: Sequence[str] | None = None  # score only these splits (--splits test); None: every split
+    # feed the model image_size x image_size inputs (its preprocessing scaled: Classifier.at_image_size); None: its own
+    image_size: int | None = None
 
     def __post_init__(self) -> None:
         checked = {
@@ -52,6 +54,7 @@ class EvalConfig:
             "alpha": opt.level(self.alpha, "alpha"), "seed": opt.seed(self.seed, "seed"),
             "workers": opt.optional(opt.positive_int, self.workers, "workers"),
             "sample": opt.optional(opt.positive_int, self.sample, "sample"),
+            "image_size": opt.optional(opt.image_size, self.image_size, "image_size"),
             "splits": None if self.splits is None else opt.names(self.splits, "splits"),  # a bare 'test' is refused
         }
         if self.on_missing not in ON_MISSING:

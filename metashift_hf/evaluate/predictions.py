@@ -10,7 +10,8 @@ import numpy as np
 
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import sha256_file
-from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, load_model, tune_allocator
+from ..core.options import OptionError
+from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, find_source, load_model, tune_allocator
 
 
 N_CLASSES = 1000
@@ -137,12 +138,20 @@ class PredictionsSource(ModelSource):
 EVAL_SOURCES: dict[str, ModelSource] = {**MODEL_SOURCES, "predictions": PredictionsSource("predictions", "predictions:FILE", "")}
 
 
-def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32") -> "Classifier | PrecomputedPredictions":
+def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32",
+                image_size: int | None = None) -> "Classifier | PrecomputedPredictions":
     """What evaluate scores: a model from the registry, or a predictions file (``predictions:FILE``).
 
+    ``image_size``: the model is fed inputs of that side (``Classifier.at_image_size``); a predictions file's
+    outputs were computed at whatever size made them, so it is refused with one. Loaded predictions (the zoo's
+    logits of a model already scaled) pass as they are.
     The allocator is tuned here too (models.tune_allocator), so a model built in Python gets it as well.
     """
     tune_allocator()
-    if isinstance(spec, (Classifier, PrecomputedPredictions)):
+    if isinstance(spec, PrecomputedPredictions):
         return spec
-    return load_model(spec, device, dtype=dtype, sources=EVAL_SOURCES)
+    if image_size is not None and isinstance(spec, str) and find_source(spec, EVAL_SOURCES)[0].key == "predictions":
+        raise OptionError(f"image_size={image_size} cannot apply to {spec}: its outputs were computed already",
+                          "drop --image-size, or evaluate the model itself at that size")
+    loaded = spec if isinstance(spec, Classifier) else load_model(spec, device, dtype=dtype, sources=EVAL_SOURCES)
+    return loaded if image_size is None else loaded.at_image_size(image_size)

@@ -59,6 +59,7 @@ class EvalReport(Mapping):
         lines = [
             f"{terminal_safe(run['model']['name'])} on {terminal_safe(run['task_id'])}  "
             f"(scoring: {run['mode']}, hierarchy: {terminal_safe(run['hierarchy'])})",
+            *quick_lines(run),
             *headline_lines(m.get("headline"), _pct),
             f"all scored splits pooled: accuracy {_pct(o['accuracy'])} [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]  n={o['n']}",
         ]
@@ -84,6 +85,13 @@ class EvalReport(Mapping):
         if self.out:
             lines.append(f"report: {self.out / 'report.md'}")
         return "\n".join(lines)
+
+
+def quick_lines(run: dict) -> list[str]:
+    """A line saying that the run is not the model's full-resolution score (--image-size), else none."""
+    side = run.get("image_size")
+    return [] if side is None else [f"quick run: images fed at {side}x{side} px (--image-size), not the model's own "
+                                    "input size: scores are not its full-resolution scores"]
 
 
 def headline_lines(h: dict | None, pct, safe=terminal_safe) -> list[str]:
@@ -114,9 +122,10 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     for k, v in [("package version", run["package_version"]), ("task", run["task_id"]), ("task content hash", run["task_content_hash"]),
                  ("artifact hash", run.get("artifact_hash")), ("model", model["name"]), ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
                  ("preprocessing", prep_txt), ("scoring mode", run["mode"]), ("hierarchy", run["hierarchy"]), ("seed", run["seed"]),
-                 ("device", model.get("device", "-"))]:
+                 ("device", model.get("device", "-")),
+                 ("image size", run.get("image_size") or "the model's own (full resolution)")]:
         out.append(f"| {k} | {markdown_safe(v)} |")
-    out += ["", f"Counting: {m['counting']}.", ""]
+    out += ["", *(x for line in quick_lines(run) for x in (f"**{line}.**", "")), f"Counting: {m['counting']}.", ""]
     o = m["overall"]
     if m.get("headline"):
         out += ["## Headline", "", *(f"{line}  " for line in headline_lines(m["headline"], _pct, markdown_safe)), ""]

@@ -238,7 +238,7 @@ def evaluate(
         images = ref.images if isinstance(ref.images, (str, Path)) else None
         check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
-    loaded = load_scorer(model, cfg.device, cfg.dtype)
+    loaded = load_scorer(model, cfg.device, cfg.dtype, cfg.image_size)
     data, task_id, spec, table, classes, read = _task_rows(task, not isinstance(loaded, PrecomputedPredictions),
                                                            cfg.on_missing)
     facts = None if data is None else data.meta_graph  # a folder's or repo's, checked against its rows
@@ -285,6 +285,8 @@ def evaluate(
             "shift_type": spec.shift_type if spec else None,
             "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(spec.overrides) if spec else {},
             "dtype": model_card.get("dtype", cfg.dtype), "runtime": runtime_card(),
+            # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)
+            "image_size": model_card.get("image_size", cfg.image_size),
         },
         "counting": COUNTING_RULE,
         "min_subset_size": min_subset_size,

@@ -210,7 +210,7 @@ def evaluate_zoo(
     art = Artifact.load(artifact) if artifact is not None else None
     names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
     # every model once, wrong names fail before any task work
-    loaded = [load_scorer(m, device, cfg.dtype) for m in models]
+    loaded = [load_scorer(m, device, cfg.dtype, cfg.image_size) for m in models]
     for m in loaded:
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
@@ -301,6 +301,7 @@ def evaluate_zoo(
                 "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
                 "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
                 "min_subset_size": cfg.min_subset_size, "alpha": cfg.alpha, "splits": scored_splits,
+                "image_size": cfg.image_size,
                 "headline": HEADLINE_RULE})
     return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
 

@@ -12,7 +12,7 @@ import importlib
 import io
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -92,6 +92,13 @@ class Preprocessing:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def at_crop(self, side: int) -> "Preprocessing":
+        """The same transform with a ``side``-px centre crop: the resize keeps its ratio to the crop (Lite0's
+        crop padding, timm's crop_pct, torchvision's resize/crop), as each family evaluates other input sizes."""
+        resize = max(side, round(side * self.resize / self.crop))
+        return replace(self, resize=resize, crop=side,
+                       source=f"{self.source}; crop {side} instead of {self.crop}, same crop fraction")
 
     def __call__(self, data: bytes) -> np.ndarray:
         """Original image bytes -> float32 array (3, crop, crop)."""
@@ -175,9 +182,25 @@ class Classifier:
                 "computed from NaN or inf logits, which would read as class 0 for every image")
         return out
 
+    def at_image_size(self, side: int) -> "Classifier":
+        """The same model fed ``side`` x ``side`` inputs (``evaluate --image-size``): its preprocessing scaled
+        (:meth:`Preprocessing.at_crop`, or the ``at_crop`` of an ``hf:`` image processor). The fingerprint changes
+        with it, so logits at one size are never served for another. A plain callable cannot be scaled: refused."""
+        side = opt.image_size(side, "image_size")
+        scale = getattr(self.preprocessing, "at_crop", None)
+        if scale is None:
+            raise opt.OptionError(f"image_size={side}: model {self.name!r} takes a preprocessing callable whose input "
+                                  "size metashift-hf cannot change",
+                                  "drop --image-size, or give the model a Preprocessing(resize=..., crop=...) "
+                                  "(metashift_hf.models.from_module)")
+        return replace(self, preprocessing=scale(side), extra={**self.extra, "image_size": side})
+
     def preprocessing_card(self) -> Any:
         if isinstance(self.preprocessing, Preprocessing):
             return self.preprocessing.as_dict()
+        card = getattr(self.preprocessing, "card", None)
+        if callable(card):  # an hf: image processor: its sizes and normalisation
+            return card()
         if self.preprocessing is None:
             return "callable: receives RGB PIL images"
         return self.extra.get("preprocessing") or f"callable {_qualname(self.preprocessing)}: RGB PIL image -> array"
@@ -207,6 +230,8 @@ class Classifier:
         facts = {"kind": self.kind, "name": self.name, "weights": self.weights_sha256, "dtype": self.dtype,
                  "preprocessing": self.preprocessing_card(), "labels": list(self.labels.names),
                  "batchnorm_folded": self.extra.get("batchnorm_folded")}
+        if self.extra.get("image_size") is not None:  # only then: the fingerprints (caches) of full-size runs stay
+            facts["image_size"] = self.extra["image_size"]
         return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 

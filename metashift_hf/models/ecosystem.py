@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import os
 from contextlib import contextmanager
@@ -189,22 +190,63 @@ def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classif
     place(torch, model, device, dtype)
     labels = map_labels(model.config.id2label)
 
+    # a ViT-like model fed another input size than its position embeddings were made for interpolates them,
+    # as its image processor would be asked to (evaluate --image-size); convnets take any size as they are
+    interpolate = "interpolate_pos_encoding" in inspect.signature(model.forward).parameters
+    native = getattr(model.config, "image_size", None)
+
     def forward(batch):
-        return model(pixel_values=batch).logits
+        other = interpolate and tuple(batch.shape[-2:]) != (native, native)  # at its own size: called as before
+        return model(pixel_values=batch, **({"interpolate_pos_encoding": True} if other else {})).logits
 
-    def preprocess(image):
-        return processor(images=image, return_tensors="np")["pixel_values"][0]
-
-    proc = processor.to_dict()
-    return Classifier(f"hf:{ref}", "hf", forward, preprocess, digest, device,
-                      {"folder": str(folder), "architecture": type(model).__name__,
-                       "preprocessing": {"image_processor": type(processor).__name__,
-                                         **{k: proc[k] for k in sorted(proc) if k in _PROCESSOR_KEYS}}},
+    return Classifier(f"hf:{ref}", "hf", forward, HFProcessing(processor, ref), digest, device,
+                      {"folder": str(folder), "architecture": type(model).__name__},
                       labels=labels, dtype=dtype, module=model)
 
 
 _PROCESSOR_KEYS = {"size", "crop_size", "crop_pct", "resample", "do_resize", "do_center_crop", "do_rescale",
                    "rescale_factor", "do_normalize", "image_mean", "image_std"}
+_SIDE_KEYS = ("shortest_edge", "height", "width")  # the size keys that set the output side (longest_edge bounds it)
+
+
+class HFProcessing:
+    """An ``hf:`` model's image processor as a Classifier preprocessing (RGB PIL image -> (3, H, W) array).
+
+    ``sizes``: the ``size``/``crop_size`` the processor is called with (``at_crop``: evaluate --image-size);
+    None: its own."""
+
+    def __init__(self, processor: Any, ref: str, sizes: Mapping[str, Any] | None = None):
+        self.processor, self.ref, self.sizes = processor, ref, dict(sizes or {})
+
+    def __call__(self, image: Any) -> Any:
+        return self.processor(images=image, return_tensors="np", **self.sizes)["pixel_values"][0]
+
+    def card(self) -> dict[str, Any]:
+        proc = {**self.processor.to_dict(), **self.sizes}
+        return {"image_processor": type(self.processor).__name__,
+                **{k: proc[k] for k in sorted(proc) if k in _PROCESSOR_KEYS}}
+
+    def at_crop(self, side: int) -> "HFProcessing":
+        """The processor's ``size`` and ``crop_size`` scaled so that its output is ``side`` px a side (the resize
+        keeps its ratio to the crop, as for :meth:`Preprocessing.at_crop`)."""
+        proc = self.processor.to_dict()
+        size, crop = proc.get("size"), proc.get("crop_size") if proc.get("do_center_crop") else None
+        final = _side(crop) or _side(size)
+        if final is None or not isinstance(size, Mapping):
+            raise opt.OptionError(f"hf:{self.ref}: its image processor's size {short_repr(size)} does not set an output "
+                                  "side that --image-size can scale", "drop --image-size for this model")
+        scaled = {"size": {k: (max(side, round(v * side / final)) if k in _SIDE_KEYS else v) for k, v in size.items()}}
+        if crop is not None:
+            scaled["crop_size"] = {"height": side, "width": side}
+        return HFProcessing(self.processor, self.ref, scaled)
+
+
+def _side(value: Any) -> int | None:
+    """The output side a processor's size dict sets (its height/width or shortest edge), else None."""
+    if not isinstance(value, Mapping):
+        return None
+    sides = [v for k, v in value.items() if k in _SIDE_KEYS and isinstance(v, int) and v > 0]
+    return min(sides) if sides else None
 
 
 def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:

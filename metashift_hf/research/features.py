@@ -31,7 +31,6 @@ from ..core.names import path_component
 from ..core.parts import PartStore
 from ..core.paths import cache_root
 from ..models import (
-    TF_CROP_PADDING,
     Classifier,
     Preprocessing,
     efficientnet_lite0,
@@ -161,12 +160,7 @@ def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size
     clf = efficientnet_lite0(device)
     prep = clf.preprocessing
     if image_size is not None and image_size != prep.crop:
-        if not 32 <= image_size <= 1024:
-            raise opt.OptionError(f"image size {image_size} is out of range", "use 32..1024 pixels, e.g. 224")
-        # the same crop fraction as the standard 224/(224 + 32)
-        prep = Preprocessing(resize=round(image_size * (prep.crop + TF_CROP_PADDING) / prep.crop), crop=image_size,
-                             interpolation=prep.interpolation, mean=prep.mean, std=prep.std,
-                             source=f"{prep.source}; crop {image_size} instead of {prep.crop}, same crop fraction")
+        prep = prep.at_crop(opt.image_size(image_size, "image_size"))  # the same crop fraction as 224/(224 + 32)
     digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": prep.as_dict(),
                                         "format": FEATURE_FORMAT, "name": name}, sort_keys=True).encode()).hexdigest()
     return Backbone(name, clf, prep, digest)

@@ -175,7 +175,8 @@ def augment_size(base: Any) -> tuple[int, tuple, tuple]:
     prep = base.preprocessing
     if isinstance(prep, Preprocessing):
         return prep.crop, prep.mean, prep.std
-    card = (base.extra or {}).get("preprocessing") or {}
+    card = base.preprocessing_card()  # an hf: model's image processor: its sizes and normalisation
+    card = card if isinstance(card, dict) else {}
     size = card.get("crop_size") if card.get("do_center_crop") else None
     size = size or card.get("size")
     side = size if isinstance(size, int) else (size or {}).get("height") or (size or {}).get("shortest_edge")
