@@ -184,6 +184,10 @@ def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_pa
     preds.write_text("image_id,prediction\n2400020,cat\n")
     assert main(["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 2
     assert "differ in classes" in capsys.readouterr().err
+    # tasks show never prints a spec that its rows or its other copy contradict (issue 29: it read only the file)
+    assert main(["tasks", "show", str(repo)]) == 2
+    captured = capsys.readouterr()
+    assert "differ in classes" in captured.err and "classes" not in captured.out
 
 
 def test_a1_37_spec_task_id_differs_from_config(repo):
