@@ -43,7 +43,7 @@ from .plots import plot_class
 from .scene_graphs import read_scene_graphs
 from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules, candidates_from_scene_graphs
 from .tag_store import TagCandidates
-from .tags import MultiLabelDataset, read_tags_file
+from .tags import MultiLabelDataset, TagsFile
 
 
 logger = logging.getLogger(__name__)
@@ -466,10 +466,10 @@ def build_from_inputs(
             logger.info(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
                         f"from {len(coco_annotations)} file(s) in {clock}")
         elif tags:
-            table = read_tags_file(tags)
+            # checked now (file, columns); read batch by batch into DuckDB when build_artifact opens it
+            table = TagsFile(tags)
             inputs = [{"path": str(Path(tags).resolve()), "sha256": sha256_file(tags), "role": "tags"}]
             default_source = "custom"
-            logger.info(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
         else:
             ds = hf_dataset.load()
             hf_dataset = hf_dataset.resolved(ds)

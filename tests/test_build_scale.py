@@ -221,3 +221,82 @@ def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
     del m["options"]["max_subsets_per_class"]
     (a.root / "manifest.json").write_text(json.dumps(m))
     assert Artifact.load(a.root).options.max_subsets_per_class == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# a tags file read straight into DuckDB (batch by batch) == the whole-table reader in memory
+# ------------------------------------------------------------------------------------------------
+def _whole_table_reference(path, *, csv: bool) -> TagTable:
+    """The reader before the streamed one (the reference): the whole file as one Arrow table."""
+    import pyarrow.csv as pcsv
+
+    t = (pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
+        column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()})) if csv
+         else pq.read_table(path))
+    cats = dict(zip(t.column("tag").to_pylist(), t.column("category").to_pylist())) if "category" in t.column_names \
+        else None
+    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), cats,
+                                 what=str(path))
+
+
+def _tags_frame(seed: int = 4) -> pa.Table:
+    """Ids and tags whose byte order is not their insertion order, untrimmed and repeated rows, a
+    category column whose last row per tag wins (also an untrimmed tag's own category)."""
+    rng = np.random.default_rng(seed)
+    vocab = ["cat", " cat", "cat food", "Cat", "é", "ö-x", "z z "] + [f"t{i:02d}" for i in range(30)]
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    img, tag, cat = [], [], []
+    for i in rng.permutation(1800).tolist():
+        for t in rng.choice(len(vocab), size=rng.integers(1, 8), p=p / p.sum()).tolist():  # repeats included
+            img.append(f"{'é' if i % 7 == 0 else ''}im{i}")
+            tag.append(vocab[t])
+            cat.append(None if t % 5 == 0 else f"k{(t + i) % 3}")
+    return pa.table({"image_id": img, "tag": tag, "category": cat})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "parquet-int-ids"])
+def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_reader(tmp_path, monkeypatch, fmt):
+    from metashift_hf.builders import tag_store, tags
+
+    monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1000)  # many batches
+    monkeypatch.setattr(tag_store, "_BATCH_ROWS", 500)  # membership read in many ranges
+    frame = _tags_frame()
+    if fmt == "parquet-int-ids":
+        # integer ids (cast to text by the reader): 10 < 9 in byte order
+        frame = frame.set_column(0, "image_id", pa.array([int(x.replace("é", "").removeprefix("im"))
+                                                          for x in frame.column("image_id").to_pylist()]))
+    path = tmp_path / ("tags.csv" if fmt == "csv" else "tags.parquet")
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+        pcsv.write_csv(frame, path)
+    else:
+        pq.write_table(frame, path, row_group_size=700)
+    options = BuildOptions(min_images_per_subset=10, subject_categories=("k1",))
+    old = build_artifact(candidates_from_tags(_whole_table_reference(path, csv=fmt == "csv"),
+                                              subject_categories=["k1"]), tmp_path / "old", options, plots=False)
+    new = build_from_inputs(tmp_path / "new", tags=path, options=options, plots=False, memory_limit=MIN_BYTE_SIZE)
+    assert len(old.classes()) > 3
+    assert old.subsets_table()["category"].notna().any()
+    for f in ARTIFACT_FILES:
+        assert (new.root / f).read_bytes() == (old.root / f).read_bytes(), f
+    assert new.content_hash == old.content_hash
+
+
+@pytest.mark.parametrize("rows, message", [
+    ({"image_id": ["1", None, "2", "3"], "tag": ["a(b)", "a", None, " "]}, r"\(1 / 1 rows\)"),
+    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b(c)", " ", "x(y)"]}, "some tags are empty"),
+    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b", "c", "x(y)"]}, "'x\\(y\\)' contains parentheses"),
+    ({"image_id": ["1", "2"], "tag": ["a", "b\x1b[2J"]}, "control character"),
+])
+def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, monkeypatch, rows, message):
+    from metashift_hf.builders import tags
+
+    monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1)  # each problem in its own batch
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(rows), path)
+    with pytest.raises(InputFormatError, match=message) as old:
+        _whole_table_reference(path, csv=False)
+    with pytest.raises(InputFormatError, match=message) as new:
+        build_from_inputs(tmp_path / "art", tags=path, plots=False)
+    assert str(new.value) == str(old.value)
+    assert not (tmp_path / "art").exists()
