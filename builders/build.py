@@ -149,8 +149,8 @@ class _InMemory:
             yield subject, {self.c.names[i]: self.c.indices[self.c.indptr[i]:self.c.indptr[i + 1]]
                             for i in by_class[subject]}
 
-    def subsets_table(self, communities: Mapping[str, int], schema: pa.Schema) -> pa.Table:
-        return art.subsets_table(self.c, self._kept, communities)
+    def subsets_pieces(self, communities: Mapping[str, int], schema: pa.Schema) -> Iterator[pa.Table]:
+        yield art.subsets_table(self.c, self._kept, communities)
 
 
 def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
@@ -367,10 +367,12 @@ def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, wri
 
     clock = _Clock()
     files += ["edges.parquet", "embeddings.parquet", "distances.parquet"]
-    for name, table in (("subsets", held.subsets_table(communities, art.SUBSETS_SCHEMA)),
-                        ("classes", pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA))):
-        write_parquet(table, tmp / f"{name}.parquet")
-        files.append(f"{name}.parquet")
+    # subsets.parquet in row groups as pieces come (as write_parquet of the whole table would write it)
+    with ParquetRowGroups(tmp / "subsets.parquet", art.SUBSETS_SCHEMA, combine=True) as subsets_w:
+        for piece in held.subsets_pieces(communities, art.SUBSETS_SCHEMA):
+            subsets_w.add(piece)
+    write_parquet(pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA), tmp / "classes.parquet")
+    files += ["subsets.parquet", "classes.parquet"]
     for job in pending:
         job.result()  # re-raises a writer error here
     art.write_json(tmp / "stats.json", _stats(held, kept, class_rows, n_edges, options))

@@ -260,14 +260,19 @@ class TagCandidates:
                     members[name_of[int(sid[lo])]].append(img[lo:hi])
             yield subject, {n: np.concatenate(v) for n, v in members.items()}
 
-    def subsets_table(self, communities: dict[str, int], schema: pa.Schema) -> pa.Table:
-        """subsets.parquet (every candidate, name order): kept from the rules, community from the analyses."""
-        self._con.register("communities", pa.table({"name": pa.array(list(communities), pa.string()),
-                                                    "community": pa.array(list(communities.values()), pa.int64())}))
-        t = self._arrow("""
+    def subsets_pieces(self, communities: dict[str, int], schema: pa.Schema) -> Iterator[pa.Table]:
+        """subsets.parquet (every candidate, name order) in pieces of at most ``_BATCH_ROWS`` rows:
+        kept from the rules, community from the analyses (millions of candidates on LAION-like tags
+        are never one Arrow table)."""
+        con = self._con
+        names = pa.table({"name": pa.array(list(communities), pa.string()),  # noqa: F841 (read by DuckDB)
+                          "community": pa.array(list(communities.values()), pa.int64())})
+        con.execute("CREATE OR REPLACE TABLE communities AS SELECT * FROM names")
+        rel = self._sql("""
             SELECT x.name AS subset, x.subject, x.context, 'object' AS kind, x.category, x.n AS n_images,
                    (k.sid IS NOT NULL) AS kept, coalesce(c.community, -1)::BIGINT AS community
             FROM subsets x LEFT JOIN kept k ON k.sid = x.sid LEFT JOIN communities c ON c.name = x.name
             ORDER BY x.sid""")
-        self._con.unregister("communities")
-        return t.cast(schema).combine_chunks()
+        reader = rel.to_arrow_reader(_BATCH_ROWS) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(_BATCH_ROWS)
+        for batch in reader:
+            yield pa.Table.from_batches([batch]).cast(schema)

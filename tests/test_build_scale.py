@@ -300,3 +300,16 @@ def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, m
         build_from_inputs(tmp_path / "art", tags=path, plots=False)
     assert str(new.value) == str(old.value)
     assert not (tmp_path / "art").exists()
+
+
+def test_subsets_table_streamed_in_pieces_has_the_bytes_of_one_write(tmp_path, monkeypatch):
+    from metashift_hf.builders import tag_store
+
+    monkeypatch.setattr(fsutil, "PARQUET_ROW_GROUP", 64)  # several row groups ...
+    monkeypatch.setattr(tag_store, "_BATCH_ROWS", 50)  # ... from pieces that do not align with them
+    a = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE), tmp_path / "a",
+                       BuildOptions(min_images_per_subset=10), plots=False)
+    whole = pq.read_table(a.root / "subsets.parquet")
+    assert whole.num_rows > 3 * 64 and pq.ParquetFile(a.root / "subsets.parquet").metadata.num_row_groups > 3
+    fsutil.write_parquet(whole, tmp_path / "one.parquet")
+    assert (a.root / "subsets.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
