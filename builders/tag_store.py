@@ -4,9 +4,12 @@ The in-memory path (``tags.candidates_from_tags`` -> ``CandidateSubsets``) holds
 image) row as int64 arrays plus every subset name as a Python string: ~7.3 KB per image on
 OpenImages-like tags (issue 28). Here the (subject, context, image) rows live in a DuckDB file in
 a spill folder inside the build's own temporary folder; group-bys and sorts spill there past
-``memory_limit``. Python holds only the tag table's integer codes, the kept subsets' names and
-one class's members at a time. The tables it yields are equal to the in-memory build's
-(tests/test_build_scale.py builds every multi-label fixture both ways).
+``memory_limit``. A tags file is streamed into DuckDB batch by batch and coded there (ranks in
+byte order, as ``TagTable.from_columns``); the members are stored sorted by subset and read back
+by ranges. Python holds one batch, the tag names, the image ids (one Arrow string array, ~24 bytes
+per image: membership.parquet's lookup), per-subset arrays and one class's members at a time;
+nothing per (image, tag) row or per (subset, image) row. The tables it yields are equal to the
+in-memory build's (tests/test_build_scale.py builds every multi-label fixture both ways).
 """
 from __future__ import annotations
 
@@ -32,11 +35,21 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, the default --memory-limit
 _BATCH_ROWS = 1 << 20  # rows fetched from DuckDB per record batch
+READ_MEMORY_LIMIT = 256 << 20  # DuckDB's limit after the counting (at most --memory-limit)
 
 
 def default_memory_limit() -> int:
     """``DEFAULT_MEMORY_FRACTION`` of this machine's physical memory, in bytes."""
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * DEFAULT_MEMORY_FRACTION)
+
+
+def _create(con: "duckdb.DuckDBPyConnection", name: str, data: "pa.Table | pa.RecordBatchReader") -> None:
+    """DuckDB table ``name`` (new or replaced) from Arrow data, read once (a batch reader: batch by batch)."""
+    con.register("_arrow_in", data)
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _arrow_in")
+    finally:
+        con.unregister("_arrow_in")
 
 
 class TagCandidates:
@@ -101,22 +114,24 @@ class TagCandidates:
             ORDER BY sid, a.img""")
         con.execute("SET preserve_insertion_order = false")
         con.execute("DROP TABLE tag_rows")
+        # counted: what follows reads ranges and small tables, so DuckDB's cache of the tables is
+        # written out and given back (while the classes are analysed and the workers run)
+        con.execute("CHECKPOINT")
+        con.execute(f"SET memory_limit = '{min(self.memory_limit, READ_MEMORY_LIMIT)}B'")
         return self
 
     def _tag_names(self, con: "duckdb.DuckDBPyConnection", tags: list[str], categories: Mapping) -> None:
         """Table tag_names: code, name, category, may it be a subject (checks the subject names)."""
         allowed = allowed_subjects(tags, categories, self.subjects, self.subject_categories)
-        names = pa.table({"tag": pa.array(np.arange(len(tags), dtype=np.int32)), "name": pa.array(tags, pa.string()),
-                          "category": pa.array([categories.get(x) for x in tags], pa.string()),
-                          "allowed": pa.array(allowed)})
-        con.execute("CREATE TABLE tag_names AS SELECT * FROM names")
+        _create(con, "tag_names", pa.table({
+            "tag": pa.array(np.arange(len(tags), dtype=np.int32)), "name": pa.array(tags, pa.string()),
+            "category": pa.array([categories.get(x) for x in tags], pa.string()), "allowed": pa.array(allowed)}))
 
     def _load_table(self, con: "duckdb.DuckDBPyConnection", t: TagTable) -> tuple[list[str], Mapping]:
         """tag_rows (img, tag codes) from a table in memory (COCO, a Hub dataset, tests)."""
         # codes fit int32 (tags, images < 2**31); DuckDB reads the Arrow arrays without a copy in Python
-        rows = pa.table({"img": pa.array(t.image_codes.astype(np.int32)),  # noqa: F841 (read by DuckDB)
-                         "tag": pa.array(t.tag_codes.astype(np.int32))})
-        con.execute("CREATE TABLE tag_rows AS SELECT * FROM rows")
+        _create(con, "tag_rows", pa.table({"img": pa.array(t.image_codes.astype(np.int32)),
+                                           "tag": pa.array(t.tag_codes.astype(np.int32))}))
         self._tag_names(con, t.tags, t.categories)
         self.image_ids = t.image_ids
         return t.tags, t.categories
@@ -125,8 +140,7 @@ class TagCandidates:
         """tag_rows from a tags file streamed into DuckDB: codes are ranks in byte order (as
         ``TagTable.from_columns``); Python holds one batch, the tag names and the image ids."""
         schema = pa.schema([(c, pa.string()) for c in TAG_FILE_COLUMNS])
-        stream = pa.RecordBatchReader.from_batches(schema, f.batches())  # noqa: F841 (read by DuckDB)
-        con.execute("CREATE TABLE raw AS SELECT * FROM stream")
+        _create(con, "raw", pa.RecordBatchReader.from_batches(schema, f.batches()))
         f.check()
         if not self._one("SELECT count(*) FROM raw")[0]:
             raise EmptyResultError("the multi-label input has no (image, tag) rows", "give a non-empty input")
@@ -265,9 +279,8 @@ class TagCandidates:
         kept from the rules, community from the analyses (millions of candidates on LAION-like tags
         are never one Arrow table)."""
         con = self._con
-        names = pa.table({"name": pa.array(list(communities), pa.string()),  # noqa: F841 (read by DuckDB)
-                          "community": pa.array(list(communities.values()), pa.int64())})
-        con.execute("CREATE OR REPLACE TABLE communities AS SELECT * FROM names")
+        _create(con, "communities", pa.table({"name": pa.array(list(communities), pa.string()),
+                                              "community": pa.array(list(communities.values()), pa.int64())}))
         rel = self._sql("""
             SELECT x.name AS subset, x.subject, x.context, 'object' AS kind, x.category, x.n AS n_images,
                    (k.sid IS NOT NULL) AS kept, coalesce(c.community, -1)::BIGINT AS community
