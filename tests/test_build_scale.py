@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
 from fixtures.worlds import paper_world, two_cluster_subsets
 from metashift_hf.builders import artifact as art
-from metashift_hf.builders import build
+from metashift_hf.builders import build, tag_store, tags
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_artifact, build_from_inputs
 from metashift_hf.builders.coco import read_coco_annotations
@@ -228,8 +229,6 @@ def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def _whole_table_reference(path, *, csv: bool) -> TagTable:
     """The reader before the streamed one (the reference): the whole file as one Arrow table."""
-    import pyarrow.csv as pcsv
-
     t = (pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
         column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()})) if csv
          else pq.read_table(path))
@@ -256,8 +255,6 @@ def _tags_frame(seed: int = 4) -> pa.Table:
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "parquet-int-ids"])
 def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_reader(tmp_path, monkeypatch, fmt):
-    from metashift_hf.builders import tag_store, tags
-
     monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1000)  # many batches
     monkeypatch.setattr(tag_store, "_BATCH_ROWS", 500)  # membership read in many ranges
     frame = _tags_frame()
@@ -267,7 +264,6 @@ def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_r
                                                           for x in frame.column("image_id").to_pylist()]))
     path = tmp_path / ("tags.csv" if fmt == "csv" else "tags.parquet")
     if fmt == "csv":
-        import pyarrow.csv as pcsv
         pcsv.write_csv(frame, path)
     else:
         pq.write_table(frame, path, row_group_size=700)
@@ -289,8 +285,6 @@ def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_r
     ({"image_id": ["1", "2"], "tag": ["a", "b\x1b[2J"]}, "control character"),
 ])
 def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, monkeypatch, rows, message):
-    from metashift_hf.builders import tags
-
     monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1)  # each problem in its own batch
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table(rows), path)
@@ -303,8 +297,6 @@ def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, m
 
 
 def test_subsets_table_streamed_in_pieces_has_the_bytes_of_one_write(tmp_path, monkeypatch):
-    from metashift_hf.builders import tag_store
-
     monkeypatch.setattr(fsutil, "PARQUET_ROW_GROUP", 64)  # several row groups ...
     monkeypatch.setattr(tag_store, "_BATCH_ROWS", 50)  # ... from pieces that do not align with them
     a = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE), tmp_path / "a",
