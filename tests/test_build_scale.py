@@ -305,3 +305,19 @@ def test_subsets_table_streamed_in_pieces_has_the_bytes_of_one_write(tmp_path, m
     assert whole.num_rows > 3 * 64 and pq.ParquetFile(a.root / "subsets.parquet").metadata.num_row_groups > 3
     fsutil.write_parquet(whole, tmp_path / "one.parquet")
     assert (a.root / "subsets.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+
+
+def test_membership_bytes_do_not_depend_on_how_the_codes_arrive_in_blocks(tmp_path):
+    """A row group holds several data pages here (~6 MB of ids): the old writer's pages followed
+    the blocks' chunks, so the same rows read in other ranges gave other bytes."""
+    rng = np.random.default_rng(0)
+    n_img = 200_000
+    codes = np.unique(rng.integers(0, 40 * n_img, 400_000))
+    sub, img = codes // n_img, codes % n_img
+    names = [f"s{i:02d}(c)" for i in range(40)]
+    ids = sorted(f"{x:016x}" for x in rng.integers(0, 2**63, n_img).tolist())
+    art.write_membership(tmp_path / "one.parquet", names, ids, [(sub, img)])
+    cuts = np.sort(rng.choice(codes.size, 7, replace=False))
+    blocks = list(zip(np.split(sub, cuts), np.split(img, cuts)))
+    art.write_membership(tmp_path / "blocks.parquet", names, ids, blocks)
+    assert (tmp_path / "blocks.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
