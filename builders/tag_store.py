@@ -34,7 +34,7 @@ from .tags import TAG_FILE_COLUMNS, TagsFile, TagTable, allowed_subjects, check_
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.25  # of physical memory, the default --memory-limit
-_BATCH_ROWS = 1 << 20  # rows fetched from DuckDB per record batch
+_BATCH_ROWS = 1 << 20  # rows fetched from DuckDB per record batch (membership ranges: about this many)
 READ_MEMORY_LIMIT = 256 << 20  # DuckDB's limit after the counting (at most --memory-limit)
 
 
@@ -153,7 +153,9 @@ class TagCandidates:
         con.execute("""CREATE TABLE tag_rows AS SELECT DISTINCT i.img, n.tag
                        FROM raw r JOIN images i ON i.image_id = r.image_id JOIN tag_names n ON n.name = r.tag""")
         con.execute("DROP TABLE raw")
-        self.image_ids = self._arrow("SELECT image_id FROM images ORDER BY img").column(0).combine_chunks()
+        # large_string: one array of every id may pass the 2 GiB of a plain string array
+        ids = self._arrow("SELECT image_id FROM images ORDER BY img").column(0)
+        self.image_ids = ids.cast(pa.large_string()).combine_chunks()
         con.execute("DROP TABLE images")
         return tags, categories
 
