@@ -6,7 +6,8 @@ Generates (once, cached in --work) synthetic tag tables, parquet with columns im
 - ``laion``: 20,000 tags, the same tags per image, a longer tail (LAION-like tag sets);
 
 then runs each build in a child process, one at a time: ``new`` = this tree's build (out of core,
-defaults: --memory-limit 25 % of RAM, --workers 2 on 2+ cores), ``old`` = the build of another
+the tags file streamed into DuckDB; defaults: --memory-limit 25 % of RAM while counting, then at
+most 256 MiB, --workers 2 on 2+ cores), ``old`` = the build of another
 interpreter whose ``metashift_hf`` is today's code (``--old-python``, e.g. the python that imports
 the main checkout). Figures per run: peak RSS of the whole process tree (every process summed,
 sampled from /proc every 50 ms), the largest single process's peak (same sampling),

@@ -112,7 +112,8 @@ def membership_groups(names: "pa.Array | Sequence[str]", image_ids: "pa.Array | 
 
     def flush() -> pa.Table:
         nonlocal buf, rows, text
-        group = pa.concat_tables(buf)
+        # one chunk per column: the data pages then do not follow how the codes were blocked
+        group = pa.concat_tables(buf).combine_chunks()
         buf, rows, text = [], 0, 0
         return group
 

@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import re
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -37,13 +36,13 @@ from metashift_hf.core.provenance import (
 from . import artifact as art
 from . import distances, metagraph
 from .build_options import BuildOptions
+from .class_worker import AnalysisParams, analyse_one
 from .coco import coco_image_meta, read_coco_annotations
 from .pickles import load_candidate_pickle, verify_known
-from .plots import plot_class
 from .scene_graphs import read_scene_graphs
 from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules, candidates_from_scene_graphs
 from .tag_store import TagCandidates
-from .tags import MultiLabelDataset, read_tags_file
+from .tags import MultiLabelDataset, TagsFile
 
 
 logger = logging.getLogger(__name__)
@@ -64,11 +63,6 @@ def _summary(values: Sequence[int]) -> dict:
         return {"min": 0, "median": 0, "mean": 0.0, "max": 0}
     a = np.asarray(values, dtype=np.int64)
     return {"min": int(a.min()), "median": float(np.median(a)), "mean": round(float(a.mean()), 3), "max": int(a.max())}
-
-
-def _plot_name(subject: str) -> str:
-    # class names are free text ('living room', 't-shirt'); keep file names portable
-    return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
 
 
 def _can_plot() -> bool:
@@ -149,8 +143,8 @@ class _InMemory:
             yield subject, {self.c.names[i]: self.c.indices[self.c.indptr[i]:self.c.indptr[i + 1]]
                             for i in by_class[subject]}
 
-    def subsets_table(self, communities: Mapping[str, int], schema: pa.Schema) -> pa.Table:
-        return art.subsets_table(self.c, self._kept, communities)
+    def subsets_pieces(self, communities: Mapping[str, int], schema: pa.Schema) -> Iterator[pa.Table]:
+        yield art.subsets_table(self.c, self._kept, communities)
 
 
 def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
@@ -295,17 +289,6 @@ def build_artifact(
 _SPILL = ".spill"  # the out-of-core candidates' database and spill files, inside the build's temp folder
 
 
-def _analyse_one(subject: str, members: dict[str, np.ndarray], options: BuildOptions,
-                 plots: Path | None) -> tuple[str, metagraph.ClassAnalysis, int]:
-    """One class: its meta-graph analysis, its image count, its picture (in a worker process or here)."""
-    analysis = metagraph.analyse_class(
-        subject, members, edge_threshold=options.edge_threshold, community_method=options.community_method,
-        spectral_dim=options.spectral_dim, seed=options.seed)
-    if plots is not None:
-        plot_class(analysis, members, plots / _plot_name(subject))
-    return subject, analysis, int(np.unique(np.concatenate(list(members.values()))).size)
-
-
 # Fewer classes are analysed here: starting spawned workers (~1-2 s each, numpy/scipy imports) costs
 # more than small builds take (the demo world, COCO).
 POOL_MIN_CLASSES = 32
@@ -313,19 +296,20 @@ POOL_MIN_CLASSES = 32
 
 def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_classes: int, options: BuildOptions,
                      workers: int, plots: Path | None) -> Iterator[tuple[str, metagraph.ClassAnalysis, int]]:
-    """``_analyse_one`` for every class, in ``workers`` processes (1, or fewer than
+    """``class_worker.analyse_one`` for every class, in ``workers`` processes (1, or fewer than
     ``POOL_MIN_CLASSES`` classes: here). Each class's analysis is
     a function of its members alone (seeded, LAPACK single-threaded), so the results are the same for
     any number of workers; at most two classes per worker are in flight (memory stays bounded)."""
+    params = AnalysisParams(options.edge_threshold, options.community_method, options.spectral_dim, options.seed)
     if workers <= 1 or n_classes < POOL_MIN_CLASSES:
         for subject, members in classes:
-            yield _analyse_one(subject, members, options, plots)
+            yield analyse_one(subject, members, params, plots)
         return
     # spawn, not fork: the table writer thread (and DuckDB's) must not be copied into a child
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         in_flight: collections.deque = collections.deque()
         for subject, members in classes:
-            in_flight.append(pool.submit(_analyse_one, subject, members, options, plots))
+            in_flight.append(pool.submit(analyse_one, subject, members, params, plots))
             if len(in_flight) >= 2 * workers:
                 yield in_flight.popleft().result()
         while in_flight:
@@ -367,10 +351,12 @@ def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, wri
 
     clock = _Clock()
     files += ["edges.parquet", "embeddings.parquet", "distances.parquet"]
-    for name, table in (("subsets", held.subsets_table(communities, art.SUBSETS_SCHEMA)),
-                        ("classes", pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA))):
-        write_parquet(table, tmp / f"{name}.parquet")
-        files.append(f"{name}.parquet")
+    # subsets.parquet in row groups as pieces come (as write_parquet of the whole table would write it)
+    with ParquetRowGroups(tmp / "subsets.parquet", art.SUBSETS_SCHEMA, combine=True) as subsets_w:
+        for piece in held.subsets_pieces(communities, art.SUBSETS_SCHEMA):
+            subsets_w.add(piece)
+    write_parquet(pa.Table.from_pylist(class_rows, schema=art.CLASSES_SCHEMA), tmp / "classes.parquet")
+    files += ["subsets.parquet", "classes.parquet"]
     for job in pending:
         job.result()  # re-raises a writer error here
     art.write_json(tmp / "stats.json", _stats(held, kept, class_rows, n_edges, options))
@@ -466,10 +452,10 @@ def build_from_inputs(
             logger.info(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
                         f"from {len(coco_annotations)} file(s) in {clock}")
         elif tags:
-            table = read_tags_file(tags)
+            # checked now (file, columns); read batch by batch into DuckDB when build_artifact opens it
+            table = TagsFile(tags)
             inputs = [{"path": str(Path(tags).resolve()), "sha256": sha256_file(tags), "role": "tags"}]
             default_source = "custom"
-            logger.info(f"read: {len(table)} image-tag rows, {len(table.image_ids)} images, {len(table.tags)} tags in {clock}")
         else:
             ds = hf_dataset.load()
             hf_dataset = hf_dataset.resolved(ds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Collection, Iterable, Mapping
+from typing import Collection, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,53 @@ from metashift_hf.core.names import SubsetName, control_char, terminal_safe
 
 from .images import DatasetImages
 from .subsets import CandidateSubsets, _pairs_within_images
+
+
+class RowCheck:
+    """The checks of (image, tag) rows, over one table or a stream of batches (``add`` each in file
+    order); ``raise_first`` raises the first problem found, in the same order for both: missing
+    values (counted over every row), empty tags, tags with parentheses."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.null_ids = self.null_tags = 0
+        self.empty = False
+        self.parenthesised: str | None = None  # the first such tag, in row order
+
+    def add(self, img: "pa.Array | pa.ChunkedArray", tag: "pa.Array | pa.ChunkedArray") -> tuple:
+        """The rows as (image id, tag) strings, the tag trimmed of surrounding white space."""
+        self.null_ids += img.null_count
+        self.null_tags += tag.null_count
+        img = pc.cast(img, pa.string())
+        tag = pc.utf8_trim_whitespace(pc.cast(tag, pa.string()))
+        if not self.empty and len(tag) and pc.min(pc.utf8_length(tag)).as_py() == 0:
+            self.empty = True
+        if self.parenthesised is None:
+            bad = pc.filter(tag, pc.match_substring_regex(tag, r"[()]"))
+            if len(bad):
+                self.parenthesised = bad[0].as_py()
+        return img, tag
+
+    def raise_first(self) -> None:
+        if self.null_ids or self.null_tags:
+            raise InputFormatError(f"{self.what}: empty image_id or tag values ({self.null_ids} / {self.null_tags} "
+                                   "rows)", "drop rows without an image id or a tag")
+        if self.empty:
+            raise InputFormatError(f"{self.what}: some tags are empty", "drop rows whose tag is empty")
+        if self.parenthesised is not None:
+            raise InputFormatError(f"{self.what}: tag {self.parenthesised!r} contains parentheses, which subset names "
+                                   "'subject(context)' cannot hold", "rename such tags, e.g. replace '(' and ')' by '-'")
+
+
+def check_tag_names(tags: Iterable[str], what: str) -> None:
+    """Refuse a tag vocabulary with control characters (names are listed on terminals and written into cards)."""
+    for t in tags:
+        c = control_char(t)
+        if c is not None:
+            raise InputFormatError(f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
+                                   f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
+                                   "remove control characters from the tags (plain letters, digits, spaces and "
+                                   "punctuation only)")
 
 
 @dataclass
@@ -43,30 +90,16 @@ class TagTable:
         tag = pa.array(tags) if not isinstance(tags, (pa.Array, pa.ChunkedArray)) else tags
         if len(img) != len(tag):
             raise InputFormatError(f"{what}: {len(img)} image ids but {len(tag)} tags", "give one tag per row")
-        if img.null_count or tag.null_count:
-            raise InputFormatError(f"{what}: empty image_id or tag values ({img.null_count} / {tag.null_count} rows)",
-                                   "drop rows without an image id or a tag")
-        img = pc.cast(img, pa.string())
-        tag = pc.utf8_trim_whitespace(pc.cast(tag, pa.string()))
-        if len(tag) and pc.min(pc.utf8_length(tag)).as_py() == 0:
-            raise InputFormatError(f"{what}: some tags are empty", "drop rows whose tag is empty")
-        bad = pc.filter(tag, pc.match_substring_regex(tag, r"[()]"))
-        if len(bad):
-            raise InputFormatError(f"{what}: tag {bad[0].as_py()!r} contains parentheses, which subset names "
-                                   "'subject(context)' cannot hold", "rename such tags, e.g. replace '(' and ')' by '-'")
+        check = RowCheck(what)
+        img, tag = check.add(img, tag)
+        check.raise_first()
         image_vocab = pc.unique(img).sort()
         tag_vocab = pc.unique(tag).sort()
-        for t in tag_vocab.to_pylist():  # names are listed on terminals and written into cards
-            c = control_char(t)
-            if c is not None:
-                raise InputFormatError(f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
-                                       f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
-                                       "remove control characters from the tags (plain letters, digits, spaces and "
-                                       "punctuation only)")
+        tags_list = tag_vocab.to_pylist()
+        check_tag_names(tags_list, what)
         ic = pc.index_in(img, value_set=image_vocab).to_numpy(zero_copy_only=False).astype(np.int64)
         tc = pc.index_in(tag, value_set=tag_vocab).to_numpy(zero_copy_only=False).astype(np.int64)
         key = np.unique(ic * max(len(tag_vocab), 1) + tc)
-        tags_list = tag_vocab.to_pylist()
         cats = {t: (categories or {}).get(t) for t in tags_list}
         return cls(image_vocab.to_pylist(), tags_list, key // max(len(tag_vocab), 1), key % max(len(tag_vocab), 1),
                    cats)
@@ -75,21 +108,22 @@ class TagTable:
         return int(self.image_codes.size)
 
 
-def allowed_subjects(table: TagTable, subjects: Collection[str] = (),
+def allowed_subjects(tags: Sequence[str], categories: Mapping[str, str | None], subjects: Collection[str] = (),
                      subject_categories: Collection[str] = ()) -> np.ndarray:
-    """Per tag (bool): may it be a subject? In ``subjects`` or of a category in ``subject_categories``
-    (both empty: every tag). Names that do not occur are an InputFormatError."""
+    """Per tag of ``tags`` (bool): may it be a subject? In ``subjects`` or of a category (``categories``:
+    tag -> category) in ``subject_categories`` (both empty: every tag). Names that do not occur are an
+    InputFormatError."""
     if not (subjects or subject_categories):
-        return np.ones(len(table.tags), dtype=bool)
-    known_cats = {c for c in table.categories.values() if c}
-    for name, given, known in (("subject tag", subjects, set(table.tags)),
+        return np.ones(len(tags), dtype=bool)
+    known_cats = {c for c in categories.values() if c}
+    for name, given, known in (("subject tag", subjects, set(tags)),
                                ("subject category", subject_categories, known_cats)):
         missing = sorted(set(given) - known)
         if missing:
             raise InputFormatError(f"{name}(s) {missing} do not occur in the input",
                                    f"use names that occur: {', '.join(sorted(known)[:12])} ...")
-    return np.fromiter((t in set(subjects) or table.categories.get(t) in set(subject_categories)
-                        for t in table.tags), dtype=bool, count=len(table.tags))
+    return np.fromiter((t in set(subjects) or categories.get(t) in set(subject_categories) for t in tags),
+                       dtype=bool, count=len(tags))
 
 
 def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
@@ -100,7 +134,7 @@ def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
 
     In memory (every row as int64 arrays): the reference of ``tag_store.TagCandidates``, which the
     build uses (out of core); small inputs and tests."""
-    allowed = allowed_subjects(table, subjects, subject_categories)
+    allowed = allowed_subjects(table.tags, table.categories, subjects, subject_categories)
     if len(table) == 0:
         raise EmptyResultError("the multi-label input has no (image, tag) rows", "give a non-empty input")
     # rows are sorted by (image, tag) already (np.unique of image * T + tag)
@@ -129,30 +163,76 @@ def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
 TAG_FILE_COLUMNS = ("image_id", "tag")
 
 
+_FILE_BATCH_ROWS = 1 << 16  # parquet rows per batch of TagsFile.batches (CSV: pyarrow's block size)
+
+
+class TagsFile:
+    """A tags file, CSV or parquet with columns ``image_id`` and ``tag`` (one row per image-tag pair;
+    an optional ``category`` column gives each tag's category: its last row's), read in record batches,
+    never whole: the build streams it into DuckDB (``tag_store.TagCandidates``), ``read_tags_file``
+    into a :class:`TagTable`. The file and its columns are checked on creation; the rows while
+    ``batches`` streams them, and ``check`` then raises what was found (``RowCheck``)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.what = str(self.path)
+        if not self.path.is_file():
+            raise InputFormatError(f"tags file {self.path} does not exist",
+                                   "pass a CSV or parquet file with image_id,tag rows")
+        self.parquet = self.path.suffix.lower() in (".parquet", ".pq")
+        try:
+            names = (pq.ParquetFile(self.path).schema_arrow.names if self.parquet
+                     else self._csv().schema.names)
+        except (pa.ArrowException, OSError) as exc:
+            raise self._unreadable(exc) from None
+        missing = [c for c in TAG_FILE_COLUMNS if c not in names]
+        if missing:
+            raise InputFormatError(f"{self.path}: missing column(s) {missing} (has {names})",
+                                   "name the columns image_id and tag (one row per image-tag pair)")
+        self.has_category = "category" in names
+        self.categories: dict = {}  # raw tag value -> category of its last row (filled by batches)
+        self._rows = RowCheck(self.what)
+        self._error: InputFormatError | None = None
+
+    def _unreadable(self, exc: Exception) -> InputFormatError:
+        return InputFormatError(f"{self.path}: not a readable CSV/parquet table ({exc})",
+                                "write the tags as CSV (header image_id,tag) or parquet")
+
+    def _csv(self, columns: Sequence[str] | None = None):
+        return pcsv.open_csv(self.path, convert_options=pcsv.ConvertOptions(
+            column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()},
+            include_columns=columns))
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows as (image_id, tag) string batches, tags trimmed, in file order (once per TagsFile).
+        A read error ends the stream; ``check`` raises it."""
+        columns = [*TAG_FILE_COLUMNS, *(["category"] if self.has_category else [])]
+        try:
+            reader = (pq.ParquetFile(self.path).iter_batches(batch_size=_FILE_BATCH_ROWS, columns=columns)
+                      if self.parquet else self._csv(columns))
+            for batch in reader:
+                img, tag = batch.column("image_id"), batch.column("tag")
+                if self.has_category:  # as a dict over the rows: the last row of a tag wins
+                    self.categories.update(zip(tag.to_pylist(), batch.column("category").to_pylist()))
+                img, tag = self._rows.add(img, tag)
+                yield pa.RecordBatch.from_arrays([img, tag], names=list(TAG_FILE_COLUMNS))
+        except (pa.ArrowException, OSError) as exc:
+            self._error = self._unreadable(exc)
+
+    def check(self) -> None:
+        """After ``batches``: an InputFormatError for an unreadable file or bad rows."""
+        if self._error is not None:
+            raise self._error
+        self._rows.raise_first()
+
+
 def read_tags_file(path: str | os.PathLike) -> TagTable:
-    """CSV or parquet with columns ``image_id`` and ``tag`` (one row per image-tag pair); an optional
-    ``category`` column gives each tag's category."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFormatError(f"tags file {path} does not exist", "pass a CSV or parquet file with image_id,tag rows")
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            t = pq.read_table(path)
-        else:
-            t = pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
-                column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()}))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputFormatError(f"{path}: not a readable CSV/parquet table ({exc})",
-                               "write the tags as CSV (header image_id,tag) or parquet") from None
-    missing = [c for c in TAG_FILE_COLUMNS if c not in t.column_names]
-    if missing:
-        raise InputFormatError(f"{path}: missing column(s) {missing} (has {t.column_names})",
-                               "name the columns image_id and tag (one row per image-tag pair)")
-    cats = None
-    if "category" in t.column_names:
-        cats = dict(zip(t.column("tag").to_pylist(), t.column("category").to_pylist()))
-    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), cats,
-                                 what=str(path))
+    """A :class:`TagsFile` read into memory (small inputs, tests; the build streams it into DuckDB)."""
+    f = TagsFile(path)
+    t = pa.Table.from_batches(list(f.batches()), schema=pa.schema([(c, pa.string()) for c in TAG_FILE_COLUMNS]))
+    f.check()
+    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(),
+                                 f.categories or None, what=f.what)
 
 
 def tags_from_dataset(ds, *, tag_column: str, id_column: str | None = None, what: str = "dataset") -> TagTable:

@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
 from fixtures.worlds import paper_world, two_cluster_subsets
 from metashift_hf.builders import artifact as art
-from metashift_hf.builders import build
+from metashift_hf.builders import build, tag_store, tags
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_artifact, build_from_inputs
 from metashift_hf.builders.coco import read_coco_annotations
@@ -221,3 +222,102 @@ def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
     del m["options"]["max_subsets_per_class"]
     (a.root / "manifest.json").write_text(json.dumps(m))
     assert Artifact.load(a.root).options.max_subsets_per_class == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# a tags file read straight into DuckDB (batch by batch) == the whole-table reader in memory
+# ------------------------------------------------------------------------------------------------
+def _whole_table_reference(path, *, csv: bool) -> TagTable:
+    """The reader before the streamed one (the reference): the whole file as one Arrow table."""
+    t = (pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
+        column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()})) if csv
+         else pq.read_table(path))
+    cats = dict(zip(t.column("tag").to_pylist(), t.column("category").to_pylist())) if "category" in t.column_names \
+        else None
+    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), cats,
+                                 what=str(path))
+
+
+def _tags_frame(seed: int = 4) -> pa.Table:
+    """Ids and tags whose byte order is not their insertion order, untrimmed and repeated rows, a
+    category column whose last row per tag wins (also an untrimmed tag's own category)."""
+    rng = np.random.default_rng(seed)
+    vocab = ["cat", " cat", "cat food", "Cat", "é", "ö-x", "z z "] + [f"t{i:02d}" for i in range(30)]
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    img, tag, cat = [], [], []
+    for i in rng.permutation(1800).tolist():
+        for t in rng.choice(len(vocab), size=rng.integers(1, 8), p=p / p.sum()).tolist():  # repeats included
+            img.append(f"{'é' if i % 7 == 0 else ''}im{i}")
+            tag.append(vocab[t])
+            cat.append(None if t % 5 == 0 else f"k{(t + i) % 3}")
+    return pa.table({"image_id": img, "tag": tag, "category": cat})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "parquet-int-ids"])
+def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_reader(tmp_path, monkeypatch, fmt):
+    monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1000)  # many batches
+    monkeypatch.setattr(tag_store, "_BATCH_ROWS", 500)  # membership read in many ranges
+    frame = _tags_frame()
+    if fmt == "parquet-int-ids":
+        # integer ids (cast to text by the reader): 10 < 9 in byte order
+        frame = frame.set_column(0, "image_id", pa.array([int(x.replace("é", "").removeprefix("im"))
+                                                          for x in frame.column("image_id").to_pylist()]))
+    path = tmp_path / ("tags.csv" if fmt == "csv" else "tags.parquet")
+    if fmt == "csv":
+        pcsv.write_csv(frame, path)
+    else:
+        pq.write_table(frame, path, row_group_size=700)
+    options = BuildOptions(min_images_per_subset=10, subject_categories=("k1",))
+    old = build_artifact(candidates_from_tags(_whole_table_reference(path, csv=fmt == "csv"),
+                                              subject_categories=["k1"]), tmp_path / "old", options, plots=False)
+    new = build_from_inputs(tmp_path / "new", tags=path, options=options, plots=False, memory_limit=MIN_BYTE_SIZE)
+    assert len(old.classes()) > 3
+    assert old.subsets_table()["category"].notna().any()
+    for f in ARTIFACT_FILES:
+        assert (new.root / f).read_bytes() == (old.root / f).read_bytes(), f
+    assert new.content_hash == old.content_hash
+
+
+@pytest.mark.parametrize("rows, message", [
+    ({"image_id": ["1", None, "2", "3"], "tag": ["a(b)", "a", None, " "]}, r"\(1 / 1 rows\)"),
+    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b(c)", " ", "x(y)"]}, "some tags are empty"),
+    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b", "c", "x(y)"]}, "'x\\(y\\)' contains parentheses"),
+    ({"image_id": ["1", "2"], "tag": ["a", "b\x1b[2J"]}, "control character"),
+])
+def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, monkeypatch, rows, message):
+    monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1)  # each problem in its own batch
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(rows), path)
+    with pytest.raises(InputFormatError, match=message) as old:
+        _whole_table_reference(path, csv=False)
+    with pytest.raises(InputFormatError, match=message) as new:
+        build_from_inputs(tmp_path / "art", tags=path, plots=False)
+    assert str(new.value) == str(old.value)
+    assert not (tmp_path / "art").exists()
+
+
+def test_subsets_table_streamed_in_pieces_has_the_bytes_of_one_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(fsutil, "PARQUET_ROW_GROUP", 64)  # several row groups ...
+    monkeypatch.setattr(tag_store, "_BATCH_ROWS", 50)  # ... from pieces that do not align with them
+    a = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE), tmp_path / "a",
+                       BuildOptions(min_images_per_subset=10), plots=False)
+    whole = pq.read_table(a.root / "subsets.parquet")
+    assert whole.num_rows > 3 * 64 and pq.ParquetFile(a.root / "subsets.parquet").metadata.num_row_groups > 3
+    fsutil.write_parquet(whole, tmp_path / "one.parquet")
+    assert (a.root / "subsets.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+
+
+def test_membership_bytes_do_not_depend_on_how_the_codes_arrive_in_blocks(tmp_path):
+    """A row group holds several data pages here (~6 MB of ids): the old writer's pages followed
+    the blocks' chunks, so the same rows read in other ranges gave other bytes."""
+    rng = np.random.default_rng(0)
+    n_img = 200_000
+    codes = np.unique(rng.integers(0, 40 * n_img, 400_000))
+    sub, img = codes // n_img, codes % n_img
+    names = [f"s{i:02d}(c)" for i in range(40)]
+    ids = sorted(f"{x:016x}" for x in rng.integers(0, 2**63, n_img).tolist())
+    art.write_membership(tmp_path / "one.parquet", names, ids, [(sub, img)])
+    cuts = np.sort(rng.choice(codes.size, 7, replace=False))
+    blocks = list(zip(np.split(sub, cuts), np.split(img, cuts)))
+    art.write_membership(tmp_path / "blocks.parquet", names, ids, blocks)
+    assert (tmp_path / "blocks.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
