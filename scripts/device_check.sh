@@ -256,7 +256,8 @@ def eval_workers4():
 
 
 def eval_cpu():
-    evaluate("eval_cpu", [], "cpu", sample=10 if SMALL else 40, timeout=120)
+    # the same seeded sample as SMALL's device runs; else 40 per split, all inside the device's full run
+    evaluate("eval_cpu", [], "cpu", sample=None if SMALL else 40, timeout=120)
 
 
 def net_rates():
@@ -352,6 +353,8 @@ def train_finetune():
                                  "--device", DEV, "--no-progress", "--out", out], 200)
     train_record(rec, out)
     if rec.get("seed_seconds"):
+        # the seed's seconds (epochs, each with its validation pass, then every split predicted) / epochs:
+        # an upper bound of one epoch's training time (log.jsonl records no time)
         rec["seconds_per_epoch_incl_eval"] = round(rec["seed_seconds"] / EPOCHS, 2)
         report["figures"]["finetune_seconds_per_epoch_incl_eval"] = rec["seconds_per_epoch_incl_eval"]
         report["figures"]["finetune_wall_s"] = rec["wall_s"]
@@ -479,6 +482,13 @@ for w in ((1, 2) if small else (1, 2, 4, 8)):
     map_batches(clf.prepare, clf.logits, ids, data.__getitem__, width=1000, batch_size=32, workers=w, progress=False)
     sync()
     r[f"map_batches_workers{w}_images_per_s"] = round(len(ids) / (time.perf_counter() - t), 1); emit()
+if device != "cpu":  # the CPU's own model rate beside it, on the same prepared images
+    cpu = load_model("efficientnet-lite0", device="cpu")
+    cpu.logits(prepared[:32])
+    t = time.perf_counter()
+    for k in range(0, min(len(prepared), 128), 32):
+        cpu.logits(prepared[k:k + 32])
+    r["cpu_model_only_bs32_images_per_s"] = round(min(len(prepared), 128) / (time.perf_counter() - t), 1); emit()
 '''
 
 
