@@ -84,6 +84,34 @@ def test_decode_threads_scale_with_the_device(monkeypatch):
     assert decode_workers(None, "cpu") >= 1
 
 
+def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatch):
+    """Single-task evaluate (predict) and training features decode with the GPU rule on a GPU, not the CPU's
+    (on a 16-core node with 16 torch threads the CPU rule gives 1 thread: the 290 images/s cap)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from metashift_hf.evaluate.predict import predict
+    from metashift_hf.models import map_batches
+
+    monkeypatch.setattr("metashift_hf.models.runtime._cores", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    def prepare(data: bytes):
+        return np.zeros(3, np.float32)
+
+    run = lambda batch: np.zeros((len(batch), 5), np.float32)  # noqa: E731
+    ids = [f"i{n}" for n in range(64)]
+    clf = SimpleNamespace(prepare=prepare, logits=run, labels=SimpleNamespace(size=5), name="fake", device="cuda:0")
+    import metashift_hf.models.batches as batches
+
+    used: list[int] = []
+    real = batches.ThreadPoolExecutor
+    monkeypatch.setattr(batches, "ThreadPoolExecutor", lambda max_workers, **k: used.append(max_workers) or real(max_workers, **k))
+    predict(clf, ids, lambda i: b"", batch_size=8, progress=False)
+    map_batches(prepare, run, ids, lambda i: b"", width=5, batch_size=8, progress=False, device="cuda")
+    assert used == [decode_workers(None, "cuda")] * 2 == [4, 4]
+
+
 def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):  # noqa: F811
     kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
     single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)

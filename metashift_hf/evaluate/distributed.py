@@ -33,7 +33,7 @@ import numpy as np
 
 from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError
-from ..models import Classifier, decode_workers
+from ..models import Classifier
 from .cache import LogitsCache
 from .predict import map_batches
 
@@ -202,7 +202,7 @@ def model_logits(clf: Classifier, wanted: Mapping[str, Any], read: Callable[[str
     rows: dict[str, np.ndarray] = {}
     if todo_mine:
         new = map_batches(clf.prepare, clf.logits, todo_mine, read, width=clf.labels.size, batch_size=batch_size,
-                          workers=decode_workers(workers, device), progress=progress,
+                          workers=workers, device=device, progress=progress,
                           desc=f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})"))
         if cache is not None:
             cache.add(todo_mine, new)

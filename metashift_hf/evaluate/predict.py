@@ -19,5 +19,5 @@ def predict(
 ) -> HeadOutputs:
     """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time."""
     logits = map_batches(classifier.prepare, classifier.logits, image_ids, read, width=classifier.labels.size, batch_size=batch_size,
-                         workers=workers, progress=progress, desc=f"evaluate {classifier.name}")
+                         workers=workers, progress=progress, desc=f"evaluate {classifier.name}", device=classifier.device)
     return HeadOutputs(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)

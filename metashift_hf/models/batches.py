@@ -27,16 +27,18 @@ def map_batches(
     workers: int | None = None,
     progress: bool = True,
     desc: str = "images",
+    device: str = "cpu",
 ) -> np.ndarray:
     """``run`` over the ``prepare``d images, ``batch_size`` at a time -> float32 (n, ``width``), in order.
 
     A thread pool decodes and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs
-    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding.
+    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding. ``workers``: decode
+    threads, default :func:`decode_workers`' rule for ``device`` (the device ``run`` computes on).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = list(image_ids)
-    workers = decode_workers(workers)
+    workers = decode_workers(workers, device)
 
     def load(iid: str):
         data = read(iid)

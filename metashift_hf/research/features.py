@@ -218,7 +218,7 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
             new_keys.add(sha[i])
     if todo:
         new = map_batches(bb.prepare, bb.embed, todo, source.read, width=bb.dim, batch_size=batch_size,
-                          workers=workers, progress=progress, desc=f"features {bb.name}")
+                          workers=workers, progress=progress, desc=f"features {bb.name}", device=bb.classifier.device)
         keys = [sha[i] for i in todo]
         store.write(keys, new)
         cached.update(zip(keys, new))
