@@ -53,6 +53,7 @@ else
   note "pip install of the package FAILED; using a copy on PYTHONPATH (version reads 0.0.0+unknown)"
 fi
 export PYTHONPATH="$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONSAFEPATH=1  # the repo root (cwd) holds metashift_hf/ without builders/: import the installed package
 
 WN=${1:-${METASHIFT_HF_WORDNET_DICT:-}}
 if [ -z "$WN" ]; then
