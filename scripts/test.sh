@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# README command 2: install, then run the whole offline test suite.
+# README command 2: install, lint, then run the offline test suite (what CI runs).
+#   bash scripts/test.sh          the suite without the tests marked slow (~5 min on 2 quiet cores)
+#   bash scripts/test.sh --all    also the slow end-to-end tests (whole commands, Hub-first round trips,
+#                                 the demo, torchrun): ~10 more minutes; run it before a release
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") marks=(-m "not slow") ;;
+  --all) marks=() ;;
+  *) echo "usage: bash scripts/test.sh [--all]" >&2; exit 2 ;;
+esac
 bash scripts/install.sh
 python3 -m ruff check .  # lint rules in pyproject.toml [tool.ruff]
-python3 -m pytest -q tests
+python3 -m pytest -q "${marks[@]}" tests
