@@ -158,3 +158,7 @@ def test_bad_training_options(builder_world, tmp_path):
                       options={"scale": 0.1}), None, TrainConfig(method="sgd"))
     with pytest.raises(MetashiftError, match="seeds"):
         TrainConfig(seeds=0).resolved()
+    for size in (0, 16, 5000, 1.5):  # evaluate's range (32..1024), checked before any training
+        with pytest.raises(MetashiftError, match="image_size"):
+            TrainConfig(image_size=size).resolved()
+    assert TrainConfig(image_size=32).resolved().image_size == 32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.options import OptionError, non_negative_float, positive_float, positive_int
+from ..core.options import OptionError, image_size, non_negative_float, positive_float, positive_int
 from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
 from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
@@ -39,7 +39,7 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="batch size (default 64 linear, 32 finetune)")
     p.add_argument("--weight-decay", type=non_negative_float, default=None, help="Adam weight decay (default 0)")
-    p.add_argument("--image-size", type=positive_int, default=None,
+    p.add_argument("--image-size", type=image_size, default=None,
                    help="linear probe: backbone input size in pixels (default the model's 224; smaller suits small images)")
     p.add_argument("--config-file", default=None, metavar="TOML",
                    help="training settings from a TOML file with these flags' names (a run's config.toml); flags given win")

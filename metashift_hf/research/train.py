@@ -125,7 +125,7 @@ class TrainConfig:
                        lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
                        batch_size=bs if self.batch_size is None else opt.positive_int(self.batch_size, "batch_size"),
                        weight_decay=opt.non_negative_float(self.weight_decay, "weight_decay"),
-                       image_size=opt.optional(opt.positive_int, self.image_size, "image_size"))
+                       image_size=opt.optional(opt.image_size, self.image_size, "image_size"))  # evaluate's one range
 
 
 @dataclass(frozen=True)
