@@ -227,7 +227,13 @@ class TagCandidates:
     def distinct_images(self, kept_only: bool) -> int:
         q = ("SELECT count(DISTINCT m.img) FROM members m SEMI JOIN kept k ON k.sid = m.sid" if kept_only
              else "SELECT count(DISTINCT img) FROM members")
-        return int(self._one(q)[0])
+        # a distinct count over every member row needs a hash of every image (~0.4 GiB at 9M images):
+        # it runs under --memory-limit, not the read-back limit the range reads keep to
+        self._one(f"SET memory_limit = '{self.memory_limit}B'")
+        try:
+            return int(self._one(q)[0])
+        finally:
+            self._one(f"SET memory_limit = '{min(self.memory_limit, READ_MEMORY_LIMIT)}B'")
 
     # -- rows, streamed in order ----------------------------------------------------------------
     def names_array(self) -> pa.Array:

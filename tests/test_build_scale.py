@@ -321,3 +321,19 @@ def test_membership_bytes_do_not_depend_on_how_the_codes_arrive_in_blocks(tmp_pa
     blocks = list(zip(np.split(sub, cuts), np.split(img, cuts)))
     art.write_membership(tmp_path / "blocks.parquet", names, ids, blocks)
     assert (tmp_path / "blocks.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+
+
+@pytest.mark.slow  # ~15 s: 400k images through the out-of-core build
+def test_image_counts_run_under_the_memory_limit_not_the_read_back_limit(tmp_path, monkeypatch):
+    """The distinct-image counts hash every image: under the 256 MiB read-back limit they failed at 9M images
+    (DuckDB out of memory after 24 CPU minutes). Scaled down: a 16 MiB read-back limit and 400k images."""
+    monkeypatch.setattr(tag_store, "READ_MEMORY_LIMIT", 16 << 20)
+    rng = np.random.default_rng(0)
+    n, per = 400_000, 4
+    ids = np.repeat(np.char.add("im", np.arange(n).astype(str)), per)
+    picks = np.argsort(rng.random((n, 20)), axis=1)[:, :per].ravel()  # 4 distinct tags of 20 per image
+    pq.write_table(pa.table({"image_id": ids, "tag": np.char.add("t", picks.astype(str))}), tmp_path / "t.parquet")
+    out = build_from_inputs(tmp_path / "art", tags=tmp_path / "t.parquet", plots=False,
+                            options=BuildOptions(min_images_per_subset=10))
+    stats = json.loads((out.root / "stats.json").read_text())
+    assert stats["candidate_images"] == n, stats
