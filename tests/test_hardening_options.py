@@ -46,7 +46,7 @@ TRAIN = ("train", "--task", "class-cat", "--artifact", "/nonexistent-artifact", 
 @pytest.mark.parametrize("flag,value,reason", [
     ("--epochs", "0", "positive integer"), ("--batch-size", "0", "positive integer"), ("--seeds", "0", "from 1 to 1000"),
     ("--lr", "0", "> 0"), ("--lr", "-1", "> 0"), ("--lr", "nan", "finite"), ("--lr", "inf", "finite"),
-    ("--epochs", "1.5", "not an integer"), ("--image-size", "-3", "positive integer"), ("--seed", "-1", "seed"),
+    ("--epochs", "1.5", "not an integer"), ("--image-size", "-3", "from 32 to 1024"), ("--seed", "-1", "seed"),
     ("--seed", "1.5", "not an integer"),
 ])
 def test_train_options_are_checked_while_parsing(capsys, flag, value, reason):
