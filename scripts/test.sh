@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: install, lint, then run the offline test suite (what CI runs).
-#   bash scripts/test.sh          the suite without the tests marked slow (~5 min on 2 quiet cores)
+#   bash scripts/test.sh          the suite without the tests marked slow (~6.5 min on 2 quiet cores)
 #   bash scripts/test.sh --all    also the slow end-to-end tests (whole commands, Hub-first round trips,
-#                                 the demo, torchrun): ~10 more minutes; run it before a release
+#                                 the demo, torchrun): ~8 more minutes; run it before a release
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
