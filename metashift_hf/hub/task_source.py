@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from ..builders.artifact import Artifact
 from ..builders.images import DatasetImages, ImageSource, open_images
 from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
-from ..builders.metashift import carries_spec, spec_of_dataset, spec_of_features
+from ..builders.metashift import carries_spec, spec_of_features
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, MissingImagesError, UnknownNameError
@@ -606,9 +606,7 @@ def shift_spec(source: "TaskRef | Any") -> ShiftSpec:
         return source
     if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
         return read_spec_file(source)
-    if isinstance(source, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(source):
-        spec_of_dataset(source)  # names what is missing
-    return open_task(source).spec
+    return open_task(source).spec  # a dataset without a spec: open_task names what is missing
 
 
 def _folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
