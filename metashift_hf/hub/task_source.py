@@ -574,15 +574,21 @@ def open_task(task: "TaskRef | Any") -> TaskData:
     return data
 
 
+def check_one_source(artifact: Any, source: Any, who: str = "") -> None:
+    """A run's tasks come from exactly one of a build (``artifact``) and an export folder or Hub namespace
+    (``source``); ``who`` begins the message (e.g. "experiment compare")."""
+    if (artifact is None) == (source is None):
+        raise InputFormatError(f"{who + ': ' if who else ''}give either an artifact (--artifact) or the exported tasks "
+                               "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+
+
 def open_tasks(tasks: Sequence[str], *, artifact: "str | os.PathLike | Artifact | None" = None,
                source: "str | os.PathLike | None" = None, images: "str | os.PathLike | ImageSource | None" = None,
                seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
     """Several task ids of one run, each resolved by :func:`open_task` before any work: planned on one
     ``artifact`` (loaded once), or read from ``source``, an export folder or a Hub namespace (task T is
     ``SOURCE/metashift-T``, its own rows and images)."""
-    if (artifact is None) == (source is None):
-        raise InputFormatError("give either an artifact (--artifact) or the exported tasks (--from EXPORT_FOLDER or "
-                               "a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+    check_one_source(artifact, source)
     if source is not None:
         return {t: open_task(TaskRef(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed,
                                      options=options or {})) for t in tasks}
@@ -660,6 +666,6 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
                                "drop --images")
 
 
-__all__ = ["TaskRef", "TaskData", "TaskForm", "task_ref", "open_task", "open_tasks", "shift_spec", "DEFAULT_SEED", "spec_less_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
+__all__ = ["TaskRef", "TaskData", "TaskForm", "task_ref", "open_task", "open_tasks", "check_one_source", "shift_spec", "DEFAULT_SEED", "spec_less_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
            "in_export_order", "check_rows", "dataset_spec",
            "refuse_planning_options"]

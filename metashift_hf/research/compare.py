@@ -38,7 +38,7 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
-from ..hub.task_source import TaskData, open_tasks
+from ..hub.task_source import TaskData, check_one_source, open_tasks
 from .algorithms import (
     METHODS,
     SAMPLING_TEXT,
@@ -411,9 +411,7 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | o
     n_hparams, n_trials, hparams_seed = options.n_hparams, options.n_trials, options.hparams_seed
     methods, tasks = tuple(methods), tuple(tasks)
     _check_names(methods, tasks)
-    if (artifact is None) == (source is None):
-        raise InputFormatError("experiment compare: give either an artifact (--artifact) or the exported tasks "
-                               "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+    check_one_source(artifact, source, "experiment compare")  # before the output folder is claimed
     if n_trials is not None:
         config = replace(config, seeds=n_trials)
     arms = plan_arms(methods, config, selections, n_hparams, hparams_seed)

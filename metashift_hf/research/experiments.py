@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping, Sequence
 from ..builders import paper_tasks as pt
 from ..builders.spec import ShiftSpec
 from ..core import __version__
-from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from ..hub.task_source import TaskData, open_tasks
+from ..hub.task_source import TaskData, check_one_source, open_tasks
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
@@ -305,10 +305,8 @@ def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
                      seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
     """Every task of experiment ``name``, resolved before any training (:func:`open_tasks`)."""
     exp = experiment(name)
-    try:
-        return open_tasks(exp.tasks, artifact=artifact, source=source, images=images, seed=seed, options=overrides)
-    except InputFormatError as exc:
-        raise InputFormatError(f"experiment {name}: {exc.what}", exc.fix) from None
+    check_one_source(artifact, source, f"experiment {name}")
+    return open_tasks(exp.tasks, artifact=artifact, source=source, images=images, seed=seed, options=overrides)
 
 
 def _earlier_experiment(out: "str | os.PathLike") -> str | None:
