@@ -14,6 +14,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_task_source import three_split_task
@@ -79,27 +80,32 @@ def test_pristine_export_opens(repo):
 
 
 def test_a1_14_missing_group_column(repo):
+    """(A1-14) a split without its group column: one error, not a KeyError traceback."""
     mutate(repo, "test", lambda t: t.drop(["group"]))
     refused(repo, r"split 'test'.*(lacks column|group)")
 
 
 def test_a1_15_context_column_filled_with_none(repo):
+    """(A1-15) a dropped context column comes back from the card's features filled with None."""
     mutate(repo, "test", lambda t: set_column(t, "context", [None] * t.num_rows))
     msg = refused(repo, r"split 'test' does not match its shift spec, 10 bad row")
     assert "empty context" in msg and "image 2400020" in msg
 
 
 def test_a1_16_label_out_of_range(repo):
+    """(A1-16) label id 5 in a 2-class task."""
     mutate(repo, "test", lambda t: set_column(t, "label", [5] + t["label"].to_pylist()[1:]))
     refused(repo, r"1 bad row.*image 2400020: label 5 outside 0\.\.1")
 
 
 def test_a1_17_label_minus_one_is_not_the_last_class(repo):
+    """(A1-17) label -1 was read as the last class (numpy indexing)."""
     mutate(repo, "test", lambda t: set_column(t, "label", [-1] + t["label"].to_pylist()[1:]))
     refused(repo, r"label -1 outside 0\.\.1")
 
 
 def test_a1_18_a1_72_flipped_labels_refused_by_open_score_and_bugs(repo, tmp_path):
+    """(A1-18) labels flipped, group/context kept; (A1-72) `bugs` on them reported invented context bugs."""
     mutate(repo, "test", lambda t: set_column(t, "label", [1 - y for y in t["label"].to_pylist()]))
     refused(repo, r"group 'cat\(grass\)' is not class\(context\) 'dog\(grass\)'")
     preds = tmp_path / "p.csv"
@@ -111,22 +117,27 @@ def test_a1_18_a1_72_flipped_labels_refused_by_open_score_and_bugs(repo, tmp_pat
 
 
 def test_a1_19_every_group_renamed(repo):
+    """(A1-19) every test row's group set to cat(outdoor)."""
     mutate(repo, "test", lambda t: set_column(t, "group", ["cat(outdoor)"] * t.num_rows))
     refused(repo, r"10 bad row")
 
 
 def test_a1_23_group_unknown_to_the_spec(repo):
+    """(A1-23) group names the spec does not know (unicorn(moon))."""
     mutate(repo, "test", lambda t: set_column(t, "group", ["unicorn(moon)"] * t.num_rows))
     msg = refused(repo, r"not one of the spec's test groups")
     assert "unicorn(moon)" in msg
 
 
 def test_a1_24_context_inconsistent_with_group(repo):
+    """(A1-24) a context column that contradicts the group column."""
     mutate(repo, "test", lambda t: set_column(t, "context", ["sofa"] * t.num_rows))
     refused(repo, r"group 'cat\(grass\)' is not class\(context\) 'cat\(sofa\)'")
 
 
 def test_a1_20_a1_26_e53_train_rows_in_test(repo):
+    """(A1-20) 5 train rows copied into test, card split sizes kept (the count stays 10): a traceback before,
+    then 'bug in the split generator' (A1-26, E53)."""
     train = pq.read_table(shard(repo, "train"))
     mutate(repo, "test", lambda t: pa.concat_tables([t.slice(0, 5), train.slice(0, 5).select(t.column_names)
                                                      .cast(t.schema)]))
@@ -136,7 +147,7 @@ def test_a1_20_a1_26_e53_train_rows_in_test(repo):
 
 
 def test_a1_26_e53_leak_with_sizes_and_groups_kept(repo):
-    """Splits of two tasks mixed: the image ids leak, the rows otherwise fit the spec."""
+    """(A1-26, E53) splits of two tasks mixed: the image ids leak, the rows otherwise fit the spec."""
     train = pq.read_table(shard(repo, "train"))
     val = pq.read_table(shard(repo, "validation"))
     mutate(repo, "validation", lambda t: set_column(t, "image_id", train["image_id"].to_pylist()[:val.num_rows]))
@@ -144,8 +155,10 @@ def test_a1_26_e53_leak_with_sizes_and_groups_kept(repo):
     assert "bug in the split generator" not in msg and "fix:" in msg
 
 
-@pytest.mark.parametrize("dupes", ["all", "one"])
+@pytest.mark.parametrize("dupes", ["all", "one"], ids=["A1-21", "A1-22"])
 def test_a1_21_22_27_28_duplicated_rows(repo, dupes):
+    """(A1-21) every test row duplicated, (A1-22) one: split sizes kept, so only the duplicate check sees them;
+    the message is the rows', never 'bug in the split generator' (A1-27, A1-28)."""
     def fn(t):
         ids = t["image_id"].to_pylist()
         ids = [ids[i - i % 2] for i in range(len(ids))] if dupes == "all" else [ids[0]] + ids[1:-1] + [ids[0]]
@@ -156,13 +169,74 @@ def test_a1_21_22_27_28_duplicated_rows(repo, dupes):
 
 
 def test_a1_29_empty_test_shard(repo):
+    """(A1-29) a test shard with no rows: datasets' own error, as one error naming the folder."""
     mutate(repo, "test", lambda t: t.slice(0, 0))
     refused(repo, r"exported folder .*: its parquet shards cannot be read")
 
 
 def test_a1_30_missing_test_shard(repo):
+    """(A1-30) the test shard deleted (the card still lists the split)."""
     shard(repo, "test").unlink()
     refused(repo, r"exported folder .*: its parquet shards cannot be read")
+
+
+def drop_card_sizes(repo: Path) -> None:
+    """Remove the card's split sizes (dataset_info.splits), so datasets counts no rows: only the spec's copy
+    of the sizes and the row checks are left."""
+    card = repo / "README.md"
+    _, head, body = card.read_text().split("---\n", 2)
+    meta = yaml.safe_load(head)
+    for key in ("splits", "download_size", "dataset_size"):
+        del meta["dataset_info"][key]
+    card.write_text(f"---\n{yaml.safe_dump(meta, sort_keys=False)}---\n{body}")
+
+
+def rows_leaked(t: pa.Table, repo: Path) -> pa.Table:
+    return pa.concat_tables([t.slice(0, 5), pq.read_table(shard(repo, "train")).slice(0, 5).select(t.column_names)
+                             .cast(t.schema)])
+
+
+SIZELESS = {  # case id -> (split, its rewrite, the message); "same size": the count the spec records is kept
+    "A1-26-same-size": ("test", rows_leaked, r"5 bad row.*row 5 image 2400000: group 'cat\(sofa\)' is not one of the "
+                        r"spec's test groups"),
+    "A1-26-grown": ("test", lambda t, r: pa.concat_tables([t, rows_leaked(t, r).slice(5)]),
+                    r"has 15 rows, its shift spec records 10"),
+    "A1-26-ids-only": ("validation", lambda t, r: set_column(t, "image_id", pq.read_table(shard(r, "train"))[
+        "image_id"].to_pylist()[:t.num_rows]), r"split 'validation' .* 5 bad row.*image also in split 'train'"),
+    "A1-27-same-size": ("test", lambda t, r: pa.concat_tables([t.slice(0, 5)] * 2),
+                        r"5 bad row.*image listed twice in 'test'"),
+    "A1-27-grown": ("test", lambda t, r: pa.concat_tables([t, t]), r"has 20 rows, its shift spec records 10"),
+    "A1-28-same-size": ("test", lambda t, r: pa.concat_tables([t.slice(0, 9), t.slice(3, 1)]),
+                        r"1 bad row.*row 9 image 2400023: image listed twice in 'test'"),
+    "A1-28-grown": ("test", lambda t, r: pa.concat_tables([t, t.slice(3, 1)]), r"has 11 rows, its shift spec records 10"),
+}
+
+
+@pytest.mark.parametrize("case", list(SIZELESS), ids=list(SIZELESS))
+def test_a1_26_27_28_card_without_split_sizes(repo, case):
+    """(A1-26) a leak, (A1-27) every row duplicated, (A1-28) one row duplicated, with the card's split sizes removed
+    (so datasets checks no count): the rows' own error, never 'bug in the split generator, please report'."""
+    split, change, match = SIZELESS[case]
+    drop_card_sizes(repo)
+    mutate(repo, split, lambda t: change(t, repo))
+    msg = refused(repo, match)
+    assert "bug in the split generator" not in msg and "fix:" in msg
+
+
+def test_a1_29_30_card_without_split_sizes(repo):
+    """(A1-29, A1-30) an emptied shard with the card's split sizes removed: still one error, naming the reader's
+    own reason (not only datasets' 'An error occurred while generating the dataset')."""
+    drop_card_sizes(repo)
+    mutate(repo, "test", lambda t: t.slice(0, 0))
+    refused(repo, r"parquet shards cannot be read .*DatasetGenerationError.*; ArrowInvalid: ")
+
+
+def test_group_id_disagreeing_with_group(repo):
+    """group_id (documented: names[group_id] == group; what a user's own training loop reads) pointing at another
+    group was accepted: the library groups by `group`, so only a user's loop saw the wrong groups."""
+    mutate(repo, "test", lambda t: set_column(t, "group_id", [3] * t.num_rows))
+    msg = refused(repo, r"split 'test' does not match its shift spec, 10 bad row")
+    assert "group_id 3 names 'dog(sofa)', not its group 'cat(grass)'" in msg
 
 
 def test_a1_67_split_size_disagrees(repo):
@@ -178,6 +252,7 @@ def edit_spec_file(repo: Path, fn) -> None:
 
 
 def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_path, capsys):
+    """(A1-31) shift_spec.json's classes swapped: tasks show printed dog,cat while score used cat,dog."""
     edit_spec_file(repo, lambda d: {**d, "classes": d["classes"][::-1]})
     refused(repo, r"shift_spec.json and the card's copy of the spec .* differ in classes")
     preds = tmp_path / "p.csv"
@@ -355,6 +430,7 @@ def open_from_hub(endpoint: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow  # ~25 s on 2 busy cores: a CLI subprocess whose Hub client retries the refused connection
 def test_a1_12_connection_refused_is_one_error(tmp_path):
+    """(A1-12) HF_ENDPOINT refusing connections: one error/fix after the client's retries, no traceback."""
     import socket
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -274,7 +274,8 @@ def _column_types(schema: pa.Schema) -> dict[str, str]:
 def check_rows(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: str | None = None, *,
                whole: bool = True) -> None:
     """Refuse a dataset whose rows do not match ``spec``: columns and types, labels in 0..k-1, every row's
-    ``group == f"{class}({context})"`` and a group the spec lists for that split (with that class), split
+    ``group == f"{class}({context})"`` and a group the spec lists for that split (with that class), its
+    ``group_id`` (where the split has that ClassLabel) naming the same group, split
     sizes as the spec records, no image twice in a split or in two splits (collections: once per class),
     and (``config`` given: a folder or repo) the spec's task id equal to the config name.
 
@@ -307,7 +308,10 @@ def check_rows(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: 
         if len(ds) != sizes[split] and (whole or len(ds) > sizes[split]):
             raise InputFormatError(f"{where}: split {split!r} has {len(ds)} rows, its shift spec records {sizes[split]}",
                                    ROWS_FIX)
-        table = ds.select_columns(list(ROW_COLUMNS)).with_format("arrow")[:]  # honours an indices mapping
+        # group_id is optional (the library groups by `group`), but a user's own loop reads it: it must agree
+        group_ids = ds.features.get("group_id")
+        group_ids = group_ids if isinstance(group_ids, datasets.ClassLabel) else None
+        table = ds.select_columns(list(ROW_COLUMNS) + ["group_id"] * bool(group_ids)).with_format("arrow")[:]
         wrong = _column_types(table.schema)
         if wrong:
             raise InputFormatError(f"{where}: split {split!r} column(s) of the wrong type: "
@@ -321,6 +325,12 @@ def check_rows(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: 
         cls = names.take(pa.array(np.where(in_range, label, 0)))
         expected = np.asarray(pc.binary_join_element_wise(cls, "(", col["context"], ")", "").to_pylist(), dtype=object)
         group = np.asarray(col["group"].to_pylist(), dtype=object)
+        if group_ids is not None:
+            gid = np.asarray(col["group_id"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            gid_names = np.asarray([*group_ids.names, None], dtype=object)  # None: out of range or empty
+            gid_group = gid_names[np.where((gid >= 0) & (gid < group_ids.num_classes), gid, group_ids.num_classes)]
+        else:
+            gid, gid_group = np.zeros(len(ds), np.int64), group
         group_cls = {g.group: g.cls for g in spec_groups.get(split, ())}
         known = np.asarray([group_cls.get(g) for g in group], dtype=object)
         cls_text = np.asarray(cls.to_pylist(), dtype=object)
@@ -343,6 +353,8 @@ def check_rows(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: 
              lambda n: f"group {group[n]!r} is not one of the spec's {split} groups"),
             (in_range & (known != None) & (known != cls_text),  # noqa: E711 (elementwise)
              lambda n: f"group {group[n]!r} is of class {known[n]!r} in the spec, the label says {cls_text[n]!r}"),
+            (~null["group"] & (gid_group != group),
+             lambda n: f"group_id {gid[n]} names {gid_group[n]!r}, not its group {group[n]!r}"),
             (dup_here, lambda n: f"image listed twice in {split!r}"),
             (dup_other, lambda n: f"image also in split {seen.get(keys[n])!r}"),
         ]
@@ -456,9 +468,18 @@ def _load(where: str, call) -> "datasets.DatasetDict":
     try:
         return call()
     except (datasets.exceptions.DatasetsError, ValueError, FileNotFoundError) as exc:
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise InputFormatError(f"{where}: its parquet shards cannot be read as the card describes them "
-                               f"({type(exc).__name__}: {terminal_safe(first)})", ROWS_FIX) from None
+        causes = [exc]  # datasets wraps the reader's error ("An error occurred while generating the dataset")
+        while (nxt := causes[-1].__cause__ or causes[-1].__context__) is not None and len(causes) < 5:
+            causes.append(nxt)
+        said = "; ".join(f"{type(e).__name__}: {terminal_safe(_first_line(e))}" for e in dict.fromkeys(
+            causes[:1] + causes[-1:]))
+        raise InputFormatError(f"{where}: its parquet shards cannot be read as the card describes them ({said})",
+                               ROWS_FIX) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _exported_folder(path: Any) -> bool:
