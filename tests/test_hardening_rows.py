@@ -85,9 +85,11 @@ def test_a1_14_missing_group_column(repo):
     refused(repo, r"split 'test'.*(lacks column|group)")
 
 
-def test_a1_15_context_column_filled_with_none(repo):
-    """(A1-15) a dropped context column comes back from the card's features filled with None."""
-    mutate(repo, "test", lambda t: set_column(t, "context", [None] * t.num_rows))
+@pytest.mark.parametrize("how", ["dropped", "nulls"], ids=["A1-15-dropped", "A1-15-nulls"])
+def test_a1_15_context_column_filled_with_none(repo, how):
+    """(A1-15) a context column dropped from the shard comes back from the card's features filled with None."""
+    mutate(repo, "test", lambda t: t.drop(["context"]) if how == "dropped" else
+           set_column(t, "context", [None] * t.num_rows))
     msg = refused(repo, r"split 'test' does not match its shift spec, 10 bad row")
     assert "empty context" in msg and "image 2400020" in msg
 
