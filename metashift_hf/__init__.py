@@ -15,7 +15,7 @@ _LAZY = {"load": "metashift_hf.hub.api", "prepare": "metashift_hf.hub.api", "pla
          "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.hub.task_source",
          "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.research.evaluator",
          "open_task": "metashift_hf.hub.task_source", "TaskRef": "metashift_hf.hub.task_source",
-         "score": "metashift_hf.research.score",
+         "TaskOrigin": "metashift_hf.hub.task_source", "score": "metashift_hf.research.score",
          "loader": "metashift_hf.research.loader"}
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
@@ -35,4 +35,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec", "Evaluator",
-           "open_task", "TaskRef", "loader"]
+           "open_task", "TaskRef", "TaskOrigin", "loader"]

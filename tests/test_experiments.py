@@ -8,6 +8,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.core.errors import UnknownNameError
+from metashift_hf.hub.task_source import TaskOrigin
 from metashift_hf.research.experiments import EXPERIMENTS, run_experiment
 
 
@@ -69,7 +70,8 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
 
 def test_unknown_experiment(builder_world, tmp_path):
     with pytest.raises(UnknownNameError, match="paper-dg"):
-        run_experiment("paper-d", builder_world["artifact"].root, builder_world["folder"], tmp_path / "x")
+        run_experiment("paper-d", TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"]),
+                       tmp_path / "x")
 
 
 def test_sampling_given_overrides_the_papers_protocol(builder_world, tmp_path, monkeypatch):
@@ -80,8 +82,9 @@ def test_sampling_given_overrides_the_papers_protocol(builder_world, tmp_path, m
     seen = []
     real = ex.train
     monkeypatch.setattr(ex, "train", lambda data, *a, **k: seen.append(a[1].sampling) or real(data, *a, **k))  # train(task, out, config)
-    res = run_experiment("paper-subpop", builder_world["artifact"].root, builder_world["folder"], tmp_path / "s",
-                         TrainConfig(seeds=1, epochs=1, image_size=32, sampling="shuffle"), overrides={"scale": 0.1},
+    origin = TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"], options={"scale": 0.1})
+    res = run_experiment("paper-subpop", origin, tmp_path / "s", TrainConfig(seeds=1, epochs=1, image_size=32,
+                                                                             sampling="shuffle"),
                          cache_dir=tmp_path / "cache", progress=False)
     assert seen == ["shuffle"] * 3 and res.card["sampling"] == "shuffle"
     assert any(d.startswith("sampling: ours shuffle") and "group-balanced" in d for d in res.to_dict()["paper"]["differences"])

@@ -16,7 +16,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.hub import shards
 from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub.shards import write_config
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_source import TaskOrigin, TaskRef
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +161,9 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     root, world, art = demo
     cache = root / "hf-cache"
     tasks = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "class-cat"]
-    repos = export_tasks(tasks, art.root, world.images_dir, root / "out", scale=0.5, cache_dir=cache,
-                         task_overrides={"class-cat": {}})
+    origin = TaskOrigin(artifact=art.root, images=world.images_dir, options={"scale": 0.5},
+                        task_options={"class-cat": {}})
+    repos = export_tasks(tasks, origin, root / "out", cache_dir=cache)
     assert [r.name for r in repos] == [f"metashift-{t}" for t in tasks] + ["metashift"]
     for repo, task in zip(repos, tasks):
         overrides = {} if task == "class-cat" else {"scale": 0.5}
@@ -210,7 +211,7 @@ def test_cli_export_prints_the_load_lines(demo, capsys):
 
 def test_cli_errors(capsys, tmp_path):
     from metashift_hf.cli import main
-    from metashift_hf.commands.export import parse_overrides
+    from metashift_hf.commands.task_args import parse_overrides
 
     assert main(["export", "paper-dg-cat-dog-1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -24,6 +24,7 @@ from metashift_hf.core.provenance import SourceInfo, license_id, license_stateme
 from metashift_hf.hub.api import prepare
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
+from metashift_hf.hub.task_source import TaskOrigin
 
 
 N = 60
@@ -153,7 +154,8 @@ def test_manifest_without_source_info_still_reads_and_a_bad_one_is_refused(unlic
 
 def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_path):
     with pytest.raises(MetashiftError, match="no licence") as err:
-        publish_tasks(["class-cat"], unlicensed, user_data[1], "ns", tmp_path / "out", push=PushOptions(dry_run=True))
+        publish_tasks(["class-cat"], TaskOrigin(artifact=unlicensed, images=user_data[1]), "ns", tmp_path / "out",
+                      push=PushOptions(dry_run=True))
     assert "--license" in err.value.fix and not (tmp_path / "out").exists()  # refused before the export
     task = prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache")
     repos = export_prepared([task], unlicensed, tmp_path / "exported")  # an export made anyway
@@ -164,8 +166,8 @@ def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_
 
 def test_publish_plans_user_data_with_a_licence(user_data, tmp_path, capsys):
     _build(user_data, tmp_path / "art", capsys, "--license", "mit")
-    res = publish_tasks(["class-cat"], tmp_path / "art", user_data[1], "ns", tmp_path / "out",
-                        push=PushOptions(dry_run=True))
+    res = publish_tasks(["class-cat"], TaskOrigin(artifact=tmp_path / "art", images=user_data[1]), "ns",
+                        tmp_path / "out", push=PushOptions(dry_run=True))
     assert res.dry_run and [p.repo_id for p in res.plans] == ["ns/metashift-class-cat", "ns/metashift"]
 
 

@@ -18,7 +18,7 @@ from metashift_hf import cli
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import OutputExistsError, atomic_file
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_source import TaskOrigin, TaskRef
 from metashift_hf.research.train import TrainConfig, load_config, parse_seeds, train
 
 
@@ -248,8 +248,8 @@ def test_compare_covers_every_run_and_refuses_before_modifying(builder_world, tm
     from metashift_hf.research.compare import run_compare
 
     out, cache = tmp_path / "cmp", tmp_path / "cache"
-    args = dict(artifact=builder_world["artifact"].root, images=builder_world["folder"], out=out,
-                overrides={"scale": 0.1}, cache_dir=cache, progress=False)
+    args = dict(origin=TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"],
+                                  options={"scale": 0.1}), out=out, cache_dir=cache, progress=False)
     run_compare(["erm", "groupdro"], [TASK], config=CFG, **args)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     with pytest.raises(OutputExistsError) as exc:  # A4-46: fewer methods would drop groupdro's rows
@@ -270,7 +270,7 @@ def test_compare_refuses_a_task_that_is_a_path(tmp_path, task):  # A4-52
     from metashift_hf.research.compare import run_compare
 
     with pytest.raises(MetashiftError) as exc:
-        run_compare(["erm"], [task], None, None, tmp_path / "cmp", source=tmp_path)
+        run_compare(["erm"], [task], TaskOrigin(source=tmp_path), tmp_path / "cmp")
     assert "is not a task id" in exc.value.what and "no '/', no '..'" in exc.value.what
     assert not (tmp_path / "cmp").exists()
 
@@ -284,8 +284,9 @@ def test_the_loser_of_two_compares_gets_a_real_fix(builder_world, tmp_path, monk
                                 "pass --force to replace it, or name a new folder")
     monkeypatch.setattr(compare, "train", other_compare_wrote_first)
     with pytest.raises(OutputExistsError) as exc:
-        compare.run_compare(["erm"], [TASK], builder_world["artifact"].root, builder_world["folder"], tmp_path / "cmp",
-                            CFG, overrides={"scale": 0.1}, cache_dir=tmp_path / "cache", progress=False)
+        compare.run_compare(["erm"], [TASK], TaskOrigin(artifact=builder_world["artifact"].root,
+                                                        images=builder_world["folder"], options={"scale": 0.1}),
+                            tmp_path / "cmp", CFG, cache_dir=tmp_path / "cache", progress=False)
     assert "--force" not in exc.value.fix and "run the same command again" in exc.value.fix
 
 

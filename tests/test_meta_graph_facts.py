@@ -19,7 +19,7 @@ from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
 from metashift_hf.hub.export import export_tasks
 from metashift_hf.hub.shards import repo_files
-from metashift_hf.hub.task_source import TaskRef, open_task
+from metashift_hf.hub.task_source import TaskOrigin, TaskRef, open_task
 from metashift_hf.research.bugs import find_bugs
 
 
@@ -31,7 +31,7 @@ def exported(builder_world, tmp_path_factory):
     """TASK exported from the builder world: (artifact, repo folder, predictions with one planted bug)."""
     art = builder_world["artifact"]
     out = tmp_path_factory.mktemp("facts") / "export"
-    export_tasks([TASK], art.root, builder_world["folder"], out)
+    export_tasks([TASK], TaskOrigin(artifact=art.root, images=builder_world["folder"]), out)
     tp = api.plan(TASK, art.root)
     counts = pd.Series([c for r in tp.splits["test"] if r.label == "cat" for c in r.contexts]).value_counts()
     wrong = counts.index[0]  # the largest context of the test cats: all of it predicted wrong

@@ -15,7 +15,7 @@ import metashift_hf
 from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_tasks
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_source import TaskOrigin, TaskRef
 from metashift_hf.research.score import Predictions, expected_calibration_error, score
 from metashift_hf.scoring.stats import wilson_interval
 
@@ -35,7 +35,8 @@ def _guess(image_id: str, label: str) -> str:
 def exported(builder_world, tmp_path_factory):
     """The task exported to parquet, read back with pyarrow alone: split, image_id, label name, group."""
     out = tmp_path_factory.mktemp("score-export")
-    export_tasks([TASK], builder_world["artifact"].root, builder_world["folder"], out, **OPTIONS)
+    export_tasks([TASK], TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"],
+                                    options=OPTIONS), out)
     frames = []
     for path in sorted(out.glob(f"*/{TASK}/*-of-*.parquet")):  # the split shards (not meta_graph.parquet)
         t = pq.read_table(path, columns=["image_id", "label", "group"])

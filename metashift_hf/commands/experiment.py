@@ -7,11 +7,11 @@ import argparse
 from ..core.options import positive_int, seed, seed_count
 from ..research.algorithms import METHODS, SELECTIONS
 from ..research.compare import SPREADS, CompareOptions, run_compare
-from ..research.experiments import EXPERIMENTS, run_experiment
+from ..research.experiments import EXPERIMENTS, experiment, run_experiment
 from . import HELP
 from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
-from .task_args import add_task_arguments, parse_overrides, task_images
+from .task_args import add_task_arguments, task_images, task_origin_from_args
 from .train import add_training_arguments, config_from_args
 
 
@@ -75,14 +75,12 @@ def _register_compare(sub) -> None:
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
-    options, _ = parse_overrides(args.overrides, [])
-    images = task_images(args)
+    origin = task_origin_from_args(args, args.tasks, task_images(args))
     every_rule = args.select == "all"
     if every_rule:
         args.select = None
     config = config_from_args(args, default_seeds=3)
-    result = run_compare(args.methods, args.tasks, args.artifact, images, args.out, config, seed=args.seed,
-                         overrides=options, source=args.source, cache_dir=args.cache_dir,
+    result = run_compare(args.methods, args.tasks, origin, args.out, config, cache_dir=args.cache_dir,
                          progress=args.progress and not args.no_progress, resume=args.resume,
                          options=CompareOptions(selections=tuple(SELECTIONS) if every_rule else None,
                                                 spread=args.spread, latex=args.latex, n_hparams=args.n_hparams,
@@ -94,12 +92,10 @@ def run_compare_command(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    options, _ = parse_overrides(args.overrides, [])
-    images = task_images(args)
+    origin = task_origin_from_args(args, list(experiment(args.experiment).tasks), task_images(args))
     config = config_from_args(args, default_seeds=3)
-    result = run_experiment(args.experiment, args.artifact, images, args.out, config, seed=args.seed, overrides=options,
-                            source=args.source, cache_dir=args.cache_dir, progress=args.progress and not args.no_progress,
-                            force=args.force)
+    result = run_experiment(args.experiment, origin, args.out, config, cache_dir=args.cache_dir,
+                            progress=args.progress and not args.no_progress, force=args.force)
     print(result.summary())
     print(f"results: {args.out}/results.md, results.json, {args.experiment}.png, runs/<task>/")
     return 0

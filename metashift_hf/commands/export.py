@@ -8,7 +8,7 @@ from ..hub.api import reads_dataset_images
 from ..hub.export import export_tasks, verify_export
 from ..hub.shards import LAYOUTS
 from . import HELP
-from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
+from .task_args import add_task_arguments, task_images, task_origin_from_args
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,10 +63,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
 
     require_task_inputs(args)
-    common, per_task = parse_overrides(args.overrides, args.tasks)
-    repos = export_tasks(args.tasks, args.artifact, args.images, args.out, layout=args.layout, seed=planning_seed(args),
-                         namespace=args.namespace, task_overrides=per_task, force=args.force,
-                         on_missing=args.on_missing, **common)
+    repos = export_tasks(args.tasks, task_origin_from_args(args, args.tasks, args.images), args.out, layout=args.layout,
+                         namespace=args.namespace, force=args.force, on_missing=args.on_missing)
     for repo in repos:
         print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
     print("load with:")

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 from ..core.errors import MetashiftError
 from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT, PushOptions, check_repo_dir, plan_lines, publish_tasks
 from ..hub.shards import ExportedRepo, repo_files
 from . import HELP
 from .export import add_export_arguments, require_task_inputs
-from .task_args import parse_overrides, planning_seed
+from .task_args import task_origin_from_args
 
 
 def register(subparsers) -> None:
@@ -41,10 +43,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tempfile
-    from pathlib import Path
-
-
     push = PushOptions(private=args.private, dry_run=args.dry_run, collection_title=args.collection,
                        allow_synthetic=args.allow_synthetic, timeout=args.timeout)  # --timeout checked here
     if args.from_export:
@@ -59,11 +57,10 @@ def run(args: argparse.Namespace) -> int:
         _print_result(push.push(repos, args.namespace))
         return 0
     require_task_inputs(args)
-    options, per_task = parse_overrides(args.overrides, args.tasks)
+    origin = task_origin_from_args(args, args.tasks, args.images)
     with tempfile.TemporaryDirectory(prefix="metashift-publish-") as tmp:
-        _print_result(publish_tasks(args.tasks, args.artifact, args.images, args.namespace, args.out or tmp,
-                                    push=push, layout=args.layout, seed=planning_seed(args), task_overrides=per_task,
-                                    force=args.force, on_missing=args.on_missing, **options))
+        _print_result(publish_tasks(args.tasks, origin, args.namespace, args.out or tmp, push=push, layout=args.layout,
+                                    force=args.force, on_missing=args.on_missing))
     return 0
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
-from ..hub.task_source import DEFAULT_SEED, TaskData, TaskRef, open_task
+from ..hub.task_source import DEFAULT_SEED, TaskData, TaskOrigin, TaskRef, open_task
 from ..sources.manifest import resolve_input
 
 
@@ -108,9 +108,17 @@ def task_ref_from_args(args: argparse.Namespace, task: str | None = None, images
                    revision=getattr(args, "revision", None), options=per_task.get(task, common))
 
 
+def task_origin_from_args(args: argparse.Namespace, tasks: list[str], images=None) -> TaskOrigin:
+    """Where the flags say a run's ``tasks`` come from: --artifact (with ``images``, --seed and --set, per task
+    with ``--set TASK:KEY=VALUE``) or --from (an export folder or Hub namespace, where a command has it)."""
+    common, per_task = parse_overrides(args.overrides, tasks)
+    return TaskOrigin(artifact=args.artifact, source=getattr(args, "source", None), images=images, seed=args.seed,
+                      options=common, task_options=per_task)
+
+
 def task_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskData:
     """The task the arguments name, resolved once (:func:`task_ref_from_args`, :func:`open_task`)."""
     return open_task(task_ref_from_args(args, task, images))
 
 
-__all__ = ["add_task_arguments", "task_images", "task_ref_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]
+__all__ = ["add_task_arguments", "task_images", "task_ref_from_args", "task_origin_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]

@@ -251,7 +251,8 @@ def run_show(args: argparse.Namespace) -> int:
     spec = None
     if args.artifact:
         # plan_all: a task too big for the artifact gets the --set scale=... that makes it plan
-        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed, **ref.options)[args.task_id].spec
+        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed,
+                        options={args.task_id: ref.options})[args.task_id].spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.metashift import Metashift, spec_of_dataset
@@ -66,8 +66,9 @@ def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: 
 
 
 def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-             task_overrides: dict[str, dict] | None = None, **overrides: Any) -> dict[str, "TaskPlan"]:
+             options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, "TaskPlan"]:
     """Plan every task before any is materialised, so ``export A B C`` fails on C before building A.
+    ``options[task]``: that task's options (none when it is not named).
 
     A task whose sizes the artifact cannot supply raises EmptyResultError whose fix is the concrete
     option that makes it plan, e.g. ``--set paper-subpop-cat-dog-p12:scale=0.5``.
@@ -75,17 +76,17 @@ def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed
     art = Artifact.load(artifact)
     plans = {}
     for task in tasks:
-        options = (task_overrides or {}).get(task, overrides)
+        task_options = dict((options or {}).get(task, {}))
         try:
-            plans[task] = plan(task, art, seed=seed, **options)
+            plans[task] = plan(task, art, seed=seed, **task_options)
         except EmptyGroupError as exc:
             raise EmptyGroupError(f"task {task} cannot be planned: {exc.what}", exc.fix) from None
         except EmptyResultError as exc:
-            scale = fitting_scale(task, art, seed=seed, **options)
+            scale = fitting_scale(task, art, seed=seed, **task_options)
             fix = (f"pass --set {task}:scale={scale} (the largest of {', '.join(map(str, _TRY_SCALES))} at which it "
                    f"plans; Python: scale={scale})" if scale is not None else
                    f"pass smaller sizes for this task with --set {task}:KEY=VALUE ({exc.fix})")
-            raise EmptyResultError(f"task {task} cannot be planned with {_options_text(options)}: {exc.what}",
+            raise EmptyResultError(f"task {task} cannot be planned with {_options_text(task_options)}: {exc.what}",
                                    fix) from None
     return plans
 

@@ -46,6 +46,7 @@ from .shards import (
     write_config,
 )
 from .specs import read_spec_file
+from .task_source import TaskOrigin
 
 
 EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
@@ -219,29 +220,30 @@ def read_note(repo_dir: Path) -> str:
     return cards.collection_note(read_spec_file(specs[0]))
 
 
-def export_tasks(tasks: list[str], artifact, images, out_dir: str | Path, *, layout: str = "repo-per-task",
-                 seed: int = 0, namespace: str | None = None, task_overrides: dict[str, dict] | None = None,
-                 force: bool = False, on_missing: str = "error", cache_dir: str | Path | None = None,
-                 **overrides) -> list[ExportedRepo]:
-    """Prepare each task from the artifact + images and export it (see module docstring).
+def export_tasks(tasks: list[str], origin: TaskOrigin, out_dir: str | Path, *, layout: str = "repo-per-task",
+                 namespace: str | None = None, force: bool = False, on_missing: str = "error",
+                 cache_dir: str | Path | None = None) -> list[ExportedRepo]:
+    """Prepare each task on ``origin``'s build (its images, seed and options: :class:`TaskOrigin`) and export it
+    (see module docstring).
 
-    ``on_missing``: images missing or corrupt in ``images`` stop the export ("error") or are left out ("skip");
+    ``on_missing``: images missing or corrupt in the images stop the export ("error") or are left out ("skip");
     ``cache_dir``: the ``datasets`` cache :func:`prepare` uses.
-
-    ``overrides`` go to every task's ``prepare``; ``task_overrides[task]`` replaces them for one task
-    (tasks take different options: paper tasks a ``scale``, collections none).
     Returns every repo written, task repos first and the ``metashift`` index repo last.
     """
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
+    if origin.artifact is None:
+        raise InputFormatError(f"export plans tasks on a build; the tasks in {origin.source} are exported already",
+                               "pass TaskOrigin(artifact=ARTIFACT, ...) (CLI: --artifact), or push an export folder "
+                               "as it is with `metashift-hf publish --from-export FOLDER`")
 
-    art = Artifact.load(artifact)
+    art, images = Artifact.load(origin.artifact), origin.images
+    options = {t: origin.options_of(t) for t in tasks}
     with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
-        per_task = task_overrides or {}
-        plan_all(tasks, art, seed=seed, task_overrides=per_task, **overrides)  # every task plans before any is built
-        prepared = [prepare(t, artifact=art, images=images, seed=seed, on_missing=on_missing, cache_dir=cache_dir,
-                            **per_task.get(t, overrides)) for t in tasks]
+        plan_all(tasks, art, seed=origin.planning_seed, options=options)  # every task plans before any is built
+        prepared = [prepare(t, artifact=art, images=images, seed=origin.planning_seed, on_missing=on_missing,
+                            cache_dir=cache_dir, **options[t]) for t in tasks]
         return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 
 

@@ -26,6 +26,7 @@ from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
 from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
+from .task_source import TaskOrigin
 
 
 logger = logging.getLogger(__name__)
@@ -453,12 +454,11 @@ class PushOptions:
                           timeout=self.timeout)
 
 
-def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: str | Path, *,
-                  push: PushOptions | None = None, layout: str = "repo-per-task", seed: int = 0,
-                  task_overrides: dict[str, dict] | None = None, force: bool = False, on_missing: str = "error",
-                  **overrides) -> PublishResult:
-    """Export ``tasks`` (cards name ``namespace/<repo>`` in their load lines) and push them (``push``: how;
-    default ``PushOptions()``). ``overrides`` go to every task's ``prepare``, ``task_overrides[task]`` to one.
+def publish_tasks(tasks: list[str], origin: TaskOrigin, namespace: str, out_dir: str | Path, *,
+                  push: PushOptions | None = None, layout: str = "repo-per-task", force: bool = False,
+                  on_missing: str = "error") -> PublishResult:
+    """Export ``tasks`` from ``origin``'s build (cards name ``namespace/<repo>`` in their load lines) and push
+    them (``push``: how; default ``PushOptions()``).
 
     A synthetic artifact (core.provenance: demo world, generated worlds) is refused before
     anything is exported unless ``push.allow_synthetic``.
@@ -466,12 +466,15 @@ def publish_tasks(tasks: list[str], artifact, images, namespace: str, out_dir: s
 
     push = push if push is not None else PushOptions()
     validate_repo_name(namespace, "namespace")
-    art = Artifact.load(artifact)
+    if origin.artifact is None:
+        raise InputFormatError(f"publish exports tasks from a build; the tasks in {origin.source} are exported already",
+                               "push that export folder as it is with `metashift-hf publish --from-export FOLDER`")
+    art = Artifact.load(origin.artifact)
     if not push.allow_synthetic and is_synthetic(art.provenance):
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     if art.provenance == "custom" and not (art.manifest.source_info and art.manifest.source_info.license):
         _refuse_unlicensed(f"artifact {art.root}")  # before the (long) export
     push = replace(push, token=resolve_token(push.token, push.dry_run))  # before the (long) export, not after it
-    repos = export_tasks(tasks, art, images, out_dir, layout=layout, seed=seed, namespace=namespace,
-                         task_overrides=task_overrides, force=force, on_missing=on_missing, **overrides)
+    repos = export_tasks(tasks, replace(origin, artifact=art), out_dir, layout=layout, namespace=namespace, force=force,
+                         on_missing=on_missing)
     return push.push(repos, namespace)

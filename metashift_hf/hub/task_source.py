@@ -595,26 +595,63 @@ def open_task(task: "TaskRef | Any") -> TaskData:
     return data
 
 
-def check_one_source(artifact: Any, source: Any, who: str = "") -> None:
-    """A run's tasks come from exactly one of a build (``artifact``) and an export folder or Hub namespace
-    (``source``); ``who`` begins the message (e.g. "experiment compare")."""
-    if (artifact is None) == (source is None):
-        raise InputFormatError(f"{who + ': ' if who else ''}give either an artifact (--artifact) or the exported tasks "
-                               "(--from EXPORT_FOLDER or a Hub NAMESPACE)", "pass exactly one of --artifact and --from")
+@dataclass(frozen=True)
+class TaskOrigin:
+    """Where the tasks of one run come from (``export``, ``publish``, ``experiment``, ``experiment compare``): what
+    a :class:`TaskRef` says for one task, said once for several task ids.
 
+    artifact: the build every task id is planned on (with ``images``, ``seed``, ``options``), loaded once; or
+    source: an export folder or a Hub namespace, where task T is ``SOURCE/metashift-T`` (planned already, its own
+        images: ``images``, ``seed`` and ``options`` are refused for it as for any folder or repo).
+    images, seed: as :class:`TaskRef`'s.
+    options: every task's options (``{"scale": 0.5}``); ``task_options[T]`` replaces them for task T
+        (``--set T:KEY=VALUE``: tasks take different options, paper tasks a ``scale``, collections none).
+    """
 
-def open_tasks(tasks: Sequence[str], *, artifact: "str | os.PathLike | Artifact | None" = None,
-               source: "str | os.PathLike | None" = None, images: "str | os.PathLike | ImageSource | None" = None,
-               seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
-    """Several task ids of one run, each resolved by :func:`open_task` before any work: planned on one
-    ``artifact`` (loaded once), or read from ``source``, an export folder or a Hub namespace (task T is
-    ``SOURCE/metashift-T``, its own rows and images)."""
-    check_one_source(artifact, source)
-    if source is not None:
-        return {t: open_task(TaskRef(f"{str(source).rstrip('/')}/{REPO_PREFIX}{t}", images=images, seed=seed,
-                                     options=options or {})) for t in tasks}
-    art = Artifact.load(artifact)
-    return {t: open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {})) for t in tasks}
+    artifact: "str | os.PathLike | Artifact | None" = None
+    source: "str | os.PathLike | None" = None
+    images: "str | os.PathLike | ImageSource | None" = None
+    seed: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    task_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.artifact is None) == (self.source is None):
+            raise InputFormatError("a run's tasks come from either a build (--artifact; Python: artifact=) or exported "
+                                   "tasks (--from EXPORT_FOLDER or a Hub NAMESPACE; Python: source=), and here "
+                                   + ("neither is given" if self.artifact is None else "both are given"),
+                                   "pass exactly one of --artifact and --from")
+        # read-only, so an origin cannot change after its tasks were resolved
+        object.__setattr__(self, "options", types.MappingProxyType(dict(self.options or {})))
+        object.__setattr__(self, "task_options", types.MappingProxyType(
+            {t: types.MappingProxyType(dict(o)) for t, o in (self.task_options or {}).items()}))
+
+    @property
+    def planning_seed(self) -> int:
+        """The seed task ids are planned with."""
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+    @property
+    def inputs(self) -> tuple:
+        """The user's inputs, which a run's output folder may never be or hold (``core.fsutil.claimed_dir``)."""
+        return self.artifact, self.images, self.source
+
+    def options_of(self, task: str) -> Mapping[str, Any]:
+        """Task ``task``'s options: its own ``task_options`` entry, else the common ``options``."""
+        return self.task_options.get(task, self.options)
+
+    def ref(self, task: str, artifact: "Artifact | None" = None) -> TaskRef:
+        """Task id ``task`` as a :class:`TaskRef` (``artifact``: the build, loaded already)."""
+        if self.source is not None:
+            return TaskRef(f"{str(self.source).rstrip('/')}/{REPO_PREFIX}{task}", images=self.images, seed=self.seed,
+                           options=self.options_of(task))
+        return TaskRef(task, artifact=artifact or self.artifact, images=self.images, seed=self.seed,
+                       options=self.options_of(task))
+
+    def open(self, tasks: Sequence[str]) -> dict[str, TaskData]:
+        """Every task of the run, each resolved by :func:`open_task` before any work (the build loaded once)."""
+        art = None if self.artifact is None else Artifact.load(self.artifact)
+        return {t: open_task(self.ref(t, art)) for t in tasks}
 
 
 def shift_spec(source: "TaskRef | Any") -> ShiftSpec:
@@ -687,6 +724,6 @@ def refuse_planning_options(spec: ShiftSpec, where: str, seed: int | None, optio
                                "drop --images")
 
 
-__all__ = ["TaskRef", "TaskData", "TaskForm", "task_ref", "open_task", "open_tasks", "check_one_source", "shift_spec", "DEFAULT_SEED", "spec_less_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
+__all__ = ["TaskRef", "TaskData", "TaskForm", "task_ref", "open_task", "TaskOrigin", "shift_spec", "DEFAULT_SEED", "spec_less_dataset", "plan_of_dataset", "dataset_classes", "dataset_images",
            "in_export_order", "check_rows", "dataset_spec",
            "refuse_planning_options"]

@@ -1,8 +1,10 @@
 """One results table: every method x task x seed, trained once each, in one flat CSV.
 
+    from metashift_hf import TaskOrigin
     from metashift_hf.research.compare import run_compare
-    res = run_compare(["erm", "groupdro", "dfr"], ["paper-subpop-cat-dog-p12"], "ARTIFACT", "images/", "runs/cmp",
-                      TrainConfig(seeds="0-2"), overrides={"scale": 0.5})
+    res = run_compare(["erm", "groupdro", "dfr"], ["paper-subpop-cat-dog-p12"],
+                      TaskOrigin(artifact="ARTIFACT", images="images/", options={"scale": 0.5}), "runs/cmp",
+                      TrainConfig(seeds="0-2"))
 
 ``out/``: ``results.csv`` (flat: task, method, seed, selection, hparams_draw, selected, sampling, metric,
 value, ci_low, ci_high; one row per run, seed and metric, SubpopBench's metrics included), ``results.md``
@@ -38,7 +40,7 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
-from ..hub.task_source import TaskData, check_one_source, open_tasks
+from ..hub.task_source import TaskData, TaskOrigin
 from .algorithms import (
     METHODS,
     SAMPLING_TEXT,
@@ -397,32 +399,29 @@ class CompareOptions:
         object.__setattr__(self, "hparams_seed", opt.seed(self.hparams_seed, "hparams_seed"))
 
 
-def run_compare(methods: Sequence[str], tasks: Sequence[str], artifact: "str | os.PathLike | None",
-                images: "str | os.PathLike | None", out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *,
-                seed: int | None = None, overrides: Mapping[str, Any] | None = None,
-                source: "str | os.PathLike | None" = None, cache_dir: "str | os.PathLike | None" = None,
+def run_compare(methods: Sequence[str], tasks: Sequence[str], origin: TaskOrigin, out: "str | os.PathLike",
+                config: TrainConfig = TrainConfig(), *, cache_dir: "str | os.PathLike | None" = None,
                 progress: bool = True, resume: bool = False,
                 options: CompareOptions = CompareOptions()) -> CompareResult:
     """Train every method on every task (``config``'s seeds, probe and settings; ``config.select`` or each
-    method's default selection, or every rule of ``options.selections``) and write the table. ``out`` is new,
+    method's default selection, or every rule of ``options.selections``) and write the table. The tasks come
+    from ``origin`` (a build, or an export folder / Hub namespace: :class:`TaskOrigin`). ``out`` is new,
     empty, or an earlier comparison (its runs gain the new seeds; a run of other settings there is refused).
     ``options``: tables and sweep (:class:`CompareOptions`)."""
     selections, spread, latex = options.selections, options.spread, options.latex
     n_hparams, n_trials, hparams_seed = options.n_hparams, options.n_trials, options.hparams_seed
     methods, tasks = tuple(methods), tuple(tasks)
     _check_names(methods, tasks)
-    check_one_source(artifact, source, "experiment compare")  # before the output folder is claimed
     if n_trials is not None:
         config = replace(config, seeds=n_trials)
     arms = plan_arms(methods, config, selections, n_hparams, hparams_seed)
     t0 = time.perf_counter()
-    with claimed_dir(out, COMPARE_KIND, inputs=(artifact, images, source)) as folder:
+    with claimed_dir(out, COMPARE_KIND, inputs=origin.inputs) as folder:
         _check_covers_earlier(folder, [a.folder for a in arms], tasks)
         for t in tasks:
             for a in arms:
-                check_train_out(folder / "runs" / t / a.folder, inputs=(artifact, images, source))
-        data: dict[str, TaskData] = open_tasks(tasks, artifact=artifact, source=source, images=images, seed=seed,
-                                               options=overrides)
+                check_train_out(folder / "runs" / t / a.folder, inputs=origin.inputs)
+        data: dict[str, TaskData] = origin.open(tasks)
         first = arms[0].config
         backbone = load_backbone(first.backbone, image_size=first.image_size if first.probe == "linear" else None,
                                  device=first.device)  # loaded once; features shared by every method and task

@@ -1,7 +1,9 @@
 """The paper's experiments as one call each: train a baseline per task, tabulate, plot.
 
+    from metashift_hf import TaskOrigin
     from metashift_hf.research.experiments import EXPERIMENTS, run_experiment
-    result = run_experiment("paper-dg", "ARTIFACT", "images/", "runs/dg", TrainConfig(seeds=3), overrides={"scale": 0.5})
+    origin = TaskOrigin(artifact="ARTIFACT", images="images/", options={"scale": 0.5})  # or TaskOrigin(source="NS")
+    result = run_experiment("paper-dg", origin, "runs/dg", TrainConfig(seeds=3))
 
 ``EXPERIMENTS`` is the table the ``metashift-hf experiment`` command is built from: each entry names
 its tasks and turns one trained task (its :class:`~metashift_hf.research.train.TrainResult` and shift spec)
@@ -24,7 +26,7 @@ from ..builders.spec import ShiftSpec
 from ..core import __version__
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from ..hub.task_source import TaskData, check_one_source, open_tasks
+from ..hub.task_source import TaskData, TaskOrigin
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
@@ -300,13 +302,9 @@ def experiment(name: str) -> Experiment:
     return EXPERIMENTS[name]
 
 
-def experiment_tasks(name: str, *, artifact: "str | os.PathLike | None" = None,
-                     images: "str | os.PathLike | None" = None, source: "str | os.PathLike | None" = None,
-                     seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> dict[str, TaskData]:
-    """Every task of experiment ``name``, resolved before any training (:func:`open_tasks`)."""
-    exp = experiment(name)
-    check_one_source(artifact, source, f"experiment {name}")
-    return open_tasks(exp.tasks, artifact=artifact, source=source, images=images, seed=seed, options=overrides)
+def experiment_tasks(name: str, origin: TaskOrigin) -> dict[str, TaskData]:
+    """Every task of experiment ``name`` from ``origin``, resolved before any training (:meth:`TaskOrigin.open`)."""
+    return origin.open(experiment(name).tasks)
 
 
 def _earlier_experiment(out: "str | os.PathLike") -> str | None:
@@ -318,14 +316,12 @@ def _earlier_experiment(out: "str | os.PathLike") -> str | None:
     return json.loads(results.read_text()).get("experiment")
 
 
-def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str | os.PathLike | None",
-                   out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *, seed: int | None = None,
-                   overrides: Mapping[str, Any] | None = None, source: "str | os.PathLike | None" = None,
-                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True, force: bool = False) -> ExperimentResult:
+def run_experiment(name: str, origin: TaskOrigin, out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *,
+                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True,
+                   force: bool = False) -> ExperimentResult:
     """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
 
-    The tasks are planned on ``artifact`` (with ``images``, ``seed``, ``overrides``) or read from ``source``
-    (see :func:`experiment_tasks`). ``out`` must be new, empty, an earlier run of this experiment with the
+    The tasks are planned on ``origin``'s build or read from its export folder / Hub namespace (:class:`TaskOrigin`). ``out`` must be new, empty, an earlier run of this experiment with the
     same settings (its seeds are kept and ``config``'s new seeds merged in: ``--seeds 3-5`` after ``--seeds 3``)
     or, with ``force``, any earlier experiment (replaced).
     """
@@ -333,11 +329,11 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
     if config.sampling is None:  # the paper's protocol unless the caller names another (--sampling)
         config = replace(config, sampling=PAPER_SAMPLING)
     merging = not force and _earlier_experiment(out) == name
-    check_out(out, EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source))  # before any training
+    check_out(out, EXPERIMENT_KIND, force=force or merging, inputs=origin.inputs)  # before any training
     cfg = config.resolved()
     t0 = time.perf_counter()
     # every task first: a task the artifact cannot supply (or the source lacks) fails before any training
-    data = experiment_tasks(name, artifact=artifact, images=images, source=source, seed=seed, overrides=overrides)
+    data = experiment_tasks(name, origin)
     plans = {t: d.plan for t, d in data.items()}
     backbone = load_backbone(cfg.backbone, image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
     results: dict[str, TrainResult] = {}
@@ -360,7 +356,7 @@ def run_experiment(name: str, artifact: "str | os.PathLike | None", images: "str
             "features": {t: r.card["features"] for t, r in results.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     result = ExperimentResult(name, rows, cfg, card, Path(out))
-    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force or merging, inputs=(artifact, images, source)) as tmp:
+    with atomic_dir(out, kind=EXPERIMENT_KIND, force=force or merging, inputs=origin.inputs) as tmp:
         for t, r in results.items():
             write_result(r, tmp / "runs" / t)
         (tmp / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
