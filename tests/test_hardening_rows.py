@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from test_task_source import three_split_task
 
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
+from hardening_inputs import assert_one_line_error, run_cli
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
@@ -234,8 +235,22 @@ def test_a1_52_artifact_given_an_exported_folder(repo, pristine):
     assert f"--task {repo}" in msg
 
 
-def test_a1_76_trailing_space(repo):
+def test_a1_76_trailing_space(repo):  # A1-76
     refused("tester/metashift-x ", r"white space", UnknownNameError)
+
+
+@pytest.mark.parametrize("task", [" tester/metashift-x", "tester/metashift-x\n", "tester/metashift-x\t"],
+                         ids=["A1-76-leading", "A1-76-newline", "A1-76-tab"])
+def test_a1_76_white_space_in_tasks_show(task, capsys):
+    """A1-76 variants: `tasks show` without --artifact said 'no registry given' (fix: --artifact/--match)."""
+    code, _, err = run_cli(capsys, "tasks", "show", task)
+    assert_one_line_error(code, err, "begins or ends with white space", "'tester/metashift-x' (without the spaces)")
+
+
+def test_a1_76_white_space_with_an_artifact_and_a_missing_folder(pristine, tmp_path):
+    """A1-76 variants: with --artifact the padded id was 'unknown task'; a missing folder was 'made from an artifact'."""
+    refused(f"{TASK} ", r"begins or ends with white space", UnknownNameError, artifact=pristine / "artifact")
+    refused(str(tmp_path / "missing"), r"there is no folder .*missing", UnknownNameError)
 
 
 # --- image cells: bytes only ------------------------------------------------------------------------------

@@ -489,12 +489,14 @@ def _open_artifact(ref: TaskRef) -> TaskData:
         folder = ref.artifact if _exported_folder(ref.artifact) else task
         raise InputFormatError(f"{folder} is an exported task folder, not a build artifact: it carries its rows, "
                                "spec and images", f"pass it as the task (--task {folder}) and drop --artifact")
+    if isinstance(task, str) and task != task.strip() and task.strip() and not Path(task).exists():
+        raise UnknownNameError(f"task {terminal_safe(task)!r} begins or ends with white space",
+                               f"pass {terminal_safe(task.strip())!r} (without the spaces)")
     if ref.artifact is None:
-        if isinstance(task, str) and task != task.strip() and task.strip():
-            raise UnknownNameError(f"task {terminal_safe(task)!r} begins or ends with white space",
-                                   f"pass {terminal_safe(task.strip())!r} (without the spaces)")
         if isinstance(task, (str, os.PathLike)) and Path(task).exists():
             raise InputFormatError(f"{task} is a file, not a task", TASK_FORMS_FIX)
+        if isinstance(task, os.PathLike) or (isinstance(task, str) and task.startswith(("/", "./", "../", "~"))):
+            raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):
             raise InputFormatError(f"cannot read a task from a {type(task).__name__}", TASK_FORMS_FIX)
         raise UnknownNameError(f"task {terminal_safe(str(task))!r} is made from an artifact, and none was given (nor is "
