@@ -208,7 +208,7 @@ def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):
     refused(repo, r"README.md of .* is \d+ bytes")
 
 
-def test_a1_63_spec_without_a_card_config(repo):
+def test_a1_63_spec_without_a_card_config(repo):  # A1-63
     shutil.copytree(repo / TASK, repo / "other")
     refused(repo, r"config 'other' has a shift_spec.json but the card declares", config="other")
 
@@ -225,9 +225,25 @@ def test_a1_66_loading_script_never_run(repo, tmp_path):
     assert not marker.exists()
 
 
-def test_a1_60_export_root_names_its_task_folders(pristine):
+def test_a1_60_export_root_names_its_task_folders(pristine):  # A1-60
     msg = refused(pristine / "out", r"root of an export holding 2 task folder", UnknownNameError)
     assert f"metashift-{TASK}" in msg and "--task" in msg
+
+
+def test_a1_60_collection_card_folder_names_the_task_folders(pristine, capsys):
+    """A1-60 variant: the export's card-only folder `metashift` was 'holds 0 configs', fix 'pass a folder written
+    by export' (it is one)."""
+    code, _, err = run_cli(capsys, "tasks", "show", pristine / "out" / "metashift")
+    assert_one_line_error(code, err, "collection card of an export", f"metashift-{TASK}",
+                          f"--task {pristine / 'out' / 'metashift-bin-cat-dog'}")
+
+
+def test_a1_63_card_config_without_its_spec_file(repo):
+    """A1-63 the other way round: the card declares the config, its shift_spec.json is gone (was 'holds 0 configs',
+    fix 'pass a folder written by export')."""
+    (repo / TASK / "shift_spec.json").unlink()
+    msg = refused(repo, rf"card declares config\(s\) {TASK} but no <config>/shift_spec.json")
+    assert "download the repo again" in msg
 
 
 def test_a1_52_artifact_given_an_exported_folder(repo, pristine):

@@ -409,6 +409,17 @@ def _repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
             raise UnknownNameError(f"{path} is the root of an export holding {len(tasks)} task folder(s): "
                                    + ", ".join(terminal_safe(t) for t in sorted(set(tasks))[:10]),
                                    f"pass one of them as the task, e.g. --task {path / tasks[0]}")
+        if (path / "README.md").is_file():  # export wrote it: say what it lacks, not "pass an exported folder"
+            declared = card_configs(read_text_file(path / "README.md", f"README.md of {path}"), str(path))
+            if declared:
+                raise InputFormatError(f"{path}: its card declares config(s) {', '.join(map(terminal_safe, declared[:5]))}"
+                                       f" but no <config>/{SPEC_FILE} is there", "the folder is incomplete: download "
+                                       "the repo again or export the task again with `metashift-hf export`")
+            siblings = sorted(p.parent.parent.name for p in path.parent.glob(f"*/*/{SPEC_FILE}"))
+            if siblings:
+                raise UnknownNameError(f"{path} is the collection card of an export (a card, no task); the task "
+                                       f"folders beside it: {', '.join(map(terminal_safe, siblings[:10]))}",
+                                       f"pass one of them as the task, e.g. --task {path.parent / siblings[0]}")
     return path, pick_config(str(path), configs, config)
 
 
