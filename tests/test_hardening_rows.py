@@ -14,6 +14,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_task_source import three_split_task
@@ -166,7 +167,7 @@ def test_a1_30_missing_test_shard(repo):
     refused(repo, r"exported folder .*: its parquet shards cannot be read")
 
 
-def test_a1_67_split_size_disagrees(repo):
+def test_a1_67_split_size_disagrees(repo):  # A1-67
     mutate(repo, "test", lambda t: t.slice(0, 8))
     refused(repo, r"parquet shards cannot be read .*NonMatchingSplitsSizesError")
 
@@ -191,17 +192,45 @@ def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_pa
     assert "differ in classes" in captured.err and "classes" not in captured.out
 
 
-def test_a1_37_spec_task_id_differs_from_config(repo):
+def test_a1_37_spec_task_id_differs_from_config(repo):  # A1-37
     edit_spec_file(repo, lambda d: {**d, "task_id": "evil"})
     refused(repo, r"differ in task_id")
 
 
-def test_a1_39_deeply_nested_spec_is_one_error(repo):
+def edit_card_spec(repo: Path, fn) -> None:
+    """Rewrite the card's copy of the spec (the 'group' feature's id) as ``fn(dict) -> dict``."""
+    card = repo / "README.md"
+    _, front, body = card.read_text().split("---\n", 2)
+    meta = yaml.safe_load(front)
+    prefix = "metashift-hf shift_spec "
+    for feature in meta["dataset_info"]["features"]:
+        if str(feature.get("id", "")).startswith(prefix):
+            feature["id"] = prefix + json.dumps(fn(json.loads(feature["id"][len(prefix):])), sort_keys=True,
+                                                separators=(",", ":"))
+    card.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
+
+
+@pytest.mark.parametrize("task_id", ["evil", "t\x1b]0;pwn\x07\x1b[2J<b>x</b>|\ninjected"], ids=["A1-37", "A1-38"])
+def test_a1_37_a1_38_both_spec_copies_name_another_task(repo, tmp_path, capsys, task_id):
+    """A1-37/A1-38 variants: the card's copy and shift_spec.json agree on a task id that is not the config's
+    (one with terminal escapes and a newline): refused, never scored into scores.md, the id shown escaped."""
+    edit_spec_file(repo, lambda d: {**d, "task_id": task_id})
+    edit_card_spec(repo, lambda d: {**d, "task_id": task_id})
+    refused(repo, rf"its shift spec is for task '.*', not for config '{TASK}'")
+    preds = tmp_path / "p.csv"
+    preds.write_text("image_id,prediction\n2400020,cat\n")
+    assert main(["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "not for config" in err and "\x1b" not in err and "\ninjected" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a1_39_deeply_nested_spec_is_one_error(repo):  # A1-39
     (repo / TASK / "shift_spec.json").write_text("[" * 100_000 + "]" * 100_000)
     refused(repo, r"nested too deeply")
 
 
-def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):
+def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):  # A1-40b
     card = repo / "README.md"
     with open(card, "ab") as f:  # sparse: 200 MB of nothing, refused by its size alone
         f.truncate(200 * 2**20)
@@ -213,12 +242,12 @@ def test_a1_63_spec_without_a_card_config(repo):  # A1-63
     refused(repo, r"config 'other' has a shift_spec.json but the card declares", config="other")
 
 
-def test_a1_65b_config_the_card_does_not_declare(repo):
+def test_a1_65b_config_the_card_does_not_declare(repo):  # A1-65b
     shutil.copytree(repo / TASK, repo / "stray")
     refused(repo, r"config 'stray' .* card declares paper-dg-cat-dog-1", config="stray")
 
 
-def test_a1_66_loading_script_never_run(repo, tmp_path):
+def test_a1_66_loading_script_never_run(repo, tmp_path):  # A1-66
     marker = tmp_path / "ran"
     (repo / f"{repo.name}.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     refused(repo, r"holds a loading script .* never runs code")
@@ -246,7 +275,7 @@ def test_a1_63_card_config_without_its_spec_file(repo):
     assert "download the repo again" in msg
 
 
-def test_a1_52_artifact_given_an_exported_folder(repo, pristine):
+def test_a1_52_artifact_given_an_exported_folder(repo, pristine):  # A1-52
     msg = refused(TASK, r"is an exported task folder, not a build artifact", artifact=repo)
     assert f"--task {repo}" in msg
 
@@ -284,13 +313,13 @@ def read_first(repo: Path, iid: str) -> bytes:
     return open_task(repo).images().read(iid)
 
 
-def test_a1_45_cell_with_neither_bytes_nor_path(repo):
+def test_a1_45_cell_with_neither_bytes_nor_path(repo):  # A1-45
     iid = set_first_image(repo, {"bytes": None, "path": None})
     with pytest.raises(MissingImagesError, match=rf"image '{iid}'.*neither bytes nor a path"):
         read_first(repo, iid)
 
 
-def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):
+def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):  # A1-47
     secret = tmp_path / "secret.jpg"
     shutil.copy(sorted((repo.parent).rglob("*.parquet"))[0], secret)  # any local file
     iid = set_first_image(repo, {"bytes": b"", "path": str(secret)})
@@ -299,7 +328,7 @@ def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
-def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
+def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
     fifo = tmp_path / "fifo.jpg"
     os.mkfifo(fifo)
     iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
@@ -310,7 +339,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
     assert "MissingImagesError" in r.stdout, r.stderr[-2000:]
 
 
-def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
+def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):  # A1-45
     from metashift_hf.evaluate.run import _task_rows
     iid = set_first_image(repo, {"bytes": None, "path": None})
     *_, read = _task_rows(str(repo), True)
@@ -318,7 +347,7 @@ def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
         read(iid)
 
 
-def test_a1_50_train_message_names_no_refused_flag(repo):
+def test_a1_50_train_message_names_no_refused_flag(repo):  # A1-50
     iid = set_first_image(repo, {"bytes": None, "path": None})
     with pytest.raises(MissingImagesError) as info:
         read_first(repo, iid)
