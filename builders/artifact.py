@@ -25,6 +25,8 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.fsutil import PARQUET_ROW_GROUP, hash_file, sha256_file, write_parquet_groups
+from metashift_hf.core.options import OptionError
+from metashift_hf.core.options import names as names_option
 from metashift_hf.core.options import path as path_option
 from metashift_hf.core.options import text as text_option
 from metashift_hf.core.provenance import SourceInfo
@@ -572,9 +574,17 @@ class Artifact:
         unembedded member get the resistance between the groups in the class meta-graph.
         """
 
+        # Python API types first (round 3 D16, R3-14): None, a number or a bare string is an OptionError, not a
+        # TypeError from iterating it
+        text_option(subject, "subject")
+        if not isinstance(groups, Mapping):
+            raise OptionError(f"groups must be a mapping of group name -> member subsets, not a {type(groups).__name__}",
+                              "pass groups={'indoor': ['sofa', 'bed'], 'outdoor': ['grass']}")
+        groups = {text_option(g, "group name"): names_option(members, f"group {g!r}") for g, members in groups.items()}
+        text_option(a, "a")
+        targets = [b] if isinstance(b, str) else list(names_option(b, "b"))
         self.class_info(subject)
         full = {g: [m if "(" in m else f"{subject}({m})" for m in members] for g, members in groups.items()}
-        targets = [b] if isinstance(b, str) else list(b)
         for g in [a, *targets]:
             if g not in full:
                 raise UnknownNameError(f"unknown group {g!r}{did_you_mean(g, full)}", f"use one of {sorted(full)}")
@@ -606,4 +616,4 @@ class Artifact:
 
     def set_distance(self, subject: str, a: Sequence[str], b: Sequence[str], rule: str = "paper") -> Distance:
         """Distance between two sets of subsets (or contexts) of one class, e.g. train vs test contexts."""
-        return self.group_distance(subject, {"a": list(a), "b": list(b)}, "a", "b", rule=rule)
+        return self.group_distance(subject, {"a": names_option(a, "a"), "b": names_option(b, "b")}, "a", "b", rule=rule)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from test_task_source import three_split_task
 
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
+from hardening_inputs import assert_one_line_error, run_cli
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
@@ -241,7 +242,7 @@ def test_group_id_disagreeing_with_group(repo):
     assert "group_id 3 names 'dog(sofa)', not its group 'cat(grass)'" in msg
 
 
-def test_a1_67_split_size_disagrees(repo):
+def test_a1_67_split_size_disagrees(repo):  # A1-67
     mutate(repo, "test", lambda t: t.slice(0, 8))
     refused(repo, r"parquet shards cannot be read .*NonMatchingSplitsSizesError")
 
@@ -267,52 +268,110 @@ def test_a1_31_spec_file_classes_swapped_tasks_show_and_score_agree(repo, tmp_pa
     assert "differ in classes" in captured.err and "classes" not in captured.out
 
 
-def test_a1_37_spec_task_id_differs_from_config(repo):
+def test_a1_37_spec_task_id_differs_from_config(repo):  # A1-37
     edit_spec_file(repo, lambda d: {**d, "task_id": "evil"})
     refused(repo, r"differ in task_id")
 
 
-def test_a1_39_deeply_nested_spec_is_one_error(repo):
+def edit_card_spec(repo: Path, fn) -> None:
+    """Rewrite the card's copy of the spec (the 'group' feature's id) as ``fn(dict) -> dict``."""
+    card = repo / "README.md"
+    _, front, body = card.read_text().split("---\n", 2)
+    meta = yaml.safe_load(front)
+    prefix = "metashift-hf shift_spec "
+    for feature in meta["dataset_info"]["features"]:
+        if str(feature.get("id", "")).startswith(prefix):
+            feature["id"] = prefix + json.dumps(fn(json.loads(feature["id"][len(prefix):])), sort_keys=True,
+                                                separators=(",", ":"))
+    card.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
+
+
+@pytest.mark.parametrize("task_id", ["evil", "t\x1b]0;pwn\x07\x1b[2J<b>x</b>|\ninjected"], ids=["A1-37", "A1-38"])
+def test_a1_37_a1_38_both_spec_copies_name_another_task(repo, tmp_path, capsys, task_id):
+    """A1-37/A1-38 variants: the card's copy and shift_spec.json agree on a task id that is not the config's
+    (one with terminal escapes and a newline): refused, never scored into scores.md, the id shown escaped."""
+    edit_spec_file(repo, lambda d: {**d, "task_id": task_id})
+    edit_card_spec(repo, lambda d: {**d, "task_id": task_id})
+    refused(repo, rf"its shift spec is for task '.*', not for config '{TASK}'")
+    preds = tmp_path / "p.csv"
+    preds.write_text("image_id,prediction\n2400020,cat\n")
+    assert main(["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "not for config" in err and "\x1b" not in err and "\ninjected" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a1_39_deeply_nested_spec_is_one_error(repo):  # A1-39
     (repo / TASK / "shift_spec.json").write_text("[" * 100_000 + "]" * 100_000)
     refused(repo, r"nested too deeply")
 
 
-def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):
+def test_a1_40b_huge_card_refused_by_size_before_parsing(repo):  # A1-40b
     card = repo / "README.md"
     with open(card, "ab") as f:  # sparse: 200 MB of nothing, refused by its size alone
         f.truncate(200 * 2**20)
     refused(repo, r"README.md of .* is \d+ bytes")
 
 
-def test_a1_63_spec_without_a_card_config(repo):
+def test_a1_63_spec_without_a_card_config(repo):  # A1-63
     shutil.copytree(repo / TASK, repo / "other")
     refused(repo, r"config 'other' has a shift_spec.json but the card declares", config="other")
 
 
-def test_a1_65b_config_the_card_does_not_declare(repo):
+def test_a1_65b_config_the_card_does_not_declare(repo):  # A1-65b
     shutil.copytree(repo / TASK, repo / "stray")
     refused(repo, r"config 'stray' .* card declares paper-dg-cat-dog-1", config="stray")
 
 
-def test_a1_66_loading_script_never_run(repo, tmp_path):
+def test_a1_66_loading_script_never_run(repo, tmp_path):  # A1-66
     marker = tmp_path / "ran"
     (repo / f"{repo.name}.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     refused(repo, r"holds a loading script .* never runs code")
     assert not marker.exists()
 
 
-def test_a1_60_export_root_names_its_task_folders(pristine):
+def test_a1_60_export_root_names_its_task_folders(pristine):  # A1-60
     msg = refused(pristine / "out", r"root of an export holding 2 task folder", UnknownNameError)
     assert f"metashift-{TASK}" in msg and "--task" in msg
 
 
-def test_a1_52_artifact_given_an_exported_folder(repo, pristine):
+def test_a1_60_collection_card_folder_names_the_task_folders(pristine, capsys):
+    """A1-60 variant: the export's card-only folder `metashift` was 'holds 0 configs', fix 'pass a folder written
+    by export' (it is one)."""
+    code, _, err = run_cli(capsys, "tasks", "show", pristine / "out" / "metashift")
+    assert_one_line_error(code, err, "collection card of an export", f"metashift-{TASK}",
+                          f"--task {pristine / 'out' / 'metashift-bin-cat-dog'}")
+
+
+def test_a1_63_card_config_without_its_spec_file(repo):
+    """A1-63 the other way round: the card declares the config, its shift_spec.json is gone (was 'holds 0 configs',
+    fix 'pass a folder written by export')."""
+    (repo / TASK / "shift_spec.json").unlink()
+    msg = refused(repo, rf"card declares config\(s\) {TASK} but no <config>/shift_spec.json")
+    assert "download the repo again" in msg
+
+
+def test_a1_52_artifact_given_an_exported_folder(repo, pristine):  # A1-52
     msg = refused(TASK, r"is an exported task folder, not a build artifact", artifact=repo)
     assert f"--task {repo}" in msg
 
 
-def test_a1_76_trailing_space(repo):
+def test_a1_76_trailing_space(repo):  # A1-76
     refused("tester/metashift-x ", r"white space", UnknownNameError)
+
+
+@pytest.mark.parametrize("task", [" tester/metashift-x", "tester/metashift-x\n", "tester/metashift-x\t"],
+                         ids=["A1-76-leading", "A1-76-newline", "A1-76-tab"])
+def test_a1_76_white_space_in_tasks_show(task, capsys):
+    """A1-76 variants: `tasks show` without --artifact said 'no registry given' (fix: --artifact/--match)."""
+    code, _, err = run_cli(capsys, "tasks", "show", task)
+    assert_one_line_error(code, err, "begins or ends with white space", "'tester/metashift-x' (without the spaces)")
+
+
+def test_a1_76_white_space_with_an_artifact_and_a_missing_folder(pristine, tmp_path):
+    """A1-76 variants: with --artifact the padded id was 'unknown task'; a missing folder was 'made from an artifact'."""
+    refused(f"{TASK} ", r"begins or ends with white space", UnknownNameError, artifact=pristine / "artifact")
+    refused(str(tmp_path / "missing"), r"there is no folder .*missing", UnknownNameError)
 
 
 # --- image cells: bytes only ------------------------------------------------------------------------------
@@ -330,13 +389,13 @@ def read_first(repo: Path, iid: str) -> bytes:
     return open_task(repo).images().read(iid)
 
 
-def test_a1_45_cell_with_neither_bytes_nor_path(repo):
+def test_a1_45_cell_with_neither_bytes_nor_path(repo):  # A1-45
     iid = set_first_image(repo, {"bytes": None, "path": None})
     with pytest.raises(MissingImagesError, match=rf"image '{iid}'.*neither bytes nor a path"):
         read_first(repo, iid)
 
 
-def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):
+def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):  # A1-47
     secret = tmp_path / "secret.jpg"
     shutil.copy(sorted((repo.parent).rglob("*.parquet"))[0], secret)  # any local file
     iid = set_first_image(repo, {"bytes": b"", "path": str(secret)})
@@ -345,7 +404,7 @@ def test_a1_47_path_to_a_local_file_is_never_read(repo, tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
-def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
+def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
     fifo = tmp_path / "fifo.jpg"
     os.mkfifo(fifo)
     iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
@@ -356,7 +415,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):
     assert "MissingImagesError" in r.stdout, r.stderr[-2000:]
 
 
-def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
+def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):  # A1-45
     from metashift_hf.evaluate.run import _task_rows
     iid = set_first_image(repo, {"bytes": None, "path": None})
     *_, read = _task_rows(str(repo), True)
@@ -364,7 +423,7 @@ def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):
         read(iid)
 
 
-def test_a1_50_train_message_names_no_refused_flag(repo):
+def test_a1_50_train_message_names_no_refused_flag(repo):  # A1-50
     iid = set_first_image(repo, {"bytes": None, "path": None})
     with pytest.raises(MissingImagesError) as info:
         read_first(repo, iid)

@@ -131,8 +131,11 @@ def test_a_damaged_resume_checkpoint_restarts_the_seed(tmp_path, caplog):  # A4-
     (4294967296, "from 1 to 1000"), ("4294967296", "from 1 to 1000"), ("0-1000000000", "more than the maximum 1000"),
     (10**23, "from 1 to 1000"), ("100000", "from 1 to 1000"), ("5-4294967296", "[0, 4294967295]"),
     ([0, 2**32], "[0, 4294967295]"), (range(10**9), "more than the maximum"), ("9" * 5000, "not an integer"),
-])
+], ids=["int-2**32", "str-2**32", "A4-08", "A4-10", "A4-11", "range-past-2**32", "list-past-2**32", "range-10**9",
+        "5000-digits"])
 def test_seeds_are_bounded(seeds, reason):
+    """A4-08 (0-1000000000: MemoryError), A4-10 (10**23: 'must be a positive integer'), A4-11 (100000: no output
+    for 200 s) and variants: refused by the one parser before any work, naming the 1..1000 bound."""
     with pytest.raises(opt.OptionError, match=None) as exc:
         parse_seeds(seeds)
     assert reason in exc.value.what + exc.value.fix
@@ -177,8 +180,13 @@ def test_hparams_from_the_command_line_keep_integers():
     (["train", "--task", "t", "--out", "o", "--seeds", str(10**23)], "error: argument --seeds: seeds=1"),
     (["train", "--task", "t", "--out", "o", "--epochs", "0"], "error: argument --epochs: "),
     (["train", "--task", "t", "--out", "o", "--method", "nope"], "error: argument --method: invalid choice"),
-])
+    (["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "100000", "--out", "o"],
+     "error: argument --seeds: seeds=100000 is out of range"),  # A4-11 through compare
+    (["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "0-1000000000", "--out", "o"],
+     "error: argument --seeds: seeds '0-1000000000' asks for 1000000001 seeds"),  # A4-08 through compare
+], ids=["A4-10-train", "epochs-0", "method-nope", "A4-11-compare", "A4-08-compare"])
 def test_parse_errors_use_the_two_line_layout(capsys, argv, what):
+    """(A4-10 through the command line: --seeds 10**23 is one error naming the bound, while parsing.)"""
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     err = capsys.readouterr().err
@@ -233,11 +241,26 @@ def test_write_matrix_applies_the_output_rule(tmp_path):
 
 # -- A5: Artifact.distance(None) -------------------------------------------------------------------------------
 
-def test_artifact_distance_of_none_is_a_clear_error(builder_world):
+def test_artifact_distance_of_none_is_a_clear_error(builder_world):  # R3-14
     art = builder_world["artifact"]
     for bad in (None, 3, ["cat(a)"]):
         with pytest.raises(opt.OptionError, match="subset name"):
             art.distance(bad, "cat(indoor)")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda art: art.set_distance("cat", None, ["indoor"]), "a must be a list of names"),
+    (lambda art: art.set_distance("cat", ["indoor"], 3), "b must be a list of names"),
+    (lambda art: art.set_distance(None, ["indoor"], ["outdoor"]), "subject must be a string"),
+    (lambda art: art.group_distance("cat", None, "a", "b"), "groups must be a mapping"),
+    (lambda art: art.group_distance("cat", {"a": None, "b": ["indoor"]}, "a", "b"), "group 'a' must be a list"),
+    (lambda art: art.group_distance("cat", {"a": ["indoor"], "b": ["outdoor"]}, "a", None), "b must be a list"),
+], ids=["R3-14-set-a", "R3-14-set-b", "R3-14-subject", "R3-14-groups", "R3-14-members", "R3-14-target"])
+def test_artifact_set_and_group_distance_refuse_wrong_types(builder_world, call, match):
+    """R3-14 (round 3 D16) beyond distance(): None/number/bare-string arguments were a TypeError or
+    AttributeError from iterating them."""
+    with pytest.raises(opt.OptionError, match=match):
+        call(builder_world["artifact"])
 
 
 # -- compare: results cover every run; settings checked before anything is modified (A4-46, A4-47, A4-52) ----

@@ -232,6 +232,8 @@ def run_show(args: argparse.Namespace) -> int:
     ref = task_ref_from_args(args, args.task_id)
     if args.match is None and ref.form in ("folder", "hub"):
         return _show_exported(args, ref)
+    if args.match is None and args.artifact is None:
+        open_task(ref)  # the one resolver names what is wrong (white space, a file, no such folder), not "no registry"
     tasks, source = _registry(args)
     others = _other_task_ids(args.artifact)
     entry = None

@@ -63,7 +63,9 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
     if len(configs) != 1:
         raise UnknownNameError(f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs) or 'none'}",
                                "name the config (--config CONFIG; Python: config=)" if configs else
-                               "pass a folder or repo written by `metashift-hf export` / `publish`")
+                               "pass a task folder or repo written by `metashift-hf export` / `publish` (one "
+                               f"CONFIG/{SPEC_FILE} per task; an export's collection card `metashift` holds no task: "
+                               "pass one of the task repos its card lists)")
     return configs[0]
 
 

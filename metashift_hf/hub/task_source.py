@@ -421,6 +421,17 @@ def _repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
             raise UnknownNameError(f"{path} is the root of an export holding {len(tasks)} task folder(s): "
                                    + ", ".join(terminal_safe(t) for t in sorted(set(tasks))[:10]),
                                    f"pass one of them as the task, e.g. --task {path / tasks[0]}")
+        if (path / "README.md").is_file():  # export wrote it: say what it lacks, not "pass an exported folder"
+            declared = card_configs(read_text_file(path / "README.md", f"README.md of {path}"), str(path))
+            if declared:
+                raise InputFormatError(f"{path}: its card declares config(s) {', '.join(map(terminal_safe, declared[:5]))}"
+                                       f" but no <config>/{SPEC_FILE} is there", "the folder is incomplete: download "
+                                       "the repo again or export the task again with `metashift-hf export`")
+            siblings = sorted(p.parent.parent.name for p in path.parent.glob(f"*/*/{SPEC_FILE}"))
+            if siblings:
+                raise UnknownNameError(f"{path} is the collection card of an export (a card, no task); the task "
+                                       f"folders beside it: {', '.join(map(terminal_safe, siblings[:10]))}",
+                                       f"pass one of them as the task, e.g. --task {path.parent / siblings[0]}")
     return path, pick_config(str(path), configs, config)
 
 
@@ -510,12 +521,14 @@ def _open_artifact(ref: TaskRef) -> TaskData:
         folder = ref.artifact if _exported_folder(ref.artifact) else task
         raise InputFormatError(f"{folder} is an exported task folder, not a build artifact: it carries its rows, "
                                "spec and images", f"pass it as the task (--task {folder}) and drop --artifact")
+    if isinstance(task, str) and task != task.strip() and task.strip() and not Path(task).exists():
+        raise UnknownNameError(f"task {terminal_safe(task)!r} begins or ends with white space",
+                               f"pass {terminal_safe(task.strip())!r} (without the spaces)")
     if ref.artifact is None:
-        if isinstance(task, str) and task != task.strip() and task.strip():
-            raise UnknownNameError(f"task {terminal_safe(task)!r} begins or ends with white space",
-                                   f"pass {terminal_safe(task.strip())!r} (without the spaces)")
         if isinstance(task, (str, os.PathLike)) and Path(task).exists():
             raise InputFormatError(f"{task} is a file, not a task", TASK_FORMS_FIX)
+        if isinstance(task, os.PathLike) or (isinstance(task, str) and task.startswith(("/", "./", "../", "~"))):
+            raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):
             raise InputFormatError(f"cannot read a task from a {type(task).__name__}", TASK_FORMS_FIX)
         raise UnknownNameError(f"task {terminal_safe(str(task))!r} is made from an artifact, and none was given (nor is "
