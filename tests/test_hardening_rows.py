@@ -500,3 +500,16 @@ def test_a1_12_connection_refused_is_one_error(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "no answer from the Hub" in r.stderr and "fix:" in r.stderr
 
+
+
+def test_a_rewritten_folder_is_read_again_not_from_the_cache_of_its_first_load(repo):
+    """datasets (5.2) keys a local folder's cache by paths: rewritten shards (export --force, an edit; the mtime
+    even put back) were read as the rows of the first load, so evaluate scored the old images with exit 0."""
+    first = pq.read_table(shard(repo, "test"))
+    iid, other = first["image_id"][0].as_py(), first["image"][1].as_py()["bytes"]
+    before = read_first(repo, iid)
+    assert before != other
+    stat = shard(repo, "test").stat()
+    set_first_image(repo, {"bytes": other, "path": None})
+    os.utime(shard(repo, "test"), ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the old mtime: only ctime tells
+    assert read_first(repo, iid) == other

@@ -23,6 +23,8 @@ its rows (checked against the spec) when ``.plan`` or ``.dataset`` is first aske
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 import os
 import types
@@ -547,9 +549,24 @@ def _open_folder(ref: TaskRef) -> TaskData:
     files = {str(p.relative_to(repo)): p.stat().st_size for p in (*repo.glob("*"), *repo.glob("*/*"))
              if p.is_file() and not p.is_symlink()}
     spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
-    load = _checked_rows(lambda: _load(where, lambda: datasets.load_dataset(str(repo), name)), where, spec,
-                         file_spec=True, whole=True, config=name)
+    cache = folder_cache_dir(repo, name)
+    load = _checked_rows(lambda: _load(where, lambda: datasets.load_dataset(str(repo), name, cache_dir=cache)), where,
+                         spec, file_spec=True, whole=True, config=name)
     return TaskData(ref, "folder", where, spec, load_rows=load, load_facts=_folder_facts(repo, name))
+
+
+def folder_cache_dir(repo: Path, config: str) -> str:
+    """The ``datasets`` cache of config ``config`` of exported folder ``repo``, keyed by its files' state.
+
+    ``datasets`` (5.2) keys a local folder's cache by paths, not contents: a folder whose shards were rewritten
+    (``export --force``, an edit) would be read as the rows of its first load. The key here is each file's size,
+    mtime and ctime (a rewrite changes ctime even when the mtime is put back), so a changed folder is read again.
+    """
+    state = sorted((str(p.relative_to(repo)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                   for p in (repo / "README.md", *(repo / config).glob("*")) if p.is_file() and not p.is_symlink()
+                   for st in [p.stat()])
+    key = hashlib.sha256(json.dumps([str(repo.resolve()), state]).encode()).hexdigest()[:16]
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "metashift-folders" / key)
 
 
 def _open_hub(ref: TaskRef) -> TaskData:
