@@ -215,7 +215,8 @@ def evaluate_zoo(
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
                                    "score a predictions file with a single evaluate --task")
-    _refuse_repeated([m.name for m in loaded])  # two spellings of one model (hf:./vit, hf:vit) before any image is read
+    _refuse_repeated([m.name for m in loaded])
+    _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
     distributed.check_part(part, use_cache=use_cache, models=loaded)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
@@ -322,6 +323,22 @@ def _refuse_repeated(names: Sequence[str]) -> None:
         raise InputFormatError(f"--model {terminal_safe(twice[0])} is given more than once",
                                "give each model once (--force only replaces an earlier --out folder; it does not "
                                "allow a repeated model)")
+
+
+def _refuse_same_model(models: Sequence[Any], loaded: Sequence[Classifier]) -> None:
+    """Two --model strings that load the same model (``hf:./vit`` and ``hf:vit``, a folder and its copy: equal
+    weights, preprocessing and head) would be run and ranked twice under two names: refused after loading, before
+    any image. Models passed from Python (a module, a callable) are the caller's objects and are not compared."""
+    seen: dict[str, str] = {}
+    for spec, clf in zip(models, loaded):
+        if not isinstance(spec, str) or not clf.weights_sha256:
+            continue
+        key = json.dumps(clf.logit_facts(), sort_keys=True, default=str)
+        if key in seen:
+            raise InputFormatError(f"--model {terminal_safe(seen[key])} and --model {terminal_safe(clf.name)} load the same "
+                                   "model (the same weights, preprocessing and head)",
+                                   "give each model once: it would be run and ranked twice under two names")
+        seen[key] = clf.name
 
 
 def check_cache_dir(cache_dir: str | Path) -> None:
@@ -457,9 +474,10 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
     card["models"] = [_public_card(m) for m in card["models"]]
-    for per_model in (card["computed"], card["cached"], card["seconds"]["per_model"]):  # keyed by model name
-        for name in list(per_model):
-            per_model[public_model_name(name)] = per_model.pop(name)
+    # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
+    public = lambda per_model: {public_model_name(name): v for name, v in per_model.items()}  # noqa: E731
+    card["computed"], card["cached"] = public(card["computed"]), public(card["cached"])
+    card["seconds"] = {**card["seconds"], "per_model": public(card["seconds"]["per_model"])}
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
 
 
