@@ -260,15 +260,26 @@ def test_a3_09_two_spellings_of_one_model_folder_are_refused_before_any_image(wo
     assert not (tmp_path / "z").exists()
 
 
-def test_the_zoo_result_keeps_the_names_it_ran_under(world, tmp_path):
-    """zoo.json keys its counts by public names (no local folder); the run's own ZooResult and summary keep the
-    names the leaderboard shows (they were renamed in place: two folders of one name printed one line)."""
+def test_two_local_folders_of_one_name_stay_two_models(world, tmp_path):
+    """Review case A3-24, variant: public names drop the local folder (hf:/a/vit -> hf:vit), which merged two models
+    whose folders share a name: one count in zoo.json, two indistinguishable published rows, and (renamed in place)
+    one line in the run's own summary. Public names stay apart; the run keeps the names the leaderboard shows."""
+    from metashift_hf.core.names import markdown_safe
+    from metashift_hf.evaluate.leaderboard_hub import leaderboard_card, public_board
+
     result = _zoo(world, [from_module(RedBlue(), PREP, name="/home/u/a/rb"), from_module(RandomWeights(1), PREP,
                                                                                         name="/home/u/b/rb")], tmp_path / "z")
     names = {"module:/home/u/a/rb", "module:/home/u/b/rb"}
     assert set(result.computed) == set(result.cached) == set(result.seconds["per_model"]) == names
     assert all(f"  {n}: " in result.summary() for n in names)
-    assert not any("/home" in n for n in json.loads((tmp_path / "z" / "zoo.json").read_text())["computed"])
+    card = json.loads((tmp_path / "z" / "zoo.json").read_text())
+    public = sorted(m["name"] for m in card["models"])
+    assert len(set(public)) == 2 and all(p.startswith("module:rb#") for p in public)
+    assert sorted(card["computed"]) == sorted(card["cached"]) == sorted(card["seconds"]["per_model"]) == public
+    published = public_board(pd.read_csv(tmp_path / "z" / "leaderboard.csv"))
+    assert sorted(set(published["model"]) - {BASELINE}) == public
+    readme = leaderboard_card(tmp_path / "z")
+    assert "/home" not in readme and all(markdown_safe(p) in readme for p in public)
 
 
 def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_task, tmp_path):

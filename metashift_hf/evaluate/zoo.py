@@ -20,9 +20,10 @@ import logging
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -459,13 +460,23 @@ def public_model_name(name: str) -> str:
     return name
 
 
-def _public_card(card: Mapping[str, Any]) -> dict:
-    """A model card for zoo.json: its local folder written as the folder's name (never an absolute path)."""
+def public_model_names(names: Iterable[str]) -> dict[str, str]:
+    """:func:`public_model_name` of each name, kept apart: models whose local folders share a name
+    (``hf:/a/vit``, ``hf:/b/vit``) each get ``#`` and 8 hex digits of the full name's sha256, so a published row,
+    count or picture label never merges two models (nor says which local folders they were)."""
+    short = {n: public_model_name(n) for n in dict.fromkeys(names)}
+    count = Counter(short.values())
+    return {n: f"{p}#{hashlib.sha256(n.encode()).hexdigest()[:8]}" if count[p] > 1 else p for n, p in short.items()}
+
+
+def _public_card(card: Mapping[str, Any], public: Mapping[str, str] | None = None) -> dict:
+    """A model card for zoo.json: its local folder written as the folder's name (never an absolute path);
+    ``public``: the run's :func:`public_model_names`."""
     out = dict(card)
     if out.get("folder"):
         out["folder"] = Path(str(out["folder"])).name
     if isinstance(out.get("name"), str):
-        out["name"] = public_model_name(out["name"])
+        out["name"] = (public or {}).get(out["name"]) or public_model_name(out["name"])
     return out
 
 
@@ -473,9 +484,10 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
-    card["models"] = [_public_card(m) for m in card["models"]]
+    names = public_model_names(m["name"] for m in card["models"])
+    card["models"] = [_public_card(m, names) for m in card["models"]]
     # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
-    public = lambda per_model: {public_model_name(name): v for name, v in per_model.items()}  # noqa: E731
+    public = lambda per_model: {names.get(name) or public_model_name(name): v for name, v in per_model.items()}  # noqa: E731
     card["computed"], card["cached"] = public(card["computed"]), public(card["cached"])
     card["seconds"] = {**card["seconds"], "per_model": public(card["seconds"]["per_model"])}
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
@@ -496,7 +508,8 @@ def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
     im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7)
     # names as plain text: no control character, and no '$' that matplotlib would read as mathtext
-    ax.set_yticks(range(len(models)), [terminal_safe(public_model_name(m)).replace("$", r"\$") for m in models], fontsize=7)
+    public = public_model_names(models)
+    ax.set_yticks(range(len(models)), [terminal_safe(public[m]).replace("$", r"\$") for m in models], fontsize=7)
     if grid.size <= 400:
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
