@@ -162,6 +162,11 @@ def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
     with pytest.raises(MetashiftError) as exc:  # a folder beside artifact ids: read as a folder, not an unknown task id
         _open_zoo_task(str(tmp_path / "multi"), art, world / "images", 0, None)
     assert "2 configs" in exc.value.what and "--config" not in exc.value.fix and "FOLDER/CONFIG" in exc.value.fix
+    (tmp_path / "root" / "metashift-a" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "metashift-a" / "a" / SPEC_FILE).write_text("{}")
+    with pytest.raises(MetashiftError, match="root of an export") as exc:  # a zoo takes --tasks, not --task
+        _open_zoo_task(str(tmp_path / "root"), art, world / "images", 0, None)
+    assert f"--tasks {tmp_path / 'root' / 'metashift-a'}" in exc.value.fix
 
 
 EVIL = "hf:/home/someone/models/vit|<script>x</script>[click](http://e.vil)`*_\x1b]8;;http://e.vil\x07\x1b[31mred\nrow"

@@ -370,6 +370,8 @@ def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, optio
     except MetashiftError as exc:
         if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
             raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None
+        if "--task " in exc.fix:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
+            raise type(exc)(exc.what, exc.fix.replace("--task ", "--tasks ")) from None
         raise
 
 
