@@ -13,6 +13,7 @@ from .commands import HELP
 from .core import __version__
 from .core.errors import MetashiftError
 from .core.fsutil import write_error
+from .core.names import terminal_safe
 
 
 # name -> one-line help (commands.HELP, the one source), in --help order. Each module
@@ -171,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(exc: MetashiftError) -> int:
-    print(f"error: {exc.what}", file=sys.stderr)
+    # a message quotes names the user or a dataset gave (hf:FOLDER, a repo's task id): never raw terminal control
+    print(f"error: {terminal_safe(exc.what)}", file=sys.stderr)
     if exc.fix:
-        print(f"  fix: {exc.fix}", file=sys.stderr)
+        print(f"  fix: {terminal_safe(exc.fix)}", file=sys.stderr)
     return 2
 
 

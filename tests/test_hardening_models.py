@@ -112,6 +112,7 @@ def plant_module(folder: Path, marker: Path) -> None:
 @pytest.mark.parametrize("model_type", ["evil-net", "resnet"], ids=["unknown-model-type", "known-model-type"])
 def test_a2_09_10_a_planted_module_is_never_imported_and_nothing_prompts(hf_folder, tmp_path, monkeypatch, capsys,
                                                                           model_type):
+    """Review cases A2-09 (transformers' y/N prompt on stdout) and A2-10 ('y' on stdin: the folder's Python ran)."""
     marker = tmp_path / "MARKER"
     auto_map = {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForImageClassification": "modeling_evil.EvilModel"}
     folder = variant(hf_folder, tmp_path, config={"model_type": model_type, "auto_map": auto_map})
@@ -148,6 +149,8 @@ def pickle_only(hf_folder: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 @needs_hf
 def test_a2_02_pickle_only_weights_are_never_unpickled(hf_folder, tmp_path):
+    """Review case A2-02: a pickle-only pytorch_model.bin with an os.system payload (not run; was an UnpicklingError
+    traceback)."""
     folder, marker = pickle_only(hf_folder, tmp_path)
     with pytest.raises(InputFormatError, match="only pickle files \\(pytorch_model.bin\\)") as e:
         load_model(f"hf:{folder}")
@@ -157,6 +160,7 @@ def test_a2_02_pickle_only_weights_are_never_unpickled(hf_folder, tmp_path):
 
 @needs_hf
 def test_a2_32_train_backbone_refuses_a_pickle_only_folder(hf_folder, tmp_path):
+    """Review case A2-32: train --backbone hf:<pickle-only folder> (not run; was a traceback)."""
     from metashift_hf.research.train import TrainConfig, train
 
     folder, marker = pickle_only(hf_folder, tmp_path)
@@ -178,12 +182,15 @@ def test_a2_13_14_id2label_keys_that_are_not_0_to_n_are_refused(hf_folder, tmp_p
 
 @needs_hf
 def test_a2_16_a_truncated_safetensors_file_is_refused(hf_folder, tmp_path):
+    """Review case A2-16: a truncated model.safetensors (was a traceback). For a local folder the fix says to copy or
+    save it again (`hf download FOLDER` made no sense; a Hub cache snapshot needs --force-download)."""
     folder = variant(hf_folder, tmp_path)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(InputFormatError, match="truncated") as e:
         load_model(f"hf:{folder}")
-    assert "model.safetensors" in e.value.what and "again" in e.value.fix
+    assert "model.safetensors" in e.value.what and "save the model folder again" in e.value.fix
+    assert "hf download" not in e.value.fix
     weights.write_bytes(b"\x05")  # shorter than the header length itself
     with pytest.raises(InputFormatError, match="truncated"):
         load_model(f"hf:{folder}")
@@ -205,6 +212,7 @@ def test_a2_19_20_processor_sizes_are_bounded_before_any_image(hf_folder, tmp_pa
 
 @needs_hf
 def test_a2_15_nan_weights_are_refused_not_scored_as_tench(hf_folder, tmp_path, wn):
+    """Review case A2-15: an hf: folder with NaN weights scored every image as 'tench', exit 0."""
     from safetensors.torch import load_file, save_file
 
     from metashift_hf.evaluate import EvalConfig, evaluate
@@ -251,6 +259,7 @@ def test_m03_m04_m06_m09_callable_outputs_are_checked(tmp_path, wn, name, fn, ma
 
 @needs_torch
 def test_m16_from_module_nan_weights_and_m15_label_gaps(tmp_path, wn):
+    """Review cases M16 (from_module with a NaN weight: silent) and M15."""
     import torch
 
     from metashift_hf.evaluate import EvalConfig, evaluate
@@ -270,6 +279,8 @@ def test_m16_from_module_nan_weights_and_m15_label_gaps(tmp_path, wn):
 
 @needs_torch
 def test_m23_a_preprocessing_callable_of_the_wrong_shape_is_refused():
+    """Review case M23 (a preprocessing callable returning (5,): traceback) and its channels-last variant
+    ((32, 32, 3) passed the shape check and failed inside the model with a RuntimeError traceback)."""
     import torch
 
     from metashift_hf.models import from_module
@@ -279,6 +290,10 @@ def test_m23_a_preprocessing_callable_of_the_wrong_shape_is_refused():
     with pytest.raises(InputFormatError, match=r"shape \(5,\)") as e:
         clf.prepare(png())
     assert "module:flat" in e.value.what and "(3, H, W)" in e.value.fix
+    hwc = from_module(model, lambda im: np.zeros((32, 32, 3), np.float32), name="hwc")
+    with pytest.raises(InputFormatError, match=r"shape \(32, 32, 3\).*channels last") as e:
+        hwc.prepare(png())
+    assert "(3, H, W)" in e.value.fix
     words = from_module(model, lambda im: "pixels", name="words")
     with pytest.raises(InputFormatError, match="not numbers"):
         words.prepare(png())

@@ -110,6 +110,8 @@ def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(worl
 
 
 def test_splits_scores_only_the_splits_asked_for(world, tmp_path, capsys):
+    """Also review case A3-09b: a repeated --model with --force is refused before any work, and the fix says that
+    --force does not allow it."""
     rep = evaluate(from_module(RedBlue(), PREP, name="rb"), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
                    settings=EvalConfig(progress=False, splits=["test"], mode="restricted"))
     assert rep["run"]["splits"] == ["test"] and list(rep["splits"]) == ["test"]
@@ -131,6 +133,8 @@ def test_splits_scores_only_the_splits_asked_for(world, tmp_path, capsys):
 
 
 def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tmp_path, monkeypatch):
+    """Review cases A3-09 (the same --model twice: refused before the work, not after it) and A3-34 (--cache-dir
+    a file, or under one: refused before the model pass)."""
     import metashift_hf.evaluate.zoo as zoo
 
     loads = []
@@ -140,10 +144,14 @@ def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tm
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputFormatError, match="not a folder"):
         zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file" / "sub")
+    with pytest.raises(InputFormatError, match="not a folder"):
+        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file")
     assert loads == [] and not (tmp_path / "o").exists()
 
 
 def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
+    """Review cases A3-30 (a folder among artifact task ids is read as a folder, not 'unknown task') and A3-36
+    (a multi-config repo: the fix names what a zoo takes, not --config, which a zoo refuses)."""
     from metashift_hf.builders.artifact import Artifact
     from metashift_hf.hub.specs import SPEC_FILE
 
@@ -154,12 +162,20 @@ def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
     with pytest.raises(MetashiftError) as exc:  # a folder beside artifact ids: read as a folder, not an unknown task id
         _open_zoo_task(str(tmp_path / "multi"), art, world / "images", 0, None)
     assert "2 configs" in exc.value.what and "--config" not in exc.value.fix and "FOLDER/CONFIG" in exc.value.fix
+    (tmp_path / "root" / "metashift-a" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "metashift-a" / "a" / SPEC_FILE).write_text("{}")
+    with pytest.raises(MetashiftError, match="root of an export") as exc:  # a zoo takes --tasks, not --task
+        _open_zoo_task(str(tmp_path / "root"), art, world / "images", 0, None)
+    assert f"--tasks {tmp_path / 'root' / 'metashift-a'}" in exc.value.fix
 
 
 EVIL = "hf:/home/someone/models/vit|<script>x</script>[click](http://e.vil)`*_\x1b]8;;http://e.vil\x07\x1b[31mred\nrow"
 
 
 def test_names_are_escaped_in_stdout_markdown_and_what_is_published(world, tmp_path, monkeypatch):
+    """Review cases A3-22 (names raw in stdout and leaderboard.md), A3-24 (raw names and local absolute paths in
+    the public card and zoo.json), A3-27 (--publish with a read-only token) and A3-28 (another namespace): the
+    token checks are the ones the command runs before the zoo's work (commands/evaluate_zoo.run_zoo)."""
     from huggingface_hub import constants
 
     from fixtures.fake_hub import running_hub
@@ -196,6 +212,7 @@ def test_names_are_escaped_in_stdout_markdown_and_what_is_published(world, tmp_p
 
 
 def test_publish_without_a_token_is_refused_before_the_zoo_runs(world, tmp_path, monkeypatch, capsys):
+    """Review case A3-23: --publish without a token was a traceback after the work."""
     import huggingface_hub
 
     import metashift_hf.commands.evaluate_zoo as cmd
@@ -222,3 +239,72 @@ def test_score_escapes_a_hostile_task_id(world, tmp_path, capsys):
     evil.write(tmp_path / "s")
     assert "\x1b" not in (tmp_path / "s" / "scores.md").read_text()
     json.loads((tmp_path / "s" / "scores.json").read_text())
+
+
+def test_a3_09_two_spellings_of_one_model_folder_are_refused_before_any_image(world, tmp_path, monkeypatch):
+    """Review case A3-09, variant: hf:./tiny and hf:ABS/tiny (and a copy of the folder) load one model; it was run
+    and ranked twice, exit 0. Refused after loading, before any image is read."""
+    import shutil
+
+    pytest.importorskip("transformers")
+    from transformers import ResNetConfig, ResNetForImageClassification, ViTImageProcessor
+
+    import metashift_hf.evaluate.zoo as zoo
+
+    torch.manual_seed(0)
+    ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+                                 ).save_pretrained(tmp_path / "tiny")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "tiny")
+    shutil.copytree(tmp_path / "tiny", tmp_path / "copy")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(zoo, "_collect_images", lambda *a: pytest.fail("images were read"))
+    for second in (f"hf:{tmp_path / 'tiny'}", "hf:copy"):
+        with pytest.raises(InputFormatError, match="load the same model") as exc:
+            _zoo(world, ["hf:./tiny", second], tmp_path / "z")
+        assert "hf:./tiny" in exc.value.what and second in exc.value.what and "once" in exc.value.fix
+    assert not (tmp_path / "z").exists()
+
+
+def test_two_local_folders_of_one_name_stay_two_models(world, tmp_path):
+    """Review case A3-24, variant: public names drop the local folder (hf:/a/vit -> hf:vit), which merged two models
+    whose folders share a name: one count in zoo.json, two indistinguishable published rows, and (renamed in place)
+    one line in the run's own summary. Public names stay apart; the run keeps the names the leaderboard shows."""
+    from metashift_hf.core.names import markdown_safe
+    from metashift_hf.evaluate.leaderboard_hub import leaderboard_card, public_board
+
+    result = _zoo(world, [from_module(RedBlue(), PREP, name="/home/u/a/rb"), from_module(RandomWeights(1), PREP,
+                                                                                        name="/home/u/b/rb")], tmp_path / "z")
+    names = {"module:/home/u/a/rb", "module:/home/u/b/rb"}
+    assert set(result.computed) == set(result.cached) == set(result.seconds["per_model"]) == names
+    assert all(f"  {n}: " in result.summary() for n in names)
+    card = json.loads((tmp_path / "z" / "zoo.json").read_text())
+    public = sorted(m["name"] for m in card["models"])
+    assert len(set(public)) == 2 and all(p.startswith("module:rb#") for p in public)
+    assert sorted(card["computed"]) == sorted(card["cached"]) == sorted(card["seconds"]["per_model"]) == public
+    published = public_board(pd.read_csv(tmp_path / "z" / "leaderboard.csv"))
+    assert sorted(set(published["model"]) - {BASELINE}) == public
+    readme = leaderboard_card(tmp_path / "z")
+    assert "/home" not in readme and all(markdown_safe(p) in readme for p in public)
+
+
+def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_task, tmp_path):
+    """Review case A3-30: artifact task ids and an exported folder in one --tasks: both scored (was 'unknown task')."""
+    from fixtures.tasks import EXPORTED_TASK
+
+    folder, _ = exported_task
+    result = evaluate_zoo(
+        [from_module(RedBlue(), PREP, name="rb")], ["bin-cat-dog", str(folder)], world / "artifact", world / "images",
+        None, use_cache=False, settings=EvalConfig(progress=False, mode="restricted"))
+    assert set(result.leaderboard["task"]) == {"bin-cat-dog", EXPORTED_TASK}
+    assert {("module:rb", "bin-cat-dog"), ("module:rb", EXPORTED_TASK)} <= set(result.reports)
+
+
+def test_a3_22_an_error_quoting_a_hostile_model_name_has_no_terminal_control(world, tmp_path, capsys):
+    """Review case A3-22, variant: the error line of a refused model quoted its name raw (OSC/CSI reached the
+    terminal through stderr); every error/fix line is written terminal-safe."""
+    name = "hf:/nowhere/vit\x1b]8;;http://e.vil\x07\x1b[31mred\nfix: run rm -rf ~"
+    rc = main(["evaluate", "--model", name, "--tasks", "bin-cat-dog", "--artifact", str(world / "artifact"),
+               "--images", str(world / "images"), "--out", str(tmp_path / "z"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "\x1b" not in err and "\x07" not in err and "\\x1b[31mred" in err
+    assert [line[:7] for line in err.strip().splitlines()] == ["error: ", "  fix: "]  # no forged line

@@ -19,7 +19,7 @@ from ..core.fsutil import read_marker
 from ..core.names import markdown_safe, terminal_safe
 from ..hub.publish import DEFAULT_TIMEOUT, writable_hub
 from ..hub.specs import looks_like_repo_id
-from .zoo import BASELINE, ZOO_KIND, leaderboard_markdown, public_model_name
+from .zoo import BASELINE, ZOO_KIND, leaderboard_markdown, public_model_name, public_model_names
 
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ def check_publish(repo_id: str, *, token: str | None = None, endpoint: str | Non
 def public_board(board: pd.DataFrame) -> pd.DataFrame:
     """The leaderboard as published: model names without local absolute folders (:func:`zoo.public_model_name`),
     and no local report paths (the per-task reports stay local; their folder names derive from the model's name)."""
-    return board.assign(model=[public_model_name(m) for m in board["model"]],
+    public = public_model_names(board["model"])  # two local folders of one name stay two rows
+    return board.assign(model=[public[m] for m in board["model"]],
                         report=[r if m == BASELINE else None for m, r in zip(board["model"], board["report"])])
 
 

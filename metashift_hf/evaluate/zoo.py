@@ -20,9 +20,10 @@ import logging
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -215,7 +216,8 @@ def evaluate_zoo(
         if not isinstance(m, Classifier):
             raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
                                    "score a predictions file with a single evaluate --task")
-    _refuse_repeated([m.name for m in loaded])  # two spellings of one model (hf:./vit, hf:vit) before any image is read
+    _refuse_repeated([m.name for m in loaded])
+    _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
     distributed.check_part(part, use_cache=use_cache, models=loaded)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
@@ -324,6 +326,22 @@ def _refuse_repeated(names: Sequence[str]) -> None:
                                "allow a repeated model)")
 
 
+def _refuse_same_model(models: Sequence[Any], loaded: Sequence[Classifier]) -> None:
+    """Two --model strings that load the same model (``hf:./vit`` and ``hf:vit``, a folder and its copy: equal
+    weights, preprocessing and head) would be run and ranked twice under two names: refused after loading, before
+    any image. Models passed from Python (a module, a callable) are the caller's objects and are not compared."""
+    seen: dict[str, str] = {}
+    for spec, clf in zip(models, loaded):
+        if not isinstance(spec, str) or not clf.weights_sha256:
+            continue
+        key = json.dumps(clf.logit_facts(), sort_keys=True, default=str)
+        if key in seen:
+            raise InputFormatError(f"--model {terminal_safe(seen[key])} and --model {terminal_safe(clf.name)} load the same "
+                                   "model (the same weights, preprocessing and head)",
+                                   "give each model once: it would be run and ranked twice under two names")
+        seen[key] = clf.name
+
+
 def check_cache_dir(cache_dir: str | Path) -> None:
     """``--cache-dir`` must be a folder or a path one can be made at: refused before any model runs."""
     path = Path(cache_dir)
@@ -352,6 +370,8 @@ def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, optio
     except MetashiftError as exc:
         if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
             raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None
+        if "--task " in exc.fix:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
+            raise type(exc)(exc.what, exc.fix.replace("--task ", "--tasks ")) from None
         raise
 
 
@@ -442,13 +462,23 @@ def public_model_name(name: str) -> str:
     return name
 
 
-def _public_card(card: Mapping[str, Any]) -> dict:
-    """A model card for zoo.json: its local folder written as the folder's name (never an absolute path)."""
+def public_model_names(names: Iterable[str]) -> dict[str, str]:
+    """:func:`public_model_name` of each name, kept apart: models whose local folders share a name
+    (``hf:/a/vit``, ``hf:/b/vit``) each get ``#`` and 8 hex digits of the full name's sha256, so a published row,
+    count or picture label never merges two models (nor says which local folders they were)."""
+    short = {n: public_model_name(n) for n in dict.fromkeys(names)}
+    count = Counter(short.values())
+    return {n: f"{p}#{hashlib.sha256(n.encode()).hexdigest()[:8]}" if count[p] > 1 else p for n, p in short.items()}
+
+
+def _public_card(card: Mapping[str, Any], public: Mapping[str, str] | None = None) -> dict:
+    """A model card for zoo.json: its local folder written as the folder's name (never an absolute path);
+    ``public``: the run's :func:`public_model_names`."""
     out = dict(card)
     if out.get("folder"):
         out["folder"] = Path(str(out["folder"])).name
     if isinstance(out.get("name"), str):
-        out["name"] = public_model_name(out["name"])
+        out["name"] = (public or {}).get(out["name"]) or public_model_name(out["name"])
     return out
 
 
@@ -456,10 +486,12 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
-    card["models"] = [_public_card(m) for m in card["models"]]
-    for per_model in (card["computed"], card["cached"], card["seconds"]["per_model"]):  # keyed by model name
-        for name in list(per_model):
-            per_model[public_model_name(name)] = per_model.pop(name)
+    names = public_model_names(m["name"] for m in card["models"])
+    card["models"] = [_public_card(m, names) for m in card["models"]]
+    # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
+    public = lambda per_model: {names.get(name) or public_model_name(name): v for name, v in per_model.items()}  # noqa: E731
+    card["computed"], card["cached"] = public(card["computed"]), public(card["cached"])
+    card["seconds"] = {**card["seconds"], "per_model": public(card["seconds"]["per_model"])}
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
 
 
@@ -478,7 +510,8 @@ def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
     im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7)
     # names as plain text: no control character, and no '$' that matplotlib would read as mathtext
-    ax.set_yticks(range(len(models)), [terminal_safe(public_model_name(m)).replace("$", r"\$") for m in models], fontsize=7)
+    public = public_model_names(models)
+    ax.set_yticks(range(len(models)), [terminal_safe(public[m]).replace("$", r"\$") for m in models], fontsize=7)
     if grid.size <= 400:
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):

@@ -145,9 +145,11 @@ class Classifier:
         if self.preprocessing is None:
             return rgb
         arr = _numeric(self.preprocessing(rgb), f"the preprocessing of model {self.name!r}", _PREP_FIX)
-        if arr.ndim != 3 or min(arr.shape) < 1 or max(arr.shape[1:]) > MAX_INPUT_SIDE:
+        # (3, H, W) only: a channels-last (H, W, 3) array would pass a looser check and fail inside the model
+        if arr.ndim != 3 or arr.shape[0] != 3 or min(arr.shape) < 1 or max(arr.shape[1:]) > MAX_INPUT_SIDE:
+            hint = " (channels last? transpose it to (3, H, W))" if arr.ndim == 3 and arr.shape[-1] == 3 else ""
             raise InputFormatError(f"the preprocessing of model {self.name!r} returned an array of shape {tuple(arr.shape)}, "
-                                   f"not (channels, height, width) with sides of 1..{MAX_INPUT_SIDE} px", _PREP_FIX)
+                                   f"not (3, height, width) with sides of 1..{MAX_INPUT_SIDE} px{hint}", _PREP_FIX)
         return arr
 
     def logits(self, prepared: Sequence[Any]) -> np.ndarray:
@@ -227,12 +229,18 @@ class Classifier:
         """
         if self.weights_sha256 is None:
             return ""
-        facts = {"kind": self.kind, "name": self.name, "weights": self.weights_sha256, "dtype": self.dtype,
+        facts = {"name": self.name, **self.logit_facts()}
+        return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+    def logit_facts(self) -> dict[str, Any]:
+        """What decides the logits apart from the name: two models with equal facts (``hf:./vit`` and
+        ``hf:vit``) compute the same outputs."""
+        facts = {"kind": self.kind, "weights": self.weights_sha256, "dtype": self.dtype,
                  "preprocessing": self.preprocessing_card(), "labels": list(self.labels.names),
                  "batchnorm_folded": self.extra.get("batchnorm_folded")}
         if self.extra.get("image_size") is not None:  # only then: the fingerprints (caches) of full-size runs stay
             facts["image_size"] = self.extra["image_size"]
-        return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+        return facts
 
 
 def _qualname(fn: Any) -> str:

@@ -82,7 +82,10 @@ def _check_safetensors(path: Path, ref: str) -> None:
     """The file is whole: its header parses and its tensors end exactly at the end of the file (a truncated
     download or copy is caught here, with a fix, instead of deep inside the loader)."""
     size = path.stat().st_size
-    fix = f"download or save the model again (hf download {ref}, or save_pretrained with safe_serialization=True)"
+    # a Hub cache snapshot keeps a damaged blob through a plain `hf download`; a local folder is the user's own copy
+    fix = ("copy or save the model folder again (save_pretrained(FOLDER, safe_serialization=True))"
+           if Path(ref).expanduser().is_dir() else
+           f"download the model again: hf download {ref} --force-download (or save_pretrained to a folder and use hf:FOLDER)")
     with open(path, "rb") as f:
         head = f.read(8)
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
