@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hardening_inputs import assert_one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_task_source import three_split_task
 
 from fixtures.tasks import build_tiny_artifact, sample_jpegs
-from hardening_inputs import assert_one_line_error, run_cli
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
