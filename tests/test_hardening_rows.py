@@ -18,9 +18,8 @@ import yaml
 from hardening_inputs import assert_one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_task_source import three_split_task
 
-from fixtures.tasks import build_tiny_artifact, sample_jpegs
+from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_task_source import three_split_task
 
 from fixtures.fake_hub import client_env, running_hub
-from fixtures.tasks import build_tiny_artifact, sample_jpegs
+from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.cli import main
 from metashift_hf.hub.export import export_prepared
 

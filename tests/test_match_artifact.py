@@ -25,7 +25,7 @@ def _images(subject: str, context: str, n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def artifact(tmp_path_factory, wn, wordnet_cache):  # noqa: F811
+def artifact(tmp_path_factory, wn, wordnet_cache):
     from metashift_hf.builders.build import build_artifact
     from metashift_hf.builders.subsets import CandidateSubsets
 
@@ -65,7 +65,7 @@ def test_artifact_registry_and_presets(artifact):
         wordnet_match.get_task(artifact.root, "bin-dog-cat")
 
 
-def test_thresholds_move_the_binary_count(artifact, wordnet_cache):  # noqa: F811
+def test_thresholds_move_the_binary_count(artifact, wordnet_cache):
     none = run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False,
                                      cache_dir=wordnet_cache)
     assert [t.task_id for t in none.tasks if t.kind == "binary"] == []

@@ -103,7 +103,7 @@ def test_bad_input_files(tmp_path):
         read_vocabulary(tmp_path / "absent.txt")
 
 
-def test_written_output_is_deterministic_and_loads_back(tmp_path, ref, wn, wordnet_cache):  # noqa: F811
+def test_written_output_is_deterministic_and_loads_back(tmp_path, ref, wn, wordnet_cache):
     kwargs = dict(hierarchy=f"tree:{ref / 'imagenet1k_node_names.json'}",
                   subset_names=ref / "candidate-subset-names.txt", vocabulary=ref / "class_hierarchy.json",
                   cache_dir=wordnet_cache)

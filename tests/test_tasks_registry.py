@@ -26,7 +26,7 @@ SUBSETS = (
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory, wn):  # noqa: F811
+def small(tmp_path_factory, wn):
     folder = tmp_path_factory.mktemp("small")
     names = folder / "names.txt"
     names.write_text("\n".join(SUBSETS) + "\n")
@@ -39,7 +39,7 @@ def _ids(tasks):
     return [t.task_id for t in tasks]
 
 
-def test_binary_definition(small, wn):  # noqa: F811
+def test_binary_definition(small, wn):
     _, tree, result = small
     tasks = binary_tasks(result, tree, wn)
     ids = _ids(tasks)
@@ -59,7 +59,7 @@ def test_binary_definition(small, wn):  # noqa: F811
     assert cat_dog.n_images is None  # names only: sizes unknown
 
 
-def test_path_similarity_equals_nltk(small, wn):  # noqa: F811
+def test_path_similarity_equals_nltk(small, wn):
     _, tree, result = small
     for task in binary_tasks(result, tree, wn, min_subsets=1, level=0):
         a, b = (wn.synset(s) for s in task.synsets)
@@ -71,7 +71,7 @@ def test_ids_are_stable_and_readable():
     assert binary_task_id("coffee table", "t-shirt") == "bin-coffee_table-t-shirt"
 
 
-def test_multiclass_any_k_and_absent_classes(small, wn):  # noqa: F811
+def test_multiclass_any_k_and_absent_classes(small, wn):
     _, tree, result = small
     task = multiclass_task(result, tree, wn, ["dog", "cat", "sofa"])
     assert task.task_id == "mc-cat-dog-sofa" and task.available and task.subset_rule == "kept"
@@ -82,7 +82,7 @@ def test_multiclass_any_k_and_absent_classes(small, wn):  # noqa: F811
     assert ocean.available and "ocean" in ocean.reason  # present, but no ImageNet-1k node
 
 
-def test_match_and_tasks_commands(small, tmp_path, capsys, monkeypatch, wordnet_cache):  # noqa: F811
+def test_match_and_tasks_commands(small, tmp_path, capsys, monkeypatch, wordnet_cache):
     names, _, _ = small
     monkeypatch.setenv("METASHIFT_HF_CACHE", str(wordnet_cache))
     out = tmp_path / "m"

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fixtures.tasks import sample_jpegs  # noqa: E402
-from fixtures.worlds import matched_cat_dog_artifact  # noqa: E402
+from fixtures.zoo import TASKS, world  # noqa: E402,F401  (world: the module fixture)
+from fixtures.zoo import tiny_model as _model  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
@@ -22,43 +22,9 @@ from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
 from metashift_hf.hub.task_source import TaskRef  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 
 
 QUIET = EvalConfig(progress=False, plots=False)
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A matched artifact (cat, dog in two context communities each) and a JPEG per image id."""
-    root = tmp_path_factory.mktemp("zoo")
-    subsets = matched_cat_dog_artifact(root)
-    ids = sorted({i for v in subsets.values() for i in v})
-    sample_jpegs(root / "images", names=ids)
-    return root
-
-
-class Tiny(torch.nn.Module):
-    """Mean colour -> 1,000 logits: cheap, deterministic, differs per image."""
-
-    def __init__(self, seed: int):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.w = torch.nn.Parameter(torch.randn(3, 1000, generator=g))
-
-    def forward(self, x):
-        return x.float().mean(dim=(2, 3)) @ self.w
-
-
-def _model(seed: int, counter: list | None = None):
-    clf = from_module(Tiny(seed), Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3), name=f"tiny{seed}")
-    if counter is not None:
-        inner = clf.forward
-        clf.forward = lambda batch: (counter.append(len(batch)), inner(batch))[1]
-    return clf
-
-
-TASKS = ["bin-cat-dog", "class-dog", "class-cat"]  # overlapping: every class image is in two of them
 
 
 def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(world, tmp_path):

@@ -13,10 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_zoo import TASKS, _model, world  # noqa: E402,F401  (the matched cat/dog world and the counted tiny model)
-
 import metashift_hf.builders.tasks as tasks_mod  # noqa: E402
 import metashift_hf.evaluate.zoo as zoo_mod  # noqa: E402
+from fixtures.zoo import TASKS, world  # noqa: E402,F401  (world: the module fixture)
+from fixtures.zoo import tiny_model as _model  # noqa: E402
 from metashift_hf.builders.artifact import Artifact  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError  # noqa: E402
@@ -28,7 +28,7 @@ from metashift_hf.hub.task_source import TaskRef, open_task  # noqa: E402
 from metashift_hf.models import decode_workers  # noqa: E402
 
 
-def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(world, monkeypatch):  # noqa: F811
+def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(world, monkeypatch):
     hashed: list[bytes] = []
     real_sha = zoo_mod._sha256
     monkeypatch.setattr(zoo_mod, "_sha256", lambda data: hashed.append(data) or real_sha(data))
@@ -112,7 +112,7 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
     assert used == [decode_workers(None, "cuda")] * 2 == [4, 4]
 
 
-def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):  # noqa: F811
+def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):
     kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
     single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)
     calls: list[int] = []
@@ -139,7 +139,7 @@ def _tiny_hf(folder: Path) -> None:
 
 # Not marked slow (~30 s on 2 quiet cores): issue 28 asks for torchrun ranks and --shard processes in CI.
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed (extra 'hf')")
-def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(world, tmp_path):  # noqa: F811
+def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(world, tmp_path):
     _tiny_hf(tmp_path / "tiny-hf")
     args = ["evaluate", "--model", f"hf:{tmp_path / 'tiny-hf'}", "--tasks", ",".join(TASKS), "--artifact",
             str(world / "artifact"), "--images", str(world / "images"), "--batch-size", "8", "--no-progress"]
@@ -169,7 +169,7 @@ def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(
     assert len(list((tmp_path / "c2").rglob("part-*.npz"))) == 2  # one part per rank
 
 
-def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_path, monkeypatch):  # noqa: F811
+def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_path, monkeypatch):
     from metashift_hf.evaluate import pool
 
     assert pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(4)], 2)[0] == (0, os.getpid())
