@@ -38,6 +38,9 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     assert (board["model"] == "baseline:majority").sum() == len(TASKS) and "train" not in set(board["split"])
     md = (tmp_path / "zoo" / "leaderboard.md").read_text()
     assert "module:tiny1" in md and "worst context" in md and "How to read it" in md
+    # the class collections hold a train split only: their baseline says so (was "accuracy — on nan; always
+    # predicts None")
+    assert "no test split scored" in md and "on nan" not in md and "predicts None" not in md
     card = json.loads((tmp_path / "zoo" / "zoo.json").read_text())
     assert card["images"] == distinct and card["runtime"]["allocator"]["libc"]
     assert (tmp_path / "zoo" / "leaderboard.png").is_file() or card["picture"].startswith("not drawn")

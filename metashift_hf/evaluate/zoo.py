@@ -397,8 +397,10 @@ def _baseline_row(task: str, rep) -> dict:
     """The majority-class constant predictor on the same scored split (its figures come from the truth alone)."""
     head, run = rep["headline"] or {}, rep["run"]
     base = {**(head.get("baseline") or {}), "split": head.get("split")}
+    said = (f"always predicts {base['predicts']}" if base.get("predicts") is not None else
+            "no test split scored: no headline to compare with")  # e.g. a class collection (a train split only)
     return {"model": BASELINE, "task": task, **_headline_cells(base), "mode": run["mode"], "hierarchy": run["hierarchy"],
-            "leaves_per_class": None, "all_splits": None, "report": f"always predicts {base.get('predicts')}"}
+            "leaves_per_class": None, "all_splits": None, "report": said}
 
 
 def rank(board: pd.DataFrame) -> pd.DataFrame:
@@ -439,6 +441,8 @@ def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
 
     def pooled(c) -> str:
         if c.model == BASELINE:
+            if not isinstance(c.split, str):  # no scored test split: nothing the baseline could say
+                return markdown_safe(c.report)
             return f"accuracy {_pct(c.accuracy)} on {markdown_safe(c.split)}; {markdown_safe(c.report)}"
         worst = (f"{markdown_safe(c.worst_context)} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)})"
                  if isinstance(c.worst_context, str) else "—")
