@@ -8,6 +8,7 @@ straightforward networkx reference of the meta-graph stage on the built classes
 
     python benchmarks/bench_build.py [--scene-graphs FILE ...] [--work DIR] [--pairing relation] [--plots]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,18 @@ def synthetic_file(work: Path, images: int, seed: int) -> Path:
 def run_build(files: list[Path], out: Path, extra: list[str]) -> dict:
     """Run the build in a child process; wall time, CPU time and peak RSS of that child."""
     # --force: the artifact of the previous run is replaced (build refuses to overwrite one otherwise)
-    cmd = [sys.executable, "-m", "metashift_hf.cli", "build", "--scene-graphs", *map(str, files), "--out", str(out),
-           "--force", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "metashift_hf.cli",
+        "build",
+        "--scene-graphs",
+        *map(str, files),
+        "--out",
+        str(out),
+        "--force",
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -56,7 +67,7 @@ def run_build(files: list[Path], out: Path, extra: list[str]) -> dict:
     return {
         "wall_s": wall,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "peak_rss_gb": after.ru_maxrss / 1024 ** 2,  # Linux reports KiB
+        "peak_rss_gb": after.ru_maxrss / 1024**2,  # Linux reports KiB
         "stages": [line for line in proc.stderr.splitlines() if line.strip()],
         "summary": [line for line in proc.stdout.splitlines() if line.strip()],
     }
@@ -65,8 +76,12 @@ def run_build(files: list[Path], out: Path, extra: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scene-graphs", nargs="+", type=Path, help="use these files instead of the synthetic one")
-    ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "metashift-bench",
-                    help="folder for the synthetic file and the artifact")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("TMPDIR", "/tmp")) / "metashift-bench",
+        help="folder for the synthetic file and the artifact",
+    )
     ap.add_argument("--images", type=int, default=113_018)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pairing", default="relation", choices=("relation", "cooccurrence"))
@@ -78,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     files = args.scene_graphs or [synthetic_file(args.work, args.images, args.seed)]
-    print(f"input: {', '.join(map(str, files))} ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB; "
-          f"ready in {time.perf_counter() - t:.1f} s)")
+    print(
+        f"input: {', '.join(map(str, files))} ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB; "
+        f"ready in {time.perf_counter() - t:.1f} s)"
+    )
     out = args.work / f"artifact-{args.pairing}"
     extra = ["--pairing", args.pairing] + ([] if args.plots else ["--no-plots"])
     load = os.getloadavg()[0]
@@ -89,12 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + line)
     ok_wall = build["wall_s"] <= TARGET_WALL_S
     ok_rss = build["peak_rss_gb"] <= TARGET_RSS_GB
-    print(f"whole build: wall {build['wall_s']:.1f} s (target <= {TARGET_WALL_S:.0f} s: {'ok' if ok_wall else 'MISSED'}), "
-          f"cpu {build['cpu_s']:.1f} s, peak RSS {build['peak_rss_gb']:.2f} GB "
-          f"(target <= {TARGET_RSS_GB:.0f} GB: {'ok' if ok_rss else 'MISSED'})")
-    figures = {"input_files": [str(f) for f in files], "pairing": args.pairing, "plots": args.plots,
-               "load_average": load, **{k: build[k] for k in ("wall_s", "cpu_s", "peak_rss_gb")},
-               "stages": build["stages"]}
+    print(
+        f"whole build: wall {build['wall_s']:.1f} s (target <= {TARGET_WALL_S:.0f} s: {'ok' if ok_wall else 'MISSED'}), "
+        f"cpu {build['cpu_s']:.1f} s, peak RSS {build['peak_rss_gb']:.2f} GB "
+        f"(target <= {TARGET_RSS_GB:.0f} GB: {'ok' if ok_rss else 'MISSED'})"
+    )
+    figures = {
+        "input_files": [str(f) for f in files],
+        "pairing": args.pairing,
+        "plots": args.plots,
+        "load_average": load,
+        **{k: build[k] for k in ("wall_s", "cpu_s", "peak_rss_gb")},
+        "stages": build["stages"],
+    }
 
     if not args.skip_reference:
         try:
@@ -106,15 +130,20 @@ def main(argv: list[str] | None = None) -> int:
 
             options = Artifact.load(out).options
             work = bench_metagraph.artifact_workload(str(out))
-            r = bench_metagraph.run(work, edge_threshold=options.edge_threshold,
-                                    spectral_dim=options.spectral_dim, repeat=1)
-            print("meta-graph stage on the built classes (ours = builders.metagraph.analyse_class, "
-                  "reference = networkx graph + greedy_modularity_communities + spectral_layout):")
+            r = bench_metagraph.run(
+                work, edge_threshold=options.edge_threshold, spectral_dim=options.spectral_dim, repeat=1
+            )
+            print(
+                "meta-graph stage on the built classes (ours = builders.metagraph.analyse_class, "
+                "reference = networkx graph + greedy_modularity_communities + spectral_layout):"
+            )
             bench_metagraph.print_table(r)
             ok_dist = r["max_distance_diff"] <= 1e-6
             speed = r["ref_cpu"] / max(r["ours_cpu"], 1e-9)
-            print(f"meta-graph speed-up (cpu): {speed:.1f}x (target >= 5x: {'ok' if speed >= 5 else 'MISSED'}); "
-                  f"distances equal to 1e-6 on {r['compared']} connected meta-graphs: {'ok' if ok_dist else 'MISSED'}")
+            print(
+                f"meta-graph speed-up (cpu): {speed:.1f}x (target >= 5x: {'ok' if speed >= 5 else 'MISSED'}); "
+                f"distances equal to 1e-6 on {r['compared']} connected meta-graphs: {'ok' if ok_dist else 'MISSED'}"
+            )
             figures["metagraph"] = {k: v for k, v in r.items() if not isinstance(v, dict)}
             figures["metagraph"]["speedup_cpu"] = speed
     if args.json:

@@ -18,6 +18,7 @@ cost: seconds per image of evaluate's model pass (decode, preprocess, forward; p
 zoo: K overlapping tasks through evaluate_zoo (fresh logits cache) against one predict pass over the
   union of their images, then the same zoo again (cache warm).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,12 @@ DEFAULT_IMAGES = Path(__file__).resolve().parents[2] / "shared" / "reference" / 
 def _machine() -> dict:
     import torch
 
-    return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _blobs(folder: Path) -> list[bytes]:
@@ -55,12 +60,22 @@ def _task(blobs: list[bytes], n: int):
     """An in-memory two-class task of n images (the real JPEGs cycled, distinct ids)."""
     import datasets
 
-    feats = datasets.Features({"image": datasets.Image(), "image_id": datasets.Value("string"),
-                               "label": datasets.ClassLabel(names=["dog", "car"]),
-                               "contexts": datasets.Sequence(datasets.Value("string")), "group": datasets.Value("string")})
-    rows = {"image": [{"bytes": blobs[i % len(blobs)], "path": f"{i}.jpg"} for i in range(n)],
-            "image_id": [str(i) for i in range(n)], "label": [i % 2 for i in range(n)],
-            "contexts": [[f"c{i % 5}"] for i in range(n)], "group": [f"{['dog', 'car'][i % 2]}(c{i % 5})" for i in range(n)]}
+    feats = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "image_id": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["dog", "car"]),
+            "contexts": datasets.Sequence(datasets.Value("string")),
+            "group": datasets.Value("string"),
+        }
+    )
+    rows = {
+        "image": [{"bytes": blobs[i % len(blobs)], "path": f"{i}.jpg"} for i in range(n)],
+        "image_id": [str(i) for i in range(n)],
+        "label": [i % 2 for i in range(n)],
+        "contexts": [[f"c{i % 5}"] for i in range(n)],
+        "group": [f"{['dog', 'car'][i % 2]}(c{i % 5})" for i in range(n)],
+    }
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows, features=feats)})
 
 
@@ -77,12 +92,16 @@ def pipeline(args) -> dict:
     model.logits([model.prepare(blobs[0])] * bs)  # warm-up (first forward allocates, picks kernels)
     prepared = [model.prepare(read(i)) for i in ids]
     task = _task(blobs, args.n)
-    evaluate(model, task, settings=EvalConfig(progress=False, batch_size=bs))  # warm WordNet and the hierarchy: fixed costs, measured apart
+    evaluate(
+        model, task, settings=EvalConfig(progress=False, batch_size=bs)
+    )  # warm WordNet and the hierarchy: fixed costs, measured apart
     modes = {
         "decode": lambda: [model.prepare(read(i)) for i in ids],
-        "forward": lambda: [model.logits(prepared[s:s + bs]) for s in range(0, len(ids), bs)],
+        "forward": lambda: [model.logits(prepared[s : s + bs]) for s in range(0, len(ids), bs)],
         "pipelined": lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False),
-        "evaluate": lambda: evaluate(model, task, settings=EvalConfig(progress=False, batch_size=bs, workers=args.workers)),
+        "evaluate": lambda: evaluate(
+            model, task, settings=EvalConfig(progress=False, batch_size=bs, workers=args.workers)
+        ),
     }
     times = {k: [] for k in modes}
     for _ in range(args.repeat):  # round-robin, best of each: load drift would otherwise fake a difference
@@ -92,11 +111,16 @@ def pipeline(args) -> dict:
             times[name].append(time.perf_counter() - t)
     best = {k: min(v) for k, v in times.items()}
     n = len(ids)
-    return {"images": n, "batch_size": bs, "dtype": args.dtype, **_machine(),
-            **{f"{k}_img_s": round(n / t, 1) for k, t in best.items()},
-            "pipelined_vs_forward": round(best["forward"] / best["pipelined"], 3),
-            "evaluate_vs_forward": round(best["forward"] / best["evaluate"], 3),
-            "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    return {
+        "images": n,
+        "batch_size": bs,
+        "dtype": args.dtype,
+        **_machine(),
+        **{f"{k}_img_s": round(n / t, 1) for k, t in best.items()},
+        "pipelined_vs_forward": round(best["forward"] / best["pipelined"], 3),
+        "evaluate_vs_forward": round(best["forward"] / best["evaluate"], 3),
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 _CHILD = r"""
@@ -127,23 +151,37 @@ def lite0(args) -> dict:
     env_shipped = {**os.environ, "METASHIFT_HF_NO_MALLOPT": "1"}
     runs = {"shipped": [], "today": []}
     for r in range(args.rounds):
-        for mode in (("shipped", "today") if r % 2 == 0 else ("today", "shipped")):
-            res = subprocess.run([sys.executable, "-c", _CHILD, mode, str(tmp / "x.npy"), str(tmp / f"{mode}.npy")],
-                                 env=env_shipped if mode == "shipped" else os.environ, capture_output=True, text=True, check=True)
+        for mode in ("shipped", "today") if r % 2 == 0 else ("today", "shipped"):
+            res = subprocess.run(
+                [sys.executable, "-c", _CHILD, mode, str(tmp / "x.npy"), str(tmp / f"{mode}.npy")],
+                env=env_shipped if mode == "shipped" else os.environ,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[mode].append(json.loads(res.stdout.strip().splitlines()[-1]))
     same = bool(np.array_equal(np.load(tmp / "shipped.npy"), np.load(tmp / "today.npy")))
     bf = efficientnet_lite0(dtype="bfloat16")
     top_fp = np.load(tmp / "today.npy").argmax(1)
     shutil.rmtree(tmp, ignore_errors=True)
-    top_bf = np.concatenate([bf.logits(list(x[s:s + 32])) for s in range(0, len(x), 32)]).argmax(1)
+    top_bf = np.concatenate([bf.logits(list(x[s : s + 32])) for s in range(0, len(x), 32)]).argmax(1)
     best = {m: max(v, key=lambda d: d["img_s"]) for m, v in runs.items()}
-    return {"images": args.n, "distinct_images": min(args.n, len(blobs)), **_machine(), "rounds": args.rounds,
-            "shipped_img_s": round(best["shipped"]["img_s"], 1), "today_img_s": round(best["today"]["img_s"], 1),
-            "today_vs_shipped": round(best["today"]["img_s"] / best["shipped"]["img_s"], 2),
-            "page_faults_shipped": best["shipped"]["faults"], "page_faults_today": best["today"]["faults"],
-            "all_rounds_img_s": {m: [round(d["img_s"], 1) for d in v] for m, v in runs.items()},
-            "logits_bit_identical": same, "bfloat16_top1_agreement": round(float((top_fp == top_bf).mean()), 4),
-            "allocator_today": best["today"]["allocator"], "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    return {
+        "images": args.n,
+        "distinct_images": min(args.n, len(blobs)),
+        **_machine(),
+        "rounds": args.rounds,
+        "shipped_img_s": round(best["shipped"]["img_s"], 1),
+        "today_img_s": round(best["today"]["img_s"], 1),
+        "today_vs_shipped": round(best["today"]["img_s"] / best["shipped"]["img_s"], 2),
+        "page_faults_shipped": best["shipped"]["faults"],
+        "page_faults_today": best["today"]["faults"],
+        "all_rounds_img_s": {m: [round(d["img_s"], 1) for d in v] for m, v in runs.items()},
+        "logits_bit_identical": same,
+        "bfloat16_top1_agreement": round(float((top_fp == top_bf).mean()), 4),
+        "allocator_today": best["today"]["allocator"],
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def zoo(args) -> dict:
@@ -165,27 +203,47 @@ def zoo(args) -> dict:
     class_coverage(["dog"], "wordnet")  # warm-up: WordNet and the hierarchy load once per process (a fixed cost)
     times: dict[str, list[float]] = {"union": [], "zoo": [], "zoo_cached": []}
     runs = {}
-    for r in range(args.rounds):  # interleaved: one pass over the union, the zoo (fresh cache), the zoo again (cache warm)
+    for r in range(
+        args.rounds
+    ):  # interleaved: one pass over the union, the zoo (fresh cache), the zoo again (cache warm)
         cache = out / f"cache-{r}"
         t = time.perf_counter()
         predict(model, union, src.read, batch_size=args.batch_size, progress=False)
         times["union"].append(time.perf_counter() - t)
         for name in ("zoo", "zoo_cached"):
             t = time.perf_counter()
-            runs[name] = evaluate_zoo([model], tasks, args.artifact, args.images, out / f"{name}-{r}", cache_dir=cache,
-                                      settings=EvalConfig(progress=False, batch_size=args.batch_size, plots=args.charts))
+            runs[name] = evaluate_zoo(
+                [model],
+                tasks,
+                args.artifact,
+                args.images,
+                out / f"{name}-{r}",
+                cache_dir=cache,
+                settings=EvalConfig(progress=False, batch_size=args.batch_size, plots=args.charts),
+            )
             times[name].append(time.perf_counter() - t)
     shutil.rmtree(out, ignore_errors=True)
     t_union, t_zoo, t_cached = (min(times[k]) for k in ("union", "zoo", "zoo_cached"))
     first, second = runs["zoo"], runs["zoo_cached"]
-    return {"tasks": len(tasks), "task_images_summed": per_task, "union_images": len(union), **_machine(),
-            "charts": args.charts,
-            "rounds": args.rounds, "all_rounds_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
-            "one_pass_over_union_s": round(t_union, 2), "zoo_s": round(t_zoo, 2), "zoo_cached_s": round(t_cached, 2),
-            "zoo_vs_union": round(t_zoo / t_union, 3), "zoo_cached_vs_union": round(t_cached / t_union, 3),
-            "zoo_parts_s": first.seconds, "zoo_cached_parts_s": second.seconds,
-            "computed_first": first.computed, "cached_second": second.cached,
-            "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    return {
+        "tasks": len(tasks),
+        "task_images_summed": per_task,
+        "union_images": len(union),
+        **_machine(),
+        "charts": args.charts,
+        "rounds": args.rounds,
+        "all_rounds_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
+        "one_pass_over_union_s": round(t_union, 2),
+        "zoo_s": round(t_zoo, 2),
+        "zoo_cached_s": round(t_cached, 2),
+        "zoo_vs_union": round(t_zoo / t_union, 3),
+        "zoo_cached_vs_union": round(t_cached / t_union, 3),
+        "zoo_parts_s": first.seconds,
+        "zoo_cached_parts_s": second.seconds,
+        "computed_first": first.computed,
+        "cached_second": second.cached,
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 EVAL_COST_FILE = Path(__file__).resolve().parents[1] / "cards" / "eval_cost.json"
@@ -202,28 +260,45 @@ def cost(args) -> dict:
     read = lambda iid: blobs[int(iid) % len(blobs)]  # noqa: E731
     models = {size: load_scorer("efficientnet-lite0", image_size=None if size == 224 else size) for size in COST_SIZES}
     for m in models.values():  # warm-up: the first forward allocates and picks kernels
-        predict(m, ids[:args.batch_size], read, batch_size=args.batch_size, progress=False)
+        predict(m, ids[: args.batch_size], read, batch_size=args.batch_size, progress=False)
     times: dict[int, list[float]] = {size: [] for size in COST_SIZES}
     for r in range(args.rounds):  # alternating, best of each: load drift would otherwise fake a difference
-        for size in (COST_SIZES if r % 2 == 0 else COST_SIZES[::-1]):
+        for size in COST_SIZES if r % 2 == 0 else COST_SIZES[::-1]:
             t = time.perf_counter()
             predict(models[size], ids, read, batch_size=args.batch_size, workers=args.workers, progress=False)
             times[size].append(time.perf_counter() - t)
     distinct = [str(i) for i in range(len(blobs))]  # each reference photograph once: does the top-1 class move?
-    top1 = {size: predict(m, distinct, read, batch_size=args.batch_size, progress=False).top1 for size, m in models.items()}
+    top1 = {
+        size: predict(m, distinct, read, batch_size=args.batch_size, progress=False).top1 for size, m in models.items()
+    }
     machine = _machine()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), machine["cpu"]) if Path("/proc/cpuinfo").is_file() else machine["cpu"]
-    return {"what": "seconds per image of evaluate's model pass (decode, preprocess, forward; pipelined, float32, "
-                    f"batch {args.batch_size}), best of {args.rounds} alternating rounds over {args.n} images",
-            "model": "efficientnet-lite0", "machine": f"a {machine['cpus']}-core CPU ({cpu})", **machine,
-            "images": args.n, "rounds": args.rounds,
-            "seconds_per_image": {str(size): round(min(v) / args.n, 5) for size, v in times.items()},
-            "all_rounds_s": {str(size): [round(x, 2) for x in v] for size, v in times.items()},
-            "top1_agreement_128_vs_224": {"images": len(distinct),
-                                          "agree": int((top1[128] == top1[224]).sum())},
-            "measured_with": "python benchmarks/bench_eval.py cost --write",
-            "load_average_1min_before": load_before, "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            machine["cpu"],
+        )
+        if Path("/proc/cpuinfo").is_file()
+        else machine["cpu"]
+    )
+    return {
+        "what": "seconds per image of evaluate's model pass (decode, preprocess, forward; pipelined, float32, "
+        f"batch {args.batch_size}), best of {args.rounds} alternating rounds over {args.n} images",
+        "model": "efficientnet-lite0",
+        "machine": f"a {machine['cpus']}-core CPU ({cpu})",
+        **machine,
+        "images": args.n,
+        "rounds": args.rounds,
+        "seconds_per_image": {str(size): round(min(v) / args.n, 5) for size, v in times.items()},
+        "all_rounds_s": {str(size): [round(x, 2) for x in v] for size, v in times.items()},
+        "top1_agreement_128_vs_224": {"images": len(distinct), "agree": int((top1[128] == top1[224]).sum())},
+        "measured_with": "python benchmarks/bench_eval.py cost --write",
+        "load_average_1min_before": load_before,
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> None:
@@ -235,11 +310,15 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--repeat", type=int, default=3, help="pipeline: rounds; each mode reports its best round")
     ap.add_argument("--rounds", type=int, default=3, help="lite0: processes per variant, alternating")
-    ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of *.jpg (zoo: the artifact's image source)")
+    ap.add_argument(
+        "--images", type=Path, default=DEFAULT_IMAGES, help="folder of *.jpg (zoo: the artifact's image source)"
+    )
     ap.add_argument("--artifact", type=Path, default=None)
     ap.add_argument("--tasks", default="bin-cat-dog,bin-dog-horse,bin-cat-horse")
     ap.add_argument("--charts", action="store_true", help="zoo: per-class charts in every task report")
-    ap.add_argument("--write", action="store_true", help=f"cost: write the result to {EVAL_COST_FILE} (the cards' estimates)")
+    ap.add_argument(
+        "--write", action="store_true", help=f"cost: write the result to {EVAL_COST_FILE} (the cards' estimates)"
+    )
     args = ap.parse_args()
     result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "cost": cost}[args.what](args)
     text = json.dumps(result, indent=2, default=str)

@@ -6,6 +6,7 @@
 
 Inputs default to the shared reference files beside the checkout (../shared/reference/metashift).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,12 @@ REFERENCE = ROOT.parent / "shared" / "reference" / "metashift"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, default=REFERENCE,
-                        help="folder with class_hierarchy.json, candidate-subset-names.txt, imagenet1k_node_names.json")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=REFERENCE,
+        help="folder with class_hierarchy.json, candidate-subset-names.txt, imagenet1k_node_names.json",
+    )
     parser.add_argument("--cold", action="store_true", help="copy WordNet into a fresh temporary cache (timed)")
     parser.add_argument("--table", action="store_true", help="binary-task counts for N in 1,5,10,20 and L in 0..8")
     args = parser.parse_args()
@@ -53,10 +58,14 @@ def main() -> int:
         f = result.figures
         n_binary = sum(t.kind == "binary" for t in tasks)
         label = "wordnet" if spec == "wordnet" else "published tree"
-        print(f"{label}: {f['vocabulary_names']} names -> {f['matched_names']} matched -> {f['subsets']} subsets -> "
-              f"{f['classes']} classes -> {f['imagenet_leaves_covered']} leaves; {n_binary} binary tasks (N=5, L=2)")
-        print(f"  hierarchy {t2 - t1:.2f} s, match {t3 - t2:.2f} s, tasks {t4 - t3:.2f} s; "
-              f"total with WordNet load and input reading: {t_wn + t_read + (t4 - t1):.2f} s")
+        print(
+            f"{label}: {f['vocabulary_names']} names -> {f['matched_names']} matched -> {f['subsets']} subsets -> "
+            f"{f['classes']} classes -> {f['imagenet_leaves_covered']} leaves; {n_binary} binary tasks (N=5, L=2)"
+        )
+        print(
+            f"  hierarchy {t2 - t1:.2f} s, match {t3 - t2:.2f} s, tasks {t4 - t3:.2f} s; "
+            f"total with WordNet load and input reading: {t_wn + t_read + (t4 - t1):.2f} s"
+        )
         if args.table:
             levels = range(0, 9)
             print(f"  binary tasks, N (rows) x L (columns {list(levels)}):")
@@ -64,8 +73,10 @@ def main() -> int:
                 counts = [len(binary_tasks(result, tree, wn, min_subsets=n, level=level)) for level in levels]
                 print(f"    N={n:<3} " + " ".join(f"{c:>6}" for c in counts))
     # CPU time too: on a shared machine the wall clock also measures the neighbours
-    print(f"whole run: {time.perf_counter() - t0:.2f} s wall, {time.process_time() - c0:.2f} s CPU"
-          + ("" if not args.table else " (table included)"))
+    print(
+        f"whole run: {time.perf_counter() - t0:.2f} s wall, {time.process_time() - c0:.2f} s CPU"
+        + ("" if not args.table else " (table included)")
+    )
     return 0
 
 

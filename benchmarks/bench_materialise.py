@@ -18,6 +18,7 @@ wall and CPU seconds of this process. Best of ``--repeat`` runs for each, interl
 the same page-cache state and, on a shared machine, about the same load (CPU seconds are the less
 disturbed figure there; the load average is printed).
 """
+
 from __future__ import annotations
 
 import argparse

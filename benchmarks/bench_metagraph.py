@@ -13,6 +13,7 @@ partitions are equal on every class, and the largest difference of pairwise subs
 connected meta-graphs (target: <= 1e-6). Both pipelines run with one OpenBLAS thread (as
 analyse_class's eigh does), so the figures compare algorithms, not thread contention.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -123,7 +124,9 @@ def artifact_workload(path: str) -> dict:
         members = {}
         for subset in art.subsets_of(subject):
             ids = art.images(subset)
-            members[subset] = np.unique(np.array([index.setdefault(i, len(index)) for i in sorted(ids)], dtype=np.int64))
+            members[subset] = np.unique(
+                np.array([index.setdefault(i, len(index)) for i in sorted(ids)], dtype=np.int64)
+            )
         work[subject] = members
     return work
 
@@ -228,7 +231,9 @@ def print_table(r: dict) -> None:
     for stage in ("overlap", "communities", "embedding"):
         o, f = r["ours_stages"][stage], r["ref_stages"][stage]
         print(f"{stage:<14}{o:>10.2f}{f:>15.2f}{f / max(o, 1e-9):>9.1f}x")
-    print(f"{'total (wall)':<14}{r['ours_total']:>10.2f}{r['ref_total']:>15.2f}{r['ref_total'] / r['ours_total']:>9.1f}x")
+    print(
+        f"{'total (wall)':<14}{r['ours_total']:>10.2f}{r['ref_total']:>15.2f}{r['ref_total'] / r['ours_total']:>9.1f}x"
+    )
     print(f"{'total (cpu)':<14}{r['ours_cpu']:>10.2f}{r['ref_cpu']:>15.2f}{r['ref_cpu'] / r['ours_cpu']:>9.1f}x")
     print(f"CNM partition equal to networkx: {r['same_partition']}/{r['classes']} classes")
     print(

@@ -17,6 +17,7 @@ real data; ``--image-kb 0`` keeps the demo images, ``--artifact/--images`` uses 
 
     python benchmarks/bench_storage.py [--tasks A B] [--image-kb 147] [--json OUT]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--artifact", help="artifact folder (default: the demo world, built in a temp folder)")
     ap.add_argument("--images", help="images folder/zip for --artifact")
     ap.add_argument("--scale", type=float, default=0.5, help="size scale for the paper tasks (demo world: 0.5)")
-    ap.add_argument("--image-kb", type=int, default=147, help="replace demo images by noise JPEGs of this size (0: keep)")
+    ap.add_argument(
+        "--image-kb", type=int, default=147, help="replace demo images by noise JPEGs of this size (0: keep)"
+    )
     ap.add_argument("--json", help="also write the figures as JSON here")
     ap.add_argument("--only", nargs="*", help="run only these settings (names as printed)")
     args = ap.parse_args(argv)
@@ -125,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
         from metashift_hf.sources.demo_world import generate_demo_world
 
         world = generate_demo_world(tmp / "world", seed=0)
-        artifact = str(build_from_inputs(tmp / "artifact", scene_graphs=world.scene_graphs, source="demo", plots=False).root)
+        artifact = str(
+            build_from_inputs(tmp / "artifact", scene_graphs=world.scene_graphs, source="demo", plots=False).root
+        )
         images = str(world.images_dir)
     overrides = {"scale": args.scale} if args.scale != 1 else {}
-    ids = {t: {r.image_id for rows in plan(t, artifact, **overrides).splits.values() for r in rows} for t in args.tasks}
+    ids = {
+        t: {r.image_id for rows in plan(t, artifact, **overrides).splits.values() for r in rows} for t in args.tasks
+    }
     if args.image_kb and not args.artifact:
         images = tmp / "noise-images"
         images.mkdir()
@@ -138,21 +145,31 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {}
     for t in args.tasks:
         for d in prepared[t].dataset.values():
-            for row in d.cast_column("image", __import__("datasets").Image(decode=False)).select_columns(["image_id", "image"]):
+            for row in d.cast_column("image", __import__("datasets").Image(decode=False)).select_columns(
+                ["image_id", "image"]
+            ):
                 sizes[row["image_id"]] = len(row["image"]["bytes"])
     shared = ids[args.tasks[0]] & ids[args.tasks[1]]
     figures = {
-        "package_version": __version__, "tasks": args.tasks, "image_kb": args.image_kb,
+        "package_version": __version__,
+        "tasks": args.tasks,
+        "image_kb": args.image_kb,
         "rows": {t: sum(len(d) for d in prepared[t].dataset.values()) for t in args.tasks},
-        "shared_images": len(shared), "shared_image_bytes": sum(sizes[i] for i in shared),
+        "shared_images": len(shared),
+        "shared_image_bytes": sum(sizes[i] for i in shared),
         "image_bytes": {t: sum(sizes[i] for i in ids[t]) for t in args.tasks},
-        "row_group_rows": ROW_GROUP_ROWS, "store_chunker": {"target": 2**TARGET_BITS, "min": MIN_CHUNK, "max": MAX_CHUNK},
+        "row_group_rows": ROW_GROUP_ROWS,
+        "store_chunker": {"target": 2**TARGET_BITS, "min": MIN_CHUNK, "max": MAX_CHUNK},
         "settings": [],
     }
-    print(f"tasks {args.tasks[0]} ({figures['rows'][args.tasks[0]]} rows) and {args.tasks[1]} "
-          f"({figures['rows'][args.tasks[1]]} rows): {len(shared)} shared images, {figures['shared_image_bytes'] / 1e6:.1f} MB")
-    print(f"{'setting':16s} {'repo A MB':>9s} {'repo B MB':>9s} {'sum MB':>8s} {'unique MB':>9s} {'saved':>6s} "
-          f"{'shared chunks':>13s} {'write s':>7s}")
+    print(
+        f"tasks {args.tasks[0]} ({figures['rows'][args.tasks[0]]} rows) and {args.tasks[1]} "
+        f"({figures['rows'][args.tasks[1]]} rows): {len(shared)} shared images, {figures['shared_image_bytes'] / 1e6:.1f} MB"
+    )
+    print(
+        f"{'setting':16s} {'repo A MB':>9s} {'repo B MB':>9s} {'sum MB':>8s} {'unique MB':>9s} {'saved':>6s} "
+        f"{'shared chunks':>13s} {'write s':>7s}"
+    )
     for name, compression, cdc, by_id in SETTINGS:
         if args.only and name not in args.only:
             continue
@@ -160,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         repo_bytes, chunks = {}, {}
         for t in args.tasks:
             repo = tmp / "repos" / name / t
-            cfg = write_config(prepared[t].dataset, repo, t, compression=compression, content_defined_chunking=cdc,
-                               sort_by_id=by_id)
+            cfg = write_config(
+                prepared[t].dataset, repo, t, compression=compression, content_defined_chunking=cdc, sort_by_id=by_id
+            )
             repo_bytes[t] = cfg.download_size
             chunks[t] = [c for s in cfg.splits for f in s.files for c in chunk_digests(repo / f)]
         seconds = time.perf_counter() - t0
@@ -171,12 +189,24 @@ def main(argv: list[str] | None = None) -> int:
         a, b = ({h for h, _ in chunks[t]} for t in args.tasks)
         total = sum(repo_bytes.values())
         uniq = sum(unique.values())
-        row = {"setting": name, "compression": compression, "cdc": cdc, "sorted_by_image_id": by_id, "repo_bytes": repo_bytes, "sum_bytes": total,
-               "unique_bytes": uniq, "saved_fraction": round(1 - uniq / total, 4), "shared_chunks": len(a & b),
-               "chunks": len(unique), "seconds_incl_chunking": round(seconds, 2)}
+        row = {
+            "setting": name,
+            "compression": compression,
+            "cdc": cdc,
+            "sorted_by_image_id": by_id,
+            "repo_bytes": repo_bytes,
+            "sum_bytes": total,
+            "unique_bytes": uniq,
+            "saved_fraction": round(1 - uniq / total, 4),
+            "shared_chunks": len(a & b),
+            "chunks": len(unique),
+            "seconds_incl_chunking": round(seconds, 2),
+        }
         figures["settings"].append(row)
-        print(f"{name:16s} {repo_bytes[args.tasks[0]] / 1e6:9.1f} {repo_bytes[args.tasks[1]] / 1e6:9.1f} {total / 1e6:8.1f} "
-              f"{uniq / 1e6:9.1f} {row['saved_fraction']:6.1%} {len(a & b):13d} {seconds:7.1f}")
+        print(
+            f"{name:16s} {repo_bytes[args.tasks[0]] / 1e6:9.1f} {repo_bytes[args.tasks[1]] / 1e6:9.1f} {total / 1e6:8.1f} "
+            f"{uniq / 1e6:9.1f} {row['saved_fraction']:6.1%} {len(a & b):13d} {seconds:7.1f}"
+        )
     ideal = figures["shared_image_bytes"] / sum(figures["image_bytes"].values())
     print(f"ideal (every shared image stored once): saves {ideal:.1%} of the image bytes")
     figures["ideal_saved_fraction"] = round(ideal, 4)

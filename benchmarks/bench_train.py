@@ -7,6 +7,7 @@ images (paper-subpop-cat-dog-p6) reusing the cached features. Target: cold run <
 Builds the demo world + artifact under --work (reused when present); each run is the real CLI in a
 subprocess, so import and model-loading time count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,43 @@ def _world(work: Path) -> tuple[Path, Path]:
 
 
 def _train(task: str, art: Path, images: Path, out: Path, cache: Path, image_size: int | None, env: dict) -> dict:
-    cmd = [sys.executable, "-m", "metashift_hf", "train", "--task", task, "--artifact", str(art), "--images", str(images),
-           "--set", f"scale={SCALE}", "--seeds", "3", "--probe", "linear", "--method", "erm", "--cache-dir", str(cache),
-           "--out", str(out), "--no-progress"] + ([] if image_size is None else ["--image-size", str(image_size)])
+    cmd = [
+        sys.executable,
+        "-m",
+        "metashift_hf",
+        "train",
+        "--task",
+        task,
+        "--artifact",
+        str(art),
+        "--images",
+        str(images),
+        "--set",
+        f"scale={SCALE}",
+        "--seeds",
+        "3",
+        "--probe",
+        "linear",
+        "--method",
+        "erm",
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(out),
+        "--no-progress",
+    ] + ([] if image_size is None else ["--image-size", str(image_size)])
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     card = json.loads((out / "run_card.json").read_text())
     agg = json.loads((out / "scores.json").read_text())
-    return {"task": task, "wall_s": round(wall, 1), "features": card["features"],
-            "test_average": agg["average"], "worst_group": {k: agg["worst_group"][k] for k in ("mean", "std")}}
+    return {
+        "task": task,
+        "wall_s": round(wall, 1),
+        "features": card["features"],
+        "test_average": agg["average"],
+        "worst_group": {k: agg["worst_group"][k] for k in ("mean", "std")},
+    }
 
 
 def main() -> None:
@@ -58,12 +86,24 @@ def main() -> None:
     cache = args.work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    runs = {"cold": _train(TASK, art, images, args.work / "run-cold", cache, args.image_size, env),
-            "warm": _train(TASK, art, images, args.work / "run-warm", cache, args.image_size, env),
-            "other_task": _train(OTHER, art, images, args.work / "run-other", cache, args.image_size, env)}
-    print(json.dumps({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                      "load_avg": os.getloadavg(), "threads": args.threads, "image_size": args.image_size or 224,
-                      "runs": runs}, indent=2))
+    runs = {
+        "cold": _train(TASK, art, images, args.work / "run-cold", cache, args.image_size, env),
+        "warm": _train(TASK, art, images, args.work / "run-warm", cache, args.image_size, env),
+        "other_task": _train(OTHER, art, images, args.work / "run-other", cache, args.image_size, env),
+    }
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cpus": os.cpu_count(),
+                "load_avg": os.getloadavg(),
+                "threads": args.threads,
+                "image_size": args.image_size or 224,
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

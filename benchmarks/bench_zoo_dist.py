@@ -10,6 +10,7 @@ whether (2) and (3) wrote the single process's leaderboard.csv/.md byte for byte
 costs (wall / distinct images). Every run is a fresh ``metashift-hf`` process (model load included).
 On a machine with fewer cores than ranks the ranks share the cores: the ratio shows overheads, not speed-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,29 +72,90 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-zoo-dist-"))
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     cli = [sys.executable, "-m", "metashift_hf.cli"]
-    common = ["evaluate", "--model", args.model, "--tasks", ",".join(tasks), "--artifact", str(args.artifact),
-              "--images", str(args.images), "--batch-size", str(args.batch_size), "--no-progress"]
+    common = [
+        "evaluate",
+        "--model",
+        args.model,
+        "--tasks",
+        ",".join(tasks),
+        "--artifact",
+        str(args.artifact),
+        "--images",
+        str(args.images),
+        "--batch-size",
+        str(args.batch_size),
+        "--no-progress",
+    ]
     try:
         single = _run([*cli, *common, "--out", str(tmp / "single"), "--cache-dir", str(tmp / "c1")], env)
-        dist = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.ranks),
-                     "-m", "metashift_hf.cli", *common, "--out", str(tmp / "dist"), "--cache-dir", str(tmp / "c2")], env)
-        shards = [_run([*cli, *common, "--out", str(tmp / f"s{i}"), "--cache-dir", str(tmp / "c3"),
-                        "--shard", f"{i}/{args.ranks}"], env) for i in range(args.ranks)]
+        dist = _run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                str(args.ranks),
+                "-m",
+                "metashift_hf.cli",
+                *common,
+                "--out",
+                str(tmp / "dist"),
+                "--cache-dir",
+                str(tmp / "c2"),
+            ],
+            env,
+        )
+        shards = [
+            _run(
+                [
+                    *cli,
+                    *common,
+                    "--out",
+                    str(tmp / f"s{i}"),
+                    "--cache-dir",
+                    str(tmp / "c3"),
+                    "--shard",
+                    f"{i}/{args.ranks}",
+                ],
+                env,
+            )
+            for i in range(args.ranks)
+        ]
         assemble = _run([*cli, *common, "--out", str(tmp / "assembled"), "--cache-dir", str(tmp / "c3")], env)
-        same = {name: all((tmp / d / name).read_bytes() == (tmp / "single" / name).read_bytes() for d in ("dist", "assembled"))
-                for name in ("leaderboard.csv", "leaderboard.md")}
+        same = {
+            name: all(
+                (tmp / d / name).read_bytes() == (tmp / "single" / name).read_bytes() for d in ("dist", "assembled")
+            )
+            for name in ("leaderboard.csv", "leaderboard.md")
+        }
         zoo = json.loads((tmp / "single" / "zoo.json").read_text())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps({
-        "cpus": os.cpu_count(), "model": args.model, "tasks": len(tasks), "ranks": args.ranks,
-        "task_images": total, "distinct_images": distinct, "hash_reads_before": total, "hash_reads_now": distinct,
-        "sha256_ms_per_image": round(1000 * sha_s, 3),
-        "wall_s": {"single": single, "torchrun": dist, "shards": shards, "assemble": assemble},
-        "single_stages_s": zoo["seconds"],
-        "ms_per_distinct_image": {"single": round(1000 * single / distinct, 2), "torchrun": round(1000 * dist / distinct, 2),
-                                  "shards_summed": round(1000 * sum(shards) / distinct, 2)},
-        "byte_identical_to_single": same}, indent=2))
+    print(
+        json.dumps(
+            {
+                "cpus": os.cpu_count(),
+                "model": args.model,
+                "tasks": len(tasks),
+                "ranks": args.ranks,
+                "task_images": total,
+                "distinct_images": distinct,
+                "hash_reads_before": total,
+                "hash_reads_now": distinct,
+                "sha256_ms_per_image": round(1000 * sha_s, 3),
+                "wall_s": {"single": single, "torchrun": dist, "shards": shards, "assemble": assemble},
+                "single_stages_s": zoo["seconds"],
+                "ms_per_distinct_image": {
+                    "single": round(1000 * single / distinct, 2),
+                    "torchrun": round(1000 * dist / distinct, 2),
+                    "shards_summed": round(1000 * sum(shards) / distinct, 2),
+                },
+                "byte_identical_to_single": same,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

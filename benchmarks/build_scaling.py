@@ -16,6 +16,7 @@ CPU seconds (children user + system) and wall seconds.
     nice -n 10 python benchmarks/build_scaling.py --kind openimages --images 100000 300000 \\
         [--old-python /usr/bin/python3] [--engines new old] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,12 @@ def generate(path: Path, kind: str, images: int, seed: int = 0) -> dict:
     names = pa.array([f"/m/{kind[0]}{t:05d}" for t in range(n_tags)], pa.string())
     table = pa.table({"image_id": ids.take(pa.array(img)), "tag": names.take(pa.array(tag))})
     pq.write_table(table, path, compression="zstd")
-    return {"images": images, "rows": int(img.size), "tags_per_image": round(img.size / images, 3),
-            "distinct_tags": int(np.unique(tag).size)}
+    return {
+        "images": images,
+        "rows": int(img.size),
+        "tags_per_image": round(img.size / images, 3),
+        "distinct_tags": int(np.unique(tag).size),
+    }
 
 
 def tag_file(work: Path, kind: str, images: int) -> tuple[Path, dict]:
@@ -94,8 +99,19 @@ def _tree_rss(pid: int) -> tuple[int, int]:
 
 def run_build(python: str, tags: Path, out: Path, extra: list[str]) -> dict:
     """One build in a child process (plots off); its figures."""
-    cmd = [python, "-m", "metashift_hf.cli", "build", "--tags", str(tags), "--out", str(out), "--force",
-           "--no-plots", *extra]
+    cmd = [
+        python,
+        "-m",
+        "metashift_hf.cli",
+        "build",
+        "--tags",
+        str(tags),
+        "--out",
+        str(out),
+        "--force",
+        "--no-plots",
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=out.parent)
@@ -114,7 +130,8 @@ def run_build(python: str, tags: Path, out: Path, extra: list[str]) -> dict:
     sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = {
-        "ok": proc.returncode == 0, "wall_s": round(wall, 1),
+        "ok": proc.returncode == 0,
+        "wall_s": round(wall, 1),
         "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
         "peak_tree_gib": round(peak[0] / 2**30, 3),
         "peak_one_process_gib": round(peak[1] / 2**30, 3),
@@ -131,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=sorted(KINDS), default="openimages")
     ap.add_argument("--images", type=int, nargs="+", default=[100_000, 300_000])
     ap.add_argument("--engines", nargs="+", choices=("new", "old"), default=["new", "old"])
-    ap.add_argument("--old-python", default=None,
-                    help="an interpreter whose metashift_hf is today's build (old is skipped without it)")
+    ap.add_argument(
+        "--old-python",
+        default=None,
+        help="an interpreter whose metashift_hf is today's build (old is skipped without it)",
+    )
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "metashift-scaling")
     ap.add_argument("--extra", default="", help="more build flags for the new build, e.g. '--memory-limit 1GiB'")
     ap.add_argument("--json", type=Path, help="append the figures to this JSON-lines file")
@@ -140,17 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     for n in args.images:
         tags, info = tag_file(args.work, args.kind, n)
-        print(f"{args.kind} {n:,} images: {info['rows']:,} rows, {info['tags_per_image']} tags/image, "
-              f"{info['distinct_tags']} tags", flush=True)
+        print(
+            f"{args.kind} {n:,} images: {info['rows']:,} rows, {info['tags_per_image']} tags/image, "
+            f"{info['distinct_tags']} tags",
+            flush=True,
+        )
         for engine in args.engines:
             if engine == "old" and not args.old_python:
                 continue
             python = sys.executable if engine == "new" else args.old_python
             extra = args.extra.split() if engine == "new" else []
             r = run_build(python, tags, args.work / f"art_{args.kind}_{n}_{engine}", extra)
-            print(f"  {engine}: {'ok' if r['ok'] else 'FAILED'}  peak {r['peak_tree_gib']:.2f} GiB (tree), "
-                  f"{r['peak_one_process_gib']:.2f} GiB (one process)  cpu {r['cpu_s']:.0f} s  wall {r['wall_s']:.0f} s",
-                  flush=True)
+            print(
+                f"  {engine}: {'ok' if r['ok'] else 'FAILED'}  peak {r['peak_tree_gib']:.2f} GiB (tree), "
+                f"{r['peak_one_process_gib']:.2f} GiB (one process)  cpu {r['cpu_s']:.0f} s  wall {r['wall_s']:.0f} s",
+                flush=True,
+            )
             if not r["ok"]:
                 print("   ", " | ".join(r["error"]), flush=True)
             if args.json:

@@ -24,6 +24,7 @@ with the unperturbed numbers, and pairs whose status flips).
 
 Prints a markdown table (docs/metagraph.md holds the measured one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,6 +76,7 @@ def rule_component(w: np.ndarray, k: int) -> np.ndarray:
         if sub.shape[0] == 1:
             return np.zeros((1, 1))
         return _pairwise(mg.spectral_embedding(sub, min(k, sub.shape[0] - 1)).coords)
+
     return _per_component(w, block)
 
 
@@ -106,6 +108,7 @@ def rule_resistance(w: np.ndarray, k: int) -> np.ndarray:
         lap_pinv = np.linalg.pinv(np.diag(sub.sum(axis=1)) - sub, hermitian=True)
         d = np.diag(lap_pinv)
         return np.maximum(d[:, None] + d[None, :] - 2 * lap_pinv, 0.0)
+
     return _per_component(w, block)
 
 
@@ -125,8 +128,12 @@ def rule_chosen(w: np.ndarray, k: int) -> np.ndarray:
 
 
 RULES: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
-    "original": rule_original, "component": rule_component, "regularised": rule_regularised,
-    "resistance": rule_resistance, "diffusion": rule_diffusion, "chosen": rule_chosen,
+    "original": rule_original,
+    "component": rule_component,
+    "regularised": rule_regularised,
+    "resistance": rule_resistance,
+    "diffusion": rule_diffusion,
+    "chosen": rule_chosen,
 }
 
 
@@ -154,8 +161,21 @@ def study(artifact: Artifact, max_classes: int | None = None, seed: int = 0) -> 
     o = artifact.options
     thr, k = float(o.edge_threshold), int(o.spectral_dim)
     rng = np.random.default_rng(seed)
-    acc = {r: {"pairs": 0, "covered": 0, "answered": 0, "sp": [], "kt": [], "reorder": [], "reorder_flip": 0,
-               "pert_sp": [], "pert_flip": 0, "cpu": 0.0} for r in RULES}
+    acc = {
+        r: {
+            "pairs": 0,
+            "covered": 0,
+            "answered": 0,
+            "sp": [],
+            "kt": [],
+            "reorder": [],
+            "reorder_flip": 0,
+            "pert_sp": [],
+            "pert_flip": 0,
+            "cpu": 0.0,
+        }
+        for r in RULES
+    }
     classes = artifact.classes()[: max_classes or None]
     for subject in classes:
         members = artifact.members(artifact.subsets_of(subject))
@@ -199,10 +219,14 @@ def study(artifact: Artifact, max_classes: int | None = None, seed: int = 0) -> 
 
 
 def table(acc: dict[str, dict], title: str) -> str:
-    rows = [f"**{title}**", "",
-            "| rule | pairs with a number | answered (number or `disconnected`) | Spearman / Kendall vs original (median over classes) | reordering: max change "
-            "(median, max over classes) · status flips | 1% perturbation: Spearman (median, min) · status flips "
-            "| CPU s |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        f"**{title}**",
+        "",
+        "| rule | pairs with a number | answered (number or `disconnected`) | Spearman / Kendall vs original (median over classes) | reordering: max change "
+        "(median, max over classes) · status flips | 1% perturbation: Spearman (median, min) · status flips "
+        "| CPU s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r, a in acc.items():
         med = lambda v: f"{np.median(v):.3f}" if v else "–"  # noqa: E731
         rows.append(
@@ -211,7 +235,8 @@ def table(acc: dict[str, dict], title: str) -> str:
             f"| {med(a['sp'])} / {med(a['kt'])} ({len(a['sp'])} classes) "
             f"| {med(a['reorder'])}, {max(a['reorder']) if a['reorder'] else 0:.3g} · {a['reorder_flip']:,} "
             f"| {med(a['pert_sp'])}, {min(a['pert_sp']) if a['pert_sp'] else float('nan'):.3f} · {a['pert_flip']:,} "
-            f"| {a['cpu']:.2f} |")
+            f"| {a['cpu']:.2f} |"
+        )
     return "\n".join(rows)
 
 
@@ -225,10 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     acc = study(art, args.max_classes, args.seed)
     n = len(art.classes()[: args.max_classes or None])
-    print(table(acc, f"{args.artifact}: {n} classes, edge_threshold {art.options.edge_threshold}, "
-                     f"K = {art.options.spectral_dim}"))
-    print(f"\n({time.perf_counter() - t0:.1f} s wall; eigen-solver failures (graphs, incl. reordered and "
-          f"perturbed copies): {FAILURES or 'none'})")
+    print(
+        table(
+            acc,
+            f"{args.artifact}: {n} classes, edge_threshold {art.options.edge_threshold}, "
+            f"K = {art.options.spectral_dim}",
+        )
+    )
+    print(
+        f"\n({time.perf_counter() - t0:.1f} s wall; eigen-solver failures (graphs, incl. reordered and "
+        f"perturbed copies): {FAILURES or 'none'})"
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ frequency, 15-35 objects per image, relations between objects of the same image,
 
     python benchmarks/synthetic_gqa.py --out /tmp/synthetic_sceneGraphs.json [--images 113018] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,121 @@ N_IMAGES = 113_018
 N_NAMES = 1_700
 # Real object words first so the head of the distribution holds familiar classes and place words.
 REAL_NAMES = [
-    "man", "window", "tree", "building", "shirt", "wall", "person", "woman", "sign", "sky", "ground", "grass",
-    "table", "pole", "head", "light", "car", "water", "hand", "hair", "leg", "plate", "leaves", "people", "fence",
-    "floor", "door", "chair", "shadow", "line", "jacket", "pants", "street", "road", "sidewalk", "field", "cat",
-    "dog", "horse", "elephant", "giraffe", "zebra", "bus", "truck", "train", "airplane", "boat", "bird", "sheep",
-    "cow", "bear", "sofa", "bed", "shelf", "cabinet", "bag", "box", "cup", "pillow", "blanket", "desk", "laptop",
-    "screen", "book", "television", "sink", "towel", "bench", "bike", "surfboard", "frisbee", "house", "sand",
-    "snow", "beach", "ocean", "kitchen", "bathroom", "bedroom", "living room", "park", "lake", "river", "forest",
-    "airport", "parking lot", "store", "restaurant", "yard", "farm", "path", "pavement",
+    "man",
+    "window",
+    "tree",
+    "building",
+    "shirt",
+    "wall",
+    "person",
+    "woman",
+    "sign",
+    "sky",
+    "ground",
+    "grass",
+    "table",
+    "pole",
+    "head",
+    "light",
+    "car",
+    "water",
+    "hand",
+    "hair",
+    "leg",
+    "plate",
+    "leaves",
+    "people",
+    "fence",
+    "floor",
+    "door",
+    "chair",
+    "shadow",
+    "line",
+    "jacket",
+    "pants",
+    "street",
+    "road",
+    "sidewalk",
+    "field",
+    "cat",
+    "dog",
+    "horse",
+    "elephant",
+    "giraffe",
+    "zebra",
+    "bus",
+    "truck",
+    "train",
+    "airplane",
+    "boat",
+    "bird",
+    "sheep",
+    "cow",
+    "bear",
+    "sofa",
+    "bed",
+    "shelf",
+    "cabinet",
+    "bag",
+    "box",
+    "cup",
+    "pillow",
+    "blanket",
+    "desk",
+    "laptop",
+    "screen",
+    "book",
+    "television",
+    "sink",
+    "towel",
+    "bench",
+    "bike",
+    "surfboard",
+    "frisbee",
+    "house",
+    "sand",
+    "snow",
+    "beach",
+    "ocean",
+    "kitchen",
+    "bathroom",
+    "bedroom",
+    "living room",
+    "park",
+    "lake",
+    "river",
+    "forest",
+    "airport",
+    "parking lot",
+    "store",
+    "restaurant",
+    "yard",
+    "farm",
+    "path",
+    "pavement",
 ]
-RELATIONS = ["on", "near", "next to", "in", "holding", "wearing", "behind", "under", "above", "in front of",
-             "on top of", "beside", "sitting on", "standing on", "walking on", "looking at", "carrying", "has",
-             "hanging on", "lying on"] + [f"rel{i}" for i in range(280)]
+RELATIONS = [
+    "on",
+    "near",
+    "next to",
+    "in",
+    "holding",
+    "wearing",
+    "behind",
+    "under",
+    "above",
+    "in front of",
+    "on top of",
+    "beside",
+    "sitting on",
+    "standing on",
+    "walking on",
+    "looking at",
+    "carrying",
+    "has",
+    "hanging on",
+    "lying on",
+] + [f"rel{i}" for i in range(280)]
 WEATHER = list(GENERAL_CONTEXT_ONTOLOGY["weather"])
 LOCATION = list(GENERAL_CONTEXT_ONTOLOGY["location"])
 
@@ -66,13 +170,20 @@ def _scene_objects(rng: np.random.Generator, n_objects: np.ndarray, name_p: np.n
         names = np.searchsorted(global_cum, u * global_cum[-1])  # global tail (noise)
         for t, share in ((main[i], (src < 0.55)), (second[i], (src >= 0.55) & (src < 0.8))):
             names[share] = topics[t][np.minimum(np.searchsorted(cum[t], u[share] * cum[t][-1]), len(topics[t]) - 1)]
-        out[o:o + k] = np.minimum(names, n - 1)
+        out[o : o + k] = np.minimum(names, n - 1)
         o += k
     return out
 
 
-def generate(out: str | Path, *, n_images: int = N_IMAGES, seed: int = 0, n_names: int = N_NAMES,
-             exponent: float = 0.9, n_topics: int = 300) -> dict:
+def generate(
+    out: str | Path,
+    *,
+    n_images: int = N_IMAGES,
+    seed: int = 0,
+    n_names: int = N_NAMES,
+    exponent: float = 0.9,
+    n_topics: int = 300,
+) -> dict:
     """Write the file atomically; return a summary (images, objects, relations, bytes, seconds)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -113,8 +224,13 @@ def generate(out: str | Path, *, n_images: int = N_IMAGES, seed: int = 0, n_name
                     rels.append({"name": RELATIONS[rel_name[r + t]], "object": str(first_obj + target)})
                 x, y, w, h = boxes[o].tolist()
                 objects[str(first_obj + j)] = {
-                    "name": names[obj_name[o]], "x": x, "y": y, "w": w + 1, "h": h + 1,
-                    "attributes": [attrs[q] for q in attr_word[a:a + na].tolist()], "relations": rels,
+                    "name": names[obj_name[o]],
+                    "x": x,
+                    "y": y,
+                    "w": w + 1,
+                    "h": h + 1,
+                    "attributes": [attrs[q] for q in attr_word[a : a + na].tolist()],
+                    "relations": rels,
                 }
                 o += 1
                 a += na
@@ -129,9 +245,16 @@ def generate(out: str | Path, *, n_images: int = N_IMAGES, seed: int = 0, n_name
             n_bytes += len(chunk)
             f.write(chunk)
         f.write("}")
-    return {"path": str(out), "images": n_images, "objects": total, "relations": int(n_rel.sum()),
-            "attributes": int(n_attr.sum()), "names": len(names), "bytes": n_bytes + 2,
-            "seconds": round(time.perf_counter() - t0, 1)}
+    return {
+        "path": str(out),
+        "images": n_images,
+        "objects": total,
+        "relations": int(n_rel.sum()),
+        "attributes": int(n_attr.sum()),
+        "names": len(names),
+        "bytes": n_bytes + 2,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

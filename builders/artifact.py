@@ -3,6 +3,7 @@
 Layout and columns are the contract in DEVELOPERS.md. Tables are written with fixed parquet
 settings and sorted rows so the same inputs give byte-identical files (and the same content hash).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,30 +45,66 @@ FORMAT_VERSION = 1
 ARTIFACT_KIND = "artifact"  # the marker kind of a build --out folder (core.fsutil)
 TABLES = ("subsets", "membership", "classes", "edges", "embeddings", "distances", "images")
 
-SUBSETS_SCHEMA = pa.schema([
-    ("subset", pa.string()), ("subject", pa.string()), ("context", pa.string()), ("kind", pa.string()),
-    ("category", pa.string()), ("n_images", pa.int64()), ("kept", pa.bool_()), ("community", pa.int64()),
-])
+SUBSETS_SCHEMA = pa.schema(
+    [
+        ("subset", pa.string()),
+        ("subject", pa.string()),
+        ("context", pa.string()),
+        ("kind", pa.string()),
+        ("category", pa.string()),
+        ("n_images", pa.int64()),
+        ("kept", pa.bool_()),
+        ("community", pa.int64()),
+    ]
+)
 MEMBERSHIP_SCHEMA = pa.schema([("subset", pa.string()), ("image_id", pa.string())])
-CLASSES_SCHEMA = pa.schema([
-    ("subject", pa.string()), ("n_subsets", pa.int64()), ("n_images", pa.int64()),
-    ("n_communities", pa.int64()), ("embedding_status", pa.string()), ("embedding_note", pa.string()),
-])
-EDGES_SCHEMA = pa.schema([
-    ("subject", pa.string()), ("source", pa.string()), ("target", pa.string()), ("weight", pa.float64()),
-])
-EMBEDDINGS_SCHEMA = pa.schema([
-    ("subject", pa.string()), ("subset", pa.string()), ("embedding", pa.list_(pa.float64())), ("rule", pa.string()),
-])
+CLASSES_SCHEMA = pa.schema(
+    [
+        ("subject", pa.string()),
+        ("n_subsets", pa.int64()),
+        ("n_images", pa.int64()),
+        ("n_communities", pa.int64()),
+        ("embedding_status", pa.string()),
+        ("embedding_note", pa.string()),
+    ]
+)
+EDGES_SCHEMA = pa.schema(
+    [
+        ("subject", pa.string()),
+        ("source", pa.string()),
+        ("target", pa.string()),
+        ("weight", pa.float64()),
+    ]
+)
+EMBEDDINGS_SCHEMA = pa.schema(
+    [
+        ("subject", pa.string()),
+        ("subset", pa.string()),
+        ("embedding", pa.list_(pa.float64())),
+        ("rule", pa.string()),
+    ]
+)
 # every within-class pair of kept subsets (source < target): distance under `rule`, or status disconnected
-DISTANCES_SCHEMA = pa.schema([
-    ("subject", pa.string()), ("source", pa.string()), ("target", pa.string()), ("distance", pa.float64()),
-    ("rule", pa.string()), ("status", pa.string()),
-])
-IMAGES_SCHEMA = pa.schema([
-    ("image_id", pa.string()), ("width", pa.int64()), ("height", pa.int64()), ("location", pa.string()),
-    ("weather", pa.string()), ("objects", pa.string()),
-])
+DISTANCES_SCHEMA = pa.schema(
+    [
+        ("subject", pa.string()),
+        ("source", pa.string()),
+        ("target", pa.string()),
+        ("distance", pa.float64()),
+        ("rule", pa.string()),
+        ("status", pa.string()),
+    ]
+)
+IMAGES_SCHEMA = pa.schema(
+    [
+        ("image_id", pa.string()),
+        ("width", pa.int64()),
+        ("height", pa.int64()),
+        ("location", pa.string()),
+        ("weather", pa.string()),
+        ("objects", pa.string()),
+    ]
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -79,16 +116,19 @@ def write_json(path: Path, obj: Any) -> None:
 
 def subsets_table(candidates: CandidateSubsets, kept: np.ndarray, communities: Mapping[str, int]) -> pa.Table:
     """subsets.parquet: every candidate subset (already name-sorted)."""
-    return pa.table({
-        "subset": pa.array(candidates.names, pa.string()),
-        "subject": pa.array(candidates.subjects, pa.string()),
-        "context": pa.array(candidates.contexts, pa.string()),
-        "kind": pa.array(candidates.kinds, pa.string()),
-        "category": pa.array(candidates.categories, pa.string()),
-        "n_images": pa.array(candidates.sizes(), pa.int64()),
-        "kept": pa.array(kept, pa.bool_()),
-        "community": pa.array([communities.get(n, -1) for n in candidates.names], pa.int64()),
-    }, schema=SUBSETS_SCHEMA)
+    return pa.table(
+        {
+            "subset": pa.array(candidates.names, pa.string()),
+            "subject": pa.array(candidates.subjects, pa.string()),
+            "context": pa.array(candidates.contexts, pa.string()),
+            "kind": pa.array(candidates.kinds, pa.string()),
+            "category": pa.array(candidates.categories, pa.string()),
+            "n_images": pa.array(candidates.sizes(), pa.int64()),
+            "kept": pa.array(kept, pa.bool_()),
+            "community": pa.array([communities.get(n, -1) for n in candidates.names], pa.int64()),
+        },
+        schema=SUBSETS_SCHEMA,
+    )
 
 
 # A membership row group closes at write_parquet's row count or at this much text, whichever comes
@@ -98,15 +138,21 @@ MEMBERSHIP_GROUP_BYTES = 1 << 28
 _MEMBERSHIP_BLOCK = 1 << 16  # (subset, image) codes mapped to text per step
 
 
-def membership_groups(names: "pa.Array | Sequence[str]", image_ids: "pa.Array | Sequence[str]",
-                      codes: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[pa.Table]:
+def membership_groups(
+    names: "pa.Array | Sequence[str]",
+    image_ids: "pa.Array | Sequence[str]",
+    codes: Iterable[tuple[np.ndarray, np.ndarray]],
+) -> Iterator[pa.Table]:
     """membership.parquet row groups from (subset code, image code) blocks already in row order:
     ``names[subset]``, ``image_ids[image]`` as plain string columns, each group at most
     ``PARQUET_ROW_GROUP`` rows and about ``MEMBERSHIP_GROUP_BYTES`` of text (a longer single row
     forms its own group). Lookups are large_string, so neither vocabulary can overflow either."""
     names = pa.array(names, pa.large_string()) if not isinstance(names, pa.Array) else names.cast(pa.large_string())
-    ids = (pa.array(image_ids, pa.large_string()) if not isinstance(image_ids, pa.Array)
-           else image_ids.cast(pa.large_string()))
+    ids = (
+        pa.array(image_ids, pa.large_string())
+        if not isinstance(image_ids, pa.Array)
+        else image_ids.cast(pa.large_string())
+    )
     name_len = pc.binary_length(names).to_numpy(zero_copy_only=False).astype(np.int64)
     id_len = pc.binary_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
     buf: list[pa.Table] = []
@@ -127,15 +173,20 @@ def membership_groups(names: "pa.Array | Sequence[str]", image_ids: "pa.Array | 
         while lo < sub.size:
             # rows up to the next group boundary: row count and text both bounded
             room = min(PARQUET_ROW_GROUP - rows, sub.size - lo)
-            cum = np.cumsum(size[lo:lo + room])
+            cum = np.cumsum(size[lo : lo + room])
             fit = int(np.searchsorted(cum, MEMBERSHIP_GROUP_BYTES - text, side="right"))
             n = max(fit, 1) if rows == 0 else fit
             if n:
                 piece = slice(lo, lo + n)
-                buf.append(pa.table({
-                    "subset": names.take(pa.array(sub[piece])).cast(pa.string()),
-                    "image_id": ids.take(pa.array(img[piece])).cast(pa.string()),
-                }, schema=MEMBERSHIP_SCHEMA))
+                buf.append(
+                    pa.table(
+                        {
+                            "subset": names.take(pa.array(sub[piece])).cast(pa.string()),
+                            "image_id": ids.take(pa.array(img[piece])).cast(pa.string()),
+                        },
+                        schema=MEMBERSHIP_SCHEMA,
+                    )
+                )
                 rows += n
                 text += int(cum[n - 1])
                 lo += n
@@ -151,12 +202,18 @@ def candidate_codes(candidates: CandidateSubsets) -> Iterator[tuple[np.ndarray, 
     for lo in range(0, total, _MEMBERSHIP_BLOCK):
         hi = min(lo + _MEMBERSHIP_BLOCK, total)
         # the subset of row r is the last one starting at or before r
-        yield np.searchsorted(candidates.indptr, np.arange(lo, hi, dtype=np.int64), side="right") - 1, \
-            candidates.indices[lo:hi]
+        yield (
+            np.searchsorted(candidates.indptr, np.arange(lo, hi, dtype=np.int64), side="right") - 1,
+            candidates.indices[lo:hi],
+        )
 
 
-def write_membership(path: Path, names: "pa.Array | Sequence[str]", image_ids: "pa.Array | Sequence[str]",
-                     codes: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+def write_membership(
+    path: Path,
+    names: "pa.Array | Sequence[str]",
+    image_ids: "pa.Array | Sequence[str]",
+    codes: Iterable[tuple[np.ndarray, np.ndarray]],
+) -> None:
     """membership.parquet: (subset, image_id) of every candidate, sorted by subset then image id,
     from (subset code, image code) blocks in that order (``candidate_codes``, or the out-of-core store's)."""
     write_parquet_groups(membership_groups(names, image_ids, codes), MEMBERSHIP_SCHEMA, path)
@@ -170,12 +227,18 @@ def image_meta_table(image_meta: pa.Table | Iterable[Mapping[str, Any]] | None) 
         rows = []
         for r in image_meta:
             objects = r.get("objects")
-            rows.append({
-                "image_id": str(r["image_id"]), "width": r.get("width"), "height": r.get("height"),
-                "location": r.get("location"), "weather": r.get("weather"),
-                "objects": objects if isinstance(objects, str) or objects is None
-                else json.dumps(objects, sort_keys=True, separators=(",", ":")),
-            })
+            rows.append(
+                {
+                    "image_id": str(r["image_id"]),
+                    "width": r.get("width"),
+                    "height": r.get("height"),
+                    "location": r.get("location"),
+                    "weather": r.get("weather"),
+                    "objects": objects
+                    if isinstance(objects, str) or objects is None
+                    else json.dumps(objects, sort_keys=True, separators=(",", ":")),
+                }
+            )
         image_meta = pa.Table.from_pylist(rows, schema=IMAGES_SCHEMA)
     image_meta = image_meta.select(IMAGES_SCHEMA.names).cast(IMAGES_SCHEMA)
     return image_meta.sort_by("image_id")
@@ -218,14 +281,20 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "manifest.json") -> "Manifest":
-        if isinstance(data, dict) and isinstance(data.get("options"), dict) and \
-                "max_subsets_per_class" not in data["options"]:
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("options"), dict)
+            and "max_subsets_per_class" not in data["options"]
+        ):
             # built before the cap existed: no cap, not today's default
             data = {**data, "options": {**data["options"], "max_subsets_per_class": 0}}
         m = decode(cls, data, where, _REBUILD, defaults=True)
         # source_info goes into cards: a hand-edited manifest gets the same checks as the build flags
-        return dataclasses.replace(m, options=m.options.validate(),
-                                   source_info=m.source_info.validate() if m.source_info is not None else None)
+        return dataclasses.replace(
+            m,
+            options=m.options.validate(),
+            source_info=m.source_info.validate() if m.source_info is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -287,8 +356,9 @@ class Artifact:
         self.content_hash: str = manifest.content_hash
         # Where the data comes from (core.provenance): cards, stats and publish read it.
         self.provenance: str = manifest.source
-        self._subsets = self._table("subsets", required=("subset", "subject", "context", "n_images", "kept",
-                                                          "community")).to_pandas()
+        self._subsets = self._table(
+            "subsets", required=("subset", "subject", "context", "n_images", "kept", "community")
+        ).to_pandas()
         self._names: list[str] = self._subsets["subset"].tolist()
         self._pos = {n: i for i, n in enumerate(self._names)}
         sizes = self._subsets["n_images"].to_numpy(dtype=np.int64)
@@ -325,7 +395,9 @@ class Artifact:
                 if digest != expected:
                     raise InputFormatError(
                         f"{path} is not the file this artifact's build wrote (sha256 {digest[:16]}..., manifest.json "
-                        f"records {expected[:16]}...): tables from different builds, or a damaged file", fix)
+                        f"records {expected[:16]}...): tables from different builds, or a damaged file",
+                        fix,
+                    )
                 _VERIFIED[key] = digest
         try:
             table = pq.read_table(path, **read_options)
@@ -362,8 +434,11 @@ class Artifact:
         for t in ("subsets", "membership", "classes", "edges", "embeddings"):
             if not (root / f"{t}.parquet").is_file():
                 raise InputFormatError(f"{root}: {t}.parquet is missing", "rebuild the artifact")
-        return cls(root, Manifest.from_dict(manifest, str(manifest_path)),
-                   ArtifactStats.from_dict(stats, str(root / "stats.json")))
+        return cls(
+            root,
+            Manifest.from_dict(manifest, str(manifest_path)),
+            ArtifactStats.from_dict(stats, str(root / "stats.json")),
+        )
 
     # -- names ----------------------------------------------------------------------------------
     def classes(self) -> list[str]:
@@ -399,8 +474,10 @@ class Artifact:
         """Meta-graph edges of one class (pandas DataFrame: source, target, weight)."""
         if subject not in self._classes:
             self._subject(subject)
-            raise UnknownNameError(f"{subject!r} is not a class of {self.root} (fewer kept subsets than the rule needs)",
-                                   "pick one of Artifact.classes()")
+            raise UnknownNameError(
+                f"{subject!r} is not a class of {self.root} (fewer kept subsets than the rule needs)",
+                "pick one of Artifact.classes()",
+            )
         t = self._table("edges", filters=[("subject", "=", subject)], required=("source", "target", "weight"))
         return t.to_pandas()[["source", "target", "weight"]]
 
@@ -534,7 +611,11 @@ class Artifact:
     def members(self, subset_names: Iterable[str]) -> dict[str, np.ndarray]:
         """Subset -> sorted unique int64 indices into a local image index shared by these subsets."""
         lists = {n: self._image_list(self._subset(n)) for n in subset_names}
-        ids = np.unique(np.asarray([i for v in lists.values() for i in v], dtype=object)) if lists else np.array([], dtype=object)
+        ids = (
+            np.unique(np.asarray([i for v in lists.values() for i in v], dtype=object))
+            if lists
+            else np.array([], dtype=object)
+        )
         return {n: np.searchsorted(ids, np.asarray(v, dtype=object)).astype(np.int64) for n, v in lists.items()}
 
     def analysis(self, subject: str):
@@ -553,17 +634,23 @@ class Artifact:
         o = self.options
         result = ClassAnalysis(
             subsets=names,
-            edges=list(zip(edges["source"].tolist(), edges["target"].tolist(), edges["weight"].astype(float).tolist())),
+            edges=list(
+                zip(edges["source"].tolist(), edges["target"].tolist(), edges["weight"].astype(float).tolist())
+            ),
             communities=self.communities(subject),
             embedding={n: emb[n].copy() for n in names if n in emb},
-            embedding_status=info["embedding_status"], embedding_note=info["embedding_note"],
-            subject=subject, community_method=o.community_method,
-            edge_threshold=float(o.edge_threshold), spectral_dim=int(o.spectral_dim),
+            embedding_status=info["embedding_status"],
+            embedding_note=info["embedding_note"],
+            subject=subject,
+            community_method=o.community_method,
+            edge_threshold=float(o.edge_threshold),
+            spectral_dim=int(o.spectral_dim),
         )
         return result, self.members(names)
 
-    def group_distance(self, subject: str, groups: Mapping[str, Sequence[str]], a: str,
-                       b: str | Sequence[str], rule: str = "code") -> Distance:
+    def group_distance(
+        self, subject: str, groups: Mapping[str, Sequence[str]], a: str, b: str | Sequence[str], rule: str = "code"
+    ) -> Distance:
         """Distance between merged groups of subsets of one class (a number and its rule, or
         ``disconnected``; never an error for valid groups).
 
@@ -578,8 +665,10 @@ class Artifact:
         # TypeError from iterating it
         text_option(subject, "subject")
         if not isinstance(groups, Mapping):
-            raise OptionError(f"groups must be a mapping of group name -> member subsets, not a {type(groups).__name__}",
-                              "pass groups={'indoor': ['sofa', 'bed'], 'outdoor': ['grass']}")
+            raise OptionError(
+                f"groups must be a mapping of group name -> member subsets, not a {type(groups).__name__}",
+                "pass groups={'indoor': ['sofa', 'bed'], 'outdoor': ['grass']}",
+            )
         groups = {text_option(g, "group name"): names_option(members, f"group {g!r}") for g, members in groups.items()}
         text_option(a, "a")
         targets = [b] if isinstance(b, str) else list(names_option(b, "b"))
@@ -593,8 +682,10 @@ class Artifact:
                 raise InputFormatError(f"group {g!r} has no member subsets", "give each group at least one subset")
             for m in members:
                 if parse_subset_name(m)[0] != subject:
-                    raise MetashiftError(f"group {g!r} member {m!r} is not a subset of class {subject!r}",
-                                         f"use '{subject}(...)' subsets only")
+                    raise MetashiftError(
+                        f"group {g!r} member {m!r} is not a subset of class {subject!r}",
+                        f"use '{subject}(...)' subsets only",
+                    )
                 self._subset(m)
         o = self.options
         if rule == "code":
@@ -602,8 +693,11 @@ class Artifact:
             idx = self.members(every)
             unions = {g: np.unique(np.concatenate([idx[m] for m in members])) for g, members in full.items()}
             return metagraph.group_distance_code(
-                unions, a, b if isinstance(b, str) else targets,
-                edge_threshold=o.edge_threshold, spectral_dim=o.spectral_dim,
+                unions,
+                a,
+                b if isinstance(b, str) else targets,
+                edge_threshold=o.edge_threshold,
+                spectral_dim=o.spectral_dim,
             )
         if rule == "paper":
             for members in full.values():
@@ -611,9 +705,12 @@ class Artifact:
                     self._kept_subset(m)
             analysis, members_idx = self.analysis(subject)
             return distances.mean_distance(
-                [metagraph.group_distance_paper(analysis, members_idx, full[a], full[t]) for t in targets])
+                [metagraph.group_distance_paper(analysis, members_idx, full[a], full[t]) for t in targets]
+            )
         raise InputFormatError(f"unknown group-distance rule {rule!r}", "use rule='code' or rule='paper'")
 
     def set_distance(self, subject: str, a: Sequence[str], b: Sequence[str], rule: str = "paper") -> Distance:
         """Distance between two sets of subsets (or contexts) of one class, e.g. train vs test contexts."""
-        return self.group_distance(subject, {"a": names_option(a, "a"), "b": names_option(b, "b")}, "a", "b", rule=rule)
+        return self.group_distance(
+            subject, {"a": names_option(a, "a"), "b": names_option(b, "b")}, "a", "b", rule=rule
+        )

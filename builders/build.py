@@ -1,4 +1,5 @@
 """Orchestration: inputs -> candidate subsets -> rules -> per-class meta-graphs -> artifact folder."""
+
 from __future__ import annotations
 
 import collections
@@ -109,8 +110,13 @@ class _InMemory:
         r = apply_rules(self.c, min_images, min_subsets, max_subsets)
         self._kept = r.kept
         idx = np.flatnonzero(r.kept)
-        return KeptSubsets(r.classes, idx.astype(np.int64), [self.c.names[i] for i in idx.tolist()],
-                           [self.c.subjects[i] for i in idx.tolist()], self.c.sizes()[idx])
+        return KeptSubsets(
+            r.classes,
+            idx.astype(np.int64),
+            [self.c.names[i] for i in idx.tolist()],
+            [self.c.subjects[i] for i in idx.tolist()],
+            self.c.sizes()[idx],
+        )
 
     def best_subject(self, min_images: int) -> tuple[str, int]:
         per_subject: dict[str, int] = {}
@@ -125,9 +131,13 @@ class _InMemory:
         return int(np.unique(np.concatenate([self.c.members(self.c.names[i]) for i in rows])).size) if rows else 0
 
     def kind_counts(self) -> dict:
-        return {k: {"candidates": int(sum(1 for x in self.c.kinds if x == k)),
-                    "kept": int(sum(1 for x, ok in zip(self.c.kinds, self._kept.tolist()) if x == k and ok))}
-                for k in KINDS}
+        return {
+            k: {
+                "candidates": int(sum(1 for x in self.c.kinds if x == k)),
+                "kept": int(sum(1 for x, ok in zip(self.c.kinds, self._kept.tolist()) if x == k and ok)),
+            }
+            for k in KINDS
+        }
 
     def names_array(self) -> list[str]:
         return self.c.names
@@ -140,8 +150,10 @@ class _InMemory:
         for i, subject in zip(kept.sid.tolist(), kept.subjects):
             by_class.setdefault(subject, []).append(i)
         for subject in kept.classes:
-            yield subject, {self.c.names[i]: self.c.indices[self.c.indptr[i]:self.c.indptr[i + 1]]
-                            for i in by_class[subject]}
+            yield (
+                subject,
+                {self.c.names[i]: self.c.indices[self.c.indptr[i] : self.c.indptr[i + 1]] for i in by_class[subject]},
+            )
 
     def subsets_pieces(self, communities: Mapping[str, int], schema: pa.Schema) -> Iterator[pa.Table]:
         yield art.subsets_table(self.c, self._kept, communities)
@@ -179,22 +191,32 @@ def _distances_rows(subject: str, analysis: Any) -> pa.Table:
     names = np.asarray(m.names, dtype=object)
     values = m.values[i, j]
     rules = m.rules[i, j]
-    return pa.table({
-        "subject": pa.array(np.full(i.size, subject, dtype=object), pa.string()),
-        "source": pa.array(names[i], pa.string()),
-        "target": pa.array(names[j], pa.string()),
-        "distance": pa.array(values, pa.float64(), mask=np.isnan(values)),
-        "rule": pa.array(np.where(rules == "", None, rules), pa.string()),
-        "status": pa.array(np.where(np.isnan(values), distances.STATUS_DISCONNECTED,
-                                    distances.STATUS_OK).astype(object), pa.string()),
-    }, schema=art.DISTANCES_SCHEMA)
+    return pa.table(
+        {
+            "subject": pa.array(np.full(i.size, subject, dtype=object), pa.string()),
+            "source": pa.array(names[i], pa.string()),
+            "target": pa.array(names[j], pa.string()),
+            "distance": pa.array(values, pa.float64(), mask=np.isnan(values)),
+            "rule": pa.array(np.where(rules == "", None, rules), pa.string()),
+            "status": pa.array(
+                np.where(np.isnan(values), distances.STATUS_DISCONNECTED, distances.STATUS_OK).astype(object),
+                pa.string(),
+            ),
+        },
+        schema=art.DISTANCES_SCHEMA,
+    )
 
 
 def _class_rows(subject: str, a: Any, n_images: int) -> tuple[dict, pa.Table, pa.Table]:
     """One class's classes.parquet row and its edges/embeddings rows (sorted within the class)."""
-    row = {"subject": subject, "n_subsets": len(a.subsets), "n_images": n_images,
-           "n_communities": len(set(a.communities.values())), "embedding_status": a.embedding_status,
-           "embedding_note": a.embedding_note}
+    row = {
+        "subject": subject,
+        "n_subsets": len(a.subsets),
+        "n_images": n_images,
+        "n_communities": len(set(a.communities.values())),
+        "embedding_status": a.embedding_status,
+        "embedding_note": a.embedding_note,
+    }
     edge_rows = [(subject, s, t, float(w)) for s, t, w in sorted(a.edges)]
     emb_rows = []
     for s in sorted(a.embedding):
@@ -202,8 +224,11 @@ def _class_rows(subject: str, a: Any, n_images: int) -> tuple[dict, pa.Table, pa
         if np.isfinite(vec).all():
             emb_rows.append((subject, s, vec.tolist(), distances.RULE_SPECTRAL))
     columns = lambda rows, schema: {k: [r[i] for r in rows] for i, k in enumerate(schema.names)}  # noqa: E731
-    return (row, pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
-            pa.table(columns(emb_rows, art.EMBEDDINGS_SCHEMA), schema=art.EMBEDDINGS_SCHEMA))
+    return (
+        row,
+        pa.table(columns(edge_rows, art.EDGES_SCHEMA), schema=art.EDGES_SCHEMA),
+        pa.table(columns(emb_rows, art.EMBEDDINGS_SCHEMA), schema=art.EMBEDDINGS_SCHEMA),
+    )
 
 
 def _stats(source, kept: KeptSubsets, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
@@ -223,8 +248,10 @@ def _stats(source, kept: KeptSubsets, class_rows: list, n_edges: int, options: B
         "embedding_status": dict(sorted(status_counts.items())),
         "edges": n_edges,
         "name_collisions_merged": int(source.collisions),
-        "rules": {"min_images_per_subset": options.min_images_per_subset,
-                  "min_subsets_per_class": options.min_subsets_per_class},
+        "rules": {
+            "min_images_per_subset": options.min_images_per_subset,
+            "min_subsets_per_class": options.min_subsets_per_class,
+        },
     }
 
 
@@ -253,7 +280,6 @@ def build_artifact(
     """
     workers = positive_int(workers, "workers")
 
-
     options = options.validate()
     source_info = check_source_info(source_info, source)
     held = _InMemory(candidates) if isinstance(candidates, CandidateSubsets) else candidates
@@ -274,12 +300,19 @@ def build_artifact(
             with ThreadPoolExecutor(max_workers=1) as writer:
                 files = _write_tables(held, kept, options, tmp, writer, image_meta, plot, workers)
             manifest = art.Manifest(
-                format=art.FORMAT, format_version=art.FORMAT_VERSION, package_version=__version__,
-                options=options, tables=tuple(sorted(files)), content_hash=art.table_hash(tmp, files),
+                format=art.FORMAT,
+                format_version=art.FORMAT_VERSION,
+                package_version=__version__,
+                options=options,
+                tables=tuple(sorted(files)),
+                content_hash=art.table_hash(tmp, files),
                 # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
                 table_sha256={f: sha256_file(tmp / f) for f in sorted(files)},
-                inputs=tuple(dict(i) for i in inputs), source=source, synthetic=is_synthetic(source),
-                source_info=source_info)
+                inputs=tuple(dict(i) for i in inputs),
+                source=source,
+                synthetic=is_synthetic(source),
+                source_info=source_info,
+            )
             art.write_json(tmp / "manifest.json", manifest.to_dict())
         finally:
             held.close()
@@ -294,8 +327,13 @@ _SPILL = ".spill"  # the out-of-core candidates' database and spill files, insid
 POOL_MIN_CLASSES = 32
 
 
-def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_classes: int, options: BuildOptions,
-                     workers: int, plots: Path | None) -> Iterator[tuple[str, metagraph.ClassAnalysis, int]]:
+def _analyse_classes(
+    classes: Iterable[tuple[str, dict[str, np.ndarray]]],
+    n_classes: int,
+    options: BuildOptions,
+    workers: int,
+    plots: Path | None,
+) -> Iterator[tuple[str, metagraph.ClassAnalysis, int]]:
     """``class_worker.analyse_one`` for every class, in ``workers`` processes (1, or fewer than
     ``POOL_MIN_CLASSES`` classes: here). Each class's analysis is
     a function of its members alone (seeded, LAPACK single-threaded), so the results are the same for
@@ -316,15 +354,29 @@ def _analyse_classes(classes: Iterable[tuple[str, dict[str, np.ndarray]]], n_cla
             yield in_flight.popleft().result()
 
 
-def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, writer: ThreadPoolExecutor,
-                  image_meta, plot: bool, workers: int) -> list[str]:
+def _write_tables(
+    held,
+    kept: KeptSubsets,
+    options: BuildOptions,
+    tmp: Path,
+    writer: ThreadPoolExecutor,
+    image_meta,
+    plot: bool,
+    workers: int,
+) -> list[str]:
     """Every table, stats.json and the plots into ``tmp``; the table file names."""
-    pending = [writer.submit(art.write_membership, tmp / "membership.parquet", held.names_array(), held.image_ids,
-                             held.membership_codes())]
+    pending = [
+        writer.submit(
+            art.write_membership,
+            tmp / "membership.parquet",
+            held.names_array(),
+            held.image_ids,
+            held.membership_codes(),
+        )
+    ]
     files = ["membership.parquet"]
     if image_meta is not None:
-        pending.append(writer.submit(
-            lambda: write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
+        pending.append(writer.submit(lambda: write_parquet(art.image_meta_table(image_meta), tmp / "images.parquet")))
         files.append("images.parquet")
 
     clock = _Clock()
@@ -335,11 +387,14 @@ def _write_tables(held, kept: KeptSubsets, options: BuildOptions, tmp: Path, wri
     communities: dict[str, int] = {}
     class_rows: list[dict] = []
     n_edges = 0
-    with ParquetRowGroups(tmp / "edges.parquet", art.EDGES_SCHEMA, combine=True) as edges_w, \
-            ParquetRowGroups(tmp / "embeddings.parquet", art.EMBEDDINGS_SCHEMA, combine=True) as emb_w, \
-            ParquetRowGroups(tmp / "distances.parquet", art.DISTANCES_SCHEMA) as dist_w:
-        for subject, analysis, n in _analyse_classes(held.class_members(kept), len(kept.classes), options, workers,
-                                                     tmp / "plots" if plot else None):
+    with (
+        ParquetRowGroups(tmp / "edges.parquet", art.EDGES_SCHEMA, combine=True) as edges_w,
+        ParquetRowGroups(tmp / "embeddings.parquet", art.EMBEDDINGS_SCHEMA, combine=True) as emb_w,
+        ParquetRowGroups(tmp / "distances.parquet", art.DISTANCES_SCHEMA) as dist_w,
+    ):
+        for subject, analysis, n in _analyse_classes(
+            held.class_members(kept), len(kept.classes), options, workers, tmp / "plots" if plot else None
+        ):
             communities.update(analysis.communities)
             row, edges_t, emb_t = _class_rows(subject, analysis, n)
             class_rows.append(row)
@@ -405,15 +460,37 @@ def build_from_inputs(
     if source is not None and source not in PROVENANCES:
         raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
     # before the (long) read: only user data takes a licence and origin from the user
-    check_source_info(source_info, source or ("custom" if tags or hf_dataset else "coco" if coco_annotations else
-                                              "published" if candidate_subsets or attributes_pickle else "gqa"))
+    check_source_info(
+        source_info,
+        source
+        or (
+            "custom"
+            if tags or hf_dataset
+            else "coco"
+            if coco_annotations
+            else "published"
+            if candidate_subsets or attributes_pickle
+            else "gqa"
+        ),
+    )
     # before the (long) read: an --out that may not be replaced fails at once
-    check_out(out, art.ARTIFACT_KIND, force=force,
-              inputs=[*scene_graphs, candidate_subsets, attributes_pickle, *coco_annotations, tags])
-    given = [name for name, v in (("--scene-graphs", scene_graphs),
-                                  ("--candidate-subsets/--attributes-pickle", candidate_subsets or attributes_pickle),
-                                  ("--coco-annotations", coco_annotations), ("--tags", tags),
-                                  ("--hf-dataset", hf_dataset)) if v]
+    check_out(
+        out,
+        art.ARTIFACT_KIND,
+        force=force,
+        inputs=[*scene_graphs, candidate_subsets, attributes_pickle, *coco_annotations, tags],
+    )
+    given = [
+        name
+        for name, v in (
+            ("--scene-graphs", scene_graphs),
+            ("--candidate-subsets/--attributes-pickle", candidate_subsets or attributes_pickle),
+            ("--coco-annotations", coco_annotations),
+            ("--tags", tags),
+            ("--hf-dataset", hf_dataset),
+        )
+        if v
+    ]
     if len(given) != 1:
         raise InputFormatError(
             f"{len(given)} sources given ({', '.join(given) or 'none'})" if given else "no input given",
@@ -422,20 +499,27 @@ def build_from_inputs(
         )
     multi_label = bool(coco_annotations or tags or hf_dataset)
     if not multi_label and (options.subject_tags or options.subject_categories):
-        raise InputFormatError("--subject-tags/--subject-categories apply to multi-label sources only",
-                               "use them with --coco-annotations, --tags or --hf-dataset")
+        raise InputFormatError(
+            "--subject-tags/--subject-categories apply to multi-label sources only",
+            "use them with --coco-annotations, --tags or --hf-dataset",
+        )
     clock = _Clock()
     image_meta = None
     if scene_graphs:
         sg = read_scene_graphs(scene_graphs, workers=workers)
-        logger.info(f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
-                    f"from {len(scene_graphs)} file(s) in {clock}")
+        logger.info(
+            f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
+            f"from {len(scene_graphs)} file(s) in {clock}"
+        )
         clock = _Clock()
         candidates = candidates_from_scene_graphs(
-            sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds())
+            sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds()
+        )
         logger.info(f"candidates: {len(candidates)} subsets ({options.pairing} pairing) in {clock}")
-        inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
-                  for p, d in zip(scene_graphs, sg.sha256)]
+        inputs = [
+            {"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
+            for p, d in zip(scene_graphs, sg.sha256)
+        ]
         image_meta = sg.meta
         # The demo world is GQA-shaped but drawn: recognise it by its summary file listing these
         # exact files, so `build --scene-graphs world/*.json` does not label drawn shapes as GQA.
@@ -445,12 +529,16 @@ def build_from_inputs(
         if coco_annotations:
             coco = read_coco_annotations(coco_annotations)
             table = coco.tags
-            inputs = [{"path": str(Path(p).resolve()), "sha256": d, "role": "coco_annotations"}
-                      for p, d in zip(coco_annotations, coco.sha256)]
+            inputs = [
+                {"path": str(Path(p).resolve()), "sha256": d, "role": "coco_annotations"}
+                for p, d in zip(coco_annotations, coco.sha256)
+            ]
             image_meta = coco_image_meta(coco)
             default_source = "coco"
-            logger.info(f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
-                        f"from {len(coco_annotations)} file(s) in {clock}")
+            logger.info(
+                f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
+                f"from {len(coco_annotations)} file(s) in {clock}"
+            )
         elif tags:
             # checked now (file, columns); read batch by batch into DuckDB when build_artifact opens it
             table = TagsFile(tags)
@@ -466,14 +554,21 @@ def build_from_inputs(
         # the reader's Arrow buffers are freed by now; hand their pages back (mimalloc/jemalloc keep them)
         pa.default_memory_pool().release_unused()
         # counted out of core when build_artifact opens it (tag co-occurrence, DuckDB under memory_limit)
-        candidates = TagCandidates(table, subjects=options.subject_tags, subject_categories=options.subject_categories,
-                                   memory_limit=memory_limit, threads=workers)
+        candidates = TagCandidates(
+            table,
+            subjects=options.subject_tags,
+            subject_categories=options.subject_categories,
+            memory_limit=memory_limit,
+            threads=workers,
+        )
     else:
         parts, inputs = [], []
         if attributes_pickle:
             options = dataclasses.replace(options, include_attributes=True)
-        for path, role, is_attr in ((candidate_subsets, "candidate_subsets", False),
-                                    (attributes_pickle, "attributes_pickle", True)):
+        for path, role, is_attr in (
+            (candidate_subsets, "candidate_subsets", False),
+            (attributes_pickle, "attributes_pickle", True),
+        ):
             swapped = {False: "attributes-candidate-subsets.pkl", True: "full-candidate-subsets.pkl"}[is_attr]
             if path and Path(path).name == swapped:
                 flag = "--attributes-pickle" if not is_attr else "--candidate-subsets"
@@ -488,6 +583,15 @@ def build_from_inputs(
         candidates = CandidateSubsets.combine(parts)
         logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
         default_source = "published"
-    return build_artifact(candidates, out, options, image_meta=image_meta, inputs=inputs,
-                          source=source or default_source, source_info=source_info, plots=plots, workers=workers,
-                          force=force)
+    return build_artifact(
+        candidates,
+        out,
+        options,
+        image_meta=image_meta,
+        inputs=inputs,
+        source=source or default_source,
+        source_info=source_info,
+        plots=plots,
+        workers=workers,
+        force=force,
+    )

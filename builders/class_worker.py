@@ -4,6 +4,7 @@ A module of its own so that a spawned worker imports only this, the meta-graph a
 modules (numpy, scipy), not build.py's readers, DuckDB and Arrow: about 45 MiB less per worker
 (issue 28: the peak of `build --tags` is the main process plus its workers).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,12 +32,18 @@ def plot_name(subject: str) -> str:
     return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
 
 
-def analyse_one(subject: str, members: dict[str, np.ndarray], params: AnalysisParams,
-                plots: Path | None) -> tuple[str, metagraph.ClassAnalysis, int]:
+def analyse_one(
+    subject: str, members: dict[str, np.ndarray], params: AnalysisParams, plots: Path | None
+) -> tuple[str, metagraph.ClassAnalysis, int]:
     """One class: its meta-graph analysis, its image count, its picture (in a worker process or here)."""
     analysis = metagraph.analyse_class(
-        subject, members, edge_threshold=params.edge_threshold, community_method=params.community_method,
-        spectral_dim=params.spectral_dim, seed=params.seed)
+        subject,
+        members,
+        edge_threshold=params.edge_threshold,
+        community_method=params.community_method,
+        spectral_dim=params.spectral_dim,
+        seed=params.seed,
+    )
     if plots is not None:
         plot_class(analysis, members, plots / plot_name(subject))
     return subject, analysis, int(np.unique(np.concatenate(list(members.values()))).size)

@@ -9,6 +9,7 @@ those super-categories (subsets.parquet ``category`` of a COCO build), kept or n
 classes are dropped, an image with indoor and outdoor objects belongs to the minority group (the
 GQA task's rule), and the splits share no image (asserted when the plan is made).
 """
+
 from __future__ import annotations
 
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError, did_you_mean
@@ -38,8 +39,9 @@ def default_sizes(task_id: str) -> SubpopSizes:
 
 def _check_id(task_id: str) -> None:
     if task_id not in TASK_IDS:
-        raise UnknownNameError(f"unknown COCO task {task_id!r}" + did_you_mean(task_id, TASK_IDS),
-                               f"use one of {', '.join(TASK_IDS)}")
+        raise UnknownNameError(
+            f"unknown COCO task {task_id!r}" + did_you_mean(task_id, TASK_IDS), f"use one of {', '.join(TASK_IDS)}"
+        )
 
 
 def groups(source: ArtifactSource) -> dict[str, GroupDef]:
@@ -67,13 +69,21 @@ def plan(task_id: str, source: ArtifactSource, *, sizes: SubpopSizes, seed: int 
         raise EmptyResultError(
             f"task {task_id} needs the classes cat and dog with contexts of COCO super-categories "
             f"({', '.join(INDOOR)} / {', '.join(OUTDOOR)}); artifact {source.artifact.root} has none",
-            "build the artifact from COCO: metashift-hf build --coco-annotations instances_train2017.json --out DIR")
+            "build the artifact from COCO: metashift-hf build --coco-annotations instances_train2017.json --out DIR",
+        )
     g = groups(source)
     return subpopulation_shift(
-        task_id, source, majority=[g["cat(indoor)"], g["dog(outdoor)"]], minority=[g["cat(outdoor)"], g["dog(indoor)"]],
-        sizes=sizes, seed=seed,
-        paper=PaperFacts(sizes=dict(PAPER_SIZES), minority_fractions=PAPER_FRACTIONS,
-                         categories={"indoor": INDOOR, "outdoor": OUTDOOR},
-                         ambiguous_rule="images of both cat and dog; an image with indoor and outdoor objects is in "
-                                        "the minority group"))
-
+        task_id,
+        source,
+        majority=[g["cat(indoor)"], g["dog(outdoor)"]],
+        minority=[g["cat(outdoor)"], g["dog(indoor)"]],
+        sizes=sizes,
+        seed=seed,
+        paper=PaperFacts(
+            sizes=dict(PAPER_SIZES),
+            minority_fractions=PAPER_FRACTIONS,
+            categories={"indoor": INDOOR, "outdoor": OUTDOOR},
+            ambiguous_rule="images of both cat and dog; an image with indoor and outdoor objects is in "
+            "the minority group",
+        ),
+    )

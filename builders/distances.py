@@ -13,6 +13,7 @@ Rules, in order (docs/metagraph.md, "Distances", holds the study that chose them
   two are never mixed in one number and every number names its rule.
 - status ``disconnected`` — no path joins the subsets at the edge threshold; no number.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,8 +58,10 @@ class Distance:
     def __float__(self) -> float:
         """The number; a ``MetashiftError`` for ``disconnected`` (check ``status`` to avoid it)."""
         if self.value is None:
-            raise MetashiftError("the subsets are disconnected: no path joins them in the meta-graph",
-                                 "check Distance.status before using the value, or lower the edge threshold")
+            raise MetashiftError(
+                "the subsets are disconnected: no path joins them in the meta-graph",
+                "check Distance.status before using the value, or lower the edge threshold",
+            )
         return self.value
 
     def as_dict(self) -> dict:

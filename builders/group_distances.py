@@ -3,6 +3,7 @@
 Cards format and do not compute: :func:`train_test_distances` is called when the card facts are
 gathered and hands the card ready :class:`TrainTestDistance` rows.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -7,6 +7,7 @@ storage. A zip is read in place (random access through its central directory), n
         present, report = src.resolve(ids, on_missing="skip")
         data = src.read(present[0])
 """
+
 from __future__ import annotations
 
 import abc
@@ -92,14 +93,14 @@ def jpeg_problem(data: "bytes | memoryview", *, scan: bool = True) -> str | None
             continue
         if marker < 0xC0:
             return f"not a decodable image (bad JPEG marker at byte {pos})"
-        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
         if length < 2:
             return f"not a decodable image (bad JPEG segment length at byte {pos})"
         if marker in _SOF_MARKERS:
             if pos + 9 > size:
                 break
-            height = int.from_bytes(data[pos + 5:pos + 7], "big")
-            width = int.from_bytes(data[pos + 7:pos + 9], "big")
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
             if not width or not height:
                 return f"not a decodable image (JPEG frame of {width}x{height} pixels)"
             if width * height > MAX_IMAGE_PIXELS:
@@ -245,7 +246,7 @@ class ImageSource(abc.ABC):
         offsets = [0]
         for image_id, w, size in zip(ids, where, sizes):
             start = offsets[-1]
-            self._read_into(image_id, w, view[start:start + size])
+            self._read_into(image_id, w, view[start : start + size])
             offsets.append(start + size)
         return pa.Array.from_buffers(pa.binary(), len(ids), [None, pa.array(offsets, pa.int32()).buffers()[1], data])
 
@@ -359,19 +360,25 @@ class FolderImages(ImageSource):
             ) from exc
         f = os.fdopen(fd, "rb")
         st = os.fstat(fd)
-        why = ("it is not a regular file" if not stat.S_ISREG(st.st_mode) else
-               f"{st.st_size:,} bytes, more than the {MAX_IMAGE_BYTES:,} an image may have"
-               if st.st_size > MAX_IMAGE_BYTES else None)
+        why = (
+            "it is not a regular file"
+            if not stat.S_ISREG(st.st_mode)
+            else f"{st.st_size:,} bytes, more than the {MAX_IMAGE_BYTES:,} an image may have"
+            if st.st_size > MAX_IMAGE_BYTES
+            else None
+        )
         if why:
             f.close()
-            raise MissingImagesError(f"image {image_id!r} ({where}) is refused: {why}", _FIX_IMAGES, image_ids=[image_id])
+            raise MissingImagesError(
+                f"image {image_id!r} ({where}) is refused: {why}", _FIX_IMAGES, image_ids=[image_id]
+            )
         return f, st.st_size
 
     def _read(self, image_id: str, where: object) -> bytes:
         f, size = self._open(image_id, where)
         try:
             with f:
-                return f.read(size + 1)[:MAX_IMAGE_BYTES + 1]
+                return f.read(size + 1)[: MAX_IMAGE_BYTES + 1]
         except OSError as exc:
             raise MissingImagesError(
                 f"image {image_id!r} could not be read from {where}: {exc}", _FIX_IMAGES, image_ids=[image_id]
@@ -395,8 +402,9 @@ class FolderImages(ImageSource):
                 f"image {image_id!r} could not be read from {where}: {exc}", _FIX_IMAGES, image_ids=[image_id]
             ) from exc
         if n != len(view) or grown:
-            raise MissingImagesError(f"image {image_id!r} ({where}) changed size while being read", _FIX_IMAGES,
-                                     image_ids=[image_id])
+            raise MissingImagesError(
+                f"image {image_id!r} ({where}) changed size while being read", _FIX_IMAGES, image_ids=[image_id]
+            )
 
     def describe(self) -> str:
         extra = f", {self.duplicates} duplicate ids ignored" if self.duplicates else ""
@@ -438,8 +446,9 @@ class ZipImages(ImageSource):
                 index[stem] = info
         zf.close()
         if self.unsafe:
-            warnings.warn(f"{path}: {len(self.unsafe)} entries with unsafe paths ignored "
-                          f"({_shorten(self.unsafe)})", stacklevel=2)
+            warnings.warn(
+                f"{path}: {len(self.unsafe)} entries with unsafe paths ignored ({_shorten(self.unsafe)})", stacklevel=2
+            )
         super().__init__(path, index)
         self._reset_handles()
 
@@ -521,8 +530,11 @@ class ZipImages(ImageSource):
 
     def _check_declared(self, image_id: str, info: zipfile.ZipInfo) -> None:
         if max(info.file_size, info.compress_size) > MAX_IMAGE_BYTES:
-            raise self._bad(image_id, info, f"{info.file_size:,} bytes declared, more than the "
-                                            f"{MAX_IMAGE_BYTES:,} an image may have")
+            raise self._bad(
+                image_id,
+                info,
+                f"{info.file_size:,} bytes declared, more than the {MAX_IMAGE_BYTES:,} an image may have",
+            )
 
     def _check_crc(self, image_id: str, info: zipfile.ZipInfo, data) -> None:
         if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
@@ -570,8 +582,10 @@ class DatasetImages(ImageSource):
     def __init__(self, ds, image_column: str, ids: Sequence[str], name: str, *, paths: bool = False) -> None:
         feature = ds.features.get(image_column)
         if feature is None or not hasattr(feature, "decode"):
-            raise InputFormatError(f"dataset {name}: column {image_column!r} is not an image column ({feature})",
-                                   "pass --image-column naming a column of datasets.Image type")
+            raise InputFormatError(
+                f"dataset {name}: column {image_column!r} is not an image column ({feature})",
+                "pass --image-column naming a column of datasets.Image type",
+            )
         if len(ids) != len(ds):
             raise InputFormatError(f"dataset {name}: {len(ids)} ids for {len(ds)} rows", "give one id per row")
         self._ds = ds.cast_column(image_column, type(feature)(decode=False)).select_columns([image_column])
@@ -582,8 +596,12 @@ class DatasetImages(ImageSource):
         super().__init__(Path(name), index)
 
     def _read(self, image_id: str, where: object) -> bytes:
-        return cell_bytes(self._ds[int(where)][self._column], f"image {image_id!r} (row {where} of {self.describe()})",
-                          image_id, paths=self._paths)
+        return cell_bytes(
+            self._ds[int(where)][self._column],
+            f"image {image_id!r} (row {where} of {self.describe()})",
+            image_id,
+            paths=self._paths,
+        )
 
     def describe(self) -> str:
         return f"dataset {self._name} column {self._column!r} ({len(self._index)} images)"
@@ -605,9 +623,12 @@ def cell_bytes(cell: object, where: str, image_id: str, *, paths: bool = False) 
         except OSError:
             pass
     held = "a path but no bytes" if path else "neither bytes nor a path"
-    raise MissingImagesError(f"{where} holds no image ({held}; a dataset's images are read from its bytes only)",
-                             "the dataset is incomplete or was altered: download it again, or export the task again "
-                             "with `metashift-hf export` (it stores every image's bytes)", image_ids=[image_id])
+    raise MissingImagesError(
+        f"{where} holds no image ({held}; a dataset's images are read from its bytes only)",
+        "the dataset is incomplete or was altered: download it again, or export the task again "
+        "with `metashift-hf export` (it stores every image's bytes)",
+        image_ids=[image_id],
+    )
 
 
 def open_images(src: "str | os.PathLike | ImageSource") -> ImageSource:

@@ -6,6 +6,7 @@ hints: unknown keys, missing keys (fields without a default; with ``defaults=Tru
 field takes its default) and values of the wrong type raise :class:`InputFormatError` naming the
 key path.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,9 @@ def decode(cls: type, data: Any, where: str, fix: str, *, defaults: bool = False
         parts = ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else [])
         raise InputFormatError(f"{where}: {cls.__name__} has " + "; ".join(parts), fix)
     hints = _hints(cls)
-    return cls(**{f.name: _value(data[k], hints[f.name], f"{where}.{k}", fix, defaults)
-                  for k, f in fs.items() if k in data})
+    return cls(
+        **{f.name: _value(data[k], hints[f.name], f"{where}.{k}", fix, defaults) for k, f in fs.items() if k in data}
+    )
 
 
 def _value(v: Any, hint: Any, where: str, fix: str, defaults: bool) -> Any:

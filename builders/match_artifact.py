@@ -1,4 +1,5 @@
 """Matching an artifact (or subset-names + vocabulary files) end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
+
 from __future__ import annotations
 
 import os
@@ -80,8 +81,13 @@ def run_match(
     art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
     if out is None and art is not None:
         out = Path(art.root) / "match"
-    inputs = [subset_names, vocabulary, paper_tree, hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None,
-              art.root if art is not None else None]
+    inputs = [
+        subset_names,
+        vocabulary,
+        paper_tree,
+        hierarchy[len("tree:") :] if hierarchy.startswith("tree:") else None,
+        art.root if art is not None else None,
+    ]
     if write and out is not None:
         out = check_out(out, MATCH_KIND, force=force, inputs=inputs)
     wn = load_wordnet(cache_dir=cache_dir)

@@ -20,6 +20,7 @@ splits share no context, ``conditional`` is |Δ dependence| alone and so is its 
 P(S) only -> marginal, P(Y|S) only -> conditional, both -> joint, neither -> none. The task's
 measured type is its ``test`` split's.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -33,11 +34,13 @@ from .spec import Level, MeasuredShift, ShiftType, SplitShift
 FLOOR = 0.05
 PERMUTATIONS = 200
 QUANTILE = 0.95
-RULE = (f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
-        f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
-        "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence); the change "
-        "alone, against its own re-split percentile, where no context is shared): "
-        "conditional, both: joint, neither: none")
+RULE = (
+    f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
+    f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
+    "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence); the change "
+    "alone, against its own re-split percentile, where no context is shared): "
+    "conditional, both: joint, neither: none"
+)
 COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
 
 
@@ -62,13 +65,21 @@ def _batch(counts_a: np.ndarray, counts_b: np.ndarray) -> dict[str, np.ndarray]:
         pys = np.where(mass > 0, (ps_b * shared * tv_cond).sum(-1) / mass, np.nan)
     dep_a = (ps_a * 0.5 * np.abs(cond_a - py_a[..., None, :]).sum(-1)).sum(-1)
     dep_b = (ps_b * 0.5 * np.abs(cond_b - py_b[..., None, :]).sum(-1)).sum(-1)
-    return {"p_s": 0.5 * np.abs(ps_a - ps_b).sum(-1), "p_y_given_s": pys, "mass": mass, "dep_a": dep_a,
-            "dep_b": dep_b, "conditional": np.maximum(np.nan_to_num(pys), np.abs(dep_a - dep_b)),
-            "p_y": 0.5 * np.abs(py_a - py_b).sum(-1)}
+    return {
+        "p_s": 0.5 * np.abs(ps_a - ps_b).sum(-1),
+        "p_y_given_s": pys,
+        "mass": mass,
+        "dep_a": dep_a,
+        "dep_b": dep_b,
+        "conditional": np.maximum(np.nan_to_num(pys), np.abs(dep_a - dep_b)),
+        "p_y": 0.5 * np.abs(py_a - py_b).sum(-1),
+    }
 
 
 def _type(marginal: bool, conditional: bool) -> ShiftType:
-    return "joint" if marginal and conditional else "marginal" if marginal else "conditional" if conditional else "none"
+    return (
+        "joint" if marginal and conditional else "marginal" if marginal else "conditional" if conditional else "none"
+    )
 
 
 def _r(x: float | None) -> float | None:
@@ -102,13 +113,24 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
     q_s, q_c = float(np.quantile(null["p_s"], QUANTILE)), float(np.quantile(null_c, QUANTILE))
     p_s, cond = float(f["p_s"]), float(f["conditional"])
     p_y, mass, dep_b = float(f["p_y"]), float(f["mass"]), float(f["dep_b"])
-    return SplitShift(split=split, n=len(other), p_s_tv=_r(p_s), p_y_given_s_tv=_r(pys), shared_mass=_r(mass),
-                      dependence=_r(dep_b), conditional=_r(cond), p_y_tv=_r(p_y), p_s_threshold=_r(max(FLOOR, q_s)),
-                      conditional_threshold=_r(max(FLOOR, q_c)),
-                      type=_type(p_s > max(FLOOR, q_s), cond > max(FLOOR, q_c)))
+    return SplitShift(
+        split=split,
+        n=len(other),
+        p_s_tv=_r(p_s),
+        p_y_given_s_tv=_r(pys),
+        shared_mass=_r(mass),
+        dependence=_r(dep_b),
+        conditional=_r(cond),
+        p_y_tv=_r(p_y),
+        p_s_threshold=_r(max(FLOOR, q_s)),
+        conditional_threshold=_r(max(FLOOR, q_c)),
+        type=_type(p_s > max(FLOOR, q_s), cond > max(FLOOR, q_c)),
+    )
 
 
-def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Level | None = None) -> MeasuredShift | None:
+def measure(
+    splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Level | None = None
+) -> MeasuredShift | None:
     """Every split against ``train`` (None without a train split). ``by_construction`` and ``note`` name
     the construction that types the task where the rows may not show it, with the measurement beside
     it (:func:`_construction`); a declared type that differs from the measured one without such a
@@ -123,50 +145,85 @@ def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Leve
     agrees = declared == measured
     train_contexts = sorted({r.context for r in train})
     by_community = all(r.context.startswith("community-") for rs in splits.values() for r in rs)
-    construction, note = _construction(declared, level, measured, test, dep_train,
-                                       train_contexts if by_community else None)
-    return MeasuredShift(rule=RULE, dependence_train=dep_train, splits=parts, type=measured, agrees=agrees,
-                         note=note, by_construction=construction)
+    construction, note = _construction(
+        declared, level, measured, test, dep_train, train_contexts if by_community else None
+    )
+    return MeasuredShift(
+        rule=RULE,
+        dependence_train=dep_train,
+        splits=parts,
+        type=measured,
+        agrees=agrees,
+        note=note,
+        by_construction=construction,
+    )
 
 
 def _figures(test: SplitShift) -> str:
-    return (f"P(S) TV {test.p_s_tv:.3f} (threshold {test.p_s_threshold:.3f}), P(Y|S) shift {test.conditional:.3f} "
-            f"(threshold {test.conditional_threshold:.3f})")
+    return (
+        f"P(S) TV {test.p_s_tv:.3f} (threshold {test.p_s_threshold:.3f}), P(Y|S) shift {test.conditional:.3f} "
+        f"(threshold {test.conditional_threshold:.3f})"
+    )
 
 
-def _construction(declared: str, level: Level | None, measured: ShiftType, test: SplitShift | None,
-                  dep_train: float | None, community_train: list[str] | None) -> tuple[str, str]:
+def _construction(
+    declared: str,
+    level: Level | None,
+    measured: ShiftType,
+    test: SplitShift | None,
+    dep_train: float | None,
+    community_train: list[str] | None,
+) -> tuple[str, str]:
     """(construction, note): the design that fixes the declared type and the measurement beside it;
     ("", "") when the declared type is just what the rows measure (or nothing explains the difference)."""
     if declared not in COMPARED:
-        return ("clustered OOD sets", f"declared {declared!r} names how the OOD sets were made, not a shift type; "
-                f"measured {measured} on S = the row's context")
+        return (
+            "clustered OOD sets",
+            f"declared {declared!r} names how the OOD sets were made, not a shift type; "
+            f"measured {measured} on S = the row's context",
+        )
     if test is None:
         return "", ""
     if community_train is not None:
-        one_env = (f"every training row has context {community_train[0]}, so IRM, CORAL and domain-balanced "
-                   "sampling see a single training environment: CORAL and domain-balanced sampling reduce to ERM, IRM's "
-                   "penalty compares no environments" if len(community_train) == 1
-                   else f"training contexts {', '.join(community_train)}")
-        return ("held-out communities",
-                f"typed by construction: held-out communities (train on each class's largest meta-graph community, "
-                f"test on its other communities), so P(S) shifts; S = community-<k> is numbered per class, so the "
-                f"test's community labels can tell the class (S-Y dependence in test {test.dependence:.3f}, P(Y) TV "
-                f"{test.p_y_tv:.3f}); measured {measured}: {_figures(test)}; {one_env}")
+        one_env = (
+            f"every training row has context {community_train[0]}, so IRM, CORAL and domain-balanced "
+            "sampling see a single training environment: CORAL and domain-balanced sampling reduce to ERM, IRM's "
+            "penalty compares no environments"
+            if len(community_train) == 1
+            else f"training contexts {', '.join(community_train)}"
+        )
+        return (
+            "held-out communities",
+            f"typed by construction: held-out communities (train on each class's largest meta-graph community, "
+            f"test on its other communities), so P(S) shifts; S = community-<k> is numbered per class, so the "
+            f"test's community labels can tell the class (S-Y dependence in test {test.dependence:.3f}, P(Y) TV "
+            f"{test.p_y_tv:.3f}); measured {measured}: {_figures(test)}; {one_env}",
+        )
     if level is not None and level.delta == 0 and level.type == "conditional":
-        return ("delta = 0 control level",
-                f"typed by construction: delta = 0 is the family's no-shift control level, P(Y|S) is the same in train "
-                f"and test by design; measured {measured}: {_figures(test)}")
+        return (
+            "delta = 0 control level",
+            f"typed by construction: delta = 0 is the family's no-shift control level, P(Y|S) is the same in train "
+            f"and test by design; measured {measured}: {_figures(test)}",
+        )
     if level is not None and level.delta == 0 and level.type == "joint":
-        return ("delta = 0 end point of the joint family",
-                f"typed by construction: delta = 0 sets P(A|s1) = 1/2 for the values s1/s2 of the training contexts, "
-                f"not per context, so single contexts can lean to one class (S-Y dependence in train {dep_train:.3f}); "
-                f"measured {measured}: {_figures(test)}")
-    if (level is not None and level.delta and declared in ("conditional", "joint") and measured != declared
-            and test.conditional <= test.conditional_threshold):
-        return (f"designed P(Y|S) shift delta = {level.delta:g}",
-                f"typed by construction: the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise "
-                f"at this size; measured {measured}: {_figures(test)}")
+        return (
+            "delta = 0 end point of the joint family",
+            f"typed by construction: delta = 0 sets P(A|s1) = 1/2 for the values s1/s2 of the training contexts, "
+            f"not per context, so single contexts can lean to one class (S-Y dependence in train {dep_train:.3f}); "
+            f"measured {measured}: {_figures(test)}",
+        )
+    if (
+        level is not None
+        and level.delta
+        and declared in ("conditional", "joint")
+        and measured != declared
+        and test.conditional <= test.conditional_threshold
+    ):
+        return (
+            f"designed P(Y|S) shift delta = {level.delta:g}",
+            f"typed by construction: the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise "
+            f"at this size; measured {measured}: {_figures(test)}",
+        )
     return "", ""
 
 

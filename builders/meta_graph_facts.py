@@ -16,6 +16,7 @@ The file holds one row per context subset that occurs in the task (every ``class
 ``datasets`` users read it with ``load_dataset(REPO, data_files="CONFIG/meta_graph.parquet")``.
 Builders compute, cards and the hub only write and read.
 """
+
 from __future__ import annotations
 
 import io
@@ -41,15 +42,26 @@ FACTS_FILE = "meta_graph.parquet"
 FACTS_MAX_BYTES = 32 * 2**20
 FACTS_MAX_ROWS = 200_000
 EDGE_SUBSETS_MAX = 64  # edges are written for classes with at most this many listed subsets (<= 2,016 pairs)
-DISTANCE_RULE = ("artifact group distance, rule 'paper' (spectral embeddings only), from the subset to the other "
-                 "subsets of its class's community 0")
+DISTANCE_RULE = (
+    "artifact group distance, rule 'paper' (spectral embeddings only), from the subset to the other "
+    "subsets of its class's community 0"
+)
 
 EDGE_TYPE = pa.list_(pa.struct([("target", pa.string()), ("weight", pa.float64())]))
-FACTS_SCHEMA = pa.schema([("class", pa.string()), ("subset", pa.string()), ("community", pa.int64()),
-                          ("distance_to_largest_community", pa.float64()), ("n_images", pa.int64()),
-                          ("edges", EDGE_TYPE)])
-_FIX = ("export the task again with `metashift-hf export` (the file is written from the artifact), or download the "
-        "repo again (another --revision)")
+FACTS_SCHEMA = pa.schema(
+    [
+        ("class", pa.string()),
+        ("subset", pa.string()),
+        ("community", pa.int64()),
+        ("distance_to_largest_community", pa.float64()),
+        ("n_images", pa.int64()),
+        ("edges", EDGE_TYPE),
+    ]
+)
+_FIX = (
+    "export the task again with `metashift-hf export` (the file is written from the artifact), or download the "
+    "repo again (another --revision)"
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,9 @@ class MetaGraphFacts:
 
     # -- computed from the artifact -------------------------------------------------------------------
     @classmethod
-    def of_artifact(cls, art: "Artifact | str | os.PathLike", rows: Iterable[tuple[str, Iterable[str]]]) -> "MetaGraphFacts":
+    def of_artifact(
+        cls, art: "Artifact | str | os.PathLike", rows: Iterable[tuple[str, Iterable[str]]]
+    ) -> "MetaGraphFacts":
         """The facts of the context subsets of ``rows`` ((class, contexts) per row), from the artifact."""
         art = Artifact.load(art)
         wanted = task_subsets(rows)
@@ -93,22 +107,35 @@ class MetaGraphFacts:
             comm = art.communities(c) if c in classes else {}
             edges = _class_edges(art, c, names) if c in classes and len(names) <= EDGE_SUBSETS_MAX else None
             for s in sorted(names):
-                out[s] = SubsetFacts(c, s, comm.get(s, -1), _distance_to_largest(art, c, s, comm),
-                                     sizes.get(s, 0), None if edges is None else tuple(edges.get(s, ())))
+                out[s] = SubsetFacts(
+                    c,
+                    s,
+                    comm.get(s, -1),
+                    _distance_to_largest(art, c, s, comm),
+                    sizes.get(s, 0),
+                    None if edges is None else tuple(edges.get(s, ())),
+                )
         return cls(dict(sorted(out.items())))
 
     # -- the file -------------------------------------------------------------------------------------
     def to_arrow(self) -> pa.Table:
         rows = list(self.subsets.values())
-        return pa.table({
-            "class": pa.array([f.cls for f in rows], pa.string()),
-            "subset": pa.array([f.subset for f in rows], pa.string()),
-            "community": pa.array([f.community for f in rows], pa.int64()),
-            "distance_to_largest_community": pa.array([f.distance_to_largest_community for f in rows], pa.float64()),
-            "n_images": pa.array([f.n_images for f in rows], pa.int64()),
-            "edges": pa.array([None if f.edges is None else [{"target": t, "weight": w} for t, w in f.edges]
-                               for f in rows], EDGE_TYPE),
-        }, schema=FACTS_SCHEMA)
+        return pa.table(
+            {
+                "class": pa.array([f.cls for f in rows], pa.string()),
+                "subset": pa.array([f.subset for f in rows], pa.string()),
+                "community": pa.array([f.community for f in rows], pa.int64()),
+                "distance_to_largest_community": pa.array(
+                    [f.distance_to_largest_community for f in rows], pa.float64()
+                ),
+                "n_images": pa.array([f.n_images for f in rows], pa.int64()),
+                "edges": pa.array(
+                    [None if f.edges is None else [{"target": t, "weight": w} for t, w in f.edges] for f in rows],
+                    EDGE_TYPE,
+                ),
+            },
+            schema=FACTS_SCHEMA,
+        )
 
     def write(self, where: "str | os.PathLike | BinaryIO") -> None:
         """Write the facts file to a path or an open binary file (fixed parquet settings: the same facts give
@@ -116,20 +143,33 @@ class MetaGraphFacts:
         write_parquet(self.to_arrow(), where)
 
     @classmethod
-    def read(cls, path: "str | os.PathLike", where: str, classes: Iterable[str],
-             rows: Iterable[tuple[str, Iterable[str]]] | None = None) -> "MetaGraphFacts":
+    def read(
+        cls,
+        path: "str | os.PathLike",
+        where: str,
+        classes: Iterable[str],
+        rows: Iterable[tuple[str, Iterable[str]]] | None = None,
+    ) -> "MetaGraphFacts":
         """The facts file at ``path`` (a regular file of at most :data:`FACTS_MAX_BYTES`), checked against the
         task: its schema, names of the task's ``classes`` and, with ``rows``, exactly the task's context subsets."""
         table = _read_table(Path(path), where)
         return cls.from_arrow(table, where, classes, rows)
 
     @classmethod
-    def from_arrow(cls, table: pa.Table, where: str, classes: Iterable[str],
-                   rows: Iterable[tuple[str, Iterable[str]]] | None = None) -> "MetaGraphFacts":
+    def from_arrow(
+        cls,
+        table: pa.Table,
+        where: str,
+        classes: Iterable[str],
+        rows: Iterable[tuple[str, Iterable[str]]] | None = None,
+    ) -> "MetaGraphFacts":
         """Facts from a table of :data:`FACTS_SCHEMA`; anything else is an :class:`InputFormatError` naming ``where``."""
         if table.schema.remove_metadata() != FACTS_SCHEMA:
-            raise InputFormatError(f"{where}: columns {table.schema.names} ({', '.join(str(t) for t in table.schema.types)}) "
-                                   f"are not the meta-graph facts schema ({', '.join(FACTS_SCHEMA.names)})", _FIX)
+            raise InputFormatError(
+                f"{where}: columns {table.schema.names} ({', '.join(str(t) for t in table.schema.types)}) "
+                f"are not the meta-graph facts schema ({', '.join(FACTS_SCHEMA.names)})",
+                _FIX,
+            )
         if table.num_rows > FACTS_MAX_ROWS:
             raise InputFormatError(f"{where} has {table.num_rows} rows; a task lists at most {FACTS_MAX_ROWS}", _FIX)
         for name in ("class", "subset", "community", "n_images"):
@@ -141,17 +181,24 @@ class MetaGraphFacts:
             c, s, k, d, n = r["class"], r["subset"], r["community"], r["distance_to_largest_community"], r["n_images"]
             what = f"{where}: subset {s!r}"
             if c not in known:
-                raise InputFormatError(f"{what} is of class {c!r}, which is not a class of the task ({sorted(known)})", _FIX)
+                raise InputFormatError(
+                    f"{what} is of class {c!r}, which is not a class of the task ({sorted(known)})", _FIX
+                )
             if not (s.startswith(f"{c}(") and s.endswith(")")) or s in out:
                 raise InputFormatError(f"{what} is not a class({c})(context) subset listed once", _FIX)
             if k < -1 or n < 0 or (d is not None and not (math.isfinite(d) and d >= 0)) or (k == -1 and d is not None):
-                raise InputFormatError(f"{what}: community {k}, distance {d}, n_images {n} are not valid "
-                                       "(community >= -1, a distance >= 0 only for a kept subset, n_images >= 0)", _FIX)
+                raise InputFormatError(
+                    f"{what}: community {k}, distance {d}, n_images {n} are not valid "
+                    "(community >= -1, a distance >= 0 only for a kept subset, n_images >= 0)",
+                    _FIX,
+                )
             edges = r["edges"]
             if edges is not None:
                 edges = tuple((e["target"], e["weight"]) for e in edges)
                 if any(t is None or w is None or not (0 < w <= 1) or not t.startswith(f"{c}(") for t, w in edges):
-                    raise InputFormatError(f"{what}: an edge has no target of its class or a weight outside (0, 1]", _FIX)
+                    raise InputFormatError(
+                        f"{what}: an edge has no target of its class or a weight outside (0, 1]", _FIX
+                    )
             out[s] = SubsetFacts(c, s, int(k), d, int(n), edges)
         listed = set(out)
         if any(f.edges is not None and not {t for t, _ in f.edges} <= listed for f in out.values()):
@@ -160,9 +207,12 @@ class MetaGraphFacts:
             wanted = {s for names in task_subsets(rows).values() for s in names}
             if wanted != listed:
                 missing, extra = sorted(wanted - listed)[:5], sorted(listed - wanted)[:5]
-                raise InputFormatError(f"{where} does not list the task's context subsets"
-                                       + (f" (missing: {missing})" if missing else "")
-                                       + (f" (not in the task: {extra})" if extra else ""), _FIX)
+                raise InputFormatError(
+                    f"{where} does not list the task's context subsets"
+                    + (f" (missing: {missing})" if missing else "")
+                    + (f" (not in the task: {extra})" if extra else ""),
+                    _FIX,
+                )
         return cls(dict(sorted(out.items())))
 
 
@@ -216,8 +266,9 @@ def _read_table(path: Path, where: str) -> pa.Table:
         if not stat.S_ISREG(st.st_mode):
             raise InputFormatError(f"{where} is not a regular file", _FIX)
         if st.st_size > FACTS_MAX_BYTES:
-            raise InputFormatError(f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most "
-                                   f"{FACTS_MAX_BYTES}", _FIX)
+            raise InputFormatError(
+                f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}", _FIX
+            )
         data = f.read(FACTS_MAX_BYTES + 1)
     try:
         return pq.read_table(io.BytesIO(data))
@@ -225,5 +276,12 @@ def _read_table(path: Path, where: str) -> pa.Table:
         raise InputFormatError(f"{where} is not a readable parquet file ({type(exc).__name__})", _FIX) from None
 
 
-__all__ = ["FACTS_FILE", "FACTS_SCHEMA", "DISTANCE_RULE", "EDGE_SUBSETS_MAX", "SubsetFacts", "MetaGraphFacts",
-           "task_subsets"]
+__all__ = [
+    "FACTS_FILE",
+    "FACTS_SCHEMA",
+    "DISTANCE_RULE",
+    "EDGE_SUBSETS_MAX",
+    "SubsetFacts",
+    "MetaGraphFacts",
+    "task_subsets",
+]

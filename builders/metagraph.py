@@ -7,6 +7,7 @@ names). The embedding reproduces ``networkx.spectral_layout(G, dim=K)`` of the o
 eigenvectors 2..K+1 of the weighted unnormalised Laplacian L = D - A, centred and divided by the
 largest absolute coordinate. Decisions and measured figures: docs/metagraph.md.
 """
+
 from __future__ import annotations
 
 import functools
@@ -493,10 +494,17 @@ def group_distance_paper(
         for name in group:
             _check_subset(analysis, name)
             if name not in members:
-                raise UnknownNameError(f"{name!r} has no entry in members", "pass the same members used for analyse_class")
+                raise UnknownNameError(
+                    f"{name!r} has no entry in members", "pass the same members used for analyse_class"
+                )
     if all(name in analysis.embedding for name in [*group_a, *group_b]):
-        value = float(np.linalg.norm(_weighted_centre(analysis, members, list(group_a))
-                                     - _weighted_centre(analysis, members, list(group_b))))
+        value = float(
+            np.linalg.norm(
+                _weighted_centre(analysis, members, list(group_a)) - _weighted_centre(analysis, members, list(group_b))
+            )
+        )
         return distances.Distance(value, distances.RULE_SPECTRAL, distances.STATUS_OK)
     pos = {s: i for i, s in enumerate(analysis.subsets)}
-    return distances.contracted_resistance(edge_weights(analysis), [pos[s] for s in group_a], [pos[s] for s in group_b])
+    return distances.contracted_resistance(
+        edge_weights(analysis), [pos[s] for s in group_a], [pos[s] for s in group_b]
+    )

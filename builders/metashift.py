@@ -13,6 +13,7 @@
 :class:`builders.plan.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
 never decoded and re-encoded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -102,16 +103,18 @@ def base_features(classes: list[str], groups: list[str]) -> datasets.Features:
     ``groups``: the task's group names, sorted (:meth:`TaskPlan.group_names`); ``group_id``
     is a ClassLabel over them, so ``names[group_id] == group`` on every row.
     """
-    return datasets.Features({
-        "image": datasets.Image(),
-        "image_id": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=list(classes)),
-        "context": datasets.Value("string"),
-        "contexts": datasets.List(datasets.Value("string")),
-        "group": datasets.Value("string"),
-        "group_id": datasets.ClassLabel(names=list(groups)),
-        "community": datasets.Value("int64"),
-    })
+    return datasets.Features(
+        {
+            "image": datasets.Image(),
+            "image_id": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(classes)),
+            "context": datasets.Value("string"),
+            "contexts": datasets.List(datasets.Value("string")),
+            "group": datasets.Value("string"),
+            "group_id": datasets.ClassLabel(names=list(groups)),
+            "community": datasets.Value("int64"),
+        }
+    )
 
 
 def task_features(plan: TaskPlan, with_image_metadata: bool = False) -> datasets.Features:
@@ -127,16 +130,18 @@ METADATA_FEATURES = {
     "height": datasets.Value("int32"),
     "location": datasets.Value("string"),
     "weather": datasets.Value("string"),
-    "objects": datasets.List({
-        "object_id": datasets.Value("string"),
-        "name": datasets.Value("string"),
-        "x": datasets.Value("int32"),
-        "y": datasets.Value("int32"),
-        "w": datasets.Value("int32"),
-        "h": datasets.Value("int32"),
-        "attributes": datasets.List(datasets.Value("string")),
-        "relations": datasets.List({"name": datasets.Value("string"), "object": datasets.Value("string")}),
-    }),
+    "objects": datasets.List(
+        {
+            "object_id": datasets.Value("string"),
+            "name": datasets.Value("string"),
+            "x": datasets.Value("int32"),
+            "y": datasets.Value("int32"),
+            "w": datasets.Value("int32"),
+            "h": datasets.Value("int32"),
+            "attributes": datasets.List(datasets.Value("string")),
+            "relations": datasets.List({"name": datasets.Value("string"), "object": datasets.Value("string")}),
+        }
+    ),
 }
 
 
@@ -146,26 +151,40 @@ def metadata_record(meta: dict | None, image_id: str) -> dict:
         return {"width": None, "height": None, "location": None, "weather": None, "objects": None}
     objs = meta.get("objects") or {}
     if not isinstance(objs, dict):
-        raise InputFormatError(f"images.parquet: objects of image {image_id} is not a GQA object dict",
-                               "rebuild the artifact from GQA scene graphs")
+        raise InputFormatError(
+            f"images.parquet: objects of image {image_id} is not a GQA object dict",
+            "rebuild the artifact from GQA scene graphs",
+        )
     out = []
     for oid in sorted(objs):
         o = objs[oid]
-        out.append({
-            "object_id": str(oid), "name": o.get("name"),
-            **{k: (None if o.get(k) is None else int(o[k])) for k in ("x", "y", "w", "h")},
-            "attributes": [str(a) for a in o.get("attributes") or []],
-            "relations": [{"name": r.get("name"), "object": str(r.get("object"))} for r in o.get("relations") or []],
-        })
-    return {"width": meta.get("width"), "height": meta.get("height"), "location": meta.get("location"),
-            "weather": meta.get("weather"), "objects": out}
+        out.append(
+            {
+                "object_id": str(oid),
+                "name": o.get("name"),
+                **{k: (None if o.get(k) is None else int(o[k])) for k in ("x", "y", "w", "h")},
+                "attributes": [str(a) for a in o.get("attributes") or []],
+                "relations": [
+                    {"name": r.get("name"), "object": str(r.get("object"))} for r in o.get("relations") or []
+                ],
+            }
+        )
+    return {
+        "width": meta.get("width"),
+        "height": meta.get("height"),
+        "location": meta.get("location"),
+        "weather": meta.get("weather"),
+        "objects": out,
+    }
 
 
 def describe(plan: TaskPlan) -> str:
     """The dataset description: one line about the task (the spec itself travels in the features)."""
     s = plan.spec
-    return (f"MetaShift task {plan.task_id}: classes {', '.join(plan.classes)}; shift type {s.shift_type}; "
-            f"splits {dict(s.split_sizes)}. Shift spec: metashift_hf.shift_spec(dataset).")
+    return (
+        f"MetaShift task {plan.task_id}: classes {', '.join(plan.classes)}; shift type {s.shift_type}; "
+        f"splits {dict(s.split_sizes)}. Shift spec: metashift_hf.shift_spec(dataset)."
+    )
 
 
 # The shift spec rides in the ``id`` of the ``group`` feature: datasets keeps feature ids in the
@@ -178,8 +197,10 @@ _SPEC_MARK = "metashift-hf shift_spec "
 def features_with_spec(features: datasets.Features, spec: ShiftSpec) -> datasets.Features:
     """``features`` with ``spec`` stamped into the ``group`` feature (same Arrow types)."""
     if SPEC_FEATURE not in features:
-        raise InputFormatError(f"task {spec.task_id}: the dataset has no {SPEC_FEATURE!r} column to carry the shift spec",
-                               "prepare the task with metashift_hf.prepare (its datasets have a 'group' column)")
+        raise InputFormatError(
+            f"task {spec.task_id}: the dataset has no {SPEC_FEATURE!r} column to carry the shift spec",
+            "prepare the task with metashift_hf.prepare (its datasets have a 'group' column)",
+        )
     out = datasets.Features(features)
     out[SPEC_FEATURE] = datasets.Value("string", id=_SPEC_MARK + spec.to_json(compact=True))
     return out
@@ -190,10 +211,12 @@ def spec_of_features(features: datasets.Features, where: str = "dataset") -> Shi
     feat = features.get(SPEC_FEATURE) if features is not None else None
     mark = getattr(feat, "id", None) or ""
     if not mark.startswith(_SPEC_MARK):
-        raise InputFormatError(f"{where} carries no shift spec (its {SPEC_FEATURE!r} feature has no spec id)",
-                               "prepare it with metashift_hf.prepare, or load it from a `metashift-hf export` "
-                               "folder or Hub repo; a spec file can be read with metashift_hf.shift_spec(PATH)")
-    return ShiftSpec.from_json(mark[len(_SPEC_MARK):], where=f"shift spec of {where}")
+        raise InputFormatError(
+            f"{where} carries no shift spec (its {SPEC_FEATURE!r} feature has no spec id)",
+            "prepare it with metashift_hf.prepare, or load it from a `metashift-hf export` "
+            "folder or Hub repo; a spec file can be read with metashift_hf.shift_spec(PATH)",
+        )
+    return ShiftSpec.from_json(mark[len(_SPEC_MARK) :], where=f"shift spec of {where}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,11 +233,15 @@ class Metashift(datasets.ArrowBasedBuilder):
         name = kwargs.get("config_name")
         art = kwargs.get("artifact")
         if not name:
-            raise UnknownNameError("the metashift builder needs a task id as config_name",
-                                   "pass config_name='paper-dg-cat-dog-1' (or any id of metashift-hf tasks list)")
+            raise UnknownNameError(
+                "the metashift builder needs a task id as config_name",
+                "pass config_name='paper-dg-cat-dog-1' (or any id of metashift-hf tasks list)",
+            )
         if art is None:
-            raise InputFormatError(f"task {name}: no artifact given",
-                                   "pass artifact='ARTIFACT' (the folder written by `metashift-hf build`)")
+            raise InputFormatError(
+                f"task {name}: no artifact given",
+                "pass artifact='ARTIFACT' (the folder written by `metashift-hf build`)",
+            )
         if isinstance(art, Artifact):
             self._artifact = art
             kwargs["artifact"] = str(art.root)
@@ -246,8 +273,10 @@ class Metashift(datasets.ArrowBasedBuilder):
         if self._plan is None:
             c = self.config
             if c.on_missing not in ("error", "skip"):
-                raise InputFormatError(f"on_missing must be 'error' or 'skip', got {c.on_missing!r}",
-                                       "use --on-missing error (default) or --on-missing skip")
+                raise InputFormatError(
+                    f"on_missing must be 'error' or 'skip', got {c.on_missing!r}",
+                    "use --on-missing error (default) or --on-missing skip",
+                )
             options = dict(c.overrides or {})
             options.update({k: getattr(c, k) for k in TASK_OPTION_FIELDS if getattr(c, k) is not None})
             if c.attributes_dataset:
@@ -261,7 +290,10 @@ class Metashift(datasets.ArrowBasedBuilder):
                     f"with_image_metadata=True but artifact {self._artifact.root} has no images.parquet "
                     f"(its {self._artifact.provenance} input carries no per-image metadata)",
                     "rebuild the artifact from GQA scene graphs (`metashift-hf build --scene-graphs ...`) "
-                    "or drop with_image_metadata" if published else "drop with_image_metadata")
+                    "or drop with_image_metadata"
+                    if published
+                    else "drop with_image_metadata",
+                )
         return self._plan
 
     def _info(self) -> datasets.DatasetInfo:
@@ -271,9 +303,11 @@ class Metashift(datasets.ArrowBasedBuilder):
             features=features,
             homepage="https://metashift.readthedocs.io/",
             license=license_statement(self._artifact.provenance, self._artifact.manifest.source_info),
-            citation=("@inproceedings{liang2022metashift, title={MetaShift: A Dataset of Datasets for Evaluating "
-                      "Contextual Distribution Shifts and Training Conflicts}, author={Weixin Liang and James Zou}, "
-                      "booktitle={ICLR}, year={2022}}"),
+            citation=(
+                "@inproceedings{liang2022metashift, title={MetaShift: A Dataset of Datasets for Evaluating "
+                "Contextual Distribution Shifts and Training Conflicts}, author={Weixin Liang and James Zou}, "
+                "booktitle={ICLR}, year={2022}}"
+            ),
         )
 
     def download_and_prepare(self, *args, **kwargs):
@@ -294,8 +328,10 @@ class Metashift(datasets.ArrowBasedBuilder):
         if self._dataset_images is not None:
             return self._dataset_images
         if self.config.images is None:
-            raise MissingImagesError(f"task {self.config.name}: no image source given",
-                                     "pass images= a folder of <id>.jpg files or GQA's images.zip")
+            raise MissingImagesError(
+                f"task {self.config.name}: no image source given",
+                "pass images= a folder of <id>.jpg files or GQA's images.zip",
+            )
         return open_images(self.config.images)
 
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
@@ -309,8 +345,9 @@ class Metashift(datasets.ArrowBasedBuilder):
             if not report.ok:
                 # Said out loud (a logging warning: the CLI shows it on stderr) and recorded in the spec.
                 logger.warning("task %s: skipped %s", plan.task_id, report.summary())
-                plan = plan.without_images(report.bad_ids, missing=report.missing, corrupt=report.corrupt,
-                                           summary=report.summary())
+                plan = plan.without_images(
+                    report.bad_ids, missing=report.missing, corrupt=report.corrupt, summary=report.summary()
+                )
                 self._plan = plan
                 self.info.description = describe(plan)
                 # a group whose every image was dropped leaves group_id's names too
@@ -337,13 +374,14 @@ class Metashift(datasets.ArrowBasedBuilder):
         # Reads stay in this thread: a read-ahead thread was measured slower (GIL contention with
         # the arrow writer; bench_materialise, 2 cores).
         for n, start in enumerate(range(0, len(rows), batch)):
-            chunk = rows[start:start + batch]
+            chunk = rows[start : start + batch]
             ids = [r.image_id for r in chunk]
             data = src.read_many(ids)
             if verify:
                 _check_images(src, ids, data)
-            image = pa.StructArray.from_arrays([data, pa.array([f"{i}.jpg" for i in ids], pa.string())],
-                                               names=["bytes", "path"])
+            image = pa.StructArray.from_arrays(
+                [data, pa.array([f"{i}.jpg" for i in ids], pa.string())], names=["bytes", "path"]
+            )
             cols = {
                 "image": image,
                 "image_id": pa.array(ids, pa.string()),
@@ -376,18 +414,19 @@ def _check_images(src, image_ids: list[str], data: "pa.BinaryArray | pa.ChunkedA
     """Raise for the first unusable image of a batch (:func:`image_problem`), naming it; looks at
     slices of arrow's buffer, so no image is copied."""
     ids = iter(image_ids)
-    for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data]):
-        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset : chunk.offset + len(chunk) + 1]
         buf = chunk.buffers()[2]
         view = memoryview(buf if buf is not None else b"").cast("B")
         for n in range(len(chunk)):
             image_id = next(ids)
-            why = image_problem(view[offsets[n]:offsets[n + 1]])
+            why = image_problem(view[offsets[n] : offsets[n + 1]])
             if why:
                 raise MissingImagesError(
                     f"image {image_id} in {src.describe()} is unusable: {why}",
-                    "pass --on-missing skip (Python: on_missing='skip') to drop unusable images, "
-                    "or replace the file", image_ids=[image_id])
+                    "pass --on-missing skip (Python: on_missing='skip') to drop unusable images, or replace the file",
+                    image_ids=[image_id],
+                )
 
 
 def carries_spec(ds: "datasets.Dataset | datasets.DatasetDict") -> bool:
@@ -407,5 +446,14 @@ def spec_of_dataset(ds: "datasets.Dataset | datasets.DatasetDict") -> ShiftSpec:
     return spec_of_features(ds.features, where=f"dataset {ds.info.dataset_name or ds.info.builder_name or ''}".strip())
 
 
-__all__ = ["Metashift", "MetashiftConfig", "spec_of_dataset", "carries_spec", "features_with_spec", "spec_of_features", "describe",
-           "task_features", "LEGACY_CLASSES"]
+__all__ = [
+    "Metashift",
+    "MetashiftConfig",
+    "spec_of_dataset",
+    "carries_spec",
+    "features_with_spec",
+    "spec_of_features",
+    "describe",
+    "task_features",
+    "LEGACY_CLASSES",
+]

@@ -8,6 +8,7 @@ Task ids: ``paper-dg-cat-dog-1`` .. ``-4`` (domain generalisation; four dog trai
 growing distance to ``dog(shelf)``) and ``paper-subpop-cat-dog-p12|p6|p1`` (indoor/outdoor
 subpopulation shift, minority 100/50/10 training images per class).
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -48,14 +49,13 @@ DG_TRAIN_CAT: dict[str, tuple[str, ...]] = {
     "cat(bed)": ("bed", "comforter", "sheet", "blanket", "remote control", "pillow", "couch"),
 }
 DG_DOG_EXPERIMENTS: tuple[dict[str, tuple[str, ...]], ...] = (
-    {"dog(cabinet)": ("floor", "clothes", "towel", "door", "rug", "cabinet"),
-     "dog(bed)": ("blanket", "bed", "sheet", "remote control", "pillow", "lamp", "couch", "books", "curtain")},
-    {"dog(bag)": ("bag", "backpack", "purse"),
-     "dog(box)": ("box", "container", "food", "table", "plate", "cup")},
-    {"dog(bench)": ("bench", "trash can"),
-     "dog(bike)": ("basket", "woman", "bike", "bicycle")},
-    {"dog(boat)": ("frisbee", "rope", "flag", "trees", "boat"),
-     "dog(surfboard)": ("water", "surfboard", "sand")},
+    {
+        "dog(cabinet)": ("floor", "clothes", "towel", "door", "rug", "cabinet"),
+        "dog(bed)": ("blanket", "bed", "sheet", "remote control", "pillow", "lamp", "couch", "books", "curtain"),
+    },
+    {"dog(bag)": ("bag", "backpack", "purse"), "dog(box)": ("box", "container", "food", "table", "plate", "cup")},
+    {"dog(bench)": ("bench", "trash can"), "dog(bike)": ("basket", "woman", "bike", "bicycle")},
+    {"dog(boat)": ("frisbee", "rope", "flag", "trees", "boat"), "dog(surfboard)": ("water", "surfboard", "sand")},
 )
 DG_PAPER_DISTANCES = (0.44, 0.71, 1.12, 1.43)
 DG_ORIGINAL_CODE_DISTANCES = (0.025, 0.755, 1.049, 1.332)  # what the released code prints
@@ -84,18 +84,114 @@ DG_SHIFT_TYPE = "joint"
 # ---- subpopulation shift ---------------------------------------------------------------------
 SUBPOP_GROUPS: dict[str, tuple[str, ...]] = {
     "cat(outdoor)": ("car", "fence", "grass", "roof", "bench", "bird", "house"),
-    "dog(indoor)": ("screen", "shelf", "desk", "picture", "laptop", "remote control", "blanket", "bed", "sheet",
-                    "lamp", "books", "pillow", "curtain", "container", "table", "cup", "plate", "food", "box",
-                    "rug", "floor", "cabinet", "towel", "bowl", "television", "carpet", "sofa"),
-    "cat(indoor)": ("speaker", "computer", "screen", "laptop", "computer mouse", "keyboard", "monitor", "desk",
-                    "sheet", "bed", "blanket", "remote control", "comforter", "pillow", "couch", "books", "book",
-                    "television", "bookshelf", "blinds", "sink", "bottle", "faucet", "towel", "counter", "curtain",
-                    "toilet", "pot", "carpet", "toy", "floor", "plate", "rug", "food", "table", "box", "paper",
-                    "suitcase", "bag", "container", "vase", "shelf", "bowl", "picture", "papers", "lamp", "cup",
-                    "sofa"),
-    "dog(outdoor)": ("house", "grass", "horse", "fence", "cow", "sheep", "dirt", "car", "motorcycle", "truck",
-                     "helmet", "snow", "flag", "boat", "rope", "trees", "frisbee", "bike", "bicycle", "sand",
-                     "surfboard", "water", "fire hydrant", "pole", "skateboard", "bench", "trash can"),
+    "dog(indoor)": (
+        "screen",
+        "shelf",
+        "desk",
+        "picture",
+        "laptop",
+        "remote control",
+        "blanket",
+        "bed",
+        "sheet",
+        "lamp",
+        "books",
+        "pillow",
+        "curtain",
+        "container",
+        "table",
+        "cup",
+        "plate",
+        "food",
+        "box",
+        "rug",
+        "floor",
+        "cabinet",
+        "towel",
+        "bowl",
+        "television",
+        "carpet",
+        "sofa",
+    ),
+    "cat(indoor)": (
+        "speaker",
+        "computer",
+        "screen",
+        "laptop",
+        "computer mouse",
+        "keyboard",
+        "monitor",
+        "desk",
+        "sheet",
+        "bed",
+        "blanket",
+        "remote control",
+        "comforter",
+        "pillow",
+        "couch",
+        "books",
+        "book",
+        "television",
+        "bookshelf",
+        "blinds",
+        "sink",
+        "bottle",
+        "faucet",
+        "towel",
+        "counter",
+        "curtain",
+        "toilet",
+        "pot",
+        "carpet",
+        "toy",
+        "floor",
+        "plate",
+        "rug",
+        "food",
+        "table",
+        "box",
+        "paper",
+        "suitcase",
+        "bag",
+        "container",
+        "vase",
+        "shelf",
+        "bowl",
+        "picture",
+        "papers",
+        "lamp",
+        "cup",
+        "sofa",
+    ),
+    "dog(outdoor)": (
+        "house",
+        "grass",
+        "horse",
+        "fence",
+        "cow",
+        "sheep",
+        "dirt",
+        "car",
+        "motorcycle",
+        "truck",
+        "helmet",
+        "snow",
+        "flag",
+        "boat",
+        "rope",
+        "trees",
+        "frisbee",
+        "bike",
+        "bicycle",
+        "sand",
+        "surfboard",
+        "water",
+        "fire hydrant",
+        "pole",
+        "skateboard",
+        "bench",
+        "trash can",
+    ),
 }
 SUBPOP_MINORITY = ("cat(outdoor)", "dog(indoor)")
 SUBPOP_MAJORITY = ("cat(indoor)", "dog(outdoor)")
@@ -107,7 +203,10 @@ SUBPOP_PAPER_FRACTIONS = ("12%", "6%", "1%")
 # Table 2's ERM figures at p = 12/6/1% (balanced test, 576 images): average and worst-group accuracy.
 # Package data, so that experiments can print them on any machine; tests/test_paper_tasks.py checks
 # them against the reference transcription (paper-tasks.json).
-SUBPOP_PAPER_ERM: dict[str, tuple[float, ...]] = {"average": (0.84, 0.823, 0.759), "worst_group": (0.715, 0.701, 0.562)}
+SUBPOP_PAPER_ERM: dict[str, tuple[float, ...]] = {
+    "average": (0.84, 0.823, 0.759),
+    "worst_group": (0.715, 0.701, 0.562),
+}
 AMBIGUOUS_RULE = "images of cat(dog)/dog(cat) and images in subsets of both classes"
 
 DG_IDS = tuple(f"paper-dg-cat-dog-{i}" for i in range(1, 5))
@@ -116,20 +215,22 @@ TASK_IDS = DG_IDS + SUBPOP_IDS
 
 
 def _group(name: str, contexts: tuple[str, ...], defining: bool) -> GroupDef:
-    cls, label = name[:name.index("(")], name[name.index("(") + 1:-1]
+    cls, label = name[: name.index("(")], name[name.index("(") + 1 : -1]
     # DG groups are named after a context of theirs (dog(shelf) holds dog(shelf)); indoor/outdoor are not.
     return GroupDef(cls, label, tuple(contexts), label if defining and label in contexts else "")
 
 
 def _check_id(task_id: str) -> None:
     if task_id not in TASK_IDS:
-        raise UnknownNameError(f"unknown paper task {task_id!r}" + did_you_mean(task_id, TASK_IDS),
-                               f"use one of {', '.join(TASK_IDS)}")
+        raise UnknownNameError(
+            f"unknown paper task {task_id!r}" + did_you_mean(task_id, TASK_IDS), f"use one of {', '.join(TASK_IDS)}"
+        )
 
 
 def applicable(source: GroupSource) -> list[str]:
     """The paper task ids whose groups all have images on this source (sizes aside): an artifact
     of attribute subsets only has classes cat and dog but none of the paper's object contexts."""
+
     def has(name: str, contexts: tuple[str, ...]) -> bool:
         return bool(group_images(source, _group(name, contexts, True)))
 
@@ -150,28 +251,44 @@ def dg_distance(source: GroupSource, experiment: int) -> ShiftDistance:
     """
 
     amb = ambiguous_images(source, CLASSES)
-    dog_groups = {**{k: v for k, v in DG_TEST.items() if k.startswith("dog(")},
-                  **{k: v for e in DG_DOG_EXPERIMENTS for k, v in e.items()},
-                  **{k: v for k, v in DG_ADDITIONAL_TEST.items() if k.startswith("dog(")}}
+    dog_groups = {
+        **{k: v for k, v in DG_TEST.items() if k.startswith("dog(")},
+        **{k: v for e in DG_DOG_EXPERIMENTS for k, v in e.items()},
+        **{k: v for k, v in DG_ADDITIONAL_TEST.items() if k.startswith("dog(")},
+    }
     sets = {k: group_images(source, _group(k, v, True)) - amb for k, v in sorted(dog_groups.items())}
     sets = {k: v for k, v in sets.items() if v}
     train_names = sorted(DG_DOG_EXPERIMENTS[experiment - 1])
-    published = {"paper_value": DG_PAPER_DISTANCES[experiment - 1],
-                 "original_code_value": DG_ORIGINAL_CODE_DISTANCES[experiment - 1]}
+    published = {
+        "paper_value": DG_PAPER_DISTANCES[experiment - 1],
+        "original_code_value": DG_ORIGINAL_CODE_DISTANCES[experiment - 1],
+    }
     try:
         d = group_distance_code(sets, "dog(shelf)", train_names)
     except MetashiftError as exc:
         return ShiftDistance(value=None, rule="code", note=f"not computable on this artifact: {exc.what}", **published)
     if d.value is None:
-        return ShiftDistance(value=None, rule="code", metric=d.status, note="dog(shelf) and a training group are "
-                        "disconnected in the meta-graph over all dog groups of the task family", **published)
-    return ShiftDistance(value=round(d.value, 6), rule="code", metric=d.rule,
-                    note="mean distance of the two dog training groups to dog(shelf), meta-graph over all dog "
-                         "groups of the task family (edges < 0.2 dropped, spectral dim 5)", **published)
+        return ShiftDistance(
+            value=None,
+            rule="code",
+            metric=d.status,
+            note="dog(shelf) and a training group are "
+            "disconnected in the meta-graph over all dog groups of the task family",
+            **published,
+        )
+    return ShiftDistance(
+        value=round(d.value, 6),
+        rule="code",
+        metric=d.rule,
+        note="mean distance of the two dog training groups to dog(shelf), meta-graph over all dog "
+        "groups of the task family (edges < 0.2 dropped, spectral dim 5)",
+        **published,
+    )
 
 
-def dg_plan(task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), seed: int = 0,
-            with_distance: bool = True) -> TaskPlan:
+def dg_plan(
+    task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), seed: int = 0, with_distance: bool = True
+) -> TaskPlan:
     """``paper-dg-cat-dog-<k>``: train cat(sofa), cat(bed) + dog experiment k; test cat(shelf),
     dog(shelf) (the paper's test set). The additional test groups join the test split, flagged
     ``additional`` in the spec, only with ``additional_test_per_group`` (None = whole groups)."""
@@ -183,13 +300,23 @@ def dg_plan(task_id: str, source: GroupSource, *, sizes: DGSizes = DGSizes(), se
     extra = [_group(n, c, True) for n, c in DG_ADDITIONAL_TEST.items()]
     distance = dg_distance(source, k) if with_distance else None
     return domain_generalisation(
-        task_id, source, classes=list(CLASSES), train=train, test=test, additional_test=extra, sizes=sizes,
-        seed=seed, distance=distance, shift_type=DG_SHIFT_TYPE,
-        paper=PaperFacts(sizes=dict(DG_PAPER_SIZES), ambiguous_rule=AMBIGUOUS_RULE, leakage_order=LEAKAGE_ORDER))
+        task_id,
+        source,
+        classes=list(CLASSES),
+        train=train,
+        test=test,
+        additional_test=extra,
+        sizes=sizes,
+        seed=seed,
+        distance=distance,
+        shift_type=DG_SHIFT_TYPE,
+        paper=PaperFacts(sizes=dict(DG_PAPER_SIZES), ambiguous_rule=AMBIGUOUS_RULE, leakage_order=LEAKAGE_ORDER),
+    )
 
 
-def subpop_plan(task_id: str, source: GroupSource, *, sizes: SubpopSizes | None = None, seed: int = 0,
-                use_pool: bool = True) -> TaskPlan:
+def subpop_plan(
+    task_id: str, source: GroupSource, *, sizes: SubpopSizes | None = None, seed: int = 0, use_pool: bool = True
+) -> TaskPlan:
     """``paper-subpop-cat-dog-<variant>``: cat mostly indoor, dog mostly outdoor in training;
     balanced test over the four groups."""
     _check_id(task_id)
@@ -198,11 +325,20 @@ def subpop_plan(task_id: str, source: GroupSource, *, sizes: SubpopSizes | None 
         sizes = SubpopSizes(minority_per_class=SUBPOP_VARIANTS[variant])
     groups = {n: _group(n, c, False) for n, c in SUBPOP_GROUPS.items()}
     return subpopulation_shift(
-        task_id, source, majority=[groups[n] for n in SUBPOP_MAJORITY],
-        minority=[groups[n] for n in SUBPOP_MINORITY], sizes=sizes, seed=seed,
+        task_id,
+        source,
+        majority=[groups[n] for n in SUBPOP_MAJORITY],
+        minority=[groups[n] for n in SUBPOP_MINORITY],
+        sizes=sizes,
+        seed=seed,
         pool=SUBPOP_POOL if use_pool else None,
-        paper=PaperFacts(sizes=dict(SUBPOP_PAPER_SIZES), ambiguous_rule=AMBIGUOUS_RULE,
-                         pool=dict(SUBPOP_POOL) if use_pool else None, minority_fractions=SUBPOP_PAPER_FRACTIONS))
+        paper=PaperFacts(
+            sizes=dict(SUBPOP_PAPER_SIZES),
+            ambiguous_rule=AMBIGUOUS_RULE,
+            pool=dict(SUBPOP_POOL) if use_pool else None,
+            minority_fractions=SUBPOP_PAPER_FRACTIONS,
+        ),
+    )
 
 
 def default_sizes(task_id: str) -> DGSizes | SubpopSizes:
@@ -212,16 +348,22 @@ def default_sizes(task_id: str) -> DGSizes | SubpopSizes:
     return SubpopSizes(minority_per_class=SUBPOP_VARIANTS[task_id.rsplit("-", 1)[1]])
 
 
-def sized(task_id: str, sizes: DGSizes | SubpopSizes, scale: float | None = None,
-          overrides: Mapping[str, object] | None = None) -> DGSizes | SubpopSizes:
+def sized(
+    task_id: str,
+    sizes: DGSizes | SubpopSizes,
+    scale: float | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> DGSizes | SubpopSizes:
     """``sizes`` with ``scale`` (multiplies every size) and ``overrides`` (individual size fields,
     ``minority_fraction`` for subpopulation sizes) applied and checked."""
     from dataclasses import fields, replace
 
     if scale is not None:
         if not 0 < float(scale) <= 1:
-            raise opt.OptionError(f"scale must lie in (0, 1], got {scale}",
-                                   "pass e.g. scale=0.1 to build a tenth-size version of the paper task")
+            raise opt.OptionError(
+                f"scale must lie in (0, 1], got {scale}",
+                "pass e.g. scale=0.1 to build a tenth-size version of the paper task",
+            )
         sizes = sizes.scaled(float(scale))
     overrides = dict(overrides or {})
     if "minority_fraction" in overrides and isinstance(sizes, SubpopSizes):
@@ -236,13 +378,21 @@ def sized(task_id: str, sizes: DGSizes | SubpopSizes, scale: float | None = None
         )
     for k, v in overrides.items():
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0):
-            raise EmptyResultError(f"override {k}={v!r} for task {task_id} is not a non-negative integer",
-                                   f"pass {k}=<count>, e.g. {k}=20")
+            raise EmptyResultError(
+                f"override {k}={v!r} for task {task_id} is not a non-negative integer",
+                f"pass {k}=<count>, e.g. {k}=20",
+            )
     return replace(sizes, **{k: (None if v is None else int(v)) for k, v in overrides.items()})
 
 
-def plan(task_id: str, source: GroupSource, *, seed: int = 0, scale: float | None = None,
-         overrides: Mapping[str, object] | None = None) -> TaskPlan:
+def plan(
+    task_id: str,
+    source: GroupSource,
+    *,
+    seed: int = 0,
+    scale: float | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> TaskPlan:
     """Build a paper task; ``scale`` multiplies every size (the pool check is then dropped, since
     the paper's pools are absolute), ``overrides`` set individual size fields."""
     sizes = sized(task_id, default_sizes(task_id), scale, overrides)

@@ -3,6 +3,7 @@
 The pickles are ``collections.defaultdict(set)`` of ``"subject(context)" -> {image id, ...}``.
 Unpickling runs arbitrary callables, so only the two globals that format needs are allowed.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -54,13 +55,37 @@ class _RestrictedUnpickler(pickle.Unpickler):
             ) from None
 
 
-_ATOMS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING",
-          "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4",
-          "BINFLOAT", "FLOAT", "NONE", "NEWTRUE", "NEWFALSE"}
+_ATOMS = {
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+    "BINUNICODE8",
+    "UNICODE",
+    "STRING",
+    "BINSTRING",
+    "SHORT_BINSTRING",
+    "SHORT_BINBYTES",
+    "BINBYTES",
+    "BINBYTES8",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "INT",
+    "LONG",
+    "LONG1",
+    "LONG4",
+    "BINFLOAT",
+    "FLOAT",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+}
 _EMPTY = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set", "EMPTY_TUPLE": "tuple"}
 _FROM_MARK = {"LIST": "list", "TUPLE": "tuple", "DICT": "dict", "FROZENSET": "set"}
+
+
 class _Obj(NamedTuple):
     """What the scan knows of one object on the unpickling stack."""
+
     kind: str  # atom | list | tuple | dict | set | global | mark
     depth: int = 0
     atoms_only: bool = True  # every element is a str/number (safe to hash)
@@ -81,9 +106,10 @@ def _scan(f, path: Path) -> None:
     import pickletools
 
     def refuse(why: str) -> NoReturn:
-        raise UnsafePickleError(f"{path}: {why}; loading it is refused",
-                                "use the published candidate-subset pickle, or a pickle of a dict of "
-                                "name -> set of image-id strings")
+        raise UnsafePickleError(
+            f"{path}: {why}; loading it is refused",
+            "use the published candidate-subset pickle, or a pickle of a dict of name -> set of image-id strings",
+        )
 
     stack: list[_Obj] = []
     memo: dict = {}
@@ -153,8 +179,10 @@ def _scan(f, path: Path) -> None:
                 else:
                     module, _, attr = str(arg).partition(" ")
                     if (module, attr) not in ALLOWED_GLOBALS:
-                        refuse(f"the global {module[:80]}.{attr[:80]} is not allowed "
-                               "(only builtins.set and collections.defaultdict)")
+                        refuse(
+                            f"the global {module[:80]}.{attr[:80]} is not allowed "
+                            "(only builtins.set and collections.defaultdict)"
+                        )
                 stack.append(_Obj("global"))
             elif name == "REDUCE":
                 args, fn = stack.pop(), stack.pop()
@@ -185,10 +213,13 @@ def _scan(f, path: Path) -> None:
     except IndexError:
         refuse("a malformed opcode stream")
     except ValueError as exc:  # pickletools: truncated stream or unknown opcode
-        raise InputFormatError(f"{path}: not a readable pickle ({str(exc)[:200]})",
-                               "re-download the file; it may be truncated or not a pickle") from None
-    raise InputFormatError(f"{path}: not a readable pickle (no STOP opcode)",
-                           "re-download the file; it may be truncated or not a pickle")
+        raise InputFormatError(
+            f"{path}: not a readable pickle ({str(exc)[:200]})",
+            "re-download the file; it may be truncated or not a pickle",
+        ) from None
+    raise InputFormatError(
+        f"{path}: not a readable pickle (no STOP opcode)", "re-download the file; it may be truncated or not a pickle"
+    )
 
 
 def restricted_load(path: str | os.PathLike, *, trusted: bool = False):
@@ -236,7 +267,6 @@ def verify_known(path: str | os.PathLike) -> str | None:
     return digest
 
 
-
 def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) -> CandidateSubsets:
     """Load a published-format pickle into CandidateSubsets (kinds from the published conventions)."""
     path = Path(path)
@@ -256,16 +286,20 @@ def load_candidate_pickle(path: str | os.PathLike, *, attributes: bool = False) 
             )
         bad = next((v for v in value if not isinstance(v, str)), None)
         if bad is not None:
-            raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, expected a string",
-                                   "image ids must be GQA id strings such as '2375429'")
+            raise InputFormatError(
+                f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, expected a string",
+                "image ids must be GQA id strings such as '2375429'",
+            )
         mapping[key] = value  # type: ignore[assignment]
     # ids name files (<id>.jpg): as for scene graphs, no empty, padded or path-like id (checked once per distinct id)
     bad = next((v for v in set().union(*mapping.values()) if not usable_image_id(v)), None)
     if bad is not None:
         key = next(k for k, v in mapping.items() if bad in v)
-        raise InputFormatError(f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, which is empty, "
-                               "padded with spaces or holds a path character",
-                               "image ids name files (<id>.jpg): use GQA id strings such as '2375429'")
+        raise InputFormatError(
+            f"{path}: key {short_repr(key)} holds image id {short_repr(bad)}, which is empty, "
+            "padded with spaces or holds a path character",
+            "image ids name files (<id>.jpg): use GQA id strings such as '2375429'",
+        )
     classify = attribute_kind if attributes else published_kind
     kinds, cats = {}, {}
     for name in mapping:

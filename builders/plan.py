@@ -5,6 +5,7 @@
 :class:`ArtifactSource` over an artifact, :class:`SetSource` over plain sets). The generators that
 make plans live in :mod:`.shifts`, :mod:`.paper_tasks`, :mod:`.levels` and :mod:`.coco_tasks`.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -19,6 +20,7 @@ from .spec import ShiftSpec, SkippedImages
 
 
 SPLITS = ("train", "validation", "test", "id_test")
+
 
 # --------------------------------------------------------------------------------------------
 # data types
@@ -107,15 +109,26 @@ class TaskPlan:
 
         gid = {g: i for i, g in enumerate(self.group_names())}
         recs = [
-            {"split": s, "image_id": r.image_id, "label": r.label, "group": r.group, "group_id": gid[r.group],
-             "context": r.context, "contexts": list(r.contexts), "community": r.community}
-            for s in self.split_names() for r in self.splits[s]
+            {
+                "split": s,
+                "image_id": r.image_id,
+                "label": r.label,
+                "group": r.group,
+                "group_id": gid[r.group],
+                "context": r.context,
+                "contexts": list(r.contexts),
+                "community": r.community,
+            }
+            for s in self.split_names()
+            for r in self.splits[s]
         ]
-        return pd.DataFrame(recs, columns=["split", "image_id", "label", "group", "group_id", "context", "contexts",
-                                           "community"])
+        return pd.DataFrame(
+            recs, columns=["split", "image_id", "label", "group", "group_id", "context", "contexts", "community"]
+        )
 
-    def without_images(self, drop: Iterable[str], *, missing: Sequence[str] = (), corrupt: Sequence[str] = (),
-                       summary: str = "") -> "TaskPlan":
+    def without_images(
+        self, drop: Iterable[str], *, missing: Sequence[str] = (), corrupt: Sequence[str] = (), summary: str = ""
+    ) -> "TaskPlan":
         """The same plan minus some images (``on_missing='skip'``); sizes in the spec are updated and
         the spec records what was skipped (``missing``/``corrupt`` ids, capped at 100 each)."""
         drop = set(drop)
@@ -123,8 +136,12 @@ class TaskPlan:
             return self
         splits = {s: [r for r in rows if r.image_id not in drop] for s, rows in self.splits.items()}
         splits = {s: rows for s, rows in splits.items() if rows}
-        skipped = SkippedImages(n=len(drop & set(self.image_ids())), missing=tuple(missing[:100]),
-                                corrupt=tuple(sorted(corrupt)[:100]), summary=summary)
+        skipped = SkippedImages(
+            n=len(drop & set(self.image_ids())),
+            missing=tuple(missing[:100]),
+            corrupt=tuple(sorted(corrupt)[:100]),
+            summary=summary,
+        )
         spec = replace(with_sizes(self.spec, splits), skipped_images=skipped)
         return TaskPlan(self.task_id, self.classes, splits, spec)
 
@@ -144,8 +161,12 @@ class SetSource:
     ``kept`` defaults to every subset; ``communities`` defaults to 0 for kept subsets.
     """
 
-    def __init__(self, subsets: Mapping[str, Iterable[str]], kept: Iterable[str] | None = None,
-                 communities: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        subsets: Mapping[str, Iterable[str]],
+        kept: Iterable[str] | None = None,
+        communities: Mapping[str, int] | None = None,
+    ) -> None:
         self._sets = {k: frozenset(map(str, v)) for k, v in subsets.items()}
         self._kept = set(self._sets) if kept is None else set(kept)
         self._comm = dict(communities or {})
@@ -227,5 +248,10 @@ def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         minority = set(spec.minority_groups)
         train = splits["train"]
         mf = replace(mf, achieved=round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
-    return replace(spec, split_sizes={s: len(rows) for s, rows in splits.items()}, minority_fraction=mf,
-                   measured=measure(splits, spec.shift_type, spec.level), **sized)
+    return replace(
+        spec,
+        split_sizes={s: len(rows) for s, rows in splits.items()},
+        minority_fraction=mf,
+        measured=measure(splits, spec.shift_type, spec.level),
+        **sized,
+    )

@@ -7,6 +7,7 @@ layout (which pushes them to a meaningless ring): they sit in a compact grid bel
 ``plot_roles`` draws the same layout with the subsets coloured by their role in a task (the cards'
 "train / test groups" pictures).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,9 @@ def new_figure(size: tuple[float, float]):
 
 def _dot(Line2D, colour, size: float):
     """A legend handle: one filled dot with a thin black ring, like the nodes."""
-    return Line2D([], [], marker="o", linestyle="", markersize=size, markeredgecolor="black", markeredgewidth=0.3,
-                  color=colour)
+    return Line2D(
+        [], [], marker="o", linestyle="", markersize=size, markeredgecolor="black", markeredgewidth=0.3, color=colour
+    )
 
 
 def save_png(fig, path: str | os.PathLike) -> None:
@@ -72,7 +74,9 @@ def save_png(fig, path: str | os.PathLike) -> None:
         fig.savefig(f, format="png", metadata={"Software": None}, bbox_inches="tight", pad_inches=0.1)
 
 
-def spring_positions(n: int, edges: list[tuple[int, int, float]], seed: int = LAYOUT_SEED, iterations: int = 50) -> np.ndarray:
+def spring_positions(
+    n: int, edges: list[tuple[int, int, float]], seed: int = LAYOUT_SEED, iterations: int = 50
+) -> np.ndarray:
     """Fruchterman-Reingold force layout (dense numpy), seeded, returns n x 2 positions in [-1, 1].
 
     Our own small version rather than nx.spring_layout: networkx switches to a slow sparse
@@ -174,8 +178,9 @@ def _edge_note(analysis, lay: Layout) -> str:
     return note
 
 
-def _nodes_and_labels(ax, members, lay: Layout, patheffects, *, face, edgecolors, linewidths,
-                      alpha, label_colours=None):
+def _nodes_and_labels(
+    ax, members, lay: Layout, patheffects, *, face, edgecolors, linewidths, alpha, label_colours=None
+):
     sizes = np.array([len(members[s]) for s in lay.names], dtype=np.float64)
     # area grows with the square root of the image count, so a 5,000-image subset does not hide the rest
     area = 30.0 + 400.0 * np.sqrt(sizes / max(sizes.max(), 1.0))
@@ -189,9 +194,18 @@ def _nodes_and_labels(ax, members, lay: Layout, patheffects, *, face, edgecolors
     for i, (s, (x, y)) in enumerate(zip(lay.names, xy)):
         # on the grid the label goes under the dot, so long context names do not cover their neighbours
         offset = dict(xytext=(0, -14), textcoords="offset points", va="top") if s in grid else dict(va="center")
-        ax.annotate(_short(s), (x, y), fontsize=font, ha="center", zorder=4, path_effects=halo,
-                    color=label_colours[i] if label_colours is not None else "black",
-                    annotation_clip=False, clip_on=False, **offset)
+        ax.annotate(
+            _short(s),
+            (x, y),
+            fontsize=font,
+            ha="center",
+            zorder=4,
+            path_effects=halo,
+            color=label_colours[i] if label_colours is not None else "black",
+            annotation_clip=False,
+            clip_on=False,
+            **offset,
+        )
 
 
 def _finish(ax, lay: Layout) -> None:
@@ -237,8 +251,7 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
         ax.add_collection(LineCollection(external, colors="silver", linewidths=0.5, zorder=1))
     if internal:
         ax.add_collection(LineCollection(internal, colors=in_colours, linewidths=0.8, alpha=0.7, zorder=2))
-    _nodes_and_labels(ax, members, lay, patheffects, face=colours, edgecolors="black", linewidths=0.3,
-                      alpha=0.85)
+    _nodes_and_labels(ax, members, lay, patheffects, face=colours, edgecolors="black", linewidths=0.3, alpha=0.85)
     legend, handles = [], []
     if no_edges:
         legend.append(f"{len(names)} subsets, each its own community (no edges)")
@@ -248,12 +261,23 @@ def plot_class(analysis, members: Mapping[str, np.ndarray], path: str | os.PathL
             k = int((comm == c).sum())
             legend.append(f"community {c}: {k} subset{'s' if k != 1 else ''}")
             handles.append(_dot(Line2D, colours[int(np.flatnonzero(comm == c)[0])], 8))
-    ax.legend(handles, legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False,
-              title="colour = meta-graph community", title_fontsize=9)
+    ax.legend(
+        handles,
+        legend,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=9,
+        frameon=False,
+        title="colour = meta-graph community",
+        title_fontsize=9,
+    )
     n_comm = len(set(comm.tolist()))
     subject = analysis.subject or SubsetName.parse(names[0]).subject
-    communities = ("every subset its own community" if no_edges else
-                   f"{n_comm} communit{'ies' if n_comm != 1 else 'y'} ({analysis.community_method})")
+    communities = (
+        "every subset its own community"
+        if no_edges
+        else f"{n_comm} communit{'ies' if n_comm != 1 else 'y'} ({analysis.community_method})"
+    )
     ax.set_title(
         f"{subject}: {len(names)} subsets, {_edge_note(analysis, lay)}\n{communities}, "
         f"embedding: {analysis.embedding_status}",
@@ -287,8 +311,16 @@ def _group_callouts(ax, xy: np.ndarray, index: Mapping[str, int], group_labels, 
             x_text = hi[0] + 0.25 * span[0] if right else lo[0] - 0.25 * span[0]
             # the leader line goes behind the nodes (zorder 3), the label box above everything
             ax.plot([x, x_text], [y, y_text], color="dimgray", linewidth=0.7, zorder=2.5)
-            ax.annotate(text, (x_text, y_text), fontsize=8, ha="left" if right else "right", va="center", zorder=5,
-                        annotation_clip=False, bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="gray"))
+            ax.annotate(
+                text,
+                (x_text, y_text),
+                fontsize=8,
+                ha="left" if right else "right",
+                va="center",
+                zorder=5,
+                annotation_clip=False,
+                bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="gray"),
+            )
 
 
 @dataclass(frozen=True)
@@ -303,9 +335,16 @@ class RoleStyle:
 OTHER_COLOUR = "#d9d9d9"  # subsets that take no part in the task: faded grey
 
 
-def plot_roles(analysis, members: Mapping[str, np.ndarray], roles: Mapping[str, str],
-               styles: Mapping[str, RoleStyle], path: str | os.PathLike, *, title: str,
-               group_labels: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
+def plot_roles(
+    analysis,
+    members: Mapping[str, np.ndarray],
+    roles: Mapping[str, str],
+    styles: Mapping[str, RoleStyle],
+    path: str | os.PathLike,
+    *,
+    title: str,
+    group_labels: Sequence[tuple[str, Sequence[str]]] = (),
+) -> list[str]:
     """The class meta-graph (same layout as ``plot_class``) with each subset filled by its role.
 
     ``roles`` maps subset -> a key of ``styles`` (missing subsets are "other": faded grey); rings
@@ -330,8 +369,17 @@ def plot_roles(analysis, members: Mapping[str, np.ndarray], roles: Mapping[str, 
         ax.add_collection(LineCollection(weak, colors="gainsboro", linewidths=0.5, zorder=1))
     if strong:
         ax.add_collection(LineCollection(strong, colors="gray", linewidths=0.7, alpha=0.8, zorder=2))
-    _nodes_and_labels(ax, members, lay, patheffects, face=face, edgecolors=rings,
-                      linewidths=[0.6 if s in roles else 0.4 for s in names], alpha=0.95, label_colours=labels)
+    _nodes_and_labels(
+        ax,
+        members,
+        lay,
+        patheffects,
+        face=face,
+        edgecolors=rings,
+        linewidths=[0.6 if s in roles else 0.4 for s in names],
+        alpha=0.95,
+        label_colours=labels,
+    )
     _group_callouts(ax, xy, index, group_labels, size[1])
     used = [k for k in styles if k in set(roles.values())]
     legend = [styles[k].label for k in used]
@@ -342,8 +390,17 @@ def plot_roles(analysis, members: Mapping[str, np.ndarray], roles: Mapping[str, 
         handles.append(_dot(Line2D, OTHER_COLOUR, 9))
     # below the graph: the sides hold the group callouts
     below = 28.0 / (0.77 * size[1] * 72.0) if lay.isolated else 0.0  # under the grid's labels
-    ax.legend(handles, legend, loc="upper center", bbox_to_anchor=(0.5, -below), ncol=len(handles), fontsize=9,
-              frameon=False, title="fill = role of the subset in this task", title_fontsize=9)
+    ax.legend(
+        handles,
+        legend,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -below),
+        ncol=len(handles),
+        fontsize=9,
+        frameon=False,
+        title="fill = role of the subset in this task",
+        title_fontsize=9,
+    )
     ax.set_title(f"{title}\n{len(names)} subsets, {_edge_note(analysis, lay)}", fontsize=10)
     _finish(ax, lay)
     save_png(fig, path)

@@ -5,6 +5,7 @@
 alone with ``json.JSONDecoder.raw_decode``, so only one image is a Python object at a time.
 Extraction then turns names into integer codes in compact ``array`` buffers for numpy.
 """
+
 from __future__ import annotations
 
 import array
@@ -32,8 +33,10 @@ _DECODER = json.JSONDecoder()
 CHUNK = 1 << 22
 # A decode error this far before the buffer end cannot be caused by the buffer ending there.
 _MARGIN = 1 << 16
-_FIX_JSON = ("the file is damaged or truncated: re-download/re-extract it (GQA sceneGraphs.zip), or check the "
-             "generator that wrote it")
+_FIX_JSON = (
+    "the file is damaged or truncated: re-download/re-extract it (GQA sceneGraphs.zip), or check the "
+    "generator that wrote it"
+)
 
 
 class _Buffer:
@@ -60,7 +63,7 @@ class _Buffer:
             more = self.decoder.decode(data, final=not data)
         except UnicodeDecodeError as exc:
             raise InputFormatError(
-                f"{self.path}: not UTF-8 text near byte {self.base + len(self.text[:self.pos].encode()) + exc.start}",
+                f"{self.path}: not UTF-8 text near byte {self.base + len(self.text[: self.pos].encode()) + exc.start}",
                 self.fix,
             ) from None
         if not data:
@@ -68,7 +71,7 @@ class _Buffer:
         if self.pos:
             done = self.text[: self.pos]
             self.base += len(done) if done.isascii() else len(done.encode("utf-8"))
-            self.text = self.text[self.pos:]
+            self.text = self.text[self.pos :]
             self.key_pos -= self.pos
             self.pos = 0
         self.text += more
@@ -114,7 +117,7 @@ class _Buffer:
             if end == len(self.text) and not self.eof:  # a number cut by the buffer end decodes short
                 self.fill()
                 continue
-            text = self.text[self.pos:end] if raw else None
+            text = self.text[self.pos : end] if raw else None
             self.pos = end
             return (value, text) if raw else value
 
@@ -127,8 +130,9 @@ class _Buffer:
             return ""
         if not first:
             if c != ",":
-                raise self.error(f"expected ',' or '{close}' in {what}" if c else f"file ends inside {what}",
-                                 image_id=image_id)
+                raise self.error(
+                    f"expected ',' or '{close}' in {what}" if c else f"file ends inside {what}", image_id=image_id
+                )
             self.pos += 1
             c = self.next_char()
         return c
@@ -147,8 +151,9 @@ class _Buffer:
             if not c:
                 return
             if c != '"':
-                raise self.error(f"expected a key string in {what}" if c else f"file ends inside {what}",
-                                 image_id=image_id)
+                raise self.error(
+                    f"expected a key string in {what}" if c else f"file ends inside {what}", image_id=image_id
+                )
             self.key_pos = self.pos
             key = self.decode(image_id)
             if self.next_char() != ":":
@@ -159,8 +164,9 @@ class _Buffer:
             yield key
 
 
-def _records(path: Path, hasher, chunk: int, start: int = 0,
-             stop: tuple[int, str] | None = None, state: dict | None = None) -> Iterator[tuple[str, object, str | None]]:
+def _records(
+    path: Path, hasher, chunk: int, start: int = 0, stop: tuple[int, str] | None = None, state: dict | None = None
+) -> Iterator[tuple[str, object, str | None]]:
     """(image_id, record, original text of its 'objects' value) for each image of the file.
 
     ``start``: byte offset of a top-level key to begin at (a split point) instead of the file start.
@@ -206,8 +212,10 @@ def iter_scene_graphs(path: str | os.PathLike, *, hasher=None, chunk: int = CHUN
 def _existing(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise InputFormatError(f"scene-graph file {path} does not exist",
-                               "pass GQA's train_sceneGraphs.json / val_sceneGraphs.json (see `metashift-hf download`)")
+        raise InputFormatError(
+            f"scene-graph file {path} does not exist",
+            "pass GQA's train_sceneGraphs.json / val_sceneGraphs.json (see `metashift-hf download`)",
+        )
     return path
 
 
@@ -235,15 +243,15 @@ class SceneGraphTable:
 def _missing(path: Path, image_id: str, what: str, fix: str = "") -> InputFormatError:
     return InputFormatError(
         f"{path}: image {image_id!r}: {what}",
-        fix or "the file does not follow the GQA scene-graph format "
-               "({imageId: {width, height, location?, weather?, objects: {objectId: {name, x, y, w, h, "
-               "attributes: [str], relations: [{name, object}]}}}}); fix or regenerate it",
+        fix
+        or "the file does not follow the GQA scene-graph format "
+        "({imageId: {width, height, location?, weather?, objects: {objectId: {name, x, y, w, h, "
+        "attributes: [str], relations: [{name, object}]}}}}); fix or regenerate it",
     )
 
 
 MAX_SIDE = 1_000_000  # pixels: far above any photograph, and well inside int64
 _META_BATCH = 8192
-
 
 
 def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
@@ -256,16 +264,23 @@ def _explain(path: Path, image_id: str, objects: dict) -> InputFormatError:
                 return _missing(path, image_id, f"object {oid!r} has no {key!r}")
         for key in ("attributes", "relations"):
             if type(o[key]) is not list:
-                return _missing(path, image_id, f"object {oid!r} {key!r} is a {type(o[key]).__name__}, expected a list")
+                return _missing(
+                    path, image_id, f"object {oid!r} {key!r} is a {type(o[key]).__name__}, expected a list"
+                )
         for r in o["relations"]:
             if type(r) is not dict or "object" not in r:
                 return _missing(path, image_id, f"object {oid!r} has relation {short_repr(r)} without an 'object'")
             if type(r["object"]) is not str:
-                return _missing(path, image_id, f"object {oid!r} has relation {short_repr(r.get('name'))} whose 'object' is "
-                                                f"a {type(r['object']).__name__}, expected an object id string")
+                return _missing(
+                    path,
+                    image_id,
+                    f"object {oid!r} has relation {short_repr(r.get('name'))} whose 'object' is "
+                    f"a {type(r['object']).__name__}, expected an object id string",
+                )
             if r["object"] not in objects:
                 return _missing(
-                    path, image_id,
+                    path,
+                    image_id,
                     f"object {oid!r} has relation {r.get('name')!r} pointing to object {r['object']!r}, "
                     "which is not in this image's objects",
                     "every relation's 'object' must be an object id of the same image; fix or regenerate the file",
@@ -299,8 +314,12 @@ class _Extractor:
         c = self.codes.get(word) if type(word) is str else None
         if c is None:
             if not isinstance(word, str) or not word.strip() or word != word.strip() or "(" in word or ")" in word:
-                raise _missing(path, image_id, f"{where} is {word!r}, which cannot be part of a subset name",
-                               "names must be non-empty strings without parentheses or surrounding spaces")
+                raise _missing(
+                    path,
+                    image_id,
+                    f"{where} is {word!r}, which cannot be part of a subset name",
+                    "names must be non-empty strings without parentheses or surrounding spaces",
+                )
             c = self.codes[word] = len(self.vocab)
             self.vocab.append(word)
         return c
@@ -308,8 +327,9 @@ class _Extractor:
     def flush_meta(self) -> None:
         if self._m[0]:
             types = [pa.string(), pa.int64(), pa.int64(), pa.string(), pa.string(), pa.string()]
-            self.meta_batches.append(pa.record_batch(
-                [pa.array(col, t) for col, t in zip(self._m, types)], names=list(IMAGES_COLUMNS)))
+            self.meta_batches.append(
+                pa.record_batch([pa.array(col, t) for col, t in zip(self._m, types)], names=list(IMAGES_COLUMNS))
+            )
             for col in self._m:
                 col.clear()
 
@@ -330,8 +350,12 @@ class _Extractor:
                 )
             self.seen[image_id] = str(path)
             if not usable_image_id(image_id):
-                raise _missing(path, image_id, "the image id is empty, padded with spaces or holds a path character",
-                               "image ids name files (<id>.jpg): use GQA ids such as '2375429'")
+                raise _missing(
+                    path,
+                    image_id,
+                    "the image id is empty, padded with spaces or holds a path character",
+                    "image ids name files (<id>.jpg): use GQA ids such as '2375429'",
+                )
             if type(rec) is not dict:
                 raise _missing(path, image_id, f"scene graph is a {type(rec).__name__}, expected an object")
             try:
@@ -344,7 +368,9 @@ class _Extractor:
                 raise _missing(path, image_id, f"'objects' is a {type(objects).__name__}, expected an object")
             for key, v in (("width", width), ("height", height)):
                 if type(v) is not int or not 0 < v <= MAX_SIDE:
-                    raise _missing(path, image_id, f"{key!r} is {short_repr(v)}, expected an integer from 1 to {MAX_SIDE:,}")
+                    raise _missing(
+                        path, image_id, f"{key!r} is {short_repr(v)}, expected an integer from 1 to {MAX_SIDE:,}"
+                    )
             objs = list(objects.values())
             try:
                 names = [codes[o["name"]] for o in objs]
@@ -390,8 +416,10 @@ class _Extractor:
         """Append the images another process read from the rest of the same file (codes remapped)."""
         twice = next((i for i in tail.image_ids if i in self.seen), None)
         if twice is not None:
-            raise InputFormatError(f"image {twice!r} appears twice in {path} (or in it and {self.seen[twice]})",
-                                   "pass each scene-graph file once; fix or regenerate the file")
+            raise InputFormatError(
+                f"image {twice!r} appears twice in {path} (or in it and {self.seen[twice]})",
+                "pass each scene-graph file once; fix or regenerate the file",
+            )
         lut = np.asarray([self.word_code(w, path, "-", "name") for w in tail.vocab] + [-1], dtype=np.int32)
 
         def remap(arr: array.array) -> array.array:
@@ -410,11 +438,20 @@ class _Extractor:
             return np.frombuffer(a, dtype=np.int32).astype(np.int64) if len(a) else np.zeros(0, dtype=np.int64)
 
         return SceneGraphTable(
-            files=files, image_ids=self.image_ids, vocab=self.vocab,
-            obj_counts=np_(self.obj_counts), obj_names=np_(self.obj_names), rel_counts=np_(self.rel_counts),
-            rel_subjects=np_(self.rel_s), rel_targets=np_(self.rel_t), attr_counts=np_(self.attr_counts),
-            attr_objects=np_(self.attr_o), attr_words=np_(self.attr_w), location=np_(self.loc),
-            weather=np_(self.wea), sha256=digests,
+            files=files,
+            image_ids=self.image_ids,
+            vocab=self.vocab,
+            obj_counts=np_(self.obj_counts),
+            obj_names=np_(self.obj_names),
+            rel_counts=np_(self.rel_counts),
+            rel_subjects=np_(self.rel_s),
+            rel_targets=np_(self.rel_t),
+            attr_counts=np_(self.attr_counts),
+            attr_objects=np_(self.attr_o),
+            attr_words=np_(self.attr_w),
+            location=np_(self.loc),
+            weather=np_(self.wea),
+            sha256=digests,
             meta=pa.Table.from_batches(self.meta_batches) if self.meta_batches else None,
         )
 
@@ -422,8 +459,10 @@ class _Extractor:
 IMAGES_COLUMNS = ("image_id", "width", "height", "location", "weather", "objects")
 # Files at least this large are read by two processes (the second from a verified split point).
 SPLIT_MIN_BYTES = 64 << 20
-_SPLIT_KEY = re.compile(rb'[}\]][ \t\n\r]*,[ \t\n\r]*("(?:[^"\\]|\\.){1,200}")[ \t\n\r]*:[ \t\n\r]*\{[ \t\n\r]*'
-                        rb'"(?:width|height|objects|location|weather)"')
+_SPLIT_KEY = re.compile(
+    rb'[}\]][ \t\n\r]*,[ \t\n\r]*("(?:[^"\\]|\\.){1,200}")[ \t\n\r]*:[ \t\n\r]*\{[ \t\n\r]*'
+    rb'"(?:width|height|objects|location|weather)"'
+)
 
 
 def _split_point(path: Path) -> tuple[int, str] | None:
@@ -500,8 +539,9 @@ def default_workers() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-def read_scene_graphs(paths: Sequence[str | os.PathLike], *, keep_meta: bool = True,
-                      workers: int = 1) -> SceneGraphTable:
+def read_scene_graphs(
+    paths: Sequence[str | os.PathLike], *, keep_meta: bool = True, workers: int = 1
+) -> SceneGraphTable:
     """Read and validate GQA scene-graph files into a SceneGraphTable (streaming, one image at a time).
 
     With ``workers`` >= 2 a file of at least SPLIT_MIN_BYTES is read by two processes, split at a

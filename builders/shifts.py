@@ -17,6 +17,7 @@ Randomness: each group is shuffled by ``numpy.random.default_rng([seed, stable h
 over its *sorted* ids, so a plan depends on the seed and the data only (not on set order or on
 the other groups).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,7 +61,7 @@ def ambiguous_images(source: GroupSource, classes: Sequence[str]) -> frozenset[s
     out: set[str] = set()
     cls_sets = {c: source.class_images(c) for c in classes}
     for i, a in enumerate(classes):
-        for b in classes[i + 1:]:
+        for b in classes[i + 1 :]:
             out |= source.subset_images(f"{a}({b})") | source.subset_images(f"{b}({a})")
             out |= cls_sets[a] & cls_sets[b]
     return frozenset(out)
@@ -73,8 +74,9 @@ def group_images(source: GroupSource, g: GroupDef) -> set[str]:
     return out
 
 
-def _carve(source: GroupSource, groups: Sequence[GroupDef], *, ambiguous: frozenset[str],
-           exclude: set[str], removed: Counter) -> dict[str, set[str]]:
+def _carve(
+    source: GroupSource, groups: Sequence[GroupDef], *, ambiguous: frozenset[str], exclude: set[str], removed: Counter
+) -> dict[str, set[str]]:
     """Group name -> images minus ambiguous, minus ``exclude`` (other splits), minus earlier groups.
 
     An image in two groups of the same split goes to the first group listed (images counted once).
@@ -142,48 +144,89 @@ class _RowMaker:
         out = []
         for i in ids:
             ctxs = self.contexts(g.cls, i)
-            out.append(Row(i, g.cls, g.name, g.label, ctxs,
-                           comm if comm is not None else majority_community(self.source, g.cls, ctxs)))
+            out.append(
+                Row(
+                    i,
+                    g.cls,
+                    g.name,
+                    g.label,
+                    ctxs,
+                    comm if comm is not None else majority_community(self.source, g.cls, ctxs),
+                )
+            )
         return out
 
 
 def _need(task_id: str, group: str, have: int, need: int, what: str, overrides: str) -> None:
-    what_ = (f"task {task_id}: group {group} has {have} images after removing ambiguous/leaking images, "
-             f"but {what} needs {need}")
+    what_ = (
+        f"task {task_id}: group {group} has {have} images after removing ambiguous/leaking images, "
+        f"but {what} needs {need}"
+    )
     if have == 0 and need > 0:  # smaller sizes cannot help an empty group
-        raise EmptyGroupError(what_, "this task cannot be made from this artifact (every image of the group also "
-                                     "shows another class of the task, or is taken by another split); pick another task")
+        raise EmptyGroupError(
+            what_,
+            "this task cannot be made from this artifact (every image of the group also "
+            "shows another class of the task, or is taken by another split); pick another task",
+        )
     if have < need:
-        raise EmptyResultError(what_, f"lower the sizes with overrides ({overrides}), e.g. scale=<fraction> for the "
-                                      "paper tasks, or use an artifact with more images")
+        raise EmptyResultError(
+            what_,
+            f"lower the sizes with overrides ({overrides}), e.g. scale=<fraction> for the "
+            "paper tasks, or use an artifact with more images",
+        )
 
 
-def _group_spec(g: GroupDef, *, contexts_found: Sequence[str] | None = None,
-                additional: bool | None = None) -> GroupSpec:
+def _group_spec(
+    g: GroupDef, *, contexts_found: Sequence[str] | None = None, additional: bool | None = None
+) -> GroupSpec:
     """A group of a split; ``n`` is filled from the rows by :func:`with_sizes`."""
-    return GroupSpec(group=g.name, cls=g.cls, contexts=tuple(g.contexts), n=0,
-                     contexts_found=None if contexts_found is None else tuple(contexts_found), additional=additional)
+    return GroupSpec(
+        group=g.name,
+        cls=g.cls,
+        contexts=tuple(g.contexts),
+        n=0,
+        contexts_found=None if contexts_found is None else tuple(contexts_found),
+        additional=additional,
+    )
 
 
-def finish_plan(task_id: str, shift_type: ShiftType, classes: Sequence[str], seed: int, splits: dict[str, list[Row]],
-            groups: Mapping[str, list[GroupSpec]], removed: Counter, notes: Sequence[str] = (),
-            **fields: Any) -> TaskPlan:
+def finish_plan(
+    task_id: str,
+    shift_type: ShiftType,
+    classes: Sequence[str],
+    seed: int,
+    splits: dict[str, list[Row]],
+    groups: Mapping[str, list[GroupSpec]],
+    removed: Counter,
+    notes: Sequence[str] = (),
+    **fields: Any,
+) -> TaskPlan:
     """The plan: empty splits dropped, the spec built from the groups and counted from the rows.
     ``fields``: further :class:`ShiftSpec` fields (distance, minority_fraction, paper, ...)."""
     splits = {s: rows for s, rows in splits.items() if rows}
     spec = ShiftSpec(
-        task_id=task_id, shift_type=shift_type, classes=tuple(classes), seed=int(seed), split_sizes={},
-        removed=Removed(ambiguous=int(removed["ambiguous"]), leakage=int(removed["leakage"]),
-                        duplicate=int(removed["duplicate"])),
-        notes=tuple(notes), **{f"{s}_groups": tuple(groups.get(s, ())) for s in SPLITS}, **fields)
+        task_id=task_id,
+        shift_type=shift_type,
+        classes=tuple(classes),
+        seed=int(seed),
+        split_sizes={},
+        removed=Removed(
+            ambiguous=int(removed["ambiguous"]), leakage=int(removed["leakage"]), duplicate=int(removed["duplicate"])
+        ),
+        notes=tuple(notes),
+        **{f"{s}_groups": tuple(groups.get(s, ())) for s in SPLITS},
+        **fields,
+    )
     return TaskPlan(task_id, list(classes), splits, with_sizes(spec, splits))
 
 
 def _check_classes(task_id: str, source: GroupSource, classes: Sequence[str]) -> None:
     for c in classes:
         if not source.kept_contexts(c) and not source.class_images(c):
-            raise UnknownNameError(f"task {task_id}: class {c!r} has no subsets in this artifact",
-                                   "pick classes the artifact has (metashift-hf tasks list --artifact ARTIFACT)")
+            raise UnknownNameError(
+                f"task {task_id}: class {c!r} has no subsets in this artifact",
+                "pick classes the artifact has (metashift-hf tasks list --artifact ARTIFACT)",
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,16 +247,30 @@ class DGSizes:
 
     def scaled(self, scale: float) -> "DGSizes":
         f = lambda n: n if not n else max(1, int(round(n * scale)))  # noqa: E731
-        return DGSizes(f(self.train_per_group), f(self.validation_per_group), f(self.id_test_per_group),
-                       f(self.test_per_group), f(self.additional_test_per_group))
+        return DGSizes(
+            f(self.train_per_group),
+            f(self.validation_per_group),
+            f(self.id_test_per_group),
+            f(self.test_per_group),
+            f(self.additional_test_per_group),
+        )
 
 
-def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequence[str],
-                          train: Sequence[GroupDef], test: Sequence[GroupDef],
-                          additional_test: Sequence[GroupDef] = (), sizes: DGSizes = DGSizes(),
-                          seed: int = 0, ambiguous: frozenset[str] | None = None,
-                          distance: ShiftDistance | None = None, shift_type: ShiftType = "marginal",
-                          **spec_fields: Any) -> TaskPlan:
+def domain_generalisation(
+    task_id: str,
+    source: GroupSource,
+    *,
+    classes: Sequence[str],
+    train: Sequence[GroupDef],
+    test: Sequence[GroupDef],
+    additional_test: Sequence[GroupDef] = (),
+    sizes: DGSizes = DGSizes(),
+    seed: int = 0,
+    ambiguous: frozenset[str] | None = None,
+    distance: ShiftDistance | None = None,
+    shift_type: ShiftType = "marginal",
+    **spec_fields: Any,
+) -> TaskPlan:
     """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
     ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0. ``shift_type``: the
     declared type (``joint`` when training groups are class-specific and a test context has both
@@ -245,8 +302,8 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
         # id_test is a cap: small training groups (real dog(bag) etc.) still give a task.
         n_id = min(sizes.id_test_per_group, len(order) - n_tr - n_va)
         splits["train"] += rm.rows(g, order[:n_tr])
-        splits["validation"] += rm.rows(g, order[n_tr:n_tr + n_va])
-        splits["id_test"] += rm.rows(g, order[n_tr + n_va:n_tr + n_va + n_id])
+        splits["validation"] += rm.rows(g, order[n_tr : n_tr + n_va])
+        splits["id_test"] += rm.rows(g, order[n_tr + n_va : n_tr + n_va + n_id])
         found = _found(source, g)
         for s in ("train", "validation", "id_test"):
             groups[s].append(_group_spec(g, contexts_found=found))
@@ -268,8 +325,9 @@ def domain_generalisation(task_id: str, source: GroupSource, *, classes: Sequenc
             order = order[:cap]
         splits["test"] += rm.rows(g, order)
         groups["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
-    return finish_plan(task_id, shift_type, classes, seed, splits, groups, removed, notes, distance=distance,
-                   **spec_fields)
+    return finish_plan(
+        task_id, shift_type, classes, seed, splits, groups, removed, notes, distance=distance, **spec_fields
+    )
 
 
 def _found(source: GroupSource, g: GroupDef) -> list[str]:
@@ -287,10 +345,21 @@ def contexts_near_distance(distances: Mapping[str, float], target: float, k: int
     return [c for _, c in sorted(ok)[:k]]
 
 
-def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifact, *, shifted_class: str,
-                                      test_context: str, target_distance: float, other_class: str,
-                                      other_train_contexts: Sequence[str], other_test_contexts: Sequence[str],
-                                      k: int = 2, sizes: DGSizes = DGSizes(), seed: int = 0) -> TaskPlan:
+def domain_generalisation_by_distance(
+    task_id: str,
+    source: GroupSource,
+    artifact,
+    *,
+    shifted_class: str,
+    test_context: str,
+    target_distance: float,
+    other_class: str,
+    other_train_contexts: Sequence[str],
+    other_test_contexts: Sequence[str],
+    k: int = 2,
+    sizes: DGSizes = DGSizes(),
+    seed: int = 0,
+) -> TaskPlan:
     """Binary DG task whose ``shifted_class`` is trained on the ``k`` kept contexts whose subset
     distance to ``<shifted_class>(<test_context>)`` is nearest ``target_distance``.
 
@@ -299,8 +368,11 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     contexts) goes in the spec.
     """
     test_subset = f"{shifted_class}({test_context})"
-    answers = {ctx: artifact.distance(test_subset, f"{shifted_class}({ctx})")
-               for ctx in source.kept_contexts(shifted_class) if ctx != test_context}
+    answers = {
+        ctx: artifact.distance(test_subset, f"{shifted_class}({ctx})")
+        for ctx in source.kept_contexts(shifted_class)
+        if ctx != test_context
+    }
     # one rule for every candidate (numbers of different rules are on different scales): the original
     # spectral rule when the test subset has an embedding, else resistance; disconnected ones drop out
     metric = "spectral" if any(d.rule == "spectral" for d in answers.values()) else "resistance"
@@ -312,9 +384,20 @@ def domain_generalisation_by_distance(task_id: str, source: GroupSource, artifac
     test = [GroupDef(other_class, c, (c,), c) for c in other_test_contexts]
     test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
     return domain_generalisation(
-        task_id, source, classes=sorted({shifted_class, other_class}), train=train, test=test, sizes=sizes,
-        seed=seed, distance=ShiftDistance(value=achieved, rule="subset", metric=metric,
-                                     note=f"target {target_distance}; mean distance of {chosen} to {test_subset}"))
+        task_id,
+        source,
+        classes=sorted({shifted_class, other_class}),
+        train=train,
+        test=test,
+        sizes=sizes,
+        seed=seed,
+        distance=ShiftDistance(
+            value=achieved,
+            rule="subset",
+            metric=metric,
+            note=f"target {target_distance}; mean distance of {chosen} to {test_subset}",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,21 +415,32 @@ class SubpopSizes:
 
     def scaled(self, scale: float) -> "SubpopSizes":
         f = lambda n: max(1, int(round(n * scale)))  # noqa: E731
-        return SubpopSizes(f(self.train_per_class), f(self.minority_per_class), f(self.test_per_group),
-                           f(self.validation_per_class))
+        return SubpopSizes(
+            f(self.train_per_class), f(self.minority_per_class), f(self.test_per_group), f(self.validation_per_class)
+        )
 
     def with_fraction(self, p: float) -> "SubpopSizes":
         """Minority images per class for a target fraction ``p`` of the training set of a class."""
         if not 0 <= p <= 0.5:
-            raise opt.OptionError(f"minority_fraction must lie in [0, 0.5], got {p}",
-                                   "pass a fraction such as 0.12 (12% minority images per class)")
+            raise opt.OptionError(
+                f"minority_fraction must lie in [0, 0.5], got {p}",
+                "pass a fraction such as 0.12 (12% minority images per class)",
+            )
         return replace(self, minority_per_class=int(round(p * self.train_per_class)))
 
 
-def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence[GroupDef],
-                        minority: Sequence[GroupDef], sizes: SubpopSizes = SubpopSizes(), seed: int = 0,
-                        pool: Mapping[str, int] | None = None,
-                        ambiguous: frozenset[str] | None = None, **spec_fields: Any) -> TaskPlan:
+def subpopulation_shift(
+    task_id: str,
+    source: GroupSource,
+    *,
+    majority: Sequence[GroupDef],
+    minority: Sequence[GroupDef],
+    sizes: SubpopSizes = SubpopSizes(),
+    seed: int = 0,
+    pool: Mapping[str, int] | None = None,
+    ambiguous: frozenset[str] | None = None,
+    **spec_fields: Any,
+) -> TaskPlan:
     """Each class has one majority and one minority group. Per group, a seeded order gives the
     test images first (``test_per_group``, balanced), then the training images (minority
     ``minority_per_class``, majority the rest of ``train_per_class``), then validation with the
@@ -357,44 +451,70 @@ def subpopulation_shift(task_id: str, source: GroupSource, *, majority: Sequence
     by_cls = {c: ([g for g in majority if g.cls == c], [g for g in minority if g.cls == c]) for c in classes}
     for c, (ma, mi) in by_cls.items():
         if len(ma) != 1 or len(mi) != 1:
-            raise EmptyResultError(f"task {task_id}: class {c} needs exactly one majority and one minority group",
-                                   "define one majority GroupDef and one minority GroupDef per class")
+            raise EmptyResultError(
+                f"task {task_id}: class {c} needs exactly one majority and one minority group",
+                "define one majority GroupDef and one minority GroupDef per class",
+            )
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
     removed: Counter = Counter()
     # Minority groups are carved first; majority groups lose the minority images (the paper's
     # rule), which is a definition, not leakage, so it is not counted as removed.
     mino_sets = _carve(source, minority, ambiguous=amb, exclude=set(), removed=removed)
-    majo_sets = _carve(source, majority, ambiguous=amb, exclude=set().union(*mino_sets.values()),
-                       removed=Counter())
+    majo_sets = _carve(source, majority, ambiguous=amb, exclude=set().union(*mino_sets.values()), removed=Counter())
     m, t, v = sizes.minority_per_class, sizes.test_per_group, sizes.validation_per_class
     if not 0 <= m <= sizes.train_per_class:
-        raise EmptyResultError(f"minority_per_class={m} must lie in [0, train_per_class={sizes.train_per_class}]",
-                               "lower minority_per_class or raise train_per_class")
+        raise EmptyResultError(
+            f"minority_per_class={m} must lie in [0, train_per_class={sizes.train_per_class}]",
+            "lower minority_per_class or raise train_per_class",
+        )
     v_min = int(round(v * m / sizes.train_per_class)) if sizes.train_per_class else 0
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
     groups: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
     ov = "train_per_class=, minority_per_class=, test_per_group=, validation_per_class="
     for c in classes:
-        for g, n_train, n_val, sets in ((by_cls[c][0][0], sizes.train_per_class - m, v - v_min, majo_sets),
-                                        (by_cls[c][1][0], m, v_min, mino_sets)):
+        for g, n_train, n_val, sets in (
+            (by_cls[c][0][0], sizes.train_per_class - m, v - v_min, majo_sets),
+            (by_cls[c][1][0], m, v_min, mino_sets),
+        ):
             order = seeded_order(sets[g.name], seed, f"{task_id}/{g.name}")
             if pool and g.name in pool:
-                _need(task_id, g.name, min(len(order), pool[g.name]), t + n_train,
-                      f"test {t} + train {n_train} within the paper's pool of {pool[g.name]}", ov)
-            _need(task_id, g.name, len(order), t + n_train + n_val,
-                  f"test {t} + train {n_train} + validation {n_val}", ov)
+                _need(
+                    task_id,
+                    g.name,
+                    min(len(order), pool[g.name]),
+                    t + n_train,
+                    f"test {t} + train {n_train} within the paper's pool of {pool[g.name]}",
+                    ov,
+                )
+            _need(
+                task_id,
+                g.name,
+                len(order),
+                t + n_train + n_val,
+                f"test {t} + train {n_train} + validation {n_val}",
+                ov,
+            )
             splits["test"] += rm.rows(g, order[:t])
-            splits["train"] += rm.rows(g, order[t:t + n_train])
-            splits["validation"] += rm.rows(g, order[t + n_train:t + n_train + n_val])
+            splits["train"] += rm.rows(g, order[t : t + n_train])
+            splits["validation"] += rm.rows(g, order[t + n_train : t + n_train + n_val])
             found = _found(source, g)
             for s in ("train", "validation", "test"):
                 groups[s].append(_group_spec(g, contexts_found=found))
     target = round(m / sizes.train_per_class, 6) if sizes.train_per_class else None
-    return finish_plan(task_id, "conditional", classes, seed, splits, groups, removed,
-                   minority_fraction=MinorityFraction(target=target, achieved=None),
-                   minority_groups=tuple(g.name for g in minority), **spec_fields)
+    return finish_plan(
+        task_id,
+        "conditional",
+        classes,
+        seed,
+        splits,
+        groups,
+        removed,
+        minority_fraction=MinorityFraction(target=target, achieved=None),
+        minority_groups=tuple(g.name for g in minority),
+        **spec_fields,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,11 +543,19 @@ def community_groups(source: GroupSource, cls: str, only: Iterable[str] | None =
     return [GroupDef(cls, f"community-{k}", tuple(sorted(by[k])), "", k) for k in sorted(by) if k >= 0]
 
 
-def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str],
-                    sizes: CommunitySizes = CommunitySizes(), seed: int = 0,
-                    distance_fn: Callable[[str, GroupDef, list[GroupDef]], float] | None = None,
-                    distance_rule: DistanceRule = "paper", ambiguous: frozenset[str] | None = None,
-                    subsets: Mapping[str, Iterable[str]] | None = None, **spec_fields: Any) -> TaskPlan:
+def community_shift(
+    task_id: str,
+    source: GroupSource,
+    *,
+    classes: Sequence[str],
+    sizes: CommunitySizes = CommunitySizes(),
+    seed: int = 0,
+    distance_fn: Callable[[str, GroupDef, list[GroupDef]], float] | None = None,
+    distance_rule: DistanceRule = "paper",
+    ambiguous: frozenset[str] | None = None,
+    subsets: Mapping[str, Iterable[str]] | None = None,
+    **spec_fields: Any,
+) -> TaskPlan:
     """Per class: the subsets of its largest meta-graph community (the smallest community id among
     the subsets used; ``subsets`` restricts them per class) = training distribution (train /
     validation / id_test); every other community = out-of-distribution test. An image in both
@@ -437,15 +565,21 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     """
     fr = (sizes.validation_fraction, sizes.id_test_fraction)
     if not all(isinstance(f, (int, float)) and 0 <= f < 1 for f in fr) or sum(fr) >= 1:
-        raise opt.OptionError(f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
-                               "must be fractions in [0, 1) that leave images for train",
-                               "pass e.g. validation_fraction=0.1, id_test_fraction=0.2")
-    for name, cap, least in (("train_max_per_class", sizes.train_max_per_class, 1),
-                             ("test_max_per_class", sizes.test_max_per_class, 0)):
+        raise opt.OptionError(
+            f"task {task_id}: validation_fraction={fr[0]!r} and id_test_fraction={fr[1]!r} "
+            "must be fractions in [0, 1) that leave images for train",
+            "pass e.g. validation_fraction=0.1, id_test_fraction=0.2",
+        )
+    for name, cap, least in (
+        ("train_max_per_class", sizes.train_max_per_class, 1),
+        ("test_max_per_class", sizes.test_max_per_class, 0),
+    ):
         # a bad cap is a bad value, not a group size ("group has -5 images")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < least):
-            raise InputFormatError(f"task {task_id}: option {name}={cap!r} is not an integer of at least {least}",
-                                   f"pass {name}=<count of at least {least}>, or leave it out for no cap")
+            raise InputFormatError(
+                f"task {task_id}: option {name}={cap!r} is not an integer of at least {least}",
+                f"pass {name}=<count of at least {least}>, or leave it out for no cap",
+            )
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
     removed: Counter = Counter()
@@ -458,8 +592,10 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     for c in classes:
         groups = community_groups(source, c, None if subsets is None else subsets.get(c, ()))
         if not groups:
-            raise EmptyResultError(f"task {task_id}: class {c} has no usable kept subsets with a community",
-                                   "rebuild the artifact so that this class passes the rules, or drop it")
+            raise EmptyResultError(
+                f"task {task_id}: class {c} has no usable kept subsets with a community",
+                "rebuild the artifact so that this class passes the rules, or drop it",
+            )
         id_g, ood = groups[0], groups[1:]
         id_set = _carve(source, [id_g], ambiguous=amb, exclude=set(), removed=removed)[id_g.name]
         ood_sets = _carve(source, ood, ambiguous=amb, exclude=id_set, removed=removed)
@@ -472,8 +608,8 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
             n_tr = min(n_tr, sizes.train_max_per_class)
         _need(task_id, id_g.name, n_tr, 1, "train", "validation_fraction=, id_test_fraction=")
         splits["validation"] += rm.rows(id_g, order[:n_va])
-        splits["id_test"] += rm.rows(id_g, order[n_va:n_va + n_id])
-        splits["train"] += rm.rows(id_g, order[n_va + n_id:n_va + n_id + n_tr])
+        splits["id_test"] += rm.rows(id_g, order[n_va : n_va + n_id])
+        splits["train"] += rm.rows(id_g, order[n_va + n_id : n_va + n_id + n_tr])
         for s in ("train", "validation", "id_test"):
             entries[s].append(_group_spec(id_g))
         if not ood:
@@ -499,21 +635,30 @@ def community_shift(task_id: str, source: GroupSource, *, classes: Sequence[str]
     if distance_fn is not None:
         vals = [d for d in per_class_d.values() if d is not None]
         distance = ShiftDistance(
-            value=float(np.mean(vals)) if vals else None, rule=distance_rule,
+            value=float(np.mean(vals)) if vals else None,
+            rule=distance_rule,
             metric="+".join(sorted({m for c, m in per_class_metric.items() if per_class_d[c] is not None})),
             per_class_metric=per_class_metric,
             note="per class: mean distance from the training community's group to each test community's "
-                 "group; value: mean over classes",
-            per_class=per_class_d)
-    return finish_plan(task_id, "marginal", classes, seed, splits, entries, removed, notes, distance=distance,
-                   **spec_fields)
+            "group; value: mean over classes",
+            per_class=per_class_d,
+        )
+    return finish_plan(
+        task_id, "marginal", classes, seed, splits, entries, removed, notes, distance=distance, **spec_fields
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # collections (no shift)
 # --------------------------------------------------------------------------------------------
-def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapping[str, frozenset[str]]],
-               seed: int = 0, **spec_fields: Any) -> TaskPlan:
+def collection(
+    task_id: str,
+    source: GroupSource,
+    *,
+    contexts: Mapping[str, Mapping[str, frozenset[str]]],
+    seed: int = 0,
+    **spec_fields: Any,
+) -> TaskPlan:
     """One ``train`` split: every image of each class once (an image showing two classes appears
     once per class), with the list of its contexts among ``contexts[cls]`` (context -> ids).
     Group = ``<cls>(community-<k>)`` with k the most frequent community among its contexts (ties:
@@ -535,7 +680,9 @@ def collection(task_id: str, source: GroupSource, *, contexts: Mapping[str, Mapp
             g = subset_name(c, label)
             group_ctx.setdefault(g, set()).update(ctxs)
             rows.append(Row(i, c, g, label, ctxs, k))
-        train_groups += [GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0)
-                         for g in sorted(group_ctx)]
-    return finish_plan(task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(),
-                   **spec_fields)
+        train_groups += [
+            GroupSpec(group=g, cls=c, contexts=tuple(sorted(group_ctx[g])), n=0) for g in sorted(group_ctx)
+        ]
+    return finish_plan(
+        task_id, "none", classes, seed, {"train": rows}, {"train": train_groups}, Counter(), **spec_fields
+    )

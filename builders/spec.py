@@ -9,6 +9,7 @@ JSON keys are the field names, except ``GroupSpec.cls`` which is ``"class"``. Tu
 lists, mappings JSON objects; every field is always written (``null`` when absent), so a spec
 read back is equal to the one written.
 """
+
 from __future__ import annotations
 
 import json
@@ -260,8 +261,12 @@ class ShiftSpec:
 
     def groups(self) -> dict[str, tuple[GroupSpec, ...]]:
         """Split -> its groups, for the splits that have any (train, validation, test, id_test order)."""
-        out = {"train": self.train_groups, "validation": self.validation_groups, "test": self.test_groups,
-               "id_test": self.id_test_groups}
+        out = {
+            "train": self.train_groups,
+            "validation": self.validation_groups,
+            "test": self.test_groups,
+            "id_test": self.id_test_groups,
+        }
         return {k: v for k, v in out.items() if v}
 
     def to_dict(self) -> dict:
@@ -281,7 +286,8 @@ class ShiftSpec:
         if version not in READABLE_VERSIONS:
             raise InputFormatError(
                 f"{where}: spec_version {version!r}, this package reads {', '.join(map(str, READABLE_VERSIONS))}",
-                "read it with the metashift-hf version that wrote it, or export/prepare the task again")
+                "read it with the metashift-hf version that wrote it, or export/prepare the task again",
+            )
         if version == 1:  # written before `measured` existed: read as not measured
             if "measured" in data:
                 raise InputFormatError(f"{where}: spec_version 1 has no 'measured' key", _FIX)
@@ -307,6 +313,28 @@ class ShiftSpec:
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
 
 
-__all__ = ["SPEC_VERSION", "ShiftType", "ShiftSpec", "GroupSpec", "ShiftDistance", "MinorityFraction", "Removed",
-           "SkippedImages", "Rules", "RegistryFacts", "CollectionFilters", "PaperFacts", "Level", "Factor", "FamilyDesign",
-           "ConditionalFacts", "MixedFraction", "MeasuredShift", "SplitShift", "READABLE_VERSIONS", "DistanceRule", "LevelType", "TestMode"]
+__all__ = [
+    "SPEC_VERSION",
+    "ShiftType",
+    "ShiftSpec",
+    "GroupSpec",
+    "ShiftDistance",
+    "MinorityFraction",
+    "Removed",
+    "SkippedImages",
+    "Rules",
+    "RegistryFacts",
+    "CollectionFilters",
+    "PaperFacts",
+    "Level",
+    "Factor",
+    "FamilyDesign",
+    "ConditionalFacts",
+    "MixedFraction",
+    "MeasuredShift",
+    "SplitShift",
+    "READABLE_VERSIONS",
+    "DistanceRule",
+    "LevelType",
+    "TestMode",
+]

@@ -4,6 +4,7 @@ One place decides which splits are scored and in what order, which split a headl
 which split plays in-distribution (ID) against out-of-distribution (OOD): ``score``, ``evaluate``,
 the zoo, ``bugs`` and the cards all ask here.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -33,8 +34,10 @@ def chosen_splits(asked: Iterable[str] | None, available: Iterable[str], task_id
     chosen = opt.names(asked, "splits")  # a bare 'test' (read letter by letter) and repeats are refused
     unknown = [s for s in chosen if s not in order]
     if unknown:
-        raise UnknownNameError(f"task {task_id} has no split(s) {unknown}{did_you_mean(unknown[0], order)}",
-                               f"use splits among {', '.join(order)}")
+        raise UnknownNameError(
+            f"task {task_id} has no split(s) {unknown}{did_you_mean(unknown[0], order)}",
+            f"use splits among {', '.join(order)}",
+        )
     return [s for s in order if s in chosen]
 
 

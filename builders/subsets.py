@@ -4,6 +4,7 @@ A subset is named ``subject(context)``. Candidate subsets are held as one compre
 (CSR: subset -> sorted image indices into a sorted list of image-id strings) so that the
 full-scale build never materialises millions of Python sets.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .scene_graphs import SceneGraphTable
 
 
 KINDS = ("object", "attribute", "general")
+
 
 def published_kind(name: str) -> tuple[str, str | None]:
     """Kind and category of a key of the published *full* pickle: general when its subject is a
@@ -107,7 +109,9 @@ class CandidateSubsets:
         rank = np.empty(len(names), dtype=np.int64)
         rank[order] = np.arange(len(names), dtype=np.int64)
         n_img = max(len(image_ids), 1)
-        key = np.unique(rank[np.asarray(subset_codes, dtype=np.int64)] * n_img + np.asarray(image_codes, dtype=np.int64))
+        key = np.unique(
+            rank[np.asarray(subset_codes, dtype=np.int64)] * n_img + np.asarray(image_codes, dtype=np.int64)
+        )
         sub_sorted = key // n_img
         counts = np.bincount(sub_sorted, minlength=len(names))
         indptr = np.zeros(len(names) + 1, dtype=np.int64)
@@ -163,8 +167,10 @@ class CandidateSubsets:
 
     def index(self, name: str) -> int:
         if name not in self._pos:
-            raise UnknownNameError(f"unknown subset {name!r}{did_you_mean(name, self.names)}",
-                                   "use a name listed in the candidate subsets")
+            raise UnknownNameError(
+                f"unknown subset {name!r}{did_you_mean(name, self.names)}",
+                "use a name listed in the candidate subsets",
+            )
         return self._pos[name]
 
     def sizes(self) -> np.ndarray:
@@ -173,7 +179,7 @@ class CandidateSubsets:
     def members(self, name: str) -> np.ndarray:
         """Sorted unique int64 image indices of one subset."""
         i = self.index(name)
-        return self.indices[self.indptr[i]:self.indptr[i + 1]]
+        return self.indices[self.indptr[i] : self.indptr[i + 1]]
 
     def images(self, name: str) -> frozenset[str]:
         return frozenset(self.image_ids[j] for j in self.members(name).tolist())
@@ -184,10 +190,13 @@ class CandidateSubsets:
         sizes = self.sizes()[idx]
         indptr = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=indptr[1:])
-        pieces = [self.indices[self.indptr[i]:self.indptr[i + 1]] for i in idx.tolist()]
+        pieces = [self.indices[self.indptr[i] : self.indptr[i + 1]] for i in idx.tolist()]
         out = CandidateSubsets(
-            names=[self.names[i] for i in idx], kinds=[self.kinds[i] for i in idx],
-            categories=[self.categories[i] for i in idx], image_ids=self.image_ids, indptr=indptr,
+            names=[self.names[i] for i in idx],
+            kinds=[self.kinds[i] for i in idx],
+            categories=[self.categories[i] for i in idx],
+            image_ids=self.image_ids,
+            indptr=indptr,
             indices=np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64),
             collisions=self.collisions,
         )
@@ -214,8 +223,12 @@ class KeptSubsets:
     sizes: np.ndarray  # int64 image counts
 
 
-def apply_rules(candidates: CandidateSubsets, min_images_per_subset: int = 25,
-                min_subsets_per_class: int = 5, max_subsets_per_class: int = 0) -> RuleResult:
+def apply_rules(
+    candidates: CandidateSubsets,
+    min_images_per_subset: int = 25,
+    min_subsets_per_class: int = 5,
+    max_subsets_per_class: int = 0,
+) -> RuleResult:
     """A subset is big enough with at least ``min_images_per_subset`` images; a subject is a class
     when it has MORE than ``min_subsets_per_class`` big-enough subsets (the original's '> 5').
     ``max_subsets_per_class`` (0: no cap) keeps a class's largest subsets only, ties by name."""
@@ -278,8 +291,10 @@ def candidates_from_scene_graphs(
     V = len(sg.vocab)
     N = len(sg.image_ids)
     if N == 0:
-        raise InputFormatError(f"scene-graph files {', '.join(sg.files)} hold no images",
-                               "pass GQA train_sceneGraphs.json / val_sceneGraphs.json")
+        raise InputFormatError(
+            f"scene-graph files {', '.join(sg.files)} hold no images",
+            "pass GQA train_sceneGraphs.json / val_sceneGraphs.json",
+        )
     vocab = sg.vocab
     order = np.argsort(np.asarray(sg.image_ids, dtype=object), kind="stable")
     rank = np.empty(N, dtype=np.int64)
@@ -310,14 +325,15 @@ def candidates_from_scene_graphs(
             streams["object"].append((sg.rel_subjects[keep] * V + sg.rel_targets[keep], rel_img[keep]))
         elif pairing == "cooccurrence":
             n = u_img.size
-            per_row = (row_stop - row_start)
+            per_row = row_stop - row_start
             cum = np.cumsum(per_row)
             lo = 0
             while lo < n:
                 hi = int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _PAIR_BLOCK, side="right"))
                 hi = max(hi, lo + 1)
-                j, other = _pairs_within_images(np.arange(lo, min(hi, n), dtype=np.int64),
-                                                row_start[lo:hi], row_stop[lo:hi])
+                j, other = _pairs_within_images(
+                    np.arange(lo, min(hi, n), dtype=np.int64), row_start[lo:hi], row_stop[lo:hi]
+                )
                 s, c = u_name[j], u_name[other]
                 keep = ((j != other) | (ucount[j] >= 2)) & ~drop_ctx[c]
                 streams["object"].append((s[keep] * V + c[keep], u_img[j[keep]]))
@@ -389,6 +405,11 @@ def candidates_from_scene_graphs(
         else:
             cats_out.append(None)
     return CandidateSubsets(
-        names=[names[r] for r in name_order.tolist()], kinds=kinds_out, categories=cats_out,
-        image_ids=image_ids, indptr=indptr, indices=keys % N, collisions=int((seen_in > 1).sum()),
+        names=[names[r] for r in name_order.tolist()],
+        kinds=kinds_out,
+        categories=cats_out,
+        image_ids=image_ids,
+        indptr=indptr,
+        indices=keys % N,
+        collisions=int((seen_in > 1).sum()),
     )

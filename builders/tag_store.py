@@ -11,6 +11,7 @@ per image: membership.parquet's lookup), per-subset arrays and one class's membe
 nothing per (image, tag) row or per (subset, image) row. The tables it yields are equal to the
 in-memory build's (tests/test_build_scale.py builds every multi-label fixture both ways).
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,8 +61,15 @@ class TagCandidates:
     batch by batch on open (its rows are checked then); a table's subject names are checked here.
     """
 
-    def __init__(self, source: TagTable | TagsFile, *, subjects: Collection[str] = (),
-                 subject_categories: Collection[str] = (), memory_limit: int | None = None, threads: int = 1) -> None:
+    def __init__(
+        self,
+        source: TagTable | TagsFile,
+        *,
+        subjects: Collection[str] = (),
+        subject_categories: Collection[str] = (),
+        memory_limit: int | None = None,
+        threads: int = 1,
+    ) -> None:
         if isinstance(source, TagTable):
             if len(source) == 0:
                 raise EmptyResultError("the multi-label input has no (image, tag) rows", "give a non-empty input")
@@ -81,9 +89,15 @@ class TagCandidates:
         """Count the candidates, with DuckDB's database and spill files in the new folder ``spill``."""
         spill.mkdir()
         self._spill = spill
-        con = duckdb.connect(str(spill / "candidates.duckdb"), config={
-            "memory_limit": f"{self.memory_limit}B", "temp_directory": str(spill / "tmp"),
-            "threads": self.threads, "preserve_insertion_order": False})
+        con = duckdb.connect(
+            str(spill / "candidates.duckdb"),
+            config={
+                "memory_limit": f"{self.memory_limit}B",
+                "temp_directory": str(spill / "tmp"),
+                "threads": self.threads,
+                "preserve_insertion_order": False,
+            },
+        )
         self._con = con
         clock = time.process_time()
         if isinstance(self.source, TagTable):
@@ -91,8 +105,9 @@ class TagCandidates:
         else:
             tags, categories = self._load_file(con, self.source)
         rows, images = self._one("SELECT count(*), count(DISTINCT img) FROM tag_rows")
-        logger.info(f"read: {rows} image-tag rows, {images} images, {len(tags)} tags "
-                    f"(cpu {time.process_time() - clock:.2f} s)")
+        logger.info(
+            f"read: {rows} image-tag rows, {images} images, {len(tags)} tags (cpu {time.process_time() - clock:.2f} s)"
+        )
         # every (subject, context) pair of one image's tags: counted first, then its rows stored
         # sorted by subset (no table of pairs: the join is cheaper to run twice than to keep)
         pairs = """FROM tag_rows a JOIN tag_names n ON n.tag = a.tag AND n.allowed
@@ -123,15 +138,27 @@ class TagCandidates:
     def _tag_names(self, con: "duckdb.DuckDBPyConnection", tags: list[str], categories: Mapping) -> None:
         """Table tag_names: code, name, category, may it be a subject (checks the subject names)."""
         allowed = allowed_subjects(tags, categories, self.subjects, self.subject_categories)
-        _create(con, "tag_names", pa.table({
-            "tag": pa.array(np.arange(len(tags), dtype=np.int32)), "name": pa.array(tags, pa.string()),
-            "category": pa.array([categories.get(x) for x in tags], pa.string()), "allowed": pa.array(allowed)}))
+        _create(
+            con,
+            "tag_names",
+            pa.table(
+                {
+                    "tag": pa.array(np.arange(len(tags), dtype=np.int32)),
+                    "name": pa.array(tags, pa.string()),
+                    "category": pa.array([categories.get(x) for x in tags], pa.string()),
+                    "allowed": pa.array(allowed),
+                }
+            ),
+        )
 
     def _load_table(self, con: "duckdb.DuckDBPyConnection", t: TagTable) -> tuple[list[str], Mapping]:
         """tag_rows (img, tag codes) from a table in memory (COCO, a Hub dataset, tests)."""
         # codes fit int32 (tags, images < 2**31); DuckDB reads the Arrow arrays without a copy in Python
-        _create(con, "tag_rows", pa.table({"img": pa.array(t.image_codes.astype(np.int32)),
-                                           "tag": pa.array(t.tag_codes.astype(np.int32))}))
+        _create(
+            con,
+            "tag_rows",
+            pa.table({"img": pa.array(t.image_codes.astype(np.int32)), "tag": pa.array(t.tag_codes.astype(np.int32))}),
+        )
         self._tag_names(con, t.tags, t.categories)
         self.image_ids = t.image_ids
         return t.tags, t.categories
@@ -200,33 +227,50 @@ class TagCandidates:
 
     def kind_counts(self) -> dict:
         kept = int(self._one("SELECT count(*) FROM kept")[0])
-        return {k: {"candidates": len(self) if k == "object" else 0, "kept": kept if k == "object" else 0}
-                for k in KINDS}
+        return {
+            k: {"candidates": len(self) if k == "object" else 0, "kept": kept if k == "object" else 0} for k in KINDS
+        }
 
     def rules(self, min_images: int, min_subsets: int, max_subsets: int = 0) -> KeptSubsets:
         """The rules of ``subsets.apply_rules``, the kept subsets stored in DuckDB as table ``kept``."""
-        self._con.execute("CREATE OR REPLACE TABLE classes AS SELECT s FROM subsets WHERE n >= ? GROUP BY s "
-                  "HAVING count(*) > ?", [min_images, min_subsets])
-        self._con.execute("""CREATE OR REPLACE TABLE kept AS
+        self._con.execute(
+            "CREATE OR REPLACE TABLE classes AS SELECT s FROM subsets WHERE n >= ? GROUP BY s HAVING count(*) > ?",
+            [min_images, min_subsets],
+        )
+        self._con.execute(
+            """CREATE OR REPLACE TABLE kept AS
                      SELECT sid, name, subject, n, dense_rank() OVER (ORDER BY subject) AS crank FROM (
                          SELECT x.sid, x.name, x.subject, x.n,
                                 row_number() OVER (PARTITION BY x.s ORDER BY x.n DESC, x.sid) AS r
                          FROM subsets x JOIN classes k ON k.s = x.s WHERE x.n >= ?)
-                     WHERE ? = 0 OR r <= ? ORDER BY sid""", [min_images, max_subsets, max_subsets])
+                     WHERE ? = 0 OR r <= ? ORDER BY sid""",
+            [min_images, max_subsets, max_subsets],
+        )
         t = self._arrow("SELECT sid, name, subject, n FROM kept ORDER BY sid")
         classes = sorted(set(t.column("subject").to_pylist()))
-        return KeptSubsets(classes, t.column("sid").to_numpy().astype(np.int64), t.column("name").to_pylist(),
-                           t.column("subject").to_pylist(), t.column("n").to_numpy().astype(np.int64))
+        return KeptSubsets(
+            classes,
+            t.column("sid").to_numpy().astype(np.int64),
+            t.column("name").to_pylist(),
+            t.column("subject").to_pylist(),
+            t.column("n").to_numpy().astype(np.int64),
+        )
 
     def best_subject(self, min_images: int) -> tuple[str, int]:
         """The subject with the most subsets of at least ``min_images`` images (for the empty-rules message)."""
-        row = self._one("SELECT subject, count(*) FILTER (WHERE n >= ?) AS k FROM subsets GROUP BY subject "
-                        "ORDER BY k DESC, subject DESC LIMIT 1", min_images)
+        row = self._one(
+            "SELECT subject, count(*) FILTER (WHERE n >= ?) AS k FROM subsets GROUP BY subject "
+            "ORDER BY k DESC, subject DESC LIMIT 1",
+            min_images,
+        )
         return str(row[0]), int(row[1])
 
     def distinct_images(self, kept_only: bool) -> int:
-        q = ("SELECT count(DISTINCT m.img) FROM members m SEMI JOIN kept k ON k.sid = m.sid" if kept_only
-             else "SELECT count(DISTINCT img) FROM members")
+        q = (
+            "SELECT count(DISTINCT m.img) FROM members m SEMI JOIN kept k ON k.sid = m.sid"
+            if kept_only
+            else "SELECT count(DISTINCT img) FROM members"
+        )
         # a distinct count over every member row needs a hash of every image (~0.4 GiB at 9M images):
         # it runs under --memory-limit, not the read-back limit the range reads keep to
         self._one(f"SET memory_limit = '{self.memory_limit}B'")
@@ -242,15 +286,22 @@ class TagCandidates:
 
     def _codes(self, query: str, con: "duckdb.DuckDBPyConnection") -> Iterator[tuple[np.ndarray, np.ndarray]]:
         rel = self._sql(query, con=con)
-        reader = rel.to_arrow_reader(_BATCH_ROWS) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(_BATCH_ROWS)
+        reader = (
+            rel.to_arrow_reader(_BATCH_ROWS)
+            if hasattr(rel, "to_arrow_reader")
+            else rel.fetch_arrow_reader(_BATCH_ROWS)
+        )
         for batch in reader:
             yield (batch.column(0).to_numpy().astype(np.int64), batch.column(1).to_numpy().astype(np.int64))
 
     def _range(self, lo: int, hi: int, con: "duckdb.DuckDBPyConnection", kept: bool = False):
         # literal bounds (our own integers): a constant filter is pushed into the scan's zone maps
         semi = "SEMI JOIN kept k ON k.sid = m.sid " if kept else ""
-        return self._codes(f"SELECT m.sid, m.img FROM members m {semi}WHERE m.sid BETWEEN {int(lo)} AND {int(hi)} "
-                           "ORDER BY m.sid, m.img", con)
+        return self._codes(
+            f"SELECT m.sid, m.img FROM members m {semi}WHERE m.sid BETWEEN {int(lo)} AND {int(hi)} "
+            "ORDER BY m.sid, m.img",
+            con,
+        )
 
     def membership_codes(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(subset rank, image code) of every candidate row, sorted (membership.parquet's order), read
@@ -287,13 +338,25 @@ class TagCandidates:
         kept from the rules, community from the analyses (millions of candidates on LAION-like tags
         are never one Arrow table)."""
         con = self._con
-        _create(con, "communities", pa.table({"name": pa.array(list(communities), pa.string()),
-                                              "community": pa.array(list(communities.values()), pa.int64())}))
+        _create(
+            con,
+            "communities",
+            pa.table(
+                {
+                    "name": pa.array(list(communities), pa.string()),
+                    "community": pa.array(list(communities.values()), pa.int64()),
+                }
+            ),
+        )
         rel = self._sql("""
             SELECT x.name AS subset, x.subject, x.context, 'object' AS kind, x.category, x.n AS n_images,
                    (k.sid IS NOT NULL) AS kept, coalesce(c.community, -1)::BIGINT AS community
             FROM subsets x LEFT JOIN kept k ON k.sid = x.sid LEFT JOIN communities c ON c.name = x.name
             ORDER BY x.sid""")
-        reader = rel.to_arrow_reader(_BATCH_ROWS) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(_BATCH_ROWS)
+        reader = (
+            rel.to_arrow_reader(_BATCH_ROWS)
+            if hasattr(rel, "to_arrow_reader")
+            else rel.fetch_arrow_reader(_BATCH_ROWS)
+        )
         for batch in reader:
             yield pa.Table.from_batches([batch]).cast(schema)

@@ -5,6 +5,7 @@ every ordered pair of its distinct tags, the subject restricted to the tags allo
 (all by default). COCO (builders/coco.py), a tags table (``--tags FILE``) and a Hub dataset
 (``--hf-dataset``) all come here, so they share one rule; the same rules and meta-graphs follow.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,13 +53,18 @@ class RowCheck:
 
     def raise_first(self) -> None:
         if self.null_ids or self.null_tags:
-            raise InputFormatError(f"{self.what}: empty image_id or tag values ({self.null_ids} / {self.null_tags} "
-                                   "rows)", "drop rows without an image id or a tag")
+            raise InputFormatError(
+                f"{self.what}: empty image_id or tag values ({self.null_ids} / {self.null_tags} rows)",
+                "drop rows without an image id or a tag",
+            )
         if self.empty:
             raise InputFormatError(f"{self.what}: some tags are empty", "drop rows whose tag is empty")
         if self.parenthesised is not None:
-            raise InputFormatError(f"{self.what}: tag {self.parenthesised!r} contains parentheses, which subset names "
-                                   "'subject(context)' cannot hold", "rename such tags, e.g. replace '(' and ')' by '-'")
+            raise InputFormatError(
+                f"{self.what}: tag {self.parenthesised!r} contains parentheses, which subset names "
+                "'subject(context)' cannot hold",
+                "rename such tags, e.g. replace '(' and ')' by '-'",
+            )
 
 
 def check_tag_names(tags: Iterable[str], what: str) -> None:
@@ -66,10 +72,11 @@ def check_tag_names(tags: Iterable[str], what: str) -> None:
     for t in tags:
         c = control_char(t)
         if c is not None:
-            raise InputFormatError(f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
-                                   f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
-                                   "remove control characters from the tags (plain letters, digits, spaces and "
-                                   "punctuation only)")
+            raise InputFormatError(
+                f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
+                f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
+                "remove control characters from the tags (plain letters, digits, spaces and punctuation only)",
+            )
 
 
 @dataclass
@@ -83,8 +90,14 @@ class TagTable:
     categories: dict[str, str | None] = field(default_factory=dict)  # tag -> category (COCO super-category)
 
     @classmethod
-    def from_columns(cls, image_ids: "pa.Array | Iterable[str]", tags: "pa.Array | Iterable[str]",
-                     categories: Mapping[str, str | None] | None = None, *, what: str = "tags") -> "TagTable":
+    def from_columns(
+        cls,
+        image_ids: "pa.Array | Iterable[str]",
+        tags: "pa.Array | Iterable[str]",
+        categories: Mapping[str, str | None] | None = None,
+        *,
+        what: str = "tags",
+    ) -> "TagTable":
         """From two parallel columns (one row per image-tag pair; duplicates are dropped)."""
         img = pa.array(image_ids) if not isinstance(image_ids, (pa.Array, pa.ChunkedArray)) else image_ids
         tag = pa.array(tags) if not isinstance(tags, (pa.Array, pa.ChunkedArray)) else tags
@@ -101,33 +114,44 @@ class TagTable:
         tc = pc.index_in(tag, value_set=tag_vocab).to_numpy(zero_copy_only=False).astype(np.int64)
         key = np.unique(ic * max(len(tag_vocab), 1) + tc)
         cats = {t: (categories or {}).get(t) for t in tags_list}
-        return cls(image_vocab.to_pylist(), tags_list, key // max(len(tag_vocab), 1), key % max(len(tag_vocab), 1),
-                   cats)
+        return cls(
+            image_vocab.to_pylist(), tags_list, key // max(len(tag_vocab), 1), key % max(len(tag_vocab), 1), cats
+        )
 
     def __len__(self) -> int:
         return int(self.image_codes.size)
 
 
-def allowed_subjects(tags: Sequence[str], categories: Mapping[str, str | None], subjects: Collection[str] = (),
-                     subject_categories: Collection[str] = ()) -> np.ndarray:
+def allowed_subjects(
+    tags: Sequence[str],
+    categories: Mapping[str, str | None],
+    subjects: Collection[str] = (),
+    subject_categories: Collection[str] = (),
+) -> np.ndarray:
     """Per tag of ``tags`` (bool): may it be a subject? In ``subjects`` or of a category (``categories``:
     tag -> category) in ``subject_categories`` (both empty: every tag). Names that do not occur are an
     InputFormatError."""
     if not (subjects or subject_categories):
         return np.ones(len(tags), dtype=bool)
     known_cats = {c for c in categories.values() if c}
-    for name, given, known in (("subject tag", subjects, set(tags)),
-                               ("subject category", subject_categories, known_cats)):
+    for name, given, known in (
+        ("subject tag", subjects, set(tags)),
+        ("subject category", subject_categories, known_cats),
+    ):
         missing = sorted(set(given) - known)
         if missing:
-            raise InputFormatError(f"{name}(s) {missing} do not occur in the input",
-                                   f"use names that occur: {', '.join(sorted(known)[:12])} ...")
-    return np.fromiter((t in set(subjects) or categories.get(t) in set(subject_categories) for t in tags),
-                       dtype=bool, count=len(tags))
+            raise InputFormatError(
+                f"{name}(s) {missing} do not occur in the input",
+                f"use names that occur: {', '.join(sorted(known)[:12])} ...",
+            )
+    return np.fromiter(
+        (t in set(subjects) or categories.get(t) in set(subject_categories) for t in tags), dtype=bool, count=len(tags)
+    )
 
 
-def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
-                         subject_categories: Collection[str] = ()) -> CandidateSubsets:
+def candidates_from_tags(
+    table: TagTable, *, subjects: Collection[str] = (), subject_categories: Collection[str] = ()
+) -> CandidateSubsets:
     """``s(c)`` = the images tagged with both ``s`` and ``c`` (s != c), for every subject ``s``
     allowed: in ``subjects`` or whose category is in ``subject_categories`` (both empty: every tag).
     Every subset is of kind ``object``; its category is the context tag's category.
@@ -153,8 +177,9 @@ def candidates_from_tags(table: TagTable, *, subjects: Collection[str] = (),
     uniq, subset_codes = np.unique(code, return_inverse=True)
     names = [str(SubsetName(table.tags[c // n_tags], table.tags[c % n_tags])) for c in uniq.tolist()]
     cats = [table.categories.get(table.tags[c % n_tags]) for c in uniq.tolist()]
-    return CandidateSubsets.from_codes(names, ["object"] * len(names), cats, table.image_ids,
-                                       subset_codes.astype(np.int64), img[first])
+    return CandidateSubsets.from_codes(
+        names, ["object"] * len(names), cats, table.image_ids, subset_codes.astype(np.int64), img[first]
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,39 +202,50 @@ class TagsFile:
         self.path = Path(path)
         self.what = str(self.path)
         if not self.path.is_file():
-            raise InputFormatError(f"tags file {self.path} does not exist",
-                                   "pass a CSV or parquet file with image_id,tag rows")
+            raise InputFormatError(
+                f"tags file {self.path} does not exist", "pass a CSV or parquet file with image_id,tag rows"
+            )
         self.parquet = self.path.suffix.lower() in (".parquet", ".pq")
         try:
-            names = (pq.ParquetFile(self.path).schema_arrow.names if self.parquet
-                     else self._csv().schema.names)
+            names = pq.ParquetFile(self.path).schema_arrow.names if self.parquet else self._csv().schema.names
         except (pa.ArrowException, OSError) as exc:
             raise self._unreadable(exc) from None
         missing = [c for c in TAG_FILE_COLUMNS if c not in names]
         if missing:
-            raise InputFormatError(f"{self.path}: missing column(s) {missing} (has {names})",
-                                   "name the columns image_id and tag (one row per image-tag pair)")
+            raise InputFormatError(
+                f"{self.path}: missing column(s) {missing} (has {names})",
+                "name the columns image_id and tag (one row per image-tag pair)",
+            )
         self.has_category = "category" in names
         self.categories: dict = {}  # raw tag value -> category of its last row (filled by batches)
         self._rows = RowCheck(self.what)
         self._error: InputFormatError | None = None
 
     def _unreadable(self, exc: Exception) -> InputFormatError:
-        return InputFormatError(f"{self.path}: not a readable CSV/parquet table ({exc})",
-                                "write the tags as CSV (header image_id,tag) or parquet")
+        return InputFormatError(
+            f"{self.path}: not a readable CSV/parquet table ({exc})",
+            "write the tags as CSV (header image_id,tag) or parquet",
+        )
 
     def _csv(self, columns: Sequence[str] | None = None):
-        return pcsv.open_csv(self.path, convert_options=pcsv.ConvertOptions(
-            column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()},
-            include_columns=columns))
+        return pcsv.open_csv(
+            self.path,
+            convert_options=pcsv.ConvertOptions(
+                column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()},
+                include_columns=columns,
+            ),
+        )
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The rows as (image_id, tag) string batches, tags trimmed, in file order (once per TagsFile).
         A read error ends the stream; ``check`` raises it."""
         columns = [*TAG_FILE_COLUMNS, *(["category"] if self.has_category else [])]
         try:
-            reader = (pq.ParquetFile(self.path).iter_batches(batch_size=_FILE_BATCH_ROWS, columns=columns)
-                      if self.parquet else self._csv(columns))
+            reader = (
+                pq.ParquetFile(self.path).iter_batches(batch_size=_FILE_BATCH_ROWS, columns=columns)
+                if self.parquet
+                else self._csv(columns)
+            )
             for batch in reader:
                 img, tag = batch.column("image_id"), batch.column("tag")
                 if self.has_category:  # as a dict over the rows: the last row of a tag wins
@@ -231,8 +267,9 @@ def read_tags_file(path: str | os.PathLike) -> TagTable:
     f = TagsFile(path)
     t = pa.Table.from_batches(list(f.batches()), schema=pa.schema([(c, pa.string()) for c in TAG_FILE_COLUMNS]))
     f.check()
-    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(),
-                                 f.categories or None, what=f.what)
+    return TagTable.from_columns(
+        t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), f.categories or None, what=f.what
+    )
 
 
 def tags_from_dataset(ds, *, tag_column: str, id_column: str | None = None, what: str = "dataset") -> TagTable:
@@ -251,8 +288,11 @@ def tags_from_dataset(ds, *, tag_column: str, id_column: str | None = None, what
     label_names = getattr(inner, "names", None)  # ClassLabel: ints -> names
     table = ds.select_columns([c for c in (tag_column, id_column) if c]).with_format("arrow")[:]
     tag_col = table.column(tag_column).combine_chunks()
-    ids = (pc.cast(table.column(id_column).combine_chunks(), pa.string()) if id_column
-           else pa.array([str(i) for i in range(len(ds))], pa.string()))
+    ids = (
+        pc.cast(table.column(id_column).combine_chunks(), pa.string())
+        if id_column
+        else pa.array([str(i) for i in range(len(ds))], pa.string())
+    )
     if pa.types.is_list(tag_col.type) or pa.types.is_large_list(tag_col.type):
         lengths = pc.fill_null(pc.list_value_length(tag_col), 0).to_numpy(zero_copy_only=False)
         ids = pc.take(ids, pa.array(np.repeat(np.arange(len(ids)), lengths)))
@@ -278,9 +318,10 @@ class MultiLabelDataset:
         try:
             return datasets.load_dataset(self.name, split=self.split)
         except (FileNotFoundError, ValueError) as exc:
-            raise InputFormatError(f"cannot load dataset {self.name!r} split {self.split!r} ({exc})",
-                                   "pass a Hub dataset id or a local dataset folder, and --hf-split if it has no "
-                                   "'train' split") from None
+            raise InputFormatError(
+                f"cannot load dataset {self.name!r} split {self.split!r} ({exc})",
+                "pass a Hub dataset id or a local dataset folder, and --hf-split if it has no 'train' split",
+            ) from None
 
     def resolved(self, ds) -> "MultiLabelDataset":
         """With ``image_column`` set to the dataset's image column when none was given and exactly one
@@ -293,8 +334,10 @@ class MultiLabelDataset:
     def tag_table(self, ds=None) -> TagTable:
         ds = self.load() if ds is None else ds
         if self.image_column and self.image_column not in ds.column_names:
-            raise InputFormatError(f"{self.name} has no column {self.image_column!r} (columns: {ds.column_names})",
-                                   "pass --image-column COL naming the dataset's image column, or leave it out")
+            raise InputFormatError(
+                f"{self.name} has no column {self.image_column!r} (columns: {ds.column_names})",
+                "pass --image-column COL naming the dataset's image column, or leave it out",
+            )
         return tags_from_dataset(ds, tag_column=self.tag_column, id_column=self.id_column, what=self.name)
 
     def image_ids(self, ds) -> list[str]:
@@ -307,17 +350,30 @@ class MultiLabelDataset:
     def images(self, ds=None) -> DatasetImages:
         """The dataset's own images (``image_column``) by image id."""
         if not self.image_column:
-            raise InputFormatError(f"dataset {self.name}: no image column was given",
-                                   "rebuild with --image-column COL, or pass --images")
+            raise InputFormatError(
+                f"dataset {self.name}: no image column was given", "rebuild with --image-column COL, or pass --images"
+            )
         ds = self.load() if ds is None else ds
         return DatasetImages(ds, self.image_column, self.image_ids(ds), self.name, paths=True)  # the user's own input
 
     @classmethod
     def from_record(cls, record: Mapping) -> "MultiLabelDataset":
         """The input record an artifact's manifest holds (``input_record``)."""
-        return cls(record["path"], record["tag_column"], split=record.get("split", "train"),
-                   id_column=record.get("id_column"), image_column=record.get("image_column"))
+        return cls(
+            record["path"],
+            record["tag_column"],
+            split=record.get("split", "train"),
+            id_column=record.get("id_column"),
+            image_column=record.get("image_column"),
+        )
 
     def input_record(self) -> dict:
-        return {"path": self.name, "sha256": "", "role": "hf_dataset", "split": self.split,
-                "tag_column": self.tag_column, "id_column": self.id_column, "image_column": self.image_column}
+        return {
+            "path": self.name,
+            "sha256": "",
+            "role": "hf_dataset",
+            "split": self.split,
+            "tag_column": self.tag_column,
+            "id_column": self.id_column,
+            "image_column": self.image_column,
+        }

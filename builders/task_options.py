@@ -5,6 +5,7 @@ fields); :func:`option_value` converts one value to its field's type or raises a
 :class:`InputFormatError` naming the option and the fix. Name checks against the registered families
 (did-you-mean, "applies to another family") are in :func:`builders.tasks.parse_options`.
 """
+
 from __future__ import annotations
 
 import enum
@@ -36,28 +37,37 @@ def _doc(text: str) -> dict:
 class PaperDGOptions:
     """Options of ``paper-dg-cat-dog-<k>`` (sizes default to the paper's)."""
 
-    scale: float | None = field(default=None, metadata=_doc(
-        "multiply every size by this fraction in (0, 1]"))
+    scale: float | None = field(default=None, metadata=_doc("multiply every size by this fraction in (0, 1]"))
     train_per_group: int | Default = field(default=DEFAULT, metadata=_doc("training images per group (100)"))
-    validation_per_group: int | Default = field(default=DEFAULT, metadata=_doc("validation images per training group (25)"))
-    id_test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("id_test images per training group, at most (50)"))
-    test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
-        "test images per test group; None = whole groups (default)"))
-    additional_test_per_group: int | None | Default = field(default=DEFAULT, metadata=_doc(
-        "images per additional test group; 0 = left out (default), None = whole groups"))
+    validation_per_group: int | Default = field(
+        default=DEFAULT, metadata=_doc("validation images per training group (25)")
+    )
+    id_test_per_group: int | Default = field(
+        default=DEFAULT, metadata=_doc("id_test images per training group, at most (50)")
+    )
+    test_per_group: int | None | Default = field(
+        default=DEFAULT, metadata=_doc("test images per test group; None = whole groups (default)")
+    )
+    additional_test_per_group: int | None | Default = field(
+        default=DEFAULT, metadata=_doc("images per additional test group; 0 = left out (default), None = whole groups")
+    )
 
 
 @dataclass(frozen=True)
 class PaperSubpopOptions:
     """Options of ``paper-subpop-cat-dog-p12|p6|p1`` (sizes default to the paper's)."""
 
-    scale: float | None = field(default=None, metadata=_doc(
-        "multiply every size by this fraction in (0, 1]; drops the paper's pool check"))
-    minority_fraction: float | Default = field(default=DEFAULT, metadata=_doc(
-        "minority share of each class's training images, in [0, 0.5] (sets minority_per_class)"))
+    scale: float | None = field(
+        default=None, metadata=_doc("multiply every size by this fraction in (0, 1]; drops the paper's pool check")
+    )
+    minority_fraction: float | Default = field(
+        default=DEFAULT,
+        metadata=_doc("minority share of each class's training images, in [0, 0.5] (sets minority_per_class)"),
+    )
     train_per_class: int | Default = field(default=DEFAULT, metadata=_doc("training images per class (850)"))
-    minority_per_class: int | Default = field(default=DEFAULT, metadata=_doc(
-        "minority training images per class (100 / 50 / 10 for p12 / p6 / p1)"))
+    minority_per_class: int | Default = field(
+        default=DEFAULT, metadata=_doc("minority training images per class (100 / 50 / 10 for p12 / p6 / p1)")
+    )
     test_per_group: int | Default = field(default=DEFAULT, metadata=_doc("balanced test images per group (144)"))
     validation_per_class: int | Default = field(default=DEFAULT, metadata=_doc("validation images per class (85)"))
 
@@ -66,20 +76,25 @@ class PaperSubpopOptions:
 class ClassOptions:
     """Options of ``class-<name>`` (every image of one class, once)."""
 
-    image_subset_size_threshold: int | None = field(default=None, metadata=_doc(
-        "keep only subsets with at least this many images (>= the artifact's min_images_per_subset)"))
-    min_local_groups: int | None = field(default=None, metadata=_doc(
-        "keep the class only when it has more than this many such subsets"))
+    image_subset_size_threshold: int | None = field(
+        default=None,
+        metadata=_doc("keep only subsets with at least this many images (>= the artifact's min_images_per_subset)"),
+    )
+    min_local_groups: int | None = field(
+        default=None, metadata=_doc("keep the class only when it has more than this many such subsets")
+    )
 
 
 @dataclass(frozen=True)
 class CollectionOptions(ClassOptions):
     """Options of ``classes`` / ``attributes`` (the old Hugging Face loader's collections)."""
 
-    selected_classes: tuple[str, ...] | None = field(default=None, metadata=_doc(
-        "classes to include (default: every class of the artifact)"))
-    attributes: tuple[str, ...] | None = field(default=None, metadata=_doc(
-        "'attributes' only: restrict to these subsets, e.g. ['cat(orange)']"))
+    selected_classes: tuple[str, ...] | None = field(
+        default=None, metadata=_doc("classes to include (default: every class of the artifact)")
+    )
+    attributes: tuple[str, ...] | None = field(
+        default=None, metadata=_doc("'attributes' only: restrict to these subsets, e.g. ['cat(orange)']")
+    )
 
 
 def option_docs(options_type: type) -> dict[str, str]:
@@ -117,7 +132,11 @@ def _coerce(value: Any, hint: Any) -> tuple[bool, Any]:
             return False, value
         return True, float(value)
     if typing.get_origin(hint) is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        if (
+            isinstance(value, str)
+            or not isinstance(value, (list, tuple))
+            or not all(isinstance(v, str) for v in value)
+        ):
             return False, value
         return True, tuple(value)
     return isinstance(value, hint), value
@@ -129,8 +148,10 @@ def option_value(task_id: str, name: str, value: Any, hint: Any) -> Any:
         ok, out = _coerce(value, m)
         if ok:
             return out
-    raise InputFormatError(f"task {task_id}: option {name}={value!r} is not {_type_name(hint)}",
-                           f"pass {name} as {_type_name(hint)} (Python keyword, or --set {name}=VALUE as JSON)")
+    raise InputFormatError(
+        f"task {task_id}: option {name}={value!r} is not {_type_name(hint)}",
+        f"pass {name} as {_type_name(hint)} (Python keyword, or --set {name}=VALUE as JSON)",
+    )
 
 
 @dataclass(frozen=True)
@@ -152,5 +173,8 @@ def given_options(options: Any) -> dict[str, Any]:
 
 
 def given_sizes(options: Any) -> dict[str, Any]:
-    return {f.name: getattr(options, f.name) for f in fields(options)
-            if f.name != "scale" and getattr(options, f.name) is not DEFAULT}
+    return {
+        f.name: getattr(options, f.name)
+        for f in fields(options)
+        if f.name != "scale" and getattr(options, f.name) is not DEFAULT
+    }

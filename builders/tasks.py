@@ -27,6 +27,7 @@ types with :mod:`.task_options`, where the options dataclasses live (an unknown 
 wrong type -> a :class:`MetashiftError` naming the option and the fix); the family checks values
 while planning.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,8 +74,6 @@ from .task_options import (  # the options dataclasses stay importable from here
 _REGISTRY_FILE = "tasks.parquet"  # written by `metashift-hf match` (wordnet_match)
 # The old Hugging Face loader's spelling of the ``attributes`` task (a builder config flag).
 OLD_LOADER_ATTRIBUTES_FLAG = "attributes_dataset"
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,10 +145,14 @@ def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> A
         if name not in known:
             others = [f.title for f in _FAMILIES if f is not family and name in option_docs(f.options_type)]
             if others:
-                raise InputFormatError(f"option {name} applies to the {' and the '.join(others)}, not task {task_id!r}",
-                                       f"drop {name}, or use a task of that family")
-            raise UnknownNameError(f"unknown option {name!r} for task {task_id}" + did_you_mean(name, known),
-                                   f"this task accepts: {', '.join(sorted(known))} (and seed)")
+                raise InputFormatError(
+                    f"option {name} applies to the {' and the '.join(others)}, not task {task_id!r}",
+                    f"drop {name}, or use a task of that family",
+                )
+            raise UnknownNameError(
+                f"unknown option {name!r} for task {task_id}" + did_you_mean(name, known),
+                f"this task accepts: {', '.join(sorted(known))} (and seed)",
+            )
         values[name] = option_value(task_id, name, value, hints[name])
     return family.options_type(**values)
 
@@ -170,10 +173,13 @@ class _PaperFamily(TaskFamily):
 
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
-            raise UnknownNameError(f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
-                                   "build the artifact from GQA scene graphs (or the demo world), which has both")
-        plan = paper_tasks.plan(task_id, artifact_source(artifact), seed=seed, scale=options.scale,
-                                overrides=given_sizes(options))
+            raise UnknownNameError(
+                f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
+                "build the artifact from GQA scene graphs (or the demo world), which has both",
+            )
+        plan = paper_tasks.plan(
+            task_id, artifact_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
+        )
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
@@ -210,9 +216,15 @@ class CocoSubpopFamily(TaskFamily):
         return plan
 
 
-def _collection_contexts(task: str, artifact: Artifact, source: ArtifactSource, classes: list[str],
-                         kinds: tuple[str, ...] | None, only: tuple[str, ...] | None,
-                         opts: ClassOptions) -> dict[str, dict[str, frozenset[str]]]:
+def _collection_contexts(
+    task: str,
+    artifact: Artifact,
+    source: ArtifactSource,
+    classes: list[str],
+    kinds: tuple[str, ...] | None,
+    only: tuple[str, ...] | None,
+    opts: ClassOptions,
+) -> dict[str, dict[str, frozenset[str]]]:
     """class -> {context: ids} after the migration filters (kind, subset list, size, local groups)."""
     threshold, min_groups = opts.image_subset_size_threshold, opts.min_local_groups
     base = artifact.options.min_images_per_subset
@@ -249,14 +261,17 @@ def _collection_contexts(task: str, artifact: Artifact, source: ArtifactSource, 
         if ctxs:
             out[c] = ctxs
     if not out:
-        raise EmptyResultError(f"task {task}: no class has subsets left after the filters",
-                               "relax image_subset_size_threshold / min_local_groups / attributes / selected_classes")
+        raise EmptyResultError(
+            f"task {task}: no class has subsets left after the filters",
+            "relax image_subset_size_threshold / min_local_groups / attributes / selected_classes",
+        )
     return out
 
 
 def _filters(opts: ClassOptions) -> CollectionFilters:
-    return CollectionFilters(image_subset_size_threshold=opts.image_subset_size_threshold,
-                             min_local_groups=opts.min_local_groups)
+    return CollectionFilters(
+        image_subset_size_threshold=opts.image_subset_size_threshold, min_local_groups=opts.min_local_groups
+    )
 
 
 def class_task_id(cls: str) -> str:
@@ -283,7 +298,7 @@ class ClassFamily(TaskFamily):
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         cls = class_of_task(task_id, artifact)
-        return (cls,) if cls is not None else (task_id[len(self.prefix):],)
+        return (cls,) if cls is not None else (task_id[len(self.prefix) :],)
 
     def plan(self, artifact: Artifact, task_id: str, options: ClassOptions, seed: int) -> TaskPlan:
         cls = class_of_task(task_id, artifact)
@@ -297,7 +312,12 @@ class ClassFamily(TaskFamily):
 class CollectionFamily(TaskFamily):
     """``classes`` (every class) and ``attributes`` (attribute subsets only): the old loader's configs."""
 
-    name, title, kind, options_type = "collections", "collections (classes, attributes)", "collection", CollectionOptions
+    name, title, kind, options_type = (
+        "collections",
+        "collections (classes, attributes)",
+        "collection",
+        CollectionOptions,
+    )
     task_ids = ("classes", "attributes")
 
     def owns(self, artifact: Artifact, task_id: str) -> bool:
@@ -315,21 +335,28 @@ class CollectionFamily(TaskFamily):
 
     def plan(self, artifact: Artifact, task_id: str, options: CollectionOptions, seed: int) -> TaskPlan:
         if options.attributes is not None and task_id != "attributes":
-            raise InputFormatError(f"option attributes= applies to the 'attributes' task, not {task_id!r}",
-                                   "use task 'attributes' or drop the attributes option")
+            raise InputFormatError(
+                f"option attributes= applies to the 'attributes' task, not {task_id!r}",
+                "use task 'attributes' or drop the attributes option",
+            )
         classes = artifact.classes()
         if options.selected_classes is not None:
             for c in options.selected_classes:
                 if c not in classes:
-                    raise UnknownNameError(f"task {task_id}: selected class {c!r} is not a class of {artifact.root}"
-                                           + did_you_mean(c, classes), "pick classes from Artifact.classes()")
+                    raise UnknownNameError(
+                        f"task {task_id}: selected class {c!r} is not a class of {artifact.root}"
+                        + did_you_mean(c, classes),
+                        "pick classes from Artifact.classes()",
+                    )
             classes = sorted(set(options.selected_classes))
         kinds = None
         if task_id == "attributes":
             kinds = ("attribute",)
             if "attributes" not in self.ids(artifact):
-                raise EmptyResultError(f"artifact {artifact.root} has no kept attribute subsets",
-                                       "build with --include-attributes or from the attributes pickle")
+                raise EmptyResultError(
+                    f"artifact {artifact.root} has no kept attribute subsets",
+                    "build with --include-attributes or from the attributes pickle",
+                )
         source = artifact_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
         filters = replace(_filters(options), selected_classes=options.selected_classes, attributes=options.attributes)
@@ -409,9 +436,11 @@ def _matched_subsets(art: Artifact, entry) -> dict[str, list[str]] | None:
 def _community_distance(artifact: Artifact):
     """Paper rule (size-weighted centre of member embeddings); a group with an unembedded member gets
     the resistance between the groups instead, or 'disconnected' (the Distance's rule/status says which)."""
+
     def fn(cls: str, id_group: GroupDef, ood: list[GroupDef]) -> Distance:
         groups = {g.name: list(g.contexts) for g in [id_group, *ood]}
         return artifact.group_distance(cls, groups, id_group.name, [g.name for g in ood], rule="paper")
+
     return fn
 
 
@@ -419,8 +448,12 @@ class MatchedFamily(TaskFamily):
     """Binary (``bin-<a>-<b>``) and multiclass (presets such as ``imagenet-5``) tasks of the match
     registry ``ARTIFACT/match/tasks.parquet``; community shift with the paper distance."""
 
-    name, title, kind, options_type = "matched", "matched tasks (bin-<a>-<b>, multiclass presets)", "matched", \
-        shifts.CommunitySizes
+    name, title, kind, options_type = (
+        "matched",
+        "matched tasks (bin-<a>-<b>, multiclass presets)",
+        "matched",
+        shifts.CommunitySizes,
+    )
 
     def owns(self, artifact: Artifact, task_id: str) -> bool:
         return task_id in match_registry(artifact)
@@ -441,39 +474,63 @@ class MatchedFamily(TaskFamily):
     def plan(self, artifact: Artifact, task_id: str, options: shifts.CommunitySizes, seed: int) -> TaskPlan:
         entry = match_registry(artifact)[task_id]
         if not entry.available:
-            raise EmptyResultError(f"task {task_id} is not available on {artifact.root}: {entry.reason}",
-                                   "pick another id from `metashift-hf tasks list --artifact ARTIFACT`")
+            raise EmptyResultError(
+                f"task {task_id} is not available on {artifact.root}: {entry.reason}",
+                "pick another id from `metashift-hf tasks list --artifact ARTIFACT`",
+            )
         classes = sorted(entry.classes)
         missing = [c for c in classes if c not in artifact.classes()]
         if missing:
-            raise EmptyResultError(f"task {task_id}: classes {missing} are not classes of {artifact.root}",
-                                   f"re-run `metashift-hf match --artifact {artifact.root}` for this artifact")
+            raise EmptyResultError(
+                f"task {task_id}: classes {missing} are not classes of {artifact.root}",
+                f"re-run `metashift-hf match --artifact {artifact.root}` for this artifact",
+            )
         return shifts.community_shift(
-            task_id, artifact_source(artifact), classes=classes, sizes=options, seed=seed,
-            distance_fn=_community_distance(artifact), distance_rule="paper",
+            task_id,
+            artifact_source(artifact),
+            classes=classes,
+            sizes=options,
+            seed=seed,
+            distance_fn=_community_distance(artifact),
+            distance_rule="paper",
             subsets=_matched_subsets(artifact, entry),
             registry=RegistryFacts(
-                kind=entry.kind, lca=entry.lca, lca_name=entry.lca_name, lca_depth=int(entry.lca_depth),
+                kind=entry.kind,
+                lca=entry.lca,
+                lca_name=entry.lca_name,
+                lca_depth=int(entry.lca_depth),
                 path_similarity=None if math.isnan(entry.path_similarity) else float(entry.path_similarity),
-                subset_rule=entry.subset_rule))
+                subset_rule=entry.subset_rule,
+            ),
+        )
 
 
 def _context_distance(artifact: Artifact):
     """Distance between two sets of contexts of one class: the paper rule (size-weighted centres
     of the member subsets' spectral embeddings) on the class's stored meta-graph."""
+
     def fn(cls: str, a, b) -> float:
         d = artifact.set_distance(cls, [str(SubsetName(cls, x)) for x in a], [str(SubsetName(cls, x)) for x in b])
         if d.rule != DISTANCE_RULE_SPECTRAL:  # one scale per family: resistance numbers are not comparable
-            raise MetashiftError(f"{cls}: contexts {list(a)} / {list(b)} have no spectral distance ({d})",
-                                 "pick contexts whose subsets lie in the class's embedded meta-graph component")
+            raise MetashiftError(
+                f"{cls}: contexts {list(a)} / {list(b)} have no spectral distance ({d})",
+                "pick contexts whose subsets lie in the class's embedded meta-graph component",
+            )
         return d.value
+
     return fn
 
 
 def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
     """Contexts kept for every class with an embedding in every class's meta-graph (distances exist)."""
-    sets = [{x for x in artifact_source(artifact).kept_contexts(c)
-             if artifact.embedding(str(SubsetName(c, x))) is not None} for c in classes]
+    sets = [
+        {
+            x
+            for x in artifact_source(artifact).kept_contexts(c)
+            if artifact.embedding(str(SubsetName(c, x))) is not None
+        }
+        for c in classes
+    ]
     return sorted(set.intersection(*sets)) if sets else []
 
 
@@ -509,8 +566,17 @@ class ShiftFamily(TaskFamily):
         embedded = set(_embedded_contexts(artifact, classes))
         # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)
         paper = paper_tasks.SUBPOP_GROUPS if set(classes) == set(paper_tasks.CLASSES) else None
-        return levels.plan(task_id, source, _context_distance(artifact), artifact.classes(), seed=seed, sizes=options,
-                           distance_rule="paper", candidates=[x for x in shared if x in embedded], paper_groups=paper)
+        return levels.plan(
+            task_id,
+            source,
+            _context_distance(artifact),
+            artifact.classes(),
+            seed=seed,
+            sizes=options,
+            distance_rule="paper",
+            candidates=[x for x in shared if x in embedded],
+            paper_groups=paper,
+        )
 
 
 class MarginalShiftFamily(ShiftFamily):
@@ -518,16 +584,28 @@ class MarginalShiftFamily(ShiftFamily):
 
 
 class ConditionalShiftFamily(ShiftFamily):
-    name, title, shift_type = "shift-conditional", "conditional shift levels (shift-conditional-<a>-<b>-delta<dd>)", \
-        "conditional"
+    name, title, shift_type = (
+        "shift-conditional",
+        "conditional shift levels (shift-conditional-<a>-<b>-delta<dd>)",
+        "conditional",
+    )
 
 
 class JointShiftFamily(ShiftFamily):
     name, title, shift_type = "shift-joint", "joint shift levels (shift-joint-<a>-<b>-d<k>-delta<dd>)", "joint"
 
 
-for _family in (PaperDGFamily(), PaperSubpopFamily(), CocoSubpopFamily(), CollectionFamily(), ClassFamily(),
-                MatchedFamily(), MarginalShiftFamily(), ConditionalShiftFamily(), JointShiftFamily()):
+for _family in (
+    PaperDGFamily(),
+    PaperSubpopFamily(),
+    CocoSubpopFamily(),
+    CollectionFamily(),
+    ClassFamily(),
+    MatchedFamily(),
+    MarginalShiftFamily(),
+    ConditionalShiftFamily(),
+    JointShiftFamily(),
+):
     register(_family)
 
 
@@ -561,8 +639,10 @@ def unknown_task(task: str, artifact: Artifact) -> UnknownNameError:
 def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
     """The family that owns ``task_id`` (UnknownNameError with suggestions when none does)."""
     if not task_id:
-        raise UnknownNameError("no task id given", "pass a task id, e.g. 'paper-dg-cat-dog-1' "
-                               "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
+        raise UnknownNameError(
+            "no task id given",
+            "pass a task id, e.g. 'paper-dg-cat-dog-1' (list them with `metashift-hf tasks list --artifact ARTIFACT`)",
+        )
     for f in _FAMILIES:
         if f.owns(artifact, task_id):
             return f
@@ -571,13 +651,17 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
 
 def _rules(artifact: Artifact) -> Rules:
     o = artifact.options
-    return Rules(min_images_per_subset=o.min_images_per_subset, min_subsets_per_class=o.min_subsets_per_class,
-                 edge_threshold=float(o.edge_threshold), community_method=o.community_method,
-                 spectral_dim=o.spectral_dim, pairing=o.pairing)
+    return Rules(
+        min_images_per_subset=o.min_images_per_subset,
+        min_subsets_per_class=o.min_subsets_per_class,
+        edge_threshold=float(o.edge_threshold),
+        community_method=o.community_method,
+        spectral_dim=o.spectral_dim,
+        pairing=o.pairing,
+    )
 
 
-def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-              **options: Any) -> TaskPlan:
+def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, **options: Any) -> TaskPlan:
     """The split plan of one task id on one artifact (no images read).
 
     ``options`` are the task family's options (see :func:`family_of(...).options_type
@@ -588,8 +672,10 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     art = Artifact.load(artifact)
     if options.pop(OLD_LOADER_ATTRIBUTES_FLAG, False):
         if task not in ("attributes", None, ""):
-            raise InputFormatError(f"attributes_dataset=True conflicts with task {task!r}",
-                                   "use task 'attributes' (attributes_dataset=True is its old-loader spelling)")
+            raise InputFormatError(
+                f"attributes_dataset=True conflicts with task {task!r}",
+                "use task 'attributes' (attributes_dataset=True is its old-loader spelling)",
+            )
         task = "attributes"
     if task is not None and task != "":  # None and "" get family_of's "no task id given"
         text_option(task, "task")
@@ -600,6 +686,23 @@ def plan_task(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int 
     return plan
 
 
-__all__ = ["TaskFamily", "TaskInfo", "class_task_id", "class_of_task", "kinds", "register", "families", "family_of", "plan_task", "task_ids", "parse_options",
-           "given_options", "option_docs", "DEFAULT", "PaperDGOptions", "PaperSubpopOptions", "ClassOptions",
-           "CollectionOptions"]
+__all__ = [
+    "TaskFamily",
+    "TaskInfo",
+    "class_task_id",
+    "class_of_task",
+    "kinds",
+    "register",
+    "families",
+    "family_of",
+    "plan_task",
+    "task_ids",
+    "parse_options",
+    "given_options",
+    "option_docs",
+    "DEFAULT",
+    "PaperDGOptions",
+    "PaperSubpopOptions",
+    "ClassOptions",
+    "CollectionOptions",
+]

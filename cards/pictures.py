@@ -6,6 +6,7 @@ for the grid). matplotlib is the optional ``plot`` extra: without it nothing is 
 says so. Every picture is deterministic: the same task and artifact give the same PNG bytes (seeded
 layout and example choice, no PNG metadata).
 """
+
 from __future__ import annotations
 
 import io
@@ -63,6 +64,7 @@ class TaskPictures:
 
 # -- roles ---------------------------------------------------------------------------------------
 
+
 def subset_splits(spec: ShiftSpec, cls: str, kept: set[str]) -> dict[str, tuple[str, ...]]:
     """Subset of class ``cls`` -> the splits whose groups hold it (train, validation, test, id_test order)."""
     found: dict[str, list[str]] = {}
@@ -95,6 +97,7 @@ def subset_roles(spec: ShiftSpec, cls: str, kept: set[str]) -> dict[str, str]:
 
 # -- file names ----------------------------------------------------------------------------------
 
+
 def graph_file(task_id: str, cls: str) -> str:
     """Hub-safe name of a class's role graph (tasks share ``images/`` in the one-repo layout)."""
     return f"images/{task_id}-{id_slug(cls)}-groups.png"
@@ -105,6 +108,7 @@ def examples_file(task_id: str) -> str:
 
 
 # -- the role graphs -----------------------------------------------------------------------------
+
 
 def _group_labels(spec: ShiftSpec, cls: str, kept: set[str]) -> list[tuple[str, list[str]]]:
     """One label per group of the class: its name and its rows per split (``train 100 · test 72``)."""
@@ -143,19 +147,29 @@ def draw_role_graph(spec: ShiftSpec, art, cls: str, repo_dir: Path) -> Picture |
     if not roles:
         return None
     file = graph_file(spec.task_id, cls)
-    plots.plot_roles(analysis, members, roles, ROLE_STYLES, Path(repo_dir) / file,
-                     title=f"{spec.task_id}: meta-graph of {cls}, subsets by role in the task",
-                     group_labels=_group_labels(spec, cls, kept))
+    plots.plot_roles(
+        analysis,
+        members,
+        roles,
+        ROLE_STYLES,
+        Path(repo_dir) / file,
+        title=f"{spec.task_id}: meta-graph of {cls}, subsets by role in the task",
+        group_labels=_group_labels(spec, cls, kept),
+    )
     other = len(kept) - len(roles)
     used = set(roles.values())
     colours = ", ".join(f"{style.label} {style.word}" for key, style in ROLE_STYLES.items() if key in used)
-    caption = (f"Meta-graph of `{cls}` in this task ({_split_words(spec, cls, kept)}): fill = role ({colours}"
-               + (f", {other} other subsets faded grey" if other else "") + "); node size ~ images"
-               + ("." if analysis.edges else "; no edges at the overlap threshold."))
+    caption = (
+        f"Meta-graph of `{cls}` in this task ({_split_words(spec, cls, kept)}): fill = role ({colours}"
+        + (f", {other} other subsets faded grey" if other else "")
+        + "); node size ~ images"
+        + ("." if analysis.edges else "; no edges at the overlap threshold.")
+    )
     return Picture(file, f"meta-graph of {cls} with the train and test groups of {spec.task_id} highlighted", caption)
 
 
 # -- the example grid ----------------------------------------------------------------------------
+
 
 def _rows_of(ds) -> list[tuple[str, str, list[int]]]:
     """(split, group, row indices sorted by image_id) for each group row of the grid: every train
@@ -167,7 +181,9 @@ def _rows_of(ds) -> list[tuple[str, str, list[int]]]:
         d = ds[split]
         if "group" not in d.column_names or len(d) == 0:
             continue
-        table = d.select_columns(["image_id", "group"] if "image_id" in d.column_names else ["group"]).with_format("arrow")[:]
+        table = d.select_columns(["image_id", "group"] if "image_id" in d.column_names else ["group"]).with_format(
+            "arrow"
+        )[:]
         groups = table.column("group").to_pylist()
         ids = table.column("image_id").to_pylist() if "image_id" in table.column_names else list(range(len(groups)))
         by_group: dict[str, list[int]] = {}
@@ -225,33 +241,53 @@ def draw_examples(prepared, repo_dir: Path, *, per_group: int = EXAMPLES_PER_GRO
         cells.append([_thumbnail(img) for img in raw.with_format("arrow")[:].column("image").to_pylist()])
     height = 0.6 + 1.35 * len(rows)
     fig = plots.new_figure((2.6 + 1.45 * per_group, height))
-    grid = fig.add_gridspec(len(rows), per_group + 1, width_ratios=[1.8] + [1.0] * per_group, wspace=0.05,
-                            hspace=0.12, top=1.0 - 0.45 / height, bottom=0.1 / height)
+    grid = fig.add_gridspec(
+        len(rows),
+        per_group + 1,
+        width_ratios=[1.8] + [1.0] * per_group,
+        wspace=0.05,
+        hspace=0.12,
+        top=1.0 - 0.45 / height,
+        bottom=0.1 / height,
+    )
     for r, ((split, group, indices), thumbs) in enumerate(zip(rows, cells)):
         ax = fig.add_subplot(grid[r, 0])
         ax.set_axis_off()
-        ax.text(1.0, 0.5, f"{split}\n{group}\n{len(indices):,} rows", ha="right", va="center", fontsize=9,
-                color=SPLIT_COLOURS.get(split, "black"), transform=ax.transAxes)
+        ax.text(
+            1.0,
+            0.5,
+            f"{split}\n{group}\n{len(indices):,} rows",
+            ha="right",
+            va="center",
+            fontsize=9,
+            color=SPLIT_COLOURS.get(split, "black"),
+            transform=ax.transAxes,
+        )
         for c in range(per_group):
             ax = fig.add_subplot(grid[r, c + 1])
             ax.set_axis_off()
             if c < len(thumbs) and thumbs[c] is not None:
                 ax.imshow(thumbs[c])
     more = f" (first {len(rows)} of {total} group rows)" if total > len(rows) else ""
-    fig.suptitle(f"{spec.task_id}: up to {per_group} example images per group{more}", fontsize=10,
-                 y=1.0 - 0.12 / height)
+    fig.suptitle(
+        f"{spec.task_id}: up to {per_group} example images per group{more}", fontsize=10, y=1.0 - 0.12 / height
+    )
     file = examples_file(spec.task_id)
     plots.save_png(fig, Path(repo_dir) / file)
-    caption = (f"Up to {per_group} images per group, one row per split and group (rows of the validation and "
-               f"id_test splits only for groups not already shown); chosen with seed {spec.seed}, thumbnails "
-               f"decoded from the exported image bytes{more}.")
+    caption = (
+        f"Up to {per_group} images per group, one row per split and group (rows of the validation and "
+        f"id_test splits only for groups not already shown); chosen with seed {spec.seed}, thumbnails "
+        f"decoded from the exported image bytes{more}."
+    )
     return Picture(file, f"example images of each group of {spec.task_id}", caption)
 
 
 def draw_task_pictures(prepared, art, repo_dir: Path) -> TaskPictures | None:
     """Draw the card pictures of a prepared task into ``repo_dir/images/``; None without matplotlib."""
     if not plots.have_matplotlib():
-        logger.info(f"{prepared.task_id}: no card pictures (matplotlib is not installed: pip install 'metashift-hf[plot]')")
+        logger.info(
+            f"{prepared.task_id}: no card pictures (matplotlib is not installed: pip install 'metashift-hf[plot]')"
+        )
         return None
     graphs = {}
     for cls in prepared.spec.classes:

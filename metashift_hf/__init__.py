@@ -5,18 +5,27 @@ Quick start::
     import metashift_hf
     ds = metashift_hf.load("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")
 """
+
 from __future__ import annotations
 
 from .core import __version__
 
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
-_LAZY = {"load": "metashift_hf.hub.api", "prepare": "metashift_hf.hub.api", "plan": "metashift_hf.hub.api",
-         "Artifact": "metashift_hf.builders.artifact", "shift_spec": "metashift_hf.hub.task_source",
-         "ShiftSpec": "metashift_hf.builders.spec", "Evaluator": "metashift_hf.research.evaluator",
-         "open_task": "metashift_hf.hub.task_source", "TaskRef": "metashift_hf.hub.task_source",
-         "TaskOrigin": "metashift_hf.hub.task_source", "score": "metashift_hf.research.score",
-         "loader": "metashift_hf.research.loader"}
+_LAZY = {
+    "load": "metashift_hf.hub.api",
+    "prepare": "metashift_hf.hub.api",
+    "plan": "metashift_hf.hub.api",
+    "Artifact": "metashift_hf.builders.artifact",
+    "shift_spec": "metashift_hf.hub.task_source",
+    "ShiftSpec": "metashift_hf.builders.spec",
+    "Evaluator": "metashift_hf.research.evaluator",
+    "open_task": "metashift_hf.hub.task_source",
+    "TaskRef": "metashift_hf.hub.task_source",
+    "TaskOrigin": "metashift_hf.hub.task_source",
+    "score": "metashift_hf.research.score",
+    "loader": "metashift_hf.research.loader",
+}
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 
@@ -34,5 +43,18 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["__version__", "load", "prepare", "plan", "Artifact", "score", "shift_spec", "ShiftSpec", "Evaluator",
-           "open_task", "TaskRef", "TaskOrigin", "loader"]
+__all__ = [
+    "__version__",
+    "load",
+    "prepare",
+    "plan",
+    "Artifact",
+    "score",
+    "shift_spec",
+    "ShiftSpec",
+    "Evaluator",
+    "open_task",
+    "TaskRef",
+    "TaskOrigin",
+    "loader",
+]

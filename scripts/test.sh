@@ -13,4 +13,5 @@ case "${1:-}" in
 esac
 bash scripts/install.sh
 python3 -m ruff check .  # lint rules in pyproject.toml [tool.ruff]
+python3 -m ruff format --check .  # the code is ruff-formatted (line length 119)
 python3 -m pytest -q -n auto "${marks[@]}" tests  # -n: pytest-xdist (tests share no state)

@@ -1,5 +1,6 @@
 """Tests are offline and talk only to loopback. Fixtures live in tests/fixtures/ (registered here);
 reference data is read from ../shared/reference/ through the ``shared_ref`` fixture."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Hostile and clumsy inputs for the tests/test_hardening_*.py files, generated small and fast."""
+
 from __future__ import annotations
 
 import pickle
@@ -32,8 +33,13 @@ def tiny_artifact(out: Path):
     """A real artifact folder (no plots) in well under a second: user data (source custom) whose
     builder gave a licence, so publish takes it (tests/test_hardening_provenance.py: without one)."""
     subsets = {k: sorted(v) for k, v in small_subsets().items()}
-    return build_artifact(CandidateSubsets.from_dict(subsets), out, BuildOptions(), plots=False,
-                          source_info=SourceInfo(license="cc-by-4.0"))
+    return build_artifact(
+        CandidateSubsets.from_dict(subsets),
+        out,
+        BuildOptions(),
+        plots=False,
+        source_info=SourceInfo(license="cc-by-4.0"),
+    )
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -63,7 +69,12 @@ def run_cli_bounded(*argv, timeout: float = 60, cwd=None):
     import sys
 
     try:
-        return subprocess.run([sys.executable, "-m", "metashift_hf", *map(str, argv)], capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd)
+        return subprocess.run(
+            [sys.executable, "-m", "metashift_hf", *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+        )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"metashift-hf {' '.join(map(str, argv))} ran past {timeout} s") from exc

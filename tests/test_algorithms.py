@@ -1,5 +1,6 @@
 """metashift_hf.research.algorithms + metashift_hf.research.fitting on arrays (no images): each algorithm on a world whose
 answer is known, model selection, sampling, seeds, and resume equal to an uninterrupted run."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,17 @@ def world():
 
 def fit(world, method, *, select=None, sampling="shuffle", epochs=12, seed=0, ckpt=None, **hp):
     xs, data = world
-    s = fitting.FitSettings(method, resolve_hparams(method, hp), select or default_selection(method), sampling, epochs,
-                            1e-2, 64, 0.0, "cpu")
+    s = fitting.FitSettings(
+        method,
+        resolve_hparams(method, hp),
+        select or default_selection(method),
+        sampling,
+        epochs,
+        1e-2,
+        64,
+        0.0,
+        "cpu",
+    )
     return fitting.fit_seed(torch, fitting.LinearLearner(torch, xs, 2, "cpu"), data, s, seed, ckpt=ckpt)
 
 
@@ -91,7 +101,9 @@ def test_jtt_error_set_is_mostly_the_minority_groups(world):
 def test_dfr_picks_c_on_held_out_validation_and_reports_it(world):
     info = fit(world, "dfr").details["dfr"]
     assert info["C"] in (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
-    assert info["fit_rows"] + info["tune_rows"] == 600 and info["C_scores"][str(info["C"])] == max(info["C_scores"].values())
+    assert info["fit_rows"] + info["tune_rows"] == 600 and info["C_scores"][str(info["C"])] == max(
+        info["C_scores"].values()
+    )
 
 
 def test_irm_penalty_is_the_squared_gradient_of_the_scaled_risk():
@@ -100,17 +112,22 @@ def test_irm_penalty_is_the_squared_gradient_of_the_scaled_risk():
     y = torch.tensor([0, 1, 1, 0])
     e = torch.zeros(4, dtype=torch.long)
     # the anneal is a share of the run: anneal_frac 0.5 of 4 updates = the penalty weight is 1 for updates 0 and 1
-    algo = ALGORITHMS["irm"](torch, {"lambda": 10.0, "anneal_frac": 0.5}, np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
+    algo = ALGORITHMS["irm"](
+        torch, {"lambda": 10.0, "anneal_frac": 0.5}, np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu"
+    )
     algo.set_run(4)
     assert algo.schedule() == {"lambda": 2}
 
     def grad_w(lg, yy):  # d/dw mean CE(w * logits) at w = 1 = mean((softmax - onehot) . logits)
         p = torch.softmax(lg, 1)
         return ((p - torch.nn.functional.one_hot(yy, 2)) * lg).sum(1).mean()
+
     want_penalty = grad_w(logits[::2], y[::2]) * grad_w(logits[1::2], y[1::2])
     nll = torch.nn.functional.cross_entropy(logits, y)
     # before annealing the penalty weight is 1; the optimiser restarts exactly once, at the anneal step
-    assert float(algo.loss(lambda x: (x, x), logits, y, e, e, e).detach()) == pytest.approx(float((nll + want_penalty).detach()), rel=1e-5)
+    assert float(algo.loss(lambda x: (x, x), logits, y, e, e, e).detach()) == pytest.approx(
+        float((nll + want_penalty).detach()), rel=1e-5
+    )
     assert not algo.resets_optimizer()
     algo.loss(lambda x: (x, x), logits, y, e, e, e)
     assert algo.resets_optimizer()
@@ -131,7 +148,9 @@ def test_every_scheduled_hyper_parameter_takes_effect_within_the_run(world, meth
     log says where, and no warning about a dead schedule is given."""
     result = fit(world, method, epochs=3)
     entries = [e for e in result.log if "schedule" in e]
-    algo = ALGORITHMS[method](torch, resolve_hparams(method), np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu")
+    algo = ALGORITHMS[method](
+        torch, resolve_hparams(method), np.zeros(4, np.int64), 1, np.zeros(4, np.int64), 1, "cpu"
+    )
     algo.set_run(10)
     if algo.schedule():  # a scheduled method logs its switch steps with the stage's length, every epoch
         assert entries and all(0 < v < e["total_steps"] for e in entries for v in e["schedule"].values())
@@ -157,6 +176,7 @@ def test_coral_penalty_is_zero_for_equal_environments_and_aligns_logits(world, e
     def gap(result):  # distance between the two contexts' mean training logits under the kept head
         lg = np.log(result.probs["train"])
         return np.abs(lg[data.train_envs == 0].mean(0) - lg[data.train_envs == 1].mean(0)).sum()
+
     assert gap(fit(world, "coral", gamma=10.0)) < 0.5 * gap(erm)
 
 
@@ -179,9 +199,12 @@ def test_mixup_mixes_pairs_and_softens_predictions(world):
     def last_epoch_confidence(method, **hp):
         s = fitting.FitSettings(method, resolve_hparams(method, hp), "average", "shuffle", 12, 1e-2, 64, 0.0, "cpu")
         learner = fitting.LinearLearner(torch, xs, 2, "cpu")
-        rule = ALGORITHMS[method](torch, s.hparams, data.train_groups, data.n_groups, data.train_envs, data.n_envs, "cpu")
+        rule = ALGORITHMS[method](
+            torch, s.hparams, data.train_groups, data.n_groups, data.train_envs, data.n_envs, "cpu"
+        )
         module, _, _ = fitting._stage(torch, learner, rule, data, s, 0, "train", 12, None, [], None, None, False)
         return learner.probs(module, ["train"])["train"].max(1).mean()
+
     assert last_epoch_confidence("mixup", alpha=1.0) < last_epoch_confidence("erm") - 0.01
 
 
@@ -236,7 +259,9 @@ def test_same_seed_same_result_other_seed_other_result(world):
 
 def test_seeds_as_counts_ranges_and_lists():
     assert parse_seeds(3) == (0, 1, 2) and parse_seeds("3") == (0, 1, 2)
-    assert parse_seeds("3-5") == (3, 4, 5) and parse_seeds("0,2,5-6") == (0, 2, 5, 6) and parse_seeds([4, 1, 4]) == (1, 4)
+    assert (
+        parse_seeds("3-5") == (3, 4, 5) and parse_seeds("0,2,5-6") == (0, 2, 5, 6) and parse_seeds([4, 1, 4]) == (1, 4)
+    )
     for bad in ("5-3", "a", "-1", "", 0, [], [-1], True):
         with pytest.raises(MetashiftError):
             parse_seeds(bad)
@@ -255,8 +280,15 @@ def test_hyper_parameters_and_settings_are_checked():
 
 
 def test_config_file_round_trip(tmp_path):
-    cfg = TrainConfig(method="jtt", seeds="1-2", epochs=7, lr=0.003, select="oracle", sampling="group-balanced",
-                      hparams={"lambda_up": 20}).resolved()
+    cfg = TrainConfig(
+        method="jtt",
+        seeds="1-2",
+        epochs=7,
+        lr=0.003,
+        select="oracle",
+        sampling="group-balanced",
+        hparams={"lambda_up": 20},
+    ).resolved()
     path = tmp_path / "config.toml"
     path.write_text(config_toml(cfg))
     assert TrainConfig(**load_config(path)).resolved() == cfg

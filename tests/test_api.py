@@ -1,5 +1,6 @@
 """metashift_hf.hub.api: plan without images, available tasks (with a match registry), prepare/load,
 matched-task default shift, errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,15 @@ def test_plan_needs_no_images(builder_world):
 
 def test_available_tasks(builder_world, matched):
     ids = api.available_tasks(builder_world["artifact"].root)
-    assert ids[:7] == ["paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
-                       "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "paper-subpop-cat-dog-p1"]
+    assert ids[:7] == [
+        "paper-dg-cat-dog-1",
+        "paper-dg-cat-dog-2",
+        "paper-dg-cat-dog-3",
+        "paper-dg-cat-dog-4",
+        "paper-subpop-cat-dog-p12",
+        "paper-subpop-cat-dog-p6",
+        "paper-subpop-cat-dog-p1",
+    ]
     assert {"class-cat", "class-dog", "classes", "attributes"} <= set(ids)
     assert not any(i.startswith("bin-") for i in ids)
     with_match = api.available_tasks(matched)
@@ -50,13 +58,13 @@ def test_matched_task_default_shift(builder_world, matched, tmp_path):
     for cls in ("cat", "dog"):
         comm = {n: k for n, k in art.communities(cls).items() if selected is None or n in selected[cls]}
         id_comm = min(comm.values())
-        train_ctx = {n[len(cls) + 1:-1] for n, k in comm.items() if k == id_comm}
+        train_ctx = {n[len(cls) + 1 : -1] for n, k in comm.items() if k == id_comm}
         label = ds["train"].features["label"].str2int(cls)
         rows = [r for r in ds["train"].remove_columns("image") if r["label"] == label]
         assert rows and all(r["community"] == id_comm and set(r["contexts"]) & train_ctx for r in rows)
         test = [r for r in ds["test"].remove_columns("image") if r["label"] == label]
         assert test and all(r["community"] != id_comm for r in test)
-        ood_ctx = {n[len(cls) + 1:-1] for n, k in comm.items() if k != id_comm}
+        ood_ctx = {n[len(cls) + 1 : -1] for n, k in comm.items() if k != id_comm}
         assert all(set(r["contexts"]) & ood_ctx for r in test)
     ids = [i for s in ds for i in ds[s]["image_id"]]
     assert len(ids) == len(set(ids))
@@ -78,7 +86,9 @@ def test_matched_task_default_shift(builder_world, matched, tmp_path):
 def test_load_equals_prepare_and_top_level_export(builder_world, tmp_path):
     kw = dict(scale=0.1, seed=5, cache_dir=tmp_path)
     prepared = api.prepare("paper-subpop-cat-dog-p1", builder_world["artifact"], builder_world["zip"], **kw)
-    loaded = metashift_hf.load("paper-subpop-cat-dog-p1", builder_world["artifact"].root, builder_world["folder"], **kw)
+    loaded = metashift_hf.load(
+        "paper-subpop-cat-dog-p1", builder_world["artifact"].root, builder_world["folder"], **kw
+    )
     for s in prepared.dataset:
         assert prepared.dataset[s]["image_id"] == loaded[s]["image_id"]
     assert prepared.spec.minority_fraction.achieved == round(2 / 170, 6)
@@ -100,15 +110,22 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
     import subprocess
     import sys
 
-    code = ("import hashlib, sys; from metashift_hf.hub.api import plan; "
-            "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
-            "print(hashlib.sha256(p.table().to_json().encode() + p.spec.to_json().encode()).hexdigest())")
+    code = (
+        "import hashlib, sys; from metashift_hf.hub.api import plan; "
+        "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
+        "print(hashlib.sha256(p.table().to_json().encode() + p.spec.to_json().encode()).hexdigest())"
+    )
     outs = set()
     for hash_seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
         for task in ("paper-dg-cat-dog-2",):
-            r = subprocess.run([sys.executable, "-c", code, task, str(builder_world["artifact"].root)], env=env,
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "-c", code, task, str(builder_world["artifact"].root)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert r.returncode == 0, r.stderr
             outs.add(r.stdout.strip())
     assert len(outs) == 1
@@ -126,6 +143,7 @@ def test_an_empty_group_is_not_a_size_problem(builder_world, monkeypatch):
 
     def empty_plan(task, *a, **k):
         raise EmptyGroupError(f"task {task}: group dog(x) has 0 images", "this task cannot be made from this artifact")
+
     monkeypatch.setattr(api, "plan", empty_plan)
     monkeypatch.setattr(api, "fitting_scale", lambda *a, **k: pytest.fail("no scale can plan an empty group"))
     with pytest.raises(EmptyGroupError) as exc:

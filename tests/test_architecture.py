@@ -3,6 +3,7 @@
 Editable installs map ``builders/``, ``wordnet_match/`` and ``cards/`` under ``metashift_hf`` with an
 import hook that static analysers cannot follow, so the checks run on the unpacked wheel instead.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,9 +31,17 @@ def site(tmp_path_factory) -> Path:
     src = out / "src"
     for name in (*SOURCE_DIRS, "pyproject.toml", "README.md"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
-        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(src)], check=True, cwd=out, capture_output=True)
+        copy(
+            ROOT / name,
+            src / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}),
+        )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
+        check=True,
+        cwd=out,
+        capture_output=True,
+    )
     wheel = next(out.glob("metashift_hf-*.whl"))
     target = out / "site"
     with zipfile.ZipFile(wheel) as zf:
@@ -51,13 +60,24 @@ def test_wheel_puts_nothing_generic_at_the_top(site):
     for sub in ("builders", "wordnet_match", "cards", "core"):
         assert (pkg / sub / "__init__.py").is_file(), sub
     assert sorted(p.name for p in (pkg / "cards" / "templates").glob("*.md")) == [
-        "about.md", "citation_coco.md", "citation_vg.md", "index_card.md", "task_card.md", "task_section.md"]
+        "about.md",
+        "citation_coco.md",
+        "citation_vg.md",
+        "index_card.md",
+        "task_card.md",
+        "task_section.md",
+    ]
 
 
 def test_import_linter_contracts_hold(site, tmp_path):
     # Run from an empty folder so that the checkout's metashift_hf/ is not what gets analysed.
-    run = subprocess.run(["lint-imports", "--config", str(ROOT / "pyproject.toml")], cwd=tmp_path,
-                         env=_env(site), capture_output=True, text=True)
+    run = subprocess.run(
+        ["lint-imports", "--config", str(ROOT / "pyproject.toml")],
+        cwd=tmp_path,
+        env=_env(site),
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "BROKEN" not in run.stdout and "0 broken" in run.stdout
 
@@ -74,8 +94,9 @@ print(json.dumps(sorted(sorted(c) for c in nx.simple_cycles(d))))
 
 
 def test_no_module_cycles(site, tmp_path):
-    run = subprocess.run([sys.executable, "-c", _CYCLES], cwd=tmp_path, env=_env(site), capture_output=True,
-                         text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", _CYCLES], cwd=tmp_path, env=_env(site), capture_output=True, text=True, check=True
+    )
     assert json.loads(run.stdout) == []
 
 
@@ -107,6 +128,7 @@ def test_no_function_local_imports_of_own_modules():
 
 
 def test_import_builders_fails_from_the_wheel(site, tmp_path):
-    run = subprocess.run([sys.executable, "-c", "import builders"], cwd=tmp_path, env=_env(site),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", "import builders"], cwd=tmp_path, env=_env(site), capture_output=True, text=True
+    )
     assert run.returncode != 0 and "No module named 'builders'" in run.stderr

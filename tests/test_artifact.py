@@ -1,4 +1,5 @@
 """The artifact folder: tables per the contract, the Artifact reader, errors, determinism."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,14 @@ def world() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("art") / "artifact"
-    a = build_artifact(CandidateSubsets.from_dict(world()), out, BuildOptions(), source="custom",
-                       inputs=[{"path": "x", "sha256": "0" * 64, "role": "test"}], plots=False)
+    a = build_artifact(
+        CandidateSubsets.from_dict(world()),
+        out,
+        BuildOptions(),
+        source="custom",
+        inputs=[{"path": "x", "sha256": "0" * 64, "role": "test"}],
+        plots=False,
+    )
     return a
 
 
@@ -39,7 +46,16 @@ def test_tables_follow_contract(built):
     assert manifest["format"] == "metashift-hf-artifact" and manifest["format_version"] == 1
     assert manifest["options"] == BuildOptions().to_dict() and len(manifest["content_hash"]) == 64
     subsets = pq.read_table(root / "subsets.parquet").to_pandas()
-    assert list(subsets.columns) == ["subset", "subject", "context", "kind", "category", "n_images", "kept", "community"]
+    assert list(subsets.columns) == [
+        "subset",
+        "subject",
+        "context",
+        "kind",
+        "category",
+        "n_images",
+        "kept",
+        "community",
+    ]
     assert subsets["subset"].tolist() == sorted(subsets["subset"])
     assert len(subsets) == 27
     kept = subsets[subsets.kept]
@@ -69,7 +85,9 @@ def test_tables_follow_contract(built):
 
 def test_reader_api(built):
     assert built.classes() == ["cat", "dog"]
-    assert built.subsets_of("cat") == ["cat(bridge)"] + [f"cat(grass{k})" for k in range(5)] + [f"cat(sofa{k})" for k in range(5)]
+    assert built.subsets_of("cat") == ["cat(bridge)"] + [f"cat(grass{k})" for k in range(5)] + [
+        f"cat(sofa{k})" for k in range(5)
+    ]
     assert "cat(rare)" in built.subsets_of("cat", kept_only=False)
     assert built.images("cat(rare)") == frozenset(world()["cat(rare)"])
     assert built.pair_images("cat", "dog") == frozenset({"both-1", "both-2", "both-3"})
@@ -80,26 +98,39 @@ def test_reader_api(built):
     far = built.distance("cat(sofa0)", "cat(grass0)")
     assert 0 <= same.value < far.value and same.rule == far.rule == "spectral"
     assert built.distance("cat(sofa0)", "cat(grass0)").value == float(
-        np.linalg.norm(built.embedding("cat(sofa0)") - built.embedding("cat(grass0)")))
+        np.linalg.norm(built.embedding("cat(sofa0)") - built.embedding("cat(grass0)"))
+    )
     coms = built.communities("cat")
     assert len({coms[f"cat(sofa{k})"] for k in range(5)}) == 1 and coms["cat(sofa0)"] != coms["cat(grass0)"]
 
 
 def test_group_distances(built):
-    groups = {"indoor": ["sofa0", "sofa1"], "outdoor": ["cat(grass0)", "grass1"], "mixed": ["sofa2", "grass2"],
-              "a": ["sofa3"], "b": ["grass3"], "c": ["sofa2"]}
+    groups = {
+        "indoor": ["sofa0", "sofa1"],
+        "outdoor": ["cat(grass0)", "grass1"],
+        "mixed": ["sofa2", "grass2"],
+        "a": ["sofa3"],
+        "b": ["grass3"],
+        "c": ["sofa2"],
+    }
     paper = built.group_distance("cat", groups, "indoor", "outdoor", rule="paper")
     analysis, members = built.analysis("cat")
     from metashift_hf.builders import metagraph
 
     assert paper == metagraph.group_distance_paper(
-        analysis, members, ["cat(sofa0)", "cat(sofa1)"], ["cat(grass0)", "cat(grass1)"])
+        analysis, members, ["cat(sofa0)", "cat(sofa1)"], ["cat(grass0)", "cat(grass1)"]
+    )
     assert built.set_distance("cat", ["sofa0", "sofa1"], ["cat(grass0)", "grass1"]) == paper
     code = built.group_distance("cat", groups, "indoor", "outdoor", rule="code")
     assert code.value > built.group_distance("cat", groups, "indoor", "a", rule="code").value
     both = built.group_distance("cat", groups, "a", ["indoor", "outdoor"], rule="code")
-    assert both.value == pytest.approx((built.group_distance("cat", groups, "a", "indoor").value +
-                                        built.group_distance("cat", groups, "a", "outdoor").value) / 2)
+    assert both.value == pytest.approx(
+        (
+            built.group_distance("cat", groups, "a", "indoor").value
+            + built.group_distance("cat", groups, "a", "outdoor").value
+        )
+        / 2
+    )
     with pytest.raises(UnknownNameError):
         built.group_distance("cat", groups, "indoor", "nowhere")
     with pytest.raises(InputFormatError):
@@ -185,7 +216,9 @@ def test_interrupted_build_leaves_old_artifact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(art, "table_hash", boom)
     with pytest.raises(KeyboardInterrupt):
-        build_artifact(CandidateSubsets.from_dict(world()), out, BuildOptions(edge_threshold=0.5), plots=False, force=True)
+        build_artifact(
+            CandidateSubsets.from_dict(world()), out, BuildOptions(edge_threshold=0.5), plots=False, force=True
+        )
     assert Artifact.load(out).content_hash == first.content_hash
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
 
@@ -198,7 +231,9 @@ def test_manifest_and_stats_are_read_strictly(tmp_path):
     (art.root / "manifest.json").write_text(json.dumps(dict(manifest, colour="red")))
     with pytest.raises(InputFormatError, match="unknown keys \\['colour'\\]"):
         Artifact.load(art.root)
-    (art.root / "manifest.json").write_text(json.dumps(dict(manifest, options=dict(manifest["options"], spectral_dim="5"))))
+    (art.root / "manifest.json").write_text(
+        json.dumps(dict(manifest, options=dict(manifest["options"], spectral_dim="5")))
+    )
     with pytest.raises(InputFormatError, match="spectral_dim"):
         Artifact.load(art.root)
     (art.root / "manifest.json").write_text(json.dumps(manifest))

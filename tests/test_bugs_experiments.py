@@ -1,5 +1,6 @@
 """Bug finding for any predictions file, and the ood-levels orchestration (training replaced by a
 stand-in whose accuracies are known, so curves, knee, agreement and the written files can be checked)."""
+
 from __future__ import annotations
 
 import json
@@ -45,12 +46,28 @@ def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     assert all(h["accuracy"] < h["rest_accuracy"] for rows in harmful.values() for h in rows)
     dists = [h["distance_to_largest_community"] for h in harmful["cat"]]
     known = [d for d in dists if d is not None]
-    assert known == sorted(known) and dists[:len(known)] == known  # nearest first, unknown last
+    assert known == sorted(known) and dists[: len(known)] == known  # nearest first, unknown last
     path = tmp_path / "p.csv"
     preds.to_csv(path, index=False)
     out = tmp_path / "bugs"
-    assert main(["bugs", "--task", TASK, "--artifact", str(art.root), "--predictions", str(path), "--min-n", "5",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bugs",
+                "--task",
+                TASK,
+                "--artifact",
+                str(art.root),
+                "--predictions",
+                str(path),
+                "--min-n",
+                "5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"cat({target})" in capsys.readouterr().out
     d = json.loads((out / "bugs.json").read_text())
     assert d["n_bugs"] >= 1 and d["split"] == "test"
@@ -63,7 +80,10 @@ def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     with pytest.raises(UnknownNameError):
         find_bugs(preds, TaskRef(TASK, artifact=art.root), split="nope")
     with pytest.raises(MetashiftError):  # a prediction for an image outside the task
-        find_bugs(pd.concat([preds, pd.DataFrame([{"image_id": "zzz", "prediction": "cat"}])]), TaskRef(TASK, artifact=art.root))
+        find_bugs(
+            pd.concat([preds, pd.DataFrame([{"image_id": "zzz", "prediction": "cat"}])]),
+            TaskRef(TASK, artifact=art.root),
+        )
 
 
 def test_model_specs():
@@ -81,8 +101,13 @@ def fake_train(ref, *a, config=None, **k):
     ood += 0.05 if cfg.method == "groupdro" else 0
     idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
     m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
-    agg = {"id": m(idv), "ood": m(ood), "drop_pct": m(100 * (idv - ood) / idv), "n_seeds": 2,
-           "splits": {"test": {"worst_group": m(ood - 0.1)}}}
+    agg = {
+        "id": m(idv),
+        "ood": m(ood),
+        "drop_pct": m(100 * (idv - ood) / idv),
+        "n_seeds": 2,
+        "splits": {"test": {"worst_group": m(ood - 0.1)}},
+    }
     return SimpleNamespace(aggregate=lambda: agg)
 
 
@@ -90,8 +115,14 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "train", fake_train)
     monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
     out = tmp_path / "ood"
-    r = ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out, shift_type="marginal",
-                                   models=["erm", "groupdro"], seeds=2)
+    r = ood_experiments.ood_levels(
+        builder_world["artifact"].root,
+        builder_world["folder"],
+        out,
+        shift_type="marginal",
+        models=["erm", "groupdro"],
+        seeds=2,
+    )
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
     curves = {(c["model"], c["curve"]): c for c in r["curves"]}
     main_curve = curves[("erm", "ood")]
@@ -116,8 +147,26 @@ def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys
     monkeypatch.setattr(ood_experiments, "train", fake_train)
     monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
     out = tmp_path / "cond"
-    assert main(["experiment", "ood-levels", "--artifact", str(builder_world["artifact"].root), "--images", str(builder_world["folder"]),
-                 "--type", "conditional", "--models", "erm", "groupdro", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "ood-levels",
+                "--artifact",
+                str(builder_world["artifact"].root),
+                "--images",
+                str(builder_world["folder"]),
+                "--type",
+                "conditional",
+                "--models",
+                "erm",
+                "groupdro",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "balanced" in printed and "reversed" in printed
     r = json.loads((out / "results.json").read_text())
@@ -141,11 +190,17 @@ def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):
         plans.append(tp)
         m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
         groups = sorted({(r.group, sum(x.group == r.group for x in tp.splits["test"])) for r in tp.splits["test"]})
-        agg = {"id": m(0.8), "ood": m(0.6), "splits": {"test": {"worst_group": m(0.4)}},
-               "per_group": [{"split": "test", "group": g, "n": n, "mean": 0.6} for g, n in groups]}
+        agg = {
+            "id": m(0.8),
+            "ood": m(0.6),
+            "splits": {"test": {"worst_group": m(0.4)}},
+            "per_group": [{"split": "test", "group": g, "n": n, "mean": 0.6} for g, n in groups],
+        }
         return SimpleNamespace(aggregate=lambda: agg)
 
-    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: SimpleNamespace(card=lambda: {"name": "stand-in"}))
+    monkeypatch.setattr(
+        ood_experiments, "load_backbone", lambda **k: SimpleNamespace(card=lambda: {"name": "stand-in"})
+    )
     monkeypatch.setattr(ood_experiments, "image_features", fake_features)
     monkeypatch.setattr(ood_experiments, "train", fake_cluster_train)
     out = tmp_path / "clustered"

@@ -1,4 +1,5 @@
 """`metashift-hf build` / `distance` end to end: inputs, options, errors, atomicity, determinism."""
+
 from __future__ import annotations
 
 import csv
@@ -28,8 +29,9 @@ def scene_graphs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sg_artifact(scene_graphs, tmp_path_factory) -> Artifact:
     out = tmp_path_factory.mktemp("art") / "artifact"
-    assert main(["build", "--scene-graphs", str(scene_graphs), "--out", str(out), "--include-attributes",
-                 "--quiet"]) == 0
+    assert (
+        main(["build", "--scene-graphs", str(scene_graphs), "--out", str(out), "--include-attributes", "--quiet"]) == 0
+    )
     return Artifact.load(out)
 
 
@@ -49,8 +51,13 @@ def test_build_from_attributes_pickle(shared_ref, tmp_path, capsys):
     assert "classes: 66   subsets: 679" in printed and "candidate subsets: 4,962" in printed
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"] == "published" and manifest["options"]["include_attributes"] is True
-    assert manifest["inputs"] == [{"path": str(pkl.resolve()), "role": "attributes_pickle",
-                                   "sha256": "bc5225923e4cd799ad851e052b3c67ad541840203daf83a7850017874010298a"}]
+    assert manifest["inputs"] == [
+        {
+            "path": str(pkl.resolve()),
+            "role": "attributes_pickle",
+            "sha256": "bc5225923e4cd799ad851e052b3c67ad541840203daf83a7850017874010298a",
+        }
+    ]
     art = Artifact.load(out)
     assert "2375429" in art.images("horse(white)")
 
@@ -103,8 +110,11 @@ def test_distance_errors(sg_artifact, capsys):
     a, _ = embedded_pair(sg_artifact)
     other = next(c for c in sg_artifact.classes() if not a.startswith(c + "("))
     b = sg_artifact.subsets_of(other)[0]
-    for args, message in (([a, b], "different classes"), ([a, a[:-1] + "x)"], "unknown subset"),
-                          (["no(such)", a], "unknown subset")):
+    for args, message in (
+        ([a, b], "different classes"),
+        ([a, a[:-1] + "x)"], "unknown subset"),
+        (["no(such)", a], "unknown subset"),
+    ):
         assert main(["distance", "--artifact", root, *args]) == 2
         err = capsys.readouterr().err
         assert "error: " in err and message in err and "  fix: " in err
@@ -114,23 +124,68 @@ def test_distance_errors(sg_artifact, capsys):
 
 def test_options_reach_the_artifact(scene_graphs, tmp_path):
     out = tmp_path / "art"
-    assert main(["build", "--scene-graphs", str(scene_graphs), "--out", str(out), "--no-include-general",
-                 "--edge-threshold", "0.1", "--community-method", "louvain", "--seed", "4",
-                 "--pairing", "cooccurrence", "--min-images-per-subset", "30", "--no-plots", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--scene-graphs",
+                str(scene_graphs),
+                "--out",
+                str(out),
+                "--no-include-general",
+                "--edge-threshold",
+                "0.1",
+                "--community-method",
+                "louvain",
+                "--seed",
+                "4",
+                "--pairing",
+                "cooccurrence",
+                "--min-images-per-subset",
+                "30",
+                "--no-plots",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     art = Artifact.load(out)
     o = art.options
     assert (o.edge_threshold, o.community_method, o.seed, o.pairing, o.min_images_per_subset) == (
-        0.1, "louvain", 4, "cooccurrence", 30)
+        0.1,
+        "louvain",
+        4,
+        "cooccurrence",
+        30,
+    )
     assert set(art.subsets_table().kind) == {"object"}
     assert (art.subsets_table().query("kept").n_images >= 30).all()
     ctx = tmp_path / "ctx"
-    assert main(["build", "--scene-graphs", str(scene_graphs), "--out", str(ctx), "--general-context-as", "context",
-                 "--no-include-objects", "--no-plots", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--scene-graphs",
+                str(scene_graphs),
+                "--out",
+                str(ctx),
+                "--general-context-as",
+                "context",
+                "--no-include-objects",
+                "--no-plots",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = Artifact.load(ctx).subsets_table()
     assert set(table.kind) == {"general"}
-    assert all(c in ("indoors", "outdoors", "clear", "overcast", "cloudless", "cloudy", "sunny", "foggy", "rainy")
-               or c in ("bedroom", "kitchen", "bathroom", "living room") or c in set(table.context)
-               for c in table.context)
+    assert all(
+        c in ("indoors", "outdoors", "clear", "overcast", "cloudless", "cloudy", "sunny", "foggy", "rainy")
+        or c in ("bedroom", "kitchen", "bathroom", "living room")
+        or c in set(table.context)
+        for c in table.context
+    )
     assert not set(table.subject) & {"indoors", "outdoors", "sunny"}
 
 
@@ -138,8 +193,23 @@ def test_determinism_byte_identical(scene_graphs, tmp_path):
     outs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        assert main(["build", "--scene-graphs", str(scene_graphs), "--out", str(out), "--include-attributes",
-                     "--community-method", "louvain", "--no-plots", "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "build",
+                    "--scene-graphs",
+                    str(scene_graphs),
+                    "--out",
+                    str(out),
+                    "--include-attributes",
+                    "--community-method",
+                    "louvain",
+                    "--no-plots",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         outs.append(out)
     tables = sorted(p.name for p in outs[0].glob("*.parquet"))
     assert "images.parquet" in tables and "distances.parquet" in tables and len(tables) == 7
@@ -147,7 +217,8 @@ def test_determinism_byte_identical(scene_graphs, tmp_path):
         assert (outs[0] / t).read_bytes() == (outs[1] / t).read_bytes(), t
     assert Artifact.load(outs[0]).content_hash == Artifact.load(outs[1]).content_hash
     assert pq.read_table(outs[0] / "images.parquet").column("image_id").to_pylist() == sorted(
-        json.loads(scene_graphs.read_text()))
+        json.loads(scene_graphs.read_text())
+    )
 
 
 def test_bad_inputs(tmp_path, scene_graphs, capsys):
@@ -159,7 +230,10 @@ def test_bad_inputs(tmp_path, scene_graphs, capsys):
         ([], "no input given"),
         (["--scene-graphs", str(scene_graphs), "--min-images-per-subset", "100000"], "no class passes the rules"),
         (["--scene-graphs", str(scene_graphs), "--spectral-dim", "0"], "spectral_dim=0"),
-        (["--candidate-subsets", str(tmp_path / "attributes-candidate-subsets.pkl")], "pass it with --attributes-pickle"),
+        (
+            ["--candidate-subsets", str(tmp_path / "attributes-candidate-subsets.pkl")],
+            "pass it with --attributes-pickle",
+        ),
     ]
     for args, message in cases:
         out = tmp_path / "out"

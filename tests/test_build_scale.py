@@ -1,5 +1,6 @@
 """A build whose memory does not grow with the corpus (issue 28, part 1): no column overflows
 Arrow's 2 GiB text limit, membership.parquet is streamed in row groups with the bytes of one write."""
+
 from __future__ import annotations
 
 import json
@@ -50,12 +51,17 @@ def test_streamed_membership_has_the_bytes_of_one_write(tmp_path, monkeypatch, r
 
 def test_membership_groups_close_on_text_size(monkeypatch):
     monkeypatch.setattr(art, "MEMBERSHIP_GROUP_BYTES", 11)
-    groups = list(art.membership_groups(["a(b)", "a(c)"], ["1", "22", "x" * 30],
-                                        [(np.array([0, 0, 1, 1]), np.array([0, 2, 0, 1]))]))
+    groups = list(
+        art.membership_groups(
+            ["a(b)", "a(c)"], ["1", "22", "x" * 30], [(np.array([0, 0, 1, 1]), np.array([0, 2, 0, 1]))]
+        )
+    )
     # rows of 5, 35 (alone: over the limit by itself), 5 and 6 bytes; the limit is 11
     assert [g.num_rows for g in groups] == [1, 1, 2]
-    assert pa.concat_tables(groups).to_pydict() == {"subset": ["a(b)", "a(b)", "a(c)", "a(c)"],
-                                                    "image_id": ["1", "x" * 30, "1", "22"]}
+    assert pa.concat_tables(groups).to_pydict() == {
+        "subset": ["a(b)", "a(b)", "a(c)", "a(c)"],
+        "image_id": ["1", "x" * 30, "1", "22"],
+    }
 
 
 @pytest.mark.slow
@@ -64,16 +70,24 @@ def test_build_past_the_2gib_text_column(tmp_path):
     bytes of text (the old writer, _old_membership_table, raises ArrowInvalid: offset overflow on
     it, at ~2 GB of memory, so it is not run here); the read-back is strings."""
     subjects, contexts = 100, 7
-    length = -(-(2 ** 31 + 1) // (subjects * contexts))
+    length = -(-(2**31 + 1) // (subjects * contexts))
     image = "a" * length
     names = [f"s{i:03d}(c{j})" for i in range(subjects) for j in range(contexts)]
-    c = CandidateSubsets.from_codes(names, ["object"] * len(names), [None] * len(names), [image],
-                                    np.arange(len(names), dtype=np.int64), np.zeros(len(names), dtype=np.int64))
+    c = CandidateSubsets.from_codes(
+        names,
+        ["object"] * len(names),
+        [None] * len(names),
+        [image],
+        np.arange(len(names), dtype=np.int64),
+        np.zeros(len(names), dtype=np.int64),
+    )
     a = build_artifact(c, tmp_path / "art", BuildOptions(min_images_per_subset=1), plots=False)
     f = pq.ParquetFile(a.root / "membership.parquet")
-    text = sum(pa.compute.sum(pa.compute.binary_length(f.read_row_group(g, columns=["image_id"]).column(0))).as_py()
-               for g in range(f.metadata.num_row_groups))
-    assert text > 2 ** 31 and f.metadata.num_rows == len(names)
+    text = sum(
+        pa.compute.sum(pa.compute.binary_length(f.read_row_group(g, columns=["image_id"]).column(0))).as_py()
+        for g in range(f.metadata.num_row_groups)
+    )
+    assert text > 2**31 and f.metadata.num_rows == len(names)
     assert pq.read_schema(a.root / "membership.parquet") == art.MEMBERSHIP_SCHEMA
     first = f.read_row_group(0)
     assert first.schema == art.MEMBERSHIP_SCHEMA and first.column("image_id")[0].as_py() == image
@@ -83,8 +97,15 @@ def test_build_past_the_2gib_text_column(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # out of core (DuckDB) == in memory (candidates_from_tags, the reference), table for table
 # ------------------------------------------------------------------------------------------------
-ARTIFACT_FILES = ("subsets.parquet", "membership.parquet", "classes.parquet", "edges.parquet",
-                  "embeddings.parquet", "distances.parquet", "stats.json")
+ARTIFACT_FILES = (
+    "subsets.parquet",
+    "membership.parquet",
+    "classes.parquet",
+    "edges.parquet",
+    "embeddings.parquet",
+    "distances.parquet",
+    "stats.json",
+)
 
 
 def _zipf_table() -> TagTable:
@@ -102,11 +123,19 @@ def _zipf_table() -> TagTable:
 
 def _tag_worlds(tmp_path_factory) -> dict[str, tuple[TagTable, dict, BuildOptions]]:
     worlds = {}
-    coco = read_coco_annotations(sorted((write_coco_world(tmp_path_factory.mktemp("coco") / "w", seed=3, images=False)
-                                         / "annotations").glob("instances_*.json"))).tags
+    coco = read_coco_annotations(
+        sorted(
+            (write_coco_world(tmp_path_factory.mktemp("coco") / "w", seed=3, images=False) / "annotations").glob(
+                "instances_*.json"
+            )
+        )
+    ).tags
     worlds["coco"] = (coco, {}, BuildOptions())
-    worlds["coco-animals-louvain"] = (coco, {"subject_categories": ["animal"]},
-                                      BuildOptions(community_method="louvain", seed=5, subject_categories=("animal",)))
+    worlds["coco-animals-louvain"] = (
+        coco,
+        {"subject_categories": ["animal"]},
+        BuildOptions(community_method="louvain", seed=5, subject_categories=("animal",)),
+    )
     paper = paper_world(n_per_class=1500, seed=1)
     img, tag = [], []
     for name, ids in paper.items():
@@ -114,8 +143,11 @@ def _tag_worlds(tmp_path_factory) -> dict[str, tuple[TagTable, dict, BuildOption
         for i in sorted(ids):
             img += [i, i]
             tag += [subject, context]
-    worlds["paper"] = (TagTable.from_columns(img, tag), {"subjects": ["cat", "dog"]},
-                       BuildOptions(subject_tags=("cat", "dog")))
+    worlds["paper"] = (
+        TagTable.from_columns(img, tag),
+        {"subjects": ["cat", "dog"]},
+        BuildOptions(subject_tags=("cat", "dog")),
+    )
     worlds["zipf"] = (_zipf_table(), {}, BuildOptions(min_images_per_subset=10))
     return worlds
 
@@ -127,8 +159,9 @@ def both_ways(tmp_path_factory):
         root = tmp_path_factory.mktemp(name)
         old = build_artifact(candidates_from_tags(table, **subject_kw), root / "memory", options, plots=False)
         # the smallest memory limit DuckDB is given: its spill path is exercised on these small worlds too
-        new = build_artifact(TagCandidates(table, memory_limit=MIN_BYTE_SIZE, **subject_kw), root / "duckdb",
-                             options, plots=False)
+        new = build_artifact(
+            TagCandidates(table, memory_limit=MIN_BYTE_SIZE, **subject_kw), root / "duckdb", options, plots=False
+        )
         out[name] = (old, new)
     return out
 
@@ -169,8 +202,13 @@ def test_memory_limit_refused_before_any_work(bad, tmp_path):
 def test_two_workers_build_the_tables_of_one(both_ways, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "POOL_MIN_CLASSES", 2)
     one = both_ways["zipf"][1]
-    two = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE, threads=2), tmp_path / "two",
-                         BuildOptions(min_images_per_subset=10), plots=False, workers=2)
+    two = build_artifact(
+        TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE, threads=2),
+        tmp_path / "two",
+        BuildOptions(min_images_per_subset=10),
+        plots=False,
+        workers=2,
+    )
     assert len(one.classes()) > 4  # more classes than the pool holds at once
     for f in ARTIFACT_FILES:
         assert (two.root / f).read_bytes() == (one.root / f).read_bytes(), f
@@ -180,8 +218,9 @@ def test_two_workers_build_the_tables_of_one(both_ways, tmp_path, monkeypatch):
 def test_workers_draw_the_pictures(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "POOL_MIN_CLASSES", 2)
     pytest.importorskip("matplotlib")
-    a = build_artifact(CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a",
-                       plots=True, workers=2)
+    a = build_artifact(
+        CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a", plots=True, workers=2
+    )
     assert sorted(p.name for p in (a.root / "plots").iterdir()) == ["cat.png", "dog.png"]
 
 
@@ -196,8 +235,10 @@ def test_cap_keeps_the_largest_subsets_of_a_class_ties_by_name(tmp_path):
     assert len(capped.subsets_of("dog")) == 6
     t = capped.subsets_table().set_index("subset")
     assert not t.loc["cat(c8)", "kept"] and t.loc["cat(c8)", "community"] == -1
-    assert build_artifact(c, tmp_path / "b", BuildOptions(max_subsets_per_class=0), plots=False).subsets_of("cat") \
+    assert (
+        build_artifact(c, tmp_path / "b", BuildOptions(max_subsets_per_class=0), plots=False).subsets_of("cat")
         == sorted(d)[:9]
+    )
 
 
 def test_cap_is_the_same_out_of_core(tmp_path):
@@ -216,7 +257,9 @@ def test_cap_must_leave_a_class_possible():
 
 
 def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
-    a = build_artifact(CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a", plots=False)
+    a = build_artifact(
+        CandidateSubsets.from_dict(two_cluster_subsets(seed=1, contexts=3)), tmp_path / "a", plots=False
+    )
     assert a.options.max_subsets_per_class == 2000
     m = json.loads((a.root / "manifest.json").read_text())
     del m["options"]["max_subsets_per_class"]
@@ -229,13 +272,24 @@ def test_artifact_built_before_the_cap_reads_as_uncapped(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def _whole_table_reference(path, *, csv: bool) -> TagTable:
     """The reader before the streamed one (the reference): the whole file as one Arrow table."""
-    t = (pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
-        column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()})) if csv
-         else pq.read_table(path))
-    cats = dict(zip(t.column("tag").to_pylist(), t.column("category").to_pylist())) if "category" in t.column_names \
+    t = (
+        pcsv.read_csv(
+            path,
+            convert_options=pcsv.ConvertOptions(
+                column_types={"image_id": pa.string(), "tag": pa.string(), "category": pa.string()}
+            ),
+        )
+        if csv
+        else pq.read_table(path)
+    )
+    cats = (
+        dict(zip(t.column("tag").to_pylist(), t.column("category").to_pylist()))
+        if "category" in t.column_names
         else None
-    return TagTable.from_columns(t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), cats,
-                                 what=str(path))
+    )
+    return TagTable.from_columns(
+        t.column("image_id").combine_chunks(), t.column("tag").combine_chunks(), cats, what=str(path)
+    )
 
 
 def _tags_frame(seed: int = 4) -> pa.Table:
@@ -260,16 +314,23 @@ def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_r
     frame = _tags_frame()
     if fmt == "parquet-int-ids":
         # integer ids (cast to text by the reader): 10 < 9 in byte order
-        frame = frame.set_column(0, "image_id", pa.array([int(x.replace("é", "").removeprefix("im"))
-                                                          for x in frame.column("image_id").to_pylist()]))
+        frame = frame.set_column(
+            0,
+            "image_id",
+            pa.array([int(x.replace("é", "").removeprefix("im")) for x in frame.column("image_id").to_pylist()]),
+        )
     path = tmp_path / ("tags.csv" if fmt == "csv" else "tags.parquet")
     if fmt == "csv":
         pcsv.write_csv(frame, path)
     else:
         pq.write_table(frame, path, row_group_size=700)
     options = BuildOptions(min_images_per_subset=10, subject_categories=("k1",))
-    old = build_artifact(candidates_from_tags(_whole_table_reference(path, csv=fmt == "csv"),
-                                              subject_categories=["k1"]), tmp_path / "old", options, plots=False)
+    old = build_artifact(
+        candidates_from_tags(_whole_table_reference(path, csv=fmt == "csv"), subject_categories=["k1"]),
+        tmp_path / "old",
+        options,
+        plots=False,
+    )
     new = build_from_inputs(tmp_path / "new", tags=path, options=options, plots=False, memory_limit=MIN_BYTE_SIZE)
     assert len(old.classes()) > 3
     assert old.subsets_table()["category"].notna().any()
@@ -278,12 +339,15 @@ def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_r
     assert new.content_hash == old.content_hash
 
 
-@pytest.mark.parametrize("rows, message", [
-    ({"image_id": ["1", None, "2", "3"], "tag": ["a(b)", "a", None, " "]}, r"\(1 / 1 rows\)"),
-    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b(c)", " ", "x(y)"]}, "some tags are empty"),
-    ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b", "c", "x(y)"]}, "'x\\(y\\)' contains parentheses"),
-    ({"image_id": ["1", "2"], "tag": ["a", "b\x1b[2J"]}, "control character"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ({"image_id": ["1", None, "2", "3"], "tag": ["a(b)", "a", None, " "]}, r"\(1 / 1 rows\)"),
+        ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b(c)", " ", "x(y)"]}, "some tags are empty"),
+        ({"image_id": ["1", "1", "2", "2"], "tag": ["a", "b", "c", "x(y)"]}, "'x\\(y\\)' contains parentheses"),
+        ({"image_id": ["1", "2"], "tag": ["a", "b\x1b[2J"]}, "control character"),
+    ],
+)
 def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, monkeypatch, rows, message):
     monkeypatch.setattr(tags, "_FILE_BATCH_ROWS", 1)  # each problem in its own batch
     path = tmp_path / "t.parquet"
@@ -299,8 +363,12 @@ def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, m
 def test_subsets_table_streamed_in_pieces_has_the_bytes_of_one_write(tmp_path, monkeypatch):
     monkeypatch.setattr(fsutil, "PARQUET_ROW_GROUP", 64)  # several row groups ...
     monkeypatch.setattr(tag_store, "_BATCH_ROWS", 50)  # ... from pieces that do not align with them
-    a = build_artifact(TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE), tmp_path / "a",
-                       BuildOptions(min_images_per_subset=10), plots=False)
+    a = build_artifact(
+        TagCandidates(_zipf_table(), memory_limit=MIN_BYTE_SIZE),
+        tmp_path / "a",
+        BuildOptions(min_images_per_subset=10),
+        plots=False,
+    )
     whole = pq.read_table(a.root / "subsets.parquet")
     assert whole.num_rows > 3 * 64 and pq.ParquetFile(a.root / "subsets.parquet").metadata.num_row_groups > 3
     fsutil.write_parquet(whole, tmp_path / "one.parquet")
@@ -333,7 +401,8 @@ def test_image_counts_run_under_the_memory_limit_not_the_read_back_limit(tmp_pat
     ids = np.repeat(np.char.add("im", np.arange(n).astype(str)), per)
     picks = np.argsort(rng.random((n, 20)), axis=1)[:, :per].ravel()  # 4 distinct tags of 20 per image
     pq.write_table(pa.table({"image_id": ids, "tag": np.char.add("t", picks.astype(str))}), tmp_path / "t.parquet")
-    out = build_from_inputs(tmp_path / "art", tags=tmp_path / "t.parquet", plots=False,
-                            options=BuildOptions(min_images_per_subset=10))
+    out = build_from_inputs(
+        tmp_path / "art", tags=tmp_path / "t.parquet", plots=False, options=BuildOptions(min_images_per_subset=10)
+    )
     stats = json.loads((out.root / "stats.json").read_text())
     assert stats["candidate_images"] == n, stats

@@ -1,4 +1,5 @@
 """`metashift-hf build --source gqa|published` finds its inputs through the data manifest."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,17 @@ def _scene_graph_folder(tmp_path):
     contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]
     graphs = {}
     for i in range(30):
-        objects = {"0": {"name": "dog", "x": 0, "y": 0, "w": 5, "h": 5, "attributes": [],
-                         "relations": [{"name": "near", "object": str(k + 1)} for k in range(len(contexts))]}}
+        objects = {
+            "0": {
+                "name": "dog",
+                "x": 0,
+                "y": 0,
+                "w": 5,
+                "h": 5,
+                "attributes": [],
+                "relations": [{"name": "near", "object": str(k + 1)} for k in range(len(contexts))],
+            }
+        }
         for k, c in enumerate(contexts):
             objects[str(k + 1)] = {"name": c, "x": k, "y": k, "w": 3, "h": 3, "attributes": [], "relations": []}
         graphs[str(500 + i)] = {"width": 64, "height": 48, "objects": objects}
@@ -46,6 +56,15 @@ def test_build_source_without_inputs_says_what_to_download(tmp_path, capsys):
 
 def test_build_source_conflicts_with_explicit_files(tmp_path, capsys):
     folder = _scene_graph_folder(tmp_path)
-    code = cli.main(["build", "--source", "gqa", "--scene-graphs", str(folder / "train_sceneGraphs.json"),
-                     "--out", str(tmp_path / "art")])
+    code = cli.main(
+        [
+            "build",
+            "--source",
+            "gqa",
+            "--scene-graphs",
+            str(folder / "train_sceneGraphs.json"),
+            "--out",
+            str(tmp_path / "art"),
+        ]
+    )
     assert code == 2 and "either --source" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The `metashift` datasets builder: splits vs spec, original bytes, folder vs zip, determinism,
 missing/corrupt images, image metadata, migration options, real shared images."""
+
 from __future__ import annotations
 
 import shutil
@@ -19,8 +20,13 @@ from metashift_hf.core.errors import InputFormatError, MissingImagesError, Unkno
 
 def build(builder_world, task, images=None, cache=None, **kw):
     kw.setdefault("overrides", {"scale": 0.1} if task.startswith("paper-") else None)
-    b = Metashift(config_name=task, artifact=builder_world["artifact"].root, images=str(images or builder_world["folder"]),
-                  cache_dir=str(cache or builder_world["root"] / "cache"), **kw)
+    b = Metashift(
+        config_name=task,
+        artifact=builder_world["artifact"].root,
+        images=str(images or builder_world["folder"]),
+        cache_dir=str(cache or builder_world["root"] / "cache"),
+        **kw,
+    )
     b.download_and_prepare()
     return b.as_dataset()
 
@@ -51,7 +57,7 @@ def test_dg_leakage_and_ambiguous_removed(builder_world):
     assert not any(per_split[s] & amb for s in per_split)
     names = list(per_split)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not per_split[a] & per_split[b], (a, b)
     spec = shift_spec(ds)
     assert spec.distance.paper_value == 1.12 and spec.distance.rule == "code"
@@ -71,9 +77,12 @@ def test_same_seed_identical_parquet_bytes_folder_and_zip(builder_world, tmp_pat
     assert outs[0] == outs[1], "same seed gave different parquet bytes"
     assert outs[0] == outs[2], "zip and folder sources gave different parquet bytes"
     other = build(builder_world, "paper-subpop-cat-dog-p6", cache=tmp_path / "c9", seed=4)
-    assert other["train"]["image_id"] != __import__("datasets").load_dataset(
-        "parquet", data_files=str(tmp_path / "0-train.parquet"), split="train",
-        cache_dir=str(tmp_path / "pq"))["image_id"]
+    assert (
+        other["train"]["image_id"]
+        != __import__("datasets").load_dataset(
+            "parquet", data_files=str(tmp_path / "0-train.parquet"), split="train", cache_dir=str(tmp_path / "pq")
+        )["image_id"]
+    )
 
 
 def test_missing_images_error_and_skip(builder_world, tmp_path):
@@ -116,9 +125,19 @@ def test_with_image_metadata_round_trip(builder_world):
     for rec in rows.select(range(0, rows.num_rows, max(1, rows.num_rows // 20))):
         m = builder_world["meta"][rec["image_id"]]
         assert (rec["width"], rec["height"], rec["location"], rec["weather"]) == (
-            m["width"], m["height"], m["location"], m["weather"])
-        want = [{"object_id": k, **{f: v[f] for f in ("name", "x", "y", "w", "h", "attributes")},
-                 "relations": v["relations"]} for k, v in sorted(m["objects"].items())]
+            m["width"],
+            m["height"],
+            m["location"],
+            m["weather"],
+        )
+        want = [
+            {
+                "object_id": k,
+                **{f: v[f] for f in ("name", "x", "y", "w", "h", "attributes")},
+                "relations": v["relations"],
+            }
+            for k, v in sorted(m["objects"].items())
+        ]
         assert rec["objects"] == want
     assert ds["train"].features["objects"].feature["x"].dtype == "int32"
 
@@ -162,8 +181,12 @@ def test_migration_options(builder_world):
 
 def test_bad_task_name_did_you_mean(builder_world):
     with pytest.raises(UnknownNameError) as exc:
-        Metashift(config_name="paper-dg-cat-dgo-1", artifact=builder_world["artifact"].root, images=str(builder_world["folder"]),
-                  cache_dir=str(builder_world["root"] / "cache"))
+        Metashift(
+            config_name="paper-dg-cat-dgo-1",
+            artifact=builder_world["artifact"].root,
+            images=str(builder_world["folder"]),
+            cache_dir=str(builder_world["root"] / "cache"),
+        )
     assert "paper-dg-cat-dog-1" in exc.value.what
     with pytest.raises(UnknownNameError, match="class-cat"):
         plan_task("class-cta", builder_world["artifact"])
@@ -186,11 +209,13 @@ def _community_by_the_rule(art, cls: str, group, contexts) -> int:
     share one kept community (community groups: their own), else the one holding most of the row's
     contexts (ties: smallest id), -1 when the row has none."""
     comm = art.communities(cls)
-    label = group.group[len(cls) + 1:-1]
+    label = group.group[len(cls) + 1 : -1]
     if label.startswith("community-"):
         return int(label.split("-")[1])
-    shared = {comm.get(f"{cls}({c})", -1) for c in (group.contexts_found if group.contexts_found is not None
-                                                    else group.contexts)}
+    shared = {
+        comm.get(f"{cls}({c})", -1)
+        for c in (group.contexts_found if group.contexts_found is not None else group.contexts)
+    }
     if len(shared) == 1 and -1 not in shared:
         return shared.pop()
     counts = Counter(comm[f"{cls}({c})"] for c in contexts if f"{cls}({c})" in comm)
@@ -240,11 +265,14 @@ REAL = {  # real GQA/VG ids of the shared images and real subsets they belong to
 def real(shared_ref, tmp_path_factory):
     root = tmp_path_factory.mktemp("real")
     files = {p.stem: p for p in sorted((shared_ref / "images").glob("*/*.jpg"))}
-    subsets = {f"{c}({x})": ids for c in ("horse", "bus") for x in ("a", "b", "c")
-               for ids in [sorted(files)]}
+    subsets = {f"{c}({x})": ids for c in ("horse", "bus") for x in ("a", "b", "c") for ids in [sorted(files)]}
     subsets.update(REAL)
-    art = build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact",
-                         BuildOptions(min_images_per_subset=1, min_subsets_per_class=2), plots=False)
+    art = build_artifact(
+        CandidateSubsets.from_dict(subsets),
+        root / "artifact",
+        BuildOptions(min_images_per_subset=1, min_subsets_per_class=2),
+        plots=False,
+    )
     zpath = root / "real.zip"
     with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
         for iid, p in files.items():
@@ -254,8 +282,12 @@ def real(shared_ref, tmp_path_factory):
 
 @pytest.mark.parametrize("source", ["folder", "zip"])
 def test_real_shared_images_through_builder(real, source):
-    b = Metashift(config_name="classes", artifact=real["artifact"].root, images=str(real[source]),
-                  cache_dir=str(real["root"] / f"cache-{source}"))
+    b = Metashift(
+        config_name="classes",
+        artifact=real["artifact"].root,
+        images=str(real[source]),
+        cache_dir=str(real["root"] / f"cache-{source}"),
+    )
     b.download_and_prepare()
     ds = b.as_dataset()["train"]
     assert ds.num_rows == 2 * len(real["files"])  # every image shows a horse and a bus subset
@@ -272,16 +304,26 @@ def test_real_attributes_pickle_collection(shared_ref, tmp_path_factory):
     from metashift_hf.hub.api import available_tasks
 
     cands = load_candidate_pickle(shared_ref / "metashift" / "attributes-candidate-subsets.pkl", attributes=True)
-    art = build_artifact(cands, tmp_path_factory.mktemp("attr") / "artifact",
-                         BuildOptions(include_attributes=True, include_objects=False, include_general=False),
-                         plots=False)
+    art = build_artifact(
+        cands,
+        tmp_path_factory.mktemp("attr") / "artifact",
+        BuildOptions(include_attributes=True, include_objects=False, include_general=False),
+        plots=False,
+    )
     ids = available_tasks(art)
     assert "attributes" in ids and "class-horse" in ids
     assert not any(i.startswith("paper-") for i in ids)  # cat and dog exist, the paper's object contexts do not
-    p = plan_task("attributes", art, selected_classes=["cat", "dog", "horse"],
-                  attributes=["cat(orange)", "dog(sitting)", "horse(white)"])
+    p = plan_task(
+        "attributes",
+        art,
+        selected_classes=["cat", "dog", "horse"],
+        attributes=["cat(orange)", "dog(sitting)", "horse(white)"],
+    )
     rows = p.splits["train"]
-    assert len(rows) == len({(r.label, r.image_id) for r in rows}) == sum(
-        len(art.images(n)) for n in ("cat(orange)", "dog(sitting)", "horse(white)"))
+    assert (
+        len(rows)
+        == len({(r.label, r.image_id) for r in rows})
+        == sum(len(art.images(n)) for n in ("cat(orange)", "dog(sitting)", "horse(white)"))
+    )
     assert [r.contexts for r in rows if r.image_id == "2375429"] == [("white",)]
     assert p.classes == ["cat", "dog", "horse"] and len(art.classes()) == 66

@@ -1,4 +1,5 @@
 """Dataset cards: README YAML that huggingface_hub parses, and a body with every section the issue asks for."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,8 +23,11 @@ from metashift_hf.hub.export import export_prepared
 
 
 # what export draws for the first task of ``exported`` (matplotlib installed): both classes' role graphs, the grid
-TASK_PICTURES = ("images/paper-dg-cat-dog-1-cat-groups.png", "images/paper-dg-cat-dog-1-dog-groups.png",
-                 "images/paper-dg-cat-dog-1-examples.png")
+TASK_PICTURES = (
+    "images/paper-dg-cat-dog-1-cat-groups.png",
+    "images/paper-dg-cat-dog-1-dog-groups.png",
+    "images/paper-dg-cat-dog-1-examples.png",
+)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -35,8 +39,10 @@ def exported(tmp_path_factory):
     (art.root / "plots").mkdir(exist_ok=True)
     (art.root / "plots" / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"cat-plot")
     images = sample_jpegs(root / "images")
-    tasks = [make_prepared("paper-dg-cat-dog-1", images),
-             make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional")]
+    tasks = [
+        make_prepared("paper-dg-cat-dog-1", images),
+        make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
+    ]
     repos = export_prepared(tasks, art, root / "out", namespace="metashift-org")
     return art, tasks, repos
 
@@ -53,8 +59,16 @@ def test_yaml_parses_with_huggingface_hub(exported):
     assert {"distribution-shift", "domain-generalization", "metashift"} <= set(data.tags)
     assert data.source_datasets == ["extended|visual_genome"]
     meta = data.to_dict()
-    assert meta["configs"] == [{"config_name": "paper-dg-cat-dog-1", "default": True, "data_files": [
-        {"split": "train", "path": "paper-dg-cat-dog-1/train-*"}, {"split": "test", "path": "paper-dg-cat-dog-1/test-*"}]}]
+    assert meta["configs"] == [
+        {
+            "config_name": "paper-dg-cat-dog-1",
+            "default": True,
+            "data_files": [
+                {"split": "train", "path": "paper-dg-cat-dog-1/train-*"},
+                {"split": "test", "path": "paper-dg-cat-dog-1/test-*"},
+            ],
+        }
+    ]
     info = meta["dataset_info"]
     assert info["config_name"] == "paper-dg-cat-dog-1"
     label = next(f for f in info["features"] if f["name"] == "label")
@@ -69,9 +83,17 @@ def test_body_has_every_section(exported):
     art, _, repos = exported
     text = (repos[0].path / "README.md").read_text()
     assert 'load_dataset("metashift-org/metashift-paper-dg-cat-dog-1", "paper-dg-cat-dog-1")' in text
-    for heading in ("### Fields", "### Splits and groups", "### Shift", "### Meta-graph and distances",
-                    "### How it was built", "### Where our numbers differ from the paper", "## Source and licence",
-                    "## Known biases and limitations", "## Citation"):
+    for heading in (
+        "### Fields",
+        "### Splits and groups",
+        "### Shift",
+        "### Meta-graph and distances",
+        "### How it was built",
+        "### Where our numbers differ from the paper",
+        "## Source and licence",
+        "## Known biases and limitations",
+        "## Citation",
+    ):
         assert heading in text, heading
     assert "| train | `cat(sofa)` | 5 |" in text  # group counts measured from the rows
     assert "| distance d | 0.500 (code) |" in text
@@ -85,12 +107,19 @@ def test_body_has_every_section(exported):
     assert f"| cat | `cat(sofa)` | `cat(grass)` | {code} | {paper} |" in text
     assert f"`{art.content_hash}`" in text and f"| metashift-hf version | {__version__} |" in text
     assert "| seed | 0 |" in text and "min_images_per_subset=25" in text
-    assert "Reproduce: `metashift-hf export paper-dg-cat-dog-1 --artifact ARTIFACT --images IMAGES --seed 0 --out DIR`" in text
+    assert (
+        "Reproduce: `metashift-hf export paper-dg-cat-dog-1 --artifact ARTIFACT --images IMAGES --seed 0 --out DIR`"
+        in text
+    )
     assert "CC BY 4.0" in text and "Visual Genome" in text and "GQA" in text
     assert "People labelled by appearance" in text and "Label noise" in text and "Under-represented" in text
-    for key in ("@inproceedings{liang2022metashift", "Weixin Liang and James Zou",
-                "MetaShift: A Dataset of Datasets for Evaluating Contextual Distribution Shifts and Training Conflicts",
-                "@inproceedings{hudson2019gqa", "@article{krishna2017visualgenome"):
+    for key in (
+        "@inproceedings{liang2022metashift",
+        "Weixin Liang and James Zou",
+        "MetaShift: A Dataset of Datasets for Evaluating Contextual Distribution Shifts and Training Conflicts",
+        "@inproceedings{hudson2019gqa",
+        "@article{krishna2017visualgenome",
+    ):
         assert key in text, key
     assert "the paper reports 410 and 12,868" in text
     # meta-graph picture copied into the repo and linked
@@ -145,8 +174,13 @@ def test_missing_placeholder_value_is_an_error(tmp_path, monkeypatch):
 
 
 def test_size_categories():
-    assert [cards.size_category(n) for n in (5, 1500, 20_000, 500_000, 2_000_000)] == \
-        ["n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M"]
+    assert [cards.size_category(n) for n in (5, 1500, 20_000, 500_000, 2_000_000)] == [
+        "n<1K",
+        "1K<n<10K",
+        "10K<n<100K",
+        "100K<n<1M",
+        "1M<n<10M",
+    ]
 
 
 def test_hub_user_sections_yaml_links_and_images_render(exported, tmp_path):
@@ -161,8 +195,13 @@ def test_hub_user_sections_yaml_links_and_images_render(exported, tmp_path):
     assert data["pretty_name"] and data["task_categories"] == ["image-classification"]
     assert data["task_ids"] == ["multi-class-image-classification"] and data["paperswithcode_id"] == "metashift"
     assert data["size_categories"] and "viewer" not in data
-    for heading in ("## Summary", "## Data instance", "## Intended uses", "## Recommended metric",
-                    "## Personal and sensitive information"):
+    for heading in (
+        "## Summary",
+        "## Data instance",
+        "## Intended uses",
+        "## Recommended metric",
+        "## Personal and sensitive information",
+    ):
         assert heading in card.text, heading
     assert "arxiv.org/abs/2202.06523" in card.text and "github.com/Weixin-Liang/MetaShift" in card.text
     assert "collate_fn=collate" in card.text and "'image_id':" in card.text
@@ -177,7 +216,10 @@ def test_hub_user_sections_yaml_links_and_images_render(exported, tmp_path):
     assert not re.search(r"!\[[^\]]*\]\([^)]*\s[^)]*\)", card.text)  # no image link with a space
     index = DatasetCard.load(index_repo.path / "README.md")
     assert index.data.to_dict()["viewer"] is False
-    assert "[`paper-dg-cat-dog-1`](https://huggingface.co/datasets/metashift-org/metashift-paper-dg-cat-dog-1)" in index.text
+    assert (
+        "[`paper-dg-cat-dog-1`](https://huggingface.co/datasets/metashift-org/metashift-paper-dg-cat-dog-1)"
+        in index.text
+    )
 
 
 def test_subpopulation_card_warns_about_small_validation_groups(exported):
@@ -185,38 +227,64 @@ def test_subpopulation_card_warns_about_small_validation_groups(exported):
 
     text = (exported[2][1].path / "README.md").read_text()
     assert "average and worst-group accuracy on `test`" in text
-    info = SimpleNamespace(spec=SimpleNamespace(shift_type="conditional"),
-                           group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}})
+    info = SimpleNamespace(
+        spec=SimpleNamespace(shift_type="conditional"),
+        group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}},
+    )
     words = cards.recommended_metric(info)
     assert "as few as 3 images in a group: `dog(indoor)` 3, `cat(outdoor)` 5, `cat(indoor)` 40" in words
 
 
 # -- the task's own pictures (cards.pictures) -----------------------------------------------------
 
+
 def _spec(**groups) -> ShiftSpec:
     def make(split):
-        return tuple(GroupSpec(group=name, cls=cls, contexts=tuple(ctx), n=10) for name, cls, ctx in groups.get(split, ()))
-    return ShiftSpec(task_id="t", shift_type="marginal", classes=("cat", "dog"), train_groups=make("train"),
-                     validation_groups=make("validation"), test_groups=make("test"), id_test_groups=make("id_test"),
-                     split_sizes={}, seed=0)
+        return tuple(
+            GroupSpec(group=name, cls=cls, contexts=tuple(ctx), n=10) for name, cls, ctx in groups.get(split, ())
+        )
+
+    return ShiftSpec(
+        task_id="t",
+        shift_type="marginal",
+        classes=("cat", "dog"),
+        train_groups=make("train"),
+        validation_groups=make("validation"),
+        test_groups=make("test"),
+        id_test_groups=make("id_test"),
+        split_sizes={},
+        seed=0,
+    )
 
 
 def test_subset_roles_of_a_small_task():
     kept = {f"cat({c})" for c in ("sofa", "bed", "shelf", "grass", "desk", "tree")} | {"dog(sofa)"}
-    spec = _spec(train=[("cat(sofa)", "cat", ["sofa", "bed"]), ("dog(sofa)", "dog", ["sofa"])],
-                 validation=[("cat(sofa)", "cat", ["sofa", "bed"])],
-                 test=[("cat(shelf)", "cat", ["shelf", "bed", "missing"])],
-                 id_test=[("cat(grass)", "cat", ["grass"])])
+    spec = _spec(
+        train=[("cat(sofa)", "cat", ["sofa", "bed"]), ("dog(sofa)", "dog", ["sofa"])],
+        validation=[("cat(sofa)", "cat", ["sofa", "bed"])],
+        test=[("cat(shelf)", "cat", ["shelf", "bed", "missing"])],
+        id_test=[("cat(grass)", "cat", ["grass"])],
+    )
     # bed is in a train and a test group; a context the artifact does not have is no subset; the
     # id_test group adds grass; desk and tree take no part; dog's groups are not cat's
     assert pictures.subset_splits(spec, "cat", kept) == {
-        "cat(bed)": ("train", "validation", "test"), "cat(grass)": ("id_test",), "cat(shelf)": ("test",),
-        "cat(sofa)": ("train", "validation")}
+        "cat(bed)": ("train", "validation", "test"),
+        "cat(grass)": ("id_test",),
+        "cat(shelf)": ("test",),
+        "cat(sofa)": ("train", "validation"),
+    }
     assert pictures.subset_roles(spec, "cat", kept) == {
-        "cat(bed)": "train+test", "cat(grass)": "id_test", "cat(shelf)": "test", "cat(sofa)": "train"}
+        "cat(bed)": "train+test",
+        "cat(grass)": "id_test",
+        "cat(shelf)": "test",
+        "cat(sofa)": "train",
+    }
     assert pictures.subset_roles(spec, "dog", kept) == {"dog(sofa)": "train"}
-    assert [pictures.role_of(s) for s in (["validation"], ["validation", "id_test"], ["test", "id_test"])] == \
-        ["validation", "id_test", "test"]
+    assert [pictures.role_of(s) for s in (["validation"], ["validation", "id_test"], ["test", "id_test"])] == [
+        "validation",
+        "id_test",
+        "test",
+    ]
     assert set(pictures.subset_roles(spec, "cat", kept).values()) <= set(pictures.ROLE_STYLES)
 
 
@@ -244,20 +312,26 @@ def test_task_pictures_are_pngs_linked_with_alt_text_and_caption(exported):
     assert "### Examples" in text and "### Meta-graph and distances" in text
     examples = "![example images of each group of paper-dg-cat-dog-1](images/paper-dg-cat-dog-1-examples.png)"
     assert text.index("### Examples") < text.index(examples) < text.index("### Shift")
-    caption = text[text.index(examples):].split("\n")[2]
+    caption = text[text.index(examples) :].split("\n")[2]
     assert caption.startswith("*Up to 5 images per group") and caption.endswith("*") and "seed 0" in caption
-    graph = ("![meta-graph of cat with the train and test groups of paper-dg-cat-dog-1 highlighted]"
-             "(images/paper-dg-cat-dog-1-cat-groups.png)")
+    graph = (
+        "![meta-graph of cat with the train and test groups of paper-dg-cat-dog-1 highlighted]"
+        "(images/paper-dg-cat-dog-1-cat-groups.png)"
+    )
     assert graph in text
-    caption = text[text.index(graph):].split("\n")[2]
+    caption = text[text.index(graph) :].split("\n")[2]
     assert caption.startswith("*Meta-graph of `cat` in this task (train `cat(sofa)`; test `cat(grass)`)")
     assert "train groups blue, test groups red" in caption and "other subsets faded grey" in caption
     # the community picture follows, under the same class heading
     assert text.index("#### `cat`") < text.index(graph) < text.index("![meta-graph of cat](images/cat.png)")
     # rows of the grid: the train and test groups, labelled by split (validation/id_test add none here)
     rows = pictures._rows_of(tasks[0].dataset)
-    assert [(s, g) for s, g, _ in rows] == [("train", "cat(sofa)"), ("train", "dog(sofa)"),
-                                           ("test", "cat(grass)"), ("test", "dog(grass)")]
+    assert [(s, g) for s, g, _ in rows] == [
+        ("train", "cat(sofa)"),
+        ("train", "dog(sofa)"),
+        ("test", "cat(grass)"),
+        ("test", "dog(grass)"),
+    ]
 
 
 def test_task_pictures_are_deterministic(exported, tmp_path):
@@ -296,7 +370,10 @@ def test_card_layout_one_title_named_headers_one_group_table_and_index_bias_text
     assert "The task's headline d = 0.500 (code rule" in text and "between the sofa and grass groups" in text
     index = (repos[-1].path / "README.md").read_text()
     assert "### How it was built" not in index and "tables\n  above" not in index
-    assert "group sizes in each task's card" in index and "(counts under \"How it was built\" in each task's card)" in index
+    assert (
+        "group sizes in each task's card" in index
+        and '(counts under "How it was built" in each task\'s card)' in index
+    )
     assert "group sizes in the tables\n  above" in text  # a task card does hold those tables
 
 
@@ -331,18 +408,27 @@ def test_card_quick_evaluate_estimate_is_the_measured_cost_times_the_images(tmp_
 
     card, images = _matched_card(tmp_path)
     usage = card.split("## Details", 1)[0]
-    cost = json.loads((resources.files("metashift_hf.cards") / "eval_cost.json").read_text())  # bench_eval.py cost --write
+    cost = json.loads(
+        (resources.files("metashift_hf.cards") / "eval_cost.json").read_text()
+    )  # bench_eval.py cost --write
     assert set(cost["seconds_per_image"]) >= {"224", "128"} and cost["machine"]
     quick = min(100, images["test"])
     line = next(x for x in usage.splitlines() if "--image-size" in x)
-    assert line == ("metashift-hf evaluate --model efficientnet-lite0 --task metashift-org/metashift-bin-cat-dog "
-                    "--config bin-cat-dog --splits test --sample 100 --image-size 128 --out eval-quick")
+    assert line == (
+        "metashift-hf evaluate --model efficientnet-lite0 --task metashift-org/metashift-bin-cat-dog "
+        "--config bin-cat-dog --splits test --sample 100 --image-size 128 --out eval-quick"
+    )
     quick_s = max(1, round(cost["seconds_per_image"]["128"] * quick))
     full_s = max(1, round(cost["seconds_per_image"]["224"] * sum(images.values())))
-    assert f"on {cost['machine']}: about {quick_s:,} s for this, about {full_s:,} s for the {sum(images.values())} images" \
+    assert (
+        f"on {cost['machine']}: about {quick_s:,} s for this, about {full_s:,} s for the {sum(images.values())} images"
         in " ".join(usage.split())
+    )
     # the figure follows the measured file, whatever it holds (no number typed into a template)
-    monkeypatch.setattr(cards, "eval_cost", lambda: {"machine": "a test machine",
-                                                     "seconds_per_image": {"224": 2.0, "128": 0.5}})
+    monkeypatch.setattr(
+        cards, "eval_cost", lambda: {"machine": "a test machine", "seconds_per_image": {"224": 2.0, "128": 0.5}}
+    )
     other, _ = _matched_card(tmp_path / "again")
-    assert f"on a test machine: about {round(0.5 * quick)} s for this, about {2 * sum(images.values())} s" in " ".join(other.split())
+    assert f"on a test machine: about {round(0.5 * quick)} s for this, about {2 * sum(images.values())} s" in " ".join(
+        other.split()
+    )

@@ -1,4 +1,5 @@
 """CLI help has one source (commands.HELP): the top-level listing and each command's own parser agree."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """Image and tree inputs of the commands: --on-missing error|skip, and inputs found through the data
 manifest / environment (metashift-hf download) when no path is given."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ def _world(tmp_path):
     images = tmp_path / "images"
     ids = sorted(p.stem for p in sample_jpegs(images, n=15))
     subsets = {"cat(a)": ids[0:8], "cat(b)": ids[4:12], "cat(c)": ids[8:]}
-    art = build_artifact(CandidateSubsets.from_dict(subsets), tmp_path / "art",
-                         BuildOptions(min_images_per_subset=3, min_subsets_per_class=2), plots=False)
+    art = build_artifact(
+        CandidateSubsets.from_dict(subsets),
+        tmp_path / "art",
+        BuildOptions(min_images_per_subset=3, min_subsets_per_class=2),
+        plots=False,
+    )
     return art, images, ids
 
 
@@ -54,8 +59,23 @@ def test_export_and_evaluate_find_registered_images(tmp_path, capsys):
     assert (tmp_path / "o" / "metashift-class-cat" / "README.md").is_file()
     pytest.importorskip("torch")
     pytest.importorskip("efficientnet_lite_pytorch")
-    assert cli.main(["evaluate", "--model", "efficientnet-lite0", "--task", "class-cat", "--artifact", str(art.root),
-                     "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "evaluate",
+                "--model",
+                "efficientnet-lite0",
+                "--task",
+                "class-cat",
+                "--artifact",
+                str(art.root),
+                "--out",
+                str(tmp_path / "ev"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "ev" / "report.json").read_text())
     assert report["overall"]["n"] == len(ids)
 
@@ -64,16 +84,27 @@ def test_match_paper_uses_the_registered_tree_offline(shared_ref, tmp_path, monk
     ref = shared_ref / "metashift"
     monkeypatch.delenv("METASHIFT_HF_PAPER_TREE_URL", raising=False)  # no fetch: the registered copy is used
     mf.register("imagenet-tree", ref / "imagenet1k_node_names.json")
-    args = ["match", "--subset-names", str(ref / "candidate-subset-names.txt"), "--vocabulary",
-            str(ref / "class_hierarchy.json"), "--hierarchy", "paper", "--out", str(tmp_path / "m")]
+    args = [
+        "match",
+        "--subset-names",
+        str(ref / "candidate-subset-names.txt"),
+        "--vocabulary",
+        str(ref / "class_hierarchy.json"),
+        "--hierarchy",
+        "paper",
+        "--out",
+        str(tmp_path / "m"),
+    ]
     assert cli.main(args) == 0
     figures = json.loads((tmp_path / "m" / "match.json").read_text())
     assert (figures["matched_names"], figures["subsets"], figures["classes"]) == (427, 5040, 261)
 
 
 def test_tasks_show_takes_task_options(tmp_path, capsys):
-    contexts = {"cat": ["cup", "sofa", "chair", "bed", "pillow", "shelf", "vase"],
-                "dog": ["cabinet", "floor", "bed", "blanket", "shelf", "desk", "laptop"]}
+    contexts = {
+        "cat": ["cup", "sofa", "chair", "bed", "pillow", "shelf", "vase"],
+        "dog": ["cabinet", "floor", "bed", "blanket", "shelf", "desk", "laptop"],
+    }
     subsets, n = {}, 0
     for cls, ctxs in contexts.items():
         for c in ctxs:

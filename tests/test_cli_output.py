@@ -1,5 +1,6 @@
 """What the user sees: library messages go through logging; the CLI shows them on stderr, -q keeps
 only warnings and errors, -v adds debugging, and progress bars run only on a terminal."""
+
 from __future__ import annotations
 
 import logging
@@ -52,8 +53,11 @@ def test_options_come_before_or_after_any_command():
 
 def test_levels_warnings_under_quiet_and_debug_when_verbose(capsys):
     log = logging.getLogger("metashift_hf.some_module")
-    for quiet, verbose, shown in ((False, False, {"info", "warning"}), (True, False, {"warning"}),
-                                  (False, True, {"debug", "info", "warning"})):
+    for quiet, verbose, shown in (
+        (False, False, {"info", "warning"}),
+        (True, False, {"warning"}),
+        (False, True, {"debug", "info", "warning"}),
+    ):
         capsys.readouterr()
         with user_output(quiet, verbose):
             log.debug("debug")

@@ -1,5 +1,6 @@
 """The command line as a new user meets it (issue 12): headers, sizes, readable output, concrete fixes,
 Hub-safe ids, consistent flags, and pipes into `head` that end quietly."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _first_line_then_close(*args: str) -> tuple[str, int, str]:
     """What `metashift-hf ARGS | head -1` does: read one line, close the pipe, let the writer run on."""
-    p = subprocess.Popen([sys.executable, "-m", "metashift_hf", *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "metashift_hf", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     first = p.stdout.readline()
     p.stdout.close()
     err = p.stderr.read()
@@ -57,7 +59,9 @@ def test_tasks_list_has_header_sizes_status_and_legend(demo, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:7] == ["ID", "KIND", "CLASSES", "TRAIN", "VAL", "TEST", "ID_TEST"] and "STATUS" in out[0]
     rows = {line.split()[0]: line for line in out[1:] if line.startswith("paper-")}
-    assert re.search(r"paper-dg-cat-dog-1\s+paper\s+cat,dog\s+400\s+100\s+530\s+102\b.*\bok$", rows["paper-dg-cat-dog-1"])
+    assert re.search(
+        r"paper-dg-cat-dog-1\s+paper\s+cat,dog\s+400\s+100\s+530\s+102\b.*\bok$", rows["paper-dg-cat-dog-1"]
+    )
     # not plannable at default sizes on the demo world: marked, with the --set that makes it plan
     assert rows["paper-subpop-cat-dog-p12"].endswith("plans with --set paper-subpop-cat-dog-p12:scale=0.5")
     legend = "\n".join(out)
@@ -72,7 +76,10 @@ def test_tasks_show_is_a_summary_with_json_for_machines(demo, capsys):
     assert main(["tasks", "show", "paper-dg-cat-dog-1", "--artifact", root]) == 0
     out = capsys.readouterr().out
     assert len(out.splitlines()) < 30 and not out.lstrip().startswith("{")
-    assert "d = 0.647 (code rule; paper 0.44)" in out and "splits:   train 400, validation 100, test 530, id_test 102" in out
+    assert (
+        "d = 0.647 (code rule; paper 0.44)" in out
+        and "splits:   train 400, validation 100, test 530, id_test 102" in out
+    )
     assert re.search(r"train\s+cat\(sofa\)\s+100\s+contexts: cup, sofa, chair", out)
     assert main(["tasks", "show", "paper-dg-cat-dog-1", "--artifact", root, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -80,14 +87,28 @@ def test_tasks_show_is_a_summary_with_json_for_machines(demo, capsys):
     # a spec the artifact cannot supply: an error on stderr and a non-zero exit, with the concrete option
     assert main(["tasks", "show", "paper-subpop-cat-dog-p12", "--artifact", root]) == 2
     cap = capsys.readouterr()
-    assert "error:" in cap.err and "--set paper-subpop-cat-dog-p12:scale=0.5" in cap.err and "shift spec" not in cap.out
+    assert (
+        "error:" in cap.err and "--set paper-subpop-cat-dog-p12:scale=0.5" in cap.err and "shift spec" not in cap.out
+    )
     assert main(["tasks", "show", "paper-subpop-cat-dog-p12", "--artifact", root, "--set", "scale=0.5"]) == 0
 
 
 def test_export_plans_every_task_first_and_names_the_fix(demo, tmp_path, capsys):
     world, art = demo
-    rc = main(["export", "paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "--artifact", str(art.root),
-               "--images", str(world.images_dir), "--out", str(tmp_path / "out"), "--no-progress"])
+    rc = main(
+        [
+            "export",
+            "paper-dg-cat-dog-1",
+            "paper-subpop-cat-dog-p12",
+            "--artifact",
+            str(art.root),
+            "--images",
+            str(world.images_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "task paper-subpop-cat-dog-p12 cannot be planned with the default sizes" in err
     assert "fix: pass --set paper-subpop-cat-dog-p12:scale=0.5" in err and "KEY=VALUE" not in err
@@ -126,8 +147,20 @@ def test_classes_and_subsets_listings(demo, capsys):
 
 
 def test_flags_are_consistent_across_commands(capsys):
-    for command in ("build", "stats", "distance", "match", "tasks list", "tasks show", "export", "publish",
-                    "evaluate", "score", "classes", "subsets"):
+    for command in (
+        "build",
+        "stats",
+        "distance",
+        "match",
+        "tasks list",
+        "tasks show",
+        "export",
+        "publish",
+        "evaluate",
+        "score",
+        "classes",
+        "subsets",
+    ):
         with pytest.raises(SystemExit):
             main([*command.split(), "--help"])
         text = capsys.readouterr().out
@@ -173,11 +206,20 @@ def test_match_flags_names_matched_to_a_later_sense():
     def row(name, reason):
         return MatchRow(name, True, f"{name}.n.04", "n0", "a hawk", 9, (), (), (), reason)
 
-    result = MatchResult("wordnet", {
-        "dog": row("dog", "sense 1 of 7 is a node of wordnet"),
-        "kite": row("kite", "sense 4 of 4 is a node of wordnet (earlier senses not nodes: kite.n.01, kite.n.02, kite.n.03)"),
-        "lasso": row("lasso", "sense 2 of 2 is a node of wordnet (earlier senses not nodes: lasso.n.01)"),
-    }, [SubsetRecord("dog(kite)", "dog", "kite", 30, True, True), SubsetRecord("dog(lasso)", "dog", "lasso", 30, True, False)])
+    result = MatchResult(
+        "wordnet",
+        {
+            "dog": row("dog", "sense 1 of 7 is a node of wordnet"),
+            "kite": row(
+                "kite", "sense 4 of 4 is a node of wordnet (earlier senses not nodes: kite.n.01, kite.n.02, kite.n.03)"
+            ),
+            "lasso": row("lasso", "sense 2 of 2 is a node of wordnet (earlier senses not nodes: lasso.n.01)"),
+        },
+        [
+            SubsetRecord("dog(kite)", "dog", "kite", 30, True, True),
+            SubsetRecord("dog(lasso)", "dog", "lasso", 30, True, False),
+        ],
+    )
     assert [r.name for r in result.later_senses()] == ["kite"]  # lasso is in no selected subset
 
 

@@ -1,5 +1,6 @@
 """Mutual information between clusters and context tags, k-means by size, and the training-conflict
 matrix, on small worlds whose answers are known by construction."""
+
 from __future__ import annotations
 
 import math

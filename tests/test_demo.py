@@ -1,4 +1,5 @@
 """`metashift-hf demo` end to end on the embedded world: every stage leaves its real output."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,12 +47,14 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         assert hier["run"]["mode"] == "hierarchy" and hier["overall"]["n"] == expected
         # linear-probe ERM on the subpopulation task: average vs worst group, as scored from its predictions
         scores = json.loads((out / "train" / "seed-0" / "scores.json").read_text())
-        assert scores["task_id"] == "paper-subpop-cat-dog-p12" and scores["worst_group"]["accuracy"] <= scores["average"]
+        assert (
+            scores["task_id"] == "paper-subpop-cat-dog-p12" and scores["worst_group"]["accuracy"] <= scores["average"]
+        )
         assert f"average {100 * scores['average']:.1f}% vs worst group" in printed
         assert f"(restricted): {100 * report['overall']['accuracy']:.1f}%" in printed
         # the headline README quotes is the one the demo prints (the demo is deterministic)
         readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
         quoted = readme.split("Headline:\n", 1)[1].split("```", 1)[0].strip().splitlines()
-        shown = printed.split("Headline:\n", 1)[1].strip().splitlines()[:len(quoted)]
+        shown = printed.split("Headline:\n", 1)[1].strip().splitlines()[: len(quoted)]
         assert [line.strip() for line in quoted] == [line.strip() for line in shown]
     assert "Done in" in printed

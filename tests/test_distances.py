@@ -1,5 +1,6 @@
 """Every within-class pair gets an answer: the original spectral rule where it is defined (bit for
 bit as before), effective resistance on the other connected pairs, ``disconnected`` otherwise."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,9 @@ ORIGINAL_SPECTRAL_SHA256 = "c6458babed4ddefcb639fcf6d233d0711f297d20c0e2511ada57
 
 
 def test_attributes_pickle_every_pair_answered_spectral_unchanged(shared_ref, tmp_path):
-    art = build_from_inputs(tmp_path / "a", attributes_pickle=shared_ref / "metashift" / "attributes-candidate-subsets.pkl",
-                            plots=False)
+    art = build_from_inputs(
+        tmp_path / "a", attributes_pickle=shared_ref / "metashift" / "attributes-candidate-subsets.pkl", plots=False
+    )
     h, counts = hashlib.sha256(), {}
     for subject in sorted(art.classes()):
         m = art.distance_matrix(subject)

@@ -1,5 +1,6 @@
 """Figures quoted in the docs come from a run on the demo world: scripts/docs_figures.py re-plans the tasks
 (no images, no training) and every marked block must equal what the code makes now."""
+
 from __future__ import annotations
 
 import importlib.util

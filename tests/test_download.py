@@ -1,5 +1,6 @@
 """Downloader against loopback HTTP servers: Range resume, dropped connections, servers that ignore
 Range, wrong bytes, 404 fall-over, disk-space check, scene-graph zip extraction."""
+
 from __future__ import annotations
 
 import hashlib
@@ -104,8 +105,14 @@ def serve():
 
 
 def _known(*bases: str, data: bytes = PAYLOAD, name: str = "blob.bin") -> KnownFile:
-    return KnownFile(key="subsets", file_name=name, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                     urls=tuple(f"{b}/{name}" for b in bases), description="test blob")
+    return KnownFile(
+        key="subsets",
+        file_name=name,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        urls=tuple(f"{b}/{name}" for b in bases),
+        description="test blob",
+    )
 
 
 def _fetch(kf, dest, **kw):
@@ -256,8 +263,9 @@ def test_disk_space_is_checked_before_any_request(serve, tmp_path, monkeypatch):
         _fetch(_known(s.base), tmp_path)
     assert "--dir" in err.value.fix and s.requests == []
     # The check counts only the bytes still missing: with enough room for the rest, it passes.
-    monkeypatch.setattr(dl.shutil, "disk_usage",
-                        lambda p: seen.append(1) or type("U", (), {"free": len(PAYLOAD) - 1000})())
+    monkeypatch.setattr(
+        dl.shutil, "disk_usage", lambda p: seen.append(1) or type("U", (), {"free": len(PAYLOAD) - 1000})()
+    )
     path, _ = _fetch(_known(s.base), tmp_path)
     assert path.read_bytes() == PAYLOAD and seen
 
@@ -279,15 +287,32 @@ def _scene_graph_zip(path: Path, members: dict[str, object]) -> Path:
     return path
 
 
-TINY_SG = {"2375429": {"width": 500, "height": 333, "location": "outdoors", "objects": {
-    "1": {"name": "horse", "x": 1, "y": 2, "w": 30, "h": 40, "attributes": ["white"],
-          "relations": [{"name": "near", "object": "2"}]},
-    "2": {"name": "fence", "x": 5, "y": 6, "w": 70, "h": 20, "attributes": ["wood"], "relations": []}}}}
+TINY_SG = {
+    "2375429": {
+        "width": 500,
+        "height": 333,
+        "location": "outdoors",
+        "objects": {
+            "1": {
+                "name": "horse",
+                "x": 1,
+                "y": 2,
+                "w": 30,
+                "h": 40,
+                "attributes": ["white"],
+                "relations": [{"name": "near", "object": "2"}],
+            },
+            "2": {"name": "fence", "x": 5, "y": 6, "w": 70, "h": 20, "attributes": ["wood"], "relations": []},
+        },
+    }
+}
 
 
 def test_extract_scene_graphs_atomic_and_idempotent(tmp_path):
-    z = _scene_graph_zip(tmp_path / "sceneGraphs.zip", {
-        "sceneGraphs/train_sceneGraphs.json": TINY_SG, "val_sceneGraphs.json": {}, "readme.txt": "x"})
+    z = _scene_graph_zip(
+        tmp_path / "sceneGraphs.zip",
+        {"sceneGraphs/train_sceneGraphs.json": TINY_SG, "val_sceneGraphs.json": {}, "readme.txt": "x"},
+    )
     out = tmp_path / "out"
     files = dl.extract_scene_graphs(z, out)
     assert [f.name for f in files] == ["train_sceneGraphs.json", "val_sceneGraphs.json"]
@@ -311,7 +336,7 @@ def test_extract_scene_graphs_bad_zips(tmp_path):
     with zipfile.ZipFile(good) as zf:
         info = zf.getinfo("train_sceneGraphs.json")
     start = info.header_offset + 30 + len(info.filename) + 20
-    raw[start:start + 8] = bytes(8)
+    raw[start : start + 8] = bytes(8)
     good.write_bytes(bytes(raw))
     with pytest.raises(InputFormatError, match="corrupt"):
         dl.extract_scene_graphs(good, tmp_path / "out2")
@@ -341,8 +366,22 @@ def test_real_pinned_file_through_the_cli_with_a_mirror(serve, tmp_path, shared_
     data = (shared_ref / "metashift" / "attributes-candidate-subsets.pkl").read_bytes()
     s = serve(files={"attributes-candidate-subsets.pkl": data})
     man = tmp_path / "manifest.json"
-    rc = cli.main(["download", "--what", "attributes", "--dir", str(tmp_path / "d"), "--mirror", s.base,
-                   "--manifest", str(man), "--no-progress", "--timeout", "5"])
+    rc = cli.main(
+        [
+            "download",
+            "--what",
+            "attributes",
+            "--dir",
+            str(tmp_path / "d"),
+            "--mirror",
+            s.base,
+            "--manifest",
+            str(man),
+            "--no-progress",
+            "--timeout",
+            "5",
+        ]
+    )
     assert rc == 0
     assert (tmp_path / "d" / "attributes-candidate-subsets.pkl").read_bytes() == data
     assert json.loads(man.read_text())["inputs"]["attributes"]["sha256"] == KNOWN_FILES["attributes"].sha256
@@ -354,8 +393,20 @@ def test_cli_reports_checksum_error(serve, tmp_path, shared_ref, capsys, monkeyp
     bad = serve("wrong", files={"attributes-candidate-subsets.pkl": data})
     # Only the loopback mirror: the published URLs are dropped so the test stays offline.
     monkeypatch.setitem(KNOWN_FILES, "attributes", KnownFile(**{**KNOWN_FILES["attributes"].__dict__, "urls": ()}))
-    rc = cli.main(["download", "--what", "attributes", "--dir", str(tmp_path / "d"), "--mirror", bad.base,
-                   "--manifest", str(tmp_path / "m.json"), "--no-progress"])
+    rc = cli.main(
+        [
+            "download",
+            "--what",
+            "attributes",
+            "--dir",
+            str(tmp_path / "d"),
+            "--mirror",
+            bad.base,
+            "--manifest",
+            str(tmp_path / "m.json"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and bad.base in err and "fix:" in err
     assert not any((tmp_path / "d").iterdir())
@@ -373,17 +424,35 @@ def test_file_url_mirror_for_a_local_copy(tmp_path):
 
 def test_coco_files_are_pinned_and_a_wrong_copy_is_refused(serve, tmp_path, capsys, monkeypatch):
     # sizes and sha256 of COCO 2017 as pinned by TensorFlow Datasets (url_checksums/coco.txt)
-    assert {k: (KNOWN_FILES[k].file_name, KNOWN_FILES[k].size) for k in ("coco-annotations", "coco-images",
-                                                                        "coco-val-images")} == {
+    assert {
+        k: (KNOWN_FILES[k].file_name, KNOWN_FILES[k].size)
+        for k in ("coco-annotations", "coco-images", "coco-val-images")
+    } == {
         "coco-annotations": ("annotations_trainval2017.zip", 252_907_541),
-        "coco-images": ("train2017.zip", 19_336_861_798), "coco-val-images": ("val2017.zip", 815_585_330)}
+        "coco-images": ("train2017.zip", 19_336_861_798),
+        "coco-val-images": ("val2017.zip", 815_585_330),
+    }
     assert all(len(KNOWN_FILES[k].sha256) == 64 for k in ("coco-annotations", "coco-images", "coco-val-images"))
     s = serve(files={"annotations_trainval2017.zip": b"not the real zip"})
     for k in ("coco-annotations", "coco-images"):
         monkeypatch.setitem(KNOWN_FILES, k, KnownFile(**{**KNOWN_FILES[k].__dict__, "urls": ()}))
     monkeypatch.setattr("metashift_hf.sources.manifest.check_disk_space", lambda *a, **k: None)
-    rc = cli.main(["download", "--what", "coco-annotations,coco-images", "--dir", str(tmp_path / "d"), "--mirror",
-                   s.base, "--manifest", str(tmp_path / "m.json"), "--no-progress", "--timeout", "5"])
+    rc = cli.main(
+        [
+            "download",
+            "--what",
+            "coco-annotations,coco-images",
+            "--dir",
+            str(tmp_path / "d"),
+            "--mirror",
+            s.base,
+            "--manifest",
+            str(tmp_path / "m.json"),
+            "--no-progress",
+            "--timeout",
+            "5",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "annotations_trainval2017.zip" in err and "fix:" in err
     assert not [p for p in (tmp_path / "d").iterdir() if not p.name.endswith(".part")]

@@ -1,4 +1,5 @@
 """Real timm / torchvision architectures with random weights, loaded as --model would load them (issue 27 part 1)."""
+
 import io
 import socket
 
@@ -56,6 +57,7 @@ def test_torchvision_logits_match_direct_call(tmp_path, monkeypatch):
 def test_timm_name_never_touches_the_network(tmp_path, monkeypatch):
     """The offline switch is applied at call time, after huggingface_hub was imported (it was not: a request went out)."""
     import huggingface_hub.constants as hub_constants  # imported before the load, as in a real session
+
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -64,11 +66,13 @@ def test_timm_name_never_touches_the_network(tmp_path, monkeypatch):
     def refuse(self, address, *a, **k):
         attempts.append(address)
         raise ConnectionRefusedError("test: no network")
+
     monkeypatch.setattr(socket.socket, "connect", refuse)
 
     def no_lookup(host, *a, **k):  # a request starts with a name lookup, before any connect
         attempts.append(host)
         raise socket.gaierror("test: no network")
+
     monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
     with pytest.raises(MetashiftError, match="local cache") as err:
         ecosystem.timm_model("resnet18")
@@ -81,6 +85,7 @@ def test_timm_name_never_touches_the_network(tmp_path, monkeypatch):
 def test_broken_torchvision_is_an_error_line(monkeypatch, which):
     def broken(name, what, extra):
         raise RuntimeError("operator torchvision::nms does not exist")
+
     monkeypatch.setattr(ecosystem, "require_module", broken)
     with pytest.raises(MetashiftError, match="does not match the installed torch") as err:
         getattr(ecosystem, f"{which}_model")("resnet18")

@@ -1,5 +1,6 @@
 """`metashift-hf evaluate` on a matched task of a small built artifact: plan without images,
 predictions file, context bugs with meta-graph distances, ID vs OOD, CLI errors."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ def matched(tmp_path_factory):
     for k, ctx in enumerate(["ball", "bench", "chair"]):
         subsets[f"dog({ctx})"] = [f"d{i}" for i in range(15 * k, 15 * k + 40)]
     for k, ctx in enumerate(["boat", "car", "truck"]):
-        subsets[f"dog({ctx})"] = [f"d{i}" for i in range(60 + 15 * k, 60 + 15 * k + 40)]  # boat meets chair: one meta-graph
+        subsets[f"dog({ctx})"] = [
+            f"d{i}" for i in range(60 + 15 * k, 60 + 15 * k + 40)
+        ]  # boat meets chair: one meta-graph
     for k, ctx in enumerate(["sofa", "bed", "chair", "table", "car", "bench"]):
         subsets[f"cat({ctx})"] = [f"c{i}" for i in range(10 * k, 10 * k + 35)]
     root = tmp_path_factory.mktemp("evalart") / "artifact"
@@ -50,8 +53,20 @@ def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
     table = plan.table()
     _predictions(tmp_path / "p.csv", sorted(set(table.image_id)))
     out = tmp_path / "eval"
-    rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'p.csv'}", "--task", "bin-cat-dog",
-               "--artifact", str(matched), "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            f"predictions:{tmp_path / 'p.csv'}",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            str(matched),
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "context bugs" in printed and str(out / "report.md") in printed
@@ -66,7 +81,9 @@ def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
     gap = rep["id_vs_ood"]
     assert (gap["id_split"], gap["ood_split"]) == (id_split, ood_split)
     acc = lambda s: float((~wrong[table.split == s]).mean())
-    assert gap["id"]["accuracy"] == pytest.approx(acc(id_split)) and gap["ood"]["accuracy"] == pytest.approx(acc(ood_split))
+    assert gap["id"]["accuracy"] == pytest.approx(acc(id_split)) and gap["ood"]["accuracy"] == pytest.approx(
+        acc(ood_split)
+    )
     assert gap["gap"] == pytest.approx(acc(id_split) - acc(ood_split))
     # the three dog contexts of the other community are the bugs, each with its distance to community 0
     bugs = {b["subset"]: b for b in rep["context_bugs"]}
@@ -82,21 +99,69 @@ def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
 
 def test_cli_errors(matched, tmp_path, capsys):
     pd.DataFrame({"image_id": ["c1"], "imagenet_index": [281]}).to_csv(tmp_path / "few.csv", index=False)
-    rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'few.csv'}", "--task", "bin-cat-dog",
-               "--artifact", str(matched), "--out", str(tmp_path / "x"), "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            f"predictions:{tmp_path / 'few.csv'}",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            str(matched),
+            "--out",
+            str(tmp_path / "x"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and "has no prediction for" in err and "fix:" in err
     assert not (tmp_path / "x").exists()
-    rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--artifact", str(matched),
-               "--out", str(tmp_path / "x")])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "efficientnet-lite0",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            str(matched),
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert rc == 2 and "--images" in capsys.readouterr().err
     rc = main(["evaluate", "--model", "torchvision:resnet18", "--task", "bin-cat-dog", "--out", str(tmp_path / "x")])
     assert rc == 2 and "torchvision" in capsys.readouterr().err
-    rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'few.csv'}", "--task", "bin-cat-dog",
-               "--artifact", str(matched), "--hierarchy", "nope", "--out", str(tmp_path / "x")])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            f"predictions:{tmp_path / 'few.csv'}",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            str(matched),
+            "--hierarchy",
+            "nope",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert rc == 2 and "unknown hierarchy" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # numbers are refused while parsing (core.options)
-        main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--batch-size", "0", "--out", str(tmp_path / "x")])
+        main(
+            [
+                "evaluate",
+                "--model",
+                "efficientnet-lite0",
+                "--task",
+                "bin-cat-dog",
+                "--batch-size",
+                "0",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
     assert exc.value.code == 2 and "argument --batch-size" in capsys.readouterr().err
 
 
@@ -109,9 +174,24 @@ def test_cli_sample_and_set(matched, tmp_path, capsys):
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        rc = main(["evaluate", "--model", f"predictions:{tmp_path / 'p.csv'}", "--task", "bin-cat-dog",
-                   "--artifact", str(matched), "--out", str(out), "--no-progress", "--sample", "4",
-                   "--set", "train_max_per_class=10"])
+        rc = main(
+            [
+                "evaluate",
+                "--model",
+                f"predictions:{tmp_path / 'p.csv'}",
+                "--task",
+                "bin-cat-dog",
+                "--artifact",
+                str(matched),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--sample",
+                "4",
+                "--set",
+                "train_max_per_class=10",
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
         runs.append(json.loads((out / "report.json").read_text()))
     rep = runs[0]
@@ -120,6 +200,19 @@ def test_cli_sample_and_set(matched, tmp_path, capsys):
     assert runs[0]["overall"] == runs[1]["overall"]  # same seed, same sample
     assert len(table[table.split == "train"]) <= 20  # the option is the planner's: at most 10 per class
     with pytest.raises(SystemExit) as exc:  # refused while parsing (core.options)
-        main(["evaluate", "--model", f"predictions:{tmp_path / 'p.csv'}", "--task", "bin-cat-dog",
-              "--artifact", str(matched), "--out", str(tmp_path / "z"), "--sample", "0"])
+        main(
+            [
+                "evaluate",
+                "--model",
+                f"predictions:{tmp_path / 'p.csv'}",
+                "--task",
+                "bin-cat-dog",
+                "--artifact",
+                str(matched),
+                "--out",
+                str(tmp_path / "z"),
+                "--sample",
+                "0",
+            ]
+        )
     assert exc.value.code == 2 and "argument --sample" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 The top-1 classes pinned below were checked by eye against the images (e.g. 2375429 shows two white
 horses in harness -> 'horse cart'; 2405722 a white cockatoo; vg/5 a desk with a monitor and shelves).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,15 @@ from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS  # noqa: E402
 
 # image id -> (folder, ImageNet-1k top-1 index, its name), verified by looking at each image
 TOP1 = {
-    "2375429": ("gqa", 603, "horse cart"),      # two white draft horses in harness
+    "2375429": ("gqa", 603, "horse cart"),  # two white draft horses in harness
     "2405722": ("gqa", 89, "sulphur-crested cockatoo"),  # white cockatoo, palms behind
-    "1339": ("gqa", 923, "plate"),              # plate of noodles, chicken and beans on a table
-    "2354786": ("gqa", 468, "cab"),             # a Jaguar car in a street at night
-    "n166008": ("gqa", 934, "hotdog"),          # a man biting into a long sandwich
-    "2368326": ("gqa", 698, "palace"),          # old town street with a clock tower
-    "5": ("vg", 526, "desk"),                   # room with a desk, monitor and bookshelves
-    "2415125": ("vg", 579, "grand piano"),      # man and child with a suitcase beside a piano
-    "2": ("vg", 920, "traffic light"),          # street corner with a traffic/pedestrian light
+    "1339": ("gqa", 923, "plate"),  # plate of noodles, chicken and beans on a table
+    "2354786": ("gqa", 468, "cab"),  # a Jaguar car in a street at night
+    "n166008": ("gqa", 934, "hotdog"),  # a man biting into a long sandwich
+    "2368326": ("gqa", 698, "palace"),  # old town street with a clock tower
+    "5": ("vg", 526, "desk"),  # room with a desk, monitor and bookshelves
+    "2415125": ("vg", 579, "grand piano"),  # man and child with a suitcase beside a piano
+    "2": ("vg", 920, "traffic light"),  # street corner with a traffic/pedestrian light
 }
 
 CLASSES = ["bird", "bus", "car", "horse", "piano", "table"]
@@ -56,29 +57,62 @@ ROWS = [
 # hierarchy mode (WordNet 3.0 hierarchy), checked by hand: cab is under car.n.01, desk under table.n.02,
 # grand piano under piano.n.01, cockatoo under bird.n.01; horse cart is NOT under horse.n.01, golf cart
 # is not a bus, traffic light / parking meter are not cars, sliding door / plate are not tables.
-HIERARCHY_CORRECT = {"2354786": True, "2": False, "1": False, "2415126": False, "2375429": False,
-                     "2405722": True, "5": True, "4": False, "1339": False, "2415125": True}
+HIERARCHY_CORRECT = {
+    "2354786": True,
+    "2": False,
+    "1": False,
+    "2415126": False,
+    "2375429": False,
+    "2405722": True,
+    "5": True,
+    "4": False,
+    "1339": False,
+    "2415125": True,
+}
 # restricted to the six classes: the horse-cart image becomes 'horse', the plate image 'table', the
 # street with a traffic light 'car'; the bus (seen as a golf cart) becomes 'car'.
-RESTRICTED_PRED = {"2354786": "car", "2": "car", "1": "bus", "2415126": "car", "2375429": "horse",
-                   "2405722": "bird", "5": "table", "4": "piano", "1339": "table", "2415125": "piano"}
+RESTRICTED_PRED = {
+    "2354786": "car",
+    "2": "car",
+    "1": "bus",
+    "2415126": "car",
+    "2375429": "horse",
+    "2405722": "bird",
+    "5": "table",
+    "4": "piano",
+    "1339": "table",
+    "2415125": "piano",
+}
 
 
 def _task(ref: Path):
-    feats = datasets.Features({
-        "image": datasets.Image(), "image_id": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=CLASSES), "contexts": datasets.Sequence(datasets.Value("string")),
-        "group": datasets.Value("string"), "community": datasets.Value("int64"),
-    })
+    feats = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "image_id": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=CLASSES),
+            "contexts": datasets.Sequence(datasets.Value("string")),
+            "group": datasets.Value("string"),
+            "community": datasets.Value("int64"),
+        }
+    )
     out = {}
     for split in ("validation", "test"):
         rows = [r for r in ROWS if r[0] == split]
-        out[split] = datasets.Dataset.from_dict({
-            "image": [{"bytes": (ref / "images" / f / f"{i}.jpg").read_bytes(), "path": f"{i}.jpg"} for _, i, f, *_ in rows],
-            "image_id": [r[1] for r in rows], "label": [CLASSES.index(r[3]) for r in rows],
-            "contexts": [r[4] for r in rows], "group": [f"{r[3]}({r[4][0]})" for r in rows],
-            "community": [r[5] for r in rows],
-        }, features=feats)
+        out[split] = datasets.Dataset.from_dict(
+            {
+                "image": [
+                    {"bytes": (ref / "images" / f / f"{i}.jpg").read_bytes(), "path": f"{i}.jpg"}
+                    for _, i, f, *_ in rows
+                ],
+                "image_id": [r[1] for r in rows],
+                "label": [CLASSES.index(r[3]) for r in rows],
+                "contexts": [r[4] for r in rows],
+                "group": [f"{r[3]}({r[4][0]})" for r in rows],
+                "community": [r[5] for r in rows],
+            },
+            features=feats,
+        )
     return datasets.DatasetDict(out)
 
 
@@ -154,7 +188,7 @@ def test_report_numbers_recomputed_from_csv(run_hier):
         elif g.level == "class":
             part = part[part.label == g["class"]]
         elif g.level == "context":
-            ctx = g["name"][len(g["class"]) + 1:-1]  # the subset is class(context)
+            ctx = g["name"][len(g["class"]) + 1 : -1]  # the subset is class(context)
             part = part[(part.label == g["class"]) & part.ctx.map(lambda s: ctx in s)]
         elif g.level == "community":
             assert g["name"] == f"{g['class']}/{g.community}"
@@ -165,8 +199,9 @@ def test_report_numbers_recomputed_from_csv(run_hier):
         assert float(g.accuracy) == pytest.approx(part.correct.mean())
         lo, hi = _wilson(g.correct, g.n)
         assert (float(g.ci_low), float(g.ci_high)) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9))
-    row = lambda level, split="overall", name="overall": groups[(groups.level == level) & (groups.split == split)
-                                                                & (groups["name"] == name)].iloc[0]
+    row = lambda level, split="overall", name="overall": groups[
+        (groups.level == level) & (groups.split == split) & (groups["name"] == name)
+    ].iloc[0]
     assert js["overall"]["accuracy"] == pytest.approx(float(row("all").accuracy))
     assert js["overall"]["ci"] == [pytest.approx(float(row("all").ci_low)), pytest.approx(float(row("all").ci_high))]
     for c in CLASSES:
@@ -183,13 +218,15 @@ def test_report_numbers_recomputed_from_csv(run_hier):
     tested = ctx[ctx.p_value != ""]
     assert len(tested) == js["bug_test"]["n_tests"] > 0
     for _, g in tested.iterrows():
-        context = g["name"][len(g["class"]) + 1:-1]
+        context = g["name"][len(g["class"]) + 1 : -1]
         rest = pred[(pred.label == g["class"]) & ~pred.ctx.map(lambda s: context in s)]
         assert (int(g.rest_n), int(g.rest_correct)) == (len(rest), int(rest.correct.sum()))
 
 
 def test_restricted_mode(tmp_path, model, task):
-    report = evaluate(model, task, out=tmp_path / "r", settings=EvalConfig(mode="restricted", min_subset_size=1, progress=False))
+    report = evaluate(
+        model, task, out=tmp_path / "r", settings=EvalConfig(mode="restricted", min_subset_size=1, progress=False)
+    )
     pred = pd.read_csv(tmp_path / "r" / "predictions.csv", dtype={"image_id": str})
     assert dict(zip(pred.image_id, pred.pred_class)) == RESTRICTED_PRED
     assert report["overall"]["correct"] == sum(RESTRICTED_PRED[i] == r[3] for r in ROWS for i in [r[1]]) == 7
@@ -203,7 +240,9 @@ def test_precomputed_predictions_match_the_model(tmp_path, task, run_hier):
     ids = saved.image_id.tolist()
     assert sorted(ids) == sorted(r[1] for r in ROWS) and all(len(v) == 1000 for v in saved.logits)
     csv = tmp_path / "top1.csv"
-    pd.DataFrame({"image_id": ids, "imagenet_index": [int(np.argmax(v)) for v in saved.logits]}).to_csv(csv, index=False)
+    pd.DataFrame({"image_id": ids, "imagenet_index": [int(np.argmax(v)) for v in saved.logits]}).to_csv(
+        csv, index=False
+    )
     for spec in (f"predictions:{pq}", f"predictions:{csv}"):
         rep = evaluate(spec, task, settings=EvalConfig(min_subset_size=1, progress=False))
         assert rep["overall"] == base["overall"] and rep["classes"] == base["classes"]
@@ -211,7 +250,9 @@ def test_precomputed_predictions_match_the_model(tmp_path, task, run_hier):
     rest = evaluate(f"predictions:{pq}", task, settings=EvalConfig(mode="restricted", progress=False))
     assert rest["overall"]["correct"] == 7
     with pytest.raises(InputFormatError, match="restricted scoring needs logits"):
-        evaluate(f"predictions:{csv}", task, out=tmp_path / "never", settings=EvalConfig(mode="restricted", progress=False))
+        evaluate(
+            f"predictions:{csv}", task, out=tmp_path / "never", settings=EvalConfig(mode="restricted", progress=False)
+        )
     assert not (tmp_path / "never").exists()  # nothing half-written
     pd.DataFrame({"image_id": ids[:3], "imagenet_index": [1, 2, 3]}).to_csv(tmp_path / "few.csv", index=False)
     with pytest.raises(MissingImagesError, match="7 of the task's 10"):
@@ -279,7 +320,9 @@ def test_tree_hierarchy_and_unmatched_class(shared_ref, task, run_hier, tmp_path
     tree = f"tree:{shared_ref / 'metashift' / 'imagenet1k_node_names.json'}"
     ids = [r[1] for r in ROWS]
     pred = pd.read_csv(run_hier[1] / "predictions.csv", dtype={"image_id": str}).set_index("image_id")
-    pd.DataFrame({"image_id": ids, "imagenet_index": [pred.at[i, "pred_index"] for i in ids]}).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame({"image_id": ids, "imagenet_index": [pred.at[i, "pred_index"] for i in ids]}).to_csv(
+        tmp_path / "p.csv", index=False
+    )
     rep = evaluate(f"predictions:{tmp_path / 'p.csv'}", task, settings=EvalConfig(hierarchy=tree, progress=False))
     assert rep["run"]["hierarchy"] == tree
     # the published tree covers the same leaves for these six classes, so the verdicts agree

@@ -1,4 +1,5 @@
 """Preprocessing and predictions-file parsing (no torch needed)."""
+
 import io
 
 import numpy as np
@@ -47,15 +48,18 @@ def test_predictions_file_forms(tmp_path):
     assert sub.top1.tolist() == [999, 5] and sub.logits.shape == (2, 1000)
 
 
-@pytest.mark.parametrize("frame, match", [
-    (pd.DataFrame({"id": ["1"], "imagenet_index": [1]}), "no image_id column"),
-    (pd.DataFrame({"image_id": ["1", "1"], "imagenet_index": [1, 2]}), "repeats image_id"),
-    (pd.DataFrame({"image_id": ["1"], "imagenet_index": [2.5]}), "0-999"),
-    (pd.DataFrame({"image_id": ["1"], "imagenet_index": [-1]}), "0-999"),
-    (pd.DataFrame({"image_id": ["1"], "top1": [3]}), "neither imagenet_index nor logits"),
-    (pd.DataFrame({"image_id": ["1"], "logits": [[0.0] * 999]}), "exactly 1000"),
-    (pd.DataFrame({"image_id": ["1"], "logits": [[float("nan")] * 1000]}), "NaN"),
-])
+@pytest.mark.parametrize(
+    "frame, match",
+    [
+        (pd.DataFrame({"id": ["1"], "imagenet_index": [1]}), "no image_id column"),
+        (pd.DataFrame({"image_id": ["1", "1"], "imagenet_index": [1, 2]}), "repeats image_id"),
+        (pd.DataFrame({"image_id": ["1"], "imagenet_index": [2.5]}), "0-999"),
+        (pd.DataFrame({"image_id": ["1"], "imagenet_index": [-1]}), "0-999"),
+        (pd.DataFrame({"image_id": ["1"], "top1": [3]}), "neither imagenet_index nor logits"),
+        (pd.DataFrame({"image_id": ["1"], "logits": [[0.0] * 999]}), "exactly 1000"),
+        (pd.DataFrame({"image_id": ["1"], "logits": [[float("nan")] * 1000]}), "NaN"),
+    ],
+)
 def test_predictions_file_errors(tmp_path, frame, match):
     path = tmp_path / "p.parquet"
     frame.to_parquet(path)

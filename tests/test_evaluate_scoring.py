@@ -1,4 +1,5 @@
 """Hierarchy-aware and restricted scoring, group counts and context bugs on hand-checked cases."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,13 +17,15 @@ COVER = {"cat": [281, 282, 283, 284, 285], "dog": list(range(151, 269)), "horse"
 
 
 def _table():
-    return pd.DataFrame({
-        "image_id": ["a", "b", "c", "d", "e", "f"],
-        "split": ["test", "test", "test", "validation", "validation", "validation"],
-        "label": ["cat", "cat", "dog", "dog", "horse", "horse"],
-        "contexts": [["sofa"], ["sofa", "bed"], ["grass"], [], ["white"], ["white", "cart"]],
-        "community": [0, 1, 0, -1, 0, 0],
-    })
+    return pd.DataFrame(
+        {
+            "image_id": ["a", "b", "c", "d", "e", "f"],
+            "split": ["test", "test", "test", "validation", "validation", "validation"],
+            "label": ["cat", "cat", "dog", "dog", "horse", "horse"],
+            "contexts": [["sofa"], ["sofa", "bed"], ["grass"], [], ["white"], ["white", "cart"]],
+            "community": [0, 1, 0, -1, 0, 0],
+        }
+    )
 
 
 def _preds(top1, logits=None):
@@ -32,7 +35,9 @@ def _preds(top1, logits=None):
 def test_hierarchy_scoring_hand_checked():
     # a: tabby -> cat ok; b: Labrador -> wrong, predicted class dog; c: golden retriever -> dog ok;
     # d: plate -> wrong, no class; e: sorrel -> ok; f: horse cart is not under horse (an artefact) -> wrong
-    scored = score_images(_table(), _preds([281, 208, 207, 923, 339, 603]), COVER, "hierarchy", ["cat", "dog", "horse"])
+    scored = score_images(
+        _table(), _preds([281, 208, 207, 923, 339, 603]), COVER, "hierarchy", ["cat", "dog", "horse"]
+    )
     assert scored["correct"].tolist() == [True, False, True, False, True, False]
     assert scored["pred_class"].tolist() == ["cat", "dog", "dog", NO_CLASS, "horse", NO_CLASS]
 
@@ -64,7 +69,9 @@ def test_restricted_needs_logits_and_classes_need_leaves():
 
 
 def test_group_counts_contexts_overlap_and_gap():
-    scored = score_images(_table(), _preds([281, 208, 207, 923, 339, 603]), COVER, "hierarchy", ["cat", "dog", "horse"])
+    scored = score_images(
+        _table(), _preds([281, 208, 207, 923, 339, 603]), COVER, "hierarchy", ["cat", "dog", "horse"]
+    )
     g = group_table(scored, ["cat", "dog", "horse"])
     get = lambda level, cls="", group="": g[(g.level == level) & (g["class"] == cls) & (g.group == group)].iloc[0]
     assert (get("overall").n, get("overall").correct) == (6, 3)
@@ -77,7 +84,9 @@ def test_group_counts_contexts_overlap_and_gap():
     assert (get("community", "cat", "0").n, get("community", "cat", "1").n) == (1, 1)
     assert "-1" not in set(g[g.level == "community"].group)
     # communities from a subset map: an image in two subsets of one community counts once
-    g2 = group_table(scored, ["cat", "dog", "horse"], {"horse(white)": 0, "horse(cart)": 0, "cat(sofa)": 0, "cat(bed)": 2})
+    g2 = group_table(
+        scored, ["cat", "dog", "horse"], {"horse(white)": 0, "horse(cart)": 0, "cat(sofa)": 0, "cat(bed)": 2}
+    )
     comm = g2[(g2.level == "community") & (g2["class"] == "horse")]
     assert comm[["group", "n", "correct"]].values.tolist() == [["0", 2, 1]]
     gap = id_vs_ood(g, "validation", "test")
@@ -95,8 +104,9 @@ def test_context_bug_detected_and_bh_applied():
     n = 200
     # 40 images in dog(water) all wrong; the other 160 dog images all right except a few
     contexts = [["water"] if i < 40 else (["grass"] if i % 2 else ["sofa"]) for i in range(n)]
-    table = pd.DataFrame({"image_id": [str(i) for i in range(n)], "split": "test", "label": "dog",
-                          "contexts": contexts, "community": 0})
+    table = pd.DataFrame(
+        {"image_id": [str(i) for i in range(n)], "split": "test", "label": "dog", "contexts": contexts, "community": 0}
+    )
     top1 = np.where(np.arange(n) < 40, 923, 207)
     top1[rng.choice(np.arange(40, n), 8, replace=False)] = 923
     scored = score_images(table, Predictions(list(table.image_id), top1, None), COVER, "hierarchy", ["dog"])

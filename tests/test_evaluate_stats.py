@@ -1,4 +1,5 @@
 """Statistics used by the evaluator, against values worked out by hand."""
+
 import math
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Issue 27 part 3: the Evaluator scores the rows of the object it was given, in that object's order
 (after ``shuffle()``/``select()``), refuses rows it cannot match, and scores ID vs OOD in one call;
 review cases E17, E27, E28, E38, E48, EO1, EO2 (hardening round 4)."""
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,10 @@ def test_a_selected_split_scores_its_rows_and_warns(exported_task, caplog):
     with caplog.at_level(logging.WARNING, logger="metashift_hf"):
         ev = Evaluator(part)
     size = len(dd["test"])
-    assert any(r.levelno == logging.WARNING and "'test'" in r.getMessage() and f"3 of the {size} rows" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "'test'" in r.getMessage() and f"3 of the {size} rows" in r.getMessage()
+        for r in caplog.records
+    )
     s = ev.eval(perfect(part))
     assert s.splits["test"].n == 3 and s.splits["test"].average == 1.0
     wrong = 1 - perfect(part)
@@ -76,14 +79,20 @@ def test_rows_the_task_split_cannot_hold_are_refused(exported_task):
     again = datasets.concatenate_datasets([dd["test"].select(range(4)), dd["test"].select([0, 1])])
     with pytest.raises(InputFormatError, match="image listed twice in 'test'"):
         Evaluator(datasets.DatasetDict({"test": again}))
-    leaked = datasets.DatasetDict({"train": dd["train"],
-                                   "test": datasets.concatenate_datasets([dd["test"], dd["train"].select([0])])})
+    leaked = datasets.DatasetDict(
+        {"train": dd["train"], "test": datasets.concatenate_datasets([dd["test"], dd["train"].select([0])])}
+    )
     with pytest.raises(InputFormatError, match="has .* rows, its shift spec records"):
         Evaluator(leaked)
-    leaked = datasets.DatasetDict({"train": dd["train"],
-                                   "test": datasets.concatenate_datasets([dd["test"].select(range(4)),
-                                                                          dd["train"].select([0])])})
-    with pytest.raises(InputFormatError, match="row 4 image .*(not one of the spec's test groups|image also in split 'train')"):
+    leaked = datasets.DatasetDict(
+        {
+            "train": dd["train"],
+            "test": datasets.concatenate_datasets([dd["test"].select(range(4)), dd["train"].select([0])]),
+        }
+    )
+    with pytest.raises(
+        InputFormatError, match="row 4 image .*(not one of the spec's test groups|image also in split 'train')"
+    ):
         Evaluator(leaked)
     more = datasets.concatenate_datasets([dd["test"], dd["validation"]])  # more rows than the task's test split
     with pytest.raises(InputFormatError, match=f"has {len(more)} rows, its shift spec records {len(dd['test'])}"):
@@ -100,8 +109,10 @@ def test_a_dict_of_predictions_scores_id_and_ood_in_one_call(exported_task):
     yv = rng.integers(0, 2, len(shuffled["validation"]))
     yt = rng.integers(0, 2, len(shuffled["test"]))
     both = ev.eval({"validation": yv, "test": yt})
-    preds = {"image_id": ev.image_ids("validation") + ev.image_ids("test"),
-             "prediction": [ev.classes[i] for i in np.concatenate([yv, yt])]}
+    preds = {
+        "image_id": ev.image_ids("validation") + ev.image_ids("test"),
+        "prediction": [ev.classes[i] for i in np.concatenate([yv, yt])],
+    }
     assert both.to_dict() == score(preds, folder, splits=["validation", "test"]).to_dict()
     assert both.id_split == "validation" and both.ood_split == "test" and both.id is not None
     assert both.splits["test"].to_dict() == ev.eval(yt, split="test").splits["test"].to_dict()
@@ -123,8 +134,12 @@ def test_an_empty_row_selection_is_refused_clearly(exported_task):  # E17
 def test_a_split_that_is_not_a_name_is_refused_clearly(exported_task, split):
     _, dd = exported_task
     ev = Evaluator(dd)
-    for call in (lambda: ev.eval(np.zeros(len(dd["test"]), dtype=np.int64), split=split),
-                 lambda: ev.image_ids(split), lambda: ev.labels(split), lambda: ev.grouping("group", split)):
+    for call in (
+        lambda: ev.eval(np.zeros(len(dd["test"]), dtype=np.int64), split=split),
+        lambda: ev.image_ids(split),
+        lambda: ev.labels(split),
+        lambda: ev.grouping("group", split),
+    ):
         with pytest.raises(InputFormatError, match=r"split=.* is not a split name") as err:
             call()
         assert "'validation'" in err.value.fix and "'test'" in err.value.fix

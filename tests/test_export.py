@@ -1,4 +1,5 @@
 """Export: parquet shards with embedded original JPEG bytes that datasets.load_dataset reads back."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,10 +41,23 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     assert [r.name for r in repos] == ["metashift-paper-dg-cat-dog-1", "metashift"]
     repo = repos[0]
     # the task's own pictures (cards.pictures) where matplotlib is installed; tests/test_cards.py checks them
-    pictures = (("images/paper-dg-cat-dog-1-cat-groups.png", "images/paper-dg-cat-dog-1-dog-groups.png",
-                 "images/paper-dg-cat-dog-1-examples.png") if importlib.util.find_spec("matplotlib") else ())
-    assert repo.files == ("README.md", *pictures, "paper-dg-cat-dog-1/meta_graph.parquet", "paper-dg-cat-dog-1/shift_spec.json",
-                          "paper-dg-cat-dog-1/test-00000-of-00001.parquet", "paper-dg-cat-dog-1/train-00000-of-00001.parquet")
+    pictures = (
+        (
+            "images/paper-dg-cat-dog-1-cat-groups.png",
+            "images/paper-dg-cat-dog-1-dog-groups.png",
+            "images/paper-dg-cat-dog-1-examples.png",
+        )
+        if importlib.util.find_spec("matplotlib")
+        else ()
+    )
+    assert repo.files == (
+        "README.md",
+        *pictures,
+        "paper-dg-cat-dog-1/meta_graph.parquet",
+        "paper-dg-cat-dog-1/shift_spec.json",
+        "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
+        "paper-dg-cat-dog-1/train-00000-of-00001.parquet",
+    )
     assert ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
     assert metashift_hf.shift_spec(repo.path) == task.spec
     assert repos[1].files == ("README.md",) and repos[1].configs == ()
@@ -75,8 +89,11 @@ def test_verify_against_the_prepared_task_and_detects_tampering(art, images, tmp
     labels = table.column("label").to_pylist()
     import pyarrow as pa
 
-    table = table.set_column(table.schema.get_field_index("label"), table.schema.field("label"),
-                             pa.array([1 - y for y in labels], table.schema.field("label").type))
+    table = table.set_column(
+        table.schema.get_field_index("label"),
+        table.schema.field("label"),
+        pa.array([1 - y for y in labels], table.schema.field("label").type),
+    )
     pq.write_table(table, shard)
     with pytest.raises(MetashiftError, match="label"):
         verify_export(repo.path, "paper-dg-cat-dog-1", task.dataset, streaming=False)
@@ -85,7 +102,11 @@ def test_verify_against_the_prepared_task_and_detects_tampering(art, images, tmp
 def test_deterministic_bytes(art, images, tmp_path):
     task = make_prepared("paper-dg-cat-dog-1", images)
     a = export_prepared([task], art, tmp_path / "a")
-    b = export_prepared([task], art, tmp_path / "b", )
+    b = export_prepared(
+        [task],
+        art,
+        tmp_path / "b",
+    )
     for ra, rb in zip(a, b):
         assert ra.files == rb.files
         for f in ra.files:
@@ -117,7 +138,10 @@ def test_shards_named_and_ordered(art, images, tmp_path):
 def test_one_repo_layout(art, images, tmp_path):
     import datasets
 
-    tasks = [make_prepared("paper-dg-cat-dog-1", images), make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional")]
+    tasks = [
+        make_prepared("paper-dg-cat-dog-1", images),
+        make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
+    ]
     repos = export_prepared(tasks, art, tmp_path / "out", layout="one-repo")
     assert len(repos) == 1 and repos[0].name == "metashift"
     assert repos[0].configs == ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
@@ -161,8 +185,9 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     root, world, art = demo
     cache = root / "hf-cache"
     tasks = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12", "class-cat"]
-    origin = TaskOrigin(artifact=art.root, images=world.images_dir, options={"scale": 0.5},
-                        task_options={"class-cat": {}})
+    origin = TaskOrigin(
+        artifact=art.root, images=world.images_dir, options={"scale": 0.5}, task_options={"class-cat": {}}
+    )
     repos = export_tasks(tasks, origin, root / "out", cache_dir=cache)
     assert [r.name for r in repos] == [f"metashift-{t}" for t in tasks] + ["metashift"]
     for repo, task in zip(repos, tasks):
@@ -200,8 +225,23 @@ def test_cli_export_prints_the_load_lines(demo, capsys):
 
     root, world, art = demo
     out = root / "cli-out"
-    code = main(["export", "paper-dg-cat-dog-1", "class-cat", "--artifact", str(art.root), "--images", str(world.images_dir),
-                 "--out", str(out), "--set", "scale=0.5", "--set", "class-cat:scale=null"])
+    code = main(
+        [
+            "export",
+            "paper-dg-cat-dog-1",
+            "class-cat",
+            "--artifact",
+            str(art.root),
+            "--images",
+            str(world.images_dir),
+            "--out",
+            str(out),
+            "--set",
+            "scale=0.5",
+            "--set",
+            "class-cat:scale=null",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert f'load_dataset("{out / "metashift-paper-dg-cat-dog-1"}", "paper-dg-cat-dog-1")' in printed
@@ -218,10 +258,14 @@ def test_cli_errors(capsys, tmp_path):
     assert "error: --artifact and --images not given" in err and "fix:" in err
     assert main(["export", "--artifact", "a", "--images", "b", "--out", str(tmp_path)]) == 2
     assert "error: no task named" in capsys.readouterr().err
-    assert main(["export", "t1", "--artifact", "a", "--images", "b", "--out", str(tmp_path), "--set", "t2:scale=1"]) == 2
+    assert (
+        main(["export", "t1", "--artifact", "a", "--images", "b", "--out", str(tmp_path), "--set", "t2:scale=1"]) == 2
+    )
     assert "names task 't2', which is not being exported" in capsys.readouterr().err
     assert parse_overrides(["scale=0.5", "class-cat:scale=null", "b:mode=x"], ["class-cat", "b"]) == (
-        {"scale": 0.5}, {"class-cat": {}, "b": {"scale": 0.5, "mode": "x"}})
+        {"scale": 0.5},
+        {"class-cat": {}, "b": {"scale": 0.5, "mode": "x"}},
+    )
     with pytest.raises(MetashiftError, match="not KEY=VALUE"):
         parse_overrides(["scale"], [])
 
@@ -239,14 +283,17 @@ def test_images_given_as_paths_are_embedded_like_carried_bytes(tmp_path, monkeyp
         (folder / f"{i}.jpg").write_bytes(b)
     feats = datasets.Features({"image": datasets.Image(), "image_id": datasets.Value("string")})
     ids = sorted(blobs)
-    by_path = datasets.Dataset.from_dict({"image": [str(folder / f"{i}.jpg") for i in ids], "image_id": ids},
-                                         features=feats)
+    by_path = datasets.Dataset.from_dict(
+        {"image": [str(folder / f"{i}.jpg") for i in ids], "image_id": ids}, features=feats
+    )
     by_bytes = datasets.Dataset.from_dict(
-        {"image": [{"bytes": blobs[i], "path": f"{i}.jpg"} for i in ids], "image_id": ids}, features=feats)
+        {"image": [{"bytes": blobs[i], "path": f"{i}.jpg"} for i in ids], "image_id": ids}, features=feats
+    )
     assert by_path.with_format("arrow")[:]["image"].combine_chunks().field("bytes").null_count == len(ids)
     embedded = []
-    monkeypatch.setattr(shards, "embed_table_storage",
-                        lambda t, _real=shards.embed_table_storage: embedded.append(len(t)) or _real(t))
+    monkeypatch.setattr(
+        shards, "embed_table_storage", lambda t, _real=shards.embed_table_storage: embedded.append(len(t)) or _real(t)
+    )
     outs = []
     for n, ds in enumerate((by_path, by_bytes)):
         cfg = write_config(datasets.DatasetDict({"train": ds}), tmp_path / f"r{n}", "t")
@@ -257,9 +304,22 @@ def test_images_given_as_paths_are_embedded_like_carried_bytes(tmp_path, monkeyp
     assert _sha(outs[0]) == _sha(outs[1])
 
 
-@pytest.mark.parametrize("name,ok", [("metashift-paper-dg-cat-dog-1", True), ("my_org.v2", True), ("a" * 96, True),
-                                     ("bad--ns", False), ("a..b", False), ("x.git", False), ("-x", False),
-                                     ("a" * 97, False), ("café", False), ("ns/repo", False), ("", False)])
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("metashift-paper-dg-cat-dog-1", True),
+        ("my_org.v2", True),
+        ("a" * 96, True),
+        ("bad--ns", False),
+        ("a..b", False),
+        ("x.git", False),
+        ("-x", False),
+        ("a" * 97, False),
+        ("café", False),
+        ("ns/repo", False),
+        ("", False),
+    ],
+)
 def test_repo_names_checked_by_huggingface_hub(name, ok):
     """validate_repo_name is huggingface_hub's validate_repo_id on one part, with our message."""
     if ok:

@@ -1,5 +1,6 @@
 """Hardening, the artifact: tables from two builds are never mixed (per-table sha256 in manifest.json,
 checked when a table is read), and a truncated, garbage or foreign-schema table is a one-line error."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,10 @@ def _build(out, rename: str = ""):
 def test_membership_from_another_build_is_refused(tmp_path):
     a = _build(tmp_path / "a")
     b = _build(tmp_path / "b", rename="other-")  # same subsets and row counts, other image ids
-    assert pq.read_metadata(a.root / "membership.parquet").num_rows == pq.read_metadata(b.root / "membership.parquet").num_rows
+    assert (
+        pq.read_metadata(a.root / "membership.parquet").num_rows
+        == pq.read_metadata(b.root / "membership.parquet").num_rows
+    )
     shutil.copyfile(b.root / "membership.parquet", a.root / "membership.parquet")
     mixed = Artifact.load(a.root)
     with pytest.raises(InputFormatError, match="not the file this artifact's build wrote"):

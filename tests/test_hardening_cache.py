@@ -6,6 +6,7 @@ named like a part: must not hang), plus a part of another fingerprint, a part of
 checksum and a symbolic link; each through the zoo (logits) and through ``image_features`` (features).
 Every run with a damaged part warns, naming the part and why, and gives exactly the clean run's result.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,10 @@ GOLDFISH = 1  # ImageNet-1k index of 'goldfish' ('tench' is 0)
 @contextlib.contextmanager
 def deadline(seconds: int):
     """Fail (instead of hanging the suite) when the body blocks, e.g. on opening a FIFO."""
+
     def expired(*_):
         raise TimeoutError(f"still running after {seconds} s (a cache part blocked the run)")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
     try:
@@ -59,8 +62,13 @@ def deadline(seconds: int):
 
 def _net(seed: int, outputs: int = 1000) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, outputs))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, outputs),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -76,8 +84,13 @@ def _save(path: Path, keys, array: str, values, meta: dict | None, **override) -
     """A part as the cache writes it (meta and checksum consistent with what is stored) unless overridden."""
     values = np.asarray(values, np.float32)
     if meta is not None:
-        meta = {**meta, "width": int(values.shape[-1]), "rows": len(keys),
-                "sha256": part_checksum([str(k) for k in keys], values), **override}
+        meta = {
+            **meta,
+            "width": int(values.shape[-1]),
+            "rows": len(keys),
+            "sha256": part_checksum([str(k) for k in keys], values),
+            **override,
+        }
     extra = {} if meta is None else {"meta": np.array(json.dumps(meta))}
     with open(path, "wb") as f:
         np.savez(f, keys=np.asarray(keys, dtype=str), **{array: values}, **extra)
@@ -169,10 +182,14 @@ def _check_warned(caplog, part: Path, why: str) -> None:
 def zoo_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache-world")
     # cat and dog in two context communities each (as tests/test_zoo.py's world)
-    subsets = {f"dog({c})": [f"d{i}" for i in range(12 * k, 12 * k + 30)]
-               for k, c in enumerate(["ball", "bench", "chair", "boat", "car", "truck"])}
-    subsets |= {f"cat({c})": [f"c{i}" for i in range(10 * k, 10 * k + 28)]
-                for k, c in enumerate(["sofa", "bed", "chair", "table", "car", "bench"])}
+    subsets = {
+        f"dog({c})": [f"d{i}" for i in range(12 * k, 12 * k + 30)]
+        for k, c in enumerate(["ball", "bench", "chair", "boat", "car", "truck"])
+    }
+    subsets |= {
+        f"cat({c})": [f"c{i}" for i in range(10 * k, 10 * k + 28)]
+        for k, c in enumerate(["sofa", "bed", "chair", "table", "car", "bench"])
+    }
     build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
     try:
         run_match(artifact=str(root / "artifact"), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
@@ -216,7 +233,9 @@ def test_a_damaged_logits_part_is_skipped_and_recomputed(zoo_world, tmp_path, ca
     assert again.computed["module:tiny"] == 0 and not [r for r in caplog.records if r.levelno >= logging.WARNING]
     fp = from_module(_net(0), PREP, name="tiny").fingerprint()
     keys = list(_load(_only_part(zoo_world["folder"], "part"))[0])
-    np.testing.assert_array_equal(LogitsCache(fp, cache).get(keys), LogitsCache(fp, zoo_world["root"] / "clean").get(keys))
+    np.testing.assert_array_equal(
+        LogitsCache(fp, cache).get(keys), LogitsCache(fp, zoo_world["root"] / "clean").get(keys)
+    )
     if damage is symlink:
         assert (folder.parent / "elsewhere.npz").is_file()  # the link went, never what it pointed to
 

@@ -5,6 +5,7 @@ of ours only with --force (and only of the same kind), never replaces a folder t
 inputs or the current folder, gives folders and files the umask's permissions, cleans temporary
 folders a killed run left (ours only), and turns disk-full / read-only failures into one line.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,7 +47,9 @@ def test_build_replaces_its_own_artifact_only_with_force(tmp_path, capsys):
     assert run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", out, "--no-plots", "--quiet")[0] == 0
     code, _, err = run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", out, "--no-plots", "--quiet")
     assert_one_line_error(code, err, "--force")
-    assert run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", out, "--no-plots", "--quiet", "--force")[0] == 0
+    assert (
+        run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", out, "--no-plots", "--quiet", "--force")[0] == 0
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "in.pkl"]  # no temp or old folder left
 
 
@@ -65,8 +68,19 @@ def test_evaluate_refuses_the_artifact_folder_before_loading_a_model(tmp_path, c
     before = sorted(p.name for p in art.root.iterdir())
     # a model that cannot load: the refusal must come first, so the error is about --out
     for extra in ([], ["--force"]):
-        code, _, err = run_cli(capsys, "evaluate", "--model", "predictions:/nonexistent.parquet", "--task", "bin-cat-dog",
-                               "--artifact", art.root, "--out", art.root, *extra)
+        code, _, err = run_cli(
+            capsys,
+            "evaluate",
+            "--model",
+            "predictions:/nonexistent.parquet",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            art.root,
+            "--out",
+            art.root,
+            *extra,
+        )
         assert_one_line_error(code, err, "--out")
     assert sorted(p.name for p in art.root.iterdir()) == before
 
@@ -76,12 +90,33 @@ def test_evaluate_refuses_a_foreign_folder_and_another_kind(tmp_path, capsys):
     foreign = tmp_path / "results"
     foreign.mkdir()
     (foreign / "paper.tex").write_text("x")
-    code, _, err = run_cli(capsys, "evaluate", "--model", "predictions:/nonexistent.parquet", "--task", "bin-cat-dog",
-                           "--artifact", art.root, "--out", foreign)
+    code, _, err = run_cli(
+        capsys,
+        "evaluate",
+        "--model",
+        "predictions:/nonexistent.parquet",
+        "--task",
+        "bin-cat-dog",
+        "--artifact",
+        art.root,
+        "--out",
+        foreign,
+    )
     assert_one_line_error(code, err, "not written by metashift-hf")
     other_art = tiny_artifact(tmp_path / "art2")  # ours, but an artifact: never replaced by a report
-    code, _, err = run_cli(capsys, "evaluate", "--model", "predictions:/nonexistent.parquet", "--task", "bin-cat-dog",
-                           "--artifact", art.root, "--out", other_art.root, "--force")
+    code, _, err = run_cli(
+        capsys,
+        "evaluate",
+        "--model",
+        "predictions:/nonexistent.parquet",
+        "--task",
+        "bin-cat-dog",
+        "--artifact",
+        art.root,
+        "--out",
+        other_art.root,
+        "--force",
+    )
     assert_one_line_error(code, err, "holds a metashift-hf artifact")
 
 
@@ -94,8 +129,9 @@ def test_export_refuses_what_it_did_not_write_before_any_work(tmp_path, capsys, 
     repo = out / "metashift-paper-dg-cat-dog-1"
     repo.mkdir(parents=True)
     (repo / "hand-made.txt").write_text("mine")
-    code, _, err = run_cli(capsys, "export", "paper-dg-cat-dog-1", "--artifact", art.root, "--images", tmp_path,
-                           "--out", out, "--force")
+    code, _, err = run_cli(
+        capsys, "export", "paper-dg-cat-dog-1", "--artifact", art.root, "--images", tmp_path, "--out", out, "--force"
+    )
     assert_one_line_error(code, err, "not written by metashift-hf")
     assert (repo / "hand-made.txt").read_text() == "mine"
 
@@ -105,8 +141,9 @@ def test_export_refuses_the_images_folder(tmp_path, capsys):
     images = tmp_path / "images"
     images.mkdir()
     (images / "1.jpg").write_bytes(b"\xff\xd8\xff")
-    code, _, err = run_cli(capsys, "export", "paper-dg-cat-dog-1", "--artifact", art.root, "--images", images,
-                           "--out", tmp_path)
+    code, _, err = run_cli(
+        capsys, "export", "paper-dg-cat-dog-1", "--artifact", art.root, "--images", images, "--out", tmp_path
+    )
     assert_one_line_error(code, err, "--out")
     assert (images / "1.jpg").is_file()
 
@@ -171,7 +208,9 @@ def test_disk_full_during_build_is_one_line_and_leaves_nothing(tmp_path, capsys,
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(art_mod, "write_json", full)
-    code, _, err = run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", tmp_path / "art", "--no-plots", "--quiet")
+    code, _, err = run_cli(
+        capsys, "build", "--candidate-subsets", pkl, "--out", tmp_path / "art", "--no-plots", "--quiet"
+    )
     assert_one_line_error(code, err, "No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.pkl"]
 
@@ -186,7 +225,9 @@ def test_read_only_output_location_is_one_line(tmp_path, capsys, monkeypatch):
     with pytest.raises(MetashiftError, match="Read-only file system"):
         tiny_artifact(tmp_path / "art")
     pkl = write_candidate_pickle(tmp_path / "in.pkl")
-    code, _, err = run_cli(capsys, "build", "--candidate-subsets", pkl, "--out", tmp_path / "art2", "--no-plots", "--quiet")
+    code, _, err = run_cli(
+        capsys, "build", "--candidate-subsets", pkl, "--out", tmp_path / "art2", "--no-plots", "--quiet"
+    )
     assert_one_line_error(code, err, "Read-only file system")
 
 
@@ -197,8 +238,9 @@ def test_score_and_train_refuse_a_foreign_out_before_any_work(tmp_path, capsys, 
     out.mkdir()
     (out / "draft.md").write_text("mine")
     extra = ["--predictions", tmp_path / "missing.csv"] if command == "score" else ["--images", tmp_path / "no-images"]
-    code, _, err = run_cli(capsys, command, "--task", "paper-dg-cat-dog-1", "--artifact", art.root, *extra,
-                           "--out", out, "--force")
+    code, _, err = run_cli(
+        capsys, command, "--task", "paper-dg-cat-dog-1", "--artifact", art.root, *extra, "--out", out, "--force"
+    )
     assert_one_line_error(code, err, "not written by metashift-hf")
     assert (out / "draft.md").read_text() == "mine"
 
@@ -225,8 +267,19 @@ def test_an_export_gets_the_umask_permissions(tmp_path, capsys):
     art, images, _ = _artifact_with_images(tmp_path)
     old = os.umask(0o022)
     try:
-        code, _, err = run_cli(capsys, "export", "class-cat", "--artifact", art.root, "--images", images,
-                               "--out", tmp_path / "out", "--no-verify", "--quiet")
+        code, _, err = run_cli(
+            capsys,
+            "export",
+            "class-cat",
+            "--artifact",
+            art.root,
+            "--images",
+            images,
+            "--out",
+            tmp_path / "out",
+            "--no-verify",
+            "--quiet",
+        )
     finally:
         os.umask(old)
     assert code == 0, err
@@ -255,17 +308,42 @@ def test_disk_full_or_read_only_during_export_or_evaluate_is_one_line(tmp_path, 
         import tempfile
 
         real_mkdtemp = tempfile.mkdtemp
-        monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, dir=None, **k: full() if str(dir).startswith(str(tmp_path))
-                            else real_mkdtemp(*a, dir=dir, **k))
+        monkeypatch.setattr(
+            tempfile,
+            "mkdtemp",
+            lambda *a, dir=None, **k: full() if str(dir).startswith(str(tmp_path)) else real_mkdtemp(*a, dir=dir, **k),
+        )
     if command == "export":  # inside the repo folder's atomic write
         if failure != "read-only-location":
             monkeypatch.setattr(export_mod, "write_config", full)
-        argv = ["export", "class-cat", "--artifact", art.root, "--images", images, "--out", tmp_path / "out", "--no-verify"]
+        argv = [
+            "export",
+            "class-cat",
+            "--artifact",
+            art.root,
+            "--images",
+            images,
+            "--out",
+            tmp_path / "out",
+            "--no-verify",
+        ]
     else:  # inside the report folder's atomic write
         if failure != "read-only-location":
             monkeypatch.setattr(report_mod, "render_markdown", full)
-        argv = ["evaluate", "--model", f"predictions:{predictions}", "--task", "class-cat", "--artifact", art.root,
-                "--out", tmp_path / "ev", "--no-progress"]
+        argv = [
+            "evaluate",
+            "--model",
+            f"predictions:{predictions}",
+            "--task",
+            "class-cat",
+            "--artifact",
+            art.root,
+            "--out",
+            tmp_path / "ev",
+            "--no-progress",
+        ]
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, os.strerror(code_))
-    assert not any(p.name.startswith((".out.tmp", ".ev.tmp", ".metashift-class-cat.tmp")) for p in tmp_path.rglob(".*"))
+    assert not any(
+        p.name.startswith((".out.tmp", ".ev.tmp", ".metashift-class-cat.tmp")) for p in tmp_path.rglob(".*")
+    )

@@ -1,6 +1,7 @@
 """Hardening, downloads: a partial file that is not a prefix of the real file is discarded (never
 resumed), a mirror answering an HTML page is skipped without keeping its bytes, and bad options or
 a malformed data manifest give one line before any network work."""
+
 from __future__ import annotations
 
 import hashlib
@@ -75,22 +76,39 @@ def test_html_mirror_is_skipped_and_keeps_nothing(tmp_path):
     assert path.read_bytes() == PAYLOAD and url == good
 
 
-@pytest.mark.parametrize("option", [["--timeout", "0"], ["--timeout", "-5"], ["--timeout", "nan"],
-                                    ["--mirror", "notaurl"], ["--retries", "-1"], ["--dir", "FILE"]])
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--timeout", "0"],
+        ["--timeout", "-5"],
+        ["--timeout", "nan"],
+        ["--mirror", "notaurl"],
+        ["--retries", "-1"],
+        ["--dir", "FILE"],
+    ],
+)
 def test_bad_download_options_fail_at_once(tmp_path, capsys, option):
     (tmp_path / "FILE").write_text("a file, not a folder")
     option = [str(tmp_path / "FILE") if o == "FILE" else o for o in option]
     t0 = time.monotonic()
-    code, _, err = run_cli(capsys, "download", "--what", "attributes", "--manifest", tmp_path / "m.json",
-                           "--no-progress", *option)
+    code, _, err = run_cli(
+        capsys, "download", "--what", "attributes", "--manifest", tmp_path / "m.json", "--no-progress", *option
+    )
     assert_one_line_error(code, err, option[0])
     assert time.monotonic() - t0 < 5
 
 
 def test_manifest_entry_whose_path_is_an_object(tmp_path, capsys):
     man = tmp_path / "m.json"
-    man.write_text(json.dumps({"format": "metashift-hf-data-manifest", "format_version": 1,
-                               "inputs": {"attributes": {"path": {"evil": 1}}}}))
+    man.write_text(
+        json.dumps(
+            {
+                "format": "metashift-hf-data-manifest",
+                "format_version": 1,
+                "inputs": {"attributes": {"path": {"evil": 1}}},
+            }
+        )
+    )
     code, _, err = run_cli(capsys, "download", "--status", "--manifest", man)
     assert_one_line_error(code, err, "has no path string")
 

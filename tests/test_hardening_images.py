@@ -5,6 +5,7 @@ files only (a FIFO or a link to /dev/zero is never read); zip ids come from safe
 an image whose header claims more pixels than PIL decodes, or whose scan data is scrambled, is
 reported; malformed scene graphs give one `error:`/`fix:` line.
 """
+
 from __future__ import annotations
 
 import io
@@ -44,8 +45,29 @@ def _deflated_zip(path, name: str, size: int, declared: int | None = None) -> No
     # written by hand (local header, data, central directory) so the directory can state any size
     name_b = name.encode()
     local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(body), size, len(name_b), 0) + name_b
-    central = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(body),
-                          size if declared is None else declared, len(name_b), 0, 0, 0, 0, 0, 0) + name_b
+    central = (
+        struct.pack(
+            "<4s6H3L5H2L",
+            b"PK\x01\x02",
+            20,
+            20,
+            0,
+            8,
+            0,
+            0,
+            crc,
+            len(body),
+            size if declared is None else declared,
+            len(name_b),
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        )
+        + name_b
+    )
     end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(central), len(local) + len(body), 0)
     path.write_bytes(local + body + central + end)
 
@@ -85,13 +107,15 @@ def test_zip_ids_come_from_safe_paths_only(tmp_path):
 
 def _read_in_child(folder, image_id: str) -> subprocess.CompletedProcess:
     """Read one id from a folder source in a child process with a memory cap and a time limit."""
-    code = ("import resource, sys\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-            "from metashift_hf.builders.images import FolderImages\n"
-            "from metashift_hf.core.errors import MissingImagesError\n"
-            f"src = FolderImages(__import__('pathlib').Path({str(folder)!r}))\n"
-            f"ids, report = src.resolve([{image_id!r}], 'skip')\n"
-            "print('usable', ids, 'bad', report.bad_ids)\n")
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from metashift_hf.builders.images import FolderImages\n"
+        "from metashift_hf.core.errors import MissingImagesError\n"
+        f"src = FolderImages(__import__('pathlib').Path({str(folder)!r}))\n"
+        f"ids, report = src.resolve([{image_id!r}], 'skip')\n"
+        "print('usable', ids, 'bad', report.bad_ids)\n"
+    )
     try:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired as exc:
@@ -125,12 +149,12 @@ def test_image_folder_refuses_a_file_over_the_cap(tmp_path, monkeypatch):
 
 def _with_frame_size(data: bytes, width: int, height: int) -> bytes:
     i = data.index(b"\xff\xc0")
-    return data[:i + 5] + struct.pack(">HH", height, width) + data[i + 9:]
+    return data[: i + 5] + struct.pack(">HH", height, width) + data[i + 9 :]
 
 
 def _scrambled(data: bytes, seed: int = 0) -> bytes:
     sos = data.index(b"\xff\xda")
-    start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
     noise = np.random.default_rng(seed).integers(0, 256, len(data) - 2 - start, dtype=np.uint8).tobytes()
     return data[:start] + noise + b"\xff\xd9"
 
@@ -163,10 +187,13 @@ def test_real_jpegs_pass_the_scan_check(shared_ref):
 
 # -- scene graphs -----------------------------------------------------------------------------
 
+
 def _graph(image_id: str = "1", width="640", relation_object='"2"') -> str:
-    return ('{"%s": {"width": %s, "height": 480, "objects": {"1": {"name": "cat", "x": 0, "y": 0, "w": 1, "h": 1, '
-            '"attributes": [], "relations": [{"name": "on", "object": %s}]}, "2": {"name": "sofa", "x": 0, "y": 0, '
-            '"w": 1, "h": 1, "attributes": [], "relations": []}}}}' % (image_id, width, relation_object))
+    return (
+        '{"%s": {"width": %s, "height": 480, "objects": {"1": {"name": "cat", "x": 0, "y": 0, "w": 1, "h": 1, '
+        '"attributes": [], "relations": [{"name": "on", "object": %s}]}, "2": {"name": "sofa", "x": 0, "y": 0, '
+        '"w": 1, "h": 1, "attributes": [], "relations": []}}}}' % (image_id, width, relation_object)
+    )
 
 
 SCENE_GRAPHS = {
@@ -185,7 +212,9 @@ def test_malformed_scene_graphs_give_one_line(tmp_path, capsys, case):
     path.write_text(SCENE_GRAPHS[case])
     with pytest.raises(InputFormatError):
         read_scene_graphs([path])
-    code, _, err = run_cli(capsys, "build", "--scene-graphs", path, "--out", tmp_path / "art", "--no-plots", "--workers", "1")
+    code, _, err = run_cli(
+        capsys, "build", "--scene-graphs", path, "--out", tmp_path / "art", "--no-plots", "--workers", "1"
+    )
     assert_one_line_error(code, err, str(path))
     assert len(err) < 2000
 
@@ -201,6 +230,16 @@ def test_export_refuses_an_image_whose_header_claims_too_many_pixels(tmp_path, c
     for i in ids:
         (images / f"{i}.jpg").write_bytes(small)
     (images / f"{ids[0]}.jpg").write_bytes(_with_frame_size(small, 60000, 60000))
-    code, _, err = run_cli(capsys, "export", "class-cat", "--artifact", art.root, "--images", images,
-                           "--out", tmp_path / "out", "--no-verify")
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        "class-cat",
+        "--artifact",
+        art.root,
+        "--images",
+        images,
+        "--out",
+        tmp_path / "out",
+        "--no-verify",
+    )
     assert_one_line_error(code, err, "too large to decode", ids[0])

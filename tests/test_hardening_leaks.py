@@ -1,6 +1,7 @@
 """Hardening, leaks: publish uploads only the repo layout's regular files, cards carry no markup from
 names, the token never appears in any case or piece, and a Hub that hangs, answers HTML or drops the
 connection gives one line (every request has a timeout)."""
+
 from __future__ import annotations
 
 import socket
@@ -82,18 +83,32 @@ def test_publish_from_export_skips_a_linked_repo_folder(tmp_path, capsys):
 def test_export_refuses_markup_in_names(tmp_path, name):
     art = tiny_artifact(tmp_path / "art")
     ds = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"image_id": ["1"], "label": [0]})})
-    spec = ShiftSpec("t", "none", (name, "dog"), 0, {},
-                     train_groups=(GroupSpec(group=f"{name}(x)", cls=name, contexts=("x",), n=1),))
+    spec = ShiftSpec(
+        "t",
+        "none",
+        (name, "dog"),
+        0,
+        {},
+        train_groups=(GroupSpec(group=f"{name}(x)", cls=name, contexts=("x",), n=1),),
+    )
     with pytest.raises(InputFormatError, match="not plain text"):
         export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out")
-    spec = ShiftSpec("t", "none", ("cat", "dog"), 0, {},
-                     train_groups=(GroupSpec(group="cat(y)", cls="cat", contexts=("<script>",), n=1),))
+    spec = ShiftSpec(
+        "t",
+        "none",
+        ("cat", "dog"),
+        0,
+        {},
+        train_groups=(GroupSpec(group="cat(y)", cls="cat", contexts=("<script>",), n=1),),
+    )
     with pytest.raises(InputFormatError, match="context name"):
         export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out2")
 
 
 def test_token_is_scrubbed_in_any_case_and_any_piece():
-    text = f"bad token {TOKEN.lower()} / {TOKEN.upper()} / prefix {TOKEN[:12]}... / suffix ...{TOKEN[-10:]} / ok hf_other"
+    text = (
+        f"bad token {TOKEN.lower()} / {TOKEN.upper()} / prefix {TOKEN[:12]}... / suffix ...{TOKEN[-10:]} / ok hf_other"
+    )
     scrubbed = scrub_token(text, TOKEN)
     low = scrubbed.lower()
     assert TOKEN.lower()[:12] not in low and TOKEN.lower()[-10:] not in low
@@ -101,6 +116,7 @@ def test_token_is_scrubbed_in_any_case_and_any_piece():
 
 
 # -- hostile Hubs on loopback --------------------------------------------------------------------
+
 
 @contextmanager
 def http_server(handler_cls):
@@ -200,8 +216,11 @@ def test_publish_cli_timeout_is_validated(tmp_path, capsys):
     assert_one_line_error(code, err, "--timeout")
 
 
-@pytest.mark.parametrize("handler,needle", [(_Html, "did not answer like the Hub API"), (_Drop, "cannot reach the Hub")],
-                         ids=["html-whoami", "connection-drop"])
+@pytest.mark.parametrize(
+    "handler,needle",
+    [(_Html, "did not answer like the Hub API"), (_Drop, "cannot reach the Hub")],
+    ids=["html-whoami", "connection-drop"],
+)
 def test_hub_answering_html_or_dropping_gives_one_line(tmp_path, handler, needle):
     with http_server(handler) as endpoint, pytest.raises(MetashiftError, match=needle) as exc:
         _push(tmp_path, endpoint, timeout=5)
@@ -209,6 +228,7 @@ def test_hub_answering_html_or_dropping_gives_one_line(tmp_path, handler, needle
 
 
 # -- a real run against the loopback Hub (in process): what it lists, and drops after whoami ------
+
 
 @contextmanager
 def _loopback_hub(monkeypatch, drop: str | None = None):
@@ -222,7 +242,9 @@ def _loopback_hub(monkeypatch, drop: str | None = None):
     from fixtures.fake_hub import _Handler, running_hub
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setattr(hub_http, "time", types.SimpleNamespace(sleep=lambda s: None))  # its retries, without the waits
+    monkeypatch.setattr(
+        hub_http, "time", types.SimpleNamespace(sleep=lambda s: None)
+    )  # its retries, without the waits
 
     def cut(original):
         def handler(self):
@@ -231,6 +253,7 @@ def _loopback_hub(monkeypatch, drop: str | None = None):
                 self.close_connection = True
                 return
             original(self)
+
         return handler
 
     monkeypatch.setattr(_Handler, "do_PUT", cut(_Handler.do_PUT))
@@ -256,8 +279,10 @@ def test_a_real_run_lists_every_file_it_uploads(tmp_path, monkeypatch, caplog):
 @pytest.mark.parametrize("drop", ["commit", "lfs-upload"])
 def test_connection_dropped_mid_upload_is_one_line(tmp_path, monkeypatch, drop):
     t0 = time.monotonic()
-    with _loopback_hub(monkeypatch, drop=drop) as (endpoint, _), \
-            pytest.raises(MetashiftError, match="cannot reach the Hub") as exc:
+    with (
+        _loopback_hub(monkeypatch, drop=drop) as (endpoint, _),
+        pytest.raises(MetashiftError, match="cannot reach the Hub") as exc,
+    ):
         _push(tmp_path, endpoint, timeout=5)
     assert time.monotonic() - t0 < 10
     assert "\n" not in exc.value.what and TOKEN not in exc.value.what

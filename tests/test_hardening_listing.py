@@ -4,6 +4,7 @@ Names come from the data. ``classes``, ``subsets``, ``tasks`` and ``distance`` p
 control character escaped (core.names.terminal_safe), so a name can neither recolour the terminal,
 move the cursor, reorder text nor split a line; ``build --tags`` refuses such tags, as export does.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,10 +28,12 @@ def hostile(tmp_path_factory):
     """An artifact (from an older build or a pickle) whose class and context names hold control characters."""
     rng = np.random.default_rng(5)
     pool = [f"i{k}" for k in range(150)]
-    subsets = {f"{s}({c})": sorted(rng.choice(pool, 40, replace=False).tolist())
-               for s in (EVIL, "dog") for c in CONTEXTS}
-    return build_artifact(CandidateSubsets.from_dict(subsets), tmp_path_factory.mktemp("h") / "art", BuildOptions(),
-                          plots=False).root
+    subsets = {
+        f"{s}({c})": sorted(rng.choice(pool, 40, replace=False).tolist()) for s in (EVIL, "dog") for c in CONTEXTS
+    }
+    return build_artifact(
+        CandidateSubsets.from_dict(subsets), tmp_path_factory.mktemp("h") / "art", BuildOptions(), plots=False
+    ).root
 
 
 def _clean(stdout: str) -> None:

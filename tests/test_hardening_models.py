@@ -4,6 +4,7 @@
 Review cases A2-* and M* (hf: folders, callables, from_module, Preprocessing) and A1-42/A1-49
 (decompression bombs in a dataset's image cells), /work/shared/reviews/hardening-round4-cases.tsv.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,10 +39,16 @@ PREP = Preprocessing(40, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
 def png_header(width: int, height: int) -> bytes:
     """A PNG whose header claims ``width`` x ``height`` pixels, a few dozen bytes long (a decompression bomb's
     header: decoding it would allocate width * height * 3 bytes)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + chunk(b"IEND", b"")
+    )
 
 
 def png(side: int = 48) -> bytes:
@@ -50,8 +57,9 @@ def png(side: int = 48) -> bytes:
     return buf.getvalue()
 
 
-def bytes_task(tmp_path: Path, replace: dict[int, bytes] | None = None, n: int = 6,
-               second_split: str = "test") -> PreparedTask:
+def bytes_task(
+    tmp_path: Path, replace: dict[int, bytes] | None = None, n: int = 6, second_split: str = "test"
+) -> PreparedTask:
     """make_prepared's task with every image cell holding its bytes (as a parquet does); ``replace``: row
     number (over the splits in order) -> other bytes."""
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", n), test_split=second_split)
@@ -73,6 +81,7 @@ def bomb_row(task: PreparedTask, row: int) -> str:
 
 
 # -- hf: folders ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory) -> Path:
@@ -105,13 +114,15 @@ def plant_module(folder: Path, marker: Path) -> None:
     """modeling_evil.py: importing it writes ``marker``."""
     (folder / "modeling_evil.py").write_text(
         f"import pathlib\npathlib.Path({str(marker)!r}).write_text('the folder ran code')\n"
-        "from transformers import PretrainedConfig\n\n\nclass EvilConfig(PretrainedConfig):\n    model_type = 'evil-net'\n")
+        "from transformers import PretrainedConfig\n\n\nclass EvilConfig(PretrainedConfig):\n    model_type = 'evil-net'\n"
+    )
 
 
 @needs_hf
 @pytest.mark.parametrize("model_type", ["evil-net", "resnet"], ids=["unknown-model-type", "known-model-type"])
-def test_a2_09_10_a_planted_module_is_never_imported_and_nothing_prompts(hf_folder, tmp_path, monkeypatch, capsys,
-                                                                          model_type):
+def test_a2_09_10_a_planted_module_is_never_imported_and_nothing_prompts(
+    hf_folder, tmp_path, monkeypatch, capsys, model_type
+):
     """Review cases A2-09 (transformers' y/N prompt on stdout) and A2-10 ('y' on stdin: the folder's Python ran)."""
     marker = tmp_path / "MARKER"
     auto_map = {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForImageClassification": "modeling_evil.EvilModel"}
@@ -126,7 +137,9 @@ def test_a2_09_10_a_planted_module_is_never_imported_and_nothing_prompts(hf_fold
 
 
 @needs_hf
-def test_an_unknown_model_type_without_auto_map_is_refused_before_transformers(hf_folder, tmp_path, monkeypatch, capsys):
+def test_an_unknown_model_type_without_auto_map_is_refused_before_transformers(
+    hf_folder, tmp_path, monkeypatch, capsys
+):
     folder = variant(hf_folder, tmp_path, config={"model_type": "evil-net"})
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     with pytest.raises(InputFormatError, match="model_type 'evil-net'"):
@@ -137,9 +150,11 @@ def test_an_unknown_model_type_without_auto_map_is_refused_before_transformers(h
 def pickle_only(hf_folder: Path, tmp_path: Path) -> tuple[Path, Path]:
     """The tiny folder with its weights as pytorch_model.bin only, a pickle whose loading runs
     ``touch MARKER`` (os.system); returns (folder, marker)."""
+
     class Payload:
         def __reduce__(self):
             return os.system, (f"touch {marker}",)
+
     marker = tmp_path / "MARKER"
     folder = variant(hf_folder, tmp_path)
     (folder / "model.safetensors").unlink()
@@ -166,13 +181,18 @@ def test_a2_32_train_backbone_refuses_a_pickle_only_folder(hf_folder, tmp_path):
     folder, marker = pickle_only(hf_folder, tmp_path)
     task = bytes_task(tmp_path, second_split="validation")
     with pytest.raises(InputFormatError, match="never loaded"):
-        train(task, config=TrainConfig(backbone=f"hf:{folder}", epochs=1), progress=False, cache_dir=tmp_path / "cache")
+        train(
+            task, config=TrainConfig(backbone=f"hf:{folder}", epochs=1), progress=False, cache_dir=tmp_path / "cache"
+        )
     assert not marker.exists()
 
 
 @needs_hf
-@pytest.mark.parametrize("id2label, keys", [({"0": "a", "5": "b"}, "[0, 5]"), ({"-1": "a", "0": "b"}, "'-1'"),
-                                             ({"0": "a", "x": "b"}, "'x'")], ids=["A2-13-0-and-5", "A2-14--1-and-0", "key-x"])
+@pytest.mark.parametrize(
+    "id2label, keys",
+    [({"0": "a", "5": "b"}, "[0, 5]"), ({"-1": "a", "0": "b"}, "'-1'"), ({"0": "a", "x": "b"}, "'x'")],
+    ids=["A2-13-0-and-5", "A2-14--1-and-0", "key-x"],
+)
 def test_a2_13_14_id2label_keys_that_are_not_0_to_n_are_refused(hf_folder, tmp_path, id2label, keys):
     folder = variant(hf_folder, tmp_path, config={"id2label": id2label})
     with pytest.raises(InputFormatError, match="id2label") as e:
@@ -197,12 +217,19 @@ def test_a2_16_a_truncated_safetensors_file_is_refused(hf_folder, tmp_path):
 
 
 @needs_hf
-@pytest.mark.parametrize("processor, match", [
-    ({"size": {"height": 20000, "width": 20000}}, f"larger than the {MAX_INPUT_SIDE} px"),  # A2-19
-    ({"size": {"height": 0, "width": 0}}, "out of range"),  # A2-20
-    ({"size": {"shortest_edge": 224}, "crop_size": {"height": 9000, "width": 9000}, "do_center_crop": True}, "crop_size"),
-    ({"image_std": [0.5, 0.0, 0.5]}, "image_std"),
-], ids=["A2-19-size-20000", "A2-20-size-0", "crop-9000", "std-0"])
+@pytest.mark.parametrize(
+    "processor, match",
+    [
+        ({"size": {"height": 20000, "width": 20000}}, f"larger than the {MAX_INPUT_SIDE} px"),  # A2-19
+        ({"size": {"height": 0, "width": 0}}, "out of range"),  # A2-20
+        (
+            {"size": {"shortest_edge": 224}, "crop_size": {"height": 9000, "width": 9000}, "do_center_crop": True},
+            "crop_size",
+        ),
+        ({"image_std": [0.5, 0.0, 0.5]}, "image_std"),
+    ],
+    ids=["A2-19-size-20000", "A2-20-size-0", "crop-9000", "std-0"],
+)
 def test_a2_19_20_processor_sizes_are_bounded_before_any_image(hf_folder, tmp_path, processor, match):
     folder = variant(hf_folder, tmp_path, processor=processor)
     with pytest.raises(OptionError, match=match) as e:
@@ -238,20 +265,31 @@ def test_the_tiny_hf_folder_still_loads_and_predicts(hf_folder):
 
 # -- outputs of any model: one check in Classifier.logits -------------------------------------------
 
-@pytest.mark.parametrize("name, fn, match", [
-    ("M03", lambda ims: np.full((len(ims), 1000), np.nan), "non-finite logits"),
-    ("M04", lambda ims: np.where(np.arange(len(ims))[:, None] == 0, np.inf, np.zeros((len(ims), 1000))), "non-finite logits"),
-    ("M06", lambda ims: [["tench"] * 1000 for _ in ims], "not numbers"),
-    ("M09", lambda ims: [object() for _ in ims], "not numbers"),
-    ("ragged", lambda ims: [[0.0] * (1000 - i) for i in range(len(ims))], "not an array|not numbers"),
-    ("float64-overflow", lambda ims: np.full((len(ims), 1000), 1e300), "non-finite logits"),
-], ids=lambda v: v if isinstance(v, str) else "")
+
+@pytest.mark.parametrize(
+    "name, fn, match",
+    [
+        ("M03", lambda ims: np.full((len(ims), 1000), np.nan), "non-finite logits"),
+        (
+            "M04",
+            lambda ims: np.where(np.arange(len(ims))[:, None] == 0, np.inf, np.zeros((len(ims), 1000))),
+            "non-finite logits",
+        ),
+        ("M06", lambda ims: [["tench"] * 1000 for _ in ims], "not numbers"),
+        ("M09", lambda ims: [object() for _ in ims], "not numbers"),
+        ("ragged", lambda ims: [[0.0] * (1000 - i) for i in range(len(ims))], "not an array|not numbers"),
+        ("float64-overflow", lambda ims: np.full((len(ims), 1000), 1e300), "non-finite logits"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_m03_m04_m06_m09_callable_outputs_are_checked(tmp_path, wn, name, fn, match):
     from metashift_hf.evaluate import EvalConfig, evaluate
 
     task = bytes_task(tmp_path)
     with pytest.raises(InputFormatError, match=match) as e:
-        evaluate(from_callable(fn, name=name), task, out=tmp_path / "ev", settings=EvalConfig(progress=False, batch_size=4))
+        evaluate(
+            from_callable(fn, name=name), task, out=tmp_path / "ev", settings=EvalConfig(progress=False, batch_size=4)
+        )
     assert f"callable:{name}" in e.value.what and e.value.fix
     if name == "M04":
         assert "1 of the 4 images" in e.value.what  # how many rows: only the first of the batch is inf
@@ -303,18 +341,31 @@ def test_m23_a_preprocessing_callable_of_the_wrong_shape_is_refused():
         mixed.logits([mixed.prepare(png()), mixed.prepare(png())])
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(std=(0.5, 0.0, 0.5)), "std"),  # M19: NaN inputs
-    (dict(std=(0.5, -1.0, 0.5)), "std"),
-    (dict(mean=(0.5, float("nan"), 0.5)), "mean"),
-    (dict(std=(0.5, 0.5)), "three numbers"),
-    (dict(resize=256, crop=300), "crop=300 is larger than Preprocessing.resize=256"),  # M20
-    (dict(crop=0), "crop"),  # M21
-    (dict(resize=-8), "resize"),  # M22
-    (dict(resize=2.5), "resize"),
-    (dict(resize=30000, crop=224), f"{MAX_INPUT_SIDE} px"),
-], ids=["M19-std-0", "std-negative", "mean-nan", "std-two", "M20-crop-over-resize", "M21-crop-0", "M22-resize--8",
-        "resize-float", "resize-30000"])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(std=(0.5, 0.0, 0.5)), "std"),  # M19: NaN inputs
+        (dict(std=(0.5, -1.0, 0.5)), "std"),
+        (dict(mean=(0.5, float("nan"), 0.5)), "mean"),
+        (dict(std=(0.5, 0.5)), "three numbers"),
+        (dict(resize=256, crop=300), "crop=300 is larger than Preprocessing.resize=256"),  # M20
+        (dict(crop=0), "crop"),  # M21
+        (dict(resize=-8), "resize"),  # M22
+        (dict(resize=2.5), "resize"),
+        (dict(resize=30000, crop=224), f"{MAX_INPUT_SIDE} px"),
+    ],
+    ids=[
+        "M19-std-0",
+        "std-negative",
+        "mean-nan",
+        "std-two",
+        "M20-crop-over-resize",
+        "M21-crop-0",
+        "M22-resize--8",
+        "resize-float",
+        "resize-30000",
+    ],
+)
 def test_m19_to_m22_preprocessing_numbers_are_checked(kwargs, match):
     base = dict(resize=40, crop=32, interpolation="bilinear", mean=(0.5,) * 3, std=(0.5,) * 3)
     with pytest.raises(OptionError, match=match) as e:
@@ -332,7 +383,10 @@ def test_map_labels_refuses_what_is_not_a_mapping_of_indices():
 
 # -- image decoding is bounded (decompression bombs) ----------------------------------------------
 
-@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL warns above 89 M pixels, then we refuse
+
+@pytest.mark.filterwarnings(
+    "ignore::PIL.Image.DecompressionBombWarning"
+)  # PIL warns above 89 M pixels, then we refuse
 @pytest.mark.parametrize("side", [10_000, 30_000], ids=["100-megapixels", "900-megapixels"])
 def test_open_rgb_refuses_a_bomb_from_its_header(side):
     with pytest.raises(MissingImagesError, match="too large to decode"):
@@ -351,6 +405,7 @@ def test_a1_42_a_bomb_in_the_parquet_is_refused_with_its_image_id_evaluate(tmp_p
     def model(ims):
         calls.append(len(ims))
         return np.zeros((len(ims), 1000))
+
     with pytest.raises(MissingImagesError, match="too large to decode") as e:
         evaluate(from_callable(model, name="zeros"), task, out=tmp_path / "ev", settings=EvalConfig(progress=False))
     assert e.value.image_ids == [bomb_row(task, 5)] and repr(bomb_row(task, 5)) in e.value.what
@@ -366,13 +421,20 @@ def test_a1_49_a_bomb_in_the_parquet_is_refused_with_its_image_id_train(tmp_path
     from metashift_hf.research.train import TrainConfig, train
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Linear(4, 1000))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
+    )
     backbone = load_backbone(from_module(model, PREP, name="tiny"))
     task = bytes_task(tmp_path, {1: png_header(30_000, 30_000)}, second_split="validation")
     with pytest.raises(MissingImagesError, match="too large to decode") as e:
-        train(task, out=tmp_path / "run", config=TrainConfig(epochs=1), backbone=backbone, progress=False,
-              cache_dir=tmp_path / "cache")
+        train(
+            task,
+            out=tmp_path / "run",
+            config=TrainConfig(epochs=1),
+            backbone=backbone,
+            progress=False,
+            cache_dir=tmp_path / "cache",
+        )
     assert e.value.image_ids == [bomb_row(task, 1)]
 
 
@@ -381,4 +443,3 @@ def test_finetune_augmentation_decodes_within_the_bound():
 
     with pytest.raises(MissingImagesError, match="too large to decode"):
         augment(png_header(30_000, 30_000), np.random.default_rng(0), 32, (0.5,) * 3, (0.5,) * 3)
-

@@ -4,6 +4,7 @@ Each case failed before the fix: a 0 quietly took the default, NaN/inf/negative 
 negative or fractional seeds were numpy tracebacks or silently rounded, k/n-init/classes failed only
 after every image was embedded, and the Python API read ``splits='test'`` letter by letter.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,51 +44,81 @@ def parse_error(capsys, *argv) -> str:
 TRAIN = ("train", "--task", "class-cat", "--artifact", "/nonexistent-artifact", "--out", "/nonexistent/out")
 
 
-@pytest.mark.parametrize("flag,value,reason", [
-    ("--epochs", "0", "positive integer"), ("--batch-size", "0", "positive integer"), ("--seeds", "0", "from 1 to 1000"),
-    ("--lr", "0", "> 0"), ("--lr", "-1", "> 0"), ("--lr", "nan", "finite"), ("--lr", "inf", "finite"),
-    ("--epochs", "1.5", "not an integer"), ("--image-size", "-3", "from 32 to 1024"), ("--seed", "-1", "seed"),
-    ("--seed", "1.5", "not an integer"),
-])
+@pytest.mark.parametrize(
+    "flag,value,reason",
+    [
+        ("--epochs", "0", "positive integer"),
+        ("--batch-size", "0", "positive integer"),
+        ("--seeds", "0", "from 1 to 1000"),
+        ("--lr", "0", "> 0"),
+        ("--lr", "-1", "> 0"),
+        ("--lr", "nan", "finite"),
+        ("--lr", "inf", "finite"),
+        ("--epochs", "1.5", "not an integer"),
+        ("--image-size", "-3", "from 32 to 1024"),
+        ("--seed", "-1", "seed"),
+        ("--seed", "1.5", "not an integer"),
+    ],
+)
 def test_train_options_are_checked_while_parsing(capsys, flag, value, reason):
     err = parse_error(capsys, *TRAIN, flag, value)
     assert f"argument {flag}" in err and reason in err
 
 
-@pytest.mark.parametrize("argv", [
-    ("experiment", "conflicts", "--lr", "nan"), ("experiment", "conflicts", "--lr", "-1"),
-    ("experiment", "conflicts", "--lr", "inf"), ("experiment", "conflicts", "--steps", "0"),
-    ("experiment", "conflicts", "--every", "0"), ("experiment", "conflicts", "--per-subset", "0"),
-    ("experiment", "conflicts", "--min-images", "0"), ("experiment", "conflicts", "--seed", "-1"),
-    ("experiment", "clustered", "--k", "0"), ("experiment", "clustered", "--k", "1"),
-    ("experiment", "clustered", "--n-init", "0"), ("experiment", "clustered", "--seed", "-2"),
-    ("experiment", "ood-levels", "--seeds", "0"), ("experiment", "ood-levels", "--epochs", "0"),
-    ("experiment", "paper-dg", "--seed", "-1"), ("experiment", "paper-dg", "--epochs", "0"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("experiment", "conflicts", "--lr", "nan"),
+        ("experiment", "conflicts", "--lr", "-1"),
+        ("experiment", "conflicts", "--lr", "inf"),
+        ("experiment", "conflicts", "--steps", "0"),
+        ("experiment", "conflicts", "--every", "0"),
+        ("experiment", "conflicts", "--per-subset", "0"),
+        ("experiment", "conflicts", "--min-images", "0"),
+        ("experiment", "conflicts", "--seed", "-1"),
+        ("experiment", "clustered", "--k", "0"),
+        ("experiment", "clustered", "--k", "1"),
+        ("experiment", "clustered", "--n-init", "0"),
+        ("experiment", "clustered", "--seed", "-2"),
+        ("experiment", "ood-levels", "--seeds", "0"),
+        ("experiment", "ood-levels", "--epochs", "0"),
+        ("experiment", "paper-dg", "--seed", "-1"),
+        ("experiment", "paper-dg", "--epochs", "0"),
+    ],
+)
 def test_experiment_options_are_checked_while_parsing(capsys, argv):
     err = parse_error(capsys, *argv, "--artifact", "/nonexistent-artifact", "--out", "/nonexistent/out")
     assert f"argument {argv[2]}" in err
 
 
-@pytest.mark.parametrize("argv", [
-    ("tasks", "show", "class-cat", "--artifact", "A", "--seed", "-1"),
-    ("score", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--seed", "-1"),
-    ("export", "class-cat", "--artifact", "A", "--out", "o", "--seed", "-1"),
-    ("bugs", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--alpha", "nan"),
-    ("bugs", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--min-n", "0"),
-    ("evaluate", "--model", "m", "--task", "class-cat", "--out", "o", "--batch-size", "0"),
-    ("evaluate", "--model", "m", "--task", "class-cat", "--out", "o", "--alpha", "1"),
-    ("demo", "--seed", "-1"), ("demo", "--n-images", "0"),
-    ("build", "--tags", "t.csv", "--out", "o", "--workers", "0"),
-    ("match", "--artifact", "A", "--level", "-1"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("tasks", "show", "class-cat", "--artifact", "A", "--seed", "-1"),
+        ("score", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--seed", "-1"),
+        ("export", "class-cat", "--artifact", "A", "--out", "o", "--seed", "-1"),
+        ("bugs", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--alpha", "nan"),
+        ("bugs", "--task", "class-cat", "--artifact", "A", "--predictions", "p.csv", "--out", "o", "--min-n", "0"),
+        ("evaluate", "--model", "m", "--task", "class-cat", "--out", "o", "--batch-size", "0"),
+        ("evaluate", "--model", "m", "--task", "class-cat", "--out", "o", "--alpha", "1"),
+        ("demo", "--seed", "-1"),
+        ("demo", "--n-images", "0"),
+        ("build", "--tags", "t.csv", "--out", "o", "--workers", "0"),
+        ("match", "--artifact", "A", "--level", "-1"),
+    ],
+)
 def test_seeds_and_numbers_of_other_commands_are_checked_while_parsing(capsys, argv):
     err = parse_error(capsys, *argv)
     assert f"argument {argv[-2]}" in err
 
 
-@pytest.mark.parametrize("argv", [("download", "--what", "attributes", "--timeout", "inf"),
-                                  ("publish", "--namespace", "tester", "--from-export", "TMP", "--timeout", "inf")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("download", "--what", "attributes", "--timeout", "inf"),
+        ("publish", "--namespace", "tester", "--from-export", "TMP", "--timeout", "inf"),
+    ],
+)
 def test_timeouts_are_finite(capsys, tmp_path, argv):
     """Checked by the command (one error line) before any network use; an infinite timeout ran before."""
     argv = [tmp_path if a == "TMP" else a for a in argv]
@@ -95,11 +126,28 @@ def test_timeouts_are_finite(capsys, tmp_path, argv):
     assert_one_line_error(code, err, argv[-2])
 
 
-@pytest.mark.parametrize("field,value", [
-    ("epochs", 0), ("batch_size", 0), ("lr", 0.0), ("lr", -1.0), ("lr", math.nan), ("lr", math.inf), ("seeds", 0),
-    ("seeds", -1), ("seeds", 1.5), ("seeds", None), ("seeds", {"a": 1}), ("epochs", 2.5), ("weight_decay", -0.1), ("weight_decay", math.nan),
-    ("image_size", 0), ("epochs", True), ("device", None),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("epochs", 0),
+        ("batch_size", 0),
+        ("lr", 0.0),
+        ("lr", -1.0),
+        ("lr", math.nan),
+        ("lr", math.inf),
+        ("seeds", 0),
+        ("seeds", -1),
+        ("seeds", 1.5),
+        ("seeds", None),
+        ("seeds", {"a": 1}),
+        ("epochs", 2.5),
+        ("weight_decay", -0.1),
+        ("weight_decay", math.nan),
+        ("image_size", 0),
+        ("epochs", True),
+        ("device", None),
+    ],
+)
 def test_train_config_refuses_what_it_used_to_replace_by_a_default(field, value):
     with pytest.raises(opt.OptionError):
         TrainConfig(**{field: value}).resolved()
@@ -140,8 +188,14 @@ def test_score_refuses_a_bare_string_of_splits(art):
 
 
 def test_evaluate_checks_its_numbers_before_loading_a_model(art):
-    for kw in ({"batch_size": 1.5}, {"alpha": math.nan}, {"seed": -1}, {"sample": 0}, {"workers": 0},
-               {"on_missing": "maybe"}):
+    for kw in (
+        {"batch_size": 1.5},
+        {"alpha": math.nan},
+        {"seed": -1},
+        {"sample": 0},
+        {"workers": 0},
+        {"on_missing": "maybe"},
+    ):
         with pytest.raises(opt.OptionError):
             evaluate("no-such-model", TaskRef("class-cat", artifact=art), settings=EvalConfig(**kw))
 
@@ -167,6 +221,7 @@ def test_the_zoo_refuses_on_missing_skip_before_loading_a_model(art):
 @pytest.fixture
 def no_features(monkeypatch):
     """Any attempt to load a backbone or embed an image fails the test: checks must come first."""
+
     def refuse(*a, **k):
         raise AssertionError("features were computed before the options were checked")
 
@@ -174,25 +229,38 @@ def no_features(monkeypatch):
     monkeypatch.setattr(ood_experiments, "image_features", refuse)
 
 
-@pytest.mark.parametrize("kw,error,needle", [
-    ({"k": 1}, opt.OptionError, "k=1"), ({"k": 0}, opt.OptionError, "k=0"), ({"n_init": 0}, opt.OptionError, "n_init"),
-    ({"seed": -1}, opt.OptionError, "seed"), ({"seeds": 0}, opt.OptionError, "seeds"),
-    ({"classes": ("cat", "cat")}, opt.OptionError, "more than once"),
-    ({"classes": ("cat", "zebra")}, UnknownNameError, "'zebra' is not a class"),
-    ({"classes": "cat"}, opt.OptionError, "list of names"),
-    ({"k": 10_000}, EmptyResultError, "fewer than k=10000"),
-])
+@pytest.mark.parametrize(
+    "kw,error,needle",
+    [
+        ({"k": 1}, opt.OptionError, "k=1"),
+        ({"k": 0}, opt.OptionError, "k=0"),
+        ({"n_init": 0}, opt.OptionError, "n_init"),
+        ({"seed": -1}, opt.OptionError, "seed"),
+        ({"seeds": 0}, opt.OptionError, "seeds"),
+        ({"classes": ("cat", "cat")}, opt.OptionError, "more than once"),
+        ({"classes": ("cat", "zebra")}, UnknownNameError, "'zebra' is not a class"),
+        ({"classes": "cat"}, opt.OptionError, "list of names"),
+        ({"k": 10_000}, EmptyResultError, "fewer than k=10000"),
+    ],
+)
 def test_clustered_checks_k_and_classes_before_any_image_is_embedded(art, tmp_path, no_features, kw, error, needle):
     with pytest.raises(error, match=needle):
         ood_experiments.clustered(art, tmp_path / "images", tmp_path / "out", **kw)
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"config": ConflictConfig(lr=math.nan)}, "lr"), ({"config": ConflictConfig(lr=-1.0)}, "lr"),
-    ({"config": ConflictConfig(lr=math.inf)}, "lr"), ({"config": ConflictConfig(seed=-1)}, "seed"),
-    ({"config": ConflictConfig(steps=10, every=20)}, "two windows"), ({"per_subset": 0}, "per_subset"),
-    ({"subsets": ["cat(ctx0)", "cat(ctx0)"]}, "more than once"), ({"classes": ("cat", "unicorn")}, "unicorn"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"config": ConflictConfig(lr=math.nan)}, "lr"),
+        ({"config": ConflictConfig(lr=-1.0)}, "lr"),
+        ({"config": ConflictConfig(lr=math.inf)}, "lr"),
+        ({"config": ConflictConfig(seed=-1)}, "seed"),
+        ({"config": ConflictConfig(steps=10, every=20)}, "two windows"),
+        ({"per_subset": 0}, "per_subset"),
+        ({"subsets": ["cat(ctx0)", "cat(ctx0)"]}, "more than once"),
+        ({"classes": ("cat", "unicorn")}, "unicorn"),
+    ],
+)
 def test_conflicts_checks_its_options_before_any_image_is_embedded(art, tmp_path, no_features, kw, needle):
     with pytest.raises(MetashiftError, match=needle):
         ood_experiments.conflicts(art, tmp_path / "images", tmp_path / "out", **kw)
@@ -223,8 +291,15 @@ def test_validators_as_argparse_types_and_python_checks():
     assert opt.names(["b", "a"], "classes") == ("b", "a")
     assert opt.int_at_least(2)("2") == 2
     assert opt.path(Path("x"), "artifact") == Path("x")
-    for check, value in ((opt.positive_int, "0x10"), (opt.seed, 2**32), (opt.level, 0), (opt.level, 1),
-                         (opt.non_negative_float, "-0.5"), (opt.probability, 1.01), (opt.text, ""),
-                         (opt.names, ["a", ""])):
+    for check, value in (
+        (opt.positive_int, "0x10"),
+        (opt.seed, 2**32),
+        (opt.level, 0),
+        (opt.level, 1),
+        (opt.non_negative_float, "-0.5"),
+        (opt.probability, 1.01),
+        (opt.text, ""),
+        (opt.names, ["a", ""]),
+    ):
         with pytest.raises(opt.OptionError):
             check(value, "x")

@@ -6,6 +6,7 @@ content signature); a folder output is new, empty, or ours with ``--force`` (cor
 Neither is ever written through or over a symbolic link, a FIFO, a device or (for a file) a folder:
 each is refused in one line before any work, and nothing is written anywhere.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,15 +30,26 @@ def inputs(tmp_path_factory):
     """A licensed artifact (publish checks the licence before the export), a pickle, subset names, an image folder."""
     root = tmp_path_factory.mktemp("inputs")
     subsets = {k: sorted(v) for k, v in small_subsets().items()}
-    art = build_artifact(CandidateSubsets.from_dict(subsets), root / "art", BuildOptions(), plots=False,
-                         source_info=SourceInfo(license="cc-by-4.0"))
+    art = build_artifact(
+        CandidateSubsets.from_dict(subsets),
+        root / "art",
+        BuildOptions(),
+        plots=False,
+        source_info=SourceInfo(license="cc-by-4.0"),
+    )
     names = root / "names.txt"
     names.write_text("cat(sofa)\ndog(grass)\n")
     images = root / "images"
     images.mkdir()
     (images / "1.jpg").write_bytes(b"\xff\xd8\xff")
-    return {"art": art.root, "pkl": write_candidate_pickle(root / "in.pkl"), "names": names, "images": images,
-            "missing": root / "missing.csv", "no_images": root / "no-images"}
+    return {
+        "art": art.root,
+        "pkl": write_candidate_pickle(root / "in.pkl"),
+        "names": names,
+        "images": images,
+        "missing": root / "missing.csv",
+        "no_images": root / "no-images",
+    }
 
 
 def _folder_commands(i) -> dict[str, list]:
@@ -45,7 +57,15 @@ def _folder_commands(i) -> dict[str, list]:
     art, task = i["art"], ["--task", "paper-dg-cat-dog-1", "--artifact", i["art"]]
     return {
         "build": ["build", "--candidate-subsets", i["pkl"], "--no-plots"],
-        "evaluate": ["evaluate", "--model", "predictions:/nonexistent.parquet", "--task", "bin-cat-dog", "--artifact", art],
+        "evaluate": [
+            "evaluate",
+            "--model",
+            "predictions:/nonexistent.parquet",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            art,
+        ],
         "score": ["score", *task, "--predictions", i["missing"]],
         "bugs": ["bugs", *task, "--predictions", i["missing"]],
         "train": ["train", *task, "--images", i["no_images"]],
@@ -53,11 +73,30 @@ def _folder_commands(i) -> dict[str, list]:
         "experiment ood-levels": ["experiment", "ood-levels", "--artifact", art, "--images", i["no_images"]],
         "experiment clustered": ["experiment", "clustered", "--artifact", art, "--images", i["no_images"]],
         "experiment conflicts": ["experiment", "conflicts", "--artifact", art, "--images", i["no_images"]],
-        "experiment compare": ["experiment", "compare", "--methods", "erm", "--tasks", "paper-dg-cat-dog-1",
-                               "--artifact", art, "--images", i["no_images"]],
+        "experiment compare": [
+            "experiment",
+            "compare",
+            "--methods",
+            "erm",
+            "--tasks",
+            "paper-dg-cat-dog-1",
+            "--artifact",
+            art,
+            "--images",
+            i["no_images"],
+        ],
         "export": ["export", "paper-dg-cat-dog-1", "--artifact", art, "--images", i["images"]],
-        "publish": ["publish", "paper-dg-cat-dog-1", "--artifact", art, "--images", i["images"], "--namespace", "me",
-                    "--dry-run"],
+        "publish": [
+            "publish",
+            "paper-dg-cat-dog-1",
+            "--artifact",
+            art,
+            "--images",
+            i["images"],
+            "--namespace",
+            "me",
+            "--dry-run",
+        ],
         "match": ["match", "--subset-names", i["names"]],
         "demo": ["demo", "--no-eval"],
     }
@@ -80,8 +119,11 @@ def _snapshot(folder: Path) -> dict:
     out = {}
     for p in sorted(folder.rglob("*")):
         st = os.lstat(p)
-        out[str(p.relative_to(folder))] = (stat.S_IFMT(st.st_mode), p.read_bytes() if stat.S_ISREG(st.st_mode) else None,
-                                          os.readlink(p) if p.is_symlink() else None)
+        out[str(p.relative_to(folder))] = (
+            stat.S_IFMT(st.st_mode),
+            p.read_bytes() if stat.S_ISREG(st.st_mode) else None,
+            os.readlink(p) if p.is_symlink() else None,
+        )
     return out
 
 
@@ -136,6 +178,7 @@ def test_file_commands_refuse_links_fifos_and_folders(inputs, tmp_path, capsys, 
 @pytest.mark.parametrize("command", FILE_COMMANDS + ["build", "export"])
 def test_a_device_is_refused_before_it_is_opened(inputs, tmp_path, capsys, monkeypatch, command):
     """/dev/null as the output: refused from its type alone (tests run as root, where replacing it would succeed)."""
+
     def no_write(*a, **k):
         raise AssertionError("a temporary file or folder was made next to a device")
 
@@ -258,7 +301,17 @@ def test_a_failed_export_leaves_no_empty_out(inputs, tmp_path, capsys, existing)
     if existing:
         out.mkdir()
     # images that do not exist: the export fails after --out was claimed (while preparing the task)
-    code, _, err = run_cli(capsys, "export", "paper-dg-cat-dog-1", "--artifact", inputs["art"], "--images",
-                           tmp_path / "no-images", "--out", out, "--quiet")
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        "paper-dg-cat-dog-1",
+        "--artifact",
+        inputs["art"],
+        "--images",
+        tmp_path / "no-images",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert code == 2, err
     assert (out.is_dir() and list(out.iterdir()) == []) if existing else not out.exists()

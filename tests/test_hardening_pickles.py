@@ -4,6 +4,7 @@ Each case is a pickle that made `build` hang, hash for ever or exhaust memory, o
 traceback; each must now give one `error:`/`fix:` line quickly (the child process is killed
 otherwise). And a valid protocol-2 pickle (`__builtin__.set`) must load, not be refused.
 """
+
 from __future__ import annotations
 
 import collections

@@ -5,6 +5,7 @@ never a traceback, and what they accept is what they claim (in range, finite, th
 Deterministic (derandomize: the same examples on every run, no example database) and small: all tests
 of this module together take a few seconds (measured in the issue's closing note).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,22 +32,40 @@ from metashift_hf.hub import api
 from metashift_hf.research.score import Predictions, score_plan
 
 
-FAST = settings(max_examples=40, derandomize=True, database=None, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 SLOWER = settings(FAST, max_examples=20)  # examples that plan a task or write files
 
 # anything a caller might pass where a number or a name is expected
-ANY = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-                st.text(max_size=8), st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=3),
-                                                                                               st.integers(), max_size=2))
-NUMBER_TEXT = st.one_of(st.text(max_size=10), st.integers(-2**40, 2**40).map(str),
-                        st.floats(allow_nan=True, allow_infinity=True).map(repr),
-                        st.sampled_from(["0", "-0", "1e3", " 7 ", "+3", "0x10", "1_000", "nan", "-inf", "4294967296"]))
+ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+NUMBER_TEXT = st.one_of(
+    st.text(max_size=10),
+    st.integers(-(2**40), 2**40).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["0", "-0", "1e3", " 7 ", "+3", "0x10", "1_000", "nan", "-inf", "4294967296"]),
+)
 
-INT_CHECKS = [(opt.positive_int, 1, opt.INT_MAX), (opt.non_negative_int, 0, opt.INT_MAX), (opt.seed, 0, opt.SEED_MAX),
-              (opt.int_at_least(2), 2, opt.INT_MAX)]
-REAL_CHECKS = [(opt.positive_float, 0.0, math.inf, True, False), (opt.non_negative_float, 0.0, math.inf, False, False),
-               (opt.probability, 0.0, 1.0, False, False), (opt.level, 0.0, 1.0, True, True)]
+INT_CHECKS = [
+    (opt.positive_int, 1, opt.INT_MAX),
+    (opt.non_negative_int, 0, opt.INT_MAX),
+    (opt.seed, 0, opt.SEED_MAX),
+    (opt.int_at_least(2), 2, opt.INT_MAX),
+]
+REAL_CHECKS = [
+    (opt.positive_float, 0.0, math.inf, True, False),
+    (opt.non_negative_float, 0.0, math.inf, False, False),
+    (opt.probability, 0.0, 1.0, False, False),
+    (opt.level, 0.0, 1.0, True, True),
+]
 
 
 @FAST
@@ -129,23 +148,33 @@ def test_score_answers_any_splits_with_scores_or_a_clear_error(art, splits):
 
 # ---------------------------------------------------------------------------------------------- readers
 
-JSON_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-2**66, 2**66), st.floats(allow_nan=False),
-                        st.text(max_size=6))
-JSON_ANY = st.recursive(JSON_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                             st.dictionaries(st.text(max_size=4), inner, max_size=3)),
-                        max_leaves=8)
-ID = st.one_of(st.integers(0, 5), st.integers(-2**64, 2**64), JSON_SCALAR)
+JSON_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**66), 2**66), st.floats(allow_nan=False), st.text(max_size=6)
+)
+JSON_ANY = st.recursive(
+    JSON_SCALAR,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8,
+)
+ID = st.one_of(st.integers(0, 5), st.integers(-(2**64), 2**64), JSON_SCALAR)
 
 
 def coco_docs():
     image = st.fixed_dictionaries({"id": ID}, optional={"width": ID, "height": ID, "file_name": JSON_SCALAR})
     ann = st.fixed_dictionaries({"image_id": ID, "category_id": ID})
-    cat = st.fixed_dictionaries({"id": ID, "name": st.one_of(st.sampled_from(["cat", "dog", "sofa"]), JSON_SCALAR)},
-                                optional={"supercategory": JSON_SCALAR})
-    doc = st.fixed_dictionaries({}, optional={"images": st.one_of(st.lists(image, max_size=4), JSON_ANY),
-                                              "annotations": st.one_of(st.lists(ann, max_size=5), JSON_ANY),
-                                              "categories": st.one_of(st.lists(cat, max_size=3), JSON_ANY),
-                                              "info": JSON_ANY})
+    cat = st.fixed_dictionaries(
+        {"id": ID, "name": st.one_of(st.sampled_from(["cat", "dog", "sofa"]), JSON_SCALAR)},
+        optional={"supercategory": JSON_SCALAR},
+    )
+    doc = st.fixed_dictionaries(
+        {},
+        optional={
+            "images": st.one_of(st.lists(image, max_size=4), JSON_ANY),
+            "annotations": st.one_of(st.lists(ann, max_size=5), JSON_ANY),
+            "categories": st.one_of(st.lists(cat, max_size=3), JSON_ANY),
+            "info": JSON_ANY,
+        },
+    )
     return st.one_of(doc, JSON_ANY)
 
 
@@ -185,8 +214,10 @@ LABELS = st.sampled_from(["0", "1", "2", "3", "cat", "dog", "1.0", "-1", " 1"])
 
 
 @FAST
-@given(classes=st.sampled_from([("cat", "dog"), ("1", "2", "3"), ("0", "1")]),
-       labels=st.one_of(st.lists(LABELS, min_size=1, max_size=5), st.lists(st.integers(-2, 4), min_size=1, max_size=5)))
+@given(
+    classes=st.sampled_from([("cat", "dog"), ("1", "2", "3"), ("0", "1")]),
+    labels=st.one_of(st.lists(LABELS, min_size=1, max_size=5), st.lists(st.integers(-2, 4), min_size=1, max_size=5)),
+)
 def test_predictions_read_the_same_from_csv_and_parquet(classes, labels):
     frame = pd.DataFrame({"image_id": [f"i{k}" for k in range(len(labels))], "prediction": labels})
     results = []
@@ -206,16 +237,29 @@ def test_predictions_read_the_same_from_csv_and_parquet(classes, labels):
 
 
 @FAST
-@given(rows=st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True, width=32),
-                               st.floats(allow_nan=True, allow_infinity=True, width=32)), min_size=1, max_size=4),
-       prefix=st.sampled_from(["prob_", "logit_"]),
-       prediction=st.one_of(st.none(), st.lists(st.sampled_from(["cat", "dog"]), min_size=4, max_size=4)),
-       use=st.sampled_from([None, "prediction", "probabilities"]))
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(allow_nan=True, allow_infinity=True, width=32),
+            st.floats(allow_nan=True, allow_infinity=True, width=32),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    prefix=st.sampled_from(["prob_", "logit_"]),
+    prediction=st.one_of(st.none(), st.lists(st.sampled_from(["cat", "dog"]), min_size=4, max_size=4)),
+    use=st.sampled_from([None, "prediction", "probabilities"]),
+)
 def test_score_columns_are_read_or_refused(rows, prefix, prediction, use):
-    frame = pd.DataFrame({"image_id": [f"i{k}" for k in range(len(rows))],
-                          f"{prefix}cat": [r[0] for r in rows], f"{prefix}dog": [r[1] for r in rows]})
+    frame = pd.DataFrame(
+        {
+            "image_id": [f"i{k}" for k in range(len(rows))],
+            f"{prefix}cat": [r[0] for r in rows],
+            f"{prefix}dog": [r[1] for r in rows],
+        }
+    )
     if prediction is not None:
-        frame["prediction"] = prediction[:len(rows)]
+        frame["prediction"] = prediction[: len(rows)]
     try:
         preds = Predictions.read(frame, ("cat", "dog"), use=use)
     except MetashiftError:
@@ -225,4 +269,4 @@ def test_score_columns_are_read_or_refused(rows, prefix, prediction, use):
         top = preds.probabilities.max(axis=1)
         assert (preds.probabilities[np.arange(len(rows)), preds.predicted] == top).all()
     if prediction is not None and use != "probabilities":
-        assert [("cat", "dog")[i] for i in preds.predicted] == prediction[:len(rows)]
+        assert [("cat", "dog")[i] for i in preds.predicted] == prediction[: len(rows)]

@@ -5,6 +5,7 @@ its cards: licence, name and homepage only as the builder gave them (``--license
 ``--homepage``, stored in manifest.json), otherwise none is claimed, never Visual Genome's; ``publish``
 refuses such an export without a licence, naming the flag. COCO builds state COCO's licences.
 """
+
 from __future__ import annotations
 
 import io
@@ -58,8 +59,12 @@ def _build(user_data, out, capsys, *flags) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def unlicensed(user_data, tmp_path_factory):
-    return build_from_inputs(tmp_path_factory.mktemp("a") / "art", tags=user_data[0], plots=False,
-                             options=BuildOptions(min_images_per_subset=10, min_subsets_per_class=2))
+    return build_from_inputs(
+        tmp_path_factory.mktemp("a") / "art",
+        tags=user_data[0],
+        plots=False,
+        options=BuildOptions(min_images_per_subset=10, min_subsets_per_class=2),
+    )
 
 
 def _card(art, images, tmp_path) -> tuple[str, DatasetCard]:
@@ -81,18 +86,37 @@ def test_user_data_cards_claim_no_licence_nor_visual_genome(unlicensed, user_dat
     assert "@inproceedings{hudson2019gqa" not in text and "@article{krishna2017visualgenome" not in text
     assert "@inproceedings{liang2022metashift" in text  # the construction is still MetaShift's
     assert "Visual Genome images are photographs" not in text and "source: custom" in text
-    index = cards.render_index_card([cards.task_info(prepare("class-cat", unlicensed, images=user_data[1],
-                                                             cache_dir=tmp_path / "cache"), unlicensed, repo_id="x")],
-                                    unlicensed, repo_id="ns/metashift")
+    index = cards.render_index_card(
+        [
+            cards.task_info(
+                prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache"),
+                unlicensed,
+                repo_id="x",
+            )
+        ],
+        unlicensed,
+        repo_id="ns/metashift",
+    )
     assert "license" not in DatasetCard(index).data.to_dict() and "No licence was given" in index
 
 
 def test_user_licence_name_and_homepage_reach_the_card(user_data, tmp_path, capsys):
-    _, stdout = _build(user_data, tmp_path / "art", capsys, "--license", "cc-by-sa-4.0",
-                       "--source-name", "Street scenes sample", "--homepage", "https://example.org/streets")
+    _, stdout = _build(
+        user_data,
+        tmp_path / "art",
+        capsys,
+        "--license",
+        "cc-by-sa-4.0",
+        "--source-name",
+        "Street scenes sample",
+        "--homepage",
+        "https://example.org/streets",
+    )
     assert "licence: cc-by-sa-4.0" in stdout
     art = Artifact.load(tmp_path / "art")
-    assert art.manifest.source_info == SourceInfo("cc-by-sa-4.0", "Street scenes sample", "https://example.org/streets")
+    assert art.manifest.source_info == SourceInfo(
+        "cc-by-sa-4.0", "Street scenes sample", "https://example.org/streets"
+    )
     assert json.loads((tmp_path / "art" / "manifest.json").read_text())["source_info"]["license"] == "cc-by-sa-4.0"
     text, card = _card(art, user_data[1], tmp_path)
     assert card.data.license == "cc-by-sa-4.0" and "paperswithcode_id" not in card.data.to_dict()
@@ -103,24 +127,30 @@ def test_user_licence_name_and_homepage_reach_the_card(user_data, tmp_path, caps
 def test_builder_licence_follows_the_source(user_data, unlicensed, tmp_path, capsys):
     """The datasets builder's DatasetInfo states the same licence as the card: never Visual Genome's for user data."""
     _build(user_data, tmp_path / "art", capsys, "--license", "cc-by-sa-4.0", "--source-name", "Street scenes sample")
-    for art, needle in ((Artifact.load(tmp_path / "art"), "cc-by-sa-4.0 (as declared for Street scenes sample"),
-                        (unlicensed, "none given")):
-        b = Metashift(config_name="class-cat", artifact=art.root, images=str(user_data[1]),
-                      cache_dir=str(tmp_path / "cache"))
+    for art, needle in (
+        (Artifact.load(tmp_path / "art"), "cc-by-sa-4.0 (as declared for Street scenes sample"),
+        (unlicensed, "none given"),
+    ):
+        b = Metashift(
+            config_name="class-cat", artifact=art.root, images=str(user_data[1]), cache_dir=str(tmp_path / "cache")
+        )
         assert needle in b.info.license and "Visual Genome" not in b.info.license
         assert b.info.license == license_statement(art.provenance, art.manifest.source_info)
     assert license_statement("gqa").startswith(license_id("gqa") + " (") and license_id("demo") == "mit"
     assert license_id("custom", None) is None and license_id("coco") == "cc-by-4.0"
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--license", "CC BY 4.0"], "not a Hub licence id"),
-    (["--license", "mit\nlicense: other"], "not a Hub licence id"),
-    (["--source-name", "Mine\x1b[2J"], "plain one-line name"),
-    (["--source-name", "[click](https://evil.example)"], "plain one-line name"),
-    (["--homepage", "javascript:alert(1)"], "not an http(s) address"),
-    (["--homepage", "https://example.org/a) ![x](y"], "not an http(s) address"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--license", "CC BY 4.0"], "not a Hub licence id"),
+        (["--license", "mit\nlicense: other"], "not a Hub licence id"),
+        (["--source-name", "Mine\x1b[2J"], "plain one-line name"),
+        (["--source-name", "[click](https://evil.example)"], "plain one-line name"),
+        (["--homepage", "javascript:alert(1)"], "not an http(s) address"),
+        (["--homepage", "https://example.org/a) ![x](y"], "not an http(s) address"),
+    ],
+)
 def test_bad_source_flags_are_refused_before_reading(user_data, tmp_path, capsys, flags, needle):
     code, _, err = run_cli(capsys, "build", "--tags", user_data[0], "--out", tmp_path / "art", *flags)
     assert_one_line_error(code, err, needle)
@@ -129,11 +159,20 @@ def test_bad_source_flags_are_refused_before_reading(user_data, tmp_path, capsys
 
 def test_source_flags_are_for_user_data_only(tmp_path, capsys):
     """A GQA/published/COCO build's licence is known: --license there is refused before any reading."""
-    code, _, err = run_cli(capsys, "build", "--candidate-subsets", tmp_path / "missing.pkl", "--license", "mit",
-                           "--out", tmp_path / "art")
+    code, _, err = run_cli(
+        capsys, "build", "--candidate-subsets", tmp_path / "missing.pkl", "--license", "mit", "--out", tmp_path / "art"
+    )
     assert_one_line_error(code, err, "--license", "source custom", "published")
-    code, _, err = run_cli(capsys, "build", "--coco-annotations", tmp_path / "missing.json", "--homepage",
-                           "https://x.org", "--out", tmp_path / "art")
+    code, _, err = run_cli(
+        capsys,
+        "build",
+        "--coco-annotations",
+        tmp_path / "missing.json",
+        "--homepage",
+        "https://x.org",
+        "--out",
+        tmp_path / "art",
+    )
     assert_one_line_error(code, err, "coco")
 
 
@@ -154,8 +193,13 @@ def test_manifest_without_source_info_still_reads_and_a_bad_one_is_refused(unlic
 
 def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_path):
     with pytest.raises(MetashiftError, match="no licence") as err:
-        publish_tasks(["class-cat"], TaskOrigin(artifact=unlicensed, images=user_data[1]), "ns", tmp_path / "out",
-                      push=PushOptions(dry_run=True))
+        publish_tasks(
+            ["class-cat"],
+            TaskOrigin(artifact=unlicensed, images=user_data[1]),
+            "ns",
+            tmp_path / "out",
+            push=PushOptions(dry_run=True),
+        )
     assert "--license" in err.value.fix and not (tmp_path / "out").exists()  # refused before the export
     task = prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache")
     repos = export_prepared([task], unlicensed, tmp_path / "exported")  # an export made anyway
@@ -166,8 +210,13 @@ def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_
 
 def test_publish_plans_user_data_with_a_licence(user_data, tmp_path, capsys):
     _build(user_data, tmp_path / "art", capsys, "--license", "mit")
-    res = publish_tasks(["class-cat"], TaskOrigin(artifact=tmp_path / "art", images=user_data[1]), "ns",
-                        tmp_path / "out", push=PushOptions(dry_run=True))
+    res = publish_tasks(
+        ["class-cat"],
+        TaskOrigin(artifact=tmp_path / "art", images=user_data[1]),
+        "ns",
+        tmp_path / "out",
+        push=PushOptions(dry_run=True),
+    )
     assert res.dry_run and [p.repo_id for p in res.plans] == ["ns/metashift-class-cat", "ns/metashift"]
 
 

@@ -5,6 +5,7 @@ another class, exit 0), wrong field types and huge ids were tracebacks or a 7 Pi
 wrong-shape file was told to re-download GQA; class names that are numbers were read as ids from CSV
 but as names from parquet, and a prediction column was ignored beside prob_ columns.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,13 +27,22 @@ from metashift_hf.scoring.predictions import LABEL_RULE
 from metashift_hf.scoring.predictions import TaskPredictions as Predictions
 
 
-COCO = {"images": [{"id": 1, "width": 10, "height": 8, "file_name": "a.jpg"},
-                   {"id": 2, "width": 10, "height": 8, "file_name": "b.jpg"}],
-        "annotations": [{"image_id": 1, "category_id": 17}, {"image_id": 1, "category_id": 63},
-                        {"image_id": 2, "category_id": 18}],
-        "categories": [{"id": 17, "name": "cat", "supercategory": "animal"},
-                       {"id": 18, "name": "dog", "supercategory": "animal"},
-                       {"id": 63, "name": "couch", "supercategory": "furniture"}]}
+COCO = {
+    "images": [
+        {"id": 1, "width": 10, "height": 8, "file_name": "a.jpg"},
+        {"id": 2, "width": 10, "height": 8, "file_name": "b.jpg"},
+    ],
+    "annotations": [
+        {"image_id": 1, "category_id": 17},
+        {"image_id": 1, "category_id": 63},
+        {"image_id": 2, "category_id": 18},
+    ],
+    "categories": [
+        {"id": 17, "name": "cat", "supercategory": "animal"},
+        {"id": 18, "name": "dog", "supercategory": "animal"},
+        {"id": 63, "name": "couch", "supercategory": "furniture"},
+    ],
+}
 
 
 def coco_file(tmp_path, change=None, text: str | None = None):
@@ -61,19 +71,22 @@ def set_path(doc, where: str, value):
     doc[section][int(index)][key] = value
 
 
-@pytest.mark.parametrize("where,value,needle", [
-    ("categories.0.id", -1, "not a non-negative integer"),  # wrapped around to the last category before
-    ("annotations.0.category_id", -1, "not a non-negative integer"),
-    ("images.0.id", -5, "not a non-negative integer"),
-    ("images.0.width", "abc", "width 'abc'"),
-    ("images.0.height", 1.5, "height 1.5"),
-    ("images.0.width", -3, "width -3"),
-    ("images.0.width", True, "width True"),
-    ("images.0.id", 2**63, "id 9223372036854775808"),
-    ("images.0.file_name", 123, "file_name 123"),
-    ("categories.0.supercategory", ["x"], "supercategory ['x']"),
-    ("annotations.0.image_id", "1", "image_id '1'"),
-])
+@pytest.mark.parametrize(
+    "where,value,needle",
+    [
+        ("categories.0.id", -1, "not a non-negative integer"),  # wrapped around to the last category before
+        ("annotations.0.category_id", -1, "not a non-negative integer"),
+        ("images.0.id", -5, "not a non-negative integer"),
+        ("images.0.width", "abc", "width 'abc'"),
+        ("images.0.height", 1.5, "height 1.5"),
+        ("images.0.width", -3, "width -3"),
+        ("images.0.width", True, "width True"),
+        ("images.0.id", 2**63, "id 9223372036854775808"),
+        ("images.0.file_name", 123, "file_name 123"),
+        ("categories.0.supercategory", ["x"], "supercategory ['x']"),
+        ("annotations.0.image_id", "1", "image_id '1'"),
+    ],
+)
 def test_coco_fields_are_typed_and_in_range(tmp_path, where, value, needle):
     def change(doc):
         set_path(doc, where, value)
@@ -96,14 +109,23 @@ def test_a_huge_category_id_costs_nothing_and_reads_right(tmp_path):
     assert tags_of(result) == {"1": ["cat", "couch"], "2": ["dog"]}
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("[1, 2, 3]", "not COCO instances JSON: its top level is not an object"),
-    ('{"2375429": {"width": 1, "height": 1, "objects": {}}}', "not COCO instances JSON: no"),  # a GQA scene graph
-    ('{"images": {"a": 1}, "annotations": [], "categories": []}', "not COCO instances JSON: its 'images' is not a list"),
-    ('{"images": [[1]], "annotations": [], "categories": []}', "not COCO instances JSON: an entry of 'images' is a list"),
-    ("", "not COCO instances JSON: it is empty"),
-    ("42", "not COCO instances JSON"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("[1, 2, 3]", "not COCO instances JSON: its top level is not an object"),
+        ('{"2375429": {"width": 1, "height": 1, "objects": {}}}', "not COCO instances JSON: no"),  # a GQA scene graph
+        (
+            '{"images": {"a": 1}, "annotations": [], "categories": []}',
+            "not COCO instances JSON: its 'images' is not a list",
+        ),
+        (
+            '{"images": [[1]], "annotations": [], "categories": []}',
+            "not COCO instances JSON: an entry of 'images' is a list",
+        ),
+        ("", "not COCO instances JSON: it is empty"),
+        ("42", "not COCO instances JSON"),
+    ],
+)
 def test_a_wrong_shape_file_is_told_it_is_not_coco(tmp_path, text, needle):
     with pytest.raises(InputFormatError) as exc:
         read_coco_annotations([coco_file(tmp_path, text=text)])
@@ -119,7 +141,9 @@ def test_a_damaged_coco_file_gets_a_coco_fix_not_a_gqa_one(tmp_path):
 
 
 def test_build_coco_negative_category_is_one_line(tmp_path, capsys):
-    path = coco_file(tmp_path, lambda d: (set_path(d, "categories.0.id", -1), set_path(d, "annotations.0.category_id", -1)))
+    path = coco_file(
+        tmp_path, lambda d: (set_path(d, "categories.0.id", -1), set_path(d, "annotations.0.category_id", -1))
+    )
     code, _, err = run_cli(capsys, "build", "--coco-annotations", path, "--out", tmp_path / "out")
     assert_one_line_error(code, err, "category_id -1")
 
@@ -163,8 +187,14 @@ def test_csv_labels_named_like_missing_values_stay_labels(tmp_path):
     assert preds.image_ids == ("NA", "b") and preds.predicted.tolist() == [1, 0]
 
 
-BOTH = pd.DataFrame({"image_id": ["a", "b", "c"], "prediction": ["cat", "dog", "dog"],
-                     "prob_cat": [0.9, 0.8, 0.5], "prob_dog": [0.1, 0.2, 0.5]})
+BOTH = pd.DataFrame(
+    {
+        "image_id": ["a", "b", "c"],
+        "prediction": ["cat", "dog", "dog"],
+        "prob_cat": [0.9, 0.8, 0.5],
+        "prob_dog": [0.1, 0.2, 0.5],
+    }
+)
 
 
 def test_prediction_and_probabilities_must_agree_or_be_chosen():
@@ -192,8 +222,9 @@ def test_score_help_states_the_rules_and_use_picks_a_column(tmp_path, capsys):
     table = api.plan("classes", art).table()
     is_cat = (table["label"] == "cat").to_numpy(dtype=float)
     # the prediction column is right on every row, the probabilities wrong on every row
-    frame = pd.DataFrame({"image_id": table["image_id"], "prediction": table["label"],
-                          "prob_cat": 1 - is_cat, "prob_dog": is_cat})
+    frame = pd.DataFrame(
+        {"image_id": table["image_id"], "prediction": table["label"], "prob_cat": 1 - is_cat, "prob_dog": is_cat}
+    )
     frame.to_csv(tmp_path / "p.csv", index=False)
     base = ("score", "--task", "classes", "--artifact", art.root, "--predictions", tmp_path / "p.csv")
     code, _, err = run_cli(capsys, *base, "--out", tmp_path / "s0")
@@ -209,8 +240,11 @@ def test_score_help_states_the_rules_and_use_picks_a_column(tmp_path, capsys):
 def numbered_artifact(out):
     """An artifact whose classes are named 1 and 2 (two subjects with six 40-image subsets each)."""
     rng = np.random.default_rng(3)
-    subsets = {f"{s}(ctx{k})": sorted(rng.choice([f"{s}-{i}" for i in range(150)], 40, replace=False).tolist())
-               for s in ("1", "2") for k in range(6)}
+    subsets = {
+        f"{s}(ctx{k})": sorted(rng.choice([f"{s}-{i}" for i in range(150)], 40, replace=False).tolist())
+        for s in ("1", "2")
+        for k in range(6)
+    }
     return build_artifact(CandidateSubsets.from_dict(subsets), out, BuildOptions(), plots=False)
 
 

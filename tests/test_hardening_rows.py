@@ -1,6 +1,7 @@
 """Issue 29 part 1: a published dataset is untrusted input. Its rows are checked against its shift spec on
 open (one error naming the split and the first bad rows), its two spec copies must agree, its image cells
 are read from their bytes only, and a malformed folder or repo is one clear error (review cases A1-*)."""
+
 from __future__ import annotations
 
 import json
@@ -75,6 +76,7 @@ def refused(repo, match: str, exc=InputFormatError, **kw) -> str:
 
 # --- rows against the spec -------------------------------------------------------------------------------
 
+
 def test_pristine_export_opens(repo):
     assert len(open_task(repo).plan.splits["test"]) == 10
 
@@ -88,8 +90,11 @@ def test_a1_14_missing_group_column(repo):
 @pytest.mark.parametrize("how", ["dropped", "nulls"], ids=["A1-15-dropped", "A1-15-nulls"])
 def test_a1_15_context_column_filled_with_none(repo, how):
     """(A1-15) a context column dropped from the shard comes back from the card's features filled with None."""
-    mutate(repo, "test", lambda t: t.drop(["context"]) if how == "dropped" else
-           set_column(t, "context", [None] * t.num_rows))
+    mutate(
+        repo,
+        "test",
+        lambda t: t.drop(["context"]) if how == "dropped" else set_column(t, "context", [None] * t.num_rows),
+    )
     msg = refused(repo, r"split 'test' does not match its shift spec, 10 bad row")
     assert "empty context" in msg and "image 2400020" in msg
 
@@ -112,8 +117,10 @@ def test_a1_18_a1_72_flipped_labels_refused_by_open_score_and_bugs(repo, tmp_pat
     refused(repo, r"group 'cat\(grass\)' is not class\(context\) 'dog\(grass\)'")
     preds = tmp_path / "p.csv"
     preds.write_text("image_id,prediction\n2400020,cat\n")
-    for argv in (["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")],
-                 ["bugs", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "b")]):
+    for argv in (
+        ["score", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "s")],
+        ["bugs", "--task", str(repo), "--predictions", str(preds), "--out", str(tmp_path / "b")],
+    ):
         assert main(argv) == 2
         assert not (tmp_path / "b").exists()
 
@@ -141,8 +148,11 @@ def test_a1_20_a1_26_e53_train_rows_in_test(repo):
     """(A1-20) 5 train rows copied into test, card split sizes kept (the count stays 10): a traceback before,
     then 'bug in the split generator' (A1-26, E53)."""
     train = pq.read_table(shard(repo, "train"))
-    mutate(repo, "test", lambda t: pa.concat_tables([t.slice(0, 5), train.slice(0, 5).select(t.column_names)
-                                                     .cast(t.schema)]))
+    mutate(
+        repo,
+        "test",
+        lambda t: pa.concat_tables([t.slice(0, 5), train.slice(0, 5).select(t.column_names).cast(t.schema)]),
+    )
     msg = refused(repo, r"does not match its shift spec")
     assert "bug in the split generator" not in msg
     assert "also in split 'train'" in msg or "is not one of the spec's test groups" in msg
@@ -152,7 +162,7 @@ def test_a1_26_e53_leak_with_sizes_and_groups_kept(repo):
     """(A1-26, E53) splits of two tasks mixed: the image ids leak, the rows otherwise fit the spec."""
     train = pq.read_table(shard(repo, "train"))
     val = pq.read_table(shard(repo, "validation"))
-    mutate(repo, "validation", lambda t: set_column(t, "image_id", train["image_id"].to_pylist()[:val.num_rows]))
+    mutate(repo, "validation", lambda t: set_column(t, "image_id", train["image_id"].to_pylist()[: val.num_rows]))
     msg = refused(repo, r"image also in split 'train'")
     assert "bug in the split generator" not in msg and "fix:" in msg
 
@@ -161,10 +171,12 @@ def test_a1_26_e53_leak_with_sizes_and_groups_kept(repo):
 def test_a1_21_22_27_28_duplicated_rows(repo, dupes):
     """(A1-21) every test row duplicated, (A1-22) one: split sizes kept, so only the duplicate check sees them;
     the message is the rows', never 'bug in the split generator' (A1-27, A1-28)."""
+
     def fn(t):
         ids = t["image_id"].to_pylist()
         ids = [ids[i - i % 2] for i in range(len(ids))] if dupes == "all" else [ids[0]] + ids[1:-1] + [ids[0]]
         return set_column(t, "image_id", ids)
+
     mutate(repo, "test", fn)
     msg = refused(repo, r"image listed twice in 'test'")
     assert "bug in the split generator" not in msg
@@ -194,23 +206,44 @@ def drop_card_sizes(repo: Path) -> None:
 
 
 def rows_leaked(t: pa.Table, repo: Path) -> pa.Table:
-    return pa.concat_tables([t.slice(0, 5), pq.read_table(shard(repo, "train")).slice(0, 5).select(t.column_names)
-                             .cast(t.schema)])
+    return pa.concat_tables(
+        [t.slice(0, 5), pq.read_table(shard(repo, "train")).slice(0, 5).select(t.column_names).cast(t.schema)]
+    )
 
 
 SIZELESS = {  # case id -> (split, its rewrite, the message); "same size": the count the spec records is kept
-    "A1-26-same-size": ("test", rows_leaked, r"5 bad row.*row 5 image 2400000: group 'cat\(sofa\)' is not one of the "
-                        r"spec's test groups"),
-    "A1-26-grown": ("test", lambda t, r: pa.concat_tables([t, rows_leaked(t, r).slice(5)]),
-                    r"has 15 rows, its shift spec records 10"),
-    "A1-26-ids-only": ("validation", lambda t, r: set_column(t, "image_id", pq.read_table(shard(r, "train"))[
-        "image_id"].to_pylist()[:t.num_rows]), r"split 'validation' .* 5 bad row.*image also in split 'train'"),
-    "A1-27-same-size": ("test", lambda t, r: pa.concat_tables([t.slice(0, 5)] * 2),
-                        r"5 bad row.*image listed twice in 'test'"),
+    "A1-26-same-size": (
+        "test",
+        rows_leaked,
+        r"5 bad row.*row 5 image 2400000: group 'cat\(sofa\)' is not one of the "
+        r"spec's test groups",
+    ),
+    "A1-26-grown": (
+        "test",
+        lambda t, r: pa.concat_tables([t, rows_leaked(t, r).slice(5)]),
+        r"has 15 rows, its shift spec records 10",
+    ),
+    "A1-26-ids-only": (
+        "validation",
+        lambda t, r: set_column(t, "image_id", pq.read_table(shard(r, "train"))["image_id"].to_pylist()[: t.num_rows]),
+        r"split 'validation' .* 5 bad row.*image also in split 'train'",
+    ),
+    "A1-27-same-size": (
+        "test",
+        lambda t, r: pa.concat_tables([t.slice(0, 5)] * 2),
+        r"5 bad row.*image listed twice in 'test'",
+    ),
     "A1-27-grown": ("test", lambda t, r: pa.concat_tables([t, t]), r"has 20 rows, its shift spec records 10"),
-    "A1-28-same-size": ("test", lambda t, r: pa.concat_tables([t.slice(0, 9), t.slice(3, 1)]),
-                        r"1 bad row.*row 9 image 2400023: image listed twice in 'test'"),
-    "A1-28-grown": ("test", lambda t, r: pa.concat_tables([t, t.slice(3, 1)]), r"has 11 rows, its shift spec records 10"),
+    "A1-28-same-size": (
+        "test",
+        lambda t, r: pa.concat_tables([t.slice(0, 9), t.slice(3, 1)]),
+        r"1 bad row.*row 9 image 2400023: image listed twice in 'test'",
+    ),
+    "A1-28-grown": (
+        "test",
+        lambda t, r: pa.concat_tables([t, t.slice(3, 1)]),
+        r"has 11 rows, its shift spec records 10",
+    ),
 }
 
 
@@ -248,6 +281,7 @@ def test_a1_67_split_size_disagrees(repo):  # A1-67
 
 # --- the two copies of the spec ---------------------------------------------------------------------------
 
+
 def edit_spec_file(repo: Path, fn) -> None:
     path = repo / TASK / "shift_spec.json"
     path.write_text(json.dumps(fn(json.loads(path.read_text()))))
@@ -280,8 +314,9 @@ def edit_card_spec(repo: Path, fn) -> None:
     prefix = "metashift-hf shift_spec "
     for feature in meta["dataset_info"]["features"]:
         if str(feature.get("id", "")).startswith(prefix):
-            feature["id"] = prefix + json.dumps(fn(json.loads(feature["id"][len(prefix):])), sort_keys=True,
-                                                separators=(",", ":"))
+            feature["id"] = prefix + json.dumps(
+                fn(json.loads(feature["id"][len(prefix) :])), sort_keys=True, separators=(",", ":")
+            )
     card.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
 
 
@@ -338,8 +373,13 @@ def test_a1_60_collection_card_folder_names_the_task_folders(pristine, capsys):
     """A1-60 variant: the export's card-only folder `metashift` was 'holds 0 configs', fix 'pass a folder written
     by export' (it is one)."""
     code, _, err = run_cli(capsys, "tasks", "show", pristine / "out" / "metashift")
-    assert_one_line_error(code, err, "collection card of an export", f"metashift-{TASK}",
-                          f"--task {pristine / 'out' / 'metashift-bin-cat-dog'}")
+    assert_one_line_error(
+        code,
+        err,
+        "collection card of an export",
+        f"metashift-{TASK}",
+        f"--task {pristine / 'out' / 'metashift-bin-cat-dog'}",
+    )
 
 
 def test_a1_63_card_config_without_its_spec_file(repo):
@@ -359,8 +399,11 @@ def test_a1_76_trailing_space(repo):  # A1-76
     refused("tester/metashift-x ", r"white space", UnknownNameError)
 
 
-@pytest.mark.parametrize("task", [" tester/metashift-x", "tester/metashift-x\n", "tester/metashift-x\t"],
-                         ids=["A1-76-leading", "A1-76-newline", "A1-76-tab"])
+@pytest.mark.parametrize(
+    "task",
+    [" tester/metashift-x", "tester/metashift-x\n", "tester/metashift-x\t"],
+    ids=["A1-76-leading", "A1-76-newline", "A1-76-tab"],
+)
 def test_a1_76_white_space_in_tasks_show(task, capsys):
     """A1-76 variants: `tasks show` without --artifact said 'no registry given' (fix: --artifact/--match)."""
     code, _, err = run_cli(capsys, "tasks", "show", task)
@@ -375,11 +418,13 @@ def test_a1_76_white_space_with_an_artifact_and_a_missing_folder(pristine, tmp_p
 
 # --- image cells: bytes only ------------------------------------------------------------------------------
 
+
 def set_first_image(repo: Path, cell: dict) -> str:
     def fn(t):
         cells = t["image"].to_pylist()
         cells[0] = cell
         return set_column(t, "image", cells)
+
     mutate(repo, "test", fn)
     return pq.read_table(shard(repo, "test"))["image_id"][0].as_py()
 
@@ -407,8 +452,10 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
     fifo = tmp_path / "fifo.jpg"
     os.mkfifo(fifo)
     iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
-    code = (f"from metashift_hf.hub.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
-            "except Exception as e: print(type(e).__name__)")
+    code = (
+        f"from metashift_hf.hub.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
+        "except Exception as e: print(type(e).__name__)"
+    )
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "MissingImagesError" in r.stdout, r.stderr[-2000:]
@@ -416,6 +463,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
 
 def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):  # A1-45
     from metashift_hf.evaluate.run import _task_rows
+
     iid = set_first_image(repo, {"bytes": None, "path": None})
     *_, read = _task_rows(str(repo), True)
     with pytest.raises(MissingImagesError, match=rf"image '{iid}' \(split 'test' row 0\)"):
@@ -438,20 +486,43 @@ NAMES = st.text("abcdefgh", min_size=1, max_size=4)
 def task(draw):
     classes = draw(st.lists(NAMES, min_size=2, max_size=3, unique=True))
     contexts = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
-    rows = draw(st.lists(st.tuples(st.integers(0, len(classes) - 1), st.sampled_from(contexts)), min_size=1, max_size=12))
+    rows = draw(
+        st.lists(st.tuples(st.integers(0, len(classes) - 1), st.sampled_from(contexts)), min_size=1, max_size=12)
+    )
     groups = tuple(GroupSpec(group=f"{c}({x})", cls=c, contexts=(x,), n=1) for c in classes for x in contexts)
-    spec = ShiftSpec(task_id="t", shift_type="marginal", classes=tuple(classes), seed=0,
-                     split_sizes={"test": len(rows)}, test_groups=groups)
-    table = {"image_id": [f"i{n}" for n in range(len(rows))], "label": [y for y, _ in rows],
-             "group": [f"{classes[y]}({x})" for y, x in rows], "context": [x for _, x in rows],
-             "contexts": [[x] for _, x in rows], "community": [0] * len(rows)}
-    return spec, table, draw(st.integers(0, len(rows) - 1)), draw(st.sampled_from(["flip", "unknown", "range", "drop"]))
+    spec = ShiftSpec(
+        task_id="t",
+        shift_type="marginal",
+        classes=tuple(classes),
+        seed=0,
+        split_sizes={"test": len(rows)},
+        test_groups=groups,
+    )
+    table = {
+        "image_id": [f"i{n}" for n in range(len(rows))],
+        "label": [y for y, _ in rows],
+        "group": [f"{classes[y]}({x})" for y, x in rows],
+        "context": [x for _, x in rows],
+        "contexts": [[x] for _, x in rows],
+        "community": [0] * len(rows),
+    }
+    return (
+        spec,
+        table,
+        draw(st.integers(0, len(rows) - 1)),
+        draw(st.sampled_from(["flip", "unknown", "range", "drop"])),
+    )
 
 
 def as_dd(spec: ShiftSpec, table: dict) -> datasets.DatasetDict:
-    feats = {"image_id": datasets.Value("string"), "label": datasets.ClassLabel(names=list(spec.classes)),
-             "group": datasets.Value("string"), "context": datasets.Value("string"),
-             "contexts": datasets.List(datasets.Value("string")), "community": datasets.Value("int64")}
+    feats = {
+        "image_id": datasets.Value("string"),
+        "label": datasets.ClassLabel(names=list(spec.classes)),
+        "group": datasets.Value("string"),
+        "context": datasets.Value("string"),
+        "contexts": datasets.List(datasets.Value("string")),
+        "community": datasets.Value("int64"),
+    }
     features = datasets.Features({k: v for k, v in feats.items() if k in table})
     # straight from arrow: no ClassLabel validation, so an out-of-range label reaches the check as data would
     return datasets.DatasetDict({"test": datasets.Dataset(pa.Table.from_pydict(table).cast(features.arrow_schema))})
@@ -480,25 +551,38 @@ def test_property_consistent_rows_pass_any_single_mutation_is_refused(case):
 
 # --- Hub endpoints that refuse or never answer: one error, bounded time -------------------------------------
 
+
 def open_from_hub(endpoint: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DOWNLOAD_TIMEOUT": "2",
-           "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_DOWNLOAD_TIMEOUT": "2",
+        "HF_HUB_ETAG_TIMEOUT": "2",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
     env.pop("HF_HUB_OFFLINE", None)
-    return subprocess.run([sys.executable, "-m", "metashift_hf", "tasks", "show", "tester/metashift-x"],
-                          capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "metashift_hf", "tasks", "show", "tester/metashift-x"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.slow  # ~25 s on 2 busy cores: a CLI subprocess whose Hub client retries the refused connection
 def test_a1_12_connection_refused_is_one_error(tmp_path):
     """(A1-12) HF_ENDPOINT refusing connections: one error/fix after the client's retries, no traceback."""
     import socket
+
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = open_from_hub(f"http://127.0.0.1:{port}", tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "no answer from the Hub" in r.stderr and "fix:" in r.stderr
-
 
 
 def test_a_rewritten_folder_is_read_again_not_from_the_cache_of_its_first_load(repo):

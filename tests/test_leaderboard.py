@@ -1,4 +1,5 @@
 """Leaderboards that cannot reward a useless model (issue 27.4) and names as data in them (issue 29.4)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,15 +83,25 @@ class RandomWeights(torch.nn.Module):
 
 
 def _zoo(world, models, out, **kw):
-    return evaluate_zoo(models, ["bin-cat-dog"], world / "artifact", world / "images", out, use_cache=False,
-                        settings=EvalConfig(progress=False, mode="restricted", **kw))
+    return evaluate_zoo(
+        models,
+        ["bin-cat-dog"],
+        world / "artifact",
+        world / "images",
+        out,
+        use_cache=False,
+        settings=EvalConfig(progress=False, mode="restricted", **kw),
+    )
 
 
 def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(world, tmp_path):
     first = _zoo(world, [from_module(RedBlue(), PREP, name="redblue")], None)
     majority = first.reports[("module:redblue", "bin-cat-dog")]["headline"]["baseline"]["predicts"]
-    models = [from_module(RandomWeights(3), PREP, name="random"), from_module(Constant(_leaf(majority)), PREP, name="constant"),
-              from_module(RedBlue(), PREP, name="redblue")]
+    models = [
+        from_module(RandomWeights(3), PREP, name="random"),
+        from_module(Constant(_leaf(majority)), PREP, name="constant"),
+        from_module(RedBlue(), PREP, name="redblue"),
+    ]
     _zoo(world, models, tmp_path / "zoo")
     board = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv").set_index("model")
     assert set(board["split"]) == {"test"}  # the headline never pools train
@@ -105,29 +116,53 @@ def test_constant_and_random_models_rank_at_chance_and_the_headline_is_test(worl
     assert set(board["mode"]) == {"restricted"} and "dog=" in good["leaves_per_class"]
     md = (tmp_path / "zoo" / "leaderboard.md").read_text()
     assert "How to read it" in md and BASELINE in md
-    table = md[md.index("Headline:"):]
+    table = md[md.index("Headline:") :]
     assert table.index("module:redblue") < table.index(BASELINE)  # ranked by the headline
 
 
 def test_splits_scores_only_the_splits_asked_for(world, tmp_path, capsys):
     """Also review case A3-09b: a repeated --model with --force is refused before any work, and the fix says that
     --force does not allow it."""
-    rep = evaluate(from_module(RedBlue(), PREP, name="rb"), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
-                   settings=EvalConfig(progress=False, splits=["test"], mode="restricted"))
+    rep = evaluate(
+        from_module(RedBlue(), PREP, name="rb"),
+        TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False, splits=["test"], mode="restricted"),
+    )
     assert rep["run"]["splits"] == ["test"] and list(rep["splits"]) == ["test"]
     assert rep["overall"]["n"] == rep["headline"]["n"]
     calls = []
     with pytest.raises(UnknownNameError, match="no split"):  # refused before any image runs
-        evaluate(from_module(RandomWeights(1), PREP, name="r"), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
-                 settings=EvalConfig(progress=False, splits=["tset"]))
+        evaluate(
+            from_module(RandomWeights(1), PREP, name="r"),
+            TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
+            settings=EvalConfig(progress=False, splits=["tset"]),
+        )
     with pytest.raises(UnknownNameError, match="no split"):
         m = from_module(RandomWeights(1), PREP, name="r")
         m.forward = lambda b: calls.append(b)  # noqa: E731 -- must never run
         _zoo(world, [m], None, splits=["tset"])
     assert calls == []
-    rc = main(["evaluate", "--model", "efficientnet-lite0", "--model", "efficientnet-lite0", "--tasks", "bin-cat-dog",
-               "--splits", "test", "--artifact", str(world / "artifact"), "--images", str(world / "images"),
-               "--out", str(tmp_path / "twice"), "--force", "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "efficientnet-lite0",
+            "--model",
+            "efficientnet-lite0",
+            "--tasks",
+            "bin-cat-dog",
+            "--splits",
+            "test",
+            "--artifact",
+            str(world / "artifact"),
+            "--images",
+            str(world / "images"),
+            "--out",
+            str(tmp_path / "twice"),
+            "--force",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "more than once" in err and "--force" in err and not (tmp_path / "twice").exists()
 
@@ -159,7 +194,9 @@ def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
         (tmp_path / "multi" / c).mkdir(parents=True)
         (tmp_path / "multi" / c / SPEC_FILE).write_text("{}")
     art = Artifact.load(world / "artifact")
-    with pytest.raises(MetashiftError) as exc:  # a folder beside artifact ids: read as a folder, not an unknown task id
+    with pytest.raises(
+        MetashiftError
+    ) as exc:  # a folder beside artifact ids: read as a folder, not an unknown task id
         _open_zoo_task(str(tmp_path / "multi"), art, world / "images", 0, None)
     assert "2 configs" in exc.value.what and "--config" not in exc.value.fix and "FOLDER/CONFIG" in exc.value.fix
     (tmp_path / "root" / "metashift-a" / "a").mkdir(parents=True)
@@ -186,9 +223,13 @@ def test_names_are_escaped_in_stdout_markdown_and_what_is_published(world, tmp_p
     md = (tmp_path / "zoo" / "leaderboard.md").read_text()
     card = leaderboard_card(tmp_path / "zoo")
     for where, text in (("stdout", summary), ("leaderboard.md", md), ("card", card)):
-        assert "\x1b" not in text and "\x07" not in text and "row\n" not in text, where  # no terminal control, no line split
+        assert "\x1b" not in text and "\x07" not in text and "row\n" not in text, (
+            where
+        )  # no terminal control, no line split
     for where, text in (("leaderboard.md", md), ("card", card)):
-        assert "<script>" not in text and not re.search(r"(?<!\\)\]\(http", text) and "vit|" not in text, where  # no markup
+        assert "<script>" not in text and not re.search(r"(?<!\\)\]\(http", text) and "vit|" not in text, (
+            where
+        )  # no markup
     assert "/home/someone" not in card
     assert public_model_name("hf:/home/u/vit") == "hf:vit" and public_model_name("hf:./vit") == "hf:./vit"
     assert _public_card({"name": "hf:/home/u/vit", "folder": "/home/u/vit"}) == {"name": "hf:vit", "folder": "vit"}
@@ -219,8 +260,23 @@ def test_publish_without_a_token_is_refused_before_the_zoo_runs(world, tmp_path,
 
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     monkeypatch.setattr(cmd, "evaluate_zoo", lambda *a, **k: pytest.fail("the zoo ran before the token check"))
-    rc = main(["evaluate", "--model", "efficientnet-lite0", "--tasks", "bin-cat-dog", "--artifact", str(world / "artifact"),
-               "--images", str(world / "images"), "--out", str(tmp_path / "z"), "--publish", "tester/board"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "efficientnet-lite0",
+            "--tasks",
+            "bin-cat-dog",
+            "--artifact",
+            str(world / "artifact"),
+            "--images",
+            str(world / "images"),
+            "--out",
+            str(tmp_path / "z"),
+            "--publish",
+            "tester/board",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "no Hugging Face token" in err and "Traceback" not in err
 
@@ -252,8 +308,9 @@ def test_a3_09_two_spellings_of_one_model_folder_are_refused_before_any_image(wo
     import metashift_hf.evaluate.zoo as zoo
 
     torch.manual_seed(0)
-    ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
-                                 ).save_pretrained(tmp_path / "tiny")
+    ResNetForImageClassification(
+        ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+    ).save_pretrained(tmp_path / "tiny")
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "tiny")
     shutil.copytree(tmp_path / "tiny", tmp_path / "copy")
     monkeypatch.chdir(tmp_path)
@@ -272,8 +329,11 @@ def test_two_local_folders_of_one_name_stay_two_models(world, tmp_path):
     from metashift_hf.core.names import markdown_safe
     from metashift_hf.evaluate.leaderboard_hub import leaderboard_card, public_board
 
-    result = _zoo(world, [from_module(RedBlue(), PREP, name="/home/u/a/rb"), from_module(RandomWeights(1), PREP,
-                                                                                        name="/home/u/b/rb")], tmp_path / "z")
+    result = _zoo(
+        world,
+        [from_module(RedBlue(), PREP, name="/home/u/a/rb"), from_module(RandomWeights(1), PREP, name="/home/u/b/rb")],
+        tmp_path / "z",
+    )
     names = {"module:/home/u/a/rb", "module:/home/u/b/rb"}
     assert set(result.computed) == set(result.cached) == set(result.seconds["per_model"]) == names
     assert all(f"  {n}: " in result.summary() for n in names)
@@ -293,8 +353,14 @@ def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_t
 
     folder, _ = exported_task
     result = evaluate_zoo(
-        [from_module(RedBlue(), PREP, name="rb")], ["bin-cat-dog", str(folder)], world / "artifact", world / "images",
-        None, use_cache=False, settings=EvalConfig(progress=False, mode="restricted"))
+        [from_module(RedBlue(), PREP, name="rb")],
+        ["bin-cat-dog", str(folder)],
+        world / "artifact",
+        world / "images",
+        None,
+        use_cache=False,
+        settings=EvalConfig(progress=False, mode="restricted"),
+    )
     assert set(result.leaderboard["task"]) == {"bin-cat-dog", EXPORTED_TASK}
     assert {("module:rb", "bin-cat-dog"), ("module:rb", EXPORTED_TASK)} <= set(result.reports)
 
@@ -303,8 +369,22 @@ def test_a3_22_an_error_quoting_a_hostile_model_name_has_no_terminal_control(wor
     """Review case A3-22, variant: the error line of a refused model quoted its name raw (OSC/CSI reached the
     terminal through stderr); every error/fix line is written terminal-safe."""
     name = "hf:/nowhere/vit\x1b]8;;http://e.vil\x07\x1b[31mred\nfix: run rm -rf ~"
-    rc = main(["evaluate", "--model", name, "--tasks", "bin-cat-dog", "--artifact", str(world / "artifact"),
-               "--images", str(world / "images"), "--out", str(tmp_path / "z"), "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            name,
+            "--tasks",
+            "bin-cat-dog",
+            "--artifact",
+            str(world / "artifact"),
+            "--images",
+            str(world / "images"),
+            "--out",
+            str(tmp_path / "z"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "\x1b" not in err and "\x07" not in err and "\\x1b[31mred" in err
     assert [line[:7] for line in err.strip().splitlines()] == ["error: ", "  fix: "]  # no forged line

@@ -1,4 +1,5 @@
 """Curve summaries (slope, AUC, knee) and ID/OOD rank agreement on hand-computed cases."""
+
 from __future__ import annotations
 
 import itertools
@@ -78,8 +79,10 @@ def test_pooled_agreement_moves_whole_models():
     taus = [stats.kendalltau(id_acc[:, j], ood[:, j]).statistic for j in range(4)]
     assert r["mean_kendall_tau"] == pytest.approx(np.mean(taus)) and r["n_models"] == 5 and r["n_levels"] == 4
     # the null pairs model i's ID row with model pi(i)'s whole OOD row
-    null = [np.mean([stats.kendalltau(id_acc[:, j], ood[list(p), j]).statistic for j in range(4)])
-            for p in itertools.permutations(range(5))]
+    null = [
+        np.mean([stats.kendalltau(id_acc[:, j], ood[list(p), j]).statistic for j in range(4)])
+        for p in itertools.permutations(range(5))
+    ]
     assert r["p_value"] == pytest.approx(np.mean(np.abs(null) >= abs(r["mean_kendall_tau"]) - 1e-12))
     few = pooled_agreement(id_acc[:3], ood[:3])
     assert few["p_value"] is None and few["n_models"] == 3 and few["mean_kendall_tau"] is not None

@@ -1,4 +1,5 @@
 """Shift families by type and level on a world whose answers are known by construction."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -42,8 +43,12 @@ def line_distance(cls: str, a, b) -> float:
     return abs(float(np.mean([POS[x] for x in a])) - float(np.mean([POS[x] for x in b])))
 
 
-PAPER_LIKE = {"cat(indoor)": ["indoor"], "dog(indoor)": ["indoor"], "cat(outdoor)": ["outdoor"],
-              "dog(outdoor)": ["outdoor"]}
+PAPER_LIKE = {
+    "cat(indoor)": ["indoor"],
+    "dog(indoor)": ["indoor"],
+    "cat(outdoor)": ["outdoor"],
+    "dog(outdoor)": ["outdoor"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +57,15 @@ def src() -> SetSource:
 
 
 def plan(src, tid, **kw):
-    return levels.plan(tid, src, line_distance, ["cat", "dog"], paper_groups=PAPER_LIKE,
-                       candidates=kw.pop("candidates", CONTEXTS), **kw)
+    return levels.plan(
+        tid,
+        src,
+        line_distance,
+        ["cat", "dog"],
+        paper_groups=PAPER_LIKE,
+        candidates=kw.pop("candidates", CONTEXTS),
+        **kw,
+    )
 
 
 def split_ids(p: TaskPlan, split: str) -> set[str]:
@@ -68,10 +80,18 @@ def test_ids_round_trip_and_bad_ids():
         t, classes, name = levels.parse_task_id(tid, ["cat", "dog", "fire-hydrant"])
         assert levels.task_id(t, classes, name) == tid
         levels.parse_level(t, name)
-    assert levels.parse_task_id("shift-marginal-fire-hydrant-dog-d1", ["dog", "fire-hydrant"])[1] == ("fire-hydrant", "dog")
-    for bad in ("shift-lateral-cat-dog-d1", "shift-marginal-cat-d1", "shift-marginal-cat-dog-d9",
-                "shift-conditional-cat-dog-delta33", "shift-conditional-cat-dog-delta00-rev",
-                "shift-marginal-cat-dog-d1-mix33"):
+    assert levels.parse_task_id("shift-marginal-fire-hydrant-dog-d1", ["dog", "fire-hydrant"])[1] == (
+        "fire-hydrant",
+        "dog",
+    )
+    for bad in (
+        "shift-lateral-cat-dog-d1",
+        "shift-marginal-cat-d1",
+        "shift-marginal-cat-dog-d9",
+        "shift-conditional-cat-dog-delta33",
+        "shift-conditional-cat-dog-delta00-rev",
+        "shift-marginal-cat-dog-d1-mix33",
+    ):
         with pytest.raises(UnknownNameError):
             t, c, name = levels.parse_task_id(bad, ["cat", "dog"])
             levels.parse_level(t, name)
@@ -123,13 +143,22 @@ def test_marginal_mix_is_the_control(src):
 @pytest.mark.parametrize("delta", levels.DELTAS)
 def test_conditional_levels(src, delta):
     name = levels._delta_name(delta)
-    for test_mode, tid in (("balanced", f"shift-conditional-cat-dog-{name}"),
-                           ("reversed", f"shift-conditional-cat-dog-{name}-rev")):
+    for test_mode, tid in (
+        ("balanced", f"shift-conditional-cat-dog-{name}"),
+        ("reversed", f"shift-conditional-cat-dog-{name}-rev"),
+    ):
         if test_mode == "reversed" and delta == 0:
             continue
         p = plan(src, tid)
-        assert p.spec.level == Level(type="conditional", name=tid.split("cat-dog-")[1], rank=None, delta=delta,
-                                     mixed_fraction=0.0, test=test_mode, distance=None)
+        assert p.spec.level == Level(
+            type="conditional",
+            name=tid.split("cat-dog-")[1],
+            rank=None,
+            delta=delta,
+            mixed_fraction=0.0,
+            test=test_mode,
+            distance=None,
+        )
         levels.check_level_plan(p)
         for split in ("train", "test", "validation", "id_test"):
             rows = p.splits[split]
@@ -183,10 +212,18 @@ def test_deterministic_and_seeded(src):
 
 
 def test_check_refuses_bad_plans():
-    spec = ShiftSpec("t", "marginal", ("cat", "dog"), 0, {},
-                     factor=Factor(name="x", values={"train": ("a",), "test": ("b",)}, dropped_two_values=0, rule=""))
-    ok = {"train": [Row("1", "cat", "cat(a)", "a", ("a",), 0), Row("2", "dog", "dog(a)", "a", ("a",), 0)],
-          "test": [Row("3", "cat", "cat(b)", "b", ("b",), 0), Row("4", "dog", "dog(b)", "b", ("b",), 0)]}
+    spec = ShiftSpec(
+        "t",
+        "marginal",
+        ("cat", "dog"),
+        0,
+        {},
+        factor=Factor(name="x", values={"train": ("a",), "test": ("b",)}, dropped_two_values=0, rule=""),
+    )
+    ok = {
+        "train": [Row("1", "cat", "cat(a)", "a", ("a",), 0), Row("2", "dog", "dog(a)", "a", ("a",), 0)],
+        "test": [Row("3", "cat", "cat(b)", "b", ("b",), 0), Row("4", "dog", "dog(b)", "b", ("b",), 0)],
+    }
     levels.check_level_plan(TaskPlan("t", ["cat", "dog"], ok, spec))
     two = dict(ok, test=[Row("3", "cat", "cat(b)", "b", ("a", "b"), 0), ok["test"][1]])
     with pytest.raises(MetashiftError, match="factor values"):

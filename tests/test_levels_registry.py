@@ -1,5 +1,6 @@
 """Shift families in the task registry: listed, planned through the registry with typed options,
 prepared (exportable) like any task; paper tasks carry a level in the same vocabulary."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,12 @@ def test_listed_and_planned(builder_world):
     art = builder_world["artifact"]
     ids = [i for i in task_ids(art) if i.startswith("shift-")]
     assert ids == levels.family_ids(["cat", "dog"])
-    for tid in ("shift-marginal-cat-dog-d0", "shift-marginal-cat-dog-d3-mix25", "shift-conditional-cat-dog-delta49-rev",
-                "shift-joint-cat-dog-d1-delta20"):
+    for tid in (
+        "shift-marginal-cat-dog-d0",
+        "shift-marginal-cat-dog-d3-mix25",
+        "shift-conditional-cat-dog-delta49-rev",
+        "shift-joint-cat-dog-d1-delta20",
+    ):
         assert family_of(art, tid).kind == "shift"
         p = api.plan(tid, art.root, seed=1)
         levels.check_level_plan(p)

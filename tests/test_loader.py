@@ -1,5 +1,6 @@
 """Issue 27 part 2: metashift_hf.loader, a WILDS-style DataLoader of (image, label, group id) whose
 batches come from the training loop's own sampler (fitting.epoch_batches)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,7 @@ from metashift_hf.research.fitting import epoch_batches
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
+
 @pytest.fixture(scope="module")
 def task(exported_task):
     return exported_task
@@ -27,8 +29,14 @@ def _groups_of(dl) -> list[list[int]]:
 
 def test_group_balanced_batches_are_balanced_and_deterministic(task):
     folder, dd = task
-    dl = metashift_hf.loader(dd, "train", batch_size=8, sampling="group-balanced", seed=3,
-                             transform=lambda data: np.zeros((3, 4, 4), np.float32))
+    dl = metashift_hf.loader(
+        dd,
+        "train",
+        batch_size=8,
+        sampling="group-balanced",
+        seed=3,
+        transform=lambda data: np.zeros((3, 4, 4), np.float32),
+    )
     ev = Evaluator(dd)
     train_groups = set(ev.grouping("group", "train").ids.tolist())
     assert len(train_groups) >= 2
@@ -47,6 +55,7 @@ def test_group_balanced_batches_are_balanced_and_deterministic(task):
 
 def _epoch(dl, epoch: int) -> list[list[int]]:
     return [b.tolist() for b in dl.batch_sampler.batches(epoch)]
+
 
 def test_items_are_images_labels_and_the_evaluators_group_ids(task):
     _folder, dd = task

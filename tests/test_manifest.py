@@ -1,5 +1,6 @@
 """Data manifest: register (sha256 of known files), environment overrides, build-input resolution,
 pins of the known files against the shared real copies."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,13 @@ from metashift_hf.sources import manifest as mf
 pytestmark = pytest.mark.usefixtures("isolated_manifest")
 
 
-@pytest.mark.parametrize("key,rel", [("attributes", "metashift/attributes-candidate-subsets.pkl"),
-                                     ("imagenet-tree", "metashift/imagenet1k_node_names.json")])
+@pytest.mark.parametrize(
+    "key,rel",
+    [
+        ("attributes", "metashift/attributes-candidate-subsets.pkl"),
+        ("imagenet-tree", "metashift/imagenet1k_node_names.json"),
+    ],
+)
 def test_pins_match_the_shared_real_files(shared_ref, key, rel):
     path = shared_ref / rel
     kf = KNOWN_FILES[key]
@@ -184,8 +190,9 @@ def test_malformed_manifest(tmp_path):
 def test_cli_register_and_status(tmp_path, shared_ref, capsys):
     man = tmp_path / "m.json"
     tree = shared_ref / "metashift" / "imagenet1k_node_names.json"
-    assert cli.main(["download", "--manifest", str(man), "--register", "imagenet-tree", str(tree),
-                     "--no-progress"]) == 0
+    assert (
+        cli.main(["download", "--manifest", str(man), "--register", "imagenet-tree", str(tree), "--no-progress"]) == 0
+    )
     assert "sha256 verified" in capsys.readouterr().out
     assert cli.main(["download", "--manifest", str(man), "--status"]) == 0
     out = capsys.readouterr().out
@@ -202,8 +209,17 @@ def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
     contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]
     graphs = {}
     for i in range(30):
-        objects = {"0": {"name": "dog", "x": 0, "y": 0, "w": 5, "h": 5, "attributes": ["brown"],
-                         "relations": [{"name": "near", "object": str(k + 1)} for k in range(len(contexts))]}}
+        objects = {
+            "0": {
+                "name": "dog",
+                "x": 0,
+                "y": 0,
+                "w": 5,
+                "h": 5,
+                "attributes": ["brown"],
+                "relations": [{"name": "near", "object": str(k + 1)} for k in range(len(contexts))],
+            }
+        }
         for k, c in enumerate(contexts):
             objects[str(k + 1)] = {"name": c, "x": k, "y": k, "w": 3, "h": 3, "attributes": [], "relations": []}
         graphs[str(1000 + i)] = {"width": 64, "height": 48, "location": "indoors", "objects": objects}

@@ -1,4 +1,5 @@
 """Matching on an artifact: vocabulary from its subsets, the build rules apply, output in ARTIFACT/match."""
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,15 @@ def test_artifact_match_applies_the_rules(artifact):
     f = result.figures
     assert f["vocabulary_names"] == len({"cat", "dog", "horse"} | {c for ctx in CONTEXTS.values() for c in ctx})
     assert result.row("frisbee").matched is False
-    assert result.subsets_of("cat") == [f"cat({c})" for c in sorted(["bed", "chair", "laptop", "sofa", "table", "television"])]
+    assert result.subsets_of("cat") == [
+        f"cat({c})" for c in sorted(["bed", "chair", "laptop", "sofa", "table", "television"])
+    ]
     assert "cat(car)" not in result.subsets_of("cat")  # 10 images < 25: not kept, so not selected
     assert result.classes() == ["cat", "dog"]  # horse is not a class of the artifact (2 subsets)
     assert (f["subsets"], f["classes"]) == (12, 2)
-    expected = len(set().union(*(_images("cat", c, 30) for c in ["bed", "chair", "laptop", "sofa", "table", "television"])))
+    expected = len(
+        set().union(*(_images("cat", c, 30) for c in ["bed", "chair", "laptop", "sofa", "table", "television"]))
+    )
     assert result.class_images["cat"] == expected
     assert result.figures["tasks"]["min_images_per_subset"] == 25
 
@@ -55,7 +60,10 @@ def test_artifact_registry_and_presets(artifact):
     assert [t.task_id for t in tasks] == ["animals-10", "bin-cat-dog", "imagenet-5"]
     cat_dog = wordnet_match.get_task(artifact.root, "bin-cat-dog")
     assert cat_dog.classes == ("cat", "dog") and cat_dog.lca_name == "carnivore.n.01"
-    assert cat_dog.n_subsets == (6, 6) and cat_dog.n_images[0] == wordnet_match.load_match(artifact.root).class_images["cat"]
+    assert (
+        cat_dog.n_subsets == (6, 6)
+        and cat_dog.n_images[0] == wordnet_match.load_match(artifact.root).class_images["cat"]
+    )
     imagenet5 = wordnet_match.get_task(artifact.root, "imagenet-5")
     assert not imagenet5.available
     assert "airplane" in imagenet5.reason and "elephant" in imagenet5.reason and "horse" in imagenet5.reason
@@ -66,11 +74,9 @@ def test_artifact_registry_and_presets(artifact):
 
 
 def test_thresholds_move_the_binary_count(artifact, wordnet_cache):
-    none = run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False,
-                                     cache_dir=wordnet_cache)
+    none = run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False, cache_dir=wordnet_cache)
     assert [t.task_id for t in none.tasks if t.kind == "binary"] == []
-    deep = run_match(artifact=artifact.root, hierarchy="wordnet", level=12, write=False,
-                                     cache_dir=wordnet_cache)
+    deep = run_match(artifact=artifact.root, hierarchy="wordnet", level=12, write=False, cache_dir=wordnet_cache)
     assert [t.task_id for t in deep.tasks if t.kind == "binary"] == []  # carnivore is at depth 11
 
 

@@ -1,4 +1,5 @@
 """Acceptance: the published matching figures on the shared reference files, exactly."""
+
 from __future__ import annotations
 
 import pytest
@@ -104,9 +105,12 @@ def test_bad_input_files(tmp_path):
 
 
 def test_written_output_is_deterministic_and_loads_back(tmp_path, ref, wn, wordnet_cache):
-    kwargs = dict(hierarchy=f"tree:{ref / 'imagenet1k_node_names.json'}",
-                  subset_names=ref / "candidate-subset-names.txt", vocabulary=ref / "class_hierarchy.json",
-                  cache_dir=wordnet_cache)
+    kwargs = dict(
+        hierarchy=f"tree:{ref / 'imagenet1k_node_names.json'}",
+        subset_names=ref / "candidate-subset-names.txt",
+        vocabulary=ref / "class_hierarchy.json",
+        cache_dir=wordnet_cache,
+    )
     first = run_match(out=tmp_path / "a", **kwargs)
     run_match(out=tmp_path / "b", **kwargs)
     for name in ("match.json", "match_table.parquet", "subsets.parquet", "classes.parquet", "tasks.parquet"):

@@ -1,6 +1,7 @@
 """ShiftSpec.measured (builders/measured.py): P(S) and P(Y|S) shift figures measured from the rows, a
 type derived by the documented rule, and the declared type agreeing with it (or the spec saying why),
 over every task family."""
+
 from __future__ import annotations
 
 import json
@@ -72,24 +73,48 @@ def _consistent(spec: ShiftSpec) -> None:
         assert s.split != "train" and s.n == spec.split_sizes[s.split]
         assert 0 <= s.p_s_tv <= 1 and 0 <= s.conditional <= 1 and s.shared_mass <= 1 + 1e-9
         marginal, conditional = s.p_s_tv > s.p_s_threshold, s.conditional > s.conditional_threshold
-        expect = "joint" if marginal and conditional else "marginal" if marginal else "conditional" if conditional else "none"
+        expect = (
+            "joint"
+            if marginal and conditional
+            else "marginal"
+            if marginal
+            else "conditional"
+            if conditional
+            else "none"
+        )
         assert s.type == expect, (spec.task_id, s)
     test = m.split("test")
     if "test" in spec.split_sizes:
         assert test is not None and m.type == test.type, spec.task_id
     assert m.agrees == (m.type == spec.shift_type), spec.task_id
-    assert m.agrees or m.by_construction, f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, not typed by construction"
+    assert m.agrees or m.by_construction, (
+        f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, not typed by construction"
+    )
     if m.by_construction:  # the construction is shown with the measurement beside it
         assert f"measured {m.type}" in m.note and "typed by construction" in m.note or spec.shift_type == "clustered"
     else:
         assert m.note == "", spec.task_id
 
 
-DEMO_IDS = ["paper-dg-cat-dog-1", "paper-dg-cat-dog-2", "paper-dg-cat-dog-3", "paper-dg-cat-dog-4",
-            "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "paper-subpop-cat-dog-p1", "classes", "class-cat",
-            "shift-marginal-cat-dog-d0", "shift-marginal-cat-dog-d3-mix25", "shift-conditional-cat-dog-delta00",
-            "shift-conditional-cat-dog-delta10", "shift-conditional-cat-dog-delta49-rev",
-            "shift-joint-cat-dog-d0-delta00", "shift-joint-cat-dog-d1-delta10", "shift-joint-cat-dog-d2-delta49"]
+DEMO_IDS = [
+    "paper-dg-cat-dog-1",
+    "paper-dg-cat-dog-2",
+    "paper-dg-cat-dog-3",
+    "paper-dg-cat-dog-4",
+    "paper-subpop-cat-dog-p12",
+    "paper-subpop-cat-dog-p6",
+    "paper-subpop-cat-dog-p1",
+    "classes",
+    "class-cat",
+    "shift-marginal-cat-dog-d0",
+    "shift-marginal-cat-dog-d3-mix25",
+    "shift-conditional-cat-dog-delta00",
+    "shift-conditional-cat-dog-delta10",
+    "shift-conditional-cat-dog-delta49-rev",
+    "shift-joint-cat-dog-d0-delta00",
+    "shift-joint-cat-dog-d1-delta10",
+    "shift-joint-cat-dog-d2-delta49",
+]
 
 
 def test_every_family_on_the_demo_is_measured_and_consistent(demo_build):
@@ -100,8 +125,15 @@ def test_every_family_on_the_demo_is_measured_and_consistent(demo_build):
         seen.add(tasks.family_of(art, tid).name)
         _consistent(spec)
         assert ShiftSpec.from_json(spec.to_json()) == spec
-    assert seen >= {"paper-dg", "paper-subpop", "collections", "class", "shift-marginal", "shift-conditional",
-                    "shift-joint"}
+    assert seen >= {
+        "paper-dg",
+        "paper-subpop",
+        "collections",
+        "class",
+        "shift-marginal",
+        "shift-conditional",
+        "shift-joint",
+    }
     dg = [tasks.plan_task(f"paper-dg-cat-dog-{k}", art, scale=0.5).spec for k in (1, 4)]
     # the issue's case: in -4 training every cat is indoor and no dog is, the test is all shelf: joint
     assert [s.shift_type for s in dg] == ["joint", "joint"] and all(s.measured.agrees for s in dg)
@@ -114,8 +146,11 @@ def test_matched_and_coco_families_are_measured(matched, tmp_path_factory):
     assert tasks.family_of(art, "bin-cat-dog").name == "matched"
     _consistent(spec)
     world = write_coco_world(tmp_path_factory.mktemp("measured-coco") / "world", seed=3)
-    coco = build_from_inputs(tmp_path_factory.mktemp("measured-coco-art") / "a",
-                             coco_annotations=sorted((world / "annotations").glob("instances_*.json")), plots=False)
+    coco = build_from_inputs(
+        tmp_path_factory.mktemp("measured-coco-art") / "a",
+        coco_annotations=sorted((world / "annotations").glob("instances_*.json")),
+        plots=False,
+    )
     spec = tasks.plan_task("paper-coco-subpop-cat-dog-p13", coco).spec
     _consistent(spec)
 
@@ -154,11 +189,17 @@ def test_no_shared_context_compares_dependence_with_its_own_null():
     ctx, lab = sorted({r.context for r in pooled}), sorted({r.label for r in pooled})
     code = np.array([ctx.index(r.context) * len(lab) + lab.index(r.label) for r in pooled])
     perm = np.random.default_rng(0).permuted(np.tile(code, (measured.PERMUTATIONS, 1)), axis=1)
-    gaps = [abs(measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[:len(train)]])
-                - measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[len(train):]]))
-            for p in perm]
+    gaps = [
+        abs(
+            measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[: len(train)]])
+            - measured._dependence([R(lab[c % 2], ctx[c // 2]) for c in p[len(train) :]])
+        )
+        for p in perm
+    ]
     assert s.conditional == pytest.approx(1 / 6, abs=1e-6)
-    assert s.conditional_threshold == pytest.approx(max(measured.FLOOR, np.quantile(gaps, measured.QUANTILE)), abs=1e-6)
+    assert s.conditional_threshold == pytest.approx(
+        max(measured.FLOOR, np.quantile(gaps, measured.QUANTILE)), abs=1e-6
+    )
     assert s.type == "joint"
 
 
@@ -187,8 +228,16 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
             if plan is not None:
                 _consistent(plan.spec)
                 planned.setdefault(fam.name, []).append(plan.spec)
-    assert set(planned) >= {"paper-dg", "paper-subpop", "collections", "class", "matched", "shift-marginal",
-                            "shift-conditional", "shift-joint"}
+    assert set(planned) >= {
+        "paper-dg",
+        "paper-subpop",
+        "collections",
+        "class",
+        "matched",
+        "shift-marginal",
+        "shift-conditional",
+        "shift-joint",
+    }
     assert len(planned["paper-dg"]) == 4 and len(planned["paper-subpop"]) == 3 and len(planned["matched"]) > 40
     specs = {s.task_id: s for ss in planned.values() for s in ss}
     # the six shift-joint tasks the old null measured `marginal` now measure as designed

@@ -1,6 +1,7 @@
 """Issue 26.4: an exported task carries its meta-graph facts (each context subset's community and distance to
 its class's largest community), so `bugs` and `evaluate` give the same per-group communities and distances
 from an exported folder as from the artifact; a tampered facts file is refused."""
+
 from __future__ import annotations
 
 import shutil
@@ -35,9 +36,16 @@ def exported(builder_world, tmp_path_factory):
     tp = api.plan(TASK, art.root)
     counts = pd.Series([c for r in tp.splits["test"] if r.label == "cat" for c in r.contexts]).value_counts()
     wrong = counts.index[0]  # the largest context of the test cats: all of it predicted wrong
-    preds = pd.DataFrame([{"image_id": r.image_id,
-                           "prediction": "dog" if split == "test" and r.label == "cat" and wrong in r.contexts else r.label}
-                          for split, rows in tp.splits.items() for r in rows])
+    preds = pd.DataFrame(
+        [
+            {
+                "image_id": r.image_id,
+                "prediction": "dog" if split == "test" and r.label == "cat" and wrong in r.contexts else r.label,
+            }
+            for split, rows in tp.splits.items()
+            for r in rows
+        ]
+    )
     return art, out / f"metashift-{TASK}", preds
 
 
@@ -70,9 +78,26 @@ def test_export_writes_the_facts_datasets_can_load(exported):
 def test_bugs_from_the_folder_give_the_artifact_distances(exported, tmp_path, capsys):
     art, repo, preds = exported
     preds.to_csv(tmp_path / "p.csv", index=False)
-    for form, task in {"artifact": ["--task", TASK, "--artifact", str(art.root)], "folder": ["--task", str(repo)]}.items():
-        assert main(["bugs", *task, "--predictions", str(tmp_path / "p.csv"), "--min-n", "5",
-                     "--out", str(tmp_path / form), "-q"]) == 0
+    for form, task in {
+        "artifact": ["--task", TASK, "--artifact", str(art.root)],
+        "folder": ["--task", str(repo)],
+    }.items():
+        assert (
+            main(
+                [
+                    "bugs",
+                    *task,
+                    "--predictions",
+                    str(tmp_path / "p.csv"),
+                    "--min-n",
+                    "5",
+                    "--out",
+                    str(tmp_path / form),
+                    "-q",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     text = {form: (tmp_path / form / "per_group.csv").read_text() for form in ("artifact", "folder")}
     assert text["artifact"] == text["folder"]
@@ -86,7 +111,8 @@ def test_evaluate_from_the_folder_writes_the_artifact_per_group(exported, tmp_pa
     art, repo, preds = exported
     index = {"cat": 281, "dog": 207}  # the predicted class as an ImageNet-1k index, covered by a custom map
     preds.assign(imagenet_index=[index[p] for p in preds["prediction"]])[["image_id", "imagenet_index"]].to_csv(
-        tmp_path / "p.csv", index=False)
+        tmp_path / "p.csv", index=False
+    )
     cfg = EvalConfig(coverage={"cat": [281], "dog": [207]}, min_subset_size=5, plots=False, progress=False)
     model = f"predictions:{tmp_path / 'p.csv'}"
     evaluate(model, TaskRef(TASK, artifact=art.root), tmp_path / "artifact", settings=cfg)
@@ -111,14 +137,19 @@ def _tamper(repo, tmp_path, change) -> "object":
     return copy
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.slice(1), "does not list the task's context subsets"),
-    (lambda t: t.set_column(0, "class", pa.array(["bird"] * t.num_rows)), "not a class of the task"),
-    (lambda t: t.set_column(2, "community", pa.array([str(v) for v in t.column("community").to_pylist()])),
-     "not the meta-graph facts schema"),
-    (lambda t: t.set_column(3, "distance_to_largest_community", pa.array([-1.0] * t.num_rows)), "not valid"),
-    (lambda t: b"PAR1 not a parquet file", "not a readable parquet file"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.slice(1), "does not list the task's context subsets"),
+        (lambda t: t.set_column(0, "class", pa.array(["bird"] * t.num_rows)), "not a class of the task"),
+        (
+            lambda t: t.set_column(2, "community", pa.array([str(v) for v in t.column("community").to_pylist()])),
+            "not the meta-graph facts schema",
+        ),
+        (lambda t: t.set_column(3, "distance_to_largest_community", pa.array([-1.0] * t.num_rows)), "not valid"),
+        (lambda t: b"PAR1 not a parquet file", "not a readable parquet file"),
+    ],
+)
 def test_a_tampered_facts_file_is_refused(exported, tmp_path, change, message):
     _, repo, _ = exported
     copy = _tamper(repo, tmp_path, change)

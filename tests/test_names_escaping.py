@@ -1,4 +1,5 @@
 """Properties of the two output escapers (core/names.py): terminal_safe and markdown_safe (issue 29.4)."""
+
 from __future__ import annotations
 
 import html
@@ -11,7 +12,15 @@ from metashift_hf.core.names import control_char, markdown_safe, terminal_safe
 
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
-    ["a|b", "<script>x</script>", "[x](http://e.vil)", "\x1b]8;;http://e.vil\x07t\x1b]8;;\x07", "\x1b[31mred\nrow", "`*_~\\"])
+    [
+        "a|b",
+        "<script>x</script>",
+        "[x](http://e.vil)",
+        "\x1b]8;;http://e.vil\x07t\x1b]8;;\x07",
+        "\x1b[31mred\nrow",
+        "`*_~\\",
+    ]
+)
 
 
 def _render(md: str) -> str:
@@ -48,21 +57,44 @@ def test_report_md_shows_hostile_class_and_context_names_as_text(tmp_path):
 
     paths = sample_jpegs(tmp_path / "img", 6)
     labels = [i % 2 for i in range(len(paths))]
-    features = datasets.Features({
-        "image": datasets.Image(), "image_id": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=HOSTILE_CLASSES), "context": datasets.Value("string"),
-        "contexts": datasets.List(datasets.Value("string")), "group": datasets.Value("string"),
-        "community": datasets.Value("int64")})
-    rows = {"image": [{"bytes": p.read_bytes(), "path": None} for p in paths], "image_id": [p.stem for p in paths],
-            "label": labels, "context": [HOSTILE_CONTEXT] * len(paths), "contexts": [[HOSTILE_CONTEXT]] * len(paths),
-            "group": [f"{HOSTILE_CLASSES[y]}({HOSTILE_CONTEXT})" for y in labels], "community": [0] * len(paths)}
-    own = datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows, features=features)})  # no shift spec: "custom"
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "image_id": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=HOSTILE_CLASSES),
+            "context": datasets.Value("string"),
+            "contexts": datasets.List(datasets.Value("string")),
+            "group": datasets.Value("string"),
+            "community": datasets.Value("int64"),
+        }
+    )
+    rows = {
+        "image": [{"bytes": p.read_bytes(), "path": None} for p in paths],
+        "image_id": [p.stem for p in paths],
+        "label": labels,
+        "context": [HOSTILE_CONTEXT] * len(paths),
+        "contexts": [[HOSTILE_CONTEXT]] * len(paths),
+        "group": [f"{HOSTILE_CLASSES[y]}({HOSTILE_CONTEXT})" for y in labels],
+        "community": [0] * len(paths),
+    }
+    own = datasets.DatasetDict(
+        {"test": datasets.Dataset.from_dict(rows, features=features)}
+    )  # no shift spec: "custom"
 
     def model(images):
         return np.tile(np.arange(1000, dtype=np.float32), (len(images), 1))
 
-    evaluate(model, own, tmp_path / "report", settings=EvalConfig(
-        coverage={HOSTILE_CLASSES[0]: [999], HOSTILE_CLASSES[1]: [0]}, min_subset_size=1, progress=False, plots=False))
+    evaluate(
+        model,
+        own,
+        tmp_path / "report",
+        settings=EvalConfig(
+            coverage={HOSTILE_CLASSES[0]: [999], HOSTILE_CLASSES[1]: [0]},
+            min_subset_size=1,
+            progress=False,
+            plots=False,
+        ),
+    )
     md = (tmp_path / "report" / "report.md").read_text()
     assert "\x1b" not in md and "<b>" not in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(", md)  # no live link

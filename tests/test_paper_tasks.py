@@ -1,4 +1,5 @@
 """The paper's cat/dog tasks: facts equal the shared reference, paper sizes, leakage order."""
+
 from __future__ import annotations
 
 import json
@@ -32,19 +33,26 @@ def test_facts_equal_shared_reference(shared_ref):
     assert tup(sp["groups"]) == pt.SUBPOP_GROUPS
     assert tuple(sp["minority_groups"]) == pt.SUBPOP_MINORITY
     assert tuple(sp["paper"]["minority_fraction_p"]) == pt.SUBPOP_PAPER_FRACTIONS
-    assert {"average": tuple(sp["paper"]["erm_average_accuracy"]),
-            "worst_group": tuple(sp["paper"]["erm_worst_group_accuracy"])} == pt.SUBPOP_PAPER_ERM
-    assert {"train_total": sp["paper"]["train_total"], "test_total": sp["paper"]["balanced_test_total"]} \
-        == pt.SUBPOP_PAPER_SIZES
+    assert {
+        "average": tuple(sp["paper"]["erm_average_accuracy"]),
+        "worst_group": tuple(sp["paper"]["erm_worst_group_accuracy"]),
+    } == pt.SUBPOP_PAPER_ERM
+    assert {
+        "train_total": sp["paper"]["train_total"],
+        "test_total": sp["paper"]["balanced_test_total"],
+    } == pt.SUBPOP_PAPER_SIZES
     assert sp["sampling"]["truncate_after_seeded_shuffle"] == pt.SUBPOP_POOL
     assert sp["sampling"]["test_per_group"] == pt.SubpopSizes().test_per_group
     assert sp["sampling"]["train_per_class"] == pt.SubpopSizes().train_per_class
     assert sp["sampling"]["default_minority_images"] == pt.SubpopSizes().minority_per_class
-    assert sorted(pt.SUBPOP_VARIANTS.values()) == sorted(set(sp["sampling"]["minority_images_per_class_options"]) - {150})
+    assert sorted(pt.SUBPOP_VARIANTS.values()) == sorted(
+        set(sp["sampling"]["minority_images_per_class_options"]) - {150}
+    )
 
 
-@pytest.mark.parametrize("task_id,m", [("paper-subpop-cat-dog-p12", 100), ("paper-subpop-cat-dog-p6", 50),
-                                       ("paper-subpop-cat-dog-p1", 10)])
+@pytest.mark.parametrize(
+    "task_id,m", [("paper-subpop-cat-dog-p12", 100), ("paper-subpop-cat-dog-p6", 50), ("paper-subpop-cat-dog-p1", 10)]
+)
 def test_subpop_paper_sizes(world, task_id, m):
     plan = pt.plan(task_id, world, seed=0)
     sizes = plan.spec.split_sizes
@@ -66,8 +74,10 @@ def test_dg_paper_sizes_and_leakage_order(world):
     assert plan.spec.split_sizes["train"] == 400  # the paper's train_total
     train_groups = {e.group for e in plan.spec.train_groups}
     assert train_groups == {"cat(sofa)", "cat(bed)", "dog(bag)", "dog(box)"}
+
     def union(cls, ctxs):
         return set().union(*[subsets.get(f"{cls}({c})", set()) for c in ctxs])
+
     main_test = union("cat", pt.DG_TEST["cat(shelf)"]) | union("dog", pt.DG_TEST["dog(shelf)"])
     for s in ("train", "validation", "id_test"):
         assert not {r.image_id for r in plan.splits[s]} & main_test
@@ -93,8 +103,11 @@ def test_scale_and_overrides():
     assert plan.spec.split_sizes["train"] == 170 and plan.spec.split_sizes["test"] == 56
     plan = pt.plan("paper-subpop-cat-dog-p12", small, scale=0.1, overrides={"minority_fraction": 0.2})
     assert sum(r.group == "cat(outdoor)" for r in plan.splits["train"]) == 17
-    plan = pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_group": 20, "validation_per_group": 5,
-                                                            "id_test_per_group": 5})
+    plan = pt.plan(
+        "paper-dg-cat-dog-1",
+        small,
+        overrides={"train_per_group": 20, "validation_per_group": 5, "id_test_per_group": 5},
+    )
     assert plan.spec.split_sizes["train"] == 80
     with pytest.raises(UnknownNameError, match="train_per_group"):
         pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_grup": 3})

@@ -1,4 +1,5 @@
 """Restricted unpickler and the pinned sha256 of the published pickles."""
+
 from __future__ import annotations
 
 import collections
@@ -39,12 +40,15 @@ def test_forbidden_global_is_refused_and_not_run(tmp_path):
         load_candidate_pickle(other)
 
 
-@pytest.mark.parametrize("obj, message", [
-    ([("dog(ball)", {"1"})], "top-level object is list"),
-    ({"dog(ball)": "1"}, "maps to str"),
-    ({"dog(ball)": {1, 2}}, "holds image id"),
-    ({"dog ball": {"1"}}, "not of the form 'subject(context)'"),
-])
+@pytest.mark.parametrize(
+    "obj, message",
+    [
+        ([("dog(ball)", {"1"})], "top-level object is list"),
+        ({"dog(ball)": "1"}, "maps to str"),
+        ({"dog(ball)": {1, 2}}, "holds image id"),
+        ({"dog ball": {"1"}}, "not of the form 'subject(context)'"),
+    ],
+)
 def test_wrong_shapes(tmp_path, obj, message):
     path = tmp_path / "x.pkl"
     path.write_bytes(pickle.dumps(obj))

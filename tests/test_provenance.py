@@ -1,4 +1,5 @@
 """Provenance: recorded at build from the inputs, shown on every card, and guarding stats and publish."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_build_of_demo_scene_graphs_is_labelled_demo(world, tmp_path):
     """The docs' way (`build --scene-graphs world/*.json`) must not label drawn shapes as GQA."""
-    r = _cli("build", "--scene-graphs", *map(str, world.scene_graphs), "--out", str(tmp_path / "a"), "--no-plots", "--quiet")
+    r = _cli(
+        "build", "--scene-graphs", *map(str, world.scene_graphs), "--out", str(tmp_path / "a"), "--no-plots", "--quiet"
+    )
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["source"] == "demo" and manifest["synthetic"] is True
@@ -61,7 +64,9 @@ def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
     assert st.compare(art.root).reference == "none"
     with pytest.raises(InputFormatError, match="provenance"):
         build_from_inputs(tmp_path / "b", scene_graphs=world.scene_graphs, source="photos", plots=False)
-    r = _cli("build", "--scene-graphs", str(world.scene_graphs[0]), "--provenance", "nope", "--out", str(tmp_path / "c"))
+    r = _cli(
+        "build", "--scene-graphs", str(world.scene_graphs[0]), "--provenance", "nope", "--out", str(tmp_path / "c")
+    )
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
 

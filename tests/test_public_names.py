@@ -1,5 +1,6 @@
 """No public class name is defined in two library modules (issue 25): a reader meets one ``Predictions``,
 one ``Row``, one ``Distance``. A re-export of the same class object is fine."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,7 +14,10 @@ def _defined_classes() -> dict[str, set[str]]:
     """public class name -> the modules that define (not merely import) a class of that name."""
     found: dict[str, set[str]] = {}
     # builders/, cards/ and wordnet_match/ install under metashift_hf from folders of their own
-    roots = [metashift_hf, *(importlib.import_module(f"metashift_hf.{p}") for p in ("builders", "cards", "wordnet_match"))]
+    roots = [
+        metashift_hf,
+        *(importlib.import_module(f"metashift_hf.{p}") for p in ("builders", "cards", "wordnet_match")),
+    ]
     infos = [i for root in roots for i in pkgutil.walk_packages(root.__path__, f"{root.__name__}.")]
     for info in sorted(infos, key=lambda i: i.name):
         if info.name.endswith(".__main__"):  # runs the CLI when imported
@@ -23,8 +27,12 @@ def _defined_classes() -> dict[str, set[str]]:
         except ImportError:  # an optional extra (torch, transformers) missing here
             continue
         for name, obj in vars(module).items():
-            if inspect.isclass(obj) and not name.startswith("_") and obj.__module__ == info.name \
-                    and obj.__name__ == name:
+            if (
+                inspect.isclass(obj)
+                and not name.startswith("_")
+                and obj.__module__ == info.name
+                and obj.__name__ == name
+            ):
                 found.setdefault(name, set()).add(info.name)
     return found
 

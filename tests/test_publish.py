@@ -2,6 +2,7 @@
 
 Clients run in subprocesses because both libraries read HF_ENDPOINT once, at import time.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,7 +41,9 @@ def exported(tmp_path_factory):
 def cli(args: list[str], endpoint: str, home: Path, token: str | None = TOKEN, extra_env: dict | None = None):
     env = client_env(endpoint, str(home), token)
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "metashift_hf", *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "metashift_hf", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture
@@ -104,7 +107,9 @@ def load_from_hub(endpoint: str, home: Path, *repo_configs: tuple[str, str]) -> 
     """Load each (repo, config) with datasets, normal and streaming, in one client process."""
     env = client_env(endpoint, str(home), None)  # anonymous: public repos load without a token
     args = [x for pair in repo_configs for x in pair]
-    r = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, *args], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", LOAD_SCRIPT, *args], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -116,7 +121,9 @@ def local_rows(repo_dir: Path, config: str) -> dict:
 
     out = {}
     for split in ("train", "test"):
-        rows = [r for f in sorted((repo_dir / config).glob(f"{split}-*.parquet")) for r in pq.read_table(f).to_pylist()]
+        rows = [
+            r for f in sorted((repo_dir / config).glob(f"{split}-*.parquet")) for r in pq.read_table(f).to_pylist()
+        ]
         out[split] = [[r["image_id"], r["label"], hashlib.sha256(r["image"]["bytes"]).hexdigest()] for r in rows]
     return out
 
@@ -134,12 +141,22 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
         # create_repo's initial commit + exactly one commit with all shards and the README
         assert commit_counts(state) == {rid: 2 for rid in repos}
         head = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")].head
-        pictures = ([f"images/{CONFIGS[0]}-{c}-groups.png" for c in ("cat", "dog")] + [f"images/{CONFIGS[0]}-examples.png"]
-                    if importlib.util.find_spec("matplotlib") else [])  # the task card's pictures (cards.pictures)
-        assert sorted(head.files) == sorted([".gitattributes", "README.md", f"{CONFIGS[0]}/shift_spec.json",
-                                             f"{CONFIGS[0]}/meta_graph.parquet",  # the task's meta-graph facts
-                                             f"{CONFIGS[0]}/test-00000-of-00001.parquet",
-                                             f"{CONFIGS[0]}/train-00000-of-00001.parquet", *pictures])
+        pictures = (
+            [f"images/{CONFIGS[0]}-{c}-groups.png" for c in ("cat", "dog")] + [f"images/{CONFIGS[0]}-examples.png"]
+            if importlib.util.find_spec("matplotlib")
+            else []
+        )  # the task card's pictures (cards.pictures)
+        assert sorted(head.files) == sorted(
+            [
+                ".gitattributes",
+                "README.md",
+                f"{CONFIGS[0]}/shift_spec.json",
+                f"{CONFIGS[0]}/meta_graph.parquet",  # the task's meta-graph facts
+                f"{CONFIGS[0]}/test-00000-of-00001.parquet",
+                f"{CONFIGS[0]}/train-00000-of-00001.parquet",
+                *pictures,
+            ]
+        )
         assert all(e.lfs_oid for p, e in head.files.items() if p.endswith(".parquet"))
         (collection,) = state.collections.values()
         assert [i["id"] for i in collection["items"]][0] == f"{NS}/metashift"  # the overview first
@@ -189,7 +206,9 @@ def test_run_that_dies_halfway_completes_without_duplicates(exported, tmp_path):
         assert r.returncode == 2
         assert "error: the Hub at" in r.stderr and "fix: run the same command again" in r.stderr
         assert state.count("PUT", "/lfs-upload/") > 0
-        assert [len(state.repos[("dataset", f"{NS}/{n}")].commits) for n in ("metashift", f"metashift-{CONFIGS[0]}")] == [2, 1]
+        assert [
+            len(state.repos[("dataset", f"{NS}/{n}")].commits) for n in ("metashift", f"metashift-{CONFIGS[0]}")
+        ] == [2, 1]
         r = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
         assert r.returncode == 0, r.stderr[-3000:]
         assert set(commit_counts(state).values()) == {2}
@@ -204,7 +223,9 @@ def test_token_is_never_printed_or_logged(exported, tmp_path):
     with running_hub() as (endpoint, state):
         ok = cli(publish_args(exported["out"]), endpoint, tmp_path / "home", extra_env=debug)
         assert ok.returncode == 0, ok.stderr[-3000:]
-        bad = cli(publish_args(exported["out"]), endpoint, tmp_path / "home", token="hf_wrong_token_456", extra_env=debug)
+        bad = cli(
+            publish_args(exported["out"]), endpoint, tmp_path / "home", token="hf_wrong_token_456", extra_env=debug
+        )
     assert TOKEN not in ok.stdout + ok.stderr
     assert bad.returncode == 2 and "rejected the token (401)" in bad.stderr and "fix: create a token" in bad.stderr
     assert "hf_wrong_token_456" not in bad.stdout + bad.stderr
@@ -218,9 +239,23 @@ def test_no_token(exported, tmp_path, local_cli):
         assert state.requests == []
         # publishing tasks: the token is checked before any task is materialised or exported
         out = tmp_path / "never-written"
-        r = local_cli(["publish", "some-task", "--artifact", str(exported["art"].root), "--images",
-                       str(exported["root"] / "images"), "--namespace", NS, "--out", str(out)],
-                      endpoint, tmp_path / "empty-home", token=None)
+        r = local_cli(
+            [
+                "publish",
+                "some-task",
+                "--artifact",
+                str(exported["art"].root),
+                "--images",
+                str(exported["root"] / "images"),
+                "--namespace",
+                NS,
+                "--out",
+                str(out),
+            ],
+            endpoint,
+            tmp_path / "empty-home",
+            token=None,
+        )
         assert r.returncode == 2 and "error: no Hugging Face token found" in r.stderr
         assert not out.exists() and state.requests == []
 
@@ -228,7 +263,9 @@ def test_no_token(exported, tmp_path, local_cli):
 def test_forbidden_namespace_and_read_only_token(exported, tmp_path, local_cli):
     tokens = {TOKEN: ("tester", "write"), "hf_read_only_789": ("tester", "read")}
     with running_hub(tokens=tokens) as (endpoint, state):
-        r = local_cli(["publish", "--from-export", str(exported["out"]), "--namespace", "someone-else"], endpoint, tmp_path / "h")
+        r = local_cli(
+            ["publish", "--from-export", str(exported["out"]), "--namespace", "someone-else"], endpoint, tmp_path / "h"
+        )
         assert r.returncode == 2 and "cannot write under namespace 'someone-else'" in r.stderr and "tester" in r.stderr
         r = local_cli(publish_args(exported["out"]), endpoint, tmp_path / "h", token="hf_read_only_789")
         assert r.returncode == 2 and "is read-only" in r.stderr  # refused before any write request
@@ -242,7 +279,9 @@ def test_names_the_hub_refuses_are_checked_before_any_request(exported, tmp_path
     readme = bad / f"metashift-{CONFIGS[0]}" / "README.md"
     readme.write_text(readme.read_text().replace("- split: test\n", "- split: test-id\n", 1))
     with running_hub() as (endpoint, state):
-        r = local_cli(["publish", "--from-export", str(exported["out"]), "--namespace", "bad--ns"], endpoint, tmp_path / "h")
+        r = local_cli(
+            ["publish", "--from-export", str(exported["out"]), "--namespace", "bad--ns"], endpoint, tmp_path / "h"
+        )
         assert r.returncode == 2 and "namespace 'bad--ns' would be refused by the Hub" in r.stderr
         r = local_cli(publish_args(bad), endpoint, tmp_path / "h")
         assert r.returncode == 2 and "split name 'test-id'" in r.stderr and "fix:" in r.stderr
@@ -274,7 +313,9 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
         repo = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")]
         assert len(repo.commits) == 3
         shards = sorted(p for p in repo.head.files if p.endswith(".parquet"))
-        assert shards == sorted(f"{CONFIGS[0]}/{p.name}" for p in (resharded / f"metashift-{CONFIGS[0]}" / CONFIGS[0]).glob("*.parquet"))
+        assert shards == sorted(
+            f"{CONFIGS[0]}/{p.name}" for p in (resharded / f"metashift-{CONFIGS[0]}" / CONFIGS[0]).glob("*.parquet")
+        )
         assert f"{CONFIGS[0]}/train-00000-of-00001.parquet" not in shards and len(shards) > 2
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{CONFIGS[0]}", CONFIGS[0]))
         assert got["train"] == local_rows(exported["out"] / f"metashift-{CONFIGS[0]}", CONFIGS[0])["train"]
@@ -285,8 +326,18 @@ def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
     """The user's path: tasks -> export (cards name the Hub repo) -> push -> load by repo id."""
     world, art = demo_build
     task = "paper-dg-cat-dog-1"
-    args = ["publish", task, "--artifact", str(art.root), "--images", str(world.images_dir), "--namespace", NS,
-            "--set", "scale=0.5"]
+    args = [
+        "publish",
+        task,
+        "--artifact",
+        str(art.root),
+        "--images",
+        str(world.images_dir),
+        "--namespace",
+        NS,
+        "--set",
+        "scale=0.5",
+    ]
     env = {"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
     with running_hub() as (endpoint, state):
         # The demo world is synthetic: refused before anything is exported or pushed, unless asked for.
@@ -299,7 +350,9 @@ def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
         head = state.repos[("dataset", f"{NS}/metashift-{task}")].head
         readme = head.files["README.md"].content.decode()
         assert f'ds = load_dataset("{NS}/metashift-{task}", "{task}")' in readme
-        assert {"images/cat.png", "images/dog.png", f"{task}/shift_spec.json", f"{task}/meta_graph.parquet"} <= set(head.files)
+        assert {"images/cat.png", "images/dog.png", f"{task}/shift_spec.json", f"{task}/meta_graph.parquet"} <= set(
+            head.files
+        )
         index = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
         assert f'load_dataset("{NS}/metashift-{task}", "{task}")' in index
         (got,) = load_from_hub(endpoint, tmp_path / "reader", (f"{NS}/metashift-{task}", task))
@@ -307,8 +360,13 @@ def test_publish_tasks_from_the_cli_end_to_end(demo_build, tmp_path):
         # the pushed shift_spec.json, the spec read by repo id and the spec of the loaded dataset agree
         pushed = ShiftSpec.from_json(head.files[f"{task}/shift_spec.json"].content)
         env = client_env(endpoint, str(tmp_path / "reader"), None)
-        r = subprocess.run([sys.executable, "-c", SPEC_SCRIPT, f"{NS}/metashift-{task}", task], env=env,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", SPEC_SCRIPT, f"{NS}/metashift-{task}", task],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         by_id, from_dataset = (ShiftSpec.from_json(line) for line in r.stdout.strip().splitlines()[-2:])
         assert by_id == from_dataset == pushed and pushed.task_id == task and pushed.overrides == {"scale": 0.5}

@@ -1,4 +1,5 @@
 """Streaming scene-graph reader, validation errors, and candidate subsets from scene graphs."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,35 @@ from metashift_hf.core.errors import InputFormatError
 
 
 def obj(name, rels=(), attrs=()):
-    return {"name": name, "x": 0, "y": 0, "w": 1, "h": 1, "attributes": list(attrs),
-            "relations": [{"name": "near", "object": t} for t in rels]}
+    return {
+        "name": name,
+        "x": 0,
+        "y": 0,
+        "w": 1,
+        "h": 1,
+        "attributes": list(attrs),
+        "relations": [{"name": "near", "object": t} for t in rels],
+    }
 
 
 HAND = {
-    "1": {"width": 10, "height": 8, "location": "indoors",
-          "objects": {"a": obj("dog", ["b"], ["white", "dark", "fluffy"]), "b": obj("sofa"), "c": obj("cat")}},
-    "2": {"width": 10, "height": 8, "weather": "sunny",
-          "objects": {"a": obj("dog", ["o", "g"]), "o": obj("ocean", ["k"]), "g": obj("grass"), "k": obj("boat")}},
-    "n3": {"width": 10, "height": 8,
-           "objects": {"m1": obj("man", ["m2"], ["short"]), "m2": obj("man"), "t": obj("tree")}},
+    "1": {
+        "width": 10,
+        "height": 8,
+        "location": "indoors",
+        "objects": {"a": obj("dog", ["b"], ["white", "dark", "fluffy"]), "b": obj("sofa"), "c": obj("cat")},
+    },
+    "2": {
+        "width": 10,
+        "height": 8,
+        "weather": "sunny",
+        "objects": {"a": obj("dog", ["o", "g"]), "o": obj("ocean", ["k"]), "g": obj("grass"), "k": obj("boat")},
+    },
+    "n3": {
+        "width": 10,
+        "height": 8,
+        "objects": {"m1": obj("man", ["m2"], ["short"]), "m2": obj("man"), "t": obj("tree")},
+    },
     "4": {"width": 10, "height": 8, "location": "somewhere", "objects": {"x": obj("man"), "y": obj("tree", ["x"])}},
 }
 
@@ -84,22 +103,27 @@ def test_malformed_json_reports_byte_offset(tmp_path):
         list(iter_scene_graphs(tmp_path / "missing.json"))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["1"]["objects"]["a"]["relations"].append({"name": "on", "object": "zz"}),
-     "image '1': object 'a' has relation 'on' pointing to object 'zz', which is not in this image's objects"),
-    (lambda d: d["2"]["objects"]["g"].pop("name"), "image '2': object 'g' has no 'name'"),
-    (lambda d: d["2"]["objects"]["g"].pop("relations"), "image '2': object 'g' has no 'relations'"),
-    (lambda d: d["2"]["objects"]["g"].__setitem__("attributes", "green"), "object 'g' 'attributes' is a str"),
-    (lambda d: d["1"].pop("objects"), "image '1': missing key 'objects'"),
-    (lambda d: d["1"].pop("width"), "image '1': missing key 'width'"),
-    (lambda d: d["1"].__setitem__("height", -3), "'height' is -3"),
-    (lambda d: d["1"]["objects"]["b"].__setitem__("name", "so(fa)"), "cannot be part of a subset name"),
-    (lambda d: d["1"]["objects"]["b"].__setitem__("name", ["sofa"]), "'name' is ['sofa']"),
-    (lambda d: d["1"].__setitem__("location", {"x": 1}), "'location' is {'x': 1}"),
-    (lambda d: d["1"]["objects"]["a"]["attributes"].append({"x": 1}), "has attribute {'x': 1}, expected a string"),
-    (lambda d: d["1"]["objects"].__setitem__("b", [1]), "object 'b' is a list"),
-    (lambda d: d.__setitem__("9", [1]), "image '9': scene graph is a list"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda d: d["1"]["objects"]["a"]["relations"].append({"name": "on", "object": "zz"}),
+            "image '1': object 'a' has relation 'on' pointing to object 'zz', which is not in this image's objects",
+        ),
+        (lambda d: d["2"]["objects"]["g"].pop("name"), "image '2': object 'g' has no 'name'"),
+        (lambda d: d["2"]["objects"]["g"].pop("relations"), "image '2': object 'g' has no 'relations'"),
+        (lambda d: d["2"]["objects"]["g"].__setitem__("attributes", "green"), "object 'g' 'attributes' is a str"),
+        (lambda d: d["1"].pop("objects"), "image '1': missing key 'objects'"),
+        (lambda d: d["1"].pop("width"), "image '1': missing key 'width'"),
+        (lambda d: d["1"].__setitem__("height", -3), "'height' is -3"),
+        (lambda d: d["1"]["objects"]["b"].__setitem__("name", "so(fa)"), "cannot be part of a subset name"),
+        (lambda d: d["1"]["objects"]["b"].__setitem__("name", ["sofa"]), "'name' is ['sofa']"),
+        (lambda d: d["1"].__setitem__("location", {"x": 1}), "'location' is {'x': 1}"),
+        (lambda d: d["1"]["objects"]["a"]["attributes"].append({"x": 1}), "has attribute {'x': 1}, expected a string"),
+        (lambda d: d["1"]["objects"].__setitem__("b", [1]), "object 'b' is a list"),
+        (lambda d: d.__setitem__("9", [1]), "image '9': scene graph is a list"),
+    ],
+)
 def test_validation_errors_name_file_image_and_key(tmp_path, mutate, message):
     data = json.loads(json.dumps(HAND))
     mutate(data)
@@ -125,7 +149,10 @@ def test_extraction_and_image_metadata(tmp_path):
     assert [sg.vocab[c] for c in sg.obj_names[:3]] == ["dog", "sofa", "cat"]
     # only ontology attributes are kept ('fluffy' is not in the 27 categories)
     assert [(sg.vocab[o], sg.vocab[w]) for o, w in zip(sg.attr_objects, sg.attr_words)] == [
-        ("dog", "white"), ("dog", "dark"), ("man", "short")]
+        ("dog", "white"),
+        ("dog", "dark"),
+        ("man", "short"),
+    ]
     meta = sg.meta.to_pylist()
     assert meta[0]["location"] == "indoors" and meta[1]["weather"] == "sunny"
     assert json.loads(meta[1]["objects"]) == HAND["2"]["objects"]
@@ -252,15 +279,25 @@ def test_vectorised_equals_naive_reference(tmp_path, monkeypatch, pairing, block
     assert c.names == sorted(c.names)
     assert any(k == "general" for k, _ in ref.values()) and any(k == "attribute" for k, _ in ref.values())
     for i in range(len(c)):
-        m = c.indices[c.indptr[i]:c.indptr[i + 1]]
+        m = c.indices[c.indptr[i] : c.indptr[i + 1]]
         assert np.all(np.diff(m) > 0)
 
 
 # ---------------------------------------------------------------------------------------------- split read
 def _tables_equal(a, b) -> None:
     assert a.image_ids == b.image_ids and a.vocab == b.vocab and a.sha256 == b.sha256
-    for f in ("obj_counts", "obj_names", "rel_counts", "rel_subjects", "rel_targets", "attr_counts",
-              "attr_objects", "attr_words", "location", "weather"):
+    for f in (
+        "obj_counts",
+        "obj_names",
+        "rel_counts",
+        "rel_subjects",
+        "rel_targets",
+        "attr_counts",
+        "attr_objects",
+        "attr_words",
+        "location",
+        "weather",
+    ):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert a.meta.equals(b.meta)
 

@@ -1,5 +1,6 @@
 """metashift_hf.research.score / `metashift-hf score`: figures recomputed independently from the exported parquet,
 and every bad predictions file refused with a clear error."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,11 @@ def _guess(image_id: str, label: str) -> str:
 def exported(builder_world, tmp_path_factory):
     """The task exported to parquet, read back with pyarrow alone: split, image_id, label name, group."""
     out = tmp_path_factory.mktemp("score-export")
-    export_tasks([TASK], TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"],
-                                    options=OPTIONS), out)
+    export_tasks(
+        [TASK],
+        TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"], options=OPTIONS),
+        out,
+    )
     frames = []
     for path in sorted(out.glob(f"*/{TASK}/*-of-*.parquet")):  # the split shards (not meta_graph.parquet)
         t = pq.read_table(path, columns=["image_id", "label", "group"])
@@ -89,14 +93,32 @@ def test_cli_writes_scores_with_the_listed_keys(exported, tmp_path):
     p_cat = np.where(t["prediction"] == "cat", 0.8, 0.3)
     pd.DataFrame({"image_id": t["image_id"], "prob_cat": p_cat, "prob_dog": 1 - p_cat}).to_parquet(path)
     out = tmp_path / "scores"
-    assert cli.main(["score", "--task", TASK, "--artifact", str(exported["artifact"]), "--set", "scale=0.1",
-                     "--predictions", str(path), "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "score",
+                "--task",
+                TASK,
+                "--artifact",
+                str(exported["artifact"]),
+                "--set",
+                "scale=0.1",
+                "--predictions",
+                str(path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     d = json.loads((out / "scores.json").read_text())
     assert REQUIRED_KEYS <= set(d)
     assert set(d["per_group"][0]) == {"group", "split", "n", "correct", "accuracy", "ci_low", "ci_high"}
     assert set(d["splits"]) == set(t["split"]) and d["prediction_kind"] == "probabilities"
     # same argmax as the labels file, so the same per-group accuracies
-    same = metashift_hf.score(t[["image_id", "prediction"]], TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS)).to_dict()
+    same = metashift_hf.score(
+        t[["image_id", "prediction"]], TaskRef(TASK, artifact=exported["artifact"], options=OPTIONS)
+    ).to_dict()
     assert [g["correct"] for g in d["per_group"]] == [g["correct"] for g in same["per_group"]]
     assert 0 <= d["ece"] <= 1
     md = (out / "scores.md").read_text()
@@ -106,8 +128,21 @@ def test_cli_writes_scores_with_the_listed_keys(exported, tmp_path):
 def _refused(exported, tmp_path, df: pd.DataFrame, capsys) -> str:
     path = tmp_path / "bad.csv"
     df.to_csv(path, index=False)
-    code = cli.main(["score", "--task", TASK, "--artifact", str(exported["artifact"]), "--set", "scale=0.1",
-                     "--predictions", str(path), "--out", str(tmp_path / "never")])
+    code = cli.main(
+        [
+            "score",
+            "--task",
+            TASK,
+            "--artifact",
+            str(exported["artifact"]),
+            "--set",
+            "scale=0.1",
+            "--predictions",
+            str(path),
+            "--out",
+            str(tmp_path / "never"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "error:" in err and "fix:" in err
     assert not (tmp_path / "never").exists()  # nothing half-written
@@ -135,8 +170,9 @@ def test_prediction_parsing_and_calibration():
     assert by_id.predicted.tolist() == by_name.predicted.tolist() == [0, 1, 1]
     with pytest.raises(UnknownNameError):
         Predictions.read(pd.DataFrame({"image_id": ids, "prediction": [0, 2, 1]}), classes)
-    logits = Predictions.read(pd.DataFrame({"image_id": ids, "logit_cat": [2.0, 0.0, -1.0],
-                                            "logit_dog": [0.0, 0.0, 1.0]}), classes)
+    logits = Predictions.read(
+        pd.DataFrame({"image_id": ids, "logit_cat": [2.0, 0.0, -1.0], "logit_dog": [0.0, 0.0, 1.0]}), classes
+    )
     assert logits.kind == "logits" and logits.probabilities[0, 0] == pytest.approx(1 / (1 + math.exp(-2)))
     with pytest.raises(InputFormatError, match="not probabilities"):
         Predictions.read(pd.DataFrame({"image_id": ids, "prob_cat": [0.9, 0.5, 0.2], "prob_dog": 0.5}), classes)

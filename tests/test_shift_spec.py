@@ -1,4 +1,5 @@
 """ShiftSpec: frozen, versioned, strict JSON; the public reader metashift_hf.shift_spec."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,14 @@ def _spec() -> ShiftSpec:
     ids |= {f"dog({c})": [f"d{c}{i}" for i in range(30)] for c in "ab"}
     src = SetSource(ids)
     return domain_generalisation(
-        "t", src, classes=["cat", "dog"], train=[GroupDef("cat", "a", ("a",), "a"), GroupDef("dog", "a", ("a",), "a")],
+        "t",
+        src,
+        classes=["cat", "dog"],
+        train=[GroupDef("cat", "a", ("a",), "a"), GroupDef("dog", "a", ("a",), "a")],
         test=[GroupDef("cat", "b", ("b",), "b"), GroupDef("dog", "b", ("b",), "b")],
         sizes=DGSizes(train_per_group=10, validation_per_group=5, id_test_per_group=5),
-        distance=ShiftDistance(value=0.5, rule="code", note="n", per_class={"cat": 0.4, "dog": None})).spec
+        distance=ShiftDistance(value=0.5, rule="code", note="n", per_class={"cat": 0.4, "dog": None}),
+    ).spec
 
 
 def test_round_trip_and_frozen():
@@ -39,17 +44,20 @@ def test_round_trip_and_frozen():
     assert ShiftSpec.from_json(coll.to_json()) == coll and coll.shift_type == "none"
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(extra=1), "unknown keys \\['extra'\\]"),
-    (lambda d: d.pop("seed"), "missing keys \\['seed'\\]"),
-    (lambda d: d["train_groups"][0].update(colour="red"), "GroupSpec has unknown keys"),
-    (lambda d: d.update(spec_version=SPEC_VERSION + 1), "spec_version"),
-    (lambda d: d.pop("spec_version"), "spec_version None"),
-    (lambda d: d.update(shift_type="sideways"), "'sideways' is not one of"),
-    (lambda d: d.update(seed="0"), "seed: expected int"),
-    (lambda d: d["distance"].update(value="far"), "distance.value"),
-    (lambda d: d.update(classes="cat"), "classes: expected a list"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.update(extra=1), "unknown keys \\['extra'\\]"),
+        (lambda d: d.pop("seed"), "missing keys \\['seed'\\]"),
+        (lambda d: d["train_groups"][0].update(colour="red"), "GroupSpec has unknown keys"),
+        (lambda d: d.update(spec_version=SPEC_VERSION + 1), "spec_version"),
+        (lambda d: d.pop("spec_version"), "spec_version None"),
+        (lambda d: d.update(shift_type="sideways"), "'sideways' is not one of"),
+        (lambda d: d.update(seed="0"), "seed: expected int"),
+        (lambda d: d["distance"].update(value="far"), "distance.value"),
+        (lambda d: d.update(classes="cat"), "classes: expected a list"),
+    ],
+)
 def test_from_json_refuses_bad_input(change, message):
     data = json.loads(_spec().to_json())
     change(data)
@@ -71,7 +79,11 @@ def test_public_reader_errors(tmp_path):
     card = "---\nconfigs:\n" + "".join(f"- config_name: {c}\n" for c in "ab") + "---\n"
     (tmp_path / "two" / "README.md").write_text(card)
     (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: one\n---\n")
-    assert metashift_hf.shift_spec(tmp_path / "one") == spec == metashift_hf.shift_spec(TaskRef(str(tmp_path / "two"), config="b"))
+    assert (
+        metashift_hf.shift_spec(tmp_path / "one")
+        == spec
+        == metashift_hf.shift_spec(TaskRef(str(tmp_path / "two"), config="b"))
+    )
     assert metashift_hf.shift_spec(spec) is spec
     with pytest.raises(UnknownNameError, match="2 configs"):
         metashift_hf.shift_spec(tmp_path / "two")

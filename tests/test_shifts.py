@@ -1,4 +1,5 @@
 """Split plans on plain sets: leakage, sizes per split/group, determinism, errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,13 +45,22 @@ def all_ids(plan: TaskPlan) -> list[str]:
     return [r.image_id for rows in plan.splits.values() for r in rows]
 
 
-def dg(source, seed=0, sizes=DGSizes(train_per_group=50, validation_per_group=10, id_test_per_group=10,
-                                     additional_test_per_group=None)):
+def dg(
+    source,
+    seed=0,
+    sizes=DGSizes(train_per_group=50, validation_per_group=10, id_test_per_group=10, additional_test_per_group=None),
+):
     g = lambda c, x: GroupDef(c, x, (x,), x)  # noqa: E731
     return domain_generalisation(
-        "t", source, classes=["cat", "dog"], train=[g("cat", "a"), g("dog", "b")],
-        test=[g("cat", "c"), g("dog", "c")], additional_test=[g("cat", "d"), g("dog", "a")],
-        sizes=sizes, seed=seed)
+        "t",
+        source,
+        classes=["cat", "dog"],
+        train=[g("cat", "a"), g("dog", "b")],
+        test=[g("cat", "c"), g("dog", "c")],
+        additional_test=[g("cat", "d"), g("dog", "a")],
+        sizes=sizes,
+        seed=seed,
+    )
 
 
 def test_seeded_order_is_deterministic_and_order_free():
@@ -72,7 +82,7 @@ def test_dg_no_leakage_and_ambiguous_removed():
     for s in ("train", "validation", "id_test"):
         assert not test_ids & {r.image_id for r in plan.splits[s]}
     # additional test group dog(a) loses every image of the training groups (cat(a), dog(b))
-    train_group_imgs = (subsets["cat(a)"] | subsets["dog(b)"])
+    train_group_imgs = subsets["cat(a)"] | subsets["dog(b)"]
     extra = {r.image_id for r in plan.splits["test"] if r.group == "dog(a)"}
     assert extra and not extra & train_group_imgs
     # main test images never appear in the training groups' rows
@@ -119,8 +129,14 @@ def test_dg_not_enough_images_names_group_and_overrides():
 def test_dg_empty_test_group_errors():
     g = lambda c, x: GroupDef(c, x, (x,), x)  # noqa: E731
     with pytest.raises(EmptyResultError, match="zzz"):
-        domain_generalisation("t", SetSource(make_world()), classes=["cat", "dog"], train=[g("cat", "a")],
-                              test=[g("dog", "zzz")], sizes=DGSizes(10, 1, 1))
+        domain_generalisation(
+            "t",
+            SetSource(make_world()),
+            classes=["cat", "dog"],
+            train=[g("cat", "a")],
+            test=[g("dog", "zzz")],
+            sizes=DGSizes(10, 1, 1),
+        )
 
 
 def test_dg_additional_test_groups_are_opt_in():
@@ -132,10 +148,14 @@ def test_dg_additional_test_groups_are_opt_in():
 
 def subpop(source, sizes, seed=0, pool=None):
     return subpopulation_shift(
-        "s", source,
+        "s",
+        source,
         majority=[GroupDef("cat", "indoor", ("a", "b", "c")), GroupDef("dog", "outdoor", ("d", "e", "f"))],
         minority=[GroupDef("cat", "outdoor", ("d", "e", "f")), GroupDef("dog", "indoor", ("a", "b", "c"))],
-        sizes=sizes, seed=seed, pool=pool)
+        sizes=sizes,
+        seed=seed,
+        pool=pool,
+    )
 
 
 def test_subpop_sizes_fraction_and_balance():
@@ -176,13 +196,30 @@ def test_subpop_pool_and_size_errors():
 
 def test_community_shift_train_is_largest_community():
     subsets = make_world(n=3000)
-    comm = {"cat(a)": 0, "cat(b)": 0, "cat(c)": 1, "cat(d)": 1, "cat(e)": 2, "cat(f)": 2,
-            "dog(a)": 0, "dog(b)": 0, "dog(c)": 0, "dog(d)": 1, "dog(e)": 1, "dog(f)": 1}
+    comm = {
+        "cat(a)": 0,
+        "cat(b)": 0,
+        "cat(c)": 1,
+        "cat(d)": 1,
+        "cat(e)": 2,
+        "cat(f)": 2,
+        "dog(a)": 0,
+        "dog(b)": 0,
+        "dog(c)": 0,
+        "dog(d)": 1,
+        "dog(e)": 1,
+        "dog(f)": 1,
+    }
     kept = [k for k in subsets if k not in ("cat(dog)", "dog(cat)")]
     src = SetSource(subsets, kept=kept, communities=comm)
-    plan = community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.1, 0.2),
-                           distance_fn=lambda c, a, b: Distance(1.0 if c == "cat" else 3.0, "spectral", "ok"),
-                           distance_rule="test")
+    plan = community_shift(
+        "bin-cat-dog",
+        src,
+        classes=["cat", "dog"],
+        sizes=CommunitySizes(0.1, 0.2),
+        distance_fn=lambda c, a, b: Distance(1.0 if c == "cat" else 3.0, "spectral", "ok"),
+        distance_rule="test",
+    )
     ids = all_ids(plan)
     assert len(ids) == len(set(ids))
     train_cat = {r.image_id for r in plan.splits["train"] if r.label == "cat"}
@@ -193,8 +230,10 @@ def test_community_shift_train_is_largest_community():
     assert plan.spec.distance.value == 2.0 and plan.spec.distance.metric == "spectral"
     with pytest.raises(OptionError, match="fractions"):
         community_shift("bin-cat-dog", src, classes=["cat", "dog"], sizes=CommunitySizes(0.5, 0.5))
-    id_cat = len(((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"]) - set().union(
-        *[subsets[f"dog({c})"] for c in "abcdef"]))
+    id_cat = len(
+        ((subsets["cat(a)"] | subsets["cat(b)"]) - subsets["cat(dog)"])
+        - set().union(*[subsets[f"dog({c})"] for c in "abcdef"])
+    )
     n_cat = sum(r.label == "cat" for s in ("train", "validation", "id_test") for r in plan.splits[s])
     assert n_cat == id_cat
 
@@ -248,8 +287,18 @@ def test_dg_by_distance_picks_contexts_nearest_target():
     src = SetSource(make_world())
     d = _Distances({"dog(a)": 0.2, "dog(b)": 0.9, "dog(d)": 1.1, "dog(e)": 0.5})  # dog(f): no embedding
     plan = domain_generalisation_by_distance(
-        "dg-d", src, d, shifted_class="dog", test_context="c", target_distance=1.0, other_class="cat",
-        other_train_contexts=["a"], other_test_contexts=["c"], k=2, sizes=DGSizes(30, 5, 5))
+        "dg-d",
+        src,
+        d,
+        shifted_class="dog",
+        test_context="c",
+        target_distance=1.0,
+        other_class="cat",
+        other_train_contexts=["a"],
+        other_test_contexts=["c"],
+        k=2,
+        sizes=DGSizes(30, 5, 5),
+    )
     assert {e.group for e in plan.spec.train_groups} == {"cat(a)", "dog(b)", "dog(d)"}
     assert plan.spec.distance.value == pytest.approx(1.0) and plan.spec.distance.metric == "spectral"
     assert {e.group for e in plan.spec.test_groups} == {"cat(c)", "dog(c)"}

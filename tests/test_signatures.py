@@ -1,5 +1,6 @@
 """No library function takes 15 or more parameters (issue 25): a long run is a config type (``EvalConfig``,
 ``TrainConfig``, ``PushOptions``), not a row of keywords copied from caller to callee."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,13 +69,18 @@ def too_long(modules: list[ModuleType]) -> list[str]:
 def test_no_public_function_takes_15_or_more_parameters():
     modules = _modules()
     names = {m.__name__ for m in modules}
-    assert {"metashift_hf.evaluate.run", "metashift_hf.evaluate.zoo", "metashift_hf.hub.publish",
-            "metashift_hf.builders.build"} <= names  # the walk reaches the library, folders outside it included
+    assert {
+        "metashift_hf.evaluate.run",
+        "metashift_hf.evaluate.zoo",
+        "metashift_hf.hub.publish",
+        "metashift_hf.builders.build",
+    } <= names  # the walk reaches the library, folders outside it included
     assert too_long(modules) == []
 
 
 def test_the_rule_sees_a_long_function_and_method(tmp_path):
     """The check itself can fail: a module with a 15-parameter function and method is named."""
+
     def wide(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o):
         pass
 
@@ -93,9 +99,17 @@ def test_the_rule_sees_a_long_function_and_method(tmp_path):
     assert [f.split(" (")[0] for f in found] == ["long_one.wide", "long_one.C.run"]
 
 
-@pytest.mark.parametrize("name", ["metashift_hf.evaluate.run.evaluate", "metashift_hf.evaluate.zoo.evaluate_zoo",
-                                  "metashift_hf.hub.publish.publish_tasks"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "metashift_hf.evaluate.run.evaluate",
+        "metashift_hf.evaluate.zoo.evaluate_zoo",
+        "metashift_hf.hub.publish.publish_tasks",
+    ],
+)
 def test_the_three_long_entry_points_take_a_config(name):
     mod, func = name.rsplit(".", 1)
     params = inspect.signature(getattr(importlib.import_module(mod), func)).parameters
-    assert len(params) <= 12 and ({"settings", "push"} & set(params))  # publish: + on_missing, an argument now, not an option name
+    assert len(params) <= 12 and (
+        {"settings", "push"} & set(params)
+    )  # publish: + on_missing, an argument now, not an option name

@@ -1,4 +1,5 @@
 """`stats`: published figures per source, exact checks for pinned pickles, consistency checks."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,14 @@ def _toy(tmp_path, *, source="custom", inputs=(), options=BuildOptions(), name="
 def attributes_artifact(tmp_path_factory, shared_ref):
     pkl = shared_ref / "metashift" / "attributes-candidate-subsets.pkl"
     out = tmp_path_factory.mktemp("attr") / "art"
-    build_artifact(load_candidate_pickle(pkl, attributes=True), out, BuildOptions(include_attributes=True),
-                   source="published", inputs=[{"path": str(pkl), "role": "attributes_pickle"}], plots=False)
+    build_artifact(
+        load_candidate_pickle(pkl, attributes=True),
+        out,
+        BuildOptions(include_attributes=True),
+        source="published",
+        inputs=[{"path": str(pkl), "role": "attributes_pickle"}],
+        plots=False,
+    )
     return out
 
 
@@ -91,8 +98,11 @@ def test_demo_artifact_has_no_published_reference(tmp_path):
 
 
 def test_pinned_full_pickle_must_match_exactly(tmp_path, monkeypatch):
-    art = _toy(tmp_path, source="published", inputs=[{"path": "/nowhere/full-candidate-subsets.pkl",
-                                                      "role": "candidate_subsets", "sha256": FULL_SHA}])
+    art = _toy(
+        tmp_path,
+        source="published",
+        inputs=[{"path": "/nowhere/full-candidate-subsets.pkl", "role": "candidate_subsets", "sha256": FULL_SHA}],
+    )
     rep = st.compare(art.root)
     assert rep.reference == "full"
     failed = {r.figure for r in rep.failures}
@@ -105,9 +115,14 @@ def test_pinned_full_pickle_must_match_exactly(tmp_path, monkeypatch):
 
 
 def test_mixed_and_custom_inputs_are_not_checked_against_published(tmp_path):
-    art = _toy(tmp_path, source="published", inputs=[
-        {"path": "a", "role": "candidate_subsets", "sha256": FULL_SHA},
-        {"path": "b", "role": "attributes_pickle", "sha256": ATTR_SHA}])
+    art = _toy(
+        tmp_path,
+        source="published",
+        inputs=[
+            {"path": "a", "role": "candidate_subsets", "sha256": FULL_SHA},
+            {"path": "b", "role": "attributes_pickle", "sha256": ATTR_SHA},
+        ],
+    )
     rep = st.compare(art.root)
     assert "mixed inputs" in rep.basis and rep.failures == []
     assert not any(r.check == "exact" for r in rep.rows)
@@ -158,14 +173,28 @@ def _write_match(root, **figures):
 def test_match_figures_are_compared_when_present(tmp_path, monkeypatch):
     pinned = [{"path": "x", "role": "candidate_subsets", "sha256": FULL_SHA}]
     art = _toy(tmp_path, source="published", inputs=pinned)
-    _write_match(art.root, hierarchy="paper", vocabulary_names=1262, matched_names=427, subsets=5040, classes=260,
-                 imagenet_leaves_covered=867)
+    _write_match(
+        art.root,
+        hierarchy="paper",
+        vocabulary_names=1262,
+        matched_names=427,
+        subsets=5040,
+        classes=260,
+        imagenet_leaves_covered=867,
+    )
     rows = {r.figure: r for r in st.compare(art.root).rows if r.figure.startswith("match ")}
     assert rows["match subsets"].ok and rows["match classes"].ok is False
     assert rows["match classes"].difference == -1
     # Not the pinned full pickle: shown, not checked.
     other = _toy(tmp_path, name="other")
-    _write_match(other.root, hierarchy="paper", vocabulary_names=1262, matched_names=1, subsets=2, classes=3,
-                 imagenet_leaves_covered=4)
+    _write_match(
+        other.root,
+        hierarchy="paper",
+        vocabulary_names=1262,
+        matched_names=1,
+        subsets=2,
+        classes=3,
+        imagenet_leaves_covered=4,
+    )
     rows = [r for r in st.compare(other.root).rows if r.figure.startswith("match ")]
     assert len(rows) == 5 and all(r.ok is None for r in rows)

@@ -1,4 +1,5 @@
 """Subset names, ontologies, CandidateSubsets and the two rules (incl. the shared 66/679 figure)."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,9 @@ def test_parse_names_with_spaces():
     assert parse_subset_name("guy(eye glasses)") == ("guy", "eye glasses")
 
 
-@pytest.mark.parametrize("bad", ["dog", "dog()", "(dog)", "dog(a(b))", "dog(cat", " dog(cat)", "dog( cat)", "dog(cat)x", 3])
+@pytest.mark.parametrize(
+    "bad", ["dog", "dog()", "(dog)", "dog(a(b))", "dog(cat", " dog(cat)", "dog( cat)", "dog(cat)x", 3]
+)
 def test_malformed_names_raise(bad):
     with pytest.raises(InputFormatError) as e:
         parse_subset_name(bad)

@@ -1,6 +1,7 @@
 """MetaShift from any multi-label dataset: a tags table (--tags) and a dataset with a multi-label
 column (--hf-dataset, read through datasets.load_dataset) build the same artifact from the same tags;
 images then come from the dataset's image column."""
+
 from __future__ import annotations
 
 import io
@@ -44,11 +45,21 @@ def sources(tmp_path_factory):
     pq.write_table(pa.table({"image_id": [a for a, _ in rows], "tag": [b for _, b in rows]}), root / "tags.parquet")
     repo = root / "repo"
     (repo / "data").mkdir(parents=True)
-    features = datasets.Features({"image_id": datasets.Value("string"),
-                                  "labels": datasets.Sequence(datasets.Value("string")), "image": datasets.Image()})
-    ds = datasets.Dataset.from_dict({"image_id": [f"im{i:03d}" for i in range(N)],
-                                     "labels": [tags_of(i) for i in range(N)],
-                                     "image": [{"bytes": jpeg(i), "path": None} for i in range(N)]}, features=features)
+    features = datasets.Features(
+        {
+            "image_id": datasets.Value("string"),
+            "labels": datasets.Sequence(datasets.Value("string")),
+            "image": datasets.Image(),
+        }
+    )
+    ds = datasets.Dataset.from_dict(
+        {
+            "image_id": [f"im{i:03d}" for i in range(N)],
+            "labels": [tags_of(i) for i in range(N)],
+            "image": [{"bytes": jpeg(i), "path": None} for i in range(N)],
+        },
+        features=features,
+    )
     ds.to_parquet(str(repo / "data" / "train-00000-of-00001.parquet"))
     return {"csv": csv, "parquet": root / "tags.parquet", "repo": repo}
 
@@ -56,12 +67,17 @@ def sources(tmp_path_factory):
 def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
     a = build_from_inputs(tmp_path / "csv", tags=sources["csv"], plots=False)
     b = build_from_inputs(tmp_path / "pq", tags=sources["parquet"], plots=False)
-    c = build_from_inputs(tmp_path / "hf", plots=False,
-                          hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    c = build_from_inputs(
+        tmp_path / "hf",
+        plots=False,
+        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+    )
     assert a.content_hash == b.content_hash == c.content_hash
     assert a.classes() == ["cat"] and len(a.subsets_of("cat")) == 8
     # co-occurrence: cat(c3) = images tagged cat and c3
-    assert a.images("cat(c3)") == frozenset(f"im{i:03d}" for i in range(N) if "cat" in tags_of(i) and "c3" in tags_of(i))
+    assert a.images("cat(c3)") == frozenset(
+        f"im{i:03d}" for i in range(N) if "cat" in tags_of(i) and "c3" in tags_of(i)
+    )
     assert c.manifest.inputs[0]["image_column"] == "image" and c.manifest.source == "custom"
     # the image column is found without --image-column when the dataset has exactly one
     d = build_from_inputs(tmp_path / "hf2", plots=False, hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels"))
@@ -69,8 +85,11 @@ def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
 
 
 def test_images_come_from_the_dataset_column(sources, tmp_path):
-    art = build_from_inputs(tmp_path / "hf", plots=False,
-                            hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    art = build_from_inputs(
+        tmp_path / "hf",
+        plots=False,
+        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+    )
     task = prepare("class-cat", art, cache_dir=tmp_path / "cache")
     ds = task.dataset["train"] if "train" in task.dataset else next(iter(task.dataset.values()))
     ds = ds.cast_column("image", type(ds.features["image"])(decode=False))
@@ -81,8 +100,11 @@ def test_images_come_from_the_dataset_column(sources, tmp_path):
 def test_export_of_a_dataset_artifact_needs_no_images(sources, tmp_path, capsys, monkeypatch):
     """Round 3 D13 (R3-15): the images of an --hf-dataset artifact are its image column; export found no
     --images and refused (or read the registered GQA images)."""
-    art = build_from_inputs(tmp_path / "hf", plots=False,
-                            hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"))
+    art = build_from_inputs(
+        tmp_path / "hf",
+        plots=False,
+        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+    )
     monkeypatch.setenv("METASHIFT_HF_IMAGES", str(tmp_path / "registered-gqa-images"))  # never used for it
     out = tmp_path / "export"
     rc = main(["export", "class-cat", "--artifact", str(art.root), "--out", str(out), "--quiet", "--no-verify"])
@@ -102,13 +124,41 @@ def test_subject_tags_and_errors(sources, tmp_path, capsys):
     with pytest.raises(InputFormatError, match="missing column"):
         read_tags_file(bad)
     out = tmp_path / "o"
-    assert main(["build", "--tags", str(sources["csv"]), "--out", str(out), "--no-plots", "--quiet",
-                 "--subject-tags", "cat"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--tags",
+                str(sources["csv"]),
+                "--out",
+                str(out),
+                "--no-plots",
+                "--quiet",
+                "--subject-tags",
+                "cat",
+            ]
+        )
+        == 0
+    )
     assert "classes: 1" in capsys.readouterr().out
     assert main(["build", "--hf-dataset", str(sources["repo"]), "--out", str(tmp_path / "p")]) == 2
     assert "--tag-column" in capsys.readouterr().err
-    assert main(["build", "--hf-dataset", str(sources["repo"]), "--tag-column", "labels", "--out",
-                 str(tmp_path / "q"), "--quiet", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--hf-dataset",
+                str(sources["repo"]),
+                "--tag-column",
+                "labels",
+                "--out",
+                str(tmp_path / "q"),
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     with pytest.raises(InputFormatError, match="multi-label sources only"):
         build_from_inputs(tmp_path / "r", scene_graphs=[sources["csv"]], options=BuildOptions(subject_tags=("x",)))
 

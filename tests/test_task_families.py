@@ -1,4 +1,5 @@
 """The task-family registry (builders.tasks): dispatch, typed options, adding a family."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,15 +18,17 @@ def test_every_id_has_exactly_one_family(builder_world):
         owners = [f.name for f in tasks.families() if f.owns(art, task_id)]
         assert len(owners) == 1, (task_id, owners)
     assert tasks.family_of(art, "class-dog").info(art, "class-dog") == tasks.TaskInfo(
-        "class-dog", "class", "class", ("dog",))
+        "class-dog", "class", "class", ("dog",)
+    )
     assert {"paper", "class", "collection", "binary", "multiclass"} <= set(tasks.kinds())
 
 
 def test_options_are_typed_and_checked(builder_world):
     art = builder_world["artifact"]
     fam = tasks.family_of(art, "paper-dg-cat-dog-1")
-    opts = tasks.parse_options(fam, "paper-dg-cat-dog-1", {"scale": 1, "train_per_group": 20.0,
-                                                            "additional_test_per_group": None})
+    opts = tasks.parse_options(
+        fam, "paper-dg-cat-dog-1", {"scale": 1, "train_per_group": 20.0, "additional_test_per_group": None}
+    )
     assert opts == tasks.PaperDGOptions(scale=1.0, train_per_group=20, additional_test_per_group=None)
     assert isinstance(opts.scale, float) and isinstance(opts.train_per_group, int)
     assert tasks.given_options(opts) == {"scale": 1.0, "train_per_group": 20, "additional_test_per_group": None}
@@ -65,7 +68,7 @@ class _OneClass(tasks.TaskFamily):
         return [f"one-{c}" for c in artifact.classes()]
 
     def classes(self, artifact, task_id):
-        return (task_id[len("one-"):],)
+        return (task_id[len("one-") :],)
 
     def plan(self, artifact, task_id, options, seed):
         (cls,) = self.classes(artifact, task_id)
@@ -94,8 +97,11 @@ def test_every_family_spec_round_trips_through_json(builder_world):
     art = builder_world["artifact"]
     ids = tasks.task_ids(art)
     picked = ["paper-dg-cat-dog-1", "paper-subpop-cat-dog-p1", "class-cat", "classes"]
-    picked += [next(i for i in ids if i.startswith(f"shift-{t}-")) for t in ("marginal", "conditional", "joint")
-               if any(i.startswith(f"shift-{t}-") for i in ids)]
+    picked += [
+        next(i for i in ids if i.startswith(f"shift-{t}-"))
+        for t in ("marginal", "conditional", "joint")
+        if any(i.startswith(f"shift-{t}-") for i in ids)
+    ]
     for task_id in picked:
         options = {"scale": 0.1} if task_id.startswith("paper-") else {}
         try:

@@ -1,4 +1,5 @@
 """Issue 27.5: a task read from the Hub is recorded with its repo id and the commit sha its revision resolved to."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ print(json.dumps({"first": first, "head": head, "main": hub_commit("tester/metas
 
 def test_hub_commit_resolves_the_revision_to_its_sha(tmp_path):
     with running_hub() as (endpoint, _):
-        r = subprocess.run([sys.executable, "-c", SCRIPT], env=client_env(endpoint, str(tmp_path / "hf"), TOKEN),
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", SCRIPT],
+            env=client_env(endpoint, str(tmp_path / "hf"), TOKEN),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["main"] == got["head"] and got["pinned"] == got["first"] != got["head"]

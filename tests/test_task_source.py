@@ -1,5 +1,6 @@
 """A task is a dataset (issue 19): one resolver for a task id + artifact, an exported folder, a Hub repo
 id or a loaded dataset; scoring, the array Evaluator and the commands give the same numbers from each."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,11 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("task-source")
     art = build_tiny_artifact(root / "artifact")
     images = sample_jpegs(root / "images", n=30)
-    tasks = [three_split_task("paper-dg-cat-dog-1", images),
-             three_split_task("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
-             three_split_task("bin-cat-dog", images, matched=True)]
+    tasks = [
+        three_split_task("paper-dg-cat-dog-1", images),
+        three_split_task("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
+        three_split_task("bin-cat-dog", images, matched=True),
+    ]
     export_prepared(tasks, art, root / "out", namespace=NS)
     return {"root": root, "out": root / "out", "tasks": {t.task_id: t for t in tasks}}
 
@@ -60,7 +63,10 @@ def test_folder_dataset_and_prepared_task_give_the_same_rows(exported):
     assert list(loaded["test"]["image_id"]) == [r.image_id for r in from_folder.plan.splits["test"]]
     # the images are the parquet's bytes, by image id
     iid = loaded["train"][0]["image_id"]
-    assert from_folder.images().read(iid) == loaded["train"].cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"]
+    assert (
+        from_folder.images().read(iid)
+        == loaded["train"].cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"]
+    )
 
 
 def test_score_is_the_same_from_every_form(exported):
@@ -148,19 +154,37 @@ def test_score_and_tasks_show_commands_read_a_folder(exported, tmp_path, capsys)
     folder = exported["out"] / "metashift-paper-subpop-cat-dog-p12"
     preds = random_predictions(open_task(folder).plan, seed=5)
     preds.to_csv(tmp_path / "p.csv", index=False)
-    assert main(["score", "--task", str(folder), "--predictions", str(tmp_path / "p.csv"), "--out", str(tmp_path / "s")]) == 0
+    assert (
+        main(["score", "--task", str(folder), "--predictions", str(tmp_path / "p.csv"), "--out", str(tmp_path / "s")])
+        == 0
+    )
     per_group = pd.read_csv(tmp_path / "s" / "per_group.csv")
     assert set(per_group["level"]) == {"all", "group", "class", "context"}
     want = score(preds, folder)
     row = per_group[(per_group["split"] == "test") & (per_group["level"] == "group")].sort_values("name")
     assert list(row["accuracy"]) == [g.accuracy for g in want.splits["test"].per_group]
-    assert json.loads((tmp_path / "s" / "scores.json").read_text())["worst_class"] == json.loads(json.dumps(
-        want.to_dict()["worst_class"]))
+    assert json.loads((tmp_path / "s" / "scores.json").read_text())["worst_class"] == json.loads(
+        json.dumps(want.to_dict()["worst_class"])
+    )
     capsys.readouterr()
     assert main(["tasks", "show", str(folder)]) == 0
     assert "paper-subpop-cat-dog-p12" in capsys.readouterr().out
-    assert main(["score", "--task", str(folder), "--set", "scale=0.5", "--predictions", str(tmp_path / "p.csv"),
-                 "--out", str(tmp_path / "s2")]) == 2
+    assert (
+        main(
+            [
+                "score",
+                "--task",
+                str(folder),
+                "--set",
+                "scale=0.5",
+                "--predictions",
+                str(tmp_path / "p.csv"),
+                "--out",
+                str(tmp_path / "s2"),
+            ]
+        )
+        == 2
+    )
     assert "already planned" in capsys.readouterr().err and not (tmp_path / "s2").exists()
 
 
@@ -168,8 +192,7 @@ def test_evaluate_sample_is_stratified_by_class():
     assert _stratified_quota({"a": 90, "b": 10}, 10) == {"a": 9, "b": 1}
     assert _stratified_quota({"a": 5, "b": 5}, 3) == {"a": 2, "b": 1}  # ties by name
     assert _stratified_quota({"a": 2, "b": 1}, 10) == {"a": 2, "b": 1}
-    table = pd.DataFrame({"split": "test", "image_id": [str(i) for i in range(100)],
-                          "label": ["a"] * 80 + ["b"] * 20})
+    table = pd.DataFrame({"split": "test", "image_id": [str(i) for i in range(100)], "label": ["a"] * 80 + ["b"] * 20})
     got = sample_rows(table, 10, seed=0)
     assert got["label"].value_counts().to_dict() == {"a": 8, "b": 2}
     assert got.equals(sample_rows(table, 10, seed=0))
@@ -199,8 +222,24 @@ def test_python_api_takes_a_dataset_everywhere(exported):
 
 def test_cards_and_tasks_show_state_the_measured_shift(demo_build, tmp_path, capsys):
     world, art = demo_build
-    assert main(["export", "paper-dg-cat-dog-1", "--artifact", str(art.root), "--images", str(world.images_dir),
-                 "--set", "scale=0.5", "--out", str(tmp_path / "out"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "paper-dg-cat-dog-1",
+                "--artifact",
+                str(art.root),
+                "--images",
+                str(world.images_dir),
+                "--set",
+                "scale=0.5",
+                "--out",
+                str(tmp_path / "out"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     repo = tmp_path / "out" / "metashift-paper-dg-cat-dog-1"
     spec = metashift_hf.shift_spec(repo)
     assert spec.measured is not None and spec.measured.type == "joint" and spec.measured.agrees

@@ -1,4 +1,5 @@
 """Binary/multiclass task definitions, the registry, and the `match` / `tasks` commands."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,8 @@ SUBSETS = (
     [f"cat({c})" for c in CONTEXTS]
     + [f"dog({c})" for c in CONTEXTS]
     + [f"animal({c})" for c in CONTEXTS]  # animal.n.01 is above dog: never paired with it
-    + [f"couch({c})" for c in CONTEXTS[1:]] + ["couch(cat)"]  # couch -> sofa.n.01, same node as sofa
+    + [f"couch({c})" for c in CONTEXTS[1:]]
+    + ["couch(cat)"]  # couch -> sofa.n.01, same node as sofa
     + [f"sofa({c})" for c in ["cat", "dog", "bed", "chair", "table"]]
     + [f"dining table({c})" for c in CONTEXTS[:5]]
     + [f"horse({c})" for c in CONTEXTS[:4]]  # only 4 subsets
@@ -55,7 +57,11 @@ def test_binary_definition(small, wn):
     assert "bin-cat-dog" in _ids(binary_tasks(result, tree, wn, level=11))  # carnivore.n.01 at depth 11
     assert "bin-cat-dog" not in _ids(binary_tasks(result, tree, wn, level=12))
     cat_dog = next(t for t in tasks if t.task_id == "bin-cat-dog")
-    assert (cat_dog.lca_name, cat_dog.lca_depth, cat_dog.n_subsets) == ("carnivore.n.01", 11, (6, 6))  # cat(ocean) not selected
+    assert (cat_dog.lca_name, cat_dog.lca_depth, cat_dog.n_subsets) == (
+        "carnivore.n.01",
+        11,
+        (6, 6),
+    )  # cat(ocean) not selected
     assert cat_dog.n_images is None  # names only: sizes unknown
 
 
@@ -110,7 +116,10 @@ def test_match_and_tasks_commands(small, tmp_path, capsys, monkeypatch, wordnet_
     err = capsys.readouterr().err
     assert "error: no task 'bin-dog-cat'" in err and "bin-cat-dog" in err and "fix:" in err
 
-    assert main(["match", "--explain", "couch", "ocean(dog)", "--hierarchy", "wordnet", "--subset-names", str(names)]) == 0
+    assert (
+        main(["match", "--explain", "couch", "ocean(dog)", "--hierarchy", "wordnet", "--subset-names", str(names)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "sofa.n.01" in text and "ocean(dog): not selected" in text and "subject of 6 selected" in text
 

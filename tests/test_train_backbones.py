@@ -1,6 +1,7 @@
 """Issue 27 part 2: train / experiment compare on any backbone (hf:, timm:, torchvision:, a module): the linear
 probe's features are the model's pre-logits output, equal to calling the model directly, cached by image
 content and model fingerprint. Random-weight models saved locally; the exported three-split task."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,8 @@ def hf_resnet(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf-backbone") / "tiny"
     torch.manual_seed(0)
     model = transformers.ResNetForImageClassification(
-        transformers.ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]))
+        transformers.ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+    )
     model.save_pretrained(folder, safe_serialization=True)
     transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder, model.eval()
@@ -58,8 +60,9 @@ def test_hf_features_are_the_pooled_output(hf_resnet, exported_task, tmp_path):
     assert bb.dim == 16 and fs.features.shape == (6, 16)
     np.testing.assert_allclose(fs.features, want, rtol=1e-5, atol=1e-5)
     # cached by image content and the model's fingerprint: a second call embeds nothing
-    again = image_features(ids, ev.task.images(), backbone=load_backbone(f"hf:{folder}"), cache_dir=tmp_path,
-                           progress=False)
+    again = image_features(
+        ids, ev.task.images(), backbone=load_backbone(f"hf:{folder}"), cache_dir=tmp_path, progress=False
+    )
     assert again.computed == 0 and again.cached == 6
     np.testing.assert_array_equal(again.features, fs.features)
 
@@ -81,8 +84,27 @@ def test_train_cli_linear_probe_on_a_backbone(form, hf_resnet, timm_resnet, expo
     folder = hf_resnet[0] if form == "hf" else timm_resnet[0]
     backbone = f"hf:{folder}" if form == "hf" else f"timm:local-dir:{folder}"
     out = tmp_path / "run"
-    assert cli.main(["train", "--task", str(exported_task[0]), "--backbone", backbone, "--epochs", "1", "--seeds", "1",
-                     "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                str(exported_task[0]),
+                "--backbone",
+                backbone,
+                "--epochs",
+                "1",
+                "--seeds",
+                "1",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     card = json.loads((out / "run_card.json").read_text())
     assert card["backbone"]["name"] == backbone and card["features"]["computed"] > 0
     assert (out / "seed-0" / "predictions.csv").is_file()
@@ -91,9 +113,32 @@ def test_train_cli_linear_probe_on_a_backbone(form, hf_resnet, timm_resnet, expo
 def test_experiment_compare_on_an_hf_backbone(hf_resnet, exported_task, tmp_path):
     folder, _dd = exported_task
     out = tmp_path / "cmp"
-    assert cli.main(["experiment", "compare", "--methods", "erm", "--tasks", folder.name.removeprefix("metashift-"),
-                     "--from", str(folder.parent), "--backbone", f"hf:{hf_resnet[0]}", "--epochs", "1", "--seeds", "1",
-                     "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "experiment",
+                "compare",
+                "--methods",
+                "erm",
+                "--tasks",
+                folder.name.removeprefix("metashift-"),
+                "--from",
+                str(folder.parent),
+                "--backbone",
+                f"hf:{hf_resnet[0]}",
+                "--epochs",
+                "1",
+                "--seeds",
+                "1",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "compare.json").read_text())["backbone"]["name"] == f"hf:{hf_resnet[0]}"
 
 
@@ -102,9 +147,31 @@ def test_train_cli_finetunes_a_backbone(form, hf_resnet, timm_resnet, exported_t
     folder = hf_resnet[0] if form == "hf" else timm_resnet[0]
     backbone = f"hf:{folder}" if form == "hf" else f"timm:local-dir:{folder}"
     out = tmp_path / "run"
-    assert cli.main(["train", "--task", str(exported_task[0]), "--backbone", backbone, "--probe", "finetune",
-                     "--epochs", "1", "--seeds", "1", "--batch-size", "8", "--cache-dir", str(tmp_path / "cache"),
-                     "--out", str(out), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--task",
+                str(exported_task[0]),
+                "--backbone",
+                backbone,
+                "--probe",
+                "finetune",
+                "--epochs",
+                "1",
+                "--seeds",
+                "1",
+                "--batch-size",
+                "8",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     card = json.loads((out / "run_card.json").read_text())
     assert card["probe"] == "finetune" and card["backbone"]["name"] == backbone
     from safetensors.numpy import load_file

@@ -1,4 +1,5 @@
 """Hierarchies: WordNet hypernym closure, the published tree as published, the pinned `paper` fetch."""
+
 from __future__ import annotations
 
 import http.server
@@ -161,7 +162,9 @@ def test_paper_tree_goes_through_the_one_downloader(tmp_path, tree_file, monkeyp
     (folder / "imagenet1k_node_names.json.part").write_bytes(body[:1000])
     seen = []
     real = metashift_hf.sources.download.download_file
-    monkeypatch.setattr(metashift_hf.sources.manifest, "download_file", lambda *a, **k: seen.append(k) or real(*a, **k))
+    monkeypatch.setattr(
+        metashift_hf.sources.manifest, "download_file", lambda *a, **k: seen.append(k) or real(*a, **k)
+    )
     server = _Server(body)
     try:
         path = paper_tree_path(url=server.url, cache_dir=tmp_path)

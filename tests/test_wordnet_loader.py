@@ -1,4 +1,5 @@
 """Offline WordNet 3.0 (Debian dict files -> nltk corpus in the cache) and the ImageNet-1k class list."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,5 @@
 """The zoo: several models over several tasks, each (model, image) run once, logits cached, a leaderboard."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,12 +47,18 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     assert (tmp_path / "zoo" / "leaderboard.png").is_file() or card["picture"].startswith("not drawn")
 
     seen.clear()
-    again = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=replace(QUIET, force=True), **kw)
+    again = evaluate_zoo(
+        [_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=replace(QUIET, force=True), **kw
+    )
     assert seen == [] and again.cached == {"module:tiny1": distinct, "module:tiny2": distinct}
     pd.testing.assert_frame_equal(again.leaderboard, first.leaderboard)
 
     # the zoo's report for a task is the single evaluate's report on the same model
-    single = evaluate(_model(1), TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"), settings=EvalConfig(progress=False))
+    single = evaluate(
+        _model(1),
+        TaskRef("bin-cat-dog", artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False),
+    )
     zoo_rep = first.reports[("module:tiny1", "bin-cat-dog")]
     for key in ("overall", "splits", "classes", "worst_subset", "context_bugs"):
         assert zoo_rep[key] == single[key], key
@@ -78,11 +85,36 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
         select_tasks("binary", None)
     with pytest.raises(MetashiftError, match="alpha"):  # before any model loads
         evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", settings=EvalConfig(alpha=2))
-    rc = main(["evaluate", "--model", "efficientnet-lite0", "--task", "bin-cat-dog", "--tasks", "all",
-               "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "efficientnet-lite0",
+            "--task",
+            "bin-cat-dog",
+            "--tasks",
+            "all",
+            "--artifact",
+            str(world / "artifact"),
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert rc == 2 and "exactly one of --task" in capsys.readouterr().err
-    rc = main(["evaluate", "--model", "efficientnet-lite0", "--tasks", "all", "--save-logits",
-               "--artifact", str(world / "artifact"), "--out", str(tmp_path / "x")])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "efficientnet-lite0",
+            "--tasks",
+            "all",
+            "--save-logits",
+            "--artifact",
+            str(world / "artifact"),
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert rc == 2 and "--save-logits applies to a single --task" in capsys.readouterr().err
 
 
@@ -97,7 +129,9 @@ def test_match_registry_is_read_once_per_loaded_artifact(world, monkeypatch):
     ids = tasks_mod.task_ids(art)
     for t in ids:
         tasks_mod.family_of(art, t)
-    assert "bin-cat-dog" in ids and len(calls) == 1  # was one read per task id (tasks list on a full-scale artifact: ~32 s)
+    assert (
+        "bin-cat-dog" in ids and len(calls) == 1
+    )  # was one read per task id (tasks list on a full-scale artifact: ~32 s)
     tasks_mod.family_of(Artifact.load(world / "artifact"), "bin-cat-dog")
     assert len(calls) == 2  # another Artifact object reads it again
 
@@ -115,10 +149,27 @@ def test_cli_hf_folder_logits_equal_the_model_called_directly(world, tmp_path, c
 
     torch.manual_seed(1)
     folder = tmp_path / "tiny-hf"
-    ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])).save_pretrained(folder)
+    ResNetForImageClassification(
+        ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+    ).save_pretrained(folder)
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
-    rc = main(["evaluate", "--model", f"hf:{folder}", "--task", "bin-cat-dog", "--artifact", str(world / "artifact"),
-               "--images", str(world / "images"), "--out", str(tmp_path / "ev"), "--save-logits", "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            f"hf:{folder}",
+            "--task",
+            "bin-cat-dog",
+            "--artifact",
+            str(world / "artifact"),
+            "--images",
+            str(world / "images"),
+            "--out",
+            str(tmp_path / "ev"),
+            "--save-logits",
+            "--no-progress",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     got = pd.read_parquet(tmp_path / "ev" / "logits.parquet")
     model = AutoModelForImageClassification.from_pretrained(folder).eval()
@@ -137,8 +188,15 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
     from metashift_hf.evaluate.leaderboard_hub import publish_leaderboard
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    evaluate_zoo([_model(1), _model(2)], ["bin-cat-dog", "class-dog"], world / "artifact", world / "images",
-                 tmp_path / "zoo", settings=EvalConfig(progress=False), cache_dir=tmp_path / "cache")
+    evaluate_zoo(
+        [_model(1), _model(2)],
+        ["bin-cat-dog", "class-dog"],
+        world / "artifact",
+        world / "images",
+        tmp_path / "zoo",
+        settings=EvalConfig(progress=False),
+        cache_dir=tmp_path / "cache",
+    )
     assert publish_leaderboard(tmp_path / "zoo", "tester/board", dry_run=True)[0] == "README.md"
     with pytest.raises(InputFormatError, match="not a zoo folder"):
         publish_leaderboard(world / "images", "tester/board", dry_run=True)
@@ -148,7 +206,9 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
         api = HfApi(endpoint=endpoint, token=token)
         files = set(api.list_repo_files("tester/board", repo_type="dataset"))
         assert set(pushed) <= files and {"README.md", "leaderboard.csv", "zoo.json"} <= files
-        readme = Path(api.hf_hub_download("tester/board", "README.md", repo_type="dataset", cache_dir=tmp_path / "dl")).read_text()
+        readme = Path(
+            api.hf_hub_download("tester/board", "README.md", repo_type="dataset", cache_dir=tmp_path / "dl")
+        ).read_text()
         assert "data_files: leaderboard.csv" in readme and "module:tiny2" in readme
         got = api.hf_hub_download("tester/board", "leaderboard.csv", repo_type="dataset", cache_dir=tmp_path / "dl")
         local = pd.read_csv(tmp_path / "zoo" / "leaderboard.csv")  # published without the local report paths
@@ -163,8 +223,9 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
     art, images = world / "artifact", world / "images"
-    evaluate_zoo([_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", settings=QUIET,
-                 cache_dir=tmp_path / "cache")
+    evaluate_zoo(
+        [_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", settings=QUIET, cache_dir=tmp_path / "cache"
+    )
     evaluate(_model(1), TaskRef("bin-cat-dog", artifact=art, images=images), tmp_path / "eval", settings=QUIET)
     read = lambda p: pd.read_csv(p, keep_default_na=False, dtype={"split": str, "class": str, "name": str})
     eval_pg = read(tmp_path / "eval" / "per_group.csv")
@@ -173,8 +234,12 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     per_image = pd.read_csv(tmp_path / "eval" / "predictions.csv", dtype={"image_id": str})
     classes = open_task(TaskRef("bin-cat-dog", artifact=art, seed=0)).plan.classes
     other = {c: next(o for o in classes if o != c) for c in classes}
-    preds = pd.DataFrame({"image_id": per_image["image_id"],
-                          "prediction": [c if ok else other[c] for c, ok in zip(per_image["label"], per_image["correct"])]})
+    preds = pd.DataFrame(
+        {
+            "image_id": per_image["image_id"],
+            "prediction": [c if ok else other[c] for c, ok in zip(per_image["label"], per_image["correct"])],
+        }
+    )
     score(preds, TaskRef("bin-cat-dog", artifact=art, seed=0)).write(tmp_path / "score")
     score_pg = read(tmp_path / "score" / "per_group.csv")
     assert list(score_pg.columns) == list(eval_pg.columns) == list(PER_GROUP_COLUMNS)

@@ -1,4 +1,5 @@
 """The zoo past one process: each image read and hashed once, --shard i/n job arrays, torchrun ranks (gloo)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,7 +39,9 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     found: list = []
     real_collect = zoo_mod._collect_images
     monkeypatch.setattr(zoo_mod, "_collect_images", lambda *a: found.append(real_collect(*a)) or found[-1])
-    result = evaluate_zoo([_model(1)], TASKS, world / "artifact", world / "images", settings=EvalConfig(progress=False), use_cache=False)
+    result = evaluate_zoo(
+        [_model(1)], TASKS, world / "artifact", world / "images", settings=EvalConfig(progress=False), use_cache=False
+    )
     per_task = sum(len(ids) for ids in found[0].of_task.values())
     assert per_task > result.images  # the tasks share images (the old code hashed each once per task)
     assert len(hashed) == result.images  # each distinct image read and hashed once
@@ -96,6 +99,7 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
 
     monkeypatch.setattr("metashift_hf.models.runtime._cores", lambda: 16)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
     def prepare(data: bytes):
         return np.zeros(3, np.float32)
 
@@ -106,7 +110,9 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
 
     used: list[int] = []
     real = batches.ThreadPoolExecutor
-    monkeypatch.setattr(batches, "ThreadPoolExecutor", lambda max_workers, **k: used.append(max_workers) or real(max_workers, **k))
+    monkeypatch.setattr(
+        batches, "ThreadPoolExecutor", lambda max_workers, **k: used.append(max_workers) or real(max_workers, **k)
+    )
     predict(clf, ids, lambda i: b"", batch_size=8, progress=False)
     map_batches(prepare, run, ids, lambda i: b"", width=5, batch_size=8, progress=False, device="cuda")
     assert used == [decode_workers(None, "cuda")] * 2 == [4, 4]
@@ -117,13 +123,21 @@ def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(
     single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)
     calls: list[int] = []
     for i in range(2):
-        part = evaluate_zoo([_model(1, calls), _model(2)], TASKS, out=tmp_path / f"shard{i}", cache_dir=tmp_path / "c2",
-                            shard=f"{i}/2", **kw)
+        part = evaluate_zoo(
+            [_model(1, calls), _model(2)],
+            TASKS,
+            out=tmp_path / f"shard{i}",
+            cache_dir=tmp_path / "c2",
+            shard=f"{i}/2",
+            **kw,
+        )
         assert part.part == f"shard {i}/2" and part.leaderboard.empty and "plain run" in part.summary()
         assert not (tmp_path / f"shard{i}").exists()  # a shard writes only its cache part
     assert sum(calls) == single.images  # the two shards together ran each image once
     calls.clear()
-    assembled = evaluate_zoo([_model(1, calls), _model(2)], TASKS, out=tmp_path / "assembled", cache_dir=tmp_path / "c2", **kw)
+    assembled = evaluate_zoo(
+        [_model(1, calls), _model(2)], TASKS, out=tmp_path / "assembled", cache_dir=tmp_path / "c2", **kw
+    )
     assert calls == [] and set(assembled.computed.values()) == {0}  # assembly computes nothing
     for name in ("leaderboard.csv", "leaderboard.md"):
         assert (tmp_path / "assembled" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
@@ -133,7 +147,9 @@ def _tiny_hf(folder: Path) -> None:
     from transformers import ResNetConfig, ResNetForImageClassification, ViTImageProcessor
 
     torch.manual_seed(1)
-    ResNetForImageClassification(ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])).save_pretrained(folder)
+    ResNetForImageClassification(
+        ResNetConfig(num_labels=1000, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+    ).save_pretrained(folder)
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
 
 
@@ -141,16 +157,46 @@ def _tiny_hf(folder: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed (extra 'hf')")
 def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(world, tmp_path):
     _tiny_hf(tmp_path / "tiny-hf")
-    args = ["evaluate", "--model", f"hf:{tmp_path / 'tiny-hf'}", "--tasks", ",".join(TASKS), "--artifact",
-            str(world / "artifact"), "--images", str(world / "images"), "--batch-size", "8", "--no-progress"]
+    args = [
+        "evaluate",
+        "--model",
+        f"hf:{tmp_path / 'tiny-hf'}",
+        "--tasks",
+        ",".join(TASKS),
+        "--artifact",
+        str(world / "artifact"),
+        "--images",
+        str(world / "images"),
+        "--batch-size",
+        "8",
+        "--no-progress",
+    ]
     assert main([*args, "--out", str(tmp_path / "single"), "--cache-dir", str(tmp_path / "c1")]) == 0
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     # its own session, so a hung rendezvous is ended with every rank (torchrun's workers outlive a killed agent)
-    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                                 "-m", "metashift_hf.cli", *args, "--out", str(tmp_path / "dist"), "--cache-dir",
-                                 str(tmp_path / "c2")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "metashift_hf.cli",
+            *args,
+            "--out",
+            str(tmp_path / "dist"),
+            "--cache-dir",
+            str(tmp_path / "c2"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = launcher.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -160,7 +206,10 @@ def test_torchrun_two_cpu_ranks_and_cli_shards_reproduce_the_single_leaderboard(
     assert launcher.returncode == 0, stderr[-3000:]
     assert "rank 1/2" in stdout
     for i in range(2):  # the CLI's --shard into a third cache, then a plain run assembles it
-        assert main([*args, "--out", str(tmp_path / f"s{i}"), "--cache-dir", str(tmp_path / "c3"), "--shard", f"{i}/2"]) == 0
+        assert (
+            main([*args, "--out", str(tmp_path / f"s{i}"), "--cache-dir", str(tmp_path / "c3"), "--shard", f"{i}/2"])
+            == 0
+        )
     assert main([*args, "--out", str(tmp_path / "assembled"), "--cache-dir", str(tmp_path / "c3")]) == 0
     for name in ("leaderboard.csv", "leaderboard.md"):
         want = (tmp_path / "single" / name).read_bytes()
@@ -175,7 +224,12 @@ def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_
     assert pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(4)], 2)[0] == (0, os.getpid())
     got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
     assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
-    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False), cache_dir=tmp_path / "c")
+    kw = dict(
+        artifact=world / "artifact",
+        images=world / "images",
+        settings=EvalConfig(progress=False),
+        cache_dir=tmp_path / "c",
+    )
     seq = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "seq", **kw)
     monkeypatch.setattr(pool, "pool_size", lambda jobs: 2)
     par = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "par", **kw)

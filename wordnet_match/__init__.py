@@ -7,6 +7,7 @@ Quick use::
     tasks = wordnet_match.registry("ARTIFACT")                                    # list[TaskEntry]
     task = wordnet_match.get_task("ARTIFACT", "bin-cat-dog")
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,20 @@ def get_task(path: str | os.PathLike, task_id: str, require_available: bool = Fa
     """One registry entry; UnknownNameError with did-you-mean, or EmptyResultError for an unavailable preset."""
     task = find_task(read_tasks(path), task_id)
     if require_available and not task.available:
-        raise EmptyResultError(f"task {task_id} is not available here: {task.reason}",
-                               "build an artifact that contains those classes, or pick another task")
+        raise EmptyResultError(
+            f"task {task_id} is not available here: {task.reason}",
+            "build an artifact that contains those classes, or pick another task",
+        )
     return task
 
 
 __all__ = [
-    "MatchResult", "MatchRow", "SubsetRecord", "TaskEntry", "PRESETS",
-    "load_match", "registry", "get_task",
+    "MatchResult",
+    "MatchRow",
+    "SubsetRecord",
+    "TaskEntry",
+    "PRESETS",
+    "load_match",
+    "registry",
+    "get_task",
 ]

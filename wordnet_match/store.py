@@ -1,11 +1,12 @@
 """The match output folder (default ``ARTIFACT/match/``): written atomically, read back by ``load_match``.
 
-  match.json            figures, hierarchy, source, task thresholds and counts
-  match_table.parquet   one row per vocabulary name (why it did or did not match)
-  subsets.parquet       the selected subsets (subject and context matched; kept on an artifact)
-  classes.parquet       one row per class: synset, wnid, n_subsets, n_images, covered ImageNet indices
-  tasks.parquet         the task registry (binary tasks + multiclass presets)
+match.json            figures, hierarchy, source, task thresholds and counts
+match_table.parquet   one row per vocabulary name (why it did or did not match)
+subsets.parquet       the selected subsets (subject and context matched; kept on an artifact)
+classes.parquet       one row per class: synset, wnid, n_subsets, n_images, covered ImageNet indices
+tasks.parquet         the task registry (binary tasks + multiclass presets)
 """
+
 from __future__ import annotations
 
 import json
@@ -27,26 +28,57 @@ FORMAT = "metashift-hf-match"
 FORMAT_VERSION = 1
 MATCH_KIND = "match"  # the marker kind of a match --out folder (core.fsutil)
 
-_TABLE_SCHEMA = pa.schema([
-    ("name", pa.string()), ("matched", pa.bool_()), ("synset", pa.string()), ("wnid", pa.string()),
-    ("definition", pa.string()), ("depth", pa.int64()), ("imagenet_indices", pa.list_(pa.int64())),
-    ("sense_indices", pa.list_(pa.int64())), ("leaves", pa.list_(pa.string())), ("reason", pa.string()),
-])
-_SUBSETS_SCHEMA = pa.schema([
-    ("subset", pa.string()), ("subject", pa.string()), ("context", pa.string()),
-    ("n_images", pa.int64()), ("kept", pa.bool_()), ("selected", pa.bool_()),
-])
-_CLASSES_SCHEMA = pa.schema([
-    ("class", pa.string()), ("synset", pa.string()), ("wnid", pa.string()), ("n_subsets", pa.int64()),
-    ("n_images", pa.int64()), ("imagenet_indices", pa.list_(pa.int64())),
-])
-_TASKS_SCHEMA = pa.schema([
-    ("task_id", pa.string()), ("kind", pa.string()), ("classes", pa.list_(pa.string())),
-    ("synsets", pa.list_(pa.string())), ("lca", pa.string()), ("lca_name", pa.string()),
-    ("lca_depth", pa.int64()), ("path_similarity", pa.float64()), ("n_subsets", pa.list_(pa.int64())),
-    ("n_images", pa.list_(pa.int64())), ("subset_rule", pa.string()), ("available", pa.bool_()),
-    ("reason", pa.string()),
-])
+_TABLE_SCHEMA = pa.schema(
+    [
+        ("name", pa.string()),
+        ("matched", pa.bool_()),
+        ("synset", pa.string()),
+        ("wnid", pa.string()),
+        ("definition", pa.string()),
+        ("depth", pa.int64()),
+        ("imagenet_indices", pa.list_(pa.int64())),
+        ("sense_indices", pa.list_(pa.int64())),
+        ("leaves", pa.list_(pa.string())),
+        ("reason", pa.string()),
+    ]
+)
+_SUBSETS_SCHEMA = pa.schema(
+    [
+        ("subset", pa.string()),
+        ("subject", pa.string()),
+        ("context", pa.string()),
+        ("n_images", pa.int64()),
+        ("kept", pa.bool_()),
+        ("selected", pa.bool_()),
+    ]
+)
+_CLASSES_SCHEMA = pa.schema(
+    [
+        ("class", pa.string()),
+        ("synset", pa.string()),
+        ("wnid", pa.string()),
+        ("n_subsets", pa.int64()),
+        ("n_images", pa.int64()),
+        ("imagenet_indices", pa.list_(pa.int64())),
+    ]
+)
+_TASKS_SCHEMA = pa.schema(
+    [
+        ("task_id", pa.string()),
+        ("kind", pa.string()),
+        ("classes", pa.list_(pa.string())),
+        ("synsets", pa.list_(pa.string())),
+        ("lca", pa.string()),
+        ("lca_name", pa.string()),
+        ("lca_depth", pa.int64()),
+        ("path_similarity", pa.float64()),
+        ("n_subsets", pa.list_(pa.int64())),
+        ("n_images", pa.list_(pa.int64())),
+        ("subset_rule", pa.string()),
+        ("available", pa.bool_()),
+        ("reason", pa.string()),
+    ]
+)
 
 
 def _write(rows: list[dict], schema: pa.Schema, path: Path) -> None:
@@ -66,7 +98,9 @@ def match_dir(path: str | os.PathLike) -> Path:
     )
 
 
-def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None = None, *, force: bool = False) -> Path:
+def write_match(
+    result: MatchResult, out: str | os.PathLike, extra: dict | None = None, *, force: bool = False
+) -> Path:
     """Write the whole match folder in one atomic rename."""
 
     out = Path(out)
@@ -84,16 +118,49 @@ def write_match(result: MatchResult, out: str | os.PathLike, extra: dict | None 
     }
     with atomic_dir(out, kind=MATCH_KIND, force=force) as tmp:
         (tmp / "match.json").write_text(json.dumps(header, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        _write([{**r.__dict__, "imagenet_indices": list(r.imagenet_indices), "sense_indices": list(r.sense_indices),
-                 "leaves": list(r.leaves)} for r in result.table.values()], _TABLE_SCHEMA, tmp / "match_table.parquet")
+        _write(
+            [
+                {
+                    **r.__dict__,
+                    "imagenet_indices": list(r.imagenet_indices),
+                    "sense_indices": list(r.sense_indices),
+                    "leaves": list(r.leaves),
+                }
+                for r in result.table.values()
+            ],
+            _TABLE_SCHEMA,
+            tmp / "match_table.parquet",
+        )
         _write([s.__dict__ for s in result.subsets], _SUBSETS_SCHEMA, tmp / "subsets.parquet")
-        _write([{"class": c, "synset": result.table[c].synset, "wnid": result.table[c].wnid,
-                 "n_subsets": n_subsets[c], "n_images": result.class_images.get(c),
-                 "imagenet_indices": list(result.table[c].imagenet_indices)} for c in result.classes()],
-               _CLASSES_SCHEMA, tmp / "classes.parquet")
-        _write([{**t.__dict__, "classes": list(t.classes), "synsets": list(t.synsets), "n_subsets": list(t.n_subsets),
-                 "n_images": None if t.n_images is None else list(t.n_images)} for t in result.tasks],
-               _TASKS_SCHEMA, tmp / "tasks.parquet")
+        _write(
+            [
+                {
+                    "class": c,
+                    "synset": result.table[c].synset,
+                    "wnid": result.table[c].wnid,
+                    "n_subsets": n_subsets[c],
+                    "n_images": result.class_images.get(c),
+                    "imagenet_indices": list(result.table[c].imagenet_indices),
+                }
+                for c in result.classes()
+            ],
+            _CLASSES_SCHEMA,
+            tmp / "classes.parquet",
+        )
+        _write(
+            [
+                {
+                    **t.__dict__,
+                    "classes": list(t.classes),
+                    "synsets": list(t.synsets),
+                    "n_subsets": list(t.n_subsets),
+                    "n_images": None if t.n_images is None else list(t.n_images),
+                }
+                for t in result.tasks
+            ],
+            _TASKS_SCHEMA,
+            tmp / "tasks.parquet",
+        )
     return out
 
 
@@ -113,11 +180,18 @@ def read_tasks(path: str | os.PathLike) -> list[TaskEntry]:
     tasks = []
     for row in _read(folder / "tasks.parquet", _TASKS_SCHEMA):
         sim = row["path_similarity"]
-        tasks.append(TaskEntry(**{
-            **row, "classes": tuple(row["classes"]), "synsets": tuple(row["synsets"]),
-            "n_subsets": tuple(row["n_subsets"]), "path_similarity": float("nan") if sim is None else sim,
-            "n_images": None if row["n_images"] is None else tuple(row["n_images"]),
-        }))
+        tasks.append(
+            TaskEntry(
+                **{
+                    **row,
+                    "classes": tuple(row["classes"]),
+                    "synsets": tuple(row["synsets"]),
+                    "n_subsets": tuple(row["n_subsets"]),
+                    "path_similarity": float("nan") if sim is None else sim,
+                    "n_images": None if row["n_images"] is None else tuple(row["n_images"]),
+                }
+            )
+        )
     return tasks
 
 
@@ -132,12 +206,28 @@ def load_match(path: str | os.PathLike) -> MatchResult:
         raise InputFormatError(f"{folder / 'match.json'} is not a {FORMAT} file", "re-run `metashift-hf match`")
     table = {}
     for row in _read(folder / "match_table.parquet", _TABLE_SCHEMA):
-        table[row["name"]] = MatchRow(**{**row, "imagenet_indices": tuple(row["imagenet_indices"]),
-                                         "sense_indices": tuple(row["sense_indices"]), "leaves": tuple(row["leaves"])})
+        table[row["name"]] = MatchRow(
+            **{
+                **row,
+                "imagenet_indices": tuple(row["imagenet_indices"]),
+                "sense_indices": tuple(row["sense_indices"]),
+                "leaves": tuple(row["leaves"]),
+            }
+        )
     subsets = [SubsetRecord(**row) for row in _read(folder / "subsets.parquet", _SUBSETS_SCHEMA)]
     classes = _read(folder / "classes.parquet", _CLASSES_SCHEMA)
-    figure_keys = ("vocabulary_names", "matched_names", "subsets", "classes", "imagenet_leaves_covered",
-                   "imagenet_classes_covered", "hierarchy", "hierarchy_nodes", "hierarchy_source", "hidden_subtrees")
+    figure_keys = (
+        "vocabulary_names",
+        "matched_names",
+        "subsets",
+        "classes",
+        "imagenet_leaves_covered",
+        "imagenet_classes_covered",
+        "hierarchy",
+        "hierarchy_nodes",
+        "hierarchy_source",
+        "hidden_subtrees",
+    )
     return MatchResult(
         hierarchy=header.get("hierarchy", ""),
         table=table,
@@ -145,6 +235,7 @@ def load_match(path: str | os.PathLike) -> MatchResult:
         class_images={c["class"]: c["n_images"] for c in classes},
         kept_images=header.get("kept_images", {}),
         source=header.get("source", {}),
-        figures={k: header[k] for k in figure_keys if k in header} | {k: v for k, v in header.items() if k.startswith("tasks")},
+        figures={k: header[k] for k in figure_keys if k in header}
+        | {k: v for k, v in header.items() if k.startswith("tasks")},
         tasks=read_tasks(folder),
     )

@@ -8,6 +8,7 @@ matched classes a < b such that
   3. neither matched node is at or below the other (same synset, or e.g. animal vs dog, cannot be
      told apart by an ImageNet model).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -132,8 +133,13 @@ class _Index:
 
 
 def binary_tasks(
-    result: MatchResult, hierarchy: Hierarchy, wn, *, min_subsets: int = DEFAULT_MIN_SUBSETS,
-    level: int = DEFAULT_LEVEL, index: _Index | None = None,
+    result: MatchResult,
+    hierarchy: Hierarchy,
+    wn,
+    *,
+    min_subsets: int = DEFAULT_MIN_SUBSETS,
+    level: int = DEFAULT_LEVEL,
+    index: _Index | None = None,
 ) -> list[TaskEntry]:
     """Every binary task under the definition in this module's docstring, sorted by id."""
     index = index or _Index(result, hierarchy, wn)
@@ -150,8 +156,9 @@ def binary_tasks(
     return sorted(tasks, key=lambda t: t.task_id)
 
 
-def multiclass_task(result: MatchResult, hierarchy: Hierarchy, wn, classes, task_id: str | None = None,
-                    index: _Index | None = None) -> TaskEntry:
+def multiclass_task(
+    result: MatchResult, hierarchy: Hierarchy, wn, classes, task_id: str | None = None, index: _Index | None = None
+) -> TaskEntry:
     """A K-class task drawing on every kept subset of each class (the classes as built).
 
     Unavailable (with the reason) when a class is absent from the input; a present class with no
@@ -163,25 +170,42 @@ def multiclass_task(result: MatchResult, hierarchy: Hierarchy, wn, classes, task
     entry = index.entry(task_id, "multiclass", classes, subset_rule="kept")
     absent = [c for c in classes if c not in index.n_kept]
     if absent:
-        return replace(entry, lca="", lca_name="", lca_depth=-1, path_similarity=float("nan"), available=False,
-                       reason=f"absent from the input (no kept subset): {', '.join(absent)}")
+        return replace(
+            entry,
+            lca="",
+            lca_name="",
+            lca_depth=-1,
+            path_similarity=float("nan"),
+            available=False,
+            reason=f"absent from the input (no kept subset): {', '.join(absent)}",
+        )
     notes = []
     unmatched = [c for c in classes if c not in index.node]
     if unmatched:
-        notes.append(f"{', '.join(unmatched)}: no matched subset under {hierarchy.name} "
-                     f"(not ImageNet-evaluable; LCA and similarity use the other classes)")
+        notes.append(
+            f"{', '.join(unmatched)}: no matched subset under {hierarchy.name} "
+            f"(not ImageNet-evaluable; LCA and similarity use the other classes)"
+        )
     uncovered = [c for c in classes if c in index.node and not result.table[c].imagenet_indices]
     if uncovered:
         notes.append(f"{', '.join(uncovered)}: matched but cover no ImageNet-1k class under {hierarchy.name}")
     return replace(entry, reason="; ".join(notes))
 
 
-def build_registry(result: MatchResult, hierarchy: Hierarchy, wn, *, min_subsets: int = DEFAULT_MIN_SUBSETS,
-                   level: int = DEFAULT_LEVEL) -> list[TaskEntry]:
+def build_registry(
+    result: MatchResult,
+    hierarchy: Hierarchy,
+    wn,
+    *,
+    min_subsets: int = DEFAULT_MIN_SUBSETS,
+    level: int = DEFAULT_LEVEL,
+) -> list[TaskEntry]:
     """Binary tasks + the multiclass presets (available or not), sorted by id."""
     index = _Index(result, hierarchy, wn)
     tasks = binary_tasks(result, hierarchy, wn, min_subsets=min_subsets, level=level, index=index)
-    tasks += [multiclass_task(result, hierarchy, wn, classes, task_id, index=index) for task_id, classes in PRESETS.items()]
+    tasks += [
+        multiclass_task(result, hierarchy, wn, classes, task_id, index=index) for task_id, classes in PRESETS.items()
+    ]
     return sorted(tasks, key=lambda t: t.task_id)
 
 

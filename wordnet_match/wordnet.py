@@ -4,6 +4,7 @@ nltk (3.9+) only opens corpus files under a directory on ``nltk.data.path`` and 
 before checking, so the Debian files are *copied* (not linked) into ``<cache>/nltk_data/corpora/wordnet``
 together with the ``lexnames`` table that Debian does not ship.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,24 +23,69 @@ DICT_ENV = "METASHIFT_HF_WORDNET_DICT"  # another folder holding the WordNet 3.0
 
 # lexnames(5WN): lexicographer file number, name, syntactic category (1 noun, 2 verb, 3 adj, 4 adv).
 LEXNAMES = (
-    ("adj.all", 3), ("adj.pert", 3), ("adv.all", 4), ("noun.Tops", 1), ("noun.act", 1),
-    ("noun.animal", 1), ("noun.artifact", 1), ("noun.attribute", 1), ("noun.body", 1),
-    ("noun.cognition", 1), ("noun.communication", 1), ("noun.event", 1), ("noun.feeling", 1),
-    ("noun.food", 1), ("noun.group", 1), ("noun.location", 1), ("noun.motive", 1),
-    ("noun.object", 1), ("noun.person", 1), ("noun.phenomenon", 1), ("noun.plant", 1),
-    ("noun.possession", 1), ("noun.process", 1), ("noun.quantity", 1), ("noun.relation", 1),
-    ("noun.shape", 1), ("noun.state", 1), ("noun.substance", 1), ("noun.time", 1),
-    ("verb.body", 2), ("verb.change", 2), ("verb.cognition", 2), ("verb.communication", 2),
-    ("verb.competition", 2), ("verb.consumption", 2), ("verb.contact", 2), ("verb.creation", 2),
-    ("verb.emotion", 2), ("verb.motion", 2), ("verb.perception", 2), ("verb.possession", 2),
-    ("verb.social", 2), ("verb.stative", 2), ("verb.weather", 2), ("adj.ppl", 3),
+    ("adj.all", 3),
+    ("adj.pert", 3),
+    ("adv.all", 4),
+    ("noun.Tops", 1),
+    ("noun.act", 1),
+    ("noun.animal", 1),
+    ("noun.artifact", 1),
+    ("noun.attribute", 1),
+    ("noun.body", 1),
+    ("noun.cognition", 1),
+    ("noun.communication", 1),
+    ("noun.event", 1),
+    ("noun.feeling", 1),
+    ("noun.food", 1),
+    ("noun.group", 1),
+    ("noun.location", 1),
+    ("noun.motive", 1),
+    ("noun.object", 1),
+    ("noun.person", 1),
+    ("noun.phenomenon", 1),
+    ("noun.plant", 1),
+    ("noun.possession", 1),
+    ("noun.process", 1),
+    ("noun.quantity", 1),
+    ("noun.relation", 1),
+    ("noun.shape", 1),
+    ("noun.state", 1),
+    ("noun.substance", 1),
+    ("noun.time", 1),
+    ("verb.body", 2),
+    ("verb.change", 2),
+    ("verb.cognition", 2),
+    ("verb.communication", 2),
+    ("verb.competition", 2),
+    ("verb.consumption", 2),
+    ("verb.contact", 2),
+    ("verb.creation", 2),
+    ("verb.emotion", 2),
+    ("verb.motion", 2),
+    ("verb.perception", 2),
+    ("verb.possession", 2),
+    ("verb.social", 2),
+    ("verb.stative", 2),
+    ("verb.weather", 2),
+    ("adj.ppl", 3),
 )
 
 # The dict files the nltk reader opens (lexnames is written by us).
 DICT_FILES = (
-    "index.noun", "index.verb", "index.adj", "index.adv", "index.sense",
-    "data.noun", "data.verb", "data.adj", "data.adv",
-    "noun.exc", "verb.exc", "adj.exc", "adv.exc", "cntlist.rev",
+    "index.noun",
+    "index.verb",
+    "index.adj",
+    "index.adv",
+    "index.sense",
+    "data.noun",
+    "data.verb",
+    "data.adj",
+    "data.adv",
+    "noun.exc",
+    "verb.exc",
+    "adj.exc",
+    "adv.exc",
+    "cntlist.rev",
 )
 
 _WNID = re.compile(r"^n\d{8}$")

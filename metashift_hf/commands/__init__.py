@@ -4,6 +4,7 @@
 (cli.py, without importing the command modules, so --help stays fast) and each module passes it as its
 parser's ``help``; tests/test_cli_help.py holds the two together.
 """
+
 from __future__ import annotations
 
 
@@ -19,14 +20,21 @@ HELP: dict[str, str] = {
     "tasks": "list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
     "export": "write task repos (parquet shards with embedded images + README card) into a folder",
     "publish": "export tasks and push them to the Hub as dataset repos, plus a collection",
-    "evaluate": ("evaluate pretrained ImageNet-1k models on a task (or a zoo of models x tasks): per class, per "
-                 "context, worst context, bugs"),
-    "score": ("score a predictions file (class or probabilities per image) on a task: per split, group, worst group, "
-              "ID/OOD"),
-    "train": ("train group-robustness baselines (ERM, reweight, GroupDRO, IRM, CORAL, Mixup, JTT, DFR; EfficientNet-Lite0 "
-              "linear probe or fine-tuning) and score them"),
-    "experiment": ("run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), clustered (k-means OOD sets), "
-                   "conflicts, compare"),
+    "evaluate": (
+        "evaluate pretrained ImageNet-1k models on a task (or a zoo of models x tasks): per class, per "
+        "context, worst context, bugs"
+    ),
+    "score": (
+        "score a predictions file (class or probabilities per image) on a task: per split, group, worst group, ID/OOD"
+    ),
+    "train": (
+        "train group-robustness baselines (ERM, reweight, GroupDRO, IRM, CORAL, Mixup, JTT, DFR; EfficientNet-Lite0 "
+        "linear probe or fine-tuning) and score them"
+    ),
+    "experiment": (
+        "run an experiment: paper-dg, paper-subpop, ood-levels (shift curves), clustered (k-means OOD sets), "
+        "conflicts, compare"
+    ),
     "bugs": "context bugs of any model's predictions on a task (two-proportion test + Benjamini-Hochberg), per class",
     "demo": "run the whole pipeline on the embedded demo data",
 }

@@ -1,4 +1,5 @@
 """``metashift-hf bugs``: context bugs of any predictions file (a trained model's, or any `score` input)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,12 +13,14 @@ from .task_args import add_task_arguments, task_from_args
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bugs", help=HELP["bugs"],
+        "bugs",
+        help=HELP["bugs"],
         description="Read predictions as `metashift-hf score` does (e.g. `metashift-hf train`'s seed-<s>/predictions.csv). "
-                    "Every context subset of a class with at least --min-n images of --split is compared with the "
-                    "class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests). "
-                    "Writes bugs.json and bugs.md: harmful contexts per class, ordered by meta-graph distance from the "
-                    "class's largest community (nearest first).")
+        "Every context subset of a class with at least --min-n images of --split is compared with the "
+        "class's other images (one-sided two-proportion z-test, Benjamini-Hochberg across all tests). "
+        "Writes bugs.json and bugs.md: harmful contexts per class, ordered by meta-graph distance from the "
+        "class's largest community (nearest first).",
+    )
     add_task_arguments(p)
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions .csv or .parquet")
     p.add_argument("--split", default="test", help="split to test (default test)")
@@ -37,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     d = report.to_dict(args.top)
     print(f"{report.task_id} ({report.split}): {d['n_tests']} context subsets tested, {d['n_bugs']} significant")
     for cls, rows in d["harmful"].items():
-        print(f"  {cls}: " + ", ".join(f"{r['subset']} {100 * r['accuracy']:.0f}% vs {100 * r['rest_accuracy']:.0f}%"
-                                      for r in rows))
+        print(
+            f"  {cls}: "
+            + ", ".join(f"{r['subset']} {100 * r['accuracy']:.0f}% vs {100 * r['rest_accuracy']:.0f}%" for r in rows)
+        )
     print(f"report: {args.out}/bugs.json, {args.out}/bugs.md")
     return 0

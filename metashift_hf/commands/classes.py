@@ -1,4 +1,5 @@
 """`metashift-hf classes`: the classes of an artifact with their subsets, images and communities."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,11 @@ def register(subparsers) -> None:
         "classes",
         help=HELP["classes"],
         description="Every class that passes the rules (more than 5 kept subsets of at least 25 images), "
-                    "largest first. `metashift-hf subsets CLASS` lists one class's subsets.",
+        "largest first. `metashift-hf subsets CLASS` lists one class's subsets.",
     )
-    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`")
+    p.add_argument(
+        "--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`"
+    )
     p.set_defaults(func=run)
 
 
@@ -26,8 +29,16 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for cls in art.classes():
         info = art.class_info(cls)
-        rows.append((cls, int(info["n_subsets"]), int(info["n_images"]), int(info["n_communities"]),
-                     info["embedding_status"], class_task_id(cls)))
+        rows.append(
+            (
+                cls,
+                int(info["n_subsets"]),
+                int(info["n_images"]),
+                int(info["n_communities"]),
+                info["embedding_status"],
+                class_task_id(cls),
+            )
+        )
     rows.sort(key=lambda r: (-r[2], r[0]))
     print_table(("CLASS", "SUBSETS", "IMAGES", "COMMUNITIES", "EMBEDDING", "TASK"), rows)
     print(f"{len(rows):,} classes in {art.root} (provenance: {art.provenance})")

@@ -1,4 +1,5 @@
 """``metashift-hf demo``: run the whole pipeline on the embedded demo world."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,14 +11,21 @@ from . import HELP
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help=HELP["demo"],
-                       description="Generate the seeded demo world (scene graphs + JPEGs), build MetaShift on it, "
-                                   "match to ImageNet, make tasks, export them as Hub repos, load them back "
-                                   "and (with the eval extra) evaluate EfficientNet-Lite0.")
+    p = sub.add_parser(
+        "demo",
+        help=HELP["demo"],
+        description="Generate the seeded demo world (scene graphs + JPEGs), build MetaShift on it, "
+        "match to ImageNet, make tasks, export them as Hub repos, load them back "
+        "and (with the eval extra) evaluate EfficientNet-Lite0.",
+    )
     p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the demo world and task sampling")
     p.add_argument("--n-images", type=positive_int, default=None, help="size of the demo world (default: generator's)")
-    p.add_argument("--no-eval", action="store_true", help="skip the training and EfficientNet-Lite0 evaluation stages (no torch needed)")
+    p.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip the training and EfficientNet-Lite0 evaluation stages (no torch needed)",
+    )
     p.set_defaults(func=_run)
 
 

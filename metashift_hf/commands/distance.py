@@ -1,4 +1,5 @@
 """`metashift-hf distance`: meta-graph distance between two subsets of one class, or a class's matrix."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,22 +23,36 @@ def register(subparsers) -> None:
         "distance",
         help=HELP["distance"],
         description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact ARTIFACT "
-                    "'dog(shelf)' 'dog(bed)'; prints the number, the rule that gave it and its place among the class's pairs, or 'disconnected' when "
-                    f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "
-                    "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out.",
+        "'dog(shelf)' 'dog(bed)'; prints the number, the rule that gave it and its place among the class's pairs, or 'disconnected' when "
+        f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "
+        "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out.",
     )
-    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`")
+    p.add_argument(
+        "--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`"
+    )
     p.add_argument("a", nargs="?", help="subset name 'subject(context)' (list them with `metashift-hf subsets CLASS`)")
     p.add_argument("b", nargs="?", help="subset name of the same subject")
     p.add_argument("--class", dest="subject", metavar="C", help="class whose whole matrix --matrix prints")
-    p.add_argument("--matrix", action="store_true", help="every pair of the class's kept subsets, with rule and status")
-    p.add_argument("--out", metavar="FILE", help="write the --matrix CSV to FILE instead of printing it (printed names have control "
-                   "characters escaped; the file keeps them): a new file, "
-                   "or an earlier matrix CSV with --force (never a link, device, FIFO or folder)")
-    p.add_argument("--force", action="store_true", help="replace a matrix CSV an earlier --out wrote (nothing else is "
-                   "ever replaced)")
-    p.add_argument("--value", action="store_true",
-                   help="print only 'NUMBER (rule)' or 'disconnected' (for scripts) instead of the sentence")
+    p.add_argument(
+        "--matrix", action="store_true", help="every pair of the class's kept subsets, with rule and status"
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the --matrix CSV to FILE instead of printing it (printed names have control "
+        "characters escaped; the file keeps them): a new file, "
+        "or an earlier matrix CSV with --force (never a link, device, FIFO or folder)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a matrix CSV an earlier --out wrote (nothing else is ever replaced)",
+    )
+    p.add_argument(
+        "--value",
+        action="store_true",
+        help="print only 'NUMBER (rule)' or 'disconnected' (for scripts) instead of the sentence",
+    )
     p.set_defaults(func=run)
 
 
@@ -61,8 +76,10 @@ def matrix_csv(m: DistanceMatrix, *, terminal: bool = False) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.matrix:
         if not args.subject or args.a or args.b:
-            raise InputFormatError("--matrix needs --class C and no subset names",
-                                   "run metashift-hf distance --artifact ARTIFACT --class dog --matrix [--out FILE]")
+            raise InputFormatError(
+                "--matrix needs --class C and no subset names",
+                "run metashift-hf distance --artifact ARTIFACT --class dog --matrix [--out FILE]",
+            )
         if args.out:  # before the artifact is read
             check_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,))
         artifact = Artifact.load(args.artifact)
@@ -71,18 +88,26 @@ def run(args: argparse.Namespace) -> int:
             with atomic_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,)) as f:
                 f.write(matrix_csv(m))
             covered, total = m.coverage()
-            print(terminal_safe(f"wrote {total} pairs of {args.subject!r} to {args.out} ({covered} with a number, "
-                                f"{total - covered} disconnected)"))
+            print(
+                terminal_safe(
+                    f"wrote {total} pairs of {args.subject!r} to {args.out} ({covered} with a number, "
+                    f"{total - covered} disconnected)"
+                )
+            )
         else:
             print(matrix_csv(m, terminal=True), end="")
         return 0
     if args.out or args.force:
-        raise InputFormatError("--out (and --force) write the matrix CSV of one class: they need --class C --matrix",
-                               "run metashift-hf distance --artifact ARTIFACT --class dog --matrix --out FILE, "
-                               "or drop --out to print the distance of two subsets")
+        raise InputFormatError(
+            "--out (and --force) write the matrix CSV of one class: they need --class C --matrix",
+            "run metashift-hf distance --artifact ARTIFACT --class dog --matrix --out FILE, "
+            "or drop --out to print the distance of two subsets",
+        )
     if not (args.a and args.b) or args.subject:
-        raise InputFormatError("give two subset names, or --class C --matrix",
-                               "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)'")
+        raise InputFormatError(
+            "give two subset names, or --class C --matrix",
+            "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)'",
+        )
     artifact = Artifact.load(args.artifact)
     d = artifact.distance(args.a, args.b)
     if args.value:
@@ -90,18 +115,30 @@ def run(args: argparse.Namespace) -> int:
         return 0
     subject = SubsetName.parse(args.a).subject
     if d.value is None:
-        print(terminal_safe(f"{args.a} and {args.b} are disconnected: no path joins them in the meta-graph of class "
-                            f"{subject!r}, so no distance is defined (a lower --edge-threshold at build joins more subsets)"))
+        print(
+            terminal_safe(
+                f"{args.a} and {args.b} are disconnected: no path joins them in the meta-graph of class "
+                f"{subject!r}, so no distance is defined (a lower --edge-threshold at build joins more subsets)"
+            )
+        )
         return 0
     print(terminal_safe(f"d({args.a}, {args.b}) = {d.value:.3f}"))
-    print(terminal_safe(f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, "
-                        f"whose edges join subsets sharing images (overlap >= {artifact.options.edge_threshold}); "
-                        "0 = same place, larger = more different contexts."))
+    print(
+        terminal_safe(
+            f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, "
+            f"whose edges join subsets sharing images (overlap >= {artifact.options.edge_threshold}); "
+            "0 = same place, larger = more different contexts."
+        )
+    )
     m = artifact.distance_matrix(subject)
     upper = m.values[np.triu_indices(len(m.names), 1)]
     pairs = upper[np.isfinite(upper)]
     if len(pairs):
-        print(terminal_safe(f"  for scale: the {len(pairs):,} connected pairs of {subject!r} range from {pairs.min():.3f} "
-                            f"to {pairs.max():.3f} (median {np.median(pairs):.3f}); this pair is farther apart than "
-                            f"{float((pairs < d.value).mean()):.0%} of them."))
+        print(
+            terminal_safe(
+                f"  for scale: the {len(pairs):,} connected pairs of {subject!r} range from {pairs.min():.3f} "
+                f"to {pairs.max():.3f} (median {np.median(pairs):.3f}); this pair is farther apart than "
+                f"{float((pairs < d.value).mean()):.0%} of them."
+            )
+        )
     return 0

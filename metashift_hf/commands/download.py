@@ -1,4 +1,5 @@
 """`metashift-hf download`: fetch, register and list the real inputs."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,22 +31,43 @@ def register(subparsers) -> None:
             + "; ".join(f"{k} = {f.file_name} ({human_size(f.size)})" for k, f in KNOWN_FILES.items())
         ),
     )
-    p.add_argument("--what", default=",".join(DEFAULT_ORDER),
-                   help=f"comma-separated files to fetch (default: all = {','.join(DEFAULT_ORDER)}; "
-                        f"images is {human_size(KNOWN_FILES['images'].size)}; COCO only when named: "
-                        "coco-annotations,coco-images,coco-val-images)")
-    p.add_argument("--dir", default=None,
-                   help="download folder (default: $METASHIFT_HF_CACHE or the user cache folder)")
-    p.add_argument("--mirror", default=None, metavar="BASE_URL",
-                   help="try BASE_URL/<file name> before the published hosts (default: $METASHIFT_HF_MIRROR)")
-    p.add_argument("--register", nargs=2, action="append", metavar=("ROLE", "PATH"), default=None,
-                   help="record a file/folder you already have as ROLE (repeatable); known files are sha256-checked")
+    p.add_argument(
+        "--what",
+        default=",".join(DEFAULT_ORDER),
+        help=f"comma-separated files to fetch (default: all = {','.join(DEFAULT_ORDER)}; "
+        f"images is {human_size(KNOWN_FILES['images'].size)}; COCO only when named: "
+        "coco-annotations,coco-images,coco-val-images)",
+    )
+    p.add_argument(
+        "--dir", default=None, help="download folder (default: $METASHIFT_HF_CACHE or the user cache folder)"
+    )
+    p.add_argument(
+        "--mirror",
+        default=None,
+        metavar="BASE_URL",
+        help="try BASE_URL/<file name> before the published hosts (default: $METASHIFT_HF_MIRROR)",
+    )
+    p.add_argument(
+        "--register",
+        nargs=2,
+        action="append",
+        metavar=("ROLE", "PATH"),
+        default=None,
+        help="record a file/folder you already have as ROLE (repeatable); known files are sha256-checked",
+    )
     p.add_argument("--status", action="store_true", help="list where each input is and exit")
-    p.add_argument("--manifest", default=None,
-                   help="data manifest file (default: $METASHIFT_HF_MANIFEST or <cache>/manifest.json)")
+    p.add_argument(
+        "--manifest",
+        default=None,
+        help="data manifest file (default: $METASHIFT_HF_MANIFEST or <cache>/manifest.json)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds without data before a retry (default 60)")
-    p.add_argument("--retries", type=int, default=3,
-                   help="retries per mirror after a connection breaks without progress (default 3)")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        help="retries per mirror after a connection breaks without progress (default 3)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -69,8 +91,15 @@ def run(args: argparse.Namespace) -> int:
     total = sum(k.size for k in knowns)
     logger.info(f"fetching {', '.join(k.file_name for k in knowns)} ({human_size(total)} in all)")
     try:
-        paths = download(keys, args.dir, mirror=args.mirror, progress=args.progress and not args.no_progress, manifest=man,
-                         timeout=args.timeout, retries=args.retries)
+        paths = download(
+            keys,
+            args.dir,
+            mirror=args.mirror,
+            progress=args.progress and not args.no_progress,
+            manifest=man,
+            timeout=args.timeout,
+            retries=args.retries,
+        )
     except KeyboardInterrupt:
         folder = Path(args.dir) if args.dir else default_cache_dir()
         parts = [str(part_path(folder / k.file_name)) for k in knowns if part_path(folder / k.file_name).exists()]
@@ -90,8 +119,10 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.mirror is not None:
         parsed = urllib.parse.urlparse(args.mirror)
         if parsed.scheme not in ("http", "https", "file") or (parsed.scheme != "file" and not parsed.netloc):
-            raise MetashiftError(f"--mirror {args.mirror!r} is not a URL",
-                                 "give a base URL such as https://example.org/gqa (the file is fetched as BASE_URL/<file name>)")
+            raise MetashiftError(
+                f"--mirror {args.mirror!r} is not a URL",
+                "give a base URL such as https://example.org/gqa (the file is fetched as BASE_URL/<file name>)",
+            )
     if args.dir is not None and Path(args.dir).exists() and not Path(args.dir).is_dir():
         raise MetashiftError(f"--dir {args.dir} is a file, not a folder", "name a folder to download into")
 

@@ -2,6 +2,7 @@
 
 The flags are declared once, in ``commands/evaluate.py`` (one command, two modules: one model vs the zoo).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,21 +18,36 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
     """Several models and/or tasks: each (model, image) once, every task scored, a leaderboard.
 
     ``settings``: the run settings the flags give (commands.evaluate.eval_config)."""
-    for flag, given in (("--save-logits", args.save_logits), ("--sample", args.sample is not None),
-                        ("--on-missing skip", args.on_missing != "error"), ("--config", args.config is not None),
-                        ("--revision", args.revision is not None)):
+    for flag, given in (
+        ("--save-logits", args.save_logits),
+        ("--sample", args.sample is not None),
+        ("--on-missing skip", args.on_missing != "error"),
+        ("--config", args.config is not None),
+        ("--revision", args.revision is not None),
+    ):
         if given:
-            raise InputFormatError(f"{flag} applies to a single --task, not to a zoo",
-                                   f"drop {flag.split()[0]}, or evaluate one model on one --task")
+            raise InputFormatError(
+                f"{flag} applies to a single --task, not to a zoo",
+                f"drop {flag.split()[0]}, or evaluate one model on one --task",
+            )
     # the repo id, the token and its rights under the namespace: checked before the zoo's work, not after it
     hub = check_publish(args.publish) if args.publish is not None else None
     tasks = args.tasks if args.tasks is not None else args.task
     images = task_images(args)
     named = select_tasks(tasks, args.artifact)
     common, per_task = parse_overrides(args.overrides, named)
-    result = evaluate_zoo(args.model, named, args.artifact, images, args.out, settings=settings,
-                          task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
-                          cache_dir=args.cache_dir, use_cache=not args.no_cache, shard=args.shard)
+    result = evaluate_zoo(
+        args.model,
+        named,
+        args.artifact,
+        images,
+        args.out,
+        settings=settings,
+        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
+        cache_dir=args.cache_dir,
+        use_cache=not args.no_cache,
+        shard=args.shard,
+    )
     print(result.summary())
     if args.publish is not None and result.part is None:  # rank 0 / the assembling run publishes
         pushed = publish_leaderboard(args.out, args.publish, private=args.private, hub=hub)

@@ -1,4 +1,5 @@
 """``metashift-hf export``: write task repos (parquet + README card) exactly as they would be pushed."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,9 +15,13 @@ from .task_args import add_task_arguments, task_images, task_origin_from_args
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     """What export and publish share (both materialise tasks the same way): the task flags plus the layout."""
     add_task_arguments(p, task="many", images=True, hub=False, on_missing=True)
-    p.add_argument("--layout", choices=LAYOUTS, default="repo-per-task",
-                   help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
-                        "one-repo: every task as a config of the `metashift` repo")
+    p.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="repo-per-task",
+        help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
+        "one-repo: every task as a config of the `metashift` repo",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (as for download and evaluate)")
 
 
@@ -27,15 +32,21 @@ def require_task_inputs(args: argparse.Namespace) -> None:
         datasets.disable_progress_bars()
 
     if not args.tasks:
-        raise MetashiftError("no task named", "give one or more task ids, e.g. `paper-dg-cat-dog-1` "
-                             "(list them with `metashift-hf tasks list --artifact ARTIFACT`)")
+        raise MetashiftError(
+            "no task named",
+            "give one or more task ids, e.g. `paper-dg-cat-dog-1` "
+            "(list them with `metashift-hf tasks list --artifact ARTIFACT`)",
+        )
     if not args.images and args.artifact and reads_dataset_images(args.artifact):
         return  # built with --hf-dataset --image-column: the images are the dataset's own
     args.images = task_images(args)
     missing = [flag for flag, value in (("--artifact", args.artifact), ("--images", args.images)) if not value]
     if missing:
-        raise MetashiftError(f"{' and '.join(missing)} not given", "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip; "
-                             "or register it once: metashift-hf download --what images / --register images PATH)")
+        raise MetashiftError(
+            f"{' and '.join(missing)} not given",
+            "pass --artifact ARTIFACT (from `metashift-hf build`) and --images (folder or images.zip; "
+            "or register it once: metashift-hf download --what images / --register images PATH)",
+        )
 
 
 def register(subparsers) -> None:
@@ -50,12 +61,20 @@ def register(subparsers) -> None:
         ),
     )
     add_export_arguments(p)
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder: new, empty, or an earlier export; each repo folder in it is written atomically")
-    p.add_argument("--force", action="store_true",
-                   help="replace repo folders an earlier export wrote in --out (nothing else is ever replaced)")
-    p.add_argument("--namespace", default=None,
-                   help="Hub namespace the cards' load lines should name (default: the local folder)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder: new, empty, or an earlier export; each repo folder in it is written atomically",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace repo folders an earlier export wrote in --out (nothing else is ever replaced)",
+    )
+    p.add_argument(
+        "--namespace", default=None, help="Hub namespace the cards' load lines should name (default: the local folder)"
+    )
     p.add_argument("--no-verify", action="store_true", help="skip loading each config back with datasets.load_dataset")
     p.set_defaults(func=run)
 
@@ -63,8 +82,15 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
 
     require_task_inputs(args)
-    repos = export_tasks(args.tasks, task_origin_from_args(args, args.tasks, args.images), args.out, layout=args.layout,
-                         namespace=args.namespace, force=args.force, on_missing=args.on_missing)
+    repos = export_tasks(
+        args.tasks,
+        task_origin_from_args(args, args.tasks, args.images),
+        args.out,
+        layout=args.layout,
+        namespace=args.namespace,
+        force=args.force,
+        on_missing=args.on_missing,
+    )
     for repo in repos:
         print(f"{repo.path}: {len(repo.files)} files, {repo.num_bytes / 1e6:.1f} MB")
     print("load with:")

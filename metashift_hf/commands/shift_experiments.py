@@ -1,4 +1,5 @@
 """The shift experiments of ``metashift-hf experiment``: ood-levels, clustered, conflicts (docs/experiments.md)."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,13 @@ HELP = {
 def _common(q: argparse.ArgumentParser, planning: bool = False) -> None:
     # the tasks are planned on a build; --seed/--set are the tasks' own only where the command plans them
     add_task_arguments(q, task="none", images=True, hub=False, planning=planning, artifact_required=True)
-    q.add_argument("--classes", nargs=2, default=["cat", "dog"], metavar=("A", "B"), help="the class pair (default cat dog)")
+    q.add_argument(
+        "--classes", nargs=2, default=["cat", "dog"], metavar=("A", "B"), help="the class pair (default cat dog)"
+    )
     q.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    q.add_argument("--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)")
+    q.add_argument(
+        "--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)"
+    )
     q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
     q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out")
 
@@ -32,9 +37,16 @@ def add_subcommands(sub) -> None:
     """Add the three subcommands to `metashift-hf experiment`'s subparsers."""
     q = sub.add_parser("ood-levels", help=HELP["ood-levels"], description=HELP["ood-levels"] + ".")
     _common(q, planning=True)
-    q.add_argument("--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)")
-    q.add_argument("--models", nargs="+", default=["erm", "reweight", "groupdro"], metavar="METHOD[:PROBE]",
-                   help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)")
+    q.add_argument(
+        "--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)"
+    )
+    q.add_argument(
+        "--models",
+        nargs="+",
+        default=["erm", "reweight", "groupdro"],
+        metavar="METHOD[:PROBE]",
+        help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)",
+    )
     q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per task (default 2)")
     q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
     q.set_defaults(func=run_ood_levels)
@@ -49,23 +61,43 @@ def add_subcommands(sub) -> None:
     q.set_defaults(func=run_clustered)
     q = sub.add_parser("conflicts", help=HELP["conflicts"], description=HELP["conflicts"] + ".")
     _common(q)
-    q.add_argument("--subsets", nargs="+", default=None, metavar="SUBSET",
-                   help="subsets to use, e.g. 'cat(sofa)' (default: every kept subset of the classes with >= --min-images)")
-    q.add_argument("--min-images", type=positive_int, default=50, help="default subsets: at least this many images (default 50)")
+    q.add_argument(
+        "--subsets",
+        nargs="+",
+        default=None,
+        metavar="SUBSET",
+        help="subsets to use, e.g. 'cat(sofa)' (default: every kept subset of the classes with >= --min-images)",
+    )
+    q.add_argument(
+        "--min-images", type=positive_int, default=50, help="default subsets: at least this many images (default 50)"
+    )
     q.add_argument("--per-subset", type=positive_int, default=50, help="training images per subset (default 50)")
     q.add_argument("--steps", type=positive_int, default=2000, help="SGD steps (default 2000)")
     q.add_argument("--every", type=positive_int, default=20, help="steps per recorded window (default 20)")
-    q.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate on standardised features (default 0.05)")
+    q.add_argument(
+        "--lr", type=positive_float, default=0.05, help="SGD learning rate on standardised features (default 0.05)"
+    )
     q.add_argument("--seed", type=seed, default=0, help="seed of draws and batches (default 0)")
     q.set_defaults(func=run_conflicts)
 
 
-
 def run_ood_levels(args: argparse.Namespace) -> int:
     options, _ = parse_overrides(args.overrides, [])
-    r = ood_levels(args.artifact, task_images(args), args.out, classes=args.classes, shift_type=args.shift_type,
-                   models=args.models, seeds=args.seeds, seed=planning_seed(args), device=args.device, epochs=args.epochs,
-                   cache_dir=args.cache_dir, options=options, force=args.force)
+    r = ood_levels(
+        args.artifact,
+        task_images(args),
+        args.out,
+        classes=args.classes,
+        shift_type=args.shift_type,
+        models=args.models,
+        seeds=args.seeds,
+        seed=planning_seed(args),
+        device=args.device,
+        epochs=args.epochs,
+        cache_dir=args.cache_dir,
+        options=options,
+        force=args.force,
+    )
     for c in r["curves"]:
         slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
         auc = "n/a" if c["auc"] is None else f"{c['auc']:.3f}"
@@ -75,9 +107,21 @@ def run_ood_levels(args: argparse.Namespace) -> int:
 
 
 def run_clustered(args: argparse.Namespace) -> int:
-    r = clustered(args.artifact, task_images(args), args.out, classes=args.classes, k=args.k, seed=args.seed,
-                  n_init=args.n_init, model=args.model, seeds=args.seeds, device=args.device, epochs=args.epochs,
-                  cache_dir=args.cache_dir, force=args.force)
+    r = clustered(
+        args.artifact,
+        task_images(args),
+        args.out,
+        classes=args.classes,
+        k=args.k,
+        seed=args.seed,
+        n_init=args.n_init,
+        model=args.model,
+        seeds=args.seeds,
+        device=args.device,
+        epochs=args.epochs,
+        cache_dir=args.cache_dir,
+        force=args.force,
+    )
     for c in r["per_class"]:
         print(f"{c['class']}: MI(cluster; contexts) {c['mi_bits']:.3f} of H(cluster) {c['h_cluster_bits']:.3f} bits")
     print(f"results: {args.out}/results.md, results.json, clusters.csv, assignments.csv")
@@ -86,10 +130,23 @@ def run_clustered(args: argparse.Namespace) -> int:
 
 def run_conflicts(args: argparse.Namespace) -> int:
     cfg = ConflictConfig(steps=args.steps, every=args.every, lr=args.lr, seed=args.seed)
-    r = conflicts(args.artifact, task_images(args), args.out, classes=args.classes, subsets=args.subsets,
-                  min_images=args.min_images, per_subset=args.per_subset, config=cfg, device=args.device,
-                  cache_dir=args.cache_dir, force=args.force)
+    r = conflicts(
+        args.artifact,
+        task_images(args),
+        args.out,
+        classes=args.classes,
+        subsets=args.subsets,
+        min_images=args.min_images,
+        per_subset=args.per_subset,
+        config=cfg,
+        device=args.device,
+        cache_dir=args.cache_dir,
+        force=args.force,
+    )
     for kind in ("helps", "hurts"):
-        print(f"{kind}: " + ", ".join(f"{x['train']} -> {x['eval']} ({x['value']:+.2f})" for x in r["strongest"][kind][:3]))
+        print(
+            f"{kind}: "
+            + ", ".join(f"{x['train']} -> {x['eval']} ({x['value']:+.2f})" for x in r["strongest"][kind][:3])
+        )
     print(f"results: {args.out}/conflicts.csv, conflicts.png, history.csv, results.json")
     return 0

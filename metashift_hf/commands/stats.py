@@ -1,4 +1,5 @@
 """`metashift-hf stats`: an artifact's figures next to the published MetaShift statistics."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,12 @@ def register(subparsers) -> None:
             "content hash against the tables for every artifact."
         ),
     )
-    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build --out ARTIFACT`")
+    p.add_argument(
+        "--artifact",
+        required=True,
+        metavar="ARTIFACT",
+        help="artifact folder written by `metashift-hf build --out ARTIFACT`",
+    )
     p.add_argument("--verify", action="store_true", help="exit with status 1 when any check fails")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
     p.set_defaults(func=run)

@@ -1,4 +1,5 @@
 """`metashift-hf subsets`: the context subsets of one class (or of all), with size and community."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,10 +15,12 @@ def register(subparsers) -> None:
         "subsets",
         help=HELP["subsets"],
         description="Kept subsets (at least 25 images, of a class) by default, largest first; use their names "
-                    "with `metashift-hf distance` and `--set` options. Python: Artifact.subsets_table().",
+        "with `metashift-hf distance` and `--set` options. Python: Artifact.subsets_table().",
     )
     p.add_argument("classes", nargs="*", metavar="CLASS", help="only these classes (default: every class)")
-    p.add_argument("--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`")
+    p.add_argument(
+        "--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`"
+    )
     p.add_argument("--all", action="store_true", help="also candidate subsets that did not pass the rules")
     p.set_defaults(func=run)
 
@@ -32,8 +35,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.all:
         t = t[t["kept"]]
     t = t.sort_values(["subject", "n_images", "subset"], ascending=[True, False, True])
-    rows = [(r.subset, r.subject, r.context, r.kind, int(r.n_images), "yes" if r.kept else "no",
-             int(r.community) if r.community >= 0 else "-") for r in t.itertuples()]
+    rows = [
+        (
+            r.subset,
+            r.subject,
+            r.context,
+            r.kind,
+            int(r.n_images),
+            "yes" if r.kept else "no",
+            int(r.community) if r.community >= 0 else "-",
+        )
+        for r in t.itertuples()
+    ]
     print_table(("SUBSET", "CLASS", "CONTEXT", "KIND", "IMAGES", "KEPT", "COMMUNITY"), rows)
     print(f"{len(rows):,} subsets" + ("" if args.all else " (kept only; --all for every candidate)"))
     return 0

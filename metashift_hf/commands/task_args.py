@@ -3,6 +3,7 @@
 ``--task`` is a task id planned on ``--artifact`` (with ``--seed``/``--set``), an exported repo folder,
 or a Hub dataset repo id ``NAMESPACE/NAME`` (``--config`` when it holds several, ``--revision``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,31 +16,52 @@ from ..hub.task_source import DEFAULT_SEED, TaskData, TaskOrigin, TaskRef, open_
 from ..sources.manifest import resolve_input
 
 
-TASK_HELP = ("a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
-             "task id such as paper-subpop-cat-dog-p12 with --artifact")
+TASK_HELP = (
+    "a task: an exported repo folder (`metashift-hf export`), a Hub dataset repo id NAMESPACE/NAME, or a "
+    "task id such as paper-subpop-cat-dog-p12 with --artifact"
+)
 
 
-SEED_HELP = (f"seed of the task's sampling, with --artifact (default {DEFAULT_SEED}; an exported folder or Hub repo "
-             "keeps its own)")
+SEED_HELP = (
+    f"seed of the task's sampling, with --artifact (default {DEFAULT_SEED}; an exported folder or Hub repo "
+    "keeps its own)"
+)
 IMAGES_HELP = "image folder of <id>.jpg or GQA images.zip, for task ids on --artifact (default: the registered one)"
 TaskFlag = Literal["flag", "optional", "many", "none"]
 
 
-def add_task_arguments(p: argparse.ArgumentParser, *, task: TaskFlag = "flag", images: bool = False,
-                       hub: bool = True, on_missing: bool = False, planning: bool = True,
-                       artifact_required: bool = False) -> None:
+def add_task_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    task: TaskFlag = "flag",
+    images: bool = False,
+    hub: bool = True,
+    on_missing: bool = False,
+    planning: bool = True,
+    artifact_required: bool = False,
+) -> None:
     """The one declaration of the task flags: the task (``--task``, required or ``optional``; ``many``:
     positional task ids; ``none``: the command declares it), --artifact (``artifact_required``: the command plans
     on a build only), --images (``images``), --config and --revision (``hub``: the task may be a folder or Hub
     repo), --seed and --set (``planning``; off where a command's --seed seeds something else), --on-missing
     (``on_missing``)."""
     if task == "many":
-        p.add_argument("tasks", nargs="*", metavar="TASK",
-                       help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks list`)")
+        p.add_argument(
+            "tasks",
+            nargs="*",
+            metavar="TASK",
+            help="task ids, e.g. paper-dg-cat-dog-1 bin-cat-dog (see `metashift-hf tasks list`)",
+        )
     elif task != "none":
         p.add_argument("--task", required=task == "flag", default=None, help=TASK_HELP)
-    p.add_argument("--artifact", default=None, required=artifact_required, metavar="ARTIFACT",
-                   help="artifact folder from `metashift-hf build`" + ("" if artifact_required else ", when the task is a task id"))
+    p.add_argument(
+        "--artifact",
+        default=None,
+        required=artifact_required,
+        metavar="ARTIFACT",
+        help="artifact folder from `metashift-hf build`"
+        + ("" if artifact_required else ", when the task is a task id"),
+    )
     if images:
         p.add_argument("--images", default=None, help=IMAGES_HELP)
     if hub:
@@ -47,12 +69,22 @@ def add_task_arguments(p: argparse.ArgumentParser, *, task: TaskFlag = "flag", i
         p.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: main)")
     if planning:
         p.add_argument("--seed", type=seed, default=None, help=SEED_HELP)
-        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="[TASK:]KEY=VALUE",
-                       help="task option with --artifact, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 "
-                            "for one, class-cat:scale=null to drop it for one; repeatable")
+        p.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="[TASK:]KEY=VALUE",
+            help="task option with --artifact, e.g. scale=0.5 for every task, paper-dg-cat-dog-1:scale=0.5 "
+            "for one, class-cat:scale=null to drop it for one; repeatable",
+        )
     if on_missing:
-        p.add_argument("--on-missing", choices=("error", "skip"), default="error",
-                       help="images missing or corrupt in --images: error (default; lists them) or skip them")
+        p.add_argument(
+            "--on-missing",
+            choices=("error", "skip"),
+            default="error",
+            help="images missing or corrupt in --images: error (default; lists them) or skip them",
+        )
 
 
 def task_images(args: argparse.Namespace) -> str | None:
@@ -76,23 +108,28 @@ def parse_overrides(items: list[str], tasks: list[str]) -> tuple[dict, dict[str,
         key, eq, raw = item.partition("=")
         task, colon, key = key.rpartition(":") if ":" in key else ("", "", key)
         if not eq or not key:
-            raise MetashiftError(f"--set {item!r} is not KEY=VALUE",
-                                 "write e.g. --set scale=0.5 or --set paper-dg-cat-dog-1:scale=0.5")
+            raise MetashiftError(
+                f"--set {item!r} is not KEY=VALUE", "write e.g. --set scale=0.5 or --set paper-dg-cat-dog-1:scale=0.5"
+            )
         try:
             value = json.loads(raw)  # numbers, true/false, lists; anything else stays a string
         except json.JSONDecodeError:
             value = raw
         if task and task not in tasks:
-            raise MetashiftError(f"--set {item!r} names task {task!r}, which is not being exported"
-                                 f"{did_you_mean(task, tasks)}", "name one of the TASK arguments before the colon")
+            raise MetashiftError(
+                f"--set {item!r} names task {task!r}, which is not being exported{did_you_mean(task, tasks)}",
+                "name one of the TASK arguments before the colon",
+            )
         (per_task.setdefault(task, {}) if task else common)[key] = value
     # A per-task entry starts from the common options and replaces what it names; KEY=null drops
     # a common option for that task (collections, for instance, take no size options).
     return common, {t: {k: v for k, v in {**common, **o}.items() if v is not None} for t, o in per_task.items()}
 
 
-SPLITS_HELP = ("score only these splits, e.g. --splits test (as WILDS' --eval_splits; default: every split of the task). "
-               "The headline is the test split whatever is scored, never train")
+SPLITS_HELP = (
+    "score only these splits, e.g. --splits test (as WILDS' --eval_splits; default: every split of the task). "
+    "The headline is the test split whatever is scored, never train"
+)
 
 
 def add_splits_argument(p: argparse.ArgumentParser) -> None:
@@ -104,16 +141,29 @@ def task_ref_from_args(args: argparse.Namespace, task: str | None = None, images
     """The task request the flags spell (``task`` overrides ``args.task``; ``images`` the resolved --images)."""
     task = args.task if task is None else task
     common, per_task = parse_overrides(args.overrides, [task])
-    return TaskRef(task, artifact=args.artifact, images=images, seed=args.seed, config=getattr(args, "config", None),
-                   revision=getattr(args, "revision", None), options=per_task.get(task, common))
+    return TaskRef(
+        task,
+        artifact=args.artifact,
+        images=images,
+        seed=args.seed,
+        config=getattr(args, "config", None),
+        revision=getattr(args, "revision", None),
+        options=per_task.get(task, common),
+    )
 
 
 def task_origin_from_args(args: argparse.Namespace, tasks: list[str], images=None) -> TaskOrigin:
     """Where the flags say a run's ``tasks`` come from: --artifact (with ``images``, --seed and --set, per task
     with ``--set TASK:KEY=VALUE``) or --from (an export folder or Hub namespace, where a command has it)."""
     common, per_task = parse_overrides(args.overrides, tasks)
-    return TaskOrigin(artifact=args.artifact, source=getattr(args, "source", None), images=images, seed=args.seed,
-                      options=common, task_options=per_task)
+    return TaskOrigin(
+        artifact=args.artifact,
+        source=getattr(args, "source", None),
+        images=images,
+        seed=args.seed,
+        options=common,
+        task_options=per_task,
+    )
 
 
 def task_from_args(args: argparse.Namespace, task: str | None = None, images=None) -> TaskData:
@@ -121,4 +171,14 @@ def task_from_args(args: argparse.Namespace, task: str | None = None, images=Non
     return open_task(task_ref_from_args(args, task, images))
 
 
-__all__ = ["add_task_arguments", "task_images", "task_ref_from_args", "task_origin_from_args", "task_from_args", "parse_overrides", "planning_seed", "DEFAULT_SEED", "TASK_HELP"]
+__all__ = [
+    "add_task_arguments",
+    "task_images",
+    "task_ref_from_args",
+    "task_origin_from_args",
+    "task_from_args",
+    "parse_overrides",
+    "planning_seed",
+    "DEFAULT_SEED",
+    "TASK_HELP",
+]

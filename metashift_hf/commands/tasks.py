@@ -1,4 +1,5 @@
 """`metashift-hf tasks list|show`: the task registry (matched tasks) plus the artifact's other task ids."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,27 +36,39 @@ def register(subparsers) -> None:
         "tasks",
         help=HELP["tasks"],
         description="Tasks come from ARTIFACT/match/tasks.parquet (written by `metashift-hf match`) and, for an "
-                    "artifact, from metashift_hf.hub.api.available_tasks (paper-*, class-<name>, attributes).",
+        "artifact, from metashift_hf.hub.api.available_tasks (paper-*, class-<name>, attributes).",
     )
     sub = p.add_subparsers(dest="tasks_command", metavar="list|show")
-    for name, helptext in (("list", "list task ids with their classes and split sizes"),
-                           ("show", "show one task: its classes, splits, groups and shift")):
+    for name, helptext in (
+        ("list", "list task ids with their classes and split sizes"),
+        ("show", "show one task: its classes, splits, groups and shift"),
+    ):
         q = sub.add_parser(name, help=helptext)
         if name == "show":
-            q.add_argument("task_id", metavar="ID",
-                           help="a task id (with --artifact or --match), an exported repo folder or a Hub repo id NS/NAME")
+            q.add_argument(
+                "task_id",
+                metavar="ID",
+                help="a task id (with --artifact or --match), an exported repo folder or a Hub repo id NS/NAME",
+            )
             add_task_arguments(q, task="none")  # --artifact, --config, --revision, --seed, --set
-            q.add_argument("--json", action="store_true",
-                           help="print the registry entry and the whole shift spec as JSON (for machines)")
+            q.add_argument(
+                "--json",
+                action="store_true",
+                help="print the registry entry and the whole shift spec as JSON (for machines)",
+            )
         if name == "list":
             q.add_argument("--artifact", metavar="ARTIFACT", help="artifact folder (its registry is ARTIFACT/match)")
         q.add_argument("--match", metavar="DIR", help="a match folder written with `metashift-hf match --out DIR`")
         if name == "list":
             q.add_argument("--kind", choices=KINDS, help="only tasks of this kind")
             q.add_argument("--class", dest="class_name", metavar="NAME", help="only tasks involving this class")
-            q.add_argument("--sizes", action=argparse.BooleanOptionalAction, default=None,
-                           help=f"plan each listed task for its split sizes (default: when at most {SIZES_AUTO_MAX} "
-                                "tasks are listed; needs --artifact)")
+            q.add_argument(
+                "--sizes",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"plan each listed task for its split sizes (default: when at most {SIZES_AUTO_MAX} "
+                "tasks are listed; needs --artifact)",
+            )
         q.set_defaults(func=run_list if name == "list" else run_show)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
@@ -77,8 +90,10 @@ def _registry(args):
 
     source = args.match or args.artifact
     if not source:
-        raise MetashiftError("no registry given", "use --artifact ARTIFACT (after `metashift-hf match --artifact ARTIFACT`) "
-                                                  "or --match DIR")
+        raise MetashiftError(
+            "no registry given",
+            "use --artifact ARTIFACT (after `metashift-hf match --artifact ARTIFACT`) or --match DIR",
+        )
     try:
         return registry(source), source
     except MetashiftError:
@@ -118,8 +133,12 @@ def _sizes(task_id: str, art) -> tuple[dict[str, int], str]:
         return dict(plan(task_id, art).spec.split_sizes or {}), "ok"
     except EmptyResultError:
         scale = fitting_scale(task_id, art)
-        return {}, f"too big for this artifact at default sizes; plans with --set {task_id}:scale={scale}" if scale \
-            else "too big for this artifact at default sizes"
+        return (
+            {},
+            f"too big for this artifact at default sizes; plans with --set {task_id}:scale={scale}"
+            if scale
+            else "too big for this artifact at default sizes",
+        )
     except MetashiftError as exc:
         return {}, f"cannot plan: {exc.what}"
 
@@ -132,8 +151,17 @@ def run_list(args: argparse.Namespace) -> int:
         if (args.kind and t.kind != args.kind) or (args.class_name and args.class_name not in t.classes):
             continue
         lca = f"{t.lca_name}@{t.lca_depth}" if t.lca else "-"
-        rows.append((t.task_id, t.kind, _fmt_classes(t.classes), lca, _fmt_sim(t.path_similarity),
-                     ",".join(map(str, t.n_subsets)), "" if t.available else "unavailable: " + t.reason))
+        rows.append(
+            (
+                t.task_id,
+                t.kind,
+                _fmt_classes(t.classes),
+                lca,
+                _fmt_sim(t.path_similarity),
+                ",".join(map(str, t.n_subsets)),
+                "" if t.available else "unavailable: " + t.reason,
+            )
+        )
     registry_ids = {t.task_id for t in tasks}
     loaded = Artifact.load(args.artifact) if args.artifact else None
     for task_id in _other_task_ids(loaded):
@@ -144,14 +172,20 @@ def run_list(args: argparse.Namespace) -> int:
             continue
         rows.append((task_id, info.kind, _fmt_classes(info.classes), "-", "-", "-", ""))
     if not rows and (args.kind or args.class_name):
-        given = " ".join(f"{flag} {value}" for flag, value in (("--kind", args.kind), ("--class", args.class_name)) if value)
-        raise EmptyResultError(f"no task in {source} matches {given}",
-                               "drop a filter, or check the class name with `metashift-hf classes --artifact ARTIFACT`")
+        given = " ".join(
+            f"{flag} {value}" for flag, value in (("--kind", args.kind), ("--class", args.class_name)) if value
+        )
+        raise EmptyResultError(
+            f"no task in {source} matches {given}",
+            "drop a filter, or check the class name with `metashift-hf classes --artifact ARTIFACT`",
+        )
     sizes = args.sizes if args.sizes is not None else (bool(args.artifact) and len(rows) <= SIZES_AUTO_MAX)
     if sizes and not args.artifact:
         raise MetashiftError("--sizes needs the artifact", "pass --artifact ARTIFACT")
     art = loaded if sizes else None
-    table = [("ID", "KIND", "CLASSES", *([c for _, c in SPLIT_COLUMNS] if sizes else []), "LCA", "SIM", "SUBSETS", "STATUS")]
+    table = [
+        ("ID", "KIND", "CLASSES", *([c for _, c in SPLIT_COLUMNS] if sizes else []), "LCA", "SIM", "SUBSETS", "STATUS")
+    ]
     for task_id, kind, classes, lca, sim, subsets, status in rows:
         counts: list[str] = []
         if sizes:
@@ -166,8 +200,15 @@ def run_list(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    print(f"{len(rows):,} task(s)" + ("" if sizes else "; split sizes and STATUS not checked: pass --sizes (plans every "
-                                       "listed task), or list fewer with --kind/--class"))
+    print(
+        f"{len(rows):,} task(s)"
+        + (
+            ""
+            if sizes
+            else "; split sizes and STATUS not checked: pass --sizes (plans every "
+            "listed task), or list fewer with --kind/--class"
+        )
+    )
     print(LEGEND)
     return 0
 
@@ -181,11 +222,13 @@ def _group_lines(spec: ShiftSpec) -> list[str]:
     return out
 
 
-_KINDS = {"marginal": "domain generalisation / marginal shift: train and test contexts differ",
-          "conditional": "subpopulation / conditional shift: the same groups in other proportions",
-          "joint": "joint shift: other contexts and other proportions",
-          "clustered": "clustered OOD sets: train on one image cluster per class, test on the others",
-          "none": "no designed shift (a collection)"}
+_KINDS = {
+    "marginal": "domain generalisation / marginal shift: train and test contexts differ",
+    "conditional": "subpopulation / conditional shift: the same groups in other proportions",
+    "joint": "joint shift: other contexts and other proportions",
+    "clustered": "clustered OOD sets: train on one image cluster per class, test on the others",
+    "none": "no designed shift (a collection)",
+}
 
 
 def spec_summary(spec: ShiftSpec) -> list[str]:
@@ -206,8 +249,11 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
     lines.append("splits:   " + ", ".join(f"{k} {sizes[k]:,}" for k in order))
     removed = {k: v for k, v in dataclasses.asdict(spec.removed).items() if v}
     if removed:
-        lines.append("removed:  " + ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items()))
-                     + " images (ambiguous or leaking between splits)")
+        lines.append(
+            "removed:  "
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items()))
+            + " images (ambiguous or leaking between splits)"
+        )
     lines += ["groups:", *_group_lines(spec)]
     return lines
 
@@ -219,8 +265,14 @@ def _show_exported(args: argparse.Namespace, ref: TaskRef) -> int:
     data.verify()  # a spec that disagrees with the rows or with its other copy is refused, not shown
     spec = data.spec
     if args.json:
-        print(json.dumps({"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
-                         indent=2, sort_keys=True, default=str))
+        print(
+            json.dumps(
+                {"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
+                indent=2,
+                sort_keys=True,
+                default=str,
+            )
+        )
         return 0
     print(terminal_safe(f"task {spec.task_id} (from {args.task_id}): classes {', '.join(spec.classes)}"))
     print("\n".join(terminal_safe(line) for line in spec_summary(spec)))
@@ -245,24 +297,31 @@ def run_show(args: argparse.Namespace) -> int:
         facts = {"task_id": info.task_id, "family": info.family, "kind": info.kind, "classes": list(info.classes)}
     else:
         known = sorted({t.task_id for t in tasks} | set(others))
-        raise UnknownNameError(f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
-                               "list the ids with `metashift-hf tasks list`")
+        raise UnknownNameError(
+            f"no task {args.task_id!r} in {source}{did_you_mean(args.task_id, known)}",
+            "list the ids with `metashift-hf tasks list`",
+        )
     if entry is not None and not entry.available:
-        raise EmptyResultError(f"task {args.task_id} is not available on {source}: {entry.reason}",
-                               "pick another id from `metashift-hf tasks list --artifact ARTIFACT`")
+        raise EmptyResultError(
+            f"task {args.task_id} is not available on {source}: {entry.reason}",
+            "pick another id from `metashift-hf tasks list --artifact ARTIFACT`",
+        )
     spec = None
     if args.artifact:
         # plan_all: a task too big for the artifact gets the --set scale=... that makes it plan
-        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed,
-                        options={args.task_id: ref.options})[args.task_id].spec
+        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed, options={args.task_id: ref.options})[
+            args.task_id
+        ].spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))
         return 0
     print(terminal_safe(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}"))
     if entry is not None:
-        print(f"wordnet:  lowest common ancestor {entry.lca_name} at depth {entry.lca_depth}; "
-              f"path similarity {_fmt_sim(entry.path_similarity)}")
+        print(
+            f"wordnet:  lowest common ancestor {entry.lca_name} at depth {entry.lca_depth}; "
+            f"path similarity {_fmt_sim(entry.path_similarity)}"
+        )
     if spec is None:
         print("(pass --artifact ARTIFACT for its splits, groups and shift)")
         return 0

@@ -2,6 +2,7 @@
 
 This is the bottom layer: it imports nothing else of the project (checked by import-linter).
 """
+
 from __future__ import annotations
 
 from importlib import metadata

@@ -1,4 +1,5 @@
 """One exception family for every bad input, each naming the thing and the fix."""
+
 from __future__ import annotations
 
 

@@ -13,6 +13,7 @@ of the same :class:`FileKind` with ``force``. A file is recognised as ours by it
 beside the user's output and a copied or renamed output stays recognisable. Nothing is ever written
 through or over a symbolic link, a device, a FIFO, a socket or a folder, for files and folders alike.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,15 +49,29 @@ class OutputExistsError(MetashiftError):
 _CHUNK = 1 << 20
 
 
-def hash_file(path: str | os.PathLike, hasher: "hashlib._Hash | None" = None, *, length: int | None = None,
-              progress: bool = False) -> "hashlib._Hash":
+def hash_file(
+    path: str | os.PathLike,
+    hasher: "hashlib._Hash | None" = None,
+    *,
+    length: int | None = None,
+    progress: bool = False,
+) -> "hashlib._Hash":
     """Feed the file's bytes (the first ``length`` only, if given) to ``hasher`` (default: a new
     sha256) and return it; ``progress`` shows a bar (hashing the 21.8 GB images.zip takes minutes).
     The one hashing loop of the project: files, prefixes of partial downloads, table sets."""
     h = hasher if hasher is not None else hashlib.sha256()
     total = os.path.getsize(path) if length is None else length
-    with open(path, "rb") as f, tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000,
-                                     desc=f"sha256 {Path(path).name}", disable=not progress) as bar:
+    with (
+        open(path, "rb") as f,
+        tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1000,
+            desc=f"sha256 {Path(path).name}",
+            disable=not progress,
+        ) as bar,
+    ):
         left = total
         while left > 0 and (block := f.read(min(_CHUNK, left))):
             h.update(block)
@@ -71,8 +86,9 @@ def sha256_file(path: str | os.PathLike, *, progress: bool = False) -> str:
 
 
 PARQUET_ROW_GROUP = 1 << 20  # rows per row group of every table write_parquet writes
-_PARQUET_SETTINGS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True,
-                         data_page_version="2.0")
+_PARQUET_SETTINGS = dict(
+    compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True, data_page_version="2.0"
+)
 
 
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
@@ -95,8 +111,9 @@ class ParquetRowGroups:
         self._written = False
 
     def _write(self, table: pa.Table) -> None:
-        self._writer.write_table(table.combine_chunks() if self._combine else table,
-                                 row_group_size=max(table.num_rows, 1))
+        self._writer.write_table(
+            table.combine_chunks() if self._combine else table, row_group_size=max(table.num_rows, 1)
+        )
         self._written = True
 
     def add(self, piece: pa.Table) -> None:
@@ -167,8 +184,14 @@ def _is_within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def check_out(final: str | os.PathLike, kind: str, *, force: bool = False,
-              inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Path:
+def check_out(
+    final: str | os.PathLike,
+    kind: str,
+    *,
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    flag: str = "--out",
+) -> Path:
     """Refuse an output folder this command may not replace; return it resolved.
 
     Allowed: an absent or empty folder, or (with ``force``) a folder holding our ``kind`` marker.
@@ -176,38 +199,50 @@ def check_out(final: str | os.PathLike, kind: str, *, force: bool = False,
     """
     given = Path(final).expanduser()
     if given.is_symlink():  # resolving would write wherever the link points
-        raise OutputExistsError(f"{flag} {given} is a symbolic link",
-                                f"name a real folder for {flag} (metashift-hf never writes through or over a link)")
+        raise OutputExistsError(
+            f"{flag} {given} is a symbolic link",
+            f"name a real folder for {flag} (metashift-hf never writes through or over a link)",
+        )
     final = given.resolve()
     where = f"{flag} {final}"
     if final.exists() and not final.is_dir():
         raise OutputExistsError(f"{where} is {_what(final)}, not a folder", f"name a new folder for {flag}")
     if _is_within(Path.cwd().resolve(), final):
-        raise OutputExistsError(f"{where} is the current folder (or holds it)", f"name a new sub-folder for {flag}, e.g. {flag} out")
+        raise OutputExistsError(
+            f"{where} is the current folder (or holds it)", f"name a new sub-folder for {flag}, e.g. {flag} out"
+        )
     for inp in inputs:
         if not isinstance(inp, (str, os.PathLike)):  # None, or an object already loaded (an Artifact)
             continue
         path = Path(inp).expanduser().resolve()
         if _is_within(path, final):
-            raise OutputExistsError(f"{where} holds this command's input {path}",
-                                    f"write to another folder: {flag} would replace its own input")
+            raise OutputExistsError(
+                f"{where} holds this command's input {path}",
+                f"write to another folder: {flag} would replace its own input",
+            )
     if not final.is_dir() or not any(final.iterdir()):
         return final
     mark = read_marker(final)
     if mark is None:
-        raise OutputExistsError(f"{where} is not empty and was not written by metashift-hf",
-                                f"name a new or empty folder for {flag} (nothing there is replaced)")
+        raise OutputExistsError(
+            f"{where} is not empty and was not written by metashift-hf",
+            f"name a new or empty folder for {flag} (nothing there is replaced)",
+        )
     if mark["kind"] != kind:
-        raise OutputExistsError(f"{where} holds a metashift-hf {mark['kind']}, not {_a(kind)}",
-                                f"name another folder for {flag} ({_a(mark['kind'])} is never replaced by {_a(kind)})")
+        raise OutputExistsError(
+            f"{where} holds a metashift-hf {mark['kind']}, not {_a(kind)}",
+            f"name another folder for {flag} ({_a(mark['kind'])} is never replaced by {_a(kind)})",
+        )
     if not force:
-        raise OutputExistsError(f"{where} already holds {_a(kind)} from an earlier run",
-                                "pass --force to replace it, or name a new folder")
+        raise OutputExistsError(
+            f"{where} already holds {_a(kind)} from an earlier run", "pass --force to replace it, or name a new folder"
+        )
     return final
 
 
-def claim_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (),
-              flag: str = "--out") -> Path:
+def claim_dir(
+    folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out"
+) -> Path:
     """Make ``folder`` a container of ours that holds several outputs (written each with atomic_dir).
 
     It must be new, empty, or already a ``kind`` container of ours; what is inside is replaced
@@ -225,8 +260,9 @@ def claim_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os
 
 
 @contextlib.contextmanager
-def claimed_dir(folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (),
-                flag: str = "--out") -> Iterator[Path]:
+def claimed_dir(
+    folder: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out"
+) -> Iterator[Path]:
     """:func:`claim_dir` for a run that may fail: when the run fails while the folder holds nothing
     but our marker, a folder this call created is removed and a marker it wrote into an empty
     folder is deleted again (no empty or marked-but-empty --out is left)."""
@@ -261,9 +297,15 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
-_TYPES = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_TYPES = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISREG, "a file"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _what(path: str | os.PathLike, st: os.stat_result | None = None) -> str:
@@ -317,13 +359,21 @@ def write_error(exc: OSError, target: str | os.PathLike) -> MetashiftError | Non
     """A one-line error for a write that failed because of the disk (full, read-only, no permission)."""
     if exc.errno not in _WRITE_ERRNOS:
         return None
-    return MetashiftError(f"cannot write {target}: {os.strerror(exc.errno)}",
-                          "free space or choose a writable location (nothing half-written was kept)")
+    return MetashiftError(
+        f"cannot write {target}: {os.strerror(exc.errno)}",
+        "free space or choose a writable location (nothing half-written was kept)",
+    )
 
 
 @contextlib.contextmanager
-def atomic_dir(final: str | os.PathLike, *, kind: str = "output", force: bool = False,
-               inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Iterator[Path]:
+def atomic_dir(
+    final: str | os.PathLike,
+    *,
+    kind: str = "output",
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    flag: str = "--out",
+) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces ``final`` in one rename.
 
     ``final`` is checked first (:func:`check_out`): it must be absent, empty, or (with ``force``) a
@@ -358,7 +408,9 @@ def atomic_dir(final: str | os.PathLike, *, kind: str = "output", force: bool = 
 
 
 @contextlib.contextmanager
-def atomic_file(final: str | os.PathLike, mode: str = "wb", *, verify: Callable[[Path], None] | None = None) -> Iterator:
+def atomic_file(
+    final: str | os.PathLike, mode: str = "wb", *, verify: Callable[[Path], None] | None = None
+) -> Iterator:
     """Open a temporary sibling file for writing; rename it over ``final`` only on success.
 
     The file gets the umask's permissions (mkstemp alone would leave it 0600). ``verify(temp path)``
@@ -406,8 +458,14 @@ def _begins_with(path: Path, signature: bytes) -> bool:
         return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and f.read(len(signature)) == signature
 
 
-def check_out_file(path: str | os.PathLike, kind: FileKind, *, force: bool = False,
-                   inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Path:
+def check_out_file(
+    path: str | os.PathLike,
+    kind: FileKind,
+    *,
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    flag: str = "--out",
+) -> Path:
     """Refuse a file output this command may not write; return its absolute path (links not resolved).
 
     Allowed: a path where nothing exists (its folder is made), or (with ``force``) a regular file
@@ -423,34 +481,55 @@ def check_out_file(path: str | os.PathLike, kind: FileKind, *, force: bool = Fal
     except FileNotFoundError:
         st = None
     except OSError as exc:  # e.g. a parent that is a file (ENOTDIR) or unreadable
-        raise OutputExistsError(f"cannot use {where}: {os.strerror(exc.errno)}", f"name a new file in a folder you can write for {flag}") from None
+        raise OutputExistsError(
+            f"cannot use {where}: {os.strerror(exc.errno)}", f"name a new file in a folder you can write for {flag}"
+        ) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = _what(final, st)
-        fix = {"a folder": f"name a file for {flag}, e.g. {flag} {final / 'out.csv'} (a folder is never replaced by a file)",
-               "a symbolic link": f"name a regular file or a new path for {flag} (metashift-hf never writes through or over a link)"}
-        raise OutputExistsError(f"{where} is {what}, not a regular file",
-                                fix.get(what, f"name a regular file or a new path for {flag} (devices, FIFOs and sockets are never written)"))
+        fix = {
+            "a folder": f"name a file for {flag}, e.g. {flag} {final / 'out.csv'} (a folder is never replaced by a file)",
+            "a symbolic link": f"name a regular file or a new path for {flag} (metashift-hf never writes through or over a link)",
+        }
+        raise OutputExistsError(
+            f"{where} is {what}, not a regular file",
+            fix.get(
+                what, f"name a regular file or a new path for {flag} (devices, FIFOs and sockets are never written)"
+            ),
+        )
     real = final.parent.resolve() / final.name  # the folder's links resolved, the name itself not followed
     for inp in inputs:
         if not isinstance(inp, (str, os.PathLike)):  # None, or an object already loaded (an Artifact)
             continue
         if _is_within(real, Path(inp).expanduser().resolve()):
-            raise OutputExistsError(f"{where} is (or is inside) this command's input {Path(inp)}",
-                                    f"write {flag} somewhere else: an input is never written into")
+            raise OutputExistsError(
+                f"{where} is (or is inside) this command's input {Path(inp)}",
+                f"write {flag} somewhere else: an input is never written into",
+            )
     if st is None:
         return final
     if not _begins_with(final, kind.signature):
-        raise OutputExistsError(f"{where} exists and was not written by metashift-hf (it is not {_a(kind.name)})",
-                                f"name a new file for {flag} (nothing there is replaced)")
+        raise OutputExistsError(
+            f"{where} exists and was not written by metashift-hf (it is not {_a(kind.name)})",
+            f"name a new file for {flag} (nothing there is replaced)",
+        )
     if not force:
-        raise OutputExistsError(f"{where} already holds {_a(kind.name)} from an earlier run",
-                                "pass --force to replace it, or name a new file")
+        raise OutputExistsError(
+            f"{where} already holds {_a(kind.name)} from an earlier run",
+            "pass --force to replace it, or name a new file",
+        )
     return final
 
 
 @contextlib.contextmanager
-def atomic_out_file(path: str | os.PathLike, kind: FileKind, *, force: bool = False, mode: str = "w",
-                    inputs: Iterable[str | os.PathLike | None] = (), flag: str = "--out") -> Iterator:
+def atomic_out_file(
+    path: str | os.PathLike,
+    kind: FileKind,
+    *,
+    force: bool = False,
+    mode: str = "w",
+    inputs: Iterable[str | os.PathLike | None] = (),
+    flag: str = "--out",
+) -> Iterator:
     """Open a temporary sibling of the user-named file ``path``; on success it replaces ``path`` in
     one rename. ``path`` is checked first and again just before the rename (:func:`check_out_file`);
     the content must begin with ``kind.signature``. On any exception nothing is left behind.

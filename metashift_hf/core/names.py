@@ -1,5 +1,6 @@
 """Subset names: the one grammar for ``subject(context)``, parsed and formatted by :class:`SubsetName`;
 and the one rule for showing names on a terminal (:func:`terminal_safe`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,9 @@ class SubsetName:
             if not isinstance(part, str) or not part or part != part.strip() or "(" in part or ")" in part:
                 raise InputFormatError(
                     f"subset name parts {self.subject!r}, {self.context!r} are not valid "
-                    "(empty, padded with spaces, or containing parentheses)", _NAME_FIX)
+                    "(empty, padded with spaces, or containing parentheses)",
+                    _NAME_FIX,
+                )
 
     @classmethod
     def parse(cls, name: str) -> "SubsetName":

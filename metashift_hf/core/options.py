@@ -11,6 +11,7 @@ Every check runs before any work starts: a 0, a NaN or a negative seed never rea
 or a long feature computation. Integers are integers (``1.5`` and ``True`` are refused, never
 rounded); reals are finite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,10 @@ def _integer(value: Any, name: str | None) -> int:
             raise OptionError(f"{_label(name)}{short_repr(value)} is not an integer", "write a whole number such as 3")
         return int(text)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise OptionError(f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not an integer",
-                          "pass a whole number such as 3 (values are never rounded)")
+        raise OptionError(
+            f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not an integer",
+            "pass a whole number such as 3 (values are never rounded)",
+        )
     return int(value)
 
 
@@ -64,10 +67,14 @@ def _real(value: Any, name: str | None) -> float:
         try:
             x = float(value.strip())
         except ValueError:
-            raise OptionError(f"{_label(name)}{short_repr(value)} is not a number", "write a number such as 0.05") from None
+            raise OptionError(
+                f"{_label(name)}{short_repr(value)} is not a number", "write a number such as 0.05"
+            ) from None
     elif isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise OptionError(f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not a number",
-                          "pass a number such as 0.05")
+        raise OptionError(
+            f"{_label(name)}{short_repr(value)} is a {type(value).__name__}, not a number",
+            "pass a number such as 0.05",
+        )
     else:
         try:
             x = float(value)
@@ -85,8 +92,16 @@ def _int_range(value: Any, name: str | None, low: int, high: int, what: str) -> 
     return n
 
 
-def _real_range(value: Any, name: str | None, low: float, high: float, what: str, *, low_open: bool = False,
-                high_open: bool = False) -> float:
+def _real_range(
+    value: Any,
+    name: str | None,
+    low: float,
+    high: float,
+    what: str,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     x = _real(value, name)
     if x < low or (low_open and x == low) or x > high or (high_open and x == high):
         raise OptionError(f"{_label(name)}{x:g} is out of range: it must be {what}", f"pass {what}")
@@ -104,15 +119,29 @@ def non_negative_int(value: Any, name: str | None = None) -> int:
 
 
 _SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)?", re.IGNORECASE)
-_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 MIN_BYTE_SIZE = 64 * 2**20  # below this an engine's own buffers do not fit
 
 
 def image_size(value: Any, name: str | None = None) -> int:
     """A model's input side in pixels for ``evaluate --image-size``: an integer in IMAGE_SIZE_MIN..IMAGE_SIZE_MAX."""
-    return _int_range(value, name, IMAGE_SIZE_MIN, IMAGE_SIZE_MAX,
-                      f"an integer number of pixels from {IMAGE_SIZE_MIN} to {IMAGE_SIZE_MAX} (e.g. 128 or 224)")
+    return _int_range(
+        value,
+        name,
+        IMAGE_SIZE_MIN,
+        IMAGE_SIZE_MAX,
+        f"an integer number of pixels from {IMAGE_SIZE_MIN} to {IMAGE_SIZE_MAX} (e.g. 128 or 224)",
+    )
 
 
 def byte_size(value: Any, name: str | None = None) -> int:
@@ -121,14 +150,18 @@ def byte_size(value: Any, name: str | None = None) -> int:
     if isinstance(value, str):
         m = _SIZE_TEXT.fullmatch(value.strip())
         if not m:
-            raise OptionError(f"{_label(name)}{short_repr(value)} is not an amount of memory",
-                              "write a size such as 2GiB, 1.5GB or 500MB")
+            raise OptionError(
+                f"{_label(name)}{short_repr(value)} is not an amount of memory",
+                "write a size such as 2GiB, 1.5GB or 500MB",
+            )
         n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").upper()])
     else:
         n = _integer(value, name)
     if not MIN_BYTE_SIZE <= n <= INT_MAX:
-        raise OptionError(f"{_label(name)}{n} bytes is out of range: it must be at least 64 MiB",
-                          "pass a size such as 2GiB (at least 64MiB)")
+        raise OptionError(
+            f"{_label(name)}{n} bytes is out of range: it must be at least 64 MiB",
+            "pass a size such as 2GiB (at least 64MiB)",
+        )
     return n
 
 
@@ -136,8 +169,10 @@ def shard(value: Any, name: str | None = None) -> tuple[int, int]:
     """``i/n`` (a job array's share, 0 <= i < n; ``(i, n)`` from Python) -> ``(i, n)``."""
     parts = value.split("/") if isinstance(value, str) else list(value) if isinstance(value, (tuple, list)) else None
     if parts is None or len(parts) != 2:
-        raise OptionError(f"{_label(name)}{short_repr(value)} is not a shard i/n",
-                          "write i/n with 0 <= i < n, e.g. 0/4 .. 3/4 (Slurm: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)")
+        raise OptionError(
+            f"{_label(name)}{short_repr(value)} is not a shard i/n",
+            "write i/n with 0 <= i < n, e.g. 0/4 .. 3/4 (Slurm: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)",
+        )
     count = positive_int(parts[1], f"{name or 'shard'} count")
     return _int_range(parts[0], f"{name or 'shard'} index", 0, count - 1, f"0 to {count - 1} (0 <= i < n)"), count
 
@@ -206,8 +241,9 @@ def optional(check: Callable[..., Any], value: Any, name: str | None = None) -> 
 def text(value: Any, name: str) -> str:
     """A non-empty string (a task id, a class name)."""
     if not isinstance(value, str):
-        raise OptionError(f"{name} must be a string, not a {type(value).__name__} ({short_repr(value)})",
-                          f"pass {name} as a string")
+        raise OptionError(
+            f"{name} must be a string, not a {type(value).__name__} ({short_repr(value)})", f"pass {name} as a string"
+        )
     if not value.strip():
         raise OptionError(f"{name} is empty", f"pass a non-empty {name}")
     return value
@@ -231,21 +267,45 @@ def names(value: Any, name: str, *, at_least: int = 1) -> tuple[str, ...]:
     naming it, since a repeated class or subset is a mistake rather than a request.
     """
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or isinstance(value, dict):
-        _not(value, name, f"a list of names, e.g. {name}=[{short_repr(value)}]" if isinstance(value, str)
-             else "a list of names")
+        _not(
+            value,
+            name,
+            f"a list of names, e.g. {name}=[{short_repr(value)}]" if isinstance(value, str) else "a list of names",
+        )
     items = list(value)
     for item in items:
         if not isinstance(item, str) or not item.strip():
-            raise OptionError(f"{name} holds {short_repr(item)}, which is not a name", f"pass {name} as non-empty strings")
+            raise OptionError(
+                f"{name} holds {short_repr(item)}, which is not a name", f"pass {name} as non-empty strings"
+            )
     seen: set[str] = set()
     twice = sorted({x for x in items if x in seen or seen.add(x)})  # type: ignore[func-returns-value]
     if twice:
         raise OptionError(f"{name} names {', '.join(map(repr, twice))} more than once", f"give each of {name} once")
     if len(items) < at_least:
-        raise OptionError(f"{name} needs at least {at_least} name(s), got {len(items)}",
-                          f"pass at least {at_least} distinct names")
+        raise OptionError(
+            f"{name} needs at least {at_least} name(s), got {len(items)}", f"pass at least {at_least} distinct names"
+        )
     return tuple(items)
 
 
-__all__ = ["OptionError", "SEED_MAX", "SEEDS_MAX", "int_at_least", "positive_int", "non_negative_int", "seed",
-           "seed_count", "positive_float", "non_negative_float", "probability", "fraction", "proper_fraction", "level", "optional", "text", "path", "names"]
+__all__ = [
+    "OptionError",
+    "SEED_MAX",
+    "SEEDS_MAX",
+    "int_at_least",
+    "positive_int",
+    "non_negative_int",
+    "seed",
+    "seed_count",
+    "positive_float",
+    "non_negative_float",
+    "probability",
+    "fraction",
+    "proper_fraction",
+    "level",
+    "optional",
+    "text",
+    "path",
+    "names",
+]

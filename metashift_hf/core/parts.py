@@ -12,6 +12,7 @@ the other parts), dtype, rows == keys, finite values and the checksum. A part th
 with a WARNING naming it and why, and removed when its name is of our own making, so its rows are
 computed again by the caller's normal path and the bad file is never read again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,7 +40,16 @@ PART_FORMAT = "metashift-hf-cache-part"
 PART_VERSION = 1
 PART_DTYPE = np.dtype("<f4")
 # what a damaged or hostile .npz can raise while being read (never a traceback: the part is skipped)
-_READ_ERRORS = (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile, zlib.error, json.JSONDecodeError)
+_READ_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    EOFError,
+    TypeError,
+    zipfile.BadZipFile,
+    zlib.error,
+    json.JSONDecodeError,
+)
 
 
 class BadPart(Exception):
@@ -74,21 +84,39 @@ class PartStore:
         keys = [str(k) for k in keys]
         block = np.asarray(values)
         if block.ndim != 2 or len(block) != len(keys) or not len(keys):
-            raise InputFormatError(f"{self.what}: {len(keys)} key(s) for values of shape {block.shape}",
-                                   "store one row of values per key (a bug in the caller)")
+            raise InputFormatError(
+                f"{self.what}: {len(keys)} key(s) for values of shape {block.shape}",
+                "store one row of values per key (a bug in the caller)",
+            )
         block = np.ascontiguousarray(block, dtype=PART_DTYPE)
         if not np.isfinite(block).all():
             bad = int((~np.isfinite(block)).any(axis=1).sum())
-            raise InputFormatError(f"{self.what}: {bad} of {len(keys)} row(s) hold NaN or infinite values",
-                                   "non-finite values are never cached: check the model's outputs")
-        meta = {"format": PART_FORMAT, "version": PART_VERSION, "owner": self.owner, "width": int(block.shape[1]),
-                "dtype": PART_DTYPE.name, "rows": len(keys), "sha256": part_checksum(keys, block)}
+            raise InputFormatError(
+                f"{self.what}: {bad} of {len(keys)} row(s) hold NaN or infinite values",
+                "non-finite values are never cached: check the model's outputs",
+            )
+        meta = {
+            "format": PART_FORMAT,
+            "version": PART_VERSION,
+            "owner": self.owner,
+            "width": int(block.shape[1]),
+            "dtype": PART_DTYPE.name,
+            "rows": len(keys),
+            "sha256": part_checksum(keys, block),
+        }
         path = self.part_path(keys)
         with atomic_file(path) as f:
-            np.savez(f, keys=np.array(keys, dtype=str), **{self.array: block}, meta=np.array(json.dumps(meta, sort_keys=True)))
+            np.savez(
+                f,
+                keys=np.array(keys, dtype=str),
+                **{self.array: block},
+                meta=np.array(json.dumps(meta, sort_keys=True)),
+            )
         return path
 
-    def read(self, width: int | None = None, wanted: Iterable[str] | None = None) -> tuple[dict[str, np.ndarray], int | None]:
+    def read(
+        self, width: int | None = None, wanted: Iterable[str] | None = None
+    ) -> tuple[dict[str, np.ndarray], int | None]:
         """Rows of every good part (only the ``wanted`` keys when given) and their width.
 
         ``width``: the width every part must have; None: the first good part's (sorted by name) sets it.
@@ -143,8 +171,10 @@ class PartStore:
         if not isinstance(meta, dict) or meta.get("format") != PART_FORMAT or meta.get("version") != PART_VERSION:
             raise BadPart("not a part of this format version")
         if meta.get("owner") != self.owner:
-            raise BadPart(f"it belongs to another model ({terminal_safe(str(meta.get('owner'))[:16])}…, "
-                          f"expected {self.owner[:16]}…)")
+            raise BadPart(
+                f"it belongs to another model ({terminal_safe(str(meta.get('owner'))[:16])}…, "
+                f"expected {self.owner[:16]}…)"
+            )
         if keys.ndim != 1 or keys.dtype.kind != "U":
             raise BadPart(f"its keys are not a list of strings (dtype {keys.dtype}, shape {keys.shape})")
         if block.dtype != PART_DTYPE or meta.get("dtype") != PART_DTYPE.name:
@@ -152,7 +182,9 @@ class PartStore:
         if block.ndim != 2:
             raise BadPart(f"its values have shape {block.shape}, not (rows, width)")
         if not (len(keys) == len(block) == meta.get("rows")):
-            raise BadPart(f"{len(block)} row(s) of values for {len(keys)} key(s) (recorded {terminal_safe(meta.get('rows'))})")
+            raise BadPart(
+                f"{len(block)} row(s) of values for {len(keys)} key(s) (recorded {terminal_safe(meta.get('rows'))})"
+            )
         if block.shape[1] != meta.get("width"):
             raise BadPart(f"width {block.shape[1]}, recorded {terminal_safe(meta.get('width'))}")
         if width is not None and block.shape[1] != width:
@@ -175,7 +207,9 @@ class PartStore:
                     fate = "replaced meanwhile by another run"
             except OSError as exc:
                 fate = f"left in place (cannot remove it: {exc.strerror})"
-        logger.warning("%s: ignoring %s: %s; %s, its rows are computed again", self.what, terminal_safe(path), why, fate)
+        logger.warning(
+            "%s: ignoring %s: %s; %s, its rows are computed again", self.what, terminal_safe(path), why, fate
+        )
 
 
 __all__ = ["PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]

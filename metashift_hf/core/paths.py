@@ -1,4 +1,5 @@
 """The package's one cache folder (downloads, the data manifest, the derived WordNet copy)."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Synthetic data (the demo world, benchmark worlds) must never be presented as Vis
 ``stats`` does not compare it with published figures, cards say so at the top, and ``publish``
 refuses it unless told ``--allow-synthetic``.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,21 +50,34 @@ class SourceInfo:
 
     def validate(self) -> "SourceInfo":
         if self.license is not None and not (isinstance(self.license, str) and _LICENSE_ID.fullmatch(self.license)):
-            raise InputFormatError(f"--license {self.license!r} is not a Hub licence id",
-                                   "use the id the Hub lists for your data's licence, in lowercase, e.g. --license "
-                                   "cc-by-4.0, mit, odc-by or other")
+            raise InputFormatError(
+                f"--license {self.license!r} is not a Hub licence id",
+                "use the id the Hub lists for your data's licence, in lowercase, e.g. --license "
+                "cc-by-4.0, mit, odc-by or other",
+            )
         if self.name is not None:
             bad = control_char(self.name) if isinstance(self.name, str) else None
             markup = _MARKUP.search(self.name) if isinstance(self.name, str) else None
-            if not isinstance(self.name, str) or not self.name.strip() or self.name != self.name.strip() \
-                    or len(self.name) > 120 or bad or markup:
-                raise InputFormatError(f"--source-name {str(self.name)[:60]!r} is not a plain one-line name of at most "
-                                       "120 characters (no control characters or Markdown/HTML markup)",
-                                       "name the data in plain words, e.g. --source-name 'Open Images V7 sample'")
-        if self.homepage is not None and not (isinstance(self.homepage, str) and len(self.homepage) <= 300
-                                              and _URL.fullmatch(self.homepage)):
-            raise InputFormatError(f"--homepage {str(self.homepage)[:80]!r} is not an http(s) address",
-                                   "give the page that describes the data, e.g. --homepage https://example.org/data")
+            if (
+                not isinstance(self.name, str)
+                or not self.name.strip()
+                or self.name != self.name.strip()
+                or len(self.name) > 120
+                or bad
+                or markup
+            ):
+                raise InputFormatError(
+                    f"--source-name {str(self.name)[:60]!r} is not a plain one-line name of at most "
+                    "120 characters (no control characters or Markdown/HTML markup)",
+                    "name the data in plain words, e.g. --source-name 'Open Images V7 sample'",
+                )
+        if self.homepage is not None and not (
+            isinstance(self.homepage, str) and len(self.homepage) <= 300 and _URL.fullmatch(self.homepage)
+        ):
+            raise InputFormatError(
+                f"--homepage {str(self.homepage)[:80]!r} is not an http(s) address",
+                "give the page that describes the data, e.g. --homepage https://example.org/data",
+            )
         return self
 
     def __bool__(self) -> bool:
@@ -76,9 +90,11 @@ def check_source_info(info: SourceInfo | None, provenance: str | None) -> Source
     if not info:
         return None
     if provenance != "custom":
-        raise InputFormatError(f"{_SOURCE_FLAGS} describe user data (source custom); this build's source is "
-                               f"{provenance}, whose licence and origin are known",
-                               "drop them, or build from --tags / --hf-dataset (or pass --provenance custom)")
+        raise InputFormatError(
+            f"{_SOURCE_FLAGS} describe user data (source custom); this build's source is "
+            f"{provenance}, whose licence and origin are known",
+            "drop them, or build from --tags / --hf-dataset (or pass --provenance custom)",
+        )
     return info.validate()
 
 
@@ -98,7 +114,13 @@ def describe(provenance: str | None) -> str:
 # The licence (Hub id) of data built from each source, and what it covers. Synthetic data carries the
 # generator's licence (MIT, like the code); user data only what `build --license` recorded, else none.
 # An artifact without a recorded source predates provenance and was built from GQA / the pickles.
-SOURCE_LICENSES = {"gqa": "cc-by-4.0", "published": "cc-by-4.0", "coco": "cc-by-4.0", "demo": "mit", "synthetic": "mit"}
+SOURCE_LICENSES = {
+    "gqa": "cc-by-4.0",
+    "published": "cc-by-4.0",
+    "coco": "cc-by-4.0",
+    "demo": "mit",
+    "synthetic": "mit",
+}
 _LICENSE_SCOPE = {
     "gqa": "images and annotations: Visual Genome / GQA",
     "published": "images and annotations: Visual Genome / GQA",

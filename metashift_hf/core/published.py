@@ -2,6 +2,7 @@
 
 ``metashift-hf stats`` compares a build against them; the cards quote them.
 """
+
 from __future__ import annotations
 
 
@@ -36,8 +37,18 @@ PUBLISHED_RULES: dict[str, float] = {
 # "paper": the published tree imagenet1k_node_names.json (published figures); "wordnet": the WordNet 3.0
 # hypernym closure of the 1,000 classes (figures from the project's reference notes, not the paper).
 PUBLISHED_MATCH: dict[str, dict[str, float]] = {
-    "paper": {"vocabulary_names": 1_262, "matched_names": 427, "subsets": 5_040, "classes": 261,
-              "imagenet_leaves_covered": 867},
-    "wordnet": {"vocabulary_names": 1_262, "matched_names": 442, "subsets": 5_409, "classes": 270,
-                "imagenet_leaves_covered": 873},
+    "paper": {
+        "vocabulary_names": 1_262,
+        "matched_names": 427,
+        "subsets": 5_040,
+        "classes": 261,
+        "imagenet_leaves_covered": 867,
+    },
+    "wordnet": {
+        "vocabulary_names": 1_262,
+        "matched_names": 442,
+        "subsets": 5_409,
+        "classes": 270,
+        "imagenet_leaves_covered": 873,
+    },
 }

@@ -3,6 +3,7 @@
 This table is the single place these facts live; the downloader, the data manifest and the
 pickle loader all read it. URLs are tried in the order listed (after a user mirror, if any).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,15 +23,30 @@ _COCO = "images.cocodataset.org"
 # COCO 2017 sizes and sha256 as pinned by TensorFlow Datasets (tensorflow/datasets,
 # tensorflow_datasets/url_checksums/coco.txt); COCO itself publishes no checksums.
 _COCO_FILES = (  # key, folder, file name, size, sha256, description
-    ("coco-annotations", "annotations", "annotations_trainval2017.zip", 252_907_541,
-     "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268",
-     "MS-COCO 2017 annotations (build --coco-annotations reads instances_*2017.json from the zip)"),
-    ("coco-images", "zips", "train2017.zip", 19_336_861_798,
-     "69a8bb58ea5f8f99d24875f21416de2e9ded3178e903f1f7603e283b9e06d929",
-     "MS-COCO 2017 training images (118,287 JPEGs, read in place from the zip)"),
-    ("coco-val-images", "zips", "val2017.zip", 815_585_330,
-     "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05",
-     "MS-COCO 2017 validation images (5,000 JPEGs, read in place from the zip)"),
+    (
+        "coco-annotations",
+        "annotations",
+        "annotations_trainval2017.zip",
+        252_907_541,
+        "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268",
+        "MS-COCO 2017 annotations (build --coco-annotations reads instances_*2017.json from the zip)",
+    ),
+    (
+        "coco-images",
+        "zips",
+        "train2017.zip",
+        19_336_861_798,
+        "69a8bb58ea5f8f99d24875f21416de2e9ded3178e903f1f7603e283b9e06d929",
+        "MS-COCO 2017 training images (118,287 JPEGs, read in place from the zip)",
+    ),
+    (
+        "coco-val-images",
+        "zips",
+        "val2017.zip",
+        815_585_330,
+        "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05",
+        "MS-COCO 2017 validation images (5,000 JPEGs, read in place from the zip)",
+    ),
 )
 
 
@@ -99,9 +115,17 @@ KNOWN_FILES: dict[str, KnownFile] = {
             ),
             description="ImageNet-1k hierarchy tree used by the published ImageNet matching",
         ),
-        *(KnownFile(key=key, file_name=name, size=size, sha256=sha, description=text,
-                    urls=tuple(f"{scheme}://{_COCO}/{folder}/{name}" for scheme in ("https", "http")))
-          for key, folder, name, size, sha, text in _COCO_FILES),
+        *(
+            KnownFile(
+                key=key,
+                file_name=name,
+                size=size,
+                sha256=sha,
+                description=text,
+                urls=tuple(f"{scheme}://{_COCO}/{folder}/{name}" for scheme in ("https", "http")),
+            )
+            for key, folder, name, size, sha, text in _COCO_FILES
+        ),
     )
 }
 

@@ -8,6 +8,7 @@ what it computed, so runs never rewrite each other; a part that fails its checks
 the wrong width, NaN, truncated, not a regular file, ...) is skipped with a warning, removed, and its
 rows are computed again.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,11 +34,20 @@ class LogitsCache:
     have it. Without either, the parts must agree with each other (the first good part sets it).
     """
 
-    def __init__(self, fingerprint: str, cache_dir: str | Path | None = None, *, card: Mapping[str, Any] | None = None,
-                 wanted: Iterable[str] | None = None, width: int | None = None):
+    def __init__(
+        self,
+        fingerprint: str,
+        cache_dir: str | Path | None = None,
+        *,
+        card: Mapping[str, Any] | None = None,
+        wanted: Iterable[str] | None = None,
+        width: int | None = None,
+    ):
         if len(fingerprint) != 64:
-            raise InputFormatError("a logits cache needs a model fingerprint (sha256 hex)",
-                                   "models without a weights checksum (plain callables) are not cached")
+            raise InputFormatError(
+                "a logits cache needs a model fingerprint (sha256 hex)",
+                "models without a weights checksum (plain callables) are not cached",
+            )
         self.fingerprint = fingerprint
         self.folder = cache_root(cache_dir) / "logits" / fingerprint[:16]
         self._card = dict(card or {})
@@ -68,12 +78,19 @@ class LogitsCache:
         order = {s: row for s, row in new}
         block = np.stack([order[k] for k in keys]).astype(np.float32)
         if self.width is not None and block.shape[1] != self.width:
-            raise InputFormatError(f"logits cache {self.folder}: rows of width {block.shape[1]}, the model has {self.width} outputs",
-                                   "a bug in the caller: store the model's own logits")
+            raise InputFormatError(
+                f"logits cache {self.folder}: rows of width {block.shape[1]}, the model has {self.width} outputs",
+                "a bug in the caller: store the model's own logits",
+            )
         path = self._store.write(keys, block)
         if self._card and not (self.folder / "model.json").is_file():
             with atomic_file(self.folder / "model.json", "w") as f:
-                f.write(json.dumps({"fingerprint": self.fingerprint, "model": self._card}, indent=2, sort_keys=True, default=str) + "\n")
+                f.write(
+                    json.dumps(
+                        {"fingerprint": self.fingerprint, "model": self._card}, indent=2, sort_keys=True, default=str
+                    )
+                    + "\n"
+                )
         self._rows.update(zip(keys, block))
         self.width = block.shape[1]
         return path

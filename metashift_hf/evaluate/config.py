@@ -8,6 +8,7 @@
 The settings are checked once, when the config is made (typed, finite, in range), so a bad number
 fails before a model loads or an image is read; ``evaluate`` and ``evaluate_zoo`` take the same type.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -51,15 +52,17 @@ class EvalConfig:
         checked = {
             "batch_size": opt.positive_int(self.batch_size, "batch_size"),
             "min_subset_size": opt.positive_int(self.min_subset_size, "min_subset_size"),
-            "alpha": opt.level(self.alpha, "alpha"), "seed": opt.seed(self.seed, "seed"),
+            "alpha": opt.level(self.alpha, "alpha"),
+            "seed": opt.seed(self.seed, "seed"),
             "workers": opt.optional(opt.positive_int, self.workers, "workers"),
             "sample": opt.optional(opt.positive_int, self.sample, "sample"),
             "image_size": opt.optional(opt.image_size, self.image_size, "image_size"),
             "splits": None if self.splits is None else opt.names(self.splits, "splits"),  # a bare 'test' is refused
         }
         if self.on_missing not in ON_MISSING:
-            raise opt.OptionError(f"on_missing={self.on_missing!r} is neither 'error' nor 'skip'",
-                                  "pass on_missing='error' or 'skip'")
+            raise opt.OptionError(
+                f"on_missing={self.on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'"
+            )
         if self.mode not in MODES:
             raise UnknownNameError(f"unknown scoring mode {self.mode!r}", f"use one of {', '.join(MODES)}")
         for name, value in checked.items():  # the checked (normalised) values replace the given ones

@@ -1,4 +1,5 @@
 """Which outputs of a model's head (ImageNet-1k classes, or any WordNet nouns) count as correct for a MetaShift class."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -21,7 +22,9 @@ def _named_hierarchy(name: str):
     return load_hierarchy(name, load_wordnet())
 
 
-def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
+def class_coverage(
+    classes: Sequence[str], hierarchy: str = "wordnet"
+) -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
     """Class name -> ImageNet-1k indices under its matched synset, via ``wordnet_match`` (published rule).
 
     Returns the coverage and a hierarchy card for the report (name, source, per-class synset and
@@ -43,13 +46,17 @@ def class_coverage(classes: Sequence[str], hierarchy: str = "wordnet") -> tuple[
         "name": tree.name,
         "source": tree.source,
         "rule": "correct iff the top-1 ImageNet-1k class is a leaf under a topmost hierarchy node equal to any WordNet noun sense of the class name",
-        "classes": {c: {"synset": r.synset, "wnid": r.wnid, "leaves_covered": len(r.imagenet_indices)} for c, r in sorted(rows.items())},
+        "classes": {
+            c: {"synset": r.synset, "wnid": r.wnid, "leaves_covered": len(r.imagenet_indices)}
+            for c, r in sorted(rows.items())
+        },
     }
     return {c: frozenset(int(i) for i in r.imagenet_indices) for c, r in rows.items()}, card
 
 
-def head_coverage(classes: Sequence[str], hierarchy: str = "wordnet",
-                  labels: LabelMap | None = None) -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
+def head_coverage(
+    classes: Sequence[str], hierarchy: str = "wordnet", labels: LabelMap | None = None
+) -> tuple[dict[str, frozenset[int]], dict[str, Any]]:
     """Class name -> indices of the model's head outputs that count as correct for it.
 
     An ImageNet-1k head in class-index order (or ``labels`` None) is :func:`class_coverage`. A head
@@ -66,7 +73,11 @@ def head_coverage(classes: Sequence[str], hierarchy: str = "wordnet",
         cov, card = class_coverage(classes, hierarchy)
         out = {c: frozenset(k for k, i in enumerate(in_1k) if i is not None and i in cov[c]) for c in classes}
         _refuse_empty(out, hierarchy)
-        card = {**card, "head": card_labels, "rule": card["rule"] + "; head outputs mapped to ImageNet-1k classes by their labels"}
+        card = {
+            **card,
+            "head": card_labels,
+            "rule": card["rule"] + "; head outputs mapped to ImageNet-1k classes by their labels",
+        }
         return out, card
     if hierarchy != "wordnet":
         raise EmptyResultError(
@@ -102,5 +113,7 @@ def head_coverage(classes: Sequence[str], hierarchy: str = "wordnet",
 def _refuse_empty(coverage: dict[str, frozenset[int]], hierarchy: str) -> None:
     empty = sorted(c for c, v in coverage.items() if not v)
     if empty:
-        raise EmptyResultError(f"under hierarchy {hierarchy!r} no output of the model's head covers: {', '.join(empty)}",
-                               "use a model whose head includes these classes, or drop them from the task")
+        raise EmptyResultError(
+            f"under hierarchy {hierarchy!r} no output of the model's head covers: {', '.join(empty)}",
+            "use a model whose head includes these classes, or drop them from the task",
+        )

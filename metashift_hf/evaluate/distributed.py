@@ -18,6 +18,7 @@ so processes never write the same file; whoever scores reads every part back.
 
 Multi-node runs need ``--cache-dir`` on a file system every node sees.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,7 +63,11 @@ class Part:
         return self.how == SINGLE or (self.how == TORCH and self.index == 0)
 
     def label(self) -> str:
-        return "single process" if self.how == SINGLE else f"{'rank' if self.how == TORCH else 'shard'} {self.index}/{self.count}"
+        return (
+            "single process"
+            if self.how == SINGLE
+            else f"{'rank' if self.how == TORCH else 'shard'} {self.index}/{self.count}"
+        )
 
 
 def launched_world() -> tuple[int, int, int] | None:
@@ -71,8 +76,10 @@ def launched_world() -> tuple[int, int, int] | None:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     except ValueError:
-        raise InputFormatError("WORLD_SIZE, RANK or LOCAL_RANK in the environment is not an integer",
-                               "launch with torchrun / accelerate launch, or unset them for a single process") from None
+        raise InputFormatError(
+            "WORLD_SIZE, RANK or LOCAL_RANK in the environment is not an integer",
+            "launch with torchrun / accelerate launch, or unset them for a single process",
+        ) from None
     return (rank, world, local) if world > 1 else None
 
 
@@ -81,9 +88,11 @@ def choose_part(shard: Any = None) -> Part:
     world = launched_world()
     if shard is not None:
         if world is not None:
-            raise InputFormatError("--shard splits a zoo over independent jobs; this process was started by a "
-                                   "distributed launcher (WORLD_SIZE > 1)",
-                                   "use either torchrun / accelerate launch (the ranks split the images) or --shard i/n")
+            raise InputFormatError(
+                "--shard splits a zoo over independent jobs; this process was started by a "
+                "distributed launcher (WORLD_SIZE > 1)",
+                "use either torchrun / accelerate launch (the ranks split the images) or --shard i/n",
+            )
         index, count = opt.shard(shard, "shard")
         return Part(index, count, SHARD)
     if world is not None:
@@ -103,24 +112,28 @@ def check_part(part: Part, *, use_cache: bool, models: Sequence[Classifier]) -> 
     if part.how == SINGLE:
         return
     if not use_cache:
-        raise InputFormatError(f"--no-cache with a zoo split over processes ({part.label()})",
-                               "drop --no-cache: the processes pass their logits through the cache (--cache-dir)")
+        raise InputFormatError(
+            f"--no-cache with a zoo split over processes ({part.label()})",
+            "drop --no-cache: the processes pass their logits through the cache (--cache-dir)",
+        )
     unkeyed = [m.name for m in models if not m.fingerprint()]
     if unkeyed:
-        raise InputFormatError(f"model {unkeyed[0]} has no weights fingerprint, so its logits cannot be cached "
-                               f"and a zoo split over processes ({part.label()}) cannot share them",
-                               "run it in a single process, or give it weights with a checksum")
+        raise InputFormatError(
+            f"model {unkeyed[0]} has no weights fingerprint, so its logits cannot be cached "
+            f"and a zoo split over processes ({part.label()}) cannot share them",
+            "run it in a single process, or give it weights with a checksum",
+        )
 
 
 def batches(shas: Sequence[str], batch_size: int) -> list[list[str]]:
     """The sorted images cut into batches: the same cut in every process of a run."""
     ordered = sorted(shas)
-    return [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+    return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
 
 
 def share(shas: Sequence[str], batch_size: int, part: Part) -> list[list[str]]:
     """Batches ``index, index + count, ...``: whole batches, interleaved so every process gets a like share."""
-    return batches(shas, batch_size)[part.index::part.count]
+    return batches(shas, batch_size)[part.index :: part.count]
 
 
 class Group:
@@ -136,11 +149,18 @@ class Group:
             import torch.distributed as dist  # torch only when launched distributed
 
             if not dist.is_available():
-                raise MetashiftError("this torch has no torch.distributed", "install a torch build with distributed support")
+                raise MetashiftError(
+                    "this torch has no torch.distributed", "install a torch build with distributed support"
+                )
             if not dist.is_initialized():  # accelerate may have made one already
                 seconds = int(os.environ.get(BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_S))
-                dist.init_process_group("gloo", init_method="env://", rank=self.part.index,
-                                        world_size=self.part.count, timeout=timedelta(seconds=seconds))
+                dist.init_process_group(
+                    "gloo",
+                    init_method="env://",
+                    rank=self.part.index,
+                    world_size=self.part.count,
+                    timeout=timedelta(seconds=seconds),
+                )
                 self._made = True
             self._dist = dist
         return self
@@ -161,9 +181,11 @@ class Group:
         seen: list[Any] = [None] * self.part.count
         self._dist.all_gather_object(seen, value)
         if len(set(seen)) != 1:
-            raise InputFormatError(f"the ranks planned different {what} (rank {self.part.index} differs from another)",
-                                   "give every rank the same --model, --tasks, --images, --artifact and --batch-size "
-                                   "(on several nodes: the same files at the same paths)")
+            raise InputFormatError(
+                f"the ranks planned different {what} (rank {self.part.index} differs from another)",
+                "give every rank the same --model, --tasks, --images, --artifact and --batch-size "
+                "(on several nodes: the same files at the same paths)",
+            )
 
 
 def plan_digest(shas: Sequence[str], models: Sequence[Classifier], batch_size: int) -> str:
@@ -184,9 +206,20 @@ class ModelLogits:
         return np.stack([self.rows[s] for s in shas]).astype(np.float32)
 
 
-def model_logits(clf: Classifier, wanted: Mapping[str, Any], read: Callable[[str], bytes], part: Part, group: Group, *,
-                 cache_dir: str | Path | None, use_cache: bool, batch_size: int, workers: int | None,
-                 device: str, progress: bool) -> ModelLogits:
+def model_logits(
+    clf: Classifier,
+    wanted: Mapping[str, Any],
+    read: Callable[[str], bytes],
+    part: Part,
+    group: Group,
+    *,
+    cache_dir: str | Path | None,
+    use_cache: bool,
+    batch_size: int,
+    workers: int | None,
+    device: str,
+    progress: bool,
+) -> ModelLogits:
     """This process's share of ``clf`` over the ``wanted`` images (sha -> where), cached; every row if it scores."""
     fp = clf.fingerprint()
     cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=wanted) if (use_cache and fp) else None
@@ -201,9 +234,18 @@ def model_logits(clf: Classifier, wanted: Mapping[str, Any], read: Callable[[str
     todo_mine = [s for b in mine for s in b]
     rows: dict[str, np.ndarray] = {}
     if todo_mine:
-        new = map_batches(clf.prepare, clf.logits, todo_mine, read, width=clf.labels.size, batch_size=batch_size,
-                          workers=workers, device=device, progress=progress,
-                          desc=f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})"))
+        new = map_batches(
+            clf.prepare,
+            clf.logits,
+            todo_mine,
+            read,
+            width=clf.labels.size,
+            batch_size=batch_size,
+            workers=workers,
+            device=device,
+            progress=progress,
+            desc=f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})"),
+        )
         if cache is not None:
             cache.add(todo_mine, new)
         rows.update(zip(todo_mine, new))
@@ -213,11 +255,12 @@ def model_logits(clf: Classifier, wanted: Mapping[str, Any], read: Callable[[str
             cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=wanted)
             absent = [s for s in shas if s not in cache]
             if absent:
-                raise MetashiftError(f"{len(absent)} image(s) of model {clf.name} are in no rank's cache part",
-                                     "put --cache-dir on a file system every node sees (all ranks write their parts there)")
+                raise MetashiftError(
+                    f"{len(absent)} image(s) of model {clf.name} are in no rank's cache part",
+                    "put --cache-dir on a file system every node sees (all ranks write their parts there)",
+                )
     if not part.scores:
         rows = {}
     elif cache is not None:  # holds what was cached, what this process added and (rank 0) the other ranks' parts
         rows = dict(zip(shas, cache.get(shas)))
     return ModelLogits(len(todo_mine), len(have), rows, cache)
-

@@ -1,4 +1,5 @@
 """Defaults and accepted forms of the evaluation options (import-light: the CLI reads them for --help)."""
+
 from __future__ import annotations
 
 

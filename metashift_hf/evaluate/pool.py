@@ -5,6 +5,7 @@ pickled: the pool is forked after they are set, and each worker is given only a 
 results (reports) travel back. The first job runs in the calling process before the fork, so what it
 loads once per process (WordNet, the hierarchy) is inherited by every worker instead of loaded by each.
 """
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """Per-image model outputs: computed here or read from a file of predictions made elsewhere."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -63,17 +64,24 @@ class PrecomputedPredictions:
     def card(self) -> dict[str, Any]:
         if self.model_card is not None:
             return {**self.model_card, "logits_from": str(self.path)}
-        return {"name": self.name, "kind": "predictions", "weights_sha256": None, "file_sha256": self.sha256,
-                "preprocessing": "done elsewhere (precomputed predictions)",
-                "has_logits": self.predictions.logits is not None}
+        return {
+            "name": self.name,
+            "kind": "predictions",
+            "weights_sha256": None,
+            "file_sha256": self.sha256,
+            "preprocessing": "done elsewhere (precomputed predictions)",
+            "has_logits": self.predictions.logits is not None,
+        }
 
     @classmethod
     def read(cls, path: str | Path) -> "PrecomputedPredictions":
         import pandas as pd
 
         path = Path(path)
-        fix = ("write a .csv or .parquet with a string column image_id and either imagenet_index (int 0-999), "
-               "a list column logits (1000 floats) or columns logit_0..logit_999")
+        fix = (
+            "write a .csv or .parquet with a string column image_id and either imagenet_index (int 0-999), "
+            "a list column logits (1000 floats) or columns logit_0..logit_999"
+        )
         if not path.is_file():
             raise InputFormatError(f"predictions file {path} does not exist", fix)
         suffix = path.suffix.lower()
@@ -89,7 +97,9 @@ class PrecomputedPredictions:
         except Exception as exc:  # pandas/pyarrow parse errors vary by engine
             raise InputFormatError(f"cannot read predictions file {path}: {exc}", fix) from exc
         if "image_id" not in df.columns:
-            raise InputFormatError(f"predictions file {path} has no image_id column (columns: {list(df.columns)[:8]})", fix)
+            raise InputFormatError(
+                f"predictions file {path} has no image_id column (columns: {list(df.columns)[:8]})", fix
+            )
         ids = [str(i) for i in df["image_id"]]
         dup = sorted(i for i, k in Counter(ids).items() if k > 1)
         if dup:
@@ -101,7 +111,10 @@ class PrecomputedPredictions:
             col = pd.to_numeric(df["imagenet_index"], errors="coerce")
             bad = df["image_id"][col.isna() | (col < 0) | (col >= N_CLASSES) | (col != col.round())]
             if len(bad):
-                raise InputFormatError(f"predictions file {path}: imagenet_index is not an integer 0-999 for image_id {list(map(str, bad[:5]))}", fix)
+                raise InputFormatError(
+                    f"predictions file {path}: imagenet_index is not an integer 0-999 for image_id {list(map(str, bad[:5]))}",
+                    fix,
+                )
             top1 = col.to_numpy().astype(np.int64)
         else:
             raise InputFormatError(f"predictions file {path} has neither imagenet_index nor logits", fix)
@@ -113,17 +126,25 @@ def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:
     if "logits" in df.columns:
         rows = list(df["logits"])
         if any(r is None or len(r) != N_CLASSES for r in rows):
-            raise InputFormatError(f"predictions file {path}: every logits entry must hold exactly {N_CLASSES} numbers", fix)
-        arr = np.asarray([np.asarray(r, dtype=np.float32) for r in rows], dtype=np.float32).reshape(len(rows), N_CLASSES)
+            raise InputFormatError(
+                f"predictions file {path}: every logits entry must hold exactly {N_CLASSES} numbers", fix
+            )
+        arr = np.asarray([np.asarray(r, dtype=np.float32) for r in rows], dtype=np.float32).reshape(
+            len(rows), N_CLASSES
+        )
     elif cols[0] in df.columns:
         missing = [c for c in cols if c not in df.columns]
         if missing:
-            raise InputFormatError(f"predictions file {path} lacks {len(missing)} logit columns (e.g. {missing[:3]})", fix)
+            raise InputFormatError(
+                f"predictions file {path} lacks {len(missing)} logit columns (e.g. {missing[:3]})", fix
+            )
         arr = df[cols].to_numpy(dtype=np.float32)
     else:
         return None
     if not np.isfinite(arr).all():
-        raise InputFormatError(f"predictions file {path} has NaN or infinite logits", "write finite logits for every image")
+        raise InputFormatError(
+            f"predictions file {path} has NaN or infinite logits", "write finite logits for every image"
+        )
     return arr
 
 
@@ -135,11 +156,15 @@ class PredictionsSource(ModelSource):
         return PrecomputedPredictions.read(rest)
 
 
-EVAL_SOURCES: dict[str, ModelSource] = {**MODEL_SOURCES, "predictions": PredictionsSource("predictions", "predictions:FILE", "")}
+EVAL_SOURCES: dict[str, ModelSource] = {
+    **MODEL_SOURCES,
+    "predictions": PredictionsSource("predictions", "predictions:FILE", ""),
+}
 
 
-def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32",
-                image_size: int | None = None) -> "Classifier | PrecomputedPredictions":
+def load_scorer(
+    spec: Any, device: str = "cpu", dtype: str = "float32", image_size: int | None = None
+) -> "Classifier | PrecomputedPredictions":
     """What evaluate scores: a model from the registry, or a predictions file (``predictions:FILE``).
 
     ``image_size``: the model is fed inputs of that side (``Classifier.at_image_size``); a predictions file's
@@ -151,7 +176,9 @@ def load_scorer(spec: Any, device: str = "cpu", dtype: str = "float32",
     if isinstance(spec, PrecomputedPredictions):
         return spec
     if image_size is not None and isinstance(spec, str) and find_source(spec, EVAL_SOURCES)[0].key == "predictions":
-        raise OptionError(f"image_size={image_size} cannot apply to {spec}: its outputs were computed already",
-                          "drop --image-size, or evaluate the model itself at that size")
+        raise OptionError(
+            f"image_size={image_size} cannot apply to {spec}: its outputs were computed already",
+            "drop --image-size, or evaluate the model itself at that size",
+        )
     loaded = spec if isinstance(spec, Classifier) else load_model(spec, device, dtype=dtype, sources=EVAL_SOURCES)
     return loaded if image_size is None else loaded.at_image_size(image_size)

@@ -1,4 +1,5 @@
 """The evaluation report: report.json, report.md, per_group.csv, predictions.csv and one chart per class."""
+
 from __future__ import annotations
 
 import json
@@ -66,22 +67,35 @@ class EvalReport(Mapping):
         gap = m.get("id_vs_ood")
         if gap:
             drop = "n/a" if gap["relative_drop"] is None else _pct(gap["relative_drop"])
-            lines.append(f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) "
-                         f"{_pct(gap['ood']['accuracy'])}: gap {_pct(gap['gap'])}, relative drop {drop}")
-        lines.append(f"{'class':<16}{'n':>7}{'accuracy':>10}  {'95% CI':<17}worst context (n >= {m['min_subset_size']})")
+            lines.append(
+                f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) "
+                f"{_pct(gap['ood']['accuracy'])}: gap {_pct(gap['gap'])}, relative drop {drop}"
+            )
+        lines.append(
+            f"{'class':<16}{'n':>7}{'accuracy':>10}  {'95% CI':<17}worst context (n >= {m['min_subset_size']})"
+        )
         for cls, c in m["classes"].items():
             w = c.get("worst_context")
             worst = f"{w['subset']} {_pct(w['accuracy'])} (n={w['n']})" if w else "-"
-            lines.append(f"{cls:<16}{c['n']:>7}{_pct(c['accuracy']):>10}  [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]".ljust(52) + worst)
+            lines.append(
+                f"{cls:<16}{c['n']:>7}{_pct(c['accuracy']):>10}  [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]".ljust(52)
+                + worst
+            )
         ws = m.get("worst_subset")
         if ws:
-            lines.append(f"worst subset: {ws['subset']} {_pct(ws['accuracy'])} [{_pct(ws['ci'][0])}, {_pct(ws['ci'][1])}] n={ws['n']}")
+            lines.append(
+                f"worst subset: {ws['subset']} {_pct(ws['accuracy'])} [{_pct(ws['ci'][0])}, {_pct(ws['ci'][1])}] n={ws['n']}"
+            )
         bugs = m["context_bugs"]
-        lines.append(f"context bugs (one-sided two-proportion test, BH q < {m['bug_test']['alpha']} over {m['bug_test']['n_tests']} tests): {len(bugs)}")
+        lines.append(
+            f"context bugs (one-sided two-proportion test, BH q < {m['bug_test']['alpha']} over {m['bug_test']['n_tests']} tests): {len(bugs)}"
+        )
         for b in bugs[:10]:
             d = b.get("distance_to_largest_community")
             dist = "" if d is None else f", distance to largest community {d:.3f}"
-            lines.append(f"  {b['subset']}: {_pct(b['accuracy'])} (n={b['n']}) vs rest {_pct(b['rest_accuracy'])} (n={b['rest_n']}), q={b['q_value']:.2g}{dist}")
+            lines.append(
+                f"  {b['subset']}: {_pct(b['accuracy'])} (n={b['n']}) vs rest {_pct(b['rest_accuracy'])} (n={b['rest_n']}), q={b['q_value']:.2g}{dist}"
+            )
         if self.out:
             lines.append(f"report: {self.out / 'report.md'}")
         return "\n".join(lines)
@@ -90,8 +104,14 @@ class EvalReport(Mapping):
 def quick_lines(run: dict) -> list[str]:
     """A line saying that the run is not the model's full-resolution score (--image-size), else none."""
     side = run.get("image_size")
-    return [] if side is None else [f"quick run: images fed at {side}x{side} px (--image-size), not the model's own "
-                                    "input size: scores are not its full-resolution scores"]
+    return (
+        []
+        if side is None
+        else [
+            f"quick run: images fed at {side}x{side} px (--image-size), not the model's own "
+            "input size: scores are not its full-resolution scores"
+        ]
+    )
 
 
 def headline_lines(h: dict | None, pct, safe=terminal_safe) -> list[str]:
@@ -99,11 +119,13 @@ def headline_lines(h: dict | None, pct, safe=terminal_safe) -> list[str]:
     if not h:
         return ["headline: no held-out split scored (train is never a headline)"]
     b = h["baseline"]
-    return [f"headline ({h['split']}, n={h['n']}): balanced accuracy {pct(h['balanced_accuracy'])}, worst group "
-            f"{safe(h['worst_group'])} {pct(h['worst_group_accuracy'])}, accuracy {pct(h['accuracy'])} "
-            f"[{pct(h['ci'][0])}, {pct(h['ci'][1])}]",
-            f"chance (always {safe(b['predicts'])}, the split's majority class): balanced accuracy "
-            f"{pct(b['balanced_accuracy'])}, worst group {pct(b['worst_group_accuracy'])}, accuracy {pct(b['accuracy'])}"]
+    return [
+        f"headline ({h['split']}, n={h['n']}): balanced accuracy {pct(h['balanced_accuracy'])}, worst group "
+        f"{safe(h['worst_group'])} {pct(h['worst_group_accuracy'])}, accuracy {pct(h['accuracy'])} "
+        f"[{pct(h['ci'][0])}, {pct(h['ci'][1])}]",
+        f"chance (always {safe(b['predicts'])}, the split's majority class): balanced accuracy "
+        f"{pct(b['balanced_accuracy'])}, worst group {pct(b['worst_group_accuracy'])}, accuracy {pct(b['accuracy'])}",
+    ]
 
 
 def _pct(x: float | None) -> str:
@@ -117,60 +139,115 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
     out = [f"# {markdown_safe(model['name'])} on {markdown_safe(run['task_id'])}", ""]
     out += ["## Run card", "", "| field | value |", "|---|---|"]
     prep = model["preprocessing"]
-    prep_txt = prep if isinstance(prep, str) else ", ".join(
-        f"{k}={[round(x, 4) for x in v] if isinstance(v, (list, tuple)) else v}" for k, v in prep.items() if k != "source")
-    for k, v in [("package version", run["package_version"]), ("task", run["task_id"]), ("task content hash", run["task_content_hash"]),
-                 ("artifact hash", run.get("artifact_hash")), ("model", model["name"]), ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
-                 ("preprocessing", prep_txt), ("scoring mode", run["mode"]), ("hierarchy", run["hierarchy"]), ("seed", run["seed"]),
-                 ("device", model.get("device", "-")),
-                 ("image size", run.get("image_size") or "the model's own (full resolution)")]:
+    prep_txt = (
+        prep
+        if isinstance(prep, str)
+        else ", ".join(
+            f"{k}={[round(x, 4) for x in v] if isinstance(v, (list, tuple)) else v}"
+            for k, v in prep.items()
+            if k != "source"
+        )
+    )
+    for k, v in [
+        ("package version", run["package_version"]),
+        ("task", run["task_id"]),
+        ("task content hash", run["task_content_hash"]),
+        ("artifact hash", run.get("artifact_hash")),
+        ("model", model["name"]),
+        ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
+        ("preprocessing", prep_txt),
+        ("scoring mode", run["mode"]),
+        ("hierarchy", run["hierarchy"]),
+        ("seed", run["seed"]),
+        ("device", model.get("device", "-")),
+        ("image size", run.get("image_size") or "the model's own (full resolution)"),
+    ]:
         out.append(f"| {k} | {markdown_safe(v)} |")
     out += ["", *(x for line in quick_lines(run) for x in (f"**{line}.**", "")), f"Counting: {m['counting']}.", ""]
     o = m["overall"]
     if m.get("headline"):
         out += ["## Headline", "", *(f"{line}  " for line in headline_lines(m["headline"], _pct, markdown_safe)), ""]
-    out += ["## All scored splits pooled", "", f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.", ""]
+    out += [
+        "## All scored splits pooled",
+        "",
+        f"Accuracy **{_pct(o['accuracy'])}** (95% Wilson [{_pct(o['ci'][0])}, {_pct(o['ci'][1])}]), {o['correct']}/{o['n']} images.",
+        "",
+    ]
     if m["splits"]:
         gap = m.get("id_vs_ood") or {}
         role = {gap.get("id_split"): "ID", gap.get("ood_split"): "OOD"}
         out += ["| split | role | n | correct | accuracy | 95% CI |", "|---|---|---:|---:|---:|---|"]
         for s, v in m["splits"].items():
-            out.append(f"| {s} | {role.get(s, '')} | {v['n']} | {v['correct']} | {_pct(v['accuracy'])} | [{_pct(v['ci'][0])}, {_pct(v['ci'][1])}] |")
+            out.append(
+                f"| {s} | {role.get(s, '')} | {v['n']} | {v['correct']} | {_pct(v['accuracy'])} | [{_pct(v['ci'][0])}, {_pct(v['ci'][1])}] |"
+            )
         out.append("")
     gap = m.get("id_vs_ood")
     if gap:
         drop = "n/a" if gap["relative_drop"] is None else _pct(gap["relative_drop"])
-        out += [f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) {_pct(gap['ood']['accuracy'])}: "
-                f"absolute gap {_pct(gap['gap'])}, relative drop (ID − OOD)/ID {drop}.", ""]
-    out += ["## Per class", "", f"| class | n | accuracy | 95% CI | contexts | worst context (n ≥ {m['min_subset_size']}) |", "|---|---:|---:|---|---:|---|"]
+        out += [
+            f"ID ({gap['id_split']}) {_pct(gap['id']['accuracy'])} vs OOD ({gap['ood_split']}) {_pct(gap['ood']['accuracy'])}: "
+            f"absolute gap {_pct(gap['gap'])}, relative drop (ID − OOD)/ID {drop}.",
+            "",
+        ]
+    out += [
+        "## Per class",
+        "",
+        f"| class | n | accuracy | 95% CI | contexts | worst context (n ≥ {m['min_subset_size']}) |",
+        "|---|---:|---:|---|---:|---|",
+    ]
     for cls, c in m["classes"].items():
         w = c.get("worst_context")
         worst = f"{markdown_safe(w['subset'])}: {_pct(w['accuracy'])} (n={w['n']})" if w else "—"
-        out.append(f"| {markdown_safe(cls)} | {c['n']} | {_pct(c['accuracy'])} | [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}] | {c['n_contexts']} | {worst} |")
+        out.append(
+            f"| {markdown_safe(cls)} | {c['n']} | {_pct(c['accuracy'])} | [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}] | {c['n_contexts']} | {worst} |"
+        )
     out.append("")
     bugs = m["context_bugs"]
     bt = m["bug_test"]
     description = bt["description"].replace("--min-subset-size", str(bt["min_n"]))
-    out += ["## Context bugs", "", f"{description} {bt['n_tests']} tests, {len(bugs)} significant at q < {bt['alpha']}.", ""]
+    out += [
+        "## Context bugs",
+        "",
+        f"{description} {bt['n_tests']} tests, {len(bugs)} significant at q < {bt['alpha']}.",
+        "",
+    ]
     if bugs:
-        out += ["| subset | n | accuracy | rest n | rest accuracy | p | q | community | distance to largest community |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            "| subset | n | accuracy | rest n | rest accuracy | p | q | community | distance to largest community |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for b in bugs:
             d = b.get("distance_to_largest_community")
-            out.append(f"| {markdown_safe(b['subset'])} | {b['n']} | {_pct(b['accuracy'])} | {b['rest_n']} | {_pct(b['rest_accuracy'])} | {b['p_value']:.2g} | "
-                       f"{b['q_value']:.2g} | {'' if b.get('community') is None else b['community']} | {'' if d is None else f'{d:.3f}'} |")
+            out.append(
+                f"| {markdown_safe(b['subset'])} | {b['n']} | {_pct(b['accuracy'])} | {b['rest_n']} | {_pct(b['rest_accuracy'])} | {b['p_value']:.2g} | "
+                f"{b['q_value']:.2g} | {'' if b.get('community') is None else b['community']} | {'' if d is None else f'{d:.3f}'} |"
+            )
         out.append("")
-    out += ["## Context subsets", "", f"All context subsets, worst first ({len(per_group[per_group.level == 'context'])} rows; full table in per_group.csv).", "",
-            "| subset | n | accuracy | 95% CI | community |", "|---|---:|---:|---|---:|"]
-    ctx = per_group[per_group.level == "context"].sort_values(["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable")
+    out += [
+        "## Context subsets",
+        "",
+        f"All context subsets, worst first ({len(per_group[per_group.level == 'context'])} rows; full table in per_group.csv).",
+        "",
+        "| subset | n | accuracy | 95% CI | community |",
+        "|---|---:|---:|---|---:|",
+    ]
+    ctx = per_group[per_group.level == "context"].sort_values(
+        ["accuracy", "n", "subset"], ascending=[True, False, True], kind="stable"
+    )
     for _, r in ctx.head(100).iterrows():
         comm = "" if pd.isna(r["community"]) else int(r["community"])
-        out.append(f"| {markdown_safe(r['subset'])} | {r['n']} | {_pct(r['accuracy'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {comm} |")
+        out.append(
+            f"| {markdown_safe(r['subset'])} | {r['n']} | {_pct(r['accuracy'])} | [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {comm} |"
+        )
     if m.get("plots"):
         out += ["", "## Charts", ""] + [f"![{c}]({p})" for c, p in m["plots"].items()]
     return "\n".join(out) + "\n"
 
 
-def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: Path, min_n: int, max_bars: int = 60) -> bool:
+def plot_class(
+    per_group: pd.DataFrame, cls: str, class_accuracy: float, path: Path, min_n: int, max_bars: int = 60
+) -> bool:
     """Horizontal bars of per-context accuracy with Wilson intervals; False when matplotlib is absent."""
     try:
         import matplotlib
@@ -199,16 +276,31 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
         ax.annotate(f"{a:.0%}", (a, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6)
     from matplotlib.patches import Patch  # matplotlib is optional: imported with pyplot above
 
-    handles = [Patch(color=palette(c % 10) if c >= 0 else (0.6, 0.6, 0.6),
-                     label=f"community {c}" if c >= 0 else "no community") for c in sorted(set(comm))]
+    handles = [
+        Patch(
+            color=palette(c % 10) if c >= 0 else (0.6, 0.6, 0.6), label=f"community {c}" if c >= 0 else "no community"
+        )
+        for c in sorted(set(comm))
+    ]
     ax.set_yticks(list(y), [f"{g} (n={n})" for g, n in zip(ctx["group"], ctx["n"])], fontsize=7)
-    ax.axvline(class_accuracy, color="black", linestyle="--", linewidth=1, label=f"class accuracy {class_accuracy:.2f}")
+    ax.axvline(
+        class_accuracy, color="black", linestyle="--", linewidth=1, label=f"class accuracy {class_accuracy:.2f}"
+    )
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (95% Wilson interval); colour = meta-graph community")
-    ax.set_title(f"{cls}: accuracy per context subset (n >= {min_n}; {len(ctx)} of {total} shown, worst at the top)", fontsize=9)
+    ax.set_title(
+        f"{cls}: accuracy per context subset (n >= {min_n}; {len(ctx)} of {total} shown, worst at the top)", fontsize=9
+    )
     line_handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=line_handles + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
-              title="colour = meta-graph community", title_fontsize=7, frameon=False)  # outside: never over a bar
+    ax.legend(
+        handles=line_handles + handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=7,
+        title="colour = meta-graph community",
+        title_fontsize=7,
+        frameon=False,
+    )  # outside: never over a bar
     fig.tight_layout()
     # no timestamp in the PNG metadata, so reruns write identical files
     fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")  # keeps the outside legend
@@ -216,8 +308,16 @@ def plot_class(per_group: pd.DataFrame, cls: str, class_accuracy: float, path: P
     return True
 
 
-def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFrame, per_image: pd.DataFrame,
-                 logits: pd.DataFrame | None = None, *, force: bool = False, pictures: bool = True) -> EvalReport:
+def write_report(
+    out: str | Path,
+    metrics: dict[str, Any],
+    per_group: pd.DataFrame,
+    per_image: pd.DataFrame,
+    logits: pd.DataFrame | None = None,
+    *,
+    force: bool = False,
+    pictures: bool = True,
+) -> EvalReport:
     """Write every output into ``out`` atomically (a temporary folder renamed at the end).
 
     ``logits`` (image_id, logits) is written as logits.parquet, readable back with
@@ -228,7 +328,7 @@ def write_report(out: str | Path, metrics: dict[str, Any], per_group: pd.DataFra
     with atomic_dir(out, kind=REPORT_KIND, force=force) as tmp:
         plots: dict[str, str] = {}
         (tmp / "plots").mkdir()
-        for cls, c in (metrics["classes"].items() if pictures else ()):
+        for cls, c in metrics["classes"].items() if pictures else ():
             name = f"plots/{_safe(cls)}.png"
             if plot_class(per_group, cls, c["accuracy"], tmp / name, metrics["min_subset_size"]):
                 plots[cls] = name

@@ -1,4 +1,5 @@
 """``evaluate(model, task, out)``: predictions -> scores -> groups -> report."""
+
 from __future__ import annotations
 
 import hashlib
@@ -50,17 +51,27 @@ def _task_rows(task: Any, need_images: bool, on_missing: str = "error"):
     if not need_images:
         return data, data.task_id, data.spec, _checked(data.plan.table(), data.task_id), data.classes, None
     if data.images_path is None:
-        raise MetashiftError(f"task {data.task_id!r}: the model needs the images, and --images was not given",
-                             "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
-                             "folder or Hub repo (it carries its images), or --model predictions:FILE")
+        raise MetashiftError(
+            f"task {data.task_id!r}: the model needs the images, and --images was not given",
+            "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
+            "folder or Hub repo (it carries its images), or --model predictions:FILE",
+        )
     # the same plan, materialised: its seed and options are the ones its spec records
-    prepared = api.prepare(data.task_id, artifact=data.artifact, images=data.images_path, seed=data.spec.seed,
-                           on_missing=on_missing, **dict(data.spec.overrides))
+    prepared = api.prepare(
+        data.task_id,
+        artifact=data.artifact,
+        images=data.images_path,
+        seed=data.spec.seed,
+        on_missing=on_missing,
+        **dict(data.spec.overrides),
+    )
     return (data, prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
 
 
-SAMPLE_RULE = ("at most N images per split, stratified by class: each class keeps its share of the split "
-               "(largest remainders, ties by class name), drawn with the seed; every row of a drawn image is kept")
+SAMPLE_RULE = (
+    "at most N images per split, stratified by class: each class keeps its share of the split "
+    "(largest remainders, ties by class name), drawn with the seed; every row of a drawn image is kept"
+)
 
 
 def sample_rows(table: pd.DataFrame, per_split: int, seed: int) -> pd.DataFrame:
@@ -91,7 +102,7 @@ def _stratified_quota(sizes: Mapping[str, int], total: int) -> dict[str, int]:
         return dict(sizes)
     exact = {c: k * total / n for c, k in sizes.items()}
     quota = {c: int(x) for c, x in exact.items()}
-    for c in sorted(sizes, key=lambda c: (-(exact[c] - quota[c]), c))[:total - sum(quota.values())]:
+    for c in sorted(sizes, key=lambda c: (-(exact[c] - quota[c]), c))[: total - sum(quota.values())]:
         quota[c] += 1
     return quota
 
@@ -108,8 +119,10 @@ def _checked(table: pd.DataFrame, where: str) -> pd.DataFrame:
     dup = table.duplicated(["image_id", "label"], keep=False)
     if dup.any():
         ids = sorted(set(table.loc[dup, "image_id"]))[:5]
-        raise InputFormatError(f"{where}: image(s) {ids} appear more than once for the same class",
-                               "a task lists each image at most once per class (no image in two splits)")
+        raise InputFormatError(
+            f"{where}: image(s) {ids} appear more than once for the same class",
+            "a task lists each image at most once per class (no image in two splits)",
+        )
     return table
 
 
@@ -135,7 +148,10 @@ def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
     def read(iid: str) -> bytes:
         split, row = where[iid]
         if split not in raw:
-            raise InputFormatError(f"task split {split!r} has no image column", "prepare the task with images, or use --model predictions:FILE")
+            raise InputFormatError(
+                f"task split {split!r} has no image column",
+                "prepare the task with images, or use --model predictions:FILE",
+            )
         with lock:  # one reader at a time into the Arrow table; decoding happens outside the lock
             cell = raw[split][row]["image"]
         return cell_bytes(cell, f"image {iid!r} (split {split!r} row {row})", iid)  # bytes only, never its path
@@ -155,8 +171,12 @@ def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
 
 
 def _summary(row) -> dict[str, Any]:
-    return {"n": int(row["n"]), "correct": int(row["correct"]), "accuracy": float(row["accuracy"]),
-            "ci": [float(row["ci_low"]), float(row["ci_high"])]}
+    return {
+        "n": int(row["n"]),
+        "correct": int(row["correct"]),
+        "accuracy": float(row["accuracy"]),
+        "ci": [float(row["ci_low"]), float(row["ci_high"])],
+    }
 
 
 def _class_metrics(groups: pd.DataFrame, worst: pd.DataFrame, classes: list[str], coverage: Mapping[str, Any]) -> dict:
@@ -165,10 +185,13 @@ def _class_metrics(groups: pd.DataFrame, worst: pd.DataFrame, classes: list[str]
         row = groups[(groups.level == "class") & (groups["class"] == c)].iloc[0]
         wc = worst[worst["class"] == c]
         per_split = groups[(groups.level == "split_class") & (groups["class"] == c)]
-        out[c] = {**_summary(row), "n_contexts": int(((groups.level == "context") & (groups["class"] == c)).sum()),
-                  "leaves_covered": len(set(int(i) for i in coverage.get(c, ()))),
-                  "worst_context": ({"subset": wc.iloc[0]["subset"], **_summary(wc.iloc[0])} if len(wc) else None),
-                  "splits": {r["group"]: _summary(r) for _, r in per_split.iterrows()}}
+        out[c] = {
+            **_summary(row),
+            "n_contexts": int(((groups.level == "context") & (groups["class"] == c)).sum()),
+            "leaves_covered": len(set(int(i) for i in coverage.get(c, ()))),
+            "worst_context": ({"subset": wc.iloc[0]["subset"], **_summary(wc.iloc[0])} if len(wc) else None),
+            "splits": {r["group"]: _summary(r) for _, r in per_split.iterrows()},
+        }
     return out
 
 
@@ -189,20 +212,32 @@ def _bug_list(bug_rows: pd.DataFrame) -> list[dict]:
     def opt(value, cast):
         return None if pd.isna(value) else cast(value)
 
-    return [{"class": r["class"], "subset": r["subset"], "context": r["group"], **_summary(r),
-             "rest_n": int(r["rest_n"]), "rest_correct": int(r["rest_correct"]), "rest_accuracy": float(r["rest_accuracy"]),
-             "z": float(r["z"]), "p_value": float(r["p_value"]), "q_value": float(r["q_value"]),
-             "community": opt(r["community"], int),
-             "distance_to_largest_community": opt(r.get("distance_to_largest_community", np.nan), float)}
-            for _, r in bug_rows.iterrows()]
+    return [
+        {
+            "class": r["class"],
+            "subset": r["subset"],
+            "context": r["group"],
+            **_summary(r),
+            "rest_n": int(r["rest_n"]),
+            "rest_correct": int(r["rest_correct"]),
+            "rest_accuracy": float(r["rest_accuracy"]),
+            "z": float(r["z"]),
+            "p_value": float(r["p_value"]),
+            "q_value": float(r["q_value"]),
+            "community": opt(r["community"], int),
+            "distance_to_largest_community": opt(r.get("distance_to_largest_community", np.nan), float),
+        }
+        for _, r in bug_rows.iterrows()
+    ]
 
 
 def _per_image(scored: pd.DataFrame, labels: list[str] | None = None) -> pd.DataFrame:
     """predictions.csv rows: contexts joined by '|', name of the top-1 class (ImageNet-1k or the head's), sorted."""
 
     names = [c.name.split(",")[0] for c in imagenet_classes()] if labels is None else labels
-    per_image = scored.assign(contexts=["|".join(sorted(c)) for c in scored["contexts"]],
-                              pred_name=[names[i] for i in scored["pred_index"]])
+    per_image = scored.assign(
+        contexts=["|".join(sorted(c)) for c in scored["contexts"]], pred_name=[names[i] for i in scored["pred_index"]]
+    )
     return per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
 
 
@@ -231,16 +266,21 @@ def evaluate(
     hierarchy, mode, coverage, seed, sample = cfg.hierarchy, cfg.mode, cfg.coverage, cfg.seed, cfg.sample
     min_subset_size, alpha, force = cfg.min_subset_size, cfg.alpha, cfg.force
     if out is not None:  # before the model loads: a refused --out costs nothing
-        model_file = model[len("predictions:"):] if isinstance(model, str) and model.startswith("predictions:") else None
-        tree = hierarchy[len("tree:"):] if hierarchy.startswith("tree:") else None
+        model_file = (
+            model[len("predictions:") :] if isinstance(model, str) and model.startswith("predictions:") else None
+        )
+        tree = hierarchy[len("tree:") :] if hierarchy.startswith("tree:") else None
         ref = task.ref if isinstance(task, TaskData) else task_ref(task)
-        art_path = ref.artifact.root if isinstance(ref.artifact, Artifact) else ref.artifact  # a loaded one (the zoo) too
+        art_path = (
+            ref.artifact.root if isinstance(ref.artifact, Artifact) else ref.artifact
+        )  # a loaded one (the zoo) too
         images = ref.images if isinstance(ref.images, (str, Path)) else None
         check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = load_scorer(model, cfg.device, cfg.dtype, cfg.image_size)
-    data, task_id, spec, table, classes, read = _task_rows(task, not isinstance(loaded, PrecomputedPredictions),
-                                                           cfg.on_missing)
+    data, task_id, spec, table, classes, read = _task_rows(
+        task, not isinstance(loaded, PrecomputedPredictions), cfg.on_missing
+    )
     facts = None if data is None else data.meta_graph  # a folder's or repo's, checked against its rows
     scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
@@ -278,13 +318,24 @@ def evaluate(
     model_card = loaded.card()
     metrics: dict[str, Any] = {
         "run": {
-            "package_version": __version__, "task_id": task_id, "task_content_hash": task_content_hash(spec, table),
+            "package_version": __version__,
+            "task_id": task_id,
+            "task_content_hash": task_content_hash(spec, table),
             "artifact_hash": (art.content_hash if art is not None else spec.artifact_hash if spec else None),
-            "model": model_card, "mode": mode, "hierarchy": hierarchy_card.get("name", hierarchy),
-            "hierarchy_detail": hierarchy_card, "seed": seed, "classes": classes, "min_subset_size": min_subset_size,
+            "model": model_card,
+            "mode": mode,
+            "hierarchy": hierarchy_card.get("name", hierarchy),
+            "hierarchy_detail": hierarchy_card,
+            "seed": seed,
+            "classes": classes,
+            "min_subset_size": min_subset_size,
             "shift_type": spec.shift_type if spec else None,
-            "splits": scored_splits, "sample_per_split": sample, "sample_rule": SAMPLE_RULE if sample is not None else None, "task_options": dict(spec.overrides) if spec else {},
-            "dtype": model_card.get("dtype", cfg.dtype), "runtime": runtime_card(),
+            "splits": scored_splits,
+            "sample_per_split": sample,
+            "sample_rule": SAMPLE_RULE if sample is not None else None,
+            "task_options": dict(spec.overrides) if spec else {},
+            "dtype": model_card.get("dtype", cfg.dtype),
+            "runtime": runtime_card(),
             # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)
             "image_size": model_card.get("image_size", cfg.image_size),
         },
@@ -296,8 +347,13 @@ def evaluate(
         "classes": _class_metrics(groups, worst, classes, coverage),
         "worst_subset": ({"subset": worst.iloc[0]["subset"], **_summary(worst.iloc[0])} if len(worst) else None),
         "id_vs_ood": _gap_metrics(groups, classes, roles),
-        "bug_test": {"description": BUG_TEST, "alpha": alpha, "n_tests": int(tested["p_value"].notna().sum()), "min_n": min_subset_size,
-                     "distance": DISTANCE_RULE},
+        "bug_test": {
+            "description": BUG_TEST,
+            "alpha": alpha,
+            "n_tests": int(tested["p_value"].notna().sum()),
+            "min_n": min_subset_size,
+            "distance": DISTANCE_RULE,
+        },
         "context_bugs": _bug_list(bug_rows),
     }
     if out is None:
@@ -305,9 +361,12 @@ def evaluate(
     logits = None
     if cfg.save_logits:
         if preds.logits is None:
-            raise InputFormatError("save_logits: these predictions hold only top-1 indices, no logits",
-                                   "drop --save-logits, or give a predictions file with logits")
+            raise InputFormatError(
+                "save_logits: these predictions hold only top-1 indices, no logits",
+                "drop --save-logits, or give a predictions file with logits",
+            )
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
     names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
-    return write_report(out, metrics, groups, _per_image(scored, names), logits, force=force,
-                        pictures=cfg.plots is not False)  # None: a single evaluate draws its charts
+    return write_report(
+        out, metrics, groups, _per_image(scored, names), logits, force=force, pictures=cfg.plots is not False
+    )  # None: a single evaluate draws its charts

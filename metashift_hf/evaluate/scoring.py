@@ -6,6 +6,7 @@ Counting rule (stated in every report): an image counts once overall, once per s
 its class; it counts once in *every* context subset it belongs to, so context rows overlap and do
 not sum to the class row. Communities are unions of context subsets, again once per image.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
@@ -55,7 +56,9 @@ def score_images(
         )
     unknown = sorted(set(table["label"]) - set(classes))
     if unknown:
-        raise UnknownNameError(f"labels {unknown[:5]} are not classes of the task {classes}", "pass the task's class list")
+        raise UnknownNameError(
+            f"labels {unknown[:5]} are not classes of the task {classes}", "pass the task's class list"
+        )
     preds = predictions.for_ids(list(table["image_id"]))
     out = table.copy()
     out["pred_index"] = preds.top1
@@ -88,10 +91,14 @@ def _per_group_mean(correct: pd.Series, by: pd.Series) -> tuple[float, float, st
     return float(sum(g.accuracy for g in scores) / len(scores)), w.accuracy, w.group
 
 
-HEADLINE_RULE = ("headline = the test (OOD) split, never train; balanced accuracy = mean of the per-class accuracies; "
-                 "worst group = the lowest accuracy over the split's groups (the task's group column, else its classes; " + WORST_RULE + "); "
-                 "baseline = always predicting the split's most frequent class (from the truth): its balanced accuracy "
-                 "is 1/classes, chance for any scoring")
+HEADLINE_RULE = (
+    "headline = the test (OOD) split, never train; balanced accuracy = mean of the per-class accuracies; "
+    "worst group = the lowest accuracy over the split's groups (the task's group column, else its classes; "
+    + WORST_RULE
+    + "); "
+    "baseline = always predicting the split's most frequent class (from the truth): its balanced accuracy "
+    "is 1/classes, chance for any scoring"
+)
 
 
 def headline_metrics(scored: pd.DataFrame, classes: Sequence[str]) -> dict | None:
@@ -108,17 +115,32 @@ def headline_metrics(scored: pd.DataFrame, classes: Sequence[str]) -> dict | Non
     balanced, _, _ = _per_group_mean(part["correct"], part["label"])
     _, worst_acc, worst = _per_group_mean(part["correct"], groups)
     counts = part["label"].value_counts()
-    majority = min(counts.index, key=lambda c: (-int(counts[c]), list(classes).index(c) if c in classes else len(classes), c))
+    majority = min(
+        counts.index, key=lambda c: (-int(counts[c]), list(classes).index(c) if c in classes else len(classes), c)
+    )
     right = part["label"] == majority  # what the constant predictor of the majority class gets right
     b_balanced, _, _ = _per_group_mean(right, part["label"])
     _, b_worst_acc, b_worst = _per_group_mean(right, groups)
     k, n = int(part["correct"].sum()), len(part)
     lo, hi = wilson_interval(k, n)
-    return {"split": split, "n": n, "correct": k, "accuracy": k / n, "ci": [lo, hi], "balanced_accuracy": balanced,
-            "worst_group": worst, "worst_group_accuracy": worst_acc,
-            "baseline": {"predicts": str(majority), "n": n, "correct": int(right.sum()), "accuracy": float(right.mean()),
-                         "ci": list(wilson_interval(int(right.sum()), n)), "balanced_accuracy": b_balanced,
-                         "worst_group": b_worst, "worst_group_accuracy": b_worst_acc},
-            "rule": HEADLINE_RULE}
-
-
+    return {
+        "split": split,
+        "n": n,
+        "correct": k,
+        "accuracy": k / n,
+        "ci": [lo, hi],
+        "balanced_accuracy": balanced,
+        "worst_group": worst,
+        "worst_group_accuracy": worst_acc,
+        "baseline": {
+            "predicts": str(majority),
+            "n": n,
+            "correct": int(right.sum()),
+            "accuracy": float(right.mean()),
+            "ci": list(wilson_interval(int(right.sum()), n)),
+            "balanced_accuracy": b_balanced,
+            "worst_group": b_worst,
+            "worst_group_accuracy": b_worst_acc,
+        },
+        "rule": HEADLINE_RULE,
+    }

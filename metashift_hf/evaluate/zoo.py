@@ -11,6 +11,7 @@ those logits (the report of a single ``evaluate``), and the leaderboard collects
 the task's test (OOD) split, never train (scoring.HEADLINE_RULE); worst group, the pooled accuracy of
 every scored split, worst context and context bugs follow.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,14 +56,39 @@ ZOO_KIND = "evaluation zoo"  # the marker kind of an evaluate --out folder holdi
 TASK_GROUPS = ("all", "binary", "multiclass")  # --tasks words: the artifact's matched tasks, or one kind of them
 BASELINE = "baseline:majority"  # the leaderboard row of the constant predictor of each task's majority class
 # headline first (the rank's key), then the settings that make rows comparable, then the pooled figures
-LEADERBOARD_COLUMNS = ["task", "rank", "model", "split", "balanced_accuracy", "worst_group", "worst_group_accuracy",
-                       "accuracy", "ci_low", "ci_high", "n", "correct", "mode", "hierarchy", "leaves_per_class",
-                       "all_splits", "all_splits_n", "all_splits_accuracy", "id_accuracy", "ood_accuracy",
-                       "worst_context", "worst_context_n", "worst_context_accuracy", "context_bugs", "report"]
-HOW_TO_READ = ("How to read it: the headline is the balanced accuracy (mean of per-class accuracies) on each task's "
-               "test split, the out-of-distribution one (never train), with the worst group's accuracy beside it; rows "
-               f"are ranked by it. `{BASELINE}` always predicts the scored split's most frequent class: its balanced "
-               "accuracy is chance for this scoring, so a model at or below it has learned nothing the task measures.")
+LEADERBOARD_COLUMNS = [
+    "task",
+    "rank",
+    "model",
+    "split",
+    "balanced_accuracy",
+    "worst_group",
+    "worst_group_accuracy",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "n",
+    "correct",
+    "mode",
+    "hierarchy",
+    "leaves_per_class",
+    "all_splits",
+    "all_splits_n",
+    "all_splits_accuracy",
+    "id_accuracy",
+    "ood_accuracy",
+    "worst_context",
+    "worst_context_n",
+    "worst_context_accuracy",
+    "context_bugs",
+    "report",
+]
+HOW_TO_READ = (
+    "How to read it: the headline is the balanced accuracy (mean of per-class accuracies) on each task's "
+    "test split, the out-of-distribution one (never train), with the worst group's accuracy beside it; rows "
+    f"are ranked by it. `{BASELINE}` always predicts the scored split's most frequent class: its balanced "
+    "accuracy is chance for this scoring, so a model at or below it has learned nothing the task measures."
+)
 
 
 def select_tasks(spec: str | Sequence[str], artifact: "str | Artifact | None") -> list[str]:
@@ -71,18 +97,24 @@ def select_tasks(spec: str | Sequence[str], artifact: "str | Artifact | None") -
         names = [str(t) for t in spec]
     elif spec in TASK_GROUPS:
         if artifact is None:
-            raise MetashiftError(f"--tasks {spec} lists the matched tasks of an artifact, and none was given",
-                                 "pass --artifact ARTIFACT (matched with `metashift-hf match --artifact ARTIFACT`)")
+            raise MetashiftError(
+                f"--tasks {spec} lists the matched tasks of an artifact, and none was given",
+                "pass --artifact ARTIFACT (matched with `metashift-hf match --artifact ARTIFACT`)",
+            )
         entries = match_registry(Artifact.load(artifact))
         names = sorted(t for t, e in entries.items() if e.available and (spec == "all" or e.kind == spec))
         if not names:
-            raise EmptyResultError(f"the artifact has no available {'matched' if spec == 'all' else spec} tasks",
-                                   "run `metashift-hf match --artifact ARTIFACT` first, or name tasks: --tasks imagenet-5,bin-cat-dog")
+            raise EmptyResultError(
+                f"the artifact has no available {'matched' if spec == 'all' else spec} tasks",
+                "run `metashift-hf match --artifact ARTIFACT` first, or name tasks: --tasks imagenet-5,bin-cat-dog",
+            )
     else:
         names = [t.strip() for t in spec.split(",") if t.strip()]
     names = list(dict.fromkeys(names))
     if not names:
-        raise InputFormatError(f"--tasks {spec!r} names no task", "e.g. --tasks imagenet-5,bin-cat-dog, or all | binary | multiclass")
+        raise InputFormatError(
+            f"--tasks {spec!r} names no task", "e.g. --tasks imagenet-5,bin-cat-dog, or all | binary | multiclass"
+        )
     return names
 
 
@@ -101,17 +133,27 @@ class ZooResult:
 
     def summary(self) -> str:
         if self.part is not None:
-            done = ", ".join(f"{terminal_safe(m)}: {n} computed, {self.cached[m]} cached" for m, n in self.computed.items())
-            return (f"zoo {self.part}: {self.images} distinct images; {done}. Its logits are in the cache; "
-                    "the leaderboard is written by rank 0, or by a plain run over the same cache (it computes nothing)")
+            done = ", ".join(
+                f"{terminal_safe(m)}: {n} computed, {self.cached[m]} cached" for m, n in self.computed.items()
+            )
+            return (
+                f"zoo {self.part}: {self.images} distinct images; {done}. Its logits are in the cache; "
+                "the leaderboard is written by rank 0, or by a plain run over the same cache (it computes nothing)"
+            )
         models = self.leaderboard.loc[self.leaderboard["model"] != BASELINE, "model"]
-        lines = [f"zoo: {models.nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
-                 f"{self.images} distinct images"]
+        lines = [
+            f"zoo: {models.nunique()} model(s) x {self.leaderboard['task'].nunique()} task(s), "
+            f"{self.images} distinct images"
+        ]
         for m in self.computed:
-            lines.append(f"  {terminal_safe(m)}: {self.computed[m]} images computed, {self.cached[m]} from the logits cache")
+            lines.append(
+                f"  {terminal_safe(m)}: {self.computed[m]} images computed, {self.cached[m]} from the logits cache"
+            )
         lines.append(leaderboard_markdown(self.leaderboard, links=False))
         if self.out is not None:
-            lines.append(f"wrote {self.out}/leaderboard.csv, leaderboard.md, leaderboard.png and one report per model and task")
+            lines.append(
+                f"wrote {self.out}/leaderboard.csv, leaderboard.md, leaderboard.png and one report per model and task"
+            )
         return "\n".join(lines)
 
 
@@ -131,8 +173,9 @@ class _Images:
         return src.read(iid)
 
 
-def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource],
-                    splits: Mapping[str, list[str]]) -> _Images:
+def _collect_images(
+    tasks: Sequence[TaskData], source_for: Callable[[TaskData], ImageSource], splits: Mapping[str, list[str]]
+) -> _Images:
     found = _Images()
     # (source, image id) -> sha256: an image shared by many tasks is read and hashed once per call, not once per
     # task (38x on the synthetic full registry); the sources outlive this loop, so their id() is stable
@@ -143,9 +186,12 @@ def _collect_images(tasks: Sequence[TaskData], source_for: Callable[[TaskData], 
         ids = list(dict.fromkeys(table.loc[table["split"].isin(splits[td.task_id]), "image_id"]))
         missing = [i for i in ids if not src.has(i)]
         if missing:
-            raise MissingImagesError(f"task {td.task_id}: {len(missing)} image(s) are not in the image source "
-                                     f"(e.g. {', '.join(missing[:5])})", "point --images at the source the artifact was built from",
-                                     image_ids=missing)
+            raise MissingImagesError(
+                f"task {td.task_id}: {len(missing)} image(s) are not in the image source "
+                f"(e.g. {', '.join(missing[:5])})",
+                "point --images at the source the artifact was built from",
+                image_ids=missing,
+            )
         shas = {}
         for iid in ids:
             sha = known.get((id(src), iid))
@@ -195,8 +241,10 @@ def evaluate_zoo(
     t0 = time.perf_counter()
     cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
     if cfg.on_missing != "error":
-        raise opt.OptionError(f"on_missing={cfg.on_missing!r} applies to a single evaluate, not to a zoo",
-                              "leave on_missing='error' (a zoo reads every image of every task)")
+        raise opt.OptionError(
+            f"on_missing={cfg.on_missing!r} applies to a single evaluate, not to a zoo",
+            "leave on_missing='error' (a zoo reads every image of every task)",
+        )
     hierarchy, mode, seed, force, splits = cfg.hierarchy, cfg.mode, cfg.seed, cfg.force, cfg.splits
     batch_size, workers, progress = cfg.batch_size, cfg.workers, cfg.progress
     part = distributed.choose_part(shard)
@@ -207,15 +255,24 @@ def evaluate_zoo(
     if use_cache and cache_dir is not None:
         check_cache_dir(cache_dir)
     if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
-        check_out(out, ZOO_KIND, force=force, inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images])
+        check_out(
+            out,
+            ZOO_KIND,
+            force=force,
+            inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images],
+        )
     art = Artifact.load(artifact) if artifact is not None else None
-    names = select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
+    names = (
+        select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
+    )
     # every model once, wrong names fail before any task work
     loaded = [load_scorer(m, device, cfg.dtype, cfg.image_size) for m in models]
     for m in loaded:
         if not isinstance(m, Classifier):
-            raise InputFormatError(f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
-                                   "score a predictions file with a single evaluate --task")
+            raise InputFormatError(
+                f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
+                "score a predictions file with a single evaluate --task",
+            )
     _refuse_repeated([m.name for m in loaded])
     _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
     distributed.check_part(part, use_cache=use_cache, models=loaded)
@@ -224,12 +281,15 @@ def evaluate_zoo(
     for t in names:
         td = _open_zoo_task(t, art, images, seed, (task_options or {}).get(t if isinstance(t, str) else "", None))
         if td.task_id in opened:
-            raise InputFormatError(f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks")
+            raise InputFormatError(
+                f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks"
+            )
         opened[td.task_id] = td
     scored_splits = {t: chosen_splits(splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
     # the zoo's settings, each task's own splits; a report folder is new inside the zoo's, no bar per task
-    per_task = {t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t])
-                for t in opened}
+    per_task = {
+        t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t]) for t in opened
+    }
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
@@ -256,13 +316,23 @@ def evaluate_zoo(
     taken: set[str] = set()
     slugs = {m.name: _model_slug(m.name, taken) for m in loaded}
     writes = out is not None and part.scores
-    with distributed.Group(part) as group, (atomic_dir(out, kind=ZOO_KIND, force=force) if writes else _no_dir()) as tmp:
+    with distributed.Group(part) as group, atomic_dir(out, kind=ZOO_KIND, force=force) if writes else _no_dir() as tmp:
         group.agree("images, models or batches", distributed.plan_digest(found.where, loaded, batch_size))
         for clf in loaded:
             tm = time.perf_counter()
-            got = distributed.model_logits(clf, found.where, found.read, part, group, cache_dir=cache_dir,
-                                           use_cache=use_cache, batch_size=batch_size, workers=workers,
-                                           device=device, progress=progress)
+            got = distributed.model_logits(
+                clf,
+                found.where,
+                found.read,
+                part,
+                group,
+                cache_dir=cache_dir,
+                use_cache=use_cache,
+                batch_size=batch_size,
+                workers=workers,
+                device=device,
+                progress=progress,
+            )
             computed[clf.name], cached[clf.name] = got.computed, got.cached
             if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
                 seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
@@ -277,7 +347,10 @@ def evaluate_zoo(
                 preds = PrecomputedPredictions(
                     path=cache.folder if cache is not None else Path("(memory)"),
                     predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
-                    sha256=fp, model_card=card, labels=clf.labels)
+                    sha256=fp,
+                    model_card=card,
+                    labels=clf.labels,
+                )
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
                 return evaluate(preds, td, (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
 
@@ -290,22 +363,51 @@ def evaluate_zoo(
                     rows.append(_baseline_row(task_id, rep))
             seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
         if not part.scores:
-            return ZooResult(None, pd.DataFrame(columns=LEADERBOARD_COLUMNS), {}, len(found.where), computed, cached,
-                             {"per_model": seconds_model, "total": round(time.perf_counter() - t0, 3)}, part.label())
+            return ZooResult(
+                None,
+                pd.DataFrame(columns=LEADERBOARD_COLUMNS),
+                {},
+                len(found.where),
+                computed,
+                cached,
+                {"per_model": seconds_model, "total": round(time.perf_counter() - t0, 3)},
+                part.label(),
+            )
         board = rank(pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS))
-        seconds = {"load_models": round(t_models - t0, 3), "plan_tasks": round(t_plan - t_models, 3),
-                   "read_and_hash_images": round(t_read - t_plan, 3), "per_model": seconds_model,
-                   "total": round(time.perf_counter() - t0, 3)}
+        seconds = {
+            "load_models": round(t_models - t0, 3),
+            "plan_tasks": round(t_plan - t_models, 3),
+            "read_and_hash_images": round(t_read - t_plan, 3),
+            "per_model": seconds_model,
+            "total": round(time.perf_counter() - t0, 3),
+        }
         if tmp is not None:
-            _write_leaderboard(tmp, board, {
-                "package_version": __version__, "models": [m.card() for m in loaded], "tasks": list(opened),
-                "images": len(found.where), "computed": computed, "cached": cached, "seconds": seconds,
-                "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
-                "runtime": runtime_card(), "hierarchy": hierarchy, "mode": mode, "seed": seed,
-                "min_subset_size": cfg.min_subset_size, "alpha": cfg.alpha, "splits": scored_splits,
-                "image_size": cfg.image_size,
-                "headline": HEADLINE_RULE})
-    return ZooResult(Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds)
+            _write_leaderboard(
+                tmp,
+                board,
+                {
+                    "package_version": __version__,
+                    "models": [m.card() for m in loaded],
+                    "tasks": list(opened),
+                    "images": len(found.where),
+                    "computed": computed,
+                    "cached": cached,
+                    "seconds": seconds,
+                    "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
+                    "runtime": runtime_card(),
+                    "hierarchy": hierarchy,
+                    "mode": mode,
+                    "seed": seed,
+                    "min_subset_size": cfg.min_subset_size,
+                    "alpha": cfg.alpha,
+                    "splits": scored_splits,
+                    "image_size": cfg.image_size,
+                    "headline": HEADLINE_RULE,
+                },
+            )
+    return ZooResult(
+        Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds
+    )
 
 
 class _no_dir:
@@ -321,9 +423,10 @@ def _refuse_repeated(names: Sequence[str]) -> None:
     seen: set[str] = set()
     twice = [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
     if twice:
-        raise InputFormatError(f"--model {terminal_safe(twice[0])} is given more than once",
-                               "give each model once (--force only replaces an earlier --out folder; it does not "
-                               "allow a repeated model)")
+        raise InputFormatError(
+            f"--model {terminal_safe(twice[0])} is given more than once",
+            "give each model once (--force only replaces an earlier --out folder; it does not allow a repeated model)",
+        )
 
 
 def _refuse_same_model(models: Sequence[Any], loaded: Sequence[Classifier]) -> None:
@@ -336,9 +439,11 @@ def _refuse_same_model(models: Sequence[Any], loaded: Sequence[Classifier]) -> N
             continue
         key = json.dumps(clf.logit_facts(), sort_keys=True, default=str)
         if key in seen:
-            raise InputFormatError(f"--model {terminal_safe(seen[key])} and --model {terminal_safe(clf.name)} load the same "
-                                   "model (the same weights, preprocessing and head)",
-                                   "give each model once: it would be run and ranked twice under two names")
+            raise InputFormatError(
+                f"--model {terminal_safe(seen[key])} and --model {terminal_safe(clf.name)} load the same "
+                "model (the same weights, preprocessing and head)",
+                "give each model once: it would be run and ranked twice under two names",
+            )
         seen[key] = clf.name
 
 
@@ -347,19 +452,25 @@ def check_cache_dir(cache_dir: str | Path) -> None:
     path = Path(cache_dir)
     for p in (path, *path.parents):
         if p.is_symlink() and not p.is_dir() or (p.exists() and not p.is_dir()):
-            raise InputFormatError(f"--cache-dir {terminal_safe(path)}: {terminal_safe(p)} is not a folder",
-                                   "pass a folder for the logits cache (it is made when absent), or drop --cache-dir "
-                                   "(the package cache) or use --no-cache")
+            raise InputFormatError(
+                f"--cache-dir {terminal_safe(path)}: {terminal_safe(p)} is not a folder",
+                "pass a folder for the logits cache (it is made when absent), or drop --cache-dir "
+                "(the package cache) or use --no-cache",
+            )
         if p.exists():
             return
 
 
-_ZOO_CONFIG_FIX = ("a zoo takes one config per --tasks entry: list the configs' folders (--tasks FOLDER/CONFIG,FOLDER/CONFIG2); "
-                   "a Hub repo's configs: download it first (hf download REPO --repo-type dataset --local-dir DIR) "
-                   "and list DIR/CONFIG")
+_ZOO_CONFIG_FIX = (
+    "a zoo takes one config per --tasks entry: list the configs' folders (--tasks FOLDER/CONFIG,FOLDER/CONFIG2); "
+    "a Hub repo's configs: download it first (hf download REPO --repo-type dataset --local-dir DIR) "
+    "and list DIR/CONFIG"
+)
 
 
-def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None) -> TaskData:
+def _open_zoo_task(
+    t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None
+) -> TaskData:
     """One --tasks entry: a task id planned on the artifact, or an exported folder / Hub repo id (which carries
     its own rows and images, so --images and --seed go only to the task ids: the two forms mix in one zoo)."""
     own = TaskRef(t, options=options or {})
@@ -376,38 +487,76 @@ def _open_zoo_task(t: Any, art: "Artifact | None", images: Any, seed: int, optio
 
 
 def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:
-    run, overall, worst, gap, head = rep["run"], rep["overall"], rep["worst_subset"], rep["id_vs_ood"], rep["headline"] or {}
-    return {"model": model, "task": task, **_headline_cells(head), "mode": run["mode"], "hierarchy": run["hierarchy"],
-            "leaves_per_class": ";".join(f"{c}={v['leaves_covered']}" for c, v in rep["classes"].items()),
-            "all_splits": ";".join(run["splits"]), "all_splits_n": overall["n"], "all_splits_accuracy": overall["accuracy"],
-            "worst_context": worst["subset"] if worst else None, "worst_context_n": worst["n"] if worst else None,
-            "worst_context_accuracy": worst["accuracy"] if worst else None, "context_bugs": len(rep["context_bugs"]),
-            "id_accuracy": gap.get("id", {}).get("accuracy") if gap else None,
-            "ood_accuracy": gap.get("ood", {}).get("accuracy") if gap else None, "report": str(rel)}
+    run, overall, worst, gap, head = (
+        rep["run"],
+        rep["overall"],
+        rep["worst_subset"],
+        rep["id_vs_ood"],
+        rep["headline"] or {},
+    )
+    return {
+        "model": model,
+        "task": task,
+        **_headline_cells(head),
+        "mode": run["mode"],
+        "hierarchy": run["hierarchy"],
+        "leaves_per_class": ";".join(f"{c}={v['leaves_covered']}" for c, v in rep["classes"].items()),
+        "all_splits": ";".join(run["splits"]),
+        "all_splits_n": overall["n"],
+        "all_splits_accuracy": overall["accuracy"],
+        "worst_context": worst["subset"] if worst else None,
+        "worst_context_n": worst["n"] if worst else None,
+        "worst_context_accuracy": worst["accuracy"] if worst else None,
+        "context_bugs": len(rep["context_bugs"]),
+        "id_accuracy": gap.get("id", {}).get("accuracy") if gap else None,
+        "ood_accuracy": gap.get("ood", {}).get("accuracy") if gap else None,
+        "report": str(rel),
+    }
 
 
 def _headline_cells(head: Mapping[str, Any]) -> dict:
     ci = head.get("ci") or [None, None]
-    return {"split": head.get("split"), "balanced_accuracy": head.get("balanced_accuracy"),
-            "worst_group": head.get("worst_group"), "worst_group_accuracy": head.get("worst_group_accuracy"),
-            "accuracy": head.get("accuracy"), "ci_low": ci[0], "ci_high": ci[1], "n": head.get("n"), "correct": head.get("correct")}
+    return {
+        "split": head.get("split"),
+        "balanced_accuracy": head.get("balanced_accuracy"),
+        "worst_group": head.get("worst_group"),
+        "worst_group_accuracy": head.get("worst_group_accuracy"),
+        "accuracy": head.get("accuracy"),
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "n": head.get("n"),
+        "correct": head.get("correct"),
+    }
 
 
 def _baseline_row(task: str, rep) -> dict:
     """The majority-class constant predictor on the same scored split (its figures come from the truth alone)."""
     head, run = rep["headline"] or {}, rep["run"]
     base = {**(head.get("baseline") or {}), "split": head.get("split")}
-    said = (f"always predicts {base['predicts']}" if base.get("predicts") is not None else
-            "no test split scored: no headline to compare with")  # e.g. a class collection (a train split only)
-    return {"model": BASELINE, "task": task, **_headline_cells(base), "mode": run["mode"], "hierarchy": run["hierarchy"],
-            "leaves_per_class": None, "all_splits": None, "report": said}
+    said = (
+        f"always predicts {base['predicts']}"
+        if base.get("predicts") is not None
+        else "no test split scored: no headline to compare with"
+    )  # e.g. a class collection (a train split only)
+    return {
+        "model": BASELINE,
+        "task": task,
+        **_headline_cells(base),
+        "mode": run["mode"],
+        "hierarchy": run["hierarchy"],
+        "leaves_per_class": None,
+        "all_splits": None,
+        "report": said,
+    }
 
 
 def rank(board: pd.DataFrame) -> pd.DataFrame:
     """Rows by task, best headline first (balanced accuracy, then worst group, then name); ``rank`` 1 = best.
     Equal headlines share a rank, so a model tied with the baseline never ranks above it."""
-    keyed = board.assign(_b=board["balanced_accuracy"].astype(float).fillna(-1.0).round(12),
-                         _w=board["worst_group_accuracy"].astype(float).fillna(-1.0).round(12))
+    keyed = board.assign(
+        _b=board["balanced_accuracy"].astype(float).fillna(-1.0).round(12),
+        _w=board["worst_group_accuracy"].astype(float).fillna(-1.0).round(12),
+    )
     keyed = keyed.sort_values(["task", "_b", "_w", "model"], ascending=[True, False, False, True], kind="stable")
     keyed["rank"] = keyed.groupby("task")["_b"].rank(method="min", ascending=False).astype(int)
     return keyed.drop(columns=["_b", "_w"]).reset_index(drop=True)[LEADERBOARD_COLUMNS]
@@ -429,11 +578,15 @@ def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
     models = _model_order(board)
     tasks = list(dict.fromkeys(board["task"]))
     cell = {(r.model, r.task): r for r in board.itertuples(index=False)}
-    head = ("| model | " + " | ".join(markdown_safe(t) for t in tasks) + " |\n|---|" + "---|" * len(tasks) + "\n")
+    head = "| model | " + " | ".join(markdown_safe(t) for t in tasks) + " |\n|---|" + "---|" * len(tasks) + "\n"
 
     def table(text: Callable[[Any], str]) -> str:
-        return head + "".join(f"| {markdown_safe(m)} | " + " | ".join(
-            text(c) if (c := cell.get((m, t))) is not None else "—" for t in tasks) + " |\n" for m in models)
+        return head + "".join(
+            f"| {markdown_safe(m)} | "
+            + " | ".join(text(c) if (c := cell.get((m, t))) is not None else "—" for t in tasks)
+            + " |\n"
+            for m in models
+        )
 
     def headline(c) -> str:
         txt = f"{_pct(c.balanced_accuracy)} (worst group {_pct(c.worst_group_accuracy)}; #{c.rank})"
@@ -444,13 +597,20 @@ def leaderboard_markdown(board: pd.DataFrame, *, links: bool = True) -> str:
             if not isinstance(c.split, str):  # no scored test split: nothing the baseline could say
                 return markdown_safe(c.report)
             return f"accuracy {_pct(c.accuracy)} on {markdown_safe(c.split)}; {markdown_safe(c.report)}"
-        worst = (f"{markdown_safe(c.worst_context)} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)})"
-                 if isinstance(c.worst_context, str) else "—")
+        worst = (
+            f"{markdown_safe(c.worst_context)} {_pct(c.worst_context_accuracy)} (n={int(c.worst_context_n)})"
+            if isinstance(c.worst_context, str)
+            else "—"
+        )
         return f"{_pct(c.all_splits_accuracy)} over {markdown_safe(c.all_splits)}; worst context {worst}; bugs {int(c.context_bugs)}"
 
-    return (HOW_TO_READ + "\n\nHeadline: balanced accuracy % on the test split (worst-group accuracy %; rank in the task):\n\n"
-            + table(headline) + "\nAll scored splits pooled (accuracy %), worst context (accuracy %, n) and context bugs:\n\n"
-            + table(pooled))
+    return (
+        HOW_TO_READ
+        + "\n\nHeadline: balanced accuracy % on the test split (worst-group accuracy %; rank in the task):\n\n"
+        + table(headline)
+        + "\nAll scored splits pooled (accuracy %), worst context (accuracy %, n) and context bugs:\n\n"
+        + table(pooled)
+    )
 
 
 _PREFIXES = re.compile(r"^((?:[A-Za-z0-9_.-]+:)*)(.*)$", re.S)  # hf:, timm:local-dir:, module:, ... then the rest
@@ -489,7 +649,11 @@ def _public_card(card: Mapping[str, Any], public: Mapping[str, str] | None = Non
 def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
-    card["picture"] = "leaderboard.png" if _plot_leaderboard(board, folder / "leaderboard.png") else "not drawn: matplotlib is not installed"
+    card["picture"] = (
+        "leaderboard.png"
+        if _plot_leaderboard(board, folder / "leaderboard.png")
+        else "not drawn: matplotlib is not installed"
+    )
     names = public_model_names(m["name"] for m in card["models"])
     card["models"] = [_public_card(m, names) for m in card["models"]]
     # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
@@ -512,14 +676,18 @@ def _plot_leaderboard(board: pd.DataFrame, path: Path) -> bool:
         return False
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(
+        range(len(tasks)), [terminal_safe(t).replace("$", r"\$") for t in tasks], rotation=60, ha="right", fontsize=7
+    )
     # names as plain text: no control character, and no '$' that matplotlib would read as mathtext
     public = public_model_names(models)
     ax.set_yticks(range(len(models)), [terminal_safe(public[m]).replace("$", r"\$") for m in models], fontsize=7)
     if grid.size <= 400:
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
-                ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black")
+                ax.text(
+                    j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black"
+                )
     fig.colorbar(im, ax=ax, label="balanced accuracy, test split")
     ax.set_title("headline per model and task (balanced accuracy, test split)")
     fig.tight_layout()

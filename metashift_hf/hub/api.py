@@ -11,6 +11,7 @@ Keyword options are the task family's options (``scale``, ``train_per_group``, `
 parsed once by the family's options dataclass (docs/tasks.md lists them per task). ``with_image_metadata`` and
 ``verify_images`` say how :func:`prepare` writes the rows, not which rows: they are its own arguments.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,9 @@ def plan(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, 
 _TRY_SCALES = (0.5, 0.25, 0.1, 0.05)
 
 
-def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-                  **overrides: Any) -> float | None:
+def fitting_scale(
+    task: str, artifact: "str | os.PathLike | Artifact", *, seed: int = 0, **overrides: Any
+) -> float | None:
     """The largest of 0.5, 0.25, 0.1, 0.05 at which ``task`` plans, or None (also when it takes no ``scale``)."""
     for scale in _TRY_SCALES:
         try:
@@ -65,8 +67,13 @@ def fitting_scale(task: str, artifact: "str | os.PathLike | Artifact", *, seed: 
     return None
 
 
-def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed: int = 0,
-             options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, "TaskPlan"]:
+def plan_all(
+    tasks: list[str],
+    artifact: "str | os.PathLike | Artifact",
+    *,
+    seed: int = 0,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, "TaskPlan"]:
     """Plan every task before any is materialised, so ``export A B C`` fails on C before building A.
     ``options[task]``: that task's options (none when it is not named).
 
@@ -83,16 +90,22 @@ def plan_all(tasks: list[str], artifact: "str | os.PathLike | Artifact", *, seed
             raise EmptyGroupError(f"task {task} cannot be planned: {exc.what}", exc.fix) from None
         except EmptyResultError as exc:
             scale = fitting_scale(task, art, seed=seed, **task_options)
-            fix = (f"pass --set {task}:scale={scale} (the largest of {', '.join(map(str, _TRY_SCALES))} at which it "
-                   f"plans; Python: scale={scale})" if scale is not None else
-                   f"pass smaller sizes for this task with --set {task}:KEY=VALUE ({exc.fix})")
-            raise EmptyResultError(f"task {task} cannot be planned with {_options_text(task_options)}: {exc.what}",
-                                   fix) from None
+            fix = (
+                f"pass --set {task}:scale={scale} (the largest of {', '.join(map(str, _TRY_SCALES))} at which it "
+                f"plans; Python: scale={scale})"
+                if scale is not None
+                else f"pass smaller sizes for this task with --set {task}:KEY=VALUE ({exc.fix})"
+            )
+            raise EmptyResultError(
+                f"task {task} cannot be planned with {_options_text(task_options)}: {exc.what}", fix
+            ) from None
     return plans
 
 
 def _options_text(options: dict) -> str:
-    return "the default sizes" if not options else "options " + ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    return (
+        "the default sizes" if not options else "options " + ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    )
 
 
 def available_tasks(artifact: "str | os.PathLike | Artifact") -> list[str]:
@@ -121,10 +134,18 @@ def dataset_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | N
     return MultiLabelDataset.from_record(record).images() if record is not None else None
 
 
-def prepare(task: str, artifact: "str | os.PathLike | Artifact",
-            images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0,
-            on_missing: str = "error", cache_dir: "str | os.PathLike | None" = None,
-            with_image_metadata: bool = False, verify_images: bool = True, **overrides: Any) -> PreparedTask:
+def prepare(
+    task: str,
+    artifact: "str | os.PathLike | Artifact",
+    images: "str | os.PathLike | ImageSource | None" = None,
+    *,
+    seed: int = 0,
+    on_missing: str = "error",
+    cache_dir: "str | os.PathLike | None" = None,
+    with_image_metadata: bool = False,
+    verify_images: bool = True,
+    **overrides: Any,
+) -> PreparedTask:
     """Materialise a task: splits as a ``datasets.DatasetDict`` with original JPEG bytes + its spec.
 
     ``cache_dir`` is the ``datasets`` cache (default: the Hugging Face datasets cache); a prepared
@@ -136,34 +157,74 @@ def prepare(task: str, artifact: "str | os.PathLike | Artifact",
     # argument types first: a wrong one is named here, not deep inside the datasets builder
     task, seed = opt.text(task, "task"), opt.seed(seed, "seed")
     if on_missing not in ("error", "skip"):
-        raise opt.OptionError(f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'")
+        raise opt.OptionError(
+            f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'"
+        )
     if cache_dir is not None:
         opt.path(cache_dir, "cache_dir")
     if images is None:
         images = dataset_images(artifact)
     if images is None:
-        raise MissingImagesError(f"task {task}: prepare/load need images",
-                                 "pass images= a folder of <id>.jpg files or GQA's images.zip "
-                                 "(metashift_hf.hub.api.plan works without images)")
-    builder = Metashift(config_name=task, artifact=artifact, images=images, seed=seed, on_missing=on_missing,
-                        overrides=dict(overrides) or None, cache_dir=None if cache_dir is None else str(cache_dir),
-                        with_image_metadata=with_image_metadata, verify_images=verify_images)
+        raise MissingImagesError(
+            f"task {task}: prepare/load need images",
+            "pass images= a folder of <id>.jpg files or GQA's images.zip "
+            "(metashift_hf.hub.api.plan works without images)",
+        )
+    builder = Metashift(
+        config_name=task,
+        artifact=artifact,
+        images=images,
+        seed=seed,
+        on_missing=on_missing,
+        overrides=dict(overrides) or None,
+        cache_dir=None if cache_dir is None else str(cache_dir),
+        with_image_metadata=with_image_metadata,
+        verify_images=verify_images,
+    )
     builder.download_and_prepare()
     ds = builder.as_dataset()
     if not ds or not any(len(split) for split in ds.values()):  # every image dropped by on_missing="skip"
-        raise EmptyResultError(f"task {task}: no image left to use (all were missing or unusable in {images})",
-                               "point --images (Python: images=) at the folder or zip that holds the task's images")
+        raise EmptyResultError(
+            f"task {task}: no image left to use (all were missing or unusable in {images})",
+            "point --images (Python: images=) at the folder or zip that holds the task's images",
+        )
     return PreparedTask(task_id=task, dataset=ds, spec=spec_of_dataset(ds))
 
 
-def load(task: str, artifact: "str | os.PathLike | Artifact",
-         images: "str | os.PathLike | ImageSource | None" = None, *, seed: int = 0, on_missing: str = "error",
-         cache_dir: "str | os.PathLike | None" = None, with_image_metadata: bool = False, verify_images: bool = True,
-         **overrides: Any) -> "datasets.DatasetDict":
+def load(
+    task: str,
+    artifact: "str | os.PathLike | Artifact",
+    images: "str | os.PathLike | ImageSource | None" = None,
+    *,
+    seed: int = 0,
+    on_missing: str = "error",
+    cache_dir: "str | os.PathLike | None" = None,
+    with_image_metadata: bool = False,
+    verify_images: bool = True,
+    **overrides: Any,
+) -> "datasets.DatasetDict":
     """Same as :func:`prepare`, returning only the ``DatasetDict``."""
-    return prepare(task, artifact, images, seed=seed, on_missing=on_missing, cache_dir=cache_dir,
-                   with_image_metadata=with_image_metadata, verify_images=verify_images, **overrides).dataset
+    return prepare(
+        task,
+        artifact,
+        images,
+        seed=seed,
+        on_missing=on_missing,
+        cache_dir=cache_dir,
+        with_image_metadata=with_image_metadata,
+        verify_images=verify_images,
+        **overrides,
+    ).dataset
 
 
-__all__ = ["PreparedTask", "prepare", "load", "plan", "plan_all", "fitting_scale", "available_tasks", "dataset_images",
-           "reads_dataset_images"]
+__all__ = [
+    "PreparedTask",
+    "prepare",
+    "load",
+    "plan",
+    "plan_all",
+    "fitting_scale",
+    "available_tasks",
+    "dataset_images",
+    "reads_dataset_images",
+]

@@ -11,6 +11,7 @@ A repo folder holds exactly what ``publish`` pushes::
 ``datasets.load_dataset("<repo dir or ns/repo>", "<config>")`` reads it with no loading script.
 The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the cards in :mod:`metashift_hf.cards`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -99,8 +100,16 @@ def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images,
         yield out
 
 
-def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: str = "repo-per-task",
-                    namespace: str | None = None, force: bool = False, images=None) -> list[ExportedRepo]:
+def export_prepared(
+    prepared: list,
+    artifact,
+    out_dir: str | Path,
+    *,
+    layout: str = "repo-per-task",
+    namespace: str | None = None,
+    force: bool = False,
+    images=None,
+) -> list[ExportedRepo]:
     """Write the repos for already prepared tasks (``metashift_hf.hub.api.PreparedTask``).
 
     ``out_dir`` must be new, empty or an earlier export folder; a repo folder already in it is
@@ -110,7 +119,10 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     if not prepared:
-        raise MetashiftError("no tasks to export", "name at least one task (list them with `metashift-hf tasks list --artifact ARTIFACT`)")
+        raise MetashiftError(
+            "no tasks to export",
+            "name at least one task (list them with `metashift-hf tasks list --artifact ARTIFACT`)",
+        )
     if namespace is not None:
         validate_repo_name(namespace, "namespace")
     ids = [p.task_id for p in prepared]
@@ -128,8 +140,9 @@ def export_prepared(prepared: list, artifact, out_dir: str | Path, *, layout: st
         return _write_repos(prepared, art, out_dir, ids, layout, namespace, force)
 
 
-def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], layout: str, namespace: str | None,
-                 force: bool) -> list[ExportedRepo]:
+def _write_repos(
+    prepared: list, art: Artifact, out_dir: Path, ids: list[str], layout: str, namespace: str | None, force: bool
+) -> list[ExportedRepo]:
 
     def load_target(repo: str) -> str:
         """The name the cards load ``repo`` by: rendered once, for the publish target when one is given."""
@@ -152,14 +165,30 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
                     f.write(card)
                 write_card_target(tmp, namespace)
             infos.append(info)
-            exported.append(ExportedRepo(name, out_dir / name, (p.task_id,), repo_files(out_dir / name),
-                                         _repo_bytes(out_dir / name), cards.collection_note(p.spec)))
+            exported.append(
+                ExportedRepo(
+                    name,
+                    out_dir / name,
+                    (p.task_id,),
+                    repo_files(out_dir / name),
+                    _repo_bytes(out_dir / name),
+                    cards.collection_note(p.spec),
+                )
+            )
         with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
             write_card_target(tmp, namespace)
-        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, (), repo_files(out_dir / INDEX_REPO),
-                                     _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
+        exported.append(
+            ExportedRepo(
+                INDEX_REPO,
+                out_dir / INDEX_REPO,
+                (),
+                repo_files(out_dir / INDEX_REPO),
+                _repo_bytes(out_dir / INDEX_REPO),
+                cards.INDEX_NOTE,
+            )
+        )
     else:
         with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
             cfgs = []
@@ -175,8 +204,16 @@ def _write_repos(prepared: list, art: Artifact, out_dir: Path, ids: list[str], l
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=cfgs, repo_id=load_target(INDEX_REPO)))
             write_card_target(tmp, namespace)
-        exported.append(ExportedRepo(INDEX_REPO, out_dir / INDEX_REPO, tuple(ids), repo_files(out_dir / INDEX_REPO),
-                                     _repo_bytes(out_dir / INDEX_REPO), cards.INDEX_NOTE))
+        exported.append(
+            ExportedRepo(
+                INDEX_REPO,
+                out_dir / INDEX_REPO,
+                tuple(ids),
+                repo_files(out_dir / INDEX_REPO),
+                _repo_bytes(out_dir / INDEX_REPO),
+                cards.INDEX_NOTE,
+            )
+        )
     return exported
 
 
@@ -220,9 +257,17 @@ def read_note(repo_dir: Path) -> str:
     return cards.collection_note(read_spec_file(specs[0]))
 
 
-def export_tasks(tasks: list[str], origin: TaskOrigin, out_dir: str | Path, *, layout: str = "repo-per-task",
-                 namespace: str | None = None, force: bool = False, on_missing: str = "error",
-                 cache_dir: str | Path | None = None) -> list[ExportedRepo]:
+def export_tasks(
+    tasks: list[str],
+    origin: TaskOrigin,
+    out_dir: str | Path,
+    *,
+    layout: str = "repo-per-task",
+    namespace: str | None = None,
+    force: bool = False,
+    on_missing: str = "error",
+    cache_dir: str | Path | None = None,
+) -> list[ExportedRepo]:
     """Prepare each task on ``origin``'s build (its images, seed and options: :class:`TaskOrigin`) and export it
     (see module docstring).
 
@@ -234,16 +279,28 @@ def export_tasks(tasks: list[str], origin: TaskOrigin, out_dir: str | Path, *, l
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     if origin.artifact is None:
-        raise InputFormatError(f"export plans tasks on a build; the tasks in {origin.source} are exported already",
-                               "pass TaskOrigin(artifact=ARTIFACT, ...) (CLI: --artifact), or push an export folder "
-                               "as it is with `metashift-hf publish --from-export FOLDER`")
+        raise InputFormatError(
+            f"export plans tasks on a build; the tasks in {origin.source} are exported already",
+            "pass TaskOrigin(artifact=ARTIFACT, ...) (CLI: --artifact), or push an export folder "
+            "as it is with `metashift-hf publish --from-export FOLDER`",
+        )
 
     art, images = Artifact.load(origin.artifact), origin.images
     options = {t: origin.options_of(t) for t in tasks}
     with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
         plan_all(tasks, art, seed=origin.planning_seed, options=options)  # every task plans before any is built
-        prepared = [prepare(t, artifact=art, images=images, seed=origin.planning_seed, on_missing=on_missing,
-                            cache_dir=cache_dir, **options[t]) for t in tasks]
+        prepared = [
+            prepare(
+                t,
+                artifact=art,
+                images=images,
+                seed=origin.planning_seed,
+                on_missing=on_missing,
+                cache_dir=cache_dir,
+                **options[t],
+            )
+            for t in tasks
+        ]
         return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
 
 
@@ -301,24 +358,39 @@ def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming
         for split, ds in loaded.items():
             if expected is not None and split not in expected:
                 raise MetashiftError(f"{where}: split {split!r} is not in the prepared task", fix)
-            ref = _expected_rows(expected[split]) if expected is not None else \
-                _shard_rows(sorted((repo_dir / config).glob(f"{split}-*.parquet")))
-            got = (row for batch in _undecoded(ds).with_format("arrow").iter(batch_size=_VERIFY_BATCH) for row in batch.to_pylist())
+            ref = (
+                _expected_rows(expected[split])
+                if expected is not None
+                else _shard_rows(sorted((repo_dir / config).glob(f"{split}-*.parquet")))
+            )
+            got = (
+                row
+                for batch in _undecoded(ds).with_format("arrow").iter(batch_size=_VERIFY_BATCH)
+                for row in batch.to_pylist()
+            )
             n = 0
             for a, b in itertools.zip_longest(got, ref):
                 if a is None or b is None:
-                    raise MetashiftError(f"{where} split {split!r}: loaded {len(ds)} rows, the reference has a different count", fix)
+                    raise MetashiftError(
+                        f"{where} split {split!r}: loaded {len(ds)} rows, the reference has a different count", fix
+                    )
                 for key in ("image_id", "label"):
                     if key in a and a[key] != b.get(key):
-                        raise MetashiftError(f"{where} split {split!r} row {n}: {key} {a[key]!r} != {b.get(key)!r}", fix)
+                        raise MetashiftError(
+                            f"{where} split {split!r} row {n}: {key} {a[key]!r} != {b.get(key)!r}", fix
+                        )
                 if "image" in a:
                     mine, theirs = (a["image"] or {}).get("bytes"), (b.get("image") or {}).get("bytes")
                     if not mine:
-                        raise MetashiftError(f"{where} split {split!r} row {n}: image bytes are not embedded",
-                                             "export again with this version (images must be embedded)")
+                        raise MetashiftError(
+                            f"{where} split {split!r} row {n}: image bytes are not embedded",
+                            "export again with this version (images must be embedded)",
+                        )
                     if mine != theirs:
-                        raise MetashiftError(f"{where} split {split!r} row {n}: image bytes differ",
-                                             "export again; the image bytes must be the original files'")
+                        raise MetashiftError(
+                            f"{where} split {split!r} row {n}: image bytes differ",
+                            "export again; the image bytes must be the original files'",
+                        )
                 n += 1
             checked[split] = n
         if expected is not None and set(expected) != set(checked):
@@ -331,5 +403,7 @@ def verify_export(repo_dir: str | Path, config: str, expected=None, *, streaming
             ids = [r[key] for r in stream.select_columns([key])]  # one column: no image decoding
             streamed = len(ids)
             if streamed != checked[first] or (key != "image" and ids != list(loaded[first][key])):
-                raise MetashiftError(f"{where}: streaming gave {streamed} rows that differ from the {checked[first]} loaded", fix)
+                raise MetashiftError(
+                    f"{where}: streaming gave {streamed} rows that differ from the {checked[first]} loaded", fix
+                )
     return VerifyResult(config, checked, streamed)

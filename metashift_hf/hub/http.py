@@ -7,6 +7,7 @@ transport below fills every unset timeout of a request; huggingface_hub's own re
 keep the total bounded. The bounds are huggingface_hub's documented variables: HF_HUB_ETAG_TIMEOUT to
 connect, HF_HUB_DOWNLOAD_TIMEOUT per read (10 s each unless set).
 """
+
 from __future__ import annotations
 
 import httpx2

@@ -9,6 +9,7 @@ The token comes from ``HF_TOKEN`` or the standard ``hf auth login`` store (``hug
 and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is honoured by
 ``huggingface_hub`` itself.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,9 +33,13 @@ from .task_source import TaskOrigin
 logger = logging.getLogger(__name__)
 
 COLLECTION_TITLE = "MetaShift"
-COLLECTION_DESCRIPTION = "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
-_FIX_TOKEN = ("create a token with write access at https://huggingface.co/settings/tokens, then set HF_TOKEN "
-              "or run `hf auth login`")
+COLLECTION_DESCRIPTION = (
+    "MetaShift (Liang & Zou, ICLR 2022) tasks as parquet datasets: contextual distribution shifts."
+)
+_FIX_TOKEN = (
+    "create a token with write access at https://huggingface.co/settings/tokens, then set HF_TOKEN "
+    "or run `hf auth login`"
+)
 # Remote paths we own: stale files there (e.g. an old shard count) would be read by the
 # `<config>/<split>-*` data_files globs, so they are deleted. Anything else a maintainer added stays.
 _MANAGED_DIRS = ("images/",)
@@ -137,11 +142,16 @@ class _Hub:
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
         def post():
-            response = get_session().post(f"{self.endpoint}/api/validate-yaml", headers={"Accept": "text/plain"},
-                                          json={"repoType": "dataset", "content": content})
+            response = get_session().post(
+                f"{self.endpoint}/api/validate-yaml",
+                headers={"Accept": "text/plain"},
+                json={"repoType": "dataset", "content": content},
+            )
             if response.status_code == 400:
-                raise MetashiftError(f"the Hub refuses the README metadata of {readme.parent}: {self._scrub(response.text)}",
-                                     "fix the card metadata (cards.py) and export again")
+                raise MetashiftError(
+                    f"the Hub refuses the README metadata of {readme.parent}: {self._scrub(response.text)}",
+                    "fix the card metadata (cards.py) and export again",
+                )
             hf_raise_for_status(response)
 
         self.call(f"validating the README metadata of {repo_id}", post)
@@ -168,22 +178,31 @@ class _Hub:
             status = exc.response.status_code if exc.response is not None else None
             server = self._scrub(getattr(exc, "server_message", "") or str(exc).splitlines()[0])
             if status == 401:
-                raise MetashiftError(f"the Hub at {self.endpoint} rejected the token (401) while {what}", _FIX_TOKEN) from None
+                raise MetashiftError(
+                    f"the Hub at {self.endpoint} rejected the token (401) while {what}", _FIX_TOKEN
+                ) from None
             if status == 403:
-                raise MetashiftError(f"the Hub at {self.endpoint} refused {what} (403: {server})",
-                                     "use a token with write access to this namespace (org tokens need the org's write role), "
-                                     "or publish under your own --namespace") from None
-            raise MetashiftError(f"the Hub at {self.endpoint} failed while {what} ({status}: {server})",
-                                 "run the same command again: publishing resumes where it stopped") from None
+                raise MetashiftError(
+                    f"the Hub at {self.endpoint} refused {what} (403: {server})",
+                    "use a token with write access to this namespace (org tokens need the org's write role), "
+                    "or publish under your own --namespace",
+                ) from None
+            raise MetashiftError(
+                f"the Hub at {self.endpoint} failed while {what} ({status}: {server})",
+                "run the same command again: publishing resumes where it stopped",
+            ) from None
         if isinstance(exc, ValueError):  # a 200 answer that is not the Hub's JSON (an HTML page, a proxy's login form)
-            raise MetashiftError(f"the server at {self.endpoint} did not answer like the Hub API while {what} "
-                                 f"({type(exc).__name__})",
-                                 "check HF_ENDPOINT: it must be the Hub's address, not a web page or proxy") from None
+            raise MetashiftError(
+                f"the server at {self.endpoint} did not answer like the Hub API while {what} ({type(exc).__name__})",
+                "check HF_ENDPOINT: it must be the Hub's address, not a web page or proxy",
+            ) from None
         detail = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        raise MetashiftError(f"cannot reach the Hub at {self.endpoint} while {self._scrub(what)} "
-                             f"(no answer within {self.timeout:g} s, or the connection dropped: {detail})",
-                             "check the network or HF_ENDPOINT (or raise --timeout), then run the same command "
-                             "again: publishing resumes where it stopped") from None
+        raise MetashiftError(
+            f"cannot reach the Hub at {self.endpoint} while {self._scrub(what)} "
+            f"(no answer within {self.timeout:g} s, or the connection dropped: {detail})",
+            "check the network or HF_ENDPOINT (or raise --timeout), then run the same command "
+            "again: publishing resumes where it stopped",
+        ) from None
 
 
 def _as_repo(item: ExportedRepo | str | Path) -> ExportedRepo:
@@ -201,15 +220,20 @@ def check_card_target(repo: ExportedRepo, namespace: str) -> None:
     local folder or somebody else's repos on the Hub. Cards are rendered once, at export, never rewritten."""
     target = card_target(repo.path)
     if target is None:
-        logger.warning(f"{repo.path}: no record of the namespace its card names (an older export?); "
-                       f"check that its load lines name {namespace}/{repo.name}")
+        logger.warning(
+            f"{repo.path}: no record of the namespace its card names (an older export?); "
+            f"check that its load lines name {namespace}/{repo.name}"
+        )
         return
     if target.namespace != namespace:
-        was = f"namespace {target.namespace!r}" if target.namespace else "no --namespace (its cards load local folders)"
+        was = (
+            f"namespace {target.namespace!r}" if target.namespace else "no --namespace (its cards load local folders)"
+        )
         raise InputFormatError(
             f"exported repo {repo.path} was exported with {was}, not for namespace {namespace!r}",
             f"export again with `metashift-hf export ... --namespace {namespace}` (or publish the tasks directly: "
-            f"`metashift-hf publish TASK --artifact ARTIFACT --images IMAGES --namespace {namespace}`)")
+            f"`metashift-hf publish TASK --artifact ARTIFACT --images IMAGES --namespace {namespace}`)",
+        )
 
 
 def _refuse_synthetic(what: str) -> None:
@@ -219,13 +243,18 @@ def _refuse_synthetic(what: str) -> None:
     )
 
 
-_FIX_LICENSE = ("rebuild the artifact with the data's licence: `metashift-hf build ... --license ID` (its Hub licence id, "
-                "e.g. cc-by-4.0; --source-name and --homepage say where it comes from), then export or publish again")
+_FIX_LICENSE = (
+    "rebuild the artifact with the data's licence: `metashift-hf build ... --license ID` (its Hub licence id, "
+    "e.g. cc-by-4.0; --source-name and --homepage say where it comes from), then export or publish again"
+)
 
 
 def _refuse_unlicensed(what: str) -> None:
-    raise MetashiftError(f"{what} states no licence (user data, source custom, built without --license), so the Hub "
-                         "would show it unlicensed", _FIX_LICENSE)
+    raise MetashiftError(
+        f"{what} states no licence (user data, source custom, built without --license), so the Hub "
+        "would show it unlicensed",
+        _FIX_LICENSE,
+    )
 
 
 def has_license(repo_dir: Path) -> bool:
@@ -249,12 +278,16 @@ def check_repo_dir(repo: ExportedRepo) -> list[str]:
 
     readme = repo.path / "README.md"
     if not readme.is_file():
-        raise InputFormatError(f"{repo.path} has no README.md, so it is not an exported repo",
-                               "export it with `metashift-hf export` (publish pushes exactly what export writes)")
+        raise InputFormatError(
+            f"{repo.path} has no README.md, so it is not an exported repo",
+            "export it with `metashift-hf export` (publish pushes exactly what export writes)",
+        )
     try:
         card = DatasetCard.load(readme)
     except Exception as exc:  # the card parser raises several types; all mean a bad README
-        raise InputFormatError(f"{readme}: the YAML metadata does not parse ({exc})", "export the repo again") from None
+        raise InputFormatError(
+            f"{readme}: the YAML metadata does not parse ({exc})", "export the repo again"
+        ) from None
     configs = card.data.to_dict().get("configs") or []
     names = []
     for c in configs:
@@ -263,8 +296,10 @@ def check_repo_dir(repo: ExportedRepo) -> list[str]:
             split = validate_split_name(str(df.get("split", "")), name)
             prefix = str(df.get("path", "")).rstrip("*")
             if not any(f.startswith(prefix) for f in repo_files(repo.path)):
-                raise InputFormatError(f"{readme}: config {name!r} split {split!r} points at {df.get('path')!r}, which matches no file",
-                                       "export the repo again; the README and the shards are out of step")
+                raise InputFormatError(
+                    f"{readme}: config {name!r} split {split!r} points at {df.get('path')!r}, which matches no file",
+                    "export the repo again; the README and the shards are out of step",
+                )
         names.append(name)
     if configs and sum(1 for c in configs if c.get("default")) != 1:
         raise InputFormatError(f"{readme}: exactly one config must have `default: true`", "export the repo again")
@@ -275,7 +310,9 @@ def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
     """path -> (oid to compare, size, is_lfs) for every file on main."""
     from huggingface_hub.hf_api import RepoFile
 
-    entries = hub.call(f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type="dataset", recursive=True)))
+    entries = hub.call(
+        f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type="dataset", recursive=True))
+    )
     out = {}
     for e in entries:
         if isinstance(e, RepoFile):
@@ -283,8 +320,9 @@ def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
     return out
 
 
-def plan_repo(repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None,
-              configs: list[str]) -> RepoPlan:
+def plan_repo(
+    repo: ExportedRepo, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None, configs: list[str]
+) -> RepoPlan:
     """What to upload, keep and delete (the files as exported: the card already names ``repo_id``)."""
     plan = RepoPlan(repo_id, repo.path, None if remote is None else bool(remote), note=repo.note)
     local = repo_files(repo.path)
@@ -306,22 +344,31 @@ def plan_lines(plans: Iterable[RepoPlan]) -> list[str]:
     for p in plans:
         state = "remote not checked" if p.exists is None else ("exists" if p.exists else "new repo")
         counts = {a: sum(1 for f in p.files if f.action == a) for a in ("upload", "unchanged", "delete")}
-        lines.append(f"{p.repo_id} ({state}): upload {counts['upload']} files ({human_size(p.upload_bytes())}), "
-                     f"unchanged {counts['unchanged']}, delete {counts['delete']}")
+        lines.append(
+            f"{p.repo_id} ({state}): upload {counts['upload']} files ({human_size(p.upload_bytes())}), "
+            f"unchanged {counts['unchanged']}, delete {counts['delete']}"
+        )
         lines += [f"  {f.action:9s} {f.path}  {human_size(f.size)}" for f in p.files]
     return lines
 
 
-def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, private: bool = False, dry_run: bool = False,
-               token: str | None = None, collection_title: str = COLLECTION_TITLE,
-               endpoint: str | None = None,
-               allow_synthetic: bool = False, timeout: float = DEFAULT_TIMEOUT) -> PublishResult:
+def push_repos(
+    repos: list[ExportedRepo | str | Path],
+    namespace: str,
+    *,
+    private: bool = False,
+    dry_run: bool = False,
+    token: str | None = None,
+    collection_title: str = COLLECTION_TITLE,
+    endpoint: str | None = None,
+    allow_synthetic: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> PublishResult:
     """Publish exported repo folders under ``namespace`` (see module docstring).
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-
 
     validate_repo_name(namespace, "namespace")
     items = [_as_repo(r) for r in repos]
@@ -354,7 +401,14 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
 
     commits: dict[str, str | None] = {}
     for i, (r, plan) in enumerate(zip(items, plans)):
-        hub.call(f"creating {plan.repo_id}", hub.api.create_repo, plan.repo_id, repo_type="dataset", private=private, exist_ok=True)
+        hub.call(
+            f"creating {plan.repo_id}",
+            hub.api.create_repo,
+            plan.repo_id,
+            repo_type="dataset",
+            private=private,
+            exist_ok=True,
+        )
         if plan.exists is False:
             # create_repo made a first commit (.gitattributes): plan against the real tree.
             plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
@@ -365,16 +419,26 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
         if any(f.path == "README.md" and f.action == "upload" for f in plan.files):
             readme = plan.local_dir / "README.md"
             hub.validate_card(readme, readme.read_text(encoding="utf-8"), plan.repo_id)
-        ops = [CommitOperationAdd(path_in_repo=f.path,
-                                  path_or_fileobj=str(plan.local_dir / f.path))
-               for f in plan.files if f.action == "upload"]
+        ops = [
+            CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(plan.local_dir / f.path))
+            for f in plan.files
+            if f.action == "upload"
+        ]
         ops += [CommitOperationDelete(path_in_repo=f.path) for f in plan.files if f.action == "delete"]
-        info = hub.call(f"committing to {plan.repo_id}", hub.api.create_commit, plan.repo_id, ops, repo_type="dataset",
-                        commit_message=f"Publish with metashift-hf {__version__}",
-                        commit_description="\n".join(f"{f.action} {f.path}" for f in plan.files if f.action != "unchanged"))
+        info = hub.call(
+            f"committing to {plan.repo_id}",
+            hub.api.create_commit,
+            plan.repo_id,
+            ops,
+            repo_type="dataset",
+            commit_message=f"Publish with metashift-hf {__version__}",
+            commit_description="\n".join(f"{f.action} {f.path}" for f in plan.files if f.action != "unchanged"),
+        )
         commits[plan.repo_id] = info.oid
-        logger.info(f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
-                    f"({human_size(plan.upload_bytes())}) as {info.oid[:12]}")
+        logger.info(
+            f"{plan.repo_id}: committed {sum(1 for f in plan.files if f.action != 'unchanged')} file change(s) "
+            f"({human_size(plan.upload_bytes())}) as {info.oid[:12]}"
+        )
     slug = update_collection(hub, namespace, collection_title, plans, private=private)
     logger.info(f"collection: {hub.endpoint}/collections/{slug}")
     return PublishResult(plans, commits, slug, False)
@@ -382,27 +446,56 @@ def push_repos(repos: list[ExportedRepo | str | Path], namespace: str, *, privat
 
 def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPlan], *, private: bool = False) -> str:
     """Find the namespace's collection called ``title`` (or create it) and add every repo once."""
-    found = hub.call("listing collections", lambda: [c for c in hub.api.list_collections(owner=namespace, limit=100) if c.title == title])
+    found = hub.call(
+        "listing collections",
+        lambda: [c for c in hub.api.list_collections(owner=namespace, limit=100) if c.title == title],
+    )
     if found:
         slug = found[0].slug
     else:
-        slug = hub.call("creating the collection", hub.api.create_collection, title, namespace=namespace,
-                        description=COLLECTION_DESCRIPTION, private=private, exists_ok=True).slug
+        slug = hub.call(
+            "creating the collection",
+            hub.api.create_collection,
+            title,
+            namespace=namespace,
+            description=COLLECTION_DESCRIPTION,
+            private=private,
+            exists_ok=True,
+        ).slug
     present = {i.item_id: i for i in hub.call("reading the collection", hub.api.get_collection, slug).items}
     # The index repo first: it is the overview the collection should open with.
     for plan in sorted(plans, key=lambda p: (not p.repo_id.endswith("/metashift"), p.repo_id)):
         item = present.get(plan.repo_id)
         if item is None:
-            hub.call(f"adding {plan.repo_id} to the collection", hub.api.add_collection_item, slug, plan.repo_id, "dataset",
-                     note=plan.note or None, exists_ok=True)
+            hub.call(
+                f"adding {plan.repo_id} to the collection",
+                hub.api.add_collection_item,
+                slug,
+                plan.repo_id,
+                "dataset",
+                note=plan.note or None,
+                exists_ok=True,
+            )
         elif plan.note and item.note != plan.note:  # the task's shift spec changed since the last run
-            hub.call(f"updating the note of {plan.repo_id}", hub.api.update_collection_item, slug, item.item_object_id,
-                     note=plan.note)
+            hub.call(
+                f"updating the note of {plan.repo_id}",
+                hub.api.update_collection_item,
+                slug,
+                item.item_object_id,
+                note=plan.note,
+            )
     return slug
 
 
-def writable_hub(token: str | None, namespace: str, *, dry_run: bool = False, endpoint: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, flag: str = "--namespace") -> _Hub:
+def writable_hub(
+    token: str | None,
+    namespace: str,
+    *,
+    dry_run: bool = False,
+    endpoint: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    flag: str = "--namespace",
+) -> _Hub:
     """A Hub client whose token may write under ``namespace``, checked before any long work: a token exists
     (unless ``dry_run``), the Hub accepts it, it is not read-only, and its user or one of its orgs is
     ``namespace`` (``flag`` names the option to change in the fix)."""
@@ -411,15 +504,19 @@ def writable_hub(token: str | None, namespace: str, *, dry_run: bool = False, en
     if token:
         me = hub.call("checking the token (whoami)", hub.api.whoami)
         if not isinstance(me, dict):
-            raise MetashiftError(f"the server at {hub.endpoint} did not answer like the Hub API while checking the token",
-                                 "check HF_ENDPOINT: it must be the Hub's address")
+            raise MetashiftError(
+                f"the server at {hub.endpoint} did not answer like the Hub API while checking the token",
+                "check HF_ENDPOINT: it must be the Hub's address",
+            )
         role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")
         if role == "read":
             raise MetashiftError(f"the Hugging Face token of user {me.get('name')!r} is read-only", _FIX_TOKEN)
         allowed = {me.get("name")} | {o.get("name") for o in me.get("orgs") or []}
         if namespace not in allowed:
-            raise MetashiftError(f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
-                                 f"use {flag} with one of: {', '.join(sorted(n for n in allowed if n))}")
+            raise MetashiftError(
+                f"the token's user {me.get('name')!r} cannot write under namespace {namespace!r}",
+                f"use {flag} with one of: {', '.join(sorted(n for n in allowed if n))}",
+            )
     return hub
 
 
@@ -429,7 +526,9 @@ def resolve_token(token: str | None, dry_run: bool) -> str | None:
 
     token = token or get_token()
     if not token and not dry_run:
-        raise MetashiftError("no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN)
+        raise MetashiftError(
+            "no Hugging Face token found (HF_TOKEN is unset and there is no `hf auth login` token)", _FIX_TOKEN
+        )
     return token
 
 
@@ -449,14 +548,29 @@ class PushOptions:
 
     def push(self, repos: list[ExportedRepo | str | Path], namespace: str) -> PublishResult:
         """:func:`push_repos` with these options."""
-        return push_repos(repos, namespace, private=self.private, dry_run=self.dry_run, token=self.token,
-                          collection_title=self.collection_title, allow_synthetic=self.allow_synthetic,
-                          timeout=self.timeout)
+        return push_repos(
+            repos,
+            namespace,
+            private=self.private,
+            dry_run=self.dry_run,
+            token=self.token,
+            collection_title=self.collection_title,
+            allow_synthetic=self.allow_synthetic,
+            timeout=self.timeout,
+        )
 
 
-def publish_tasks(tasks: list[str], origin: TaskOrigin, namespace: str, out_dir: str | Path, *,
-                  push: PushOptions | None = None, layout: str = "repo-per-task", force: bool = False,
-                  on_missing: str = "error") -> PublishResult:
+def publish_tasks(
+    tasks: list[str],
+    origin: TaskOrigin,
+    namespace: str,
+    out_dir: str | Path,
+    *,
+    push: PushOptions | None = None,
+    layout: str = "repo-per-task",
+    force: bool = False,
+    on_missing: str = "error",
+) -> PublishResult:
     """Export ``tasks`` from ``origin``'s build (cards name ``namespace/<repo>`` in their load lines) and push
     them (``push``: how; default ``PushOptions()``).
 
@@ -467,14 +581,23 @@ def publish_tasks(tasks: list[str], origin: TaskOrigin, namespace: str, out_dir:
     push = push if push is not None else PushOptions()
     validate_repo_name(namespace, "namespace")
     if origin.artifact is None:
-        raise InputFormatError(f"publish exports tasks from a build; the tasks in {origin.source} are exported already",
-                               "push that export folder as it is with `metashift-hf publish --from-export FOLDER`")
+        raise InputFormatError(
+            f"publish exports tasks from a build; the tasks in {origin.source} are exported already",
+            "push that export folder as it is with `metashift-hf publish --from-export FOLDER`",
+        )
     art = Artifact.load(origin.artifact)
     if not push.allow_synthetic and is_synthetic(art.provenance):
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     if art.provenance == "custom" and not (art.manifest.source_info and art.manifest.source_info.license):
         _refuse_unlicensed(f"artifact {art.root}")  # before the (long) export
     push = replace(push, token=resolve_token(push.token, push.dry_run))  # before the (long) export, not after it
-    repos = export_tasks(tasks, replace(origin, artifact=art), out_dir, layout=layout, namespace=namespace, force=force,
-                         on_missing=on_missing)
+    repos = export_tasks(
+        tasks,
+        replace(origin, artifact=art),
+        out_dir,
+        layout=layout,
+        namespace=namespace,
+        force=force,
+        on_missing=on_missing,
+    )
     return push.push(repos, namespace)

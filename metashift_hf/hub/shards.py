@@ -1,5 +1,6 @@
 """Repo layout and parquet shards: names the Hub accepts, shard files with embedded original bytes,
 and the README YAML (``configs:`` and ``dataset_info``) that describes them."""
+
 from __future__ import annotations
 
 import json
@@ -90,8 +91,11 @@ def validate_card_names(spec: ShiftSpec, task_id: str) -> None:
             shown = text if len(text) <= 60 else text[:57] + "..."
             raise InputFormatError(
                 f"task {task_id}: {role} name {shown.encode('unicode_escape').decode()!r} is not plain text "
-                "for a dataset card (it holds Markdown/HTML markup characters" + (" or '/'" if role == "class" else "") + ")",
-                "rename it in the scene graphs (letters, digits, spaces and - ' . , ( ) only) and build again")
+                "for a dataset card (it holds Markdown/HTML markup characters"
+                + (" or '/'" if role == "class" else "")
+                + ")",
+                "rename it in the scene graphs (letters, digits, spaces and - ' . , ( ) only) and build again",
+            )
 
 
 def validate_config_name(name: str) -> str:
@@ -187,16 +191,28 @@ def _embedded(column: pa.ChunkedArray) -> bool:
         if isinstance(storage, pa.ExtensionArray):
             storage = storage.storage
         data, paths = storage.flatten()  # (flatten, unlike field, honours a slice's offset)
-        if storage.null_count or data.null_count or any(
-                pc.any(pc.match_substring(paths, sep)).as_py() for sep in {"/", os.sep}):
+        if (
+            storage.null_count
+            or data.null_count
+            or any(pc.any(pc.match_substring(paths, sep)).as_py() for sep in {"/", os.sep})
+        ):
             return False
     return True
 
 
-def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_bytes: int | None = None,
-                row_group_rows: int | None = None, compression: str = COMPRESSION,
-                content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING, sort_by_id: bool = True,
-                features=None) -> SplitFiles:
+def write_split(
+    dataset,
+    repo_dir: Path,
+    config: str,
+    split: str,
+    *,
+    max_shard_bytes: int | None = None,
+    row_group_rows: int | None = None,
+    compression: str = COMPRESSION,
+    content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING,
+    sort_by_id: bool = True,
+    features=None,
+) -> SplitFiles:
     """Write one split as parquet shards with the image bytes embedded in the file.
 
     Streams one row group at a time (memory stays at ~``row_group_rows`` images) and starts a new
@@ -221,8 +237,13 @@ def write_split(dataset, repo_dir: Path, config: str, split: str, *, max_shard_b
                 if writer is not None:
                     writer.close()
                 parts.append(folder / f".{split}-part-{len(parts):05d}.tmp")
-                writer = pq.ParquetWriter(parts[-1], batch.schema, compression=compression,
-                                          use_content_defined_chunking=content_defined_chunking, write_page_index=True)
+                writer = pq.ParquetWriter(
+                    parts[-1],
+                    batch.schema,
+                    compression=compression,
+                    use_content_defined_chunking=content_defined_chunking,
+                    write_page_index=True,
+                )
                 shard_bytes = 0
             writer.write_table(batch, row_group_size=row_group_rows)
             shard_bytes += batch.nbytes
@@ -248,7 +269,9 @@ def write_config(dataset_dict, repo_dir: Path, config: str, *, features=None, **
     """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``; ``features``: see :func:`write_split`."""
     validate_config_name(config)
     if not len(dataset_dict):
-        raise InputFormatError(f"config {config!r} has no splits", "prepare the task again; every task has at least one split")
+        raise InputFormatError(
+            f"config {config!r} has no splits", "prepare the task again; every task has at least one split"
+        )
     written, features = features, None
     splits = []
     for split in dataset_dict:  # keep the builder's split order (train, validation, test...)
@@ -282,8 +305,11 @@ def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
         for s in c.splits:
             splits.add(datasets.SplitInfo(name=s.name, num_bytes=s.num_bytes, num_examples=s.num_examples))
         infos[c.config] = datasets.DatasetInfo(
-            features=c.features, splits=splits, download_size=c.download_size,
-            dataset_size=sum(s.num_bytes for s in c.splits), config_name=c.config,
+            features=c.features,
+            splits=splits,
+            download_size=c.download_size,
+            dataset_size=sum(s.num_bytes for s in c.splits),
+            config_name=c.config,
         )
     infos.to_dataset_card_data(card_data)
 
@@ -291,8 +317,12 @@ def dataset_infos_yaml(configs: Iterable[ConfigFiles], card_data) -> None:
 # Every path a repo folder may publish (see export's layout); anything else is never uploaded.
 _LAYOUT_FILE_RE = re.compile(
     r"README\.md|images/[^/.][^/]*\.png"
-    r"|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/(?:\w+(?:\.\w+)*-\d{5}-of-\d{5}\.parquet|" + re.escape(SPEC_FILE)
-    + "|" + re.escape(FACTS_FILE) + ")")
+    r"|[A-Za-z0-9][A-Za-z0-9._-]{0,95}/(?:\w+(?:\.\w+)*-\d{5}-of-\d{5}\.parquet|"
+    + re.escape(SPEC_FILE)
+    + "|"
+    + re.escape(FACTS_FILE)
+    + ")"
+)
 
 
 def repo_files(repo_dir: Path) -> tuple[str, ...]:
@@ -323,4 +353,3 @@ def _repo_bytes(repo_dir: Path) -> int:
 
 
 # -- tasks -> repos ----------------------------------------------------------------------------
-

@@ -3,6 +3,7 @@ its ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`) and
 in size and never a FIFO or device; Hub failures as one error naming the repo. The task resolver
 (:mod:`metashift_hf.hub.task_source`) puts these together.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,10 @@ MAX_SPEC_BYTES = 8 * 2**20
 def check_spec_size(size: int | None, where: str) -> None:
     """Refuse a spec file or dataset card larger than :data:`MAX_SPEC_BYTES` before anything parses it."""
     if size is not None and size > MAX_SPEC_BYTES:
-        raise InputFormatError(f"{where} is {size} bytes; a shift spec or card of a task is at most {MAX_SPEC_BYTES}",
-                               "this is not a task written by `metashift-hf export`/`publish`; export the task again")
+        raise InputFormatError(
+            f"{where} is {size} bytes; a shift spec or card of a task is at most {MAX_SPEC_BYTES}",
+            "this is not a task written by `metashift-hf export`/`publish`; export the task again",
+        )
 
 
 def read_text_file(path: str | os.PathLike, where: str | None = None) -> str:
@@ -57,15 +60,20 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
     """``config`` when ``where`` holds it; else the only config there is (several: name one)."""
     if config is not None:
         if config not in configs:
-            raise UnknownNameError(f"{where} has no config {config!r} with a {SPEC_FILE}" + did_you_mean(config, configs),
-                                   f"use one of: {', '.join(configs) or '(none)'}")
+            raise UnknownNameError(
+                f"{where} has no config {config!r} with a {SPEC_FILE}" + did_you_mean(config, configs),
+                f"use one of: {', '.join(configs) or '(none)'}",
+            )
         return config
     if len(configs) != 1:
-        raise UnknownNameError(f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs) or 'none'}",
-                               "name the config (--config CONFIG; Python: config=)" if configs else
-                               "pass a task folder or repo written by `metashift-hf export` / `publish` (one "
-                               f"CONFIG/{SPEC_FILE} per task; an export's collection card `metashift` holds no task: "
-                               "pass one of the task repos its card lists)")
+        raise UnknownNameError(
+            f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs) or 'none'}",
+            "name the config (--config CONFIG; Python: config=)"
+            if configs
+            else "pass a task folder or repo written by `metashift-hf export` / `publish` (one "
+            f"CONFIG/{SPEC_FILE} per task; an export's collection card `metashift` holds no task: "
+            "pass one of the task repos its card lists)",
+        )
     return configs[0]
 
 
@@ -91,26 +99,36 @@ def hub_call(repo_id: str, config: str | None, call, revision: str | None = None
     try:
         return call()
     except RepositoryNotFoundError:
-        raise UnknownNameError(f"{where} does not exist (or is private and no token was given)",
-                               "check the repo id (namespace/name), or log in with `hf auth login`") from None
+        raise UnknownNameError(
+            f"{where} does not exist (or is private and no token was given)",
+            "check the repo id (namespace/name), or log in with `hf auth login`",
+        ) from None
     except RevisionNotFoundError:
-        raise UnknownNameError(f"{where} has no revision {revision!r}",
-                               "pass a branch, a tag or a full 40-character commit sha the repo has, "
-                               "or drop --revision for its main branch") from None
+        raise UnknownNameError(
+            f"{where} has no revision {revision!r}",
+            "pass a branch, a tag or a full 40-character commit sha the repo has, "
+            "or drop --revision for its main branch",
+        ) from None
     except EntryNotFoundError:
-        raise UnknownNameError(f"{where} has no {config}/{SPEC_FILE}",
-                               "name a config the repo holds; repos written by `metashift-hf publish` have one per task") from None
+        raise UnknownNameError(
+            f"{where} has no {config}/{SPEC_FILE}",
+            "name a config the repo holds; repos written by `metashift-hf publish` have one per task",
+        ) from None
     except OfflineModeIsEnabled:
-        raise MetashiftError(f"{where}: HF_HUB_OFFLINE is set, so the Hub cannot be asked for the repo's files",
-                             "unset HF_HUB_OFFLINE, or pass the repo's exported folder (a local copy) as --task") from None
+        raise MetashiftError(
+            f"{where}: HF_HUB_OFFLINE is set, so the Hub cannot be asked for the repo's files",
+            "unset HF_HUB_OFFLINE, or pass the repo's exported folder (a local copy) as --task",
+        ) from None
     except HfHubHTTPError as exc:
         raise MetashiftError(f"{where}: the Hub answered {exc}", "check the connection and the repo id") from None
     except (OSError, httpx2.TransportError) as exc:  # refused, unreachable, timed out
         from huggingface_hub import constants
 
-        raise MetashiftError(f"{where}: no answer from the Hub at {constants.ENDPOINT} ({type(exc).__name__}: {exc})",
-                             "check the connection and HF_ENDPOINT; a slow Hub: raise HF_HUB_DOWNLOAD_TIMEOUT "
-                             f"(seconds, now {constants.HF_HUB_DOWNLOAD_TIMEOUT})") from None
+        raise MetashiftError(
+            f"{where}: no answer from the Hub at {constants.ENDPOINT} ({type(exc).__name__}: {exc})",
+            "check the connection and HF_ENDPOINT; a slow Hub: raise HF_HUB_DOWNLOAD_TIMEOUT "
+            f"(seconds, now {constants.HF_HUB_DOWNLOAD_TIMEOUT})",
+        ) from None
 
 
 def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
@@ -118,9 +136,11 @@ def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None
     from huggingface_hub import HfApi
 
     def listing():
-        return {e.path: getattr(e, "size", None) for e in
-                HfApi().list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)
-                if type(e).__name__ == "RepoFile"}
+        return {
+            e.path: getattr(e, "size", None)
+            for e in HfApi().list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)
+            if type(e).__name__ == "RepoFile"
+        }
 
     return hub_call(repo_id, None, listing, revision)
 
@@ -141,8 +161,9 @@ def hub_text(repo_id: str, path: str, revision: str | None, size: int | None) ->
 
     check_spec_size(size, f"{path} of Hub dataset repo {repo_id}")
     config = path.split("/")[0] if "/" in path else None
-    local = hub_call(repo_id, config, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision),
-                      revision)
+    local = hub_call(
+        repo_id, config, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+    )
     return read_text_file(local, f"{path} of Hub dataset repo {repo_id}")
 
 
@@ -153,8 +174,10 @@ def card_configs(card: str, where: str) -> list[str]:
     try:
         meta = DatasetCard(card).data.to_dict()
     except (ValueError, RecursionError) as exc:  # yaml's errors are ValueErrors
-        raise InputFormatError(f"{where}: the card's YAML header cannot be read ({type(exc).__name__})",
-                               "export or publish the task again") from None
+        raise InputFormatError(
+            f"{where}: the card's YAML header cannot be read ({type(exc).__name__})",
+            "export or publish the task again",
+        ) from None
     configs = meta.get("configs") if isinstance(meta, dict) else None
     return sorted(str(c.get("config_name")) for c in configs or () if isinstance(c, dict))
 
@@ -170,5 +193,18 @@ def looks_like_repo_id(text: str) -> bool:
     return text.count("/") == 1
 
 
-__all__ = ["read_spec_file", "read_text_file", "check_spec_size", "MAX_SPEC_BYTES", "hub_files",
-           "hub_text", "hub_call", "card_configs", "configs_of", "pick_config", "folder_configs", "hub_configs", "looks_like_repo_id"]
+__all__ = [
+    "read_spec_file",
+    "read_text_file",
+    "check_spec_size",
+    "MAX_SPEC_BYTES",
+    "hub_files",
+    "hub_text",
+    "hub_call",
+    "card_configs",
+    "configs_of",
+    "pick_config",
+    "folder_configs",
+    "hub_configs",
+    "looks_like_repo_id",
+]

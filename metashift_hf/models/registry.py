@@ -5,6 +5,7 @@ A source is a small class with ``form`` (how it is written), ``extra`` (the pip 
 part before ``:`` (``hf:REPO``). A new source is a subclass plus an entry in :data:`MODEL_SOURCES`;
 callers that accept more (evaluate's ``predictions:FILE``) pass an extended mapping.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,12 +43,15 @@ def _lite0(rest: str, device: str, dtype: Dtype) -> Classifier:
     return efficientnet_lite0(device, dtype=dtype)
 
 
-MODEL_SOURCES: dict[str, ModelSource] = {s.key: s for s in (
-    _Source("efficientnet-lite0", "efficientnet-lite0", "eval", True, _lite0),
-    _Source("hf", "hf:REPO_OR_FOLDER", "hf", False, hf_model),
-    _Source("timm", "timm:NAME", "timm", False, timm_model),
-    _Source("torchvision", "torchvision:NAME", "torchvision", False, torchvision_model),
-)}
+MODEL_SOURCES: dict[str, ModelSource] = {
+    s.key: s
+    for s in (
+        _Source("efficientnet-lite0", "efficientnet-lite0", "eval", True, _lite0),
+        _Source("hf", "hf:REPO_OR_FOLDER", "hf", False, hf_model),
+        _Source("timm", "timm:NAME", "timm", False, timm_model),
+        _Source("torchvision", "torchvision:NAME", "torchvision", False, torchvision_model),
+    )
+}
 
 
 def model_forms(sources: Mapping[str, ModelSource] | None = None) -> str:
@@ -67,8 +71,13 @@ def find_source(spec: str, sources: Mapping[str, ModelSource] | None = None) -> 
     raise UnknownNameError(f"unknown --model {spec!r}", f"use one of: {model_forms(table)}")
 
 
-def load_model(spec: str | Callable | Classifier, device: str = "cpu", *, dtype: str = "float32",
-               sources: Mapping[str, ModelSource] | None = None) -> Any:
+def load_model(
+    spec: str | Callable | Classifier,
+    device: str = "cpu",
+    *,
+    dtype: str = "float32",
+    sources: Mapping[str, ModelSource] | None = None,
+) -> Any:
     """A loaded model: a :class:`Classifier` for every built-in source (or what an extra source returns).
 
     ``spec``: a --model string, a Classifier (returned as is) or a callable list[PIL.Image] -> logits.

@@ -6,6 +6,7 @@ per 240 images with EfficientNet-Lite0, docs/evaluate.md). Keeping freed memory 
 (``mallopt``: no mmap for large blocks, no trimming) makes the pages stay mapped between batches.
 Outputs are unchanged: only where memory comes from changes.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,8 +27,12 @@ ALLOCATOR_SETTINGS = {
     "M_TRIM_THRESHOLD": 1 << 30,  # never hand the heap's top back between batches (up to 1 GiB kept)
     "M_TOP_PAD": 64 << 20,  # grow the heap 64 MiB at a time: fewer brk calls while the first batch runs
 }
-_PARAM = {"M_MMAP_MAX": _M_MMAP_MAX, "M_TRIM_THRESHOLD": _M_TRIM_THRESHOLD, "M_TOP_PAD": _M_TOP_PAD,
-          "M_MMAP_THRESHOLD": _M_MMAP_THRESHOLD}
+_PARAM = {
+    "M_MMAP_MAX": _M_MMAP_MAX,
+    "M_TRIM_THRESHOLD": _M_TRIM_THRESHOLD,
+    "M_TOP_PAD": _M_TOP_PAD,
+    "M_MMAP_THRESHOLD": _M_MMAP_THRESHOLD,
+}
 DISABLE_ENV = "METASHIFT_HF_NO_MALLOPT"  # set to 1 to leave the allocator alone (e.g. to measure the difference)
 _STATE: dict[str, Any] = {}
 
@@ -91,6 +96,8 @@ def decode_workers(requested: int | None = None, device: str = "cpu") -> int:
 def runtime_card() -> dict[str, Any]:
     """What the run card records about the process: allocator, threads, cores."""
     torch = sys.modules.get("torch")
-    return {"allocator": dict(_STATE) or {"applied": False, "reason": "no model loaded"},
-            "torch_threads": torch.get_num_threads() if torch is not None else None,
-            "cores": _cores()}
+    return {
+        "allocator": dict(_STATE) or {"applied": False, "reason": "no model loaded"},
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "cores": _cores(),
+    }

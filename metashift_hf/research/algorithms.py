@@ -14,6 +14,7 @@ Vocabulary: a *group* is ``class(context)`` (the task's ``group`` column); an *e
 domain, SubpopBench's attribute ``a``) is the row's ``context``. Each class states its definition
 (paper + equation) and where ours differs; ``docs/evaluate.md`` has the same table for users.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,18 +33,18 @@ SELECTION_TEXT: dict[str, str] = {
     "average": "validation average: the highest average accuracy on the ID validation split",
     "worst-group": "validation worst-group: the highest worst-group accuracy on the ID validation split",
     "oracle": "ORACLE (test worst-group): the highest worst-group accuracy on the test split itself; it peeks at "
-              "the test data, an upper bound for comparison, not a model-selection rule",
+    "the test data, an upper bound for comparison, not a model-selection rule",
 }
 Sampling = Literal["shuffle", "group-balanced", "domain-balanced"]
 SAMPLINGS: tuple[str, ...] = ("shuffle", "group-balanced", "domain-balanced")
 SAMPLING_TEXT: dict[str, str] = {
     "shuffle": "each epoch a random permutation of the training rows, cut into batches",
     "group-balanced": "every batch draws the same number of rows from each training group class(context), "
-                      "cycling through a shuffled copy of each group: the MetaShift paper's released loader "
-                      "(experiments/distribution_shift/main_generalization.py, SubsetShiftDatasetManager) and "
-                      "SubpopBench's group-balanced sampling",
+    "cycling through a shuffled copy of each group: the MetaShift paper's released loader "
+    "(experiments/distribution_shift/main_generalization.py, SubsetShiftDatasetManager) and "
+    "SubpopBench's group-balanced sampling",
     "domain-balanced": "every batch draws the same number of rows from each training environment (context), "
-                       "as DomainBed's own loaders do (one minibatch per domain each step)",
+    "as DomainBed's own loaders do (one minibatch per domain each step)",
 }
 # The paper's training protocol. Its released script (Weixin-Liang/MetaShift,
 # experiments/distribution_shift/main_generalization.py) builds every batch as
@@ -71,8 +72,16 @@ class Algorithm:
     stages: ClassVar[str] = "one"  # "one" | "jtt" (identify, then up-weight) | "last-layer" (DFR)
     tensors: ClassVar[tuple[str, ...]] = ()  # attributes a checkpoint keeps besides the step count
 
-    def __init__(self, torch: Any, hp: Mapping[str, float], groups: np.ndarray, n_groups: int, envs: np.ndarray,
-                 n_envs: int, device: str) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        hp: Mapping[str, float],
+        groups: np.ndarray,
+        n_groups: int,
+        envs: np.ndarray,
+        n_envs: int,
+        device: str,
+    ) -> None:
         self.torch, self.hp, self.device = torch, dict(hp), device
         self.n_groups, self.n_envs = n_groups, n_envs
         self.group_counts = np.bincount(groups, minlength=n_groups).astype(np.float64)
@@ -114,10 +123,12 @@ class ERM(Algorithm):
     name, title = "erm", "ERM"
     reference = "Vapnik 1998; DomainBed's ERM (Gulrajani & Lopez-Paz 2021, Alg. ERM)"
     definition = "min_theta (1/n) sum_i l(f_theta(x_i), y_i): the mean cross-entropy over the batch"
-    differs = ("the MetaShift paper's script feeds ERM group-balanced batches (batch_size rows from each "
-               "class(context) group per step): the 'group-balanced' sampling, the default of `experiment "
-               "paper-subpop`/`paper-dg`; `train` and `experiment compare` default to 'shuffle', a plain mean over "
-               "shuffled rows; DomainBed's own loaders are 'domain-balanced' (one minibatch per context)")
+    differs = (
+        "the MetaShift paper's script feeds ERM group-balanced batches (batch_size rows from each "
+        "class(context) group per step): the 'group-balanced' sampling, the default of `experiment "
+        "paper-subpop`/`paper-dg`; `train` and `experiment compare` default to 'shuffle', a plain mean over "
+        "shuffled rows; DomainBed's own loaders are 'domain-balanced' (one minibatch per context)"
+    )
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -127,9 +138,13 @@ class ERM(Algorithm):
 class Reweight(Algorithm):
     name, title = "reweight", "group reweighting"
     reference = "Sagawa et al. 2020 (reweighting baseline); Idrissi et al. 2022 ('RWG'); SubpopBench ReWeight"
-    definition = "min_theta sum_i w_{g(i)} l_i / sum_i w_{g(i)} with w_g = 1/n_g: every group carries the same total weight"
-    differs = ("the weights are normalised within each batch (sum w l / sum w) rather than by the number of "
-               "groups as SubpopBench does; the minimiser is the same")
+    definition = (
+        "min_theta sum_i w_{g(i)} l_i / sum_i w_{g(i)} with w_g = 1/n_g: every group carries the same total weight"
+    )
+    differs = (
+        "the weights are normalised within each batch (sum w l / sum w) rather than by the number of "
+        "groups as SubpopBench does; the minimiser is the same"
+    )
     default_selection = "worst-group"
 
     def __init__(self, torch, hp, groups, n_groups, envs, n_envs, device) -> None:
@@ -144,10 +159,14 @@ class Reweight(Algorithm):
 class GroupDRO(Algorithm):
     name, title = "groupdro", "GroupDRO"
     reference = "Sagawa et al. 2020, 'Distributionally robust neural networks', Alg. 1"
-    definition = ("q_g <- q_g exp(eta * L_g(theta)), q <- q / sum q; min_theta sum_g q_g L_g(theta): "
-                  "exponentiated-gradient ascent on the group weights, descent on the weighted group losses")
-    differs = ("online, per batch, over the groups present in the batch (as DomainBed/SubpopBench); no group "
-               "adjustment C/sqrt(n_g) and no strong L2 penalty unless --weight-decay is given")
+    definition = (
+        "q_g <- q_g exp(eta * L_g(theta)), q <- q / sum q; min_theta sum_g q_g L_g(theta): "
+        "exponentiated-gradient ascent on the group weights, descent on the weighted group losses"
+    )
+    differs = (
+        "online, per batch, over the groups present in the batch (as DomainBed/SubpopBench); no group "
+        "adjustment C/sqrt(n_g) and no strong L2 penalty unless --weight-decay is given"
+    )
     default_selection = "worst-group"
     tensors = ("q",)
 
@@ -175,12 +194,16 @@ def _per_env(e) -> list:
 class IRM(Algorithm):
     name, title = "irm", "IRM (IRMv1)"
     reference = "Arjovsky et al. 2019, 'Invariant Risk Minimization', eq. IRMv1; DomainBed/SubpopBench IRM"
-    definition = ("min_Phi sum_e R^e(Phi) + lambda ||grad_{w|w=1.0} R^e(w . Phi)||^2, the gradient norm "
-                  "estimated unbiasedly from two halves of each environment's batch; penalty weight 1 for the "
-                  "first anneal steps, lambda after (and the optimiser restarts then)")
-    differs = ("environments are the rows' contexts (SubpopBench's attribute a); lambda 100 (their default); the "
-               "anneal is a fraction of the run, anneal_frac 0.1 = DomainBed's 500 of 5,000 steps, because a step "
-               "count made for 5,000 steps never fires in a 200-700-step probe run")
+    definition = (
+        "min_Phi sum_e R^e(Phi) + lambda ||grad_{w|w=1.0} R^e(w . Phi)||^2, the gradient norm "
+        "estimated unbiasedly from two halves of each environment's batch; penalty weight 1 for the "
+        "first anneal steps, lambda after (and the optimiser restarts then)"
+    )
+    differs = (
+        "environments are the rows' contexts (SubpopBench's attribute a); lambda 100 (their default); the "
+        "anneal is a fraction of the run, anneal_frac 0.1 = DomainBed's 500 of 5,000 steps, because a step "
+        "count made for 5,000 steps never fires in a 200-700-step probe run"
+    )
     default_selection = "average"
 
     def anneal_step(self) -> int:
@@ -199,8 +222,12 @@ class IRM(Algorithm):
             nll = nll + torch.nn.functional.cross_entropy(le, ye)
             if len(ye) >= 2:  # the penalty needs two halves
                 scale = torch.tensor(1.0, device=logits.device, requires_grad=True)
-                g1 = torch.autograd.grad(torch.nn.functional.cross_entropy(le[::2] * scale, ye[::2]), [scale], create_graph=True)[0]
-                g2 = torch.autograd.grad(torch.nn.functional.cross_entropy(le[1::2] * scale, ye[1::2]), [scale], create_graph=True)[0]
+                g1 = torch.autograd.grad(
+                    torch.nn.functional.cross_entropy(le[::2] * scale, ye[::2]), [scale], create_graph=True
+                )[0]
+                g2 = torch.autograd.grad(
+                    torch.nn.functional.cross_entropy(le[1::2] * scale, ye[1::2]), [scale], create_graph=True
+                )[0]
                 penalty = penalty + g1 * g2
         self.step += 1
         loss = (nll + weight * penalty) / len(envs)
@@ -213,10 +240,14 @@ class IRM(Algorithm):
 class CORAL(Algorithm):
     name, title = "coral", "CORAL"
     reference = "Sun & Saenko 2016, 'Deep CORAL'; DomainBed/SubpopBench CORAL (mean and covariance matching)"
-    definition = ("min L_CE + gamma * mean over environment pairs (i, j) of ||mu_i - mu_j||^2 / d + "
-                  "||C_i - C_j||_F^2 / d^2, mu/C the mean and covariance of the learned representation")
-    differs = ("with --probe linear no representation is learned (the backbone is frozen), so the penalty "
-               "matches the logits, the only learned representation; with --probe finetune it matches the pooled features")
+    definition = (
+        "min L_CE + gamma * mean over environment pairs (i, j) of ||mu_i - mu_j||^2 / d + "
+        "||C_i - C_j||_F^2 / d^2, mu/C the mean and covariance of the learned representation"
+    )
+    differs = (
+        "with --probe linear no representation is learned (the backbone is frozen), so the penalty "
+        "matches the logits, the only learned representation; with --probe finetune it matches the pooled features"
+    )
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -241,11 +272,17 @@ class CORAL(Algorithm):
 
 class Mixup(Algorithm):
     name, title = "mixup", "Mixup"
-    reference = "Zhang et al. 2018, 'mixup'; SubpopBench Mixup (DomainBed's pairs domains: Xu et al. 2020, Yan et al. 2020)"
-    definition = ("lambda ~ Beta(alpha, alpha), x~ = lambda x_i + (1 - lambda) x_j, "
-                  "loss = lambda l(f(x~), y_i) + (1 - lambda) l(f(x~), y_j), j a random permutation of the batch")
-    differs = ("with --probe linear the mixed inputs are the frozen features (SubpopBench mixes features for "
-               "text the same way); pairs are drawn within the batch, not across domains as in DomainBed")
+    reference = (
+        "Zhang et al. 2018, 'mixup'; SubpopBench Mixup (DomainBed's pairs domains: Xu et al. 2020, Yan et al. 2020)"
+    )
+    definition = (
+        "lambda ~ Beta(alpha, alpha), x~ = lambda x_i + (1 - lambda) x_j, "
+        "loss = lambda l(f(x~), y_i) + (1 - lambda) l(f(x~), y_j), j a random permutation of the batch"
+    )
+    differs = (
+        "with --probe linear the mixed inputs are the frozen features (SubpopBench mixes features for "
+        "text the same way); pairs are drawn within the batch, not across domains as in DomainBed"
+    )
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -259,11 +296,15 @@ class Mixup(Algorithm):
 class JTT(Algorithm):
     name, title = "jtt", "JTT"
     reference = "Liu et al. 2021, 'Just Train Twice', Sec. 3 (eq. 2); SubpopBench JTT"
-    definition = ("stage 1: ERM for T epochs; error set E = training rows it misclassifies; stage 2: a fresh "
-                  "model minimising lambda_up sum_{i in E} l_i + sum_{i not in E} l_i")
-    differs = ("T = first_stage_frac x epochs (0.5, SubpopBench's step fraction), lambda_up 10 (SubpopBench's "
-               "default; the paper tunes it up to 100); E up-weighted in the loss rather than up-sampled "
-               "(equal in expectation); with --probe finetune stage 1 sees augmented images, E is computed without augmentation")
+    definition = (
+        "stage 1: ERM for T epochs; error set E = training rows it misclassifies; stage 2: a fresh "
+        "model minimising lambda_up sum_{i in E} l_i + sum_{i not in E} l_i"
+    )
+    differs = (
+        "T = first_stage_frac x epochs (0.5, SubpopBench's step fraction), lambda_up 10 (SubpopBench's "
+        "default; the paper tunes it up to 100); E up-weighted in the loss rather than up-sampled "
+        "(equal in expectation); with --probe finetune stage 1 sees augmented images, E is computed without augmentation"
+    )
     default_selection = "worst-group"
     stages = "jtt"
     tensors = ("weight",)
@@ -286,19 +327,23 @@ class JTT(Algorithm):
 class DFR(Algorithm):
     name, title = "dfr", "DFR"
     reference = "Kirichenko et al. 2023, 'Last layer re-training is sufficient', DFR^Val_Tr (Sec. 6, Appendix)"
-    definition = ("take the ERM model's penultimate features; fit an L1 logistic regression on group-balanced "
-                  "subsets of half the validation split for each C in the grid, pick C by worst-group accuracy "
-                  "on the other half, refit on the whole validation split, averaging the weights of `retrains` "
-                  "(20, as the reference's dfr_on_validation_eval) balanced subsets")
-    differs = ("with --probe linear the 'last layer' is the whole head on frozen backbone features, so no ERM "
-               "model is trained first. Standardisation (--probe linear): every fit (C tuning and the 20 re-fits) "
-               "and the test features use the training split's mean and std, as the reference's final fits do "
-               "(StandardScaler fitted on the training embeddings); the reference's C tuning instead standardises "
-               "with its own fit rows' statistics (half of validation). The reference adds as many random "
-               "training rows to each re-fit (add_train); ours fits validation rows only. With --probe finetune the "
-               "pooled features are not standardised (the fitted head replaces the network's own). The "
-               "validation split is consumed by the fit, so validation (and ID, when it is the validation "
-               "split) figures of a DFR run are not held out")
+    definition = (
+        "take the ERM model's penultimate features; fit an L1 logistic regression on group-balanced "
+        "subsets of half the validation split for each C in the grid, pick C by worst-group accuracy "
+        "on the other half, refit on the whole validation split, averaging the weights of `retrains` "
+        "(20, as the reference's dfr_on_validation_eval) balanced subsets"
+    )
+    differs = (
+        "with --probe linear the 'last layer' is the whole head on frozen backbone features, so no ERM "
+        "model is trained first. Standardisation (--probe linear): every fit (C tuning and the 20 re-fits) "
+        "and the test features use the training split's mean and std, as the reference's final fits do "
+        "(StandardScaler fitted on the training embeddings); the reference's C tuning instead standardises "
+        "with its own fit rows' statistics (half of validation). The reference adds as many random "
+        "training rows to each re-fit (add_train); ours fits validation rows only. With --probe finetune the "
+        "pooled features are not standardised (the fitted head replaces the network's own). The "
+        "validation split is consumed by the fit, so validation (and ID, when it is the validation "
+        "split) figures of a DFR run are not held out"
+    )
     default_selection = "worst-group"
     stages = "last-layer"
 
@@ -319,7 +364,7 @@ class Dist:
         if self.kind == "fixed":
             return default
         u = float(rng.uniform(self.low, self.high))
-        return {"uniform": u, "log10": 10.0 ** u, "int-log2": float(int(2.0 ** u))}[self.kind]
+        return {"uniform": u, "log10": 10.0**u, "int-log2": float(int(2.0**u))}[self.kind]
 
 
 FIXED = Dist("fixed")
@@ -330,13 +375,17 @@ _HPARAM_SPECS: dict[str, dict[str, tuple[float, Callable[..., float], Dist]]] = 
     "erm": {},
     "reweight": {},
     "groupdro": {"eta": (0.01, opt.positive_float, Dist("log10", -3, -1))},
-    "irm": {"lambda": (100.0, opt.positive_float, Dist("log10", -1, 5)),
-            # DomainBed: anneal 500 of 5,000 steps (searched as 10**U(0, 4) steps): here a share of the run
-            "anneal_frac": (0.1, opt.proper_fraction, Dist("uniform", 0.02, 0.5))},
+    "irm": {
+        "lambda": (100.0, opt.positive_float, Dist("log10", -1, 5)),
+        # DomainBed: anneal 500 of 5,000 steps (searched as 10**U(0, 4) steps): here a share of the run
+        "anneal_frac": (0.1, opt.proper_fraction, Dist("uniform", 0.02, 0.5)),
+    },
     "coral": {"gamma": (1.0, opt.positive_float, Dist("log10", -1, 1))},
     "mixup": {"alpha": (0.2, opt.positive_float, Dist("log10", -1, 1))},
-    "jtt": {"first_stage_frac": (0.5, opt.fraction, Dist("uniform", 0.2, 0.8)),
-            "lambda_up": (10.0, opt.positive_float, Dist("log10", 0, 2.5))},
+    "jtt": {
+        "first_stage_frac": (0.5, opt.fraction, Dist("uniform", 0.2, 0.8)),
+        "lambda_up": (10.0, opt.positive_float, Dist("log10", 0, 2.5)),
+    },
     # DFR's C is tuned inside the fit (DFR_C_GRID); its re-fit count and split are the reference's, not searched
     "dfr": {"retrains": (20, opt.positive_int, FIXED), "val_fraction": (0.5, opt.proper_fraction, FIXED)},
 }
@@ -345,7 +394,9 @@ SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Di
 HPARAMS: dict[str, dict[str, float]] = {m: {k: d for k, (d, _, _) in hp.items()} for m, hp in _HPARAM_SPECS.items()}
 DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
 # an L1 penalty: scikit-learn 1.8 spells it l1_ratio=1 (penalty= is deprecated), older versions penalty="l1"
-_L1: dict[str, Any] = {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
+_L1: dict[str, Any] = (
+    {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
+)
 
 ALGORITHMS: dict[str, type[Algorithm]] = {a.name: a for a in (ERM, Reweight, GroupDRO, IRM, CORAL, Mixup, JTT, DFR)}
 METHODS: tuple[str, ...] = tuple(ALGORITHMS)
@@ -366,14 +417,22 @@ class AlgorithmInfo:
 
 def algorithm_info(name: str, overrides: Mapping[str, float] | None = None) -> AlgorithmInfo:
     cls = get_algorithm(name)
-    return AlgorithmInfo(cls.name, cls.title, cls.reference, cls.definition, cls.differs, cls.default_selection,
-                         resolve_hparams(name, overrides))
+    return AlgorithmInfo(
+        cls.name,
+        cls.title,
+        cls.reference,
+        cls.definition,
+        cls.differs,
+        cls.default_selection,
+        resolve_hparams(name, overrides),
+    )
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
     if name not in ALGORITHMS:
-        raise UnknownNameError(f"unknown method {name!r}{did_you_mean(name, ALGORITHMS)}",
-                               f"use one of: {', '.join(ALGORITHMS)}")
+        raise UnknownNameError(
+            f"unknown method {name!r}{did_you_mean(name, ALGORITHMS)}", f"use one of: {', '.join(ALGORITHMS)}"
+        )
     return ALGORITHMS[name]
 
 
@@ -398,7 +457,10 @@ def sample_hparams(name: str, draw: int, seed: int = 0) -> dict[str, float]:
     if draw == 0:
         return dict(HPARAMS[name])
     rng = np.random.default_rng([int(seed), int(draw), *name.encode()])
-    out = {k: _HPARAM_SPECS[name][k][1](dist.draw(rng, d), f"{name}.{k}") for k, (d, _, dist) in _HPARAM_SPECS[name].items()}
+    out = {
+        k: _HPARAM_SPECS[name][k][1](dist.draw(rng, d), f"{name}.{k}")
+        for k, (d, _, dist) in _HPARAM_SPECS[name].items()
+    }
     out.update({k: dist.draw(rng, 0.0) for k, dist in SWEEP_COMMON.items()})
     return out
 
@@ -441,9 +503,16 @@ def balanced_batches(keys: np.ndarray, batch_size: int, n_steps: int, rng: np.ra
     return out
 
 
-def dfr_fit(x_val: np.ndarray, y_val: np.ndarray, g_val: np.ndarray, n_classes: int, hp: Mapping[str, float],
-            rule: str, seed: int, oracle: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
-            ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def dfr_fit(
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    g_val: np.ndarray,
+    n_classes: int,
+    hp: Mapping[str, float],
+    rule: str,
+    seed: int,
+    oracle: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """DFR^Val_Tr on held-out features: returns the head (weight (k, d), bias (k,)) and what was chosen.
 
     ``rule`` picks C: 'worst-group' (default) or 'average' on the other half of validation; 'oracle'
@@ -466,8 +535,10 @@ def dfr_fit(x_val: np.ndarray, y_val: np.ndarray, g_val: np.ndarray, n_classes: 
         for _ in range(repeats):
             sub = balanced(rows)
             if len(np.unique(y_val[sub])) < 2:
-                raise UnknownNameError("DFR: a group-balanced subset of the validation split holds a single class",
-                                       "use a task whose validation split has every class (and more rows)")
+                raise UnknownNameError(
+                    "DFR: a group-balanced subset of the validation split holds a single class",
+                    "use a task whose validation split has every class (and more rows)",
+                )
             clf = LogisticRegression(C=c, solver="liblinear", max_iter=1000, **_L1).fit(x_val[sub], y_val[sub])
             w = np.zeros((n_classes, x_val.shape[1]))
             b = np.zeros(n_classes)
@@ -485,16 +556,54 @@ def dfr_fit(x_val: np.ndarray, y_val: np.ndarray, g_val: np.ndarray, n_classes: 
     tried = {}
     for c in DFR_C_GRID:
         w, b = fit(fit_idx, c, 1)
-        tried[c] = (score(w, b, *oracle) if rule == "oracle" and oracle is not None
-                    else score(w, b, x_val[tune_idx], y_val[tune_idx], g_val[tune_idx]))
+        tried[c] = (
+            score(w, b, *oracle)
+            if rule == "oracle" and oracle is not None
+            else score(w, b, x_val[tune_idx], y_val[tune_idx], g_val[tune_idx])
+        )
     best_c = max(DFR_C_GRID, key=lambda c: (tried[c], -DFR_C_GRID.index(c)))  # ties: the earlier (larger) C
     w, b = fit(np.arange(len(y_val)), best_c, int(hp["retrains"]))
-    return w.astype(np.float32), b.astype(np.float32), {"C": best_c, "C_scores": {str(c): v for c, v in tried.items()},
-                                                        "fit_rows": int(cut), "tune_rows": int(len(idx) - cut)}
+    return (
+        w.astype(np.float32),
+        b.astype(np.float32),
+        {
+            "C": best_c,
+            "C_scores": {str(c): v for c, v in tried.items()},
+            "fit_rows": int(cut),
+            "tune_rows": int(len(idx) - cut),
+        },
+    )
 
 
-__all__ = ["ALGORITHMS", "METHODS", "HPARAMS", "DFR_C_GRID", "SELECTIONS", "SELECTION_TEXT", "SAMPLINGS", "SAMPLING_TEXT",
-           "Algorithm", "AlgorithmInfo", "algorithm_info", "get_algorithm", "resolve_hparams", "default_selection",
-           "selection_score", "balanced_batches", "dfr_fit", "Dist", "SWEEP_COMMON", "sample_hparams", "dead_schedules",
-           "PAPER_SAMPLING", "ERM", "Reweight", "GroupDRO", "IRM", "CORAL", "Mixup",
-           "JTT", "DFR"]
+__all__ = [
+    "ALGORITHMS",
+    "METHODS",
+    "HPARAMS",
+    "DFR_C_GRID",
+    "SELECTIONS",
+    "SELECTION_TEXT",
+    "SAMPLINGS",
+    "SAMPLING_TEXT",
+    "Algorithm",
+    "AlgorithmInfo",
+    "algorithm_info",
+    "get_algorithm",
+    "resolve_hparams",
+    "default_selection",
+    "selection_score",
+    "balanced_batches",
+    "dfr_fit",
+    "Dist",
+    "SWEEP_COMMON",
+    "sample_hparams",
+    "dead_schedules",
+    "PAPER_SAMPLING",
+    "ERM",
+    "Reweight",
+    "GroupDRO",
+    "IRM",
+    "CORAL",
+    "Mixup",
+    "JTT",
+    "DFR",
+]

@@ -7,6 +7,7 @@ metashift_hf.scoring.bugs.context_bugs). Harmful contexts (significant and below
 listed per class ordered by meta-graph distance from the class's largest community (nearest first;
 subsets without a spectral distance last).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,24 +52,47 @@ class BugReport:
         return out
 
     def to_dict(self, top: int = 5) -> dict[str, Any]:
-        return {"task_id": self.task_id, "split": self.split, "predictions": self.source, "test": BUG_TEST,
-                "min_n": self.min_n, "alpha": self.alpha, "n_tests": int(self.tested["p_value"].notna().sum()),
-                "n_bugs": int(self.tested["bug"].sum()), "harmful": self.harmful(top),
-                "order": "per class by meta-graph distance ('paper' rule, spectral) from the class's largest "
-                         "community, nearest first; subsets without a spectral distance last",
-                "tested": [bug_entry(r) for _, r in self.tested.iterrows()]}
+        return {
+            "task_id": self.task_id,
+            "split": self.split,
+            "predictions": self.source,
+            "test": BUG_TEST,
+            "min_n": self.min_n,
+            "alpha": self.alpha,
+            "n_tests": int(self.tested["p_value"].notna().sum()),
+            "n_bugs": int(self.tested["bug"].sum()),
+            "harmful": self.harmful(top),
+            "order": "per class by meta-graph distance ('paper' rule, spectral) from the class's largest "
+            "community, nearest first; subsets without a spectral distance last",
+            "tested": [bug_entry(r) for _, r in self.tested.iterrows()],
+        }
 
     def markdown(self, top: int = 5) -> str:
         d = self.to_dict(top)
-        out = [f"# Context bugs: {self.task_id}, split {self.split}", "", f"{BUG_TEST} alpha = {self.alpha}; "
-               f"{d['n_tests']} subsets tested (n >= {self.min_n}), {d['n_bugs']} significant.", ""]
+        out = [
+            f"# Context bugs: {self.task_id}, split {self.split}",
+            "",
+            f"{BUG_TEST} alpha = {self.alpha}; "
+            f"{d['n_tests']} subsets tested (n >= {self.min_n}), {d['n_bugs']} significant.",
+            "",
+        ]
         for cls, rows in d["harmful"].items():
-            out += [f"## {cls}", "", "| subset | n | accuracy | rest | q | distance to largest community |",
-                    "|---|---:|---:|---:|---:|---:|"]
+            out += [
+                f"## {cls}",
+                "",
+                "| subset | n | accuracy | rest | q | distance to largest community |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
             for r in rows:
-                dist = "n/a" if r["distance_to_largest_community"] is None else f"{r['distance_to_largest_community']:.3f}"
-                out.append(f"| {r['subset']} | {r['n']} | {100 * r['accuracy']:.1f}% | {100 * r['rest_accuracy']:.1f}% | "
-                           f"{r['q_value']:.3g} | {dist} |")
+                dist = (
+                    "n/a"
+                    if r["distance_to_largest_community"] is None
+                    else f"{r['distance_to_largest_community']:.3f}"
+                )
+                out.append(
+                    f"| {r['subset']} | {r['n']} | {100 * r['accuracy']:.1f}% | {100 * r['rest_accuracy']:.1f}% | "
+                    f"{r['q_value']:.3g} | {dist} |"
+                )
             out.append("")
         if not d["harmful"]:
             out.append("No harmful context subset at this level.")
@@ -82,8 +106,14 @@ class BugReport:
                 write_per_group(from_group_table(self.groups), tmp / "per_group.csv")
 
 
-def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions", task: "TaskRef | Any", *,
-              split: str = "test", min_n: int = 10, alpha: float = 0.05) -> BugReport:
+def find_bugs(
+    predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions",
+    task: "TaskRef | Any",
+    *,
+    split: str = "test",
+    min_n: int = 10,
+    alpha: float = 0.05,
+) -> BugReport:
     """Context bugs of one predictions table on one split of a task (see the module docstring).
 
     ``task``: anything :func:`metashift_hf.hub.task_source.open_task` takes (a dataset, an exported folder,
@@ -95,8 +125,9 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions",
     art, tp = data.artifact, data.plan
     splits = sorted(set(r for r in tp.splits))
     if split not in splits:
-        raise UnknownNameError(f"task {tp.task_id} has no split {split!r}{did_you_mean(split, splits)}",
-                               f"use one of {', '.join(splits)}")
+        raise UnknownNameError(
+            f"task {tp.task_id} has no split {split!r}{did_you_mean(split, splits)}", f"use one of {', '.join(splits)}"
+        )
     preds = predictions if isinstance(predictions, TaskPredictions) else TaskPredictions.read(predictions, tp.classes)
     score_plan(preds, tp, splits=[split])  # the same checks as `score` (unknown, missing, duplicate ids)
     table = tp.table()
@@ -107,8 +138,10 @@ def find_bugs(predictions: "str | os.PathLike | pd.DataFrame | TaskPredictions",
     facts = meta_graph_facts(art, data.meta_graph, scored)  # an exported folder or repo carries them
     groups = group_table(scored, list(tp.classes), facts.community_map() if facts is not None else None)
     tested = context_bugs(scored, groups, min_n, alpha)  # indexed as its rows of groups
-    tested["distance_to_largest_community"] = [facts.distance_to_largest(s) if ok and facts is not None else None
-                                               for s, ok in zip(tested["subset"], tested["bug"])]
+    tested["distance_to_largest_community"] = [
+        facts.distance_to_largest(s) if ok and facts is not None else None
+        for s, ok in zip(tested["subset"], tested["bug"])
+    ]
     for col in (*BUG_COLUMNS, "distance_to_largest_community"):
         groups.loc[tested.index, col] = tested[col]
     return BugReport(tp.task_id, split, int(min_n), float(alpha), tested.reset_index(drop=True), preds.source, groups)

@@ -6,6 +6,7 @@ its unit weight evenly over them, giving a joint distribution p(k, t); MI = sum 
 (p(k,t) / (p(k) p(t))) in bits. It is 0 when tags are independent of clusters and H(K) when every
 cluster holds exactly one tag (and each tag one cluster).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,27 +30,39 @@ class Clustering:
     inertia: float
 
 
-def kmeans_by_size(cls: str, image_ids: Sequence[str], features: np.ndarray, k: int = 8, *, seed: int = 0,
-                   n_init: int = 10) -> Clustering:
+def kmeans_by_size(
+    cls: str, image_ids: Sequence[str], features: np.ndarray, k: int = 8, *, seed: int = 0, n_init: int = 10
+) -> Clustering:
     """scikit-learn KMeans (seeded, ``n_init`` restarts); clusters renumbered by size, largest first
     (ties: smaller original id)."""
     from sklearn.cluster import KMeans  # heavy optional dependency, loaded when clustering
 
     x = np.asarray(features, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != len(image_ids):
-        raise InputFormatError(f"class {cls}: {len(image_ids)} image ids but features of shape {x.shape}",
-                               "pass one feature row per image id")
+        raise InputFormatError(
+            f"class {cls}: {len(image_ids)} image ids but features of shape {x.shape}",
+            "pass one feature row per image id",
+        )
     if x.shape[0] < k:
-        raise EmptyResultError(f"class {cls} has {x.shape[0]} images, fewer than k={k} clusters",
-                               "lower k, or use a class with more images")
+        raise EmptyResultError(
+            f"class {cls} has {x.shape[0]} images, fewer than k={k} clusters",
+            "lower k, or use a class with more images",
+        )
     km = KMeans(n_clusters=k, random_state=int(seed), n_init=int(n_init)).fit(x)
     counts = np.bincount(km.labels_, minlength=k)
     order = sorted(range(k), key=lambda c: (-counts[c], c))
     rank = np.empty(k, dtype=np.int64)
     rank[order] = np.arange(k)
     labels = rank[km.labels_]
-    return Clustering(cls, tuple(map(str, image_ids)), labels, tuple(int(counts[c]) for c in order), int(seed),
-                      int(n_init), float(km.inertia_))
+    return Clustering(
+        cls,
+        tuple(map(str, image_ids)),
+        labels,
+        tuple(int(counts[c]) for c in order),
+        int(seed),
+        int(n_init),
+        float(km.inertia_),
+    )
 
 
 def _joint(clusters: Sequence[int], tags: Sequence[Sequence[str]]) -> tuple[np.ndarray, list, list[str]]:
@@ -96,8 +109,11 @@ def top_contexts(clusters: Sequence[int], tags: Sequence[Sequence[str]], n: int 
             out[k] = []
             continue
         best = sorted(range(len(ts)), key=lambda j: (-row[j], ts[j]))[:n]
-        out[k] = [{"context": ts[j], "share": float(row[j] / row.sum()), "lift": float(row[j] / row.sum() / pt[j])}
-                  for j in best if row[j] > 0]
+        out[k] = [
+            {"context": ts[j], "share": float(row[j] / row.sum()), "lift": float(row[j] / row.sum() / pt[j])}
+            for j in best
+            if row[j] > 0
+        ]
     return out
 
 

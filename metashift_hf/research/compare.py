@@ -19,6 +19,7 @@ selection score is best, as DomainBed's sweep does; every draw's rows stay in re
 Each run folder is complete on its own: a later call with more seeds (``seeds="3-5"``) merges them
 into the same runs, and an interrupted call continues with ``resume=True``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -58,11 +59,24 @@ from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_k
 logger = logging.getLogger(__name__)
 
 COMPARE_KIND = "comparison"  # the marker kind of an `experiment compare` --out folder (core.fsutil)
-COLUMNS: tuple[str, ...] = ("task", "method", "seed", "selection", "hparams_draw", "selected", "sampling", "metric",
-                            "value", "ci_low", "ci_high")
+COLUMNS: tuple[str, ...] = (
+    "task",
+    "method",
+    "seed",
+    "selection",
+    "hparams_draw",
+    "selected",
+    "sampling",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+)
 SPREADS: tuple[str, ...] = ("se", "std")
-SPREAD_TEXT = {"se": "mean ± standard error across seeds (std / sqrt(n), as DomainBed and SubpopBench print)",
-               "std": "mean ± standard deviation across seeds (ddof 1)"}
+SPREAD_TEXT = {
+    "se": "mean ± standard error across seeds (std / sqrt(n), as DomainBed and SubpopBench print)",
+    "std": "mean ± standard deviation across seeds (ddof 1)",
+}
 # metric -> what it is, for results.md; the CI is Wilson 95% over the split's rows (none for a weighted average)
 METRICS: dict[str, str] = {
     "average": "headline split's average accuracy",
@@ -98,10 +112,15 @@ def seed_metrics(scores: Scores) -> list[tuple[str, float | None, float | None, 
     out.append(("adjusted_average", head.adjusted_average, None, None))
     for name, split in (("id_average", scores.id_split), ("ood_average", scores.ood_split)):
         sp = splits.get(split) if split else None
-        out.append((name, sp.average if sp else None, *(_wilson(int(round(sp.average * sp.n)), sp.n) if sp else (None, None))))
-    out += [("balanced_accuracy", head.balanced_accuracy, None, None), ("macro_f1", head.macro_f1, None, None),
-            ("ece", head.ece, None, None),
-            ("worst_class", head.worst_class.accuracy, head.worst_class.ci_low, head.worst_class.ci_high)]
+        out.append(
+            (name, sp.average if sp else None, *(_wilson(int(round(sp.average * sp.n)), sp.n) if sp else (None, None)))
+        )
+    out += [
+        ("balanced_accuracy", head.balanced_accuracy, None, None),
+        ("macro_f1", head.macro_f1, None, None),
+        ("ece", head.ece, None, None),
+        ("worst_class", head.worst_class.accuracy, head.worst_class.ci_low, head.worst_class.ci_high),
+    ]
     out += [(GROUP_METRIC + g.group, g.accuracy, g.ci_low, g.ci_high) for g in head.per_group]
     return out
 
@@ -127,14 +146,30 @@ class CompareResult:
         return summary_frame(self.table)
 
     def header(self) -> str:
-        return header(self.config.probe, self.card["backbone"]["name"], sorted(set(self.table["seed"])), self.methods,
-                      self.card["selection"], self.spread, self.card.get("sampling"), self.card.get("sweep"),
-                      self.card.get("selections"))
+        return header(
+            self.config.probe,
+            self.card["backbone"]["name"],
+            sorted(set(self.table["seed"])),
+            self.methods,
+            self.card["selection"],
+            self.spread,
+            self.card.get("sampling"),
+            self.card.get("sweep"),
+            self.card.get("selections"),
+        )
 
     def markdown(self) -> str:
-        return "\n".join(["# Method comparison", "", self.header(), "",
-                          results_tables(self.table, self.methods, self.tasks, self.card["selection"], spread=self.spread),
-                          "Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<arm>/.", ""])
+        return "\n".join(
+            [
+                "# Method comparison",
+                "",
+                self.header(),
+                "",
+                results_tables(self.table, self.methods, self.tasks, self.card["selection"], spread=self.spread),
+                "Every seed's figures with 95% Wilson intervals: results.csv; every run: runs/<task>/<arm>/.",
+                "",
+            ]
+        )
 
     def latex(self) -> str:
         return results_latex(self.table, self.methods, self.tasks, spread=self.spread)
@@ -152,26 +187,43 @@ def summary_frame(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def header(probe: str, backbone: str, seeds: Sequence[int], methods: Sequence[str], selection: Mapping[str, str],
-           spread: str = "se", sampling: str | None = None, sweep: Mapping[str, Any] | None = None,
-           rules: Sequence[str] | None = None) -> str:
+def header(
+    probe: str,
+    backbone: str,
+    seeds: Sequence[int],
+    methods: Sequence[str],
+    selection: Mapping[str, str],
+    spread: str = "se",
+    sampling: str | None = None,
+    sweep: Mapping[str, Any] | None = None,
+    rules: Sequence[str] | None = None,
+) -> str:
     """What a comparison ran: probe, backbone, seeds, sampling, each method's selection rule, what the paper column is."""
-    lines = [f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
-             + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
-             "Each method keeps the epoch its selection rule prefers"
-             + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"), ""]
+    lines = [
+        f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
+        + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
+        "Each method keeps the epoch its selection rule prefers"
+        + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"),
+        "",
+    ]
     if rules and len(rules) > 1:
         lines += [f"- **{m}** ({algorithm_info(m).title})" for m in methods]
     else:
         lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
     if sweep and sweep.get("n_hparams", 1) > 1:
-        lines += ["", f"Random search: {sweep['n_hparams']} hyper-parameter draws per method (draw 0 the defaults, "
-                      f"the others from the distributions of the algorithm registry, hparams seed {sweep['hparams_seed']}) "
-                      f"x {len(seeds)} trial(s); per rule, task, method and trial the draw with the best selection "
-                      "score is kept, as DomainBed's sweep."]
-    lines += ["", "paper: the MetaShift paper's published figure (Liang & Zou 2022, Table 2: ERM, a whole network "
-                  "trained on the GQA photographs) where it has one; ours differ in backbone, data and selection, so "
-                  "compare the shape, not the digits. average / worst: the mean and the minimum of the task columns."]
+        lines += [
+            "",
+            f"Random search: {sweep['n_hparams']} hyper-parameter draws per method (draw 0 the defaults, "
+            f"the others from the distributions of the algorithm registry, hparams seed {sweep['hparams_seed']}) "
+            f"x {len(seeds)} trial(s); per rule, task, method and trial the draw with the best selection "
+            "score is kept, as DomainBed's sweep.",
+        ]
+    lines += [
+        "",
+        "paper: the MetaShift paper's published figure (Liang & Zou 2022, Table 2: ERM, a whole network "
+        "trained on the GQA photographs) where it has one; ours differ in backbone, data and selection, so "
+        "compare the shape, not the digits. average / worst: the mean and the minimum of the task columns.",
+    ]
     return "\n".join(lines)
 
 
@@ -180,8 +232,9 @@ DEFAULT_TABLE_METRICS: tuple[str, ...] = ("worst_group", "average", GROUP_METRIC
 
 def _metric_title(metric: str) -> str:
     if metric.startswith(GROUP_METRIC):
-        return (f"{metric[len(GROUP_METRIC):]} accuracy (that group on the headline split"
-                + ("; the paper's Table 1 metric)" if metric == GROUP_METRIC + "dog(shelf)" else ")"))
+        return f"{metric[len(GROUP_METRIC) :]} accuracy (that group on the headline split" + (
+            "; the paper's Table 1 metric)" if metric == GROUP_METRIC + "dog(shelf)" else ")"
+        )
     return f"{metric.replace('_', '-')} ({METRICS[metric]})"
 
 
@@ -205,12 +258,20 @@ def _grid(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], met
                     continue
                 means = [c["mean"] for c in cells if c is not None]
                 full = len(means) == len(cols)  # a cross-task figure only over every task
-                rows.append((m, cells, float(np.mean(means)) if full else None, float(np.min(means)) if full else None))
+                rows.append(
+                    (m, cells, float(np.mean(means)) if full else None, float(np.min(means)) if full else None)
+                )
             yield rule, metric, cols, rows
 
 
-def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], selection: Mapping[str, str],
-                   metrics: Sequence[str] = DEFAULT_TABLE_METRICS, spread: str = "se") -> str:
+def results_tables(
+    table: pd.DataFrame,
+    methods: Sequence[str],
+    tasks: Sequence[str],
+    selection: Mapping[str, str],
+    metrics: Sequence[str] = DEFAULT_TABLE_METRICS,
+    spread: str = "se",
+) -> str:
     """DomainBed's collect_results shape: per selection rule, one markdown table per metric (a ``group:`` metric
     only over the tasks that have the group), a row per method, a column per task (mean ± spread and the
     paper's figure) and the cross-task average and worst."""
@@ -220,8 +281,12 @@ def results_tables(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[
         if rule is not None and rule != last_rule:
             lines += [f"### Selection: {SELECTION_TEXT[rule]}", ""]
             last_rule = rule
-        lines += [f"**{_metric_title(metric)}**" + (" ORACLE" if rule == "oracle" else ""), "",
-                  "| method | " + " | ".join(cols) + " | average | worst |", "|---|" + "---:|" * (len(cols) + 2)]
+        lines += [
+            f"**{_metric_title(metric)}**" + (" ORACLE" if rule == "oracle" else ""),
+            "",
+            "| method | " + " | ".join(cols) + " | average | worst |",
+            "|---|" + "---:|" * (len(cols) + 2),
+        ]
         for m, cells, avg, worst in rows:
             out = []
             for t, c in zip(cols, cells):
@@ -242,18 +307,31 @@ def _tex(text: str) -> str:
     return "".join("\\" + ch if ch in "_%&#$" else ch for ch in text)
 
 
-def results_latex(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str],
-                  metrics: Sequence[str] = DEFAULT_TABLE_METRICS, spread: str = "se") -> str:
+def results_latex(
+    table: pd.DataFrame,
+    methods: Sequence[str],
+    tasks: Sequence[str],
+    metrics: Sequence[str] = DEFAULT_TABLE_METRICS,
+    spread: str = "se",
+) -> str:
     """The tables of :func:`results_tables` as LaTeX tabulars (booktabs), one per selection rule and metric."""
     out = [f"% metashift-hf experiment compare: {SPREAD_TEXT[spread]}; requires \\usepackage{{booktabs}}", ""]
     for rule, metric, cols, rows in _grid(table, methods, tasks, metrics):
-        out += [f"% selection: {SELECTION_TEXT[rule] if rule else 'each method its own rule (results.md)'}",
-                f"% {_metric_title(metric)}",
-                "\\begin{tabular}{l" + "c" * (len(cols) + 2) + "}", "\\toprule",
-                "Method & " + " & ".join(_tex(t) for t in cols) + " & Avg & Worst \\\\", "\\midrule"]
+        out += [
+            f"% selection: {SELECTION_TEXT[rule] if rule else 'each method its own rule (results.md)'}",
+            f"% {_metric_title(metric)}",
+            "\\begin{tabular}{l" + "c" * (len(cols) + 2) + "}",
+            "\\toprule",
+            "Method & " + " & ".join(_tex(t) for t in cols) + " & Avg & Worst \\\\",
+            "\\midrule",
+        ]
         for m, cells, avg, worst in rows:
-            vals = ["--" if c is None else f"{100 * c['mean']:.1f}"
-                    + ("" if np.isnan(c[spread]) else f" $\\pm$ {100 * c[spread]:.1f}") for c in cells]
+            vals = [
+                "--"
+                if c is None
+                else f"{100 * c['mean']:.1f}" + ("" if np.isnan(c[spread]) else f" $\\pm$ {100 * c[spread]:.1f}")
+                for c in cells
+            ]
             vals += ["--" if avg is None else f"{100 * avg:.1f}", "--" if worst is None else f"{100 * worst:.1f}"]
             out.append(f"{_tex(m)} & " + " & ".join(vals) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", ""]
@@ -272,8 +350,9 @@ def _plot(result: CompareResult, out: BinaryIO) -> None:
     import matplotlib.pyplot as plt
 
     summ = result.summary_frame()
-    summ = summ[(summ.metric == "worst_group")
-                & (summ.selection == summ.method.map(lambda m: result.card["selection"][m]))]  # each method's own rule
+    summ = summ[
+        (summ.metric == "worst_group") & (summ.selection == summ.method.map(lambda m: result.card["selection"][m]))
+    ]  # each method's own rule
     n_m = len(result.methods)
     width = 0.8 / n_m
     fig, ax = plt.subplots(figsize=(min(12.0, 2 + len(result.tasks) * (0.5 + 0.12 * n_m)), 4.2), dpi=120)
@@ -288,8 +367,7 @@ def _plot(result: CompareResult, out: BinaryIO) -> None:
         paper = [(x, paper_figure(t, m, "worst_group")) for x, t in zip(pos, result.tasks)]
         paper = [(x, 100 * v) for x, v in paper if v is not None]
         if paper:
-            ax.scatter(*zip(*paper), marker="_", s=120, color="black", zorder=3,
-                       label=f"paper: {m} (Table 2)")
+            ax.scatter(*zip(*paper), marker="_", s=120, color="black", zorder=3, label=f"paper: {m} (Table 2)")
     ax.set_xticks(xs, [t.replace("paper-", "") for t in result.tasks], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("worst-group accuracy (%)")
     ax.set_ylim(0, 100)
@@ -310,8 +388,10 @@ def method_hparams(hparams: Mapping[str, float], method: str, methods: Sequence[
         if not sep:
             out[key] = value
         elif owner not in methods:
-            raise UnknownNameError(f"hyper-parameter {key!r} names a method that is not compared",
-                                   f"prefix it with one of: {', '.join(methods)}")
+            raise UnknownNameError(
+                f"hyper-parameter {key!r} names a method that is not compared",
+                f"prefix it with one of: {', '.join(methods)}",
+            )
         elif owner == method:
             out[name] = value
     return out
@@ -319,17 +399,23 @@ def method_hparams(hparams: Mapping[str, float], method: str, methods: Sequence[
 
 def _check_names(methods: Sequence[str], tasks: Sequence[str]) -> None:
     if not methods or not tasks:
-        raise InputFormatError("experiment compare needs at least one method and one task",
-                               "pass e.g. --methods erm,groupdro,dfr --tasks paper-subpop-cat-dog-p12")
+        raise InputFormatError(
+            "experiment compare needs at least one method and one task",
+            "pass e.g. --methods erm,groupdro,dfr --tasks paper-subpop-cat-dog-p12",
+        )
     for m in methods:
         if m not in METHODS:
-            raise UnknownNameError(f"unknown method {m!r}{did_you_mean(m, METHODS)}", f"use some of: {', '.join(METHODS)}")
+            raise UnknownNameError(
+                f"unknown method {m!r}{did_you_mean(m, METHODS)}", f"use some of: {', '.join(METHODS)}"
+            )
     for t in tasks:  # a task id names a folder (runs/<task>/, SRC/metashift-<task>): no path may hide in it
         if not isinstance(t, str) or not t or id_slug(t) != t or t.startswith("."):
-            raise UnknownNameError(f"{short_repr(t)} is not a task id: a task id is letters, digits, '.', '_' and '-', "
-                                   "and names no folder (no '/', no '..')",
-                                   "name tasks by id, e.g. --tasks paper-subpop-cat-dog-p12 (`metashift-hf tasks list`); "
-                                   "with --from SRC, task T is read from SRC/metashift-T")
+            raise UnknownNameError(
+                f"{short_repr(t)} is not a task id: a task id is letters, digits, '.', '_' and '-', "
+                "and names no folder (no '/', no '..')",
+                "name tasks by id, e.g. --tasks paper-subpop-cat-dog-p12 (`metashift-hf tasks list`); "
+                "with --from SRC, task T is read from SRC/metashift-T",
+            )
     for what, names in (("method", methods), ("task", tasks)):
         if len(set(names)) != len(names):
             raise InputFormatError(f"a {what} is named twice in {', '.join(names)}", f"name each {what} once")
@@ -346,8 +432,13 @@ class Arm:
     config: TrainConfig
 
 
-def plan_arms(methods: Sequence[str], config: TrainConfig, selections: Sequence[str] | None = None,
-              n_hparams: int = 1, hparams_seed: int = 0) -> list[Arm]:
+def plan_arms(
+    methods: Sequence[str],
+    config: TrainConfig,
+    selections: Sequence[str] | None = None,
+    n_hparams: int = 1,
+    hparams_seed: int = 0,
+) -> list[Arm]:
     """Every (method, rule, draw) to train, its folder name and resolved config (every bad setting refused here).
 
     ``selections``: the rules to train each method under (None: ``config.select`` or the method's default).
@@ -357,7 +448,7 @@ def plan_arms(methods: Sequence[str], config: TrainConfig, selections: Sequence[
     several = selections is not None and len(selections) > 1
     for m in methods:
         base = replace(config, method=m, hparams=method_hparams(config.hparams, m, methods))
-        for rule in (selections or [None]):
+        for rule in selections or [None]:
             for k in range(n_hparams):
                 cfg = replace(base, select=rule or base.select)
                 if k > 0:
@@ -392,17 +483,27 @@ class CompareOptions:
             raise UnknownNameError(f"unknown spread {self.spread!r}", f"use one of: {', '.join(SPREADS)}")
         for rule in self.selections or ():
             if rule not in SELECTIONS:
-                raise UnknownNameError(f"unknown selection {rule!r}", f"use some of: {', '.join(SELECTIONS)} (or --select all)")
+                raise UnknownNameError(
+                    f"unknown selection {rule!r}", f"use some of: {', '.join(SELECTIONS)} (or --select all)"
+                )
         object.__setattr__(self, "n_hparams", opt.positive_int(self.n_hparams, "n_hparams"))
         if self.n_trials is not None:
             object.__setattr__(self, "n_trials", opt.seed_count(self.n_trials, "n_trials"))
         object.__setattr__(self, "hparams_seed", opt.seed(self.hparams_seed, "hparams_seed"))
 
 
-def run_compare(methods: Sequence[str], tasks: Sequence[str], origin: TaskOrigin, out: "str | os.PathLike",
-                config: TrainConfig = TrainConfig(), *, cache_dir: "str | os.PathLike | None" = None,
-                progress: bool = True, resume: bool = False,
-                options: CompareOptions = CompareOptions()) -> CompareResult:
+def run_compare(
+    methods: Sequence[str],
+    tasks: Sequence[str],
+    origin: TaskOrigin,
+    out: "str | os.PathLike",
+    config: TrainConfig = TrainConfig(),
+    *,
+    cache_dir: "str | os.PathLike | None" = None,
+    progress: bool = True,
+    resume: bool = False,
+    options: CompareOptions = CompareOptions(),
+) -> CompareResult:
     """Train every method on every task (``config``'s seeds, probe and settings; ``config.select`` or each
     method's default selection, or every rule of ``options.selections``) and write the table. The tasks come
     from ``origin`` (a build, or an export folder / Hub namespace: :class:`TaskOrigin`). ``out`` is new,
@@ -423,8 +524,9 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], origin: TaskOrigin
                 check_train_out(folder / "runs" / t / a.folder, inputs=origin.inputs)
         data: dict[str, TaskData] = origin.open(tasks)
         first = arms[0].config
-        backbone = load_backbone(first.backbone, image_size=first.image_size if first.probe == "linear" else None,
-                                 device=first.device)  # loaded once; features shared by every method and task
+        backbone = load_backbone(
+            first.backbone, image_size=first.image_size if first.probe == "linear" else None, device=first.device
+        )  # loaded once; features shared by every method and task
         for t in tasks:  # every earlier run merges, checked before any run is modified
             for a in arms:
                 _check_mergeable(folder, t, a.folder, data[t], a.config, backbone)
@@ -433,38 +535,81 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], origin: TaskOrigin
             for a in arms:
                 logger.info(f"   training {a.folder} on {t} ...")
                 try:
-                    results[t, a.folder] = train(data[t], folder / "runs" / t / a.folder, a.config,
-                                                 cache_dir=cache_dir, progress=progress, backbone=backbone, resume=resume)
+                    results[t, a.folder] = train(
+                        data[t],
+                        folder / "runs" / t / a.folder,
+                        a.config,
+                        cache_dir=cache_dir,
+                        progress=progress,
+                        backbone=backbone,
+                        resume=resume,
+                    )
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
-                    raise OutputExistsError(exc.what, f"run the same command again once the other comparison into {folder} "
-                                                      "has finished (its runs are merged), or name a new --out") from None
+                    raise OutputExistsError(
+                        exc.what,
+                        f"run the same command again once the other comparison into {folder} "
+                        "has finished (its runs are merged), or name a new --out",
+                    ) from None
         chosen = _sweep_choice(results, arms, tasks)
         rows = []
         for t in tasks:
             for a in arms:
                 for run in results[t, a.folder].runs:
                     for metric, value, lo, hi in seed_metrics(run.scores):
-                        rows.append((t, a.method, run.seed, a.rule, a.draw, chosen[t, a.method, a.rule, run.seed] == a.draw,
-                                     a.config.sampling, metric, value, lo, hi))
+                        rows.append(
+                            (
+                                t,
+                                a.method,
+                                run.seed,
+                                a.rule,
+                                a.draw,
+                                chosen[t, a.method, a.rule, run.seed] == a.draw,
+                                a.config.sampling,
+                                metric,
+                                value,
+                                lo,
+                                hi,
+                            )
+                        )
         table = pd.DataFrame(rows, columns=list(COLUMNS))
         any_run = next(iter(results.values()))
         own_rule = {m: next(a.rule for a in arms if a.method == m) for m in methods}
-        card = {"package_version": __version__, "methods": list(methods), "tasks": list(tasks),
-                "seeds": sorted(set(table["seed"])), "probe": first.probe, "backbone": any_run.card["backbone"],
-                "selection": own_rule, "selections": sorted({a.rule for a in arms}, key=SELECTIONS.index),
-                "sampling": first.sampling, "sampling_rule": SAMPLING_TEXT[first.sampling], "spread": spread,
-                "sweep": {"n_hparams": n_hparams, "hparams_seed": hparams_seed,
-                          "draws": {a.folder: {"method": a.method, "draw": a.draw, "lr": a.config.lr,
-                                               "weight_decay": a.config.weight_decay, "hparams": dict(a.config.hparams)}
-                                    for a in arms}},
-                "algorithms": {m: asdict(algorithm_info(m, next(a.config.hparams for a in arms if a.method == m)))
-                               for m in methods},
-                "task_sources": {t: d.where for t, d in data.items()},
-                "task_origins": {t: d.origin() for t, d in data.items()},
-                "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
-                "config": {k: v for k, v in asdict(first).items() if k not in ("method", "select", "hparams")},
-                "features": {f"{t}/{f}": r.card["features"] for (t, f), r in results.items()},
-                "seconds": round(time.perf_counter() - t0, 3)}
+        card = {
+            "package_version": __version__,
+            "methods": list(methods),
+            "tasks": list(tasks),
+            "seeds": sorted(set(table["seed"])),
+            "probe": first.probe,
+            "backbone": any_run.card["backbone"],
+            "selection": own_rule,
+            "selections": sorted({a.rule for a in arms}, key=SELECTIONS.index),
+            "sampling": first.sampling,
+            "sampling_rule": SAMPLING_TEXT[first.sampling],
+            "spread": spread,
+            "sweep": {
+                "n_hparams": n_hparams,
+                "hparams_seed": hparams_seed,
+                "draws": {
+                    a.folder: {
+                        "method": a.method,
+                        "draw": a.draw,
+                        "lr": a.config.lr,
+                        "weight_decay": a.config.weight_decay,
+                        "hparams": dict(a.config.hparams),
+                    }
+                    for a in arms
+                },
+            },
+            "algorithms": {
+                m: asdict(algorithm_info(m, next(a.config.hparams for a in arms if a.method == m))) for m in methods
+            },
+            "task_sources": {t: d.where for t, d in data.items()},
+            "task_origins": {t: d.origin() for t, d in data.items()},
+            "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
+            "config": {k: v for k, v in asdict(first).items() if k not in ("method", "select", "hparams")},
+            "features": {f"{t}/{f}": r.card["features"] for (t, f), r in results.items()},
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
         result = CompareResult(methods, tasks, table, first, card, folder, spread)
         with atomic_file(folder / "results.csv", "w") as f:
             table.to_csv(f, index=False)
@@ -479,8 +624,9 @@ def run_compare(methods: Sequence[str], tasks: Sequence[str], origin: TaskOrigin
     return result
 
 
-def _sweep_choice(results: Mapping[tuple[str, str], TrainResult], arms: Sequence[Arm], tasks: Sequence[str]
-                  ) -> dict[tuple[str, str, int, int], int]:
+def _sweep_choice(
+    results: Mapping[tuple[str, str], TrainResult], arms: Sequence[Arm], tasks: Sequence[str]
+) -> dict[tuple[str, str, int, int], int]:
     """(task, method, rule, seed) -> the hyper-parameter draw with the best selection score under that rule
     (each run's score of its kept epoch; ties: the lower draw)."""
     best: dict[tuple[str, str, int, int], tuple[float, int]] = {}
@@ -510,10 +656,12 @@ def _check_covers_earlier(folder: Path, methods: Sequence[str], tasks: Sequence[
         all_m = list(methods) + sorted({m for _, m in left_out} - set(methods))
         all_t = list(tasks) + sorted({t for t, _ in left_out} - set(tasks))
         shown = ", ".join(f"{m} on {t}" for t, m in left_out[:4]) + (" ..." if len(left_out) > 4 else "")
-        raise OutputExistsError(f"--out {folder} holds earlier runs this call does not name ({shown}); its results "
-                                "always cover every run in the folder",
-                                f"add to the earlier comparison with --methods {','.join(all_m)} --tasks {','.join(all_t)}, "
-                                "or name a new --out to start a new comparison")
+        raise OutputExistsError(
+            f"--out {folder} holds earlier runs this call does not name ({shown}); its results "
+            "always cover every run in the folder",
+            f"add to the earlier comparison with --methods {','.join(all_m)} --tasks {','.join(all_t)}, "
+            "or name a new --out to start a new comparison",
+        )
 
 
 def _check_mergeable(folder: Path, task: str, method: str, data: TaskData, config: TrainConfig, backbone) -> None:
@@ -522,10 +670,12 @@ def _check_mergeable(folder: Path, task: str, method: str, data: TaskData, confi
     card = earlier_run(run)
     if card is not None and card.get("run_key") != run_key(data.plan, config, backbone):
         differ = settings_differ(card, config)
-        raise OutputExistsError(f"--out {folder} holds a run of {method} on {task} with other settings"
-                                + (f" ({', '.join(differ)} differ)" if differ else " (task, backbone or package version differ)"),
-                                f"repeat the earlier comparison's settings (see {folder / 'compare.json'}) to add seeds to it, "
-                                "or name a new --out to start a new comparison")
+        raise OutputExistsError(
+            f"--out {folder} holds a run of {method} on {task} with other settings"
+            + (f" ({', '.join(differ)} differ)" if differ else " (task, backbone or package version differ)"),
+            f"repeat the earlier comparison's settings (see {folder / 'compare.json'}) to add seeds to it, "
+            "or name a new --out to start a new comparison",
+        )
 
 
 def _plot_atomic(result: CompareResult, path: Path) -> None:
@@ -537,4 +687,21 @@ def _plot_atomic(result: CompareResult, path: Path) -> None:
         _plot(result, f)
 
 
-__all__ = ["run_compare", "plan_arms", "Arm", "results_latex", "SPREADS", "method_hparams", "summary_frame", "header", "results_tables", "GROUP_METRIC", "CompareResult", "seed_metrics", "paper_figure", "COLUMNS", "METRICS", "COMPARE_KIND"]
+__all__ = [
+    "run_compare",
+    "plan_arms",
+    "Arm",
+    "results_latex",
+    "SPREADS",
+    "method_hparams",
+    "summary_frame",
+    "header",
+    "results_tables",
+    "GROUP_METRIC",
+    "CompareResult",
+    "seed_metrics",
+    "paper_figure",
+    "COLUMNS",
+    "METRICS",
+    "COMPARE_KIND",
+]

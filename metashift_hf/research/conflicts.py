@@ -9,6 +9,7 @@ squares, no intercept, shares sum to 1) on the composition: coefficient (t, e) =
 per window spent entirely on t. The matrix is divided by its largest absolute value: [-1, 1],
 positive = helps (green), negative = hurts (red).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,10 @@ class Subset:
 
     def __post_init__(self) -> None:
         if self.x.ndim != 2 or self.x.shape[0] != self.y.shape[0] or self.x.shape[0] == 0:
-            raise InputFormatError(f"subset {self.name}: features {self.x.shape} and labels {self.y.shape} do not match",
-                                   "pass one feature row and one label per image, at least one image")
+            raise InputFormatError(
+                f"subset {self.name}: features {self.x.shape} and labels {self.y.shape} do not match",
+                "pass one feature row and one label per image, at least one image",
+            )
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,13 @@ class ConflictRun:
         rows = []
         for w in range(self.composition.shape[0]):
             for j, e in enumerate(self.eval_names):
-                row = {"window": w, "step": (w + 1) * self.config.every, "eval_subset": e,
-                       "loss_before": float(self.loss_before[w, j]), "loss_after": float(self.loss_after[w, j])}
+                row = {
+                    "window": w,
+                    "step": (w + 1) * self.config.every,
+                    "eval_subset": e,
+                    "loss_before": float(self.loss_before[w, j]),
+                    "loss_after": float(self.loss_after[w, j]),
+                }
                 row.update({f"share:{t}": float(self.composition[w, i]) for i, t in enumerate(self.train_names)})
                 rows.append(row)
         return pd.DataFrame(rows)
@@ -76,21 +84,29 @@ def _loss(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
 
 def check_config(config: ConflictConfig) -> ConflictConfig:
     """Every field typed and in range (lr finite and > 0, seed a seed), and at least two windows."""
-    checked = ConflictConfig(steps=opt.positive_int(config.steps, "steps"), every=opt.positive_int(config.every, "every"),
-                             batch_size=opt.positive_int(config.batch_size, "batch_size"),
-                             lr=opt.positive_float(config.lr, "lr"), seed=opt.seed(config.seed, "seed"))
+    checked = ConflictConfig(
+        steps=opt.positive_int(config.steps, "steps"),
+        every=opt.positive_int(config.every, "every"),
+        batch_size=opt.positive_int(config.batch_size, "batch_size"),
+        lr=opt.positive_float(config.lr, "lr"),
+        seed=opt.seed(config.seed, "seed"),
+    )
     if checked.steps < 2 * checked.every:
-        raise InputFormatError(f"steps={checked.steps}, every={checked.every}: need at least two windows",
-                               "pass steps >= 2 * every (--steps, --every)")
+        raise InputFormatError(
+            f"steps={checked.steps}, every={checked.every}: need at least two windows",
+            "pass steps >= 2 * every (--steps, --every)",
+        )
     return checked
 
 
-def record(train: Sequence[Subset], evaluate: Sequence[Subset], n_classes: int,
-           config: ConflictConfig = ConflictConfig()) -> ConflictRun:
+def record(
+    train: Sequence[Subset], evaluate: Sequence[Subset], n_classes: int, config: ConflictConfig = ConflictConfig()
+) -> ConflictRun:
     """Train the head and record every window (see the module docstring)."""
     if not train or not evaluate:
-        raise EmptyResultError("conflicts need at least one training and one evaluation subset",
-                               "pass subsets with images")
+        raise EmptyResultError(
+            "conflicts need at least one training and one evaluation subset", "pass subsets with images"
+        )
     config = check_config(config)
     dims = {s.x.shape[1] for s in [*train, *evaluate]}
     if len(dims) != 1:
@@ -144,8 +160,14 @@ MATRIX_CSV = FileKind("conflict matrix CSV", b"train_subset,")  # the index colu
 MATRIX_PNG = FileKind("conflict matrix PNG", b"\x89PNG\r\n\x1a\n")
 
 
-def write_matrix(matrix: pd.DataFrame, csv_path: str | Path, png_path: str | Path | None = None,
-                 title: str = "", *, force: bool = False) -> None:
+def write_matrix(
+    matrix: pd.DataFrame,
+    csv_path: str | Path,
+    png_path: str | Path | None = None,
+    title: str = "",
+    *,
+    force: bool = False,
+) -> None:
     """CSV, and a heatmap PNG (RdYlGn: green helps, red hurts; fixed scale -1..1). Both are user-named files
     (core.fsutil.atomic_out_file): written where nothing exists, or with ``force`` over an earlier matrix of ours;
     never through a link, over a folder, a device or someone else's file. Both are checked before either is written."""
@@ -153,8 +175,10 @@ def write_matrix(matrix: pd.DataFrame, csv_path: str | Path, png_path: str | Pat
     if png_path is not None:
         check_out_file(png_path, MATRIX_PNG, force=force, flag="png_path")
     if matrix.index.name != "train_subset":
-        raise InputFormatError(f"write_matrix: the matrix's index is {matrix.index.name!r}, not 'train_subset'",
-                               "pass the DataFrame conflict_matrix returns")
+        raise InputFormatError(
+            f"write_matrix: the matrix's index is {matrix.index.name!r}, not 'train_subset'",
+            "pass the DataFrame conflict_matrix returns",
+        )
     with atomic_out_file(csv_path, MATRIX_CSV, force=force, flag="csv_path") as f:
         matrix.to_csv(f)
     if png_path is None:
@@ -181,8 +205,9 @@ def write_matrix(matrix: pd.DataFrame, csv_path: str | Path, png_path: str | Pat
         plt.close(fig)
 
 
-def subsets_from(features: Mapping[str, np.ndarray], members: Mapping[str, Sequence[str]],
-                 label_of: Mapping[str, int]) -> list[Subset]:
+def subsets_from(
+    features: Mapping[str, np.ndarray], members: Mapping[str, Sequence[str]], label_of: Mapping[str, int]
+) -> list[Subset]:
     """Named subsets from cached features (image id -> vector), image ids per subset and labels."""
     out = []
     for name, ids in members.items():

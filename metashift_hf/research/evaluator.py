@@ -18,6 +18,7 @@ than the task's is scored as given, with a warning). Every figure (Wilson
 intervals, worst group, adjusted average, ECE, ID vs OOD) is computed by :func:`metashift_hf.research.score.score_plan`,
 so an ``eval`` equals ``score`` on the same predictions.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,8 +69,9 @@ def _to_numpy(values: Any, what: str) -> np.ndarray:
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as exc:
-        raise InputFormatError(f"{what} is not an array ({type(values).__name__}: {exc})",
-                               "pass a numpy array or a torch tensor") from None
+        raise InputFormatError(
+            f"{what} is not an array ({type(values).__name__}: {exc})", "pass a numpy array or a torch tensor"
+        ) from None
 
 
 class Evaluator:
@@ -96,8 +98,15 @@ class Evaluator:
                 continue  # the plan drops an empty split
             size = sizes.get(split)  # task_dataset.check_rows refused unknown splits, extra and repeated rows
             if size is not None and len(keys) < size:
-                logger.warning("%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given",
-                               self.task.where, split, len(keys), size, plan.task_id, split)
+                logger.warning(
+                    "%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given",
+                    self.task.where,
+                    split,
+                    len(keys),
+                    size,
+                    plan.task_id,
+                    split,
+                )
             by_key = {(r.image_id, index[r.label]): r for r in plan.splits[split]}
             rows[split] = [by_key[k] for k in keys]
         return rows
@@ -120,11 +129,16 @@ class Evaluator:
 
     def _split(self, split: str) -> list[Row]:
         if not isinstance(split, str):
-            raise InputFormatError(f"split={split!r} is not a split name", f"pass one of {', '.join(map(repr, self.splits))}"
-                                   " (several splits: eval({'validation': y_val, 'test': y_test}))")
+            raise InputFormatError(
+                f"split={split!r} is not a split name",
+                f"pass one of {', '.join(map(repr, self.splits))}"
+                " (several splits: eval({'validation': y_val, 'test': y_test}))",
+            )
         if split not in self._rows:
-            raise UnknownNameError(f"task {self.task.task_id} has no split {split!r}{did_you_mean(split, self.splits)}",
-                                   f"use one of: {', '.join(self.splits)}")
+            raise UnknownNameError(
+                f"task {self.task.task_id} has no split {split!r}{did_you_mean(split, self.splits)}",
+                f"use one of: {', '.join(self.splits)}",
+            )
         return self._rows[split]
 
     def image_ids(self, split: str) -> list[str]:
@@ -139,8 +153,10 @@ class Evaluator:
     def grouping(self, by: GroupBy, split: str) -> Grouping:
         """Integer ids of the split's rows by ``group``, ``class``, ``context`` or ``community``."""
         if by not in get_args(GroupBy):
-            raise UnknownNameError(f"unknown grouping {by!r}{did_you_mean(str(by), get_args(GroupBy))}",
-                                   f"use one of: {', '.join(get_args(GroupBy))}")
+            raise UnknownNameError(
+                f"unknown grouping {by!r}{did_you_mean(str(by), get_args(GroupBy))}",
+                f"use one of: {', '.join(get_args(GroupBy))}",
+            )
         every = [r for rows in self.task.plan.splits.values() for r in rows]
         names = sorted({self._name(r, by) for r in every}) if by != "class" else list(self.classes)
         index = {n: i for i, n in enumerate(names)}
@@ -177,11 +193,14 @@ class Evaluator:
 
     def _eval_splits(self, y_pred: Mapping[str, Any], split: str, rows: Any) -> Scores:
         if rows is not None or split != "test":
-            raise InputFormatError("a dict of predictions names its own splits; split=/rows= go with one array",
-                                   "drop split=/rows=, or pass one array with split= (and rows=)")
+            raise InputFormatError(
+                "a dict of predictions names its own splits; split=/rows= go with one array",
+                "drop split=/rows=, or pass one array with split= (and rows=)",
+            )
         if not y_pred:
-            raise InputFormatError("y_pred is an empty dict", "pass {split: predictions}, e.g. {'validation': y_val, "
-                                   "'test': y_test}")
+            raise InputFormatError(
+                "y_pred is an empty dict", "pass {split: predictions}, e.g. {'validation': y_val, 'test': y_test}"
+            )
         parts = [self._predictions(v, s, self._split(s), f"y_pred[{s!r}]") for s, v in y_pred.items()]
         return score_plan(TaskPredictions.concat(parts, "y_pred"), self.task.plan, splits=list(y_pred))
 
@@ -190,43 +209,61 @@ class Evaluator:
         pos = _to_numpy(rows, "rows")
         if pos.dtype == bool:
             if pos.shape != (n,):
-                raise InputFormatError(f"rows is a mask of {pos.shape}, split {split!r} has {n} rows",
-                                       "give one boolean per row of the split, or integer positions")
+                raise InputFormatError(
+                    f"rows is a mask of {pos.shape}, split {split!r} has {n} rows",
+                    "give one boolean per row of the split, or integer positions",
+                )
             pos = np.flatnonzero(pos)
         if pos.size == 0:
-            raise InputFormatError(f"rows selects no row of split {split!r}",
-                                   "give at least one position (or a mask with a True), or rows=None for every row")
+            raise InputFormatError(
+                f"rows selects no row of split {split!r}",
+                "give at least one position (or a mask with a True), or rows=None for every row",
+            )
         if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos < 0).any() or (pos >= n).any():
-            raise InputFormatError(f"rows must be positions 0..{n - 1} of split {split!r}",
-                                   "give integer positions (or a boolean mask) into the split's rows")
+            raise InputFormatError(
+                f"rows must be positions 0..{n - 1} of split {split!r}",
+                "give integer positions (or a boolean mask) into the split's rows",
+            )
         if len(set(pos.tolist())) != len(pos):
             raise InputFormatError("rows repeats a position", "give each row once")
         return pos
 
-    def _predictions(self, y_pred: Any, split: str, split_rows: list[Row], what: str,
-                     selected: bool = False) -> TaskPredictions:
+    def _predictions(
+        self, y_pred: Any, split: str, split_rows: list[Row], what: str, selected: bool = False
+    ) -> TaskPredictions:
         """``y_pred`` as the arrays ``score_plan`` scores: class indices, or probabilities/logits in class order."""
         pred = _to_numpy(y_pred, what)
         if pred.shape[:1] != (len(split_rows),):
-            raise InputFormatError(f"{what} has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "
-                                   f"{len(split_rows)}" + (" selected" if selected else ""),
-                                   "predict every row of the split, in the order of the dataset given "
-                                   "(Evaluator.image_ids(split))")
+            raise InputFormatError(
+                f"{what} has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "
+                f"{len(split_rows)}" + (" selected" if selected else ""),
+                "predict every row of the split, in the order of the dataset given (Evaluator.image_ids(split))",
+            )
         ids = tuple(r.image_id for r in split_rows)
         classes = tuple(self.classes)
         k = len(classes)
         if pred.ndim == 1:
             if not np.issubdtype(pred.dtype, np.integer) or (pred < 0).any() or (pred >= k).any():
-                raise InputFormatError(f"{what} of shape {pred.shape} holds values that are not class indices 0..{k - 1}",
-                                       "pass predicted class indices (argmax), or (n, k) probabilities/logits")
+                raise InputFormatError(
+                    f"{what} of shape {pred.shape} holds values that are not class indices 0..{k - 1}",
+                    "pass predicted class indices (argmax), or (n, k) probabilities/logits",
+                )
             return TaskPredictions(ids, pred.astype(np.int64), None, "labels", classes, what)
         if pred.ndim == 2 and pred.shape[1] == k:
             scores = pred.astype(np.float64)
-            probabilities = bool(np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()
-                                 and (np.abs(scores.sum(axis=1) - 1) <= PROB_TOLERANCE).all())
-            return TaskPredictions.from_scores(ids, scores, classes, "probabilities" if probabilities else "logits", what)
-        raise InputFormatError(f"{what} has shape {pred.shape}; the task has {k} classes",
-                               f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}")
+            probabilities = bool(
+                np.isfinite(scores).all()
+                and (scores >= 0).all()
+                and (scores <= 1).all()
+                and (np.abs(scores.sum(axis=1) - 1) <= PROB_TOLERANCE).all()
+            )
+            return TaskPredictions.from_scores(
+                ids, scores, classes, "probabilities" if probabilities else "logits", what
+            )
+        raise InputFormatError(
+            f"{what} has shape {pred.shape}; the task has {k} classes",
+            f"pass (n,) class indices or (n, {k}) scores in the class order {self.classes}",
+        )
 
 
 def _given_keys(task: TaskData) -> dict[str, list[RowKey]] | None:

@@ -10,6 +10,7 @@ its tasks and turns one trained task (its :class:`~metashift_hf.research.train.T
 into a table row; a new experiment is one more entry. Output folder: ``results.json``, ``results.md``,
 ``<name>.png`` and ``runs/<task>/`` (each task's predictions, scores and run card, as ``train`` writes).
 """
+
 from __future__ import annotations
 
 import json
@@ -89,15 +90,23 @@ def _dg_row(result: TrainResult, spec: ShiftSpec) -> Row:
     agg = result.aggregate()
     dist = spec.distance
     k = int(result.task_id.rsplit("-", 1)[1])
-    return {"task": result.task_id,
-            "train_groups": ", ".join(g.group for g in spec.train_groups if g.cls == "dog"),
-            "distance": dist.value if dist else None, "distance_rule": dist.rule if dist else None,
-            "paper_distance": pt.DG_PAPER_DISTANCES[k - 1],
-            "dog_shelf": _group(agg, "test", "dog(shelf)"), "cat_shelf": _group(agg, "test", "cat(shelf)"),
-            "pooled": _m(agg, "ood"), "id_accuracy": _m(agg, "id"),
-            "n_dog_shelf": _group(agg, "test", "dog(shelf)")["n"], "paper_n_dog_shelf": pt.DG_PAPER_SIZES["test_dog_shelf"],
-            "n_train": spec.split_sizes.get("train"), "paper_n_train": pt.DG_PAPER_SIZES["train_total"],
-            "shift_type": spec.shift_type, "measured_type": spec.measured.type if spec.measured else None}
+    return {
+        "task": result.task_id,
+        "train_groups": ", ".join(g.group for g in spec.train_groups if g.cls == "dog"),
+        "distance": dist.value if dist else None,
+        "distance_rule": dist.rule if dist else None,
+        "paper_distance": pt.DG_PAPER_DISTANCES[k - 1],
+        "dog_shelf": _group(agg, "test", "dog(shelf)"),
+        "cat_shelf": _group(agg, "test", "cat(shelf)"),
+        "pooled": _m(agg, "ood"),
+        "id_accuracy": _m(agg, "id"),
+        "n_dog_shelf": _group(agg, "test", "dog(shelf)")["n"],
+        "paper_n_dog_shelf": pt.DG_PAPER_SIZES["test_dog_shelf"],
+        "n_train": spec.split_sizes.get("train"),
+        "paper_n_train": pt.DG_PAPER_SIZES["train_total"],
+        "shift_type": spec.shift_type,
+        "measured_type": spec.measured.type if spec.measured else None,
+    }
 
 
 def _subpop_row(result: TrainResult, spec: ShiftSpec) -> Row:
@@ -106,13 +115,20 @@ def _subpop_row(result: TrainResult, spec: ShiftSpec) -> Row:
     agg = result.aggregate()
     mf = spec.minority_fraction
     i = pt.SUBPOP_IDS.index(result.task_id) if result.task_id in pt.SUBPOP_IDS else None
-    return {"task": result.task_id, "p": mf.target if mf else None, "p_achieved": mf.achieved if mf else None,
-            "paper_p": pt.SUBPOP_PAPER_FRACTIONS[i] if i is not None else None,
-            "average": _m(agg, "average"), "worst_group": {"mean": agg["worst_group"]["mean"], "std": agg["worst_group"]["std"]},
-            "paper_average": pt.SUBPOP_PAPER_ERM["average"][i] if i is not None else None,
-            "paper_worst_group": pt.SUBPOP_PAPER_ERM["worst_group"][i] if i is not None else None,
-            "adjusted_average": _m(agg, "adjusted_average"), "worst_groups": ", ".join(sorted(set(agg["worst_group"]["groups"]))),
-            "n_train": spec.split_sizes.get("train"), "n_test": spec.split_sizes.get("test")}
+    return {
+        "task": result.task_id,
+        "p": mf.target if mf else None,
+        "p_achieved": mf.achieved if mf else None,
+        "paper_p": pt.SUBPOP_PAPER_FRACTIONS[i] if i is not None else None,
+        "average": _m(agg, "average"),
+        "worst_group": {"mean": agg["worst_group"]["mean"], "std": agg["worst_group"]["std"]},
+        "paper_average": pt.SUBPOP_PAPER_ERM["average"][i] if i is not None else None,
+        "paper_worst_group": pt.SUBPOP_PAPER_ERM["worst_group"][i] if i is not None else None,
+        "adjusted_average": _m(agg, "adjusted_average"),
+        "worst_groups": ", ".join(sorted(set(agg["worst_group"]["groups"]))),
+        "n_train": spec.split_sizes.get("train"),
+        "n_test": spec.split_sizes.get("test"),
+    }
 
 
 def _ours(card: Mapping[str, Any]) -> str:
@@ -129,9 +145,13 @@ def _sizes(rows: Sequence[Row], key: str) -> str:
 # The paper's released script (Weixin-Liang/MetaShift experiments/distribution_shift/main_generalization.py, DomainBed
 # code): an ImageNet ResNet-18 trained end to end with Adam (lr 5e-5), 81 steps of 32 images (batch_size 8 from each
 # of the 4 class(context) groups), the out-of-domain validation accuracy printed every 20 steps (no selection rule).
-PAPER_SCRIPT = {"backbone": "DomainBed's ImageNet-pretrained ResNet-18, trained end to end (Adam, lr 5e-5)",
-                "steps": 81, "batch": 32, "sampling": PAPER_SAMPLING,
-                "selection": "none in the code: the out-of-domain validation accuracy is printed every 20 steps"}
+PAPER_SCRIPT = {
+    "backbone": "DomainBed's ImageNet-pretrained ResNet-18, trained end to end (Adam, lr 5e-5)",
+    "steps": 81,
+    "batch": 32,
+    "sampling": PAPER_SAMPLING,
+    "selection": "none in the code: the out-of-domain validation accuracy is printed every 20 steps",
+}
 
 
 def _protocol_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
@@ -139,15 +159,20 @@ def _protocol_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[
     cfg = card.get("config") or {}
     epochs, bs = cfg.get("epochs"), cfg.get("batch_size")
     n = [r.get("n_train") for r in rows if r.get("n_train")]
-    steps = (f"{epochs} epochs of batch {bs} = {_span([epochs * math.ceil(k / bs) for k in n])} steps"
-             if epochs and bs and n else "?")
+    steps = (
+        f"{epochs} epochs of batch {bs} = {_span([epochs * math.ceil(k / bs) for k in n])} steps"
+        if epochs and bs and n
+        else "?"
+    )
     sampling = card.get("sampling", "?")
     same = " (the same)" if sampling == PAPER_SCRIPT["sampling"] else ""
-    return [f"backbone: ours {_ours(card)}; the paper's script {PAPER_SCRIPT['backbone']}",
-            f"steps: ours {steps}; the paper's script {PAPER_SCRIPT['steps']} steps of {PAPER_SCRIPT['batch']} images",
-            f"selection: ours {card.get('model_selection', '?')}; the paper's script: {PAPER_SCRIPT['selection']}",
-            f"sampling: ours {sampling}{same} ({SAMPLING_TEXT.get(sampling, '?')}); the paper's script "
-            f"{PAPER_SCRIPT['sampling']} (batch_size rows from each class(context) group every step)"]
+    return [
+        f"backbone: ours {_ours(card)}; the paper's script {PAPER_SCRIPT['backbone']}",
+        f"steps: ours {steps}; the paper's script {PAPER_SCRIPT['steps']} steps of {PAPER_SCRIPT['batch']} images",
+        f"selection: ours {card.get('model_selection', '?')}; the paper's script: {PAPER_SCRIPT['selection']}",
+        f"sampling: ours {sampling}{same} ({SAMPLING_TEXT.get(sampling, '?')}); the paper's script "
+        f"{PAPER_SCRIPT['sampling']} (batch_size rows from each class(context) group every step)",
+    ]
 
 
 def _span(vals: Sequence[int]) -> str:
@@ -156,59 +181,87 @@ def _span(vals: Sequence[int]) -> str:
 
 
 def _dg_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
-    return [*_protocol_differences(rows, card),
-            f"data: ours {_sizes(rows, 'n_train')} training images and {_sizes(rows, 'n_dog_shelf')} dog(shelf) test "
-            f"images from this artifact; the paper {pt.DG_PAPER_SIZES['train_total']} and "
-            f"{pt.DG_PAPER_SIZES['test_dog_shelf']} from GQA/Visual Genome",
-            "rule: our d is the original code's rule (meta-graph over all dog groups of the task family, spectral "
-            "dim 5, mean of the two training groups' distances) on this artifact; the paper's d values (0.44, 0.71, "
-            f"1.12, 1.43) are not what the released code prints ({', '.join(map(str, pt.DG_ORIGINAL_CODE_DISTANCES))})",
-            "the paper's Table 1 accuracies are not in the reference transcription this package checks its figures "
-            "against (paper-tasks.json), so no published accuracy is shown; its shape: accuracy falls as d grows"]
+    return [
+        *_protocol_differences(rows, card),
+        f"data: ours {_sizes(rows, 'n_train')} training images and {_sizes(rows, 'n_dog_shelf')} dog(shelf) test "
+        f"images from this artifact; the paper {pt.DG_PAPER_SIZES['train_total']} and "
+        f"{pt.DG_PAPER_SIZES['test_dog_shelf']} from GQA/Visual Genome",
+        "rule: our d is the original code's rule (meta-graph over all dog groups of the task family, spectral "
+        "dim 5, mean of the two training groups' distances) on this artifact; the paper's d values (0.44, 0.71, "
+        f"1.12, 1.43) are not what the released code prints ({', '.join(map(str, pt.DG_ORIGINAL_CODE_DISTANCES))})",
+        "the paper's Table 1 accuracies are not in the reference transcription this package checks its figures "
+        "against (paper-tasks.json), so no published accuracy is shown; its shape: accuracy falls as d grows",
+    ]
 
 
 def _subpop_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[str]:
-    return [*_protocol_differences(rows, card),
-            f"data: ours {_sizes(rows, 'n_train')} training and {_sizes(rows, 'n_test')} balanced test images from this "
-            f"artifact; the paper {pt.SUBPOP_PAPER_SIZES['train_total']} and {pt.SUBPOP_PAPER_SIZES['test_total']} "
-            "from GQA/Visual Genome",
-            "rule: p is the achieved minority fraction of our training split (the paper's 12/6/1% are rounded)"]
+    return [
+        *_protocol_differences(rows, card),
+        f"data: ours {_sizes(rows, 'n_train')} training and {_sizes(rows, 'n_test')} balanced test images from this "
+        f"artifact; the paper {pt.SUBPOP_PAPER_SIZES['train_total']} and {pt.SUBPOP_PAPER_SIZES['test_total']} "
+        "from GQA/Visual Genome",
+        "rule: p is the achieved minority fraction of our training split (the paper's 12/6/1% are rounded)",
+    ]
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     "paper-dg": Experiment(
         name="paper-dg",
         help="domain generalisation: train on each paper-dg-cat-dog-N training set, dog(shelf) accuracy (the paper's "
-             "Table 1 metric) vs meta-graph distance d; cat(shelf) and pooled shelf accuracy beside",
+        "Table 1 metric) vs meta-graph distance d; cat(shelf) and pooled shelf accuracy beside",
         tasks=pt.DG_IDS,
         row=_dg_row,
-        columns=(Column("task", "task"), Column("train_groups", "dog training groups"), Column("distance", "d", "number"),
-                 Column("paper_distance", "paper: d", "number"),
-                 Column("dog_shelf", "dog(shelf) accuracy", "pct"), Column("n_dog_shelf", "n dog(shelf)"),
-                 Column("paper_n_dog_shelf", "paper: n dog(shelf)"),
-                 Column("cat_shelf", "cat(shelf)", "pct"), Column("pooled", "pooled shelf", "pct"),
-                 Column("id_accuracy", "ID accuracy", "pct")),
-        plot=Plot("distance", "meta-graph distance d (training dogs to dog(shelf))",
-                  (("dog_shelf", "dog(shelf) (paper's metric)"), ("cat_shelf", "cat(shelf)"), ("pooled", "pooled shelf")),
-                  "paper-dg: accuracy vs distance"),
+        columns=(
+            Column("task", "task"),
+            Column("train_groups", "dog training groups"),
+            Column("distance", "d", "number"),
+            Column("paper_distance", "paper: d", "number"),
+            Column("dog_shelf", "dog(shelf) accuracy", "pct"),
+            Column("n_dog_shelf", "n dog(shelf)"),
+            Column("paper_n_dog_shelf", "paper: n dog(shelf)"),
+            Column("cat_shelf", "cat(shelf)", "pct"),
+            Column("pooled", "pooled shelf", "pct"),
+            Column("id_accuracy", "ID accuracy", "pct"),
+        ),
+        plot=Plot(
+            "distance",
+            "meta-graph distance d (training dogs to dog(shelf))",
+            (("dog_shelf", "dog(shelf) (paper's metric)"), ("cat_shelf", "cat(shelf)"), ("pooled", "pooled shelf")),
+            "paper-dg: accuracy vs distance",
+        ),
         paper="Table 1 of Liang & Zou (2022), tested on dog(shelf) with 129 images: the farther the training dogs "
-              "from dog(shelf), the lower the accuracy.",
-        differences=_dg_differences, headline="dog_shelf"),
+        "from dog(shelf), the lower the accuracy.",
+        differences=_dg_differences,
+        headline="dog_shelf",
+    ),
     "paper-subpop": Experiment(
         name="paper-subpop",
         help="subpopulation shift: cat/dog indoor/outdoor at minority fraction p = 12/6/1%, average vs worst-group "
-             "accuracy (the paper's Table 2 metrics), the paper's ERM figures beside",
+        "accuracy (the paper's Table 2 metrics), the paper's ERM figures beside",
         tasks=pt.SUBPOP_IDS,
         row=_subpop_row,
-        columns=(Column("task", "task"), Column("p", "minority p", "number"), Column("paper_p", "paper: p"),
-                 Column("average", "average", "pct"), Column("paper_average", "paper: ERM average", "fraction"),
-                 Column("worst_group", "worst group", "pct"), Column("paper_worst_group", "paper: ERM worst group", "fraction"),
-                 Column("adjusted_average", "adjusted", "pct"), Column("worst_groups", "worst group(s)")),
-        plot=Plot("p", "minority fraction p in training", (("average", "average accuracy"), ("worst_group", "worst-group accuracy")),
-                  "paper-subpop: accuracy vs minority fraction"),
+        columns=(
+            Column("task", "task"),
+            Column("p", "minority p", "number"),
+            Column("paper_p", "paper: p"),
+            Column("average", "average", "pct"),
+            Column("paper_average", "paper: ERM average", "fraction"),
+            Column("worst_group", "worst group", "pct"),
+            Column("paper_worst_group", "paper: ERM worst group", "fraction"),
+            Column("adjusted_average", "adjusted", "pct"),
+            Column("worst_groups", "worst group(s)"),
+        ),
+        plot=Plot(
+            "p",
+            "minority fraction p in training",
+            (("average", "average accuracy"), ("worst_group", "worst-group accuracy")),
+            "paper-subpop: accuracy vs minority fraction",
+        ),
         paper="Table 2 of Liang & Zou (2022): average and worst-group accuracy on the balanced test set (576 images); "
-              "as p shrinks, worst-group accuracy falls while average accuracy changes less.",
-        differences=_subpop_differences, headline="worst_group"),
+        "as p shrinks, worst-group accuracy falls while average accuracy changes less.",
+        differences=_subpop_differences,
+        headline="worst_group",
+    ),
 }
 
 
@@ -222,28 +275,50 @@ class ExperimentResult:
 
     def to_dict(self) -> dict[str, Any]:
         exp = EXPERIMENTS[self.experiment]
-        return {"experiment": self.experiment, "headline": exp.headline, "sampling": self.card["sampling"],
-                "rows": list(self.rows), "run": self.card,
-                "paper": {"reference": exp.paper, "differences": exp.differences(self.rows, self.card)}}
+        return {
+            "experiment": self.experiment,
+            "headline": exp.headline,
+            "sampling": self.card["sampling"],
+            "rows": list(self.rows),
+            "run": self.card,
+            "paper": {"reference": exp.paper, "differences": exp.differences(self.rows, self.card)},
+        }
 
     def markdown(self) -> str:
         exp = EXPERIMENTS[self.experiment]
         cols = exp.columns
-        lines = [f"# Experiment {exp.name}", "", exp.help + ".", "",
-                 f"{self.config.method} / {self.config.probe} probe, {len(self.config.seed_list)} seed(s), mean ± std (ddof 1); "
-                 f"{self.card['model_selection']}; sampling: {self.card['sampling']} ({SAMPLING_TEXT[self.card['sampling']]}).", "",
-                 "| " + " | ".join(c.title for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines = [
+            f"# Experiment {exp.name}",
+            "",
+            exp.help + ".",
+            "",
+            f"{self.config.method} / {self.config.probe} probe, {len(self.config.seed_list)} seed(s), mean ± std (ddof 1); "
+            f"{self.card['model_selection']}; sampling: {self.card['sampling']} ({SAMPLING_TEXT[self.card['sampling']]}).",
+            "",
+            "| " + " | ".join(c.title for c in cols) + " |",
+            "|" + "|".join("---" for _ in cols) + "|",
+        ]
         lines += ["| " + " | ".join(_cell(r.get(c.key), c.kind) for c in cols) + " |" for r in self.rows]
         headline = next(c.title for c in cols if c.key == exp.headline)
-        lines += ["", f"Headline: **{headline}**, the paper's metric. Columns headed \"paper:\" are the published "
-                  "figures (Liang & Zou, ICLR 2022), printed beside ours, not measured here; every other figure is what "
-                  "this run measured.", "", f"The paper: {exp.paper}", "", "What differs from the paper:", ""]
+        lines += [
+            "",
+            f'Headline: **{headline}**, the paper\'s metric. Columns headed "paper:" are the published '
+            "figures (Liang & Zou, ICLR 2022), printed beside ours, not measured here; every other figure is what "
+            "this run measured.",
+            "",
+            f"The paper: {exp.paper}",
+            "",
+            "What differs from the paper:",
+            "",
+        ]
         lines += [f"- {d}" for d in exp.differences(self.rows, self.card)] + [""]
         return "\n".join(lines)
 
     def summary(self) -> str:
         exp = EXPERIMENTS[self.experiment]
-        return "\n".join("   " + "  ".join(f"{c.title} {_cell(r.get(c.key), c.kind)}" for c in exp.columns) for r in self.rows)
+        return "\n".join(
+            "   " + "  ".join(f"{c.title} {_cell(r.get(c.key), c.kind)}" for c in exp.columns) for r in self.rows
+        )
 
 
 def _cell(value: Any, kind: str) -> str:
@@ -282,7 +357,9 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
         if key == exp.plot.series[0][0]:  # label the points of the headline series
             for r, x, y in zip(pts, xs, ys):
-                ax.annotate(r["task"].rsplit("-", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                ax.annotate(
+                    r["task"].rsplit("-", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8
+                )
     ax.set_xlabel(exp.plot.x_label)
     ax.set_ylabel("accuracy (%)")
     ax.set_title(exp.plot.title)
@@ -297,8 +374,9 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
 def experiment(name: str) -> Experiment:
     """The entry of :data:`EXPERIMENTS` called ``name`` (an unknown name is refused with a did-you-mean)."""
     if name not in EXPERIMENTS:
-        raise UnknownNameError(f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}",
-                               f"use one of: {', '.join(EXPERIMENTS)}")
+        raise UnknownNameError(
+            f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}", f"use one of: {', '.join(EXPERIMENTS)}"
+        )
     return EXPERIMENTS[name]
 
 
@@ -316,9 +394,16 @@ def _earlier_experiment(out: "str | os.PathLike") -> str | None:
     return json.loads(results.read_text()).get("experiment")
 
 
-def run_experiment(name: str, origin: TaskOrigin, out: "str | os.PathLike", config: TrainConfig = TrainConfig(), *,
-                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True,
-                   force: bool = False) -> ExperimentResult:
+def run_experiment(
+    name: str,
+    origin: TaskOrigin,
+    out: "str | os.PathLike",
+    config: TrainConfig = TrainConfig(),
+    *,
+    cache_dir: "str | os.PathLike | None" = None,
+    progress: bool = True,
+    force: bool = False,
+) -> ExperimentResult:
     """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
 
     The tasks are planned on ``origin``'s build or read from its export folder / Hub namespace (:class:`TaskOrigin`). ``out`` must be new, empty, an earlier run of this experiment with the
@@ -335,26 +420,46 @@ def run_experiment(name: str, origin: TaskOrigin, out: "str | os.PathLike", conf
     # every task first: a task the artifact cannot supply (or the source lacks) fails before any training
     data = experiment_tasks(name, origin)
     plans = {t: d.plan for t, d in data.items()}
-    backbone = load_backbone(cfg.backbone, image_size=cfg.image_size, device=cfg.device)  # loaded once, features shared
+    backbone = load_backbone(
+        cfg.backbone, image_size=cfg.image_size, device=cfg.device
+    )  # loaded once, features shared
     results: dict[str, TrainResult] = {}
     for t in exp.tasks:
         logger.info(f"   training {t} ...")
-        results[t] = train(data[t], None, cfg, cache_dir=cache_dir, progress=progress,
-                           merge_from=Path(out) / "runs" / t if merging else None,
-                           backbone=backbone if cfg.probe == "linear" else None)
+        results[t] = train(
+            data[t],
+            None,
+            cfg,
+            cache_dir=cache_dir,
+            progress=progress,
+            merge_from=Path(out) / "runs" / t if merging else None,
+            backbone=backbone if cfg.probe == "linear" else None,
+        )
     rows = tuple(exp.row(results[t], plans[t].spec) for t in exp.tasks)
     first = results[exp.tasks[0]].card
-    card = {"package_version": __version__, "experiment": name, "tasks": list(exp.tasks),
-            "task_sources": {t: d.where for t, d in data.items()},
-            "task_origins": {t: d.origin() for t, d in data.items()},
-            "task_seed": {t: d.spec.seed for t, d in data.items()},
-            "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()}, "method": cfg.method, "probe": cfg.probe, "seeds": first["seeds"],
-            "backbone": first["backbone"], "model_selection": first["model_selection"],
-            "sampling": cfg.sampling, "sampling_rule": SAMPLING_TEXT[cfg.sampling],
-            "config": {k: v for k, v in first["config"].items() if k in ("epochs", "lr", "batch_size", "weight_decay",
-                                                                         "image_size", "select", "sampling", "hparams")},
-            "features": {t: r.card["features"] for t, r in results.items()},
-            "seconds": round(time.perf_counter() - t0, 3)}
+    card = {
+        "package_version": __version__,
+        "experiment": name,
+        "tasks": list(exp.tasks),
+        "task_sources": {t: d.where for t, d in data.items()},
+        "task_origins": {t: d.origin() for t, d in data.items()},
+        "task_seed": {t: d.spec.seed for t, d in data.items()},
+        "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
+        "method": cfg.method,
+        "probe": cfg.probe,
+        "seeds": first["seeds"],
+        "backbone": first["backbone"],
+        "model_selection": first["model_selection"],
+        "sampling": cfg.sampling,
+        "sampling_rule": SAMPLING_TEXT[cfg.sampling],
+        "config": {
+            k: v
+            for k, v in first["config"].items()
+            if k in ("epochs", "lr", "batch_size", "weight_decay", "image_size", "select", "sampling", "hparams")
+        },
+        "features": {t: r.card["features"] for t, r in results.items()},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     result = ExperimentResult(name, rows, cfg, card, Path(out))
     with atomic_dir(out, kind=EXPERIMENT_KIND, force=force or merging, inputs=origin.inputs) as tmp:
         for t, r in results.items():
@@ -365,4 +470,13 @@ def run_experiment(name: str, origin: TaskOrigin, out: "str | os.PathLike", conf
     return result
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "Column", "Plot", "ExperimentResult", "experiment", "experiment_tasks", "run_experiment"]
+__all__ = [
+    "EXPERIMENTS",
+    "Experiment",
+    "Column",
+    "Plot",
+    "ExperimentResult",
+    "experiment",
+    "experiment_tasks",
+    "run_experiment",
+]

@@ -11,6 +11,7 @@ runs never corrupt each other; shards are plain ``.npz`` (no pickles), written a
 :class:`metashift_hf.core.parts.PartStore` as the logits cache's parts are: a damaged shard (or one of another
 backbone key, width, with NaN, not a regular file) is skipped with a warning, removed, and its rows computed again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,10 @@ from ..models import (
 
 
 BACKBONES = ("efficientnet-lite0",)  # by name, offline; any other model of the registry by its form (below)
-BACKBONE_FORMS = ("efficientnet-lite0 | hf:FOLDER_OR_REPO | timm:NAME | timm:local-dir:FOLDER | torchvision:NAME "
-                  "(or a Classifier from metashift_hf.models.from_module)")
+BACKBONE_FORMS = (
+    "efficientnet-lite0 | hf:FOLDER_OR_REPO | timm:NAME | timm:local-dir:FOLDER | torchvision:NAME "
+    "(or a Classifier from metashift_hf.models.from_module)"
+)
 FEATURE_DIM = 1280  # EfficientNet-Lite0's pooled head output (the input of its ImageNet classifier)
 FEATURE_FORMAT = 2  # 2: rows keyed by the image's sha256 (1 keyed them by image id, which two datasets can share)
 
@@ -65,8 +68,14 @@ class Backbone:
 
     def card(self) -> dict[str, Any]:
         prep = self.preprocessing.as_dict() if self.preprocessing is not None else self.classifier.preprocessing_card()
-        return {"name": self.name, "weights_sha256": self.weights_sha256, "feature_key": self.key,
-                "feature_dim": self.dim, "preprocessing": prep, "features": self.how}
+        return {
+            "name": self.name,
+            "weights_sha256": self.weights_sha256,
+            "feature_key": self.key,
+            "feature_dim": self.dim,
+            "preprocessing": prep,
+            "features": self.how,
+        }
 
     def prepare(self, data: bytes) -> Any:
         return self.preprocessing(data) if self.preprocessing is not None else self.classifier.prepare(data)
@@ -95,6 +104,7 @@ def _head_input(torch: Any, module: Any, head: Any) -> Callable[[Any], Any]:
         finally:
             hook.remove()
         return seen[-1]
+
     return extract
 
 
@@ -106,9 +116,11 @@ def head_linear(torch: Any, clf: Classifier) -> tuple[Any, str]:
     found = (module.get_submodule(scope) if scope else module) if isinstance(module, torch.nn.Module) else None
     heads = [n for n, m in found.named_modules() if isinstance(m, torch.nn.Linear)] if found is not None else []
     if not heads or clf.weights_sha256 is None:
-        raise MetashiftError(f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
-                             "to take penultimate features from",
-                             f"use {BACKBONE_FORMS}, or wrap your network with metashift_hf.models.from_module")
+        raise MetashiftError(
+            f"backbone {clf.name}: no torch module with a final Linear layer and a weights checksum "
+            "to take penultimate features from",
+            f"use {BACKBONE_FORMS}, or wrap your network with metashift_hf.models.from_module",
+        )
     return module, ".".join(p for p in (scope, heads[-1]) if p)
 
 
@@ -130,17 +142,31 @@ def _registry_backbone(spec: "str | Classifier", device: str) -> Backbone:
         def extract(batch):
             return module.forward_head(module.forward_features(batch.to(dtype)), pre_logits=True)
     else:
-        layer, how, dim = "last-linear-input", "the input of the model's last Linear layer (its penultimate layer)", \
-            int(head.in_features)
+        layer, how, dim = (
+            "last-linear-input",
+            "the input of the model's last Linear layer (its penultimate layer)",
+            int(head.in_features),
+        )
         extract = _head_input(torch, module, head)
-    digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": clf.preprocessing_card(),
-                                        "format": FEATURE_FORMAT, "name": clf.name, "layer": layer},
-                                       sort_keys=True, default=str).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(
+            {
+                "weights": clf.weights_sha256,
+                "preprocessing": clf.preprocessing_card(),
+                "format": FEATURE_FORMAT,
+                "name": clf.name,
+                "layer": layer,
+            },
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
     return Backbone(clf.name, clf, None, digest, dim, extract, how)
 
 
-def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size: int | None = None,
-                  device: str = "cpu") -> Backbone:
+def load_backbone(
+    name: "str | Classifier" = "efficientnet-lite0", *, image_size: int | None = None, device: str = "cpu"
+) -> Backbone:
     """The backbone with its standard preprocessing, or centre crops of ``image_size`` pixels (Lite0).
 
     A smaller ``image_size`` suits small images (the demo world's are 96-128 px): the network is fully
@@ -154,15 +180,21 @@ def load_backbone(name: "str | Classifier" = "efficientnet-lite0", *, image_size
         if not isinstance(name, (str, Classifier)) or (isinstance(name, str) and ":" not in name):
             raise UnknownNameError(f"unknown backbone {name!r}", f"use one of: {BACKBONE_FORMS}")
         if image_size is not None:
-            raise UnknownNameError(f"--image-size applies to efficientnet-lite0, not to the backbone {name}",
-                                   "drop --image-size (the model's own preprocessing is used)")
+            raise UnknownNameError(
+                f"--image-size applies to efficientnet-lite0, not to the backbone {name}",
+                "drop --image-size (the model's own preprocessing is used)",
+            )
         return _registry_backbone(name, device)
     clf = efficientnet_lite0(device)
     prep = clf.preprocessing
     if image_size is not None and image_size != prep.crop:
         prep = prep.at_crop(opt.image_size(image_size, "image_size"))  # the same crop fraction as 224/(224 + 32)
-    digest = hashlib.sha256(json.dumps({"weights": clf.weights_sha256, "preprocessing": prep.as_dict(),
-                                        "format": FEATURE_FORMAT, "name": name}, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(
+            {"weights": clf.weights_sha256, "preprocessing": prep.as_dict(), "format": FEATURE_FORMAT, "name": name},
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
     return Backbone(name, clf, prep, digest)
 
 
@@ -194,10 +226,18 @@ def _feature_store(backbone: Backbone, folder: Path) -> PartStore:
     return PartStore(folder, "shard", "features", backbone.key, f"features cache ({backbone.name})")
 
 
-def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageSource", *,
-                   backbone: "Backbone | str" = "efficientnet-lite0", image_size: int | None = None,
-                   device: str = "cpu", batch_size: int = 64, workers: int | None = None,
-                   cache_dir: "str | os.PathLike | None" = None, progress: bool = True) -> FeatureSet:
+def image_features(
+    image_ids: Sequence[str],
+    images: "str | os.PathLike | ImageSource",
+    *,
+    backbone: "Backbone | str" = "efficientnet-lite0",
+    image_size: int | None = None,
+    device: str = "cpu",
+    batch_size: int = 64,
+    workers: int | None = None,
+    cache_dir: "str | os.PathLike | None" = None,
+    progress: bool = True,
+) -> FeatureSet:
     """Pooled backbone features of ``image_ids`` (read from ``images``), from the cache where present."""
     t0 = time.perf_counter()
     bb = backbone if isinstance(backbone, Backbone) else load_backbone(backbone, image_size=image_size, device=device)
@@ -217,14 +257,34 @@ def image_features(image_ids: Sequence[str], images: "str | os.PathLike | ImageS
             todo.append(i)
             new_keys.add(sha[i])
     if todo:
-        new = map_batches(bb.prepare, bb.embed, todo, source.read, width=bb.dim, batch_size=batch_size,
-                          workers=workers, progress=progress, desc=f"features {bb.name}", device=bb.classifier.device)
+        new = map_batches(
+            bb.prepare,
+            bb.embed,
+            todo,
+            source.read,
+            width=bb.dim,
+            batch_size=batch_size,
+            workers=workers,
+            progress=progress,
+            desc=f"features {bb.name}",
+            device=bb.classifier.device,
+        )
         keys = [sha[i] for i in todo]
         store.write(keys, new)
         cached.update(zip(keys, new))
     feats = np.stack([cached[sha[i]] for i in ids]) if ids else np.zeros((0, bb.dim), np.float32)
-    return FeatureSet(tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), found,
-                      time.perf_counter() - t0, folder)
+    return FeatureSet(
+        tuple(ids), feats.astype(np.float32, copy=False), bb, len(todo), found, time.perf_counter() - t0, folder
+    )
 
 
-__all__ = ["Backbone", "FeatureSet", "load_backbone", "head_linear", "image_features", "feature_cache_dir", "BACKBONES", "BACKBONE_FORMS"]
+__all__ = [
+    "Backbone",
+    "FeatureSet",
+    "load_backbone",
+    "head_linear",
+    "image_features",
+    "feature_cache_dir",
+    "BACKBONES",
+    "BACKBONE_FORMS",
+]

@@ -7,6 +7,7 @@ rule comes from :mod:`metashift_hf.research.algorithms`. Randomness is drawn per
 Mixup coefficients, dropout, augmentation — so a run resumed from an epoch checkpoint continues
 exactly as the uninterrupted run would have (tested).
 """
+
 from __future__ import annotations
 
 import copy
@@ -88,15 +89,16 @@ def _epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
     return int(np.random.SeedSequence([seed, epoch, stream]).generate_state(1)[0])
 
 
-def epoch_batches(sampling: str, groups: np.ndarray, envs: np.ndarray, batch_size: int,
-                  rng: np.random.Generator) -> list[np.ndarray]:
+def epoch_batches(
+    sampling: str, groups: np.ndarray, envs: np.ndarray, batch_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """One epoch's batches of row indices: ``shuffle`` (a permutation cut into batches) or ceil(n / batch_size)
     batches drawn equally from each group (``group-balanced``) or environment (``domain-balanced``).
     The training loop and :func:`metashift_hf.research.loader.loader` both draw their batches here."""
     n = len(groups)
     if sampling == "shuffle":
         order = rng.permutation(n)
-        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
     keys = groups if sampling == "group-balanced" else envs
     return balanced_batches(keys, batch_size, math.ceil(n / batch_size), rng)
 
@@ -137,8 +139,12 @@ class LinearLearner:
 
     def head(self, module) -> dict[str, np.ndarray]:
         """The head as saved (safetensors): logits = ((features - feature_mean) / feature_std) @ weight.T + bias."""
-        return {"weight": module.weight.detach().cpu().numpy().copy(), "bias": module.bias.detach().cpu().numpy().copy(),
-                "feature_mean": self.mean.astype(np.float32), "feature_std": self.std.astype(np.float32)}
+        return {
+            "weight": module.weight.detach().cpu().numpy().copy(),
+            "bias": module.bias.detach().cpu().numpy().copy(),
+            "feature_mean": self.mean.astype(np.float32),
+            "feature_std": self.std.astype(np.float32),
+        }
 
 
 def augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.ndarray:
@@ -160,7 +166,9 @@ def augment(data: bytes, rng: np.random.Generator, size: int, mean, std) -> np.n
         im = im.resize((size, size), Image.Resampling.BILINEAR, box=box)
         if rng.random() < 0.5:
             im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        for enhance in [ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color][::1 if rng.random() < 0.5 else -1]:
+        for enhance in [ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color][
+            :: 1 if rng.random() < 0.5 else -1
+        ]:
             im = enhance(im).enhance(rng.uniform(1 - COLOR_JITTER, 1 + COLOR_JITTER))
         if rng.random() < GREYSCALE_P:
             im = im.convert("L").convert("RGB")
@@ -181,8 +189,10 @@ def augment_size(base: Any) -> tuple[int, tuple, tuple]:
     size = size or card.get("size")
     side = size if isinstance(size, int) else (size or {}).get("height") or (size or {}).get("shortest_edge")
     if not isinstance(side, int) or side < 1:
-        raise MetashiftError(f"fine-tuning {base.name}: no image side in its preprocessing ({card})",
-                             "use --probe linear, or a model whose image processor names its size")
+        raise MetashiftError(
+            f"fine-tuning {base.name}: no image side in its preprocessing ({card})",
+            "use --probe linear, or a model whose image processor names its size",
+        )
     if card.get("do_normalize"):
         return side, tuple(card["image_mean"]), tuple(card["image_std"])
     return side, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
@@ -194,9 +204,17 @@ class FinetuneLearner:
 
     kind = "finetune"
 
-    def __init__(self, torch: Any, base: Any, source: ImageSource, ids: Mapping[str, list[str]], n_classes: int,
-                 device: str) -> None:
-        self.torch, self.base, self.source, self.ids, self.n_classes, self.device = torch, base, source, ids, n_classes, device
+    def __init__(
+        self, torch: Any, base: Any, source: ImageSource, ids: Mapping[str, list[str]], n_classes: int, device: str
+    ) -> None:
+        self.torch, self.base, self.source, self.ids, self.n_classes, self.device = (
+            torch,
+            base,
+            source,
+            ids,
+            n_classes,
+            device,
+        )
         self.body, self.head_name = head_linear(torch, base)
         self.size = augment_size(base)
         self.workers = max(1, min(8, os.cpu_count() or 1))
@@ -213,6 +231,7 @@ class FinetuneLearner:
 
         def keep_input(_module, inputs):  # the pooled features entering the head: CORAL's representation
             self._rep = inputs[0]
+
         head.register_forward_pre_hook(keep_input)
         return model.to(self.device)
 
@@ -220,8 +239,14 @@ class FinetuneLearner:
         train = self.ids["train"]
         with ThreadPoolExecutor(self.workers) as pool:
             # one generator per (seed, epoch, image): the same augmentations whatever the thread order
-            arrays = list(pool.map(lambda i: augment(self.source.read(train[i]), np.random.default_rng([seed, epoch, int(i)]),
-                                                     *self.size), idx))
+            arrays = list(
+                pool.map(
+                    lambda i: augment(
+                        self.source.read(train[i]), np.random.default_rng([seed, epoch, int(i)]), *self.size
+                    ),
+                    idx,
+                )
+            )
         return self.torch.from_numpy(np.stack(arrays)).to(self.device)
 
     def forward(self, module, xb):
@@ -233,7 +258,7 @@ class FinetuneLearner:
         out, ids = [], self.ids[split]
         with ThreadPoolExecutor(self.workers) as pool, self.torch.no_grad():
             for i in range(0, len(ids), 64):
-                batch = np.stack(list(pool.map(lambda iid: self.base.prepare(self.source.read(iid)), ids[i:i + 64])))
+                batch = np.stack(list(pool.map(lambda iid: self.base.prepare(self.source.read(iid)), ids[i : i + 64])))
                 out.append(fn(self.forward(module, self.torch.from_numpy(batch).to(self.device))[1]))
         return np.concatenate(out)
 
@@ -253,6 +278,7 @@ class FinetuneLearner:
 
 
 # -- checkpoints: tensors in safetensors, everything else in its JSON metadata ------------------------
+
 
 def _flatten(obj: Any, key: str, tensors: dict, torch: Any) -> Any:
     if torch.is_tensor(obj):
@@ -306,8 +332,13 @@ class Checkpoints:
                 meta = json.loads((f.metadata() or {})["state"])
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
             state = _unflatten(meta, tensors)
-            if not (isinstance(state, dict) and _CKPT_KEYS <= set(state) and isinstance(state["log"], list)
-                    and isinstance(state["epoch"], int) and isinstance(state["stage"], str)):
+            if not (
+                isinstance(state, dict)
+                and _CKPT_KEYS <= set(state)
+                and isinstance(state["log"], list)
+                and isinstance(state["epoch"], int)
+                and isinstance(state["stage"], str)
+            ):
                 raise ValueError("not a checkpoint of this loop")
         except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
             # a cache file (a killed disk, an edit): the seed starts again from its first epoch
@@ -322,6 +353,7 @@ class Checkpoints:
 
 # -- the loop ------------------------------------------------------------------------------------------
 
+
 def _score_entry(learner, module, data: FitData, select: str) -> dict[str, float]:
     splits = [SELECTION_SPLIT] + ([ORACLE_SPLIT] if select == "oracle" else [])
     probs = learner.probs(module, splits)
@@ -334,12 +366,28 @@ def _score_entry(learner, module, data: FitData, select: str) -> dict[str, float
 
 
 def _selection_key(select: str) -> str:
-    return {"average": f"{SELECTION_SPLIT}_average", "worst-group": f"{SELECTION_SPLIT}_worst_group",
-            "oracle": f"{ORACLE_SPLIT}_worst_group"}[select]
+    return {
+        "average": f"{SELECTION_SPLIT}_average",
+        "worst-group": f"{SELECTION_SPLIT}_worst_group",
+        "oracle": f"{ORACLE_SPLIT}_worst_group",
+    }[select]
 
 
-def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed: int, stage: str, epochs: int,
-           select: str | None, log: list, ckpt: Checkpoints | None, resume_state: dict | None, progress: bool):
+def _stage(
+    torch,
+    learner,
+    algo: Algorithm,
+    data: FitData,
+    s: FitSettings,
+    seed: int,
+    stage: str,
+    epochs: int,
+    select: str | None,
+    log: list,
+    ckpt: Checkpoints | None,
+    resume_state: dict | None,
+    progress: bool,
+):
     """Train one model for ``epochs``; keep the epoch ``select`` prefers (None: the last). Returns (module, epoch, value)."""
     from tqdm.auto import tqdm
 
@@ -366,8 +414,10 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
     schedule = algo.schedule()
     dead = dead_schedules(algo)
     if dead:
-        logger.warning(f"{s.method}: scheduled hyper-parameter(s) {', '.join(f'{k} (step {v})' for k, v in dead.items())} "
-                       f"never take effect in this run of {steps * epochs} steps; raise --epochs or lower the fraction")
+        logger.warning(
+            f"{s.method}: scheduled hyper-parameter(s) {', '.join(f'{k} (step {v})' for k, v in dead.items())} "
+            f"never take effect in this run of {steps * epochs} steps; raise --epochs or lower the fraction"
+        )
     for epoch in tqdm(range(start, epochs + 1), desc=f"{stage} seed {seed}", unit="epoch", disable=not progress):
         torch.manual_seed(_epoch_seed(seed, epoch, 1))  # dropout and drop-connect
         rng = np.random.default_rng(_epoch_seed(seed, epoch, 2))
@@ -377,7 +427,9 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
         total, rows = 0.0, 0
         for idx in batches:
             t = torch.from_numpy(idx).to(s.device)
-            loss = algo.loss(lambda xb: learner.forward(module, xb), learner.batch(idx, seed, epoch), y[t], g[t], e[t], t)
+            loss = algo.loss(
+                lambda xb: learner.forward(module, xb), learner.batch(idx, seed, epoch), y[t], g[t], e[t], t
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -392,20 +444,42 @@ def _stage(torch, learner, algo: Algorithm, data: FitData, s: FitSettings, seed:
             entry.update(_score_entry(learner, module, data, select))
             value = entry[_selection_key(select)]
             if value > best["value"]:  # ties: the earlier epoch
-                best = {"value": value, "epoch": epoch, "state": {k: v.detach().clone() for k, v in module.state_dict().items()}}
+                best = {
+                    "value": value,
+                    "epoch": epoch,
+                    "state": {k: v.detach().clone() for k, v in module.state_dict().items()},
+                }
             entry["selected_epoch"] = best["epoch"]
         log.append(entry)
         if ckpt is not None:
-            ckpt.save(seed, {"stage": stage, "epoch": epoch, "module": module.state_dict(), "optimiser": opt.state_dict(),
-                             "algorithm": algo.state(), "best": best, "log": log})
+            ckpt.save(
+                seed,
+                {
+                    "stage": stage,
+                    "epoch": epoch,
+                    "module": module.state_dict(),
+                    "optimiser": opt.state_dict(),
+                    "algorithm": algo.state(),
+                    "best": best,
+                    "log": log,
+                },
+            )
     if select is None:
         return module, epochs, float("nan")
     module.load_state_dict(best["state"])
     return module, int(best["epoch"]), float(best["value"])
 
 
-def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitData, s: FitSettings, seed: int, *,
-             ckpt: Checkpoints | None = None, progress: bool = False) -> SeedFit:
+def fit_seed(
+    torch: Any,
+    learner: "LinearLearner | FinetuneLearner",
+    data: FitData,
+    s: FitSettings,
+    seed: int,
+    *,
+    ckpt: Checkpoints | None = None,
+    progress: bool = False,
+) -> SeedFit:
     """Train one seed with ``s.method`` and return its predictions on every split."""
     cls = get_algorithm(s.method)
     resume_state = ckpt.load(seed) if ckpt is not None else None
@@ -422,12 +496,35 @@ def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitDa
             module, epoch = learner.new_module(), 0
         else:
             erm = get_algorithm("erm")
-            module, epoch, _ = _stage(torch, learner, make(erm, {}), data, s, seed, "dfr-base", s.epochs, "average",
-                                      log, ckpt, resume_state, progress)
+            module, epoch, _ = _stage(
+                torch,
+                learner,
+                make(erm, {}),
+                data,
+                s,
+                seed,
+                "dfr-base",
+                s.epochs,
+                "average",
+                log,
+                ckpt,
+                resume_state,
+                progress,
+            )
         feats = {sp: learner.features(module, sp) for sp in splits}
-        oracle = (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if s.select == "oracle" else None
-        w, b, info = dfr_fit(feats[SELECTION_SPLIT], data.y[SELECTION_SPLIT], data.groups[SELECTION_SPLIT], data.n_classes,
-                             s.hparams, s.select, seed, oracle)
+        oracle = (
+            (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if s.select == "oracle" else None
+        )
+        w, b, info = dfr_fit(
+            feats[SELECTION_SPLIT],
+            data.y[SELECTION_SPLIT],
+            data.groups[SELECTION_SPLIT],
+            data.n_classes,
+            s.hparams,
+            s.select,
+            seed,
+            oracle,
+        )
         learner.set_head(module, w, b)
         value = info["C_scores"][str(info["C"])]
         details["dfr"] = info
@@ -437,23 +534,66 @@ def fit_seed(torch: Any, learner: "LinearLearner | FinetuneLearner", data: FitDa
         assert isinstance(algo, JTT)
         first = max(1, round(s.hparams["first_stage_frac"] * s.epochs))
         if resume_state is None or resume_state["stage"] == "jtt-identify":
-            ident, _, _ = _stage(torch, learner, make(get_algorithm("erm"), {}), data, s, seed, "jtt-identify", first,
-                                 None, log, ckpt, resume_state, progress)
+            ident, _, _ = _stage(
+                torch,
+                learner,
+                make(get_algorithm("erm"), {}),
+                data,
+                s,
+                seed,
+                "jtt-identify",
+                first,
+                None,
+                log,
+                ckpt,
+                resume_state,
+                progress,
+            )
             wrong = learner.probs(ident, ["train"])["train"].argmax(1) != data.y["train"]
             algo.set_errors(wrong)
             resume_state = None
-        module, epoch, value = _stage(torch, learner, algo, data, s, seed, "jtt-upweight", s.epochs, s.select, log, ckpt,
-                                      resume_state, progress)
+        module, epoch, value = _stage(
+            torch, learner, algo, data, s, seed, "jtt-upweight", s.epochs, s.select, log, ckpt, resume_state, progress
+        )
         wrong = algo.weight.cpu().numpy() != 1.0
         train_groups = data.groups["train"]
-        details["jtt"] = {"identification_epochs": first, "error_set": int(wrong.sum()),
-                          "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)}}
+        details["jtt"] = {
+            "identification_epochs": first,
+            "error_set": int(wrong.sum()),
+            "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)},
+        }
     else:
-        module, epoch, value = _stage(torch, learner, make(cls, s.hparams), data, s, seed, "train", s.epochs, s.select,
-                                      log, ckpt, resume_state, progress)
+        module, epoch, value = _stage(
+            torch,
+            learner,
+            make(cls, s.hparams),
+            data,
+            s,
+            seed,
+            "train",
+            s.epochs,
+            s.select,
+            log,
+            ckpt,
+            resume_state,
+            progress,
+        )
     return SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
 
 
-__all__ = ["FitData", "FitSettings", "SeedFit", "LinearLearner", "FinetuneLearner", "Checkpoints", "fit_seed", "augment",
-           "epoch_batches", "augment_size",
-           "SELECTION_SPLIT", "ORACLE_SPLIT", "COLOR_JITTER", "GREYSCALE_P"]
+__all__ = [
+    "FitData",
+    "FitSettings",
+    "SeedFit",
+    "LinearLearner",
+    "FinetuneLearner",
+    "Checkpoints",
+    "fit_seed",
+    "augment",
+    "epoch_batches",
+    "augment_size",
+    "SELECTION_SPLIT",
+    "ORACLE_SPLIT",
+    "COLOR_JITTER",
+    "GREYSCALE_P",
+]

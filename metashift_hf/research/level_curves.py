@@ -12,6 +12,7 @@ number of models, with an exact permutation p-value only from MIN_MODELS_FOR_P m
 once: the mean per-level tau, tested by permuting models (:func:`pooled_agreement`); the (model, level)
 points are never pooled into one correlation, since one model's points are not independent.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,7 +45,9 @@ def curve_summary(names: Sequence[str], x: Sequence[float], y: Sequence[float]) 
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     if not (len(names) == len(x) == len(y)) or len(x) == 0:
-        raise InputFormatError(f"{len(names)} names, {len(x)} levels, {len(y)} accuracies", "pass one of each per level")
+        raise InputFormatError(
+            f"{len(names)} names, {len(x)} levels, {len(y)} accuracies", "pass one of each per level"
+        )
     if len(x) < 2 or np.ptp(x) == 0:
         return CurveSummary(None, None, None, None, len(x))
     slope = float(np.polyfit(x, y, 1)[0])
@@ -52,8 +55,9 @@ def curve_summary(names: Sequence[str], x: Sequence[float], y: Sequence[float]) 
     auc = float(np.trapezoid(y[order], x[order]) / np.ptp(x))
     below = [i for i in range(1, len(y)) if y[i] < KNEE_FRACTION * y[0]]
     knee = below[0] if below else None
-    return CurveSummary(slope, auc, None if knee is None else str(names[knee]),
-                        None if knee is None else float(x[knee]), len(x))
+    return CurveSummary(
+        slope, auc, None if knee is None else str(names[knee]), None if knee is None else float(x[knee]), len(x)
+    )
 
 
 MIN_MODELS_FOR_P = 5  # below this many models no p-value is given (n! arrangements: 4 models allow p >= 1/24)
@@ -83,7 +87,9 @@ def _p_value(observed: float, null: np.ndarray) -> float:
     return float(np.mean(np.abs(null) >= abs(observed) - 1e-12))
 
 
-def rank_agreement(id_acc: Sequence[float], ood_acc: Sequence[float], *, min_models_for_p: int = MIN_MODELS_FOR_P) -> dict:
+def rank_agreement(
+    id_acc: Sequence[float], ood_acc: Sequence[float], *, min_models_for_p: int = MIN_MODELS_FOR_P
+) -> dict:
     """Kendall's tau-b and Spearman's rho between ID and OOD accuracy across models (one point per model).
 
     n = the number of models. p-values (two-sided, exact permutation over the n! pairings of ID and OOD
@@ -98,8 +104,14 @@ def rank_agreement(id_acc: Sequence[float], ood_acc: Sequence[float], *, min_mod
         raise InputFormatError(f"{a.size} ID and {b.size} OOD accuracies", "pass one pair per model")
     if a.size < 2:
         raise EmptyResultError(f"rank agreement needs two models or more, got {a.size}", "pass more --models")
-    out = {"n_models": int(a.size), "kendall_tau": None, "spearman_rho": None, "kendall_p": None, "spearman_p": None,
-           "p_note": None}
+    out = {
+        "n_models": int(a.size),
+        "kendall_tau": None,
+        "spearman_rho": None,
+        "kendall_p": None,
+        "spearman_p": None,
+        "p_note": None,
+    }
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return {**out, "note": "constant accuracies: ranks undefined"}
     tau = float(stats.kendalltau(a, b).statistic)
@@ -113,8 +125,11 @@ def rank_agreement(id_acc: Sequence[float], ood_acc: Sequence[float], *, min_mod
     rank_a = stats.rankdata(a)
     rank_b = np.apply_along_axis(stats.rankdata, 1, shuffled)
     rho_null = np.array([np.corrcoef(rank_a, r)[0, 1] for r in rank_b])
-    out.update(kendall_p=_p_value(tau, _tau_b(a, shuffled)), spearman_p=_p_value(rho, rho_null),
-               p_note=f"two-sided permutation test over {len(perms)} pairings of the {a.size} models")
+    out.update(
+        kendall_p=_p_value(tau, _tau_b(a, shuffled)),
+        spearman_p=_p_value(rho, rho_null),
+        p_note=f"two-sided permutation test over {len(perms)} pairings of the {a.size} models",
+    )
     return out
 
 
@@ -136,9 +151,15 @@ def pooled_agreement(id_acc: np.ndarray, ood_acc: np.ndarray, *, min_models_for_
     perms = _arrangements(n) if n >= min_models_for_p else np.arange(n)[None, :]
     taus = np.vstack([_tau_b(a[:, j], b[perms, j]) for j in range(k)])  # (levels, arrangements)
     defined = ~np.isnan(taus[:, 0])
-    out = {"statistic": "mean over levels of Kendall tau-b between ID and OOD accuracy across models",
-           "n_models": int(n), "n_levels": int(k), "levels_with_ranks": int(defined.sum()), "mean_kendall_tau": None,
-           "p_value": None, "p_note": None}
+    out = {
+        "statistic": "mean over levels of Kendall tau-b between ID and OOD accuracy across models",
+        "n_models": int(n),
+        "n_levels": int(k),
+        "levels_with_ranks": int(defined.sum()),
+        "mean_kendall_tau": None,
+        "p_value": None,
+        "p_note": None,
+    }
     if not defined.any():
         return {**out, "p_note": "constant accuracies at every level: ranks undefined"}
     stat = np.nanmean(taus[defined], axis=0)
@@ -147,7 +168,9 @@ def pooled_agreement(id_acc: np.ndarray, ood_acc: np.ndarray, *, min_models_for_
         out["p_note"] = f"no p-value with {n} models (fewer than {min_models_for_p})"
     else:
         out["p_value"] = _p_value(stat[0], stat)
-        out["p_note"] = f"two-sided permutation test over {len(perms)} pairings of the {n} models (all levels move together)"
+        out["p_note"] = (
+            f"two-sided permutation test over {len(perms)} pairings of the {n} models (all levels move together)"
+        )
     return out
 
 

@@ -11,6 +11,7 @@ sampler (:func:`metashift_hf.research.fitting.epoch_batches`), so ``train --samp
 balance the same way. Group ids index ``dl.dataset.group_names`` (every group of the task, sorted;
 ``metashift_hf.Evaluator(ds).grouping("group", split)`` gives the same ids).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
@@ -28,15 +29,29 @@ from .fitting import epoch_batches
 
 
 # torchvision's ImageNet evaluation transform, the default when no ``transform`` is given
-IMAGENET_PREPROCESSING = Preprocessing(resize=256, crop=224, interpolation="bilinear", mean=(0.485, 0.456, 0.406),
-                                       std=(0.229, 0.224, 0.225), source="ImageNet: resize 256, centre crop 224")
+IMAGENET_PREPROCESSING = Preprocessing(
+    resize=256,
+    crop=224,
+    interpolation="bilinear",
+    mean=(0.485, 0.456, 0.406),
+    std=(0.229, 0.224, 0.225),
+    source="ImageNet: resize 256, centre crop 224",
+)
 
 
 class TaskImages:
     """A map-style dataset over one split: ``ds[i]`` = (float32 tensor (3, H, W), label, group id)."""
 
-    def __init__(self, ids: list[str], labels: np.ndarray, groups: np.ndarray, group_names: list[str],
-                 classes: list[str], source: ImageSource, transform: Callable[[bytes], Any]) -> None:
+    def __init__(
+        self,
+        ids: list[str],
+        labels: np.ndarray,
+        groups: np.ndarray,
+        group_names: list[str],
+        classes: list[str],
+        source: ImageSource,
+        transform: Callable[[bytes], Any],
+    ) -> None:
         self.ids, self.labels, self.groups = ids, labels, groups
         self.group_names, self.classes, self.source, self.transform = group_names, classes, source, transform
 
@@ -68,8 +83,16 @@ class EpochBatches:
         return iter([b.tolist() for b in self.batches(epoch)])
 
 
-def loader(ds: Any, split: str = "train", *, batch_size: int = 32, sampling: str = "shuffle", seed: int = 0,
-           transform: "Preprocessing | Callable[[bytes], Any] | None" = None, num_workers: int = 0) -> Any:
+def loader(
+    ds: Any,
+    split: str = "train",
+    *,
+    batch_size: int = 32,
+    sampling: str = "shuffle",
+    seed: int = 0,
+    transform: "Preprocessing | Callable[[bytes], Any] | None" = None,
+    num_workers: int = 0,
+) -> Any:
     """A ``torch.utils.data.DataLoader`` over ``split`` of ``ds`` yielding (images, labels, group ids).
 
     ``sampling``: ``shuffle``, ``group-balanced`` (equal rows per group in every batch) or
@@ -83,13 +106,22 @@ def loader(ds: Any, split: str = "train", *, batch_size: int = 32, sampling: str
     seed = opt.seed(seed, "seed")
     num_workers = opt.non_negative_int(num_workers, "num_workers")
     if transform is not None and not callable(transform):
-        raise UnknownNameError(f"transform {transform!r} is not callable",
-                               "pass a Preprocessing or a function image bytes -> (3, H, W) array")
+        raise UnknownNameError(
+            f"transform {transform!r} is not callable",
+            "pass a Preprocessing or a function image bytes -> (3, H, W) array",
+        )
     torch = require_torch()
     ev = Evaluator(ds)
     groups = ev.grouping("group", split)
-    data = TaskImages(ev.image_ids(split), ev.labels(split), groups.ids, list(groups.names.names), ev.classes,
-                      ev.task.images(), transform or IMAGENET_PREPROCESSING)
+    data = TaskImages(
+        ev.image_ids(split),
+        ev.labels(split),
+        groups.ids,
+        list(groups.names.names),
+        ev.classes,
+        ev.task.images(),
+        transform or IMAGENET_PREPROCESSING,
+    )
     sampler = EpochBatches(sampling, groups.ids, ev.grouping("context", split).ids, batch_size, seed)
     return torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=num_workers)
 

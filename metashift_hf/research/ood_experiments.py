@@ -8,6 +8,7 @@
   largest cluster), test on the other D_j; MI between cluster id and context tags, top contexts.
 * :func:`conflicts` - MetaShift section 4.3 on cached features (metashift_hf.research.conflicts).
 """
+
 from __future__ import annotations
 
 import json
@@ -72,9 +73,11 @@ class ModelSpec:
         method, _, probe = text.partition(":")
         probe = probe or "linear"
         if method not in METHODS:
-            raise UnknownNameError(f"unknown model {text!r}" + did_you_mean(method, METHODS),
-                                   f"use method[:probe] with method in {', '.join(METHODS)} and probe in "
-                                   f"{', '.join(PROBES)}, e.g. erm or groupdro:linear")
+            raise UnknownNameError(
+                f"unknown model {text!r}" + did_you_mean(method, METHODS),
+                f"use method[:probe] with method in {', '.join(METHODS)} and probe in "
+                f"{', '.join(PROBES)}, e.g. erm or groupdro:linear",
+            )
         if probe not in PROBES:
             raise UnknownNameError(f"unknown probe in model {text!r}", f"use one of {', '.join(PROBES)}")
         return cls(method, probe)
@@ -90,8 +93,10 @@ def _checked_classes(art: Artifact, classes: Sequence[str]) -> tuple[str, ...]:
     known = art.classes()
     unknown = [c for c in names if c not in known]
     if unknown:
-        raise UnknownNameError(f"{unknown[0]!r} is not a class of artifact {art.root}" + did_you_mean(unknown[0], known),
-                               "pass classes listed by `metashift-hf classes --artifact ARTIFACT`")
+        raise UnknownNameError(
+            f"{unknown[0]!r} is not a class of artifact {art.root}" + did_you_mean(unknown[0], known),
+            "pass classes listed by `metashift-hf classes --artifact ARTIFACT`",
+        )
     return names
 
 
@@ -127,26 +132,49 @@ def _level_tasks(shift_type: str, classes: Sequence[str], n_levels: int) -> dict
     A = list(classes)
     if shift_type == "marginal":
         far = f"d{n_levels - 1}"
-        return {"ood": [(lv.task_id("marginal", A, f"d{k}"), float("nan"), f"d{k}") for k in range(n_levels)],
-                "mix": [(lv.task_id("marginal", A, far), 0.0, far)]
-                + [(lv.task_id("marginal", A, f"{far}-mix{int(round(f * 100))}"), f, f"{far}-mix{int(round(f * 100))}")
-                   for f in lv.MIX_FRACTIONS]}
+        return {
+            "ood": [(lv.task_id("marginal", A, f"d{k}"), float("nan"), f"d{k}") for k in range(n_levels)],
+            "mix": [(lv.task_id("marginal", A, far), 0.0, far)]
+            + [
+                (lv.task_id("marginal", A, f"{far}-mix{int(round(f * 100))}"), f, f"{far}-mix{int(round(f * 100))}")
+                for f in lv.MIX_FRACTIONS
+            ],
+        }
     if shift_type == "conditional":
         bal = [(lv.task_id("conditional", A, lv._delta_name(d)), d, lv._delta_name(d)) for d in lv.DELTAS]
-        rev = [bal[0]] + [(lv.task_id("conditional", A, lv._delta_name(d) + "-rev"), d, lv._delta_name(d) + "-rev")
-                          for d in lv.DELTAS if d > 0]
+        rev = [bal[0]] + [
+            (lv.task_id("conditional", A, lv._delta_name(d) + "-rev"), d, lv._delta_name(d) + "-rev")
+            for d in lv.DELTAS
+            if d > 0
+        ]
         return {"balanced": bal, "reversed": rev}
     if shift_type == "joint":
-        return {f"d{k}": [(lv.task_id("joint", A, f"d{k}-{lv._delta_name(d)}"), d, f"d{k}-{lv._delta_name(d)}")
-                          for d in lv.DELTAS] for k in range(n_levels)}
+        return {
+            f"d{k}": [
+                (lv.task_id("joint", A, f"d{k}-{lv._delta_name(d)}"), d, f"d{k}-{lv._delta_name(d)}")
+                for d in lv.DELTAS
+            ]
+            for k in range(n_levels)
+        }
     raise UnknownNameError(f"unknown shift type {shift_type!r}", f"use one of {', '.join(lv.SHIFT_TYPES)}")
 
 
-def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike", *,
-               classes: Sequence[str] = ("cat", "dog"), shift_type: str = "marginal",
-               models: Sequence[str] = ("erm",), seeds: int = 2, seed: int = 0, device: str = "cpu",
-               epochs: int | None = None, cache_dir: "str | os.PathLike | None" = None,
-               options: dict | None = None, force: bool = False) -> dict:
+def ood_levels(
+    artifact: "str | os.PathLike",
+    images: "str | os.PathLike",
+    out: "str | os.PathLike",
+    *,
+    classes: Sequence[str] = ("cat", "dog"),
+    shift_type: str = "marginal",
+    models: Sequence[str] = ("erm",),
+    seeds: int = 2,
+    seed: int = 0,
+    device: str = "cpu",
+    epochs: int | None = None,
+    cache_dir: "str | os.PathLike | None" = None,
+    options: dict | None = None,
+    force: bool = False,
+) -> dict:
     """Train every model on every level task; write results.json, results.md, levels.csv, curves.png."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     specs = [ModelSpec.parse(m) for m in opt.names(models, "models")]
@@ -163,20 +191,42 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
     rows = []
     for m in specs:
         for tid, tp in plans.items():
-            res = train(TaskRef(tp, artifact=art, images=images), None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
-                        progress=False)
+            res = train(
+                TaskRef(tp, artifact=art, images=images),
+                None,
+                _config(m, seeds, device, epochs),
+                backbone=bb,
+                cache_dir=cache_dir,
+                progress=False,
+            )
             a = res.aggregate()
             lev = tp.spec.level
-            rows.append({"model": m.name, "task_id": tid, "level": tasks[tid], "type": lev.type,
-                         "distance": lev.distance, "delta": lev.delta,
-                         "mixed_fraction": lev.mixed_fraction, "test": lev.test,
-                         "n_train": len(tp.splits["train"]), "n_test": len(tp.splits["test"]),
-                         "id": a["id"]["mean"], "id_std": a["id"]["std"], "ood": a["ood"]["mean"],
-                         "ood_std": a["ood"]["std"], "drop_pct": a["drop_pct"]["mean"],
-                         "worst_group": a["splits"]["test"]["worst_group"]["mean"],
-                         "worst_group_std": a["splits"]["test"]["worst_group"]["std"], "n_seeds": a["n_seeds"]})
+            rows.append(
+                {
+                    "model": m.name,
+                    "task_id": tid,
+                    "level": tasks[tid],
+                    "type": lev.type,
+                    "distance": lev.distance,
+                    "delta": lev.delta,
+                    "mixed_fraction": lev.mixed_fraction,
+                    "test": lev.test,
+                    "n_train": len(tp.splits["train"]),
+                    "n_test": len(tp.splits["test"]),
+                    "id": a["id"]["mean"],
+                    "id_std": a["id"]["std"],
+                    "ood": a["ood"]["mean"],
+                    "ood_std": a["ood"]["std"],
+                    "drop_pct": a["drop_pct"]["mean"],
+                    "worst_group": a["splits"]["test"]["worst_group"]["mean"],
+                    "worst_group_std": a["splits"]["test"]["worst_group"]["std"],
+                    "n_seeds": a["n_seeds"],
+                }
+            )
             r = rows[-1]
-            logger.info(f"   {m.name:<10} {tid:<42} ID {_pct(r['id'])}  OOD {_pct(r['ood'])}  worst group {_pct(r['worst_group'])}")
+            logger.info(
+                f"   {m.name:<10} {tid:<42} ID {_pct(r['id'])}  OOD {_pct(r['ood'])}  worst group {_pct(r['worst_group'])}"
+            )
     table = pd.DataFrame(rows)
     summaries = []
     for m in specs:
@@ -185,25 +235,46 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
             xs = [(part.at[tid, "distance"] if np.isnan(x) else x) for tid, x, _ in pts]
             ys = [part.at[tid, "ood"] for tid, _, _ in pts]
             s = curve_summary([name for _, _, name in pts], xs, ys)
-            summaries.append({"model": m.name, "curve": curve, "x": [float(v) for v in xs], "ood": ys,
-                              "levels": [name for _, _, name in pts], **s.as_dict()})
+            summaries.append(
+                {
+                    "model": m.name,
+                    "curve": curve,
+                    "x": [float(v) for v in xs],
+                    "ood": ys,
+                    "levels": [name for _, _, name in pts],
+                    **s.as_dict(),
+                }
+            )
     # Per level across models (n = models); all levels at once only through a permutation test over models,
     # never one correlation over the (model, level) points, which are not independent (level_curves).
     agreement: dict[str, Any] = {"per_level": [], "pooled": None, "min_models_for_p": MIN_MODELS_FOR_P}
     if len(specs) >= 2:
         for tid in tasks:
             part = table[table["task_id"] == tid]
-            agreement["per_level"].append({"task_id": tid, "level": tasks[tid], **rank_agreement(part["id"], part["ood"])})
-        wide = {k: table.pivot(index="model", columns="task_id", values=k).loc[[m.name for m in specs], list(tasks)]
-                for k in ("id", "ood")}
+            agreement["per_level"].append(
+                {"task_id": tid, "level": tasks[tid], **rank_agreement(part["id"], part["ood"])}
+            )
+        wide = {
+            k: table.pivot(index="model", columns="task_id", values=k).loc[[m.name for m in specs], list(tasks)]
+            for k in ("id", "ood")
+        }
         agreement["pooled"] = pooled_agreement(wide["id"].to_numpy(float), wide["ood"].to_numpy(float))
-    result = {"experiment": "ood-levels", "classes": list(classes), "type": shift_type,
-              "models": [m.name for m in specs], "seeds": seeds, "task_seed": seed, "options": options,
-              "levels": rows, "curves": summaries, "agreement": agreement,
-              "family": next(iter(plans.values())).spec.to_dict()["family"],
-              "factor": {tid: p.spec.to_dict()["factor"] for tid, p in list(plans.items())[:1]},
-              "model_selection": "each run keeps the epoch its method's selection rule prefers (validation average; "
-                                 "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.research.algorithms)"}
+    result = {
+        "experiment": "ood-levels",
+        "classes": list(classes),
+        "type": shift_type,
+        "models": [m.name for m in specs],
+        "seeds": seeds,
+        "task_seed": seed,
+        "options": options,
+        "levels": rows,
+        "curves": summaries,
+        "agreement": agreement,
+        "family": next(iter(plans.values())).spec.to_dict()["family"],
+        "factor": {tid: p.spec.to_dict()["factor"] for tid, p in list(plans.items())[:1]},
+        "model_selection": "each run keeps the epoch its method's selection rule prefers (validation average; "
+        "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.research.algorithms)",
+    }
     with _out(out, force, artifact, images) as tmp:
         table.to_csv(tmp / "levels.csv", index=False)
         _write_json(tmp / "results.json", result)
@@ -214,22 +285,31 @@ def ood_levels(artifact: "str | os.PathLike", images: "str | os.PathLike", out: 
 
 # The shift-level and clustered designs follow the OOD-testing paper's paradigms on MetaShift's contexts; no
 # published figure exists for these tasks, so the tables say so rather than leave a "paper" column empty.
-NO_PUBLISHED = ("No published figure to compare: these tasks are built here (the paper reference, paper-tasks.json, "
-                "has none for them); every figure below is this run's measurement.")
+NO_PUBLISHED = (
+    "No published figure to compare: these tasks are built here (the paper reference, paper-tasks.json, "
+    "has none for them); every figure below is this run's measurement."
+)
 
 
 def _levels_markdown(r: dict) -> str:
-    out = [f"# ood-levels: {r['type']} shift, {' vs '.join(r['classes'])}", "",
-           f"Models {', '.join(r['models'])}; {r['seeds']} seeds each (mean shown); {r['model_selection']}.", "",
-           NO_PUBLISHED, "",
-           "| model | level | d | delta | mix | n train | n test | ID | OOD | Drop% | worst group |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"# ood-levels: {r['type']} shift, {' vs '.join(r['classes'])}",
+        "",
+        f"Models {', '.join(r['models'])}; {r['seeds']} seeds each (mean shown); {r['model_selection']}.",
+        "",
+        NO_PUBLISHED,
+        "",
+        "| model | level | d | delta | mix | n train | n test | ID | OOD | Drop% | worst group |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for x in r["levels"]:
         d = "" if x["distance"] is None else f"{x['distance']:.3f}"
         dl = "" if x["delta"] is None else f"{x['delta']:g}"
         dp = "n/a" if x["drop_pct"] is None else f"{x['drop_pct']:.1f}"
-        out.append(f"| {x['model']} | {x['level']} | {d} | {dl} | {x['mixed_fraction']:g} | {x['n_train']} | "
-                   f"{x['n_test']} | {_pct(x['id'])} | {_pct(x['ood'])} | {dp} | {_pct(x['worst_group'])} |")
+        out.append(
+            f"| {x['model']} | {x['level']} | {d} | {dl} | {x['mixed_fraction']:g} | {x['n_train']} | "
+            f"{x['n_test']} | {_pct(x['id'])} | {_pct(x['ood'])} | {dp} | {_pct(x['worst_group'])} |"
+        )
     out += ["", "| model | curve | slope (acc / unit x) | AUC | knee |", "|---|---|---:|---:|---|"]
     for c in r["curves"]:
         slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
@@ -237,17 +317,27 @@ def _levels_markdown(r: dict) -> str:
         out.append(f"| {c['model']} | {c['curve']} | {slope} | {auc} | {c['knee'] or 'none'} |")
     ag = r["agreement"]
     if ag.get("per_level"):
-        out += ["", f"ID vs OOD accuracy across models, per level (n = number of models; no p-value below "
-                f"{ag['min_models_for_p']} models; permutation p-values, level_curves.rank_agreement):", "",
-                "| level | n | Kendall tau | p | Spearman rho | p |", "|---|---:|---:|---:|---:|---:|"]
+        out += [
+            "",
+            f"ID vs OOD accuracy across models, per level (n = number of models; no p-value below "
+            f"{ag['min_models_for_p']} models; permutation p-values, level_curves.rank_agreement):",
+            "",
+            "| level | n | Kendall tau | p | Spearman rho | p |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for a in ag["per_level"]:
-            out.append(f"| {a['level']} | {a['n_models']} | {_num(a['kendall_tau'])} | {format_p(a['kendall_p'])} | "
-                       f"{_num(a['spearman_rho'])} | {format_p(a['spearman_p'])} |")
+            out.append(
+                f"| {a['level']} | {a['n_models']} | {_num(a['kendall_tau'])} | {format_p(a['kendall_p'])} | "
+                f"{_num(a['spearman_rho'])} | {format_p(a['spearman_p'])} |"
+            )
     pooled = ag.get("pooled")
     if pooled:
-        out += ["", f"All levels: mean per-level Kendall tau {_num(pooled['mean_kendall_tau'])} over "
-                f"{pooled['levels_with_ranks']} levels, {pooled['n_models']} models, p {format_p(pooled['p_value'])} "
-                f"({pooled['p_note']})."]
+        out += [
+            "",
+            f"All levels: mean per-level Kendall tau {_num(pooled['mean_kendall_tau'])} over "
+            f"{pooled['levels_with_ranks']} levels, {pooled['n_models']} models, p {format_p(pooled['p_value'])} "
+            f"({pooled['p_note']}).",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -267,7 +357,7 @@ def _plot_curves(summaries: list[dict], table: pd.DataFrame, curves: dict, path:
         for s in [s for s in summaries if s["curve"] == curve]:
             part = table[table["model"] == s["model"]].set_index("task_id")
             ids = [part.at[tid, "id"] for tid, _, _ in curves[curve]]
-            line, = ax.plot(s["x"], s["ood"], marker="o", label=f"{s['model']} OOD")
+            (line,) = ax.plot(s["x"], s["ood"], marker="o", label=f"{s['model']} OOD")
             ax.plot(s["x"], ids, marker=".", linestyle="--", color=line.get_color(), label=f"{s['model']} ID")
         xlabel = {"ood": "meta-graph distance d", "mix": "fraction of C_te mixed into training"}.get(curve, "delta")
         ax.set_xlabel(xlabel)
@@ -285,8 +375,9 @@ def _plot_curves(summaries: list[dict], table: pd.DataFrame, curves: dict, path:
 # --------------------------------------------------------------------------------------------
 # clustered OOD sets
 # --------------------------------------------------------------------------------------------
-def _class_pool(art: Artifact, classes: Sequence[str]) -> tuple[dict[str, list[str]], dict[tuple[str, str], tuple[str, ...]],
-                                                                 dict[tuple[str, str], int]]:
+def _class_pool(
+    art: Artifact, classes: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[tuple[str, str], tuple[str, ...]], dict[tuple[str, str], int]]:
     """Per class its unambiguous images (sorted); each image's kept contexts, and the community
     holding most of them (a cluster spans communities: the rows' ``community``, builders.shifts)."""
     source = ArtifactSource(art)
@@ -304,9 +395,14 @@ def _class_pool(art: Artifact, classes: Sequence[str]) -> tuple[dict[str, list[s
     return ids, tags, {key: majority_community(source, key[0], v) for key, v in tags.items()}
 
 
-def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clustering],
-                  tags: dict[tuple[str, str], tuple[str, ...]], seed: int,
-                  comms: dict[tuple[str, str], int]) -> TaskPlan:
+def _cluster_plan(
+    k: int,
+    classes: Sequence[str],
+    clusterings: Sequence[cl.Clustering],
+    tags: dict[tuple[str, str], tuple[str, ...]],
+    seed: int,
+    comms: dict[tuple[str, str], int],
+) -> TaskPlan:
     """Train/validation/id_test from each class's k-th cluster (70/10/20, seeded); test = the others."""
     tid = f"clustered-{'-'.join(classes)}-k{k}"
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
@@ -314,25 +410,44 @@ def _cluster_plan(k: int, classes: Sequence[str], clusterings: Sequence[cl.Clust
         by = {j: [i for i, lab in zip(cz.image_ids, cz.labels.tolist()) if lab == j] for j in range(len(cz.sizes))}
         order = seeded_order(by[k], seed, f"{tid}/{c}")
         n_va, n_it = int(round(0.1 * len(order))), int(round(0.2 * len(order)))
-        parts = {"validation": order[:n_va], "id_test": order[n_va:n_va + n_it], "train": order[n_va + n_it:]}
+        parts = {"validation": order[:n_va], "id_test": order[n_va : n_va + n_it], "train": order[n_va + n_it :]}
         for s, members in parts.items():
             splits[s] += [Row(i, c, f"{c}(cluster-{k})", f"cluster-{k}", tags[(c, i)], comms[(c, i)]) for i in members]
         for j, members in by.items():
             if j != k:
-                splits["test"] += [Row(i, c, f"{c}(cluster-{j})", f"cluster-{j}", tags[(c, i)], comms[(c, i)])
-                                   for i in sorted(members)]
+                splits["test"] += [
+                    Row(i, c, f"{c}(cluster-{j})", f"cluster-{j}", tags[(c, i)], comms[(c, i)])
+                    for i in sorted(members)
+                ]
     # Groups are clusters, not contexts: a GroupSpec per (split, class, cluster) with no contexts.
-    groups = {s: [GroupSpec(group=g, cls=c, contexts=(), n=0) for g, c in sorted({(r.group, r.label) for r in rows})]
-              for s, rows in splits.items()}
-    notes = [f"k-means cluster {k} of each class (clusters ordered by size, 0 = largest) is in distribution; "
-             "the other clusters are the OOD test split"]
+    groups = {
+        s: [GroupSpec(group=g, cls=c, contexts=(), n=0) for g, c in sorted({(r.group, r.label) for r in rows})]
+        for s, rows in splits.items()
+    }
+    notes = [
+        f"k-means cluster {k} of each class (clusters ordered by size, 0 = largest) is in distribution; "
+        "the other clusters are the OOD test split"
+    ]
     return finish_plan(tid, "clustered", classes, seed, splits, groups, Counter(), notes)
 
 
-def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike", *,
-              classes: Sequence[str] = ("cat", "dog"), k: int = 8, seed: int = 0, n_init: int = 10,
-              model: str = "erm", seeds: int = 2, device: str = "cpu", epochs: int | None = None,
-              cache_dir: "str | os.PathLike | None" = None, top: int = 3, force: bool = False) -> dict:
+def clustered(
+    artifact: "str | os.PathLike",
+    images: "str | os.PathLike",
+    out: "str | os.PathLike",
+    *,
+    classes: Sequence[str] = ("cat", "dog"),
+    k: int = 8,
+    seed: int = 0,
+    n_init: int = 10,
+    model: str = "erm",
+    seeds: int = 2,
+    device: str = "cpu",
+    epochs: int | None = None,
+    cache_dir: "str | os.PathLike | None" = None,
+    top: int = 3,
+    force: bool = False,
+) -> dict:
     """Clustered OOD sets when contexts are unknown; results.json, results.md, clusters.csv."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     k, n_init, seed = opt.int_at_least(2)(k, "k"), opt.positive_int(n_init, "n_init"), opt.seed(seed, "seed")
@@ -344,8 +459,10 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     ids, tags, comms = _class_pool(art, classes)
     small = [c for c in classes if len(ids[c]) < k]
     if small:  # k-means needs k images per class: say so before any image is embedded
-        raise EmptyResultError(f"class {small[0]} has {len(ids[small[0]])} usable images, fewer than k={k} clusters",
-                               f"lower --k (Python: k=) to at most {min(len(ids[c]) for c in classes)}")
+        raise EmptyResultError(
+            f"class {small[0]} has {len(ids[small[0]])} usable images, fewer than k={k} clusters",
+            f"lower --k (Python: k=) to at most {min(len(ids[c]) for c in classes)}",
+        )
     bb = load_backbone(device=device)
     fs = image_features([i for c in classes for i in ids[c]], images, backbone=bb, cache_dir=cache_dir, progress=False)
     clusterings = [cl.kmeans_by_size(c, ids[c], fs.rows(ids[c]), k, seed=seed, n_init=n_init) for c in classes]
@@ -353,9 +470,17 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     for c, cz in zip(classes, clusterings):
         t = [tags[(c, i)] for i in cz.image_ids]
         mi, hk = cl.mutual_information(cz.labels, t), cl.cluster_entropy(cz.labels, t)
-        per_class.append({"class": c, "sizes": list(cz.sizes), "inertia": cz.inertia, "mi_bits": mi,
-                          "h_cluster_bits": hk, "mi_normalised": mi / hk if hk else None,
-                          "top_contexts": {str(j): v for j, v in cl.top_contexts(cz.labels, t, top).items()}})
+        per_class.append(
+            {
+                "class": c,
+                "sizes": list(cz.sizes),
+                "inertia": cz.inertia,
+                "mi_bits": mi,
+                "h_cluster_bits": hk,
+                "mi_normalised": mi / hk if hk else None,
+                "top_contexts": {str(j): v for j, v in cl.top_contexts(cz.labels, t, top).items()},
+            }
+        )
     d_sets = cl.clustered_sets(clusterings)
     all_ids = [(c, i) for c, cz in zip(classes, clusterings) for i in cz.image_ids]
     rows = []
@@ -363,8 +488,14 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         member = [1 if i in d_sets[kk] else 0 for _, i in all_ids]
         mi_d = cl.mutual_information(member, [tags[key] for key in all_ids])
         tp = _cluster_plan(kk, classes, clusterings, tags, seed, comms)
-        res = train(TaskRef(tp, artifact=art, images=images), None, _config(m, seeds, device, epochs), backbone=bb, cache_dir=cache_dir,
-                    progress=False)
+        res = train(
+            TaskRef(tp, artifact=art, images=images),
+            None,
+            _config(m, seeds, device, epochs),
+            backbone=bb,
+            cache_dir=cache_dir,
+            progress=False,
+        )
         a = res.aggregate()
         test_groups = [g for g in a["per_group"] if g["split"] == "test" and g["mean"] is not None]
         per_cluster: dict[str, list[float]] = {}
@@ -372,41 +503,83 @@ def clustered(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
             j = g["group"].rsplit("cluster-", 1)[1].rstrip(")")
             per_cluster.setdefault(j, []).extend([g["mean"]] * g["n"])
         ood_mean = float(np.mean([np.mean(v) for v in per_cluster.values()])) if per_cluster else None
-        rows.append({"k": kk, "size": len(d_sets[kk]), "n_train": len(tp.splits["train"]), "id": a["id"]["mean"],
-                     "ood_mean_over_clusters": ood_mean, "ood_pooled": a["ood"]["mean"],
-                     "worst_group": a["splits"]["test"]["worst_group"]["mean"], "mi_membership_bits": mi_d})
-        logger.info(f"   D_{kk}: {len(d_sets[kk])} images, ID {_pct(rows[-1]['id'])}, mean OOD over clusters {_pct(ood_mean)}, "
-                    f"MI(membership; contexts) {mi_d:.3f} bits")
-    result = {"experiment": "clustered", "classes": list(classes), "k": k, "seed": seed, "n_init": n_init,
-              "model": m.name, "seeds": seeds, "backbone": bb.card(), "per_class": per_class, "per_k": rows,
-              "notes": {"clusters": "k-means (scikit-learn) per class on the backbone's pooled penultimate features, "
-                                    "clusters ranked by size (0 = largest); D_k = union over classes of cluster k",
-                        "mi": "bits; an image's unit weight is spread evenly over its kept contexts",
-                        "ood_mean_over_clusters": "mean over j != k of the accuracy on D_j"}}
+        rows.append(
+            {
+                "k": kk,
+                "size": len(d_sets[kk]),
+                "n_train": len(tp.splits["train"]),
+                "id": a["id"]["mean"],
+                "ood_mean_over_clusters": ood_mean,
+                "ood_pooled": a["ood"]["mean"],
+                "worst_group": a["splits"]["test"]["worst_group"]["mean"],
+                "mi_membership_bits": mi_d,
+            }
+        )
+        logger.info(
+            f"   D_{kk}: {len(d_sets[kk])} images, ID {_pct(rows[-1]['id'])}, mean OOD over clusters {_pct(ood_mean)}, "
+            f"MI(membership; contexts) {mi_d:.3f} bits"
+        )
+    result = {
+        "experiment": "clustered",
+        "classes": list(classes),
+        "k": k,
+        "seed": seed,
+        "n_init": n_init,
+        "model": m.name,
+        "seeds": seeds,
+        "backbone": bb.card(),
+        "per_class": per_class,
+        "per_k": rows,
+        "notes": {
+            "clusters": "k-means (scikit-learn) per class on the backbone's pooled penultimate features, "
+            "clusters ranked by size (0 = largest); D_k = union over classes of cluster k",
+            "mi": "bits; an image's unit weight is spread evenly over its kept contexts",
+            "ood_mean_over_clusters": "mean over j != k of the accuracy on D_j",
+        },
+    }
     with _out(out, force, artifact, images) as tmp:
         pd.DataFrame(rows).to_csv(tmp / "clusters.csv", index=False)
-        pd.DataFrame([{"class": c, "image_id": i, "cluster": int(lab), "contexts": "|".join(tags[(c, i)])}
-                      for c, cz in zip(classes, clusterings) for i, lab in zip(cz.image_ids, cz.labels)]
-                     ).to_csv(tmp / "assignments.csv", index=False)
+        pd.DataFrame(
+            [
+                {"class": c, "image_id": i, "cluster": int(lab), "contexts": "|".join(tags[(c, i)])}
+                for c, cz in zip(classes, clusterings)
+                for i, lab in zip(cz.image_ids, cz.labels)
+            ]
+        ).to_csv(tmp / "assignments.csv", index=False)
         _write_json(tmp / "results.json", result)
         (tmp / "results.md").write_text(_clustered_markdown(result))
     return result
 
 
 def _clustered_markdown(r: dict) -> str:
-    out = [f"# clustered OOD sets: {' vs '.join(r['classes'])}, k = {r['k']}", "",
-           f"k-means seed {r['seed']}, n_init {r['n_init']}; model {r['model']}, {r['seeds']} seeds.", "",
-           NO_PUBLISHED, "",
-           "| D_k | images | n train | ID | mean OOD over clusters | worst group | MI(membership; contexts) bits |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"# clustered OOD sets: {' vs '.join(r['classes'])}, k = {r['k']}",
+        "",
+        f"k-means seed {r['seed']}, n_init {r['n_init']}; model {r['model']}, {r['seeds']} seeds.",
+        "",
+        NO_PUBLISHED,
+        "",
+        "| D_k | images | n train | ID | mean OOD over clusters | worst group | MI(membership; contexts) bits |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for x in r["per_k"]:
-        out.append(f"| {x['k']} | {x['size']} | {x['n_train']} | {_pct(x['id'])} | {_pct(x['ood_mean_over_clusters'])} | "
-                   f"{_pct(x['worst_group'])} | {x['mi_membership_bits']:.3f} |")
+        out.append(
+            f"| {x['k']} | {x['size']} | {x['n_train']} | {_pct(x['id'])} | {_pct(x['ood_mean_over_clusters'])} | "
+            f"{_pct(x['worst_group'])} | {x['mi_membership_bits']:.3f} |"
+        )
     for c in r["per_class"]:
-        out += ["", f"## {c['class']}: MI(cluster; contexts) = {c['mi_bits']:.3f} bits of H(cluster) = "
-                    f"{c['h_cluster_bits']:.3f} bits", "", "| cluster | size | top contexts (share, lift) |", "|---:|---:|---|"]
+        out += [
+            "",
+            f"## {c['class']}: MI(cluster; contexts) = {c['mi_bits']:.3f} bits of H(cluster) = "
+            f"{c['h_cluster_bits']:.3f} bits",
+            "",
+            "| cluster | size | top contexts (share, lift) |",
+            "|---:|---:|---|",
+        ]
         for j, size in enumerate(c["sizes"]):
-            tops = ", ".join(f"{t['context']} ({100 * t['share']:.0f}%, x{t['lift']:.1f})" for t in c["top_contexts"][str(j)])
+            tops = ", ".join(
+                f"{t['context']} ({100 * t['share']:.0f}%, x{t['lift']:.1f})" for t in c["top_contexts"][str(j)]
+            )
             out.append(f"| {j} | {size} | {tops} |")
     return "\n".join(out) + "\n"
 
@@ -414,15 +587,29 @@ def _clustered_markdown(r: dict) -> str:
 # --------------------------------------------------------------------------------------------
 # training conflicts
 # --------------------------------------------------------------------------------------------
-def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "str | os.PathLike", *,
-              classes: Sequence[str] = ("cat", "dog"), subsets: Sequence[str] | None = None, min_images: int = 50,
-              per_subset: int = 50, eval_per_subset: int = 50, min_eval: int = 10,
-              config: cf.ConflictConfig = cf.ConflictConfig(), device: str = "cpu",
-              cache_dir: "str | os.PathLike | None" = None, force: bool = False) -> dict:
+def conflicts(
+    artifact: "str | os.PathLike",
+    images: "str | os.PathLike",
+    out: "str | os.PathLike",
+    *,
+    classes: Sequence[str] = ("cat", "dog"),
+    subsets: Sequence[str] | None = None,
+    min_images: int = 50,
+    per_subset: int = 50,
+    eval_per_subset: int = 50,
+    min_eval: int = 10,
+    config: cf.ConflictConfig = cf.ConflictConfig(),
+    device: str = "cpu",
+    cache_dir: "str | os.PathLike | None" = None,
+    force: bool = False,
+) -> dict:
     """Training-subset x evaluation-subset conflict matrix (CSV + heatmap), the windows' history."""
     check_out(out, KIND, force=force, inputs=[artifact, images])
     min_images, per_subset = opt.positive_int(min_images, "min_images"), opt.positive_int(per_subset, "per_subset")
-    eval_per_subset, min_eval = opt.positive_int(eval_per_subset, "eval_per_subset"), opt.positive_int(min_eval, "min_eval")
+    eval_per_subset, min_eval = (
+        opt.positive_int(eval_per_subset, "eval_per_subset"),
+        opt.positive_int(min_eval, "min_eval"),
+    )
     config = cf.check_config(config)
     art = Artifact.load(artifact)
     classes = _checked_classes(art, classes)
@@ -435,12 +622,16 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
     else:
         bad = [n for n in subsets if n not in cand]
         if bad:
-            raise UnknownNameError(f"{bad[0]!r} is not a kept subset of {', '.join(classes)}" + did_you_mean(bad[0], cand),
-                                   "pass kept subsets such as 'cat(sofa)'")
+            raise UnknownNameError(
+                f"{bad[0]!r} is not a kept subset of {', '.join(classes)}" + did_you_mean(bad[0], cand),
+                "pass kept subsets such as 'cat(sofa)'",
+            )
         names = list(subsets)
     if len(names) < 2:
-        raise EmptyResultError(f"{len(names)} subset(s) of {', '.join(classes)} have >= {min_images} images",
-                               "lower --min-images or pass --subsets")
+        raise EmptyResultError(
+            f"{len(names)} subset(s) of {', '.join(classes)} have >= {min_images} images",
+            "lower --min-images or pass --subsets",
+        )
     train_ids: dict[str, list[str]] = {}
     eval_ids: dict[str, list[str]] = {}
     used: set[str] = set()
@@ -449,7 +640,7 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         # an image serves one subset once: evaluation (up to half of what is left) first, then training
         avail = [i for i in seeded_order(cand[n], config.seed, f"conflicts/{n}") if i not in used]
         n_eval = min(eval_per_subset, len(avail) // 2)
-        ev, tr = avail[:n_eval], avail[n_eval:n_eval + per_subset]
+        ev, tr = avail[:n_eval], avail[n_eval : n_eval + per_subset]
         if len(ev) >= min_eval:
             eval_ids[n] = ev
             used |= set(ev)
@@ -461,26 +652,46 @@ def conflicts(artifact: "str | os.PathLike", images: "str | os.PathLike", out: "
         else:
             skipped_train.append(n)
     if len(train_ids) < 2 or not eval_ids:
-        raise EmptyResultError(f"{len(train_ids)} training and {len(eval_ids)} evaluation subsets keep images after "
-                               "the training draw",
-                               "lower --per-subset (Python: per_subset=, or min_eval=), or pass larger subsets")
-    label = {i: classes.index(n[:n.index("(")]) for group in (train_ids, eval_ids) for n, v in group.items() for i in v}
+        raise EmptyResultError(
+            f"{len(train_ids)} training and {len(eval_ids)} evaluation subsets keep images after the training draw",
+            "lower --per-subset (Python: per_subset=, or min_eval=), or pass larger subsets",
+        )
+    label = {
+        i: classes.index(n[: n.index("(")]) for group in (train_ids, eval_ids) for n, v in group.items() for i in v
+    }
     bb = load_backbone(device=device)
     fs = image_features(sorted(label), images, backbone=bb, cache_dir=cache_dir, progress=False)
     feats = dict(zip(fs.image_ids, fs.features))
-    run = cf.record(cf.subsets_from(feats, train_ids, label), cf.subsets_from(feats, eval_ids, label), len(classes), config)
+    run = cf.record(
+        cf.subsets_from(feats, train_ids, label), cf.subsets_from(feats, eval_ids, label), len(classes), config
+    )
     matrix = cf.conflict_matrix(run)
-    result = {"experiment": "conflicts", "classes": list(classes), "train_subsets": {n: len(v) for n, v in train_ids.items()},
-              "eval_subsets": {n: len(v) for n, v in eval_ids.items()}, "skipped_eval": skipped,
-              "skipped_train": skipped_train,
-              "config": {"steps": config.steps, "every": config.every, "batch_size": config.batch_size,
-                         "lr": config.lr, "seed": config.seed}, "backbone": bb.card(),
-              "final_eval_loss": dict(zip(run.eval_names, run.loss_after[-1].tolist())),
-              "strongest": _strongest(matrix),
-              "notes": cf.__doc__.split("\n\n", 1)[1].strip()}
-    logger.info(f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {config.steps // config.every} windows")
+    result = {
+        "experiment": "conflicts",
+        "classes": list(classes),
+        "train_subsets": {n: len(v) for n, v in train_ids.items()},
+        "eval_subsets": {n: len(v) for n, v in eval_ids.items()},
+        "skipped_eval": skipped,
+        "skipped_train": skipped_train,
+        "config": {
+            "steps": config.steps,
+            "every": config.every,
+            "batch_size": config.batch_size,
+            "lr": config.lr,
+            "seed": config.seed,
+        },
+        "backbone": bb.card(),
+        "final_eval_loss": dict(zip(run.eval_names, run.loss_after[-1].tolist())),
+        "strongest": _strongest(matrix),
+        "notes": cf.__doc__.split("\n\n", 1)[1].strip(),
+    }
+    logger.info(
+        f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {config.steps // config.every} windows"
+    )
     with _out(out, force, artifact, images) as tmp:
-        cf.write_matrix(matrix, tmp / "conflicts.csv", tmp / "conflicts.png", f"training conflicts, {' vs '.join(classes)}")
+        cf.write_matrix(
+            matrix, tmp / "conflicts.csv", tmp / "conflicts.png", f"training conflicts, {' vs '.join(classes)}"
+        )
         run.history().to_csv(tmp / "history.csv", index=False)
         _write_json(tmp / "results.json", result)
     return result
@@ -490,8 +701,10 @@ def _strongest(matrix: pd.DataFrame, n: int = 5) -> dict[str, list[dict]]:
     flat = [(float(v), t, e) for t, row in matrix.iterrows() for e, v in row.items()]
     helps = sorted(flat, key=lambda z: -z[0])[:n]
     hurts = sorted(flat, key=lambda z: z[0])[:n]
-    return {"helps": [{"train": t, "eval": e, "value": v} for v, t, e in helps],
-            "hurts": [{"train": t, "eval": e, "value": v} for v, t, e in hurts]}
+    return {
+        "helps": [{"train": t, "eval": e, "value": v} for v, t, e in helps],
+        "hurts": [{"train": t, "eval": e, "value": v} for v, t, e in hurts],
+    }
 
 
 __all__ = ["ModelSpec", "ood_levels", "clustered", "conflicts"]

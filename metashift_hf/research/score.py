@@ -10,6 +10,7 @@ arrays); this module scores them. The split of every row comes from the task, ne
 Groups are the task's own (``class(context-group)``); contexts count once per context subset an image
 belongs to, so context rows overlap.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,14 @@ if TYPE_CHECKING:
     from metashift_hf.builders.plan import TaskPlan
 
 ECE_BINS = 15  # equal-width confidence bins, as in Guo et al. (2017)
-ADJUSTED_RULE = ("adjusted average: each group's accuracy weighted by that group's share of the train split "
-                 "(groups absent from train get weight 0; null when the split shares no group with train)")
-COUNTING = ("each image counts once in its split, group and class; it counts once in every context subset "
-            "it belongs to (context rows overlap)")
+ADJUSTED_RULE = (
+    "adjusted average: each group's accuracy weighted by that group's share of the train split "
+    "(groups absent from train get weight 0; null when the split shares no group with train)"
+)
+COUNTING = (
+    "each image counts once in its split, group and class; it counts once in every context subset "
+    "it belongs to (context rows overlap)"
+)
 SCORES_KIND = "scores"  # the marker kind of a score --out folder (core.fsutil)
 
 
@@ -131,11 +136,15 @@ class Scores:
             "ece": h.ece,
             "splits": {name: s.to_dict() for name, s in self.splits.items()},
             "overall": self.overall.to_dict(),
-            "notes": {"adjusted_average": ADJUSTED_RULE, "counting": COUNTING,
-                      "ece": f"{ECE_BINS} equal-width bins of top-1 confidence" + (
-                          "; probabilities from softmax of the logits" if self.prediction_kind == "logits" else ""),
-                      "intervals": "Wilson score 95% (scipy.stats.binomtest(...).proportion_ci('wilson'))",
-                      "id_ood": f"{ID_OOD_RULE}; drop_pct = 100 (ID - OOD) / ID", "worst": WORST_RULE},
+            "notes": {
+                "adjusted_average": ADJUSTED_RULE,
+                "counting": COUNTING,
+                "ece": f"{ECE_BINS} equal-width bins of top-1 confidence"
+                + ("; probabilities from softmax of the logits" if self.prediction_kind == "logits" else ""),
+                "intervals": "Wilson score 95% (scipy.stats.binomtest(...).proportion_ci('wilson'))",
+                "id_ood": f"{ID_OOD_RULE}; drop_pct = 100 (ID - OOD) / ID",
+                "worst": WORST_RULE,
+            },
             "package_version": __version__,
         }
 
@@ -145,35 +154,61 @@ class Scores:
     def summary(self) -> str:
         """A few lines for the terminal: headline split, worst group, worst class, ID/OOD."""
         h = self.headline
-        lines = [f"{terminal_safe(self.task_id)}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
-                 f"{h.worst_group.group} {_pct(h.worst_group.accuracy)} [{_pct(h.worst_group.ci_low)}, "
-                 f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, worst class {h.worst_class.group} "
-                 f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, "
-                 f"balanced {_pct(h.balanced_accuracy)}, macro-F1 {h.macro_f1:.3f}"
-                 + (f", ECE {h.ece:.3f}" if h.ece is not None else "")]
+        lines = [
+            f"{terminal_safe(self.task_id)}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
+            f"{h.worst_group.group} {_pct(h.worst_group.accuracy)} [{_pct(h.worst_group.ci_low)}, "
+            f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, worst class {h.worst_class.group} "
+            f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, "
+            f"balanced {_pct(h.balanced_accuracy)}, macro-F1 {h.macro_f1:.3f}"
+            + (f", ECE {h.ece:.3f}" if h.ece is not None else "")
+        ]
         if self.id is not None and self.ood is not None:
             drop = "n/a" if self.drop_pct is None else f"{self.drop_pct:.1f}%"
-            lines.append(f"ID ({self.id_split}) {_pct(self.id)} vs OOD ({self.ood_split}) {_pct(self.ood)}: "
-                         f"gap {100 * (self.id - self.ood):.1f} points, Drop% {drop}")
+            lines.append(
+                f"ID ({self.id_split}) {_pct(self.id)} vs OOD ({self.ood_split}) {_pct(self.ood)}: "
+                f"gap {100 * (self.id - self.ood):.1f} points, Drop% {drop}"
+            )
         return "\n".join(lines)
 
     def markdown(self) -> str:
         """scores.md: headline, per-split table, per-group table with intervals, classes, worst contexts."""
-        out = [f"# Scores: {markdown_safe(self.task_id)}", "", "  \n".join(markdown_safe(line) for line in self.summary().split("\n")), "",
-               "| split | n | average | worst group | worst class | adjusted | balanced | macro-F1 | ECE |",
-               "|---|---:|---:|---|---|---:|---:|---:|---:|"]
+        out = [
+            f"# Scores: {markdown_safe(self.task_id)}",
+            "",
+            "  \n".join(markdown_safe(line) for line in self.summary().split("\n")),
+            "",
+            "| split | n | average | worst group | worst class | adjusted | balanced | macro-F1 | ECE |",
+            "|---|---:|---:|---|---|---:|---:|---:|---:|",
+        ]
         for s in [*self.splits.values(), self.overall]:
-            out.append(f"| {s.split} | {s.n} | {_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
-                       f"{s.worst_class.group} {_pct(s.worst_class.accuracy)} | "
-                       f"{_pct(s.adjusted_average)} | {_pct(s.balanced_accuracy)} | {s.macro_f1:.3f} | "
-                       f"{'-' if s.ece is None else f'{s.ece:.3f}'} |")
-        for title, rows in (("Groups", [g for s in self.splits.values() for g in s.per_group]),
-                            ("Classes", [g for s in self.splits.values() for g in s.per_class])):
-            out += ["", f"## {title}", "", "| split | name | n | correct | accuracy | 95% CI |", "|---|---|---:|---:|---:|---|"]
+            out.append(
+                f"| {s.split} | {s.n} | {_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
+                f"{s.worst_class.group} {_pct(s.worst_class.accuracy)} | "
+                f"{_pct(s.adjusted_average)} | {_pct(s.balanced_accuracy)} | {s.macro_f1:.3f} | "
+                f"{'-' if s.ece is None else f'{s.ece:.3f}'} |"
+            )
+        for title, rows in (
+            ("Groups", [g for s in self.splits.values() for g in s.per_group]),
+            ("Classes", [g for s in self.splits.values() for g in s.per_class]),
+        ):
+            out += [
+                "",
+                f"## {title}",
+                "",
+                "| split | name | n | correct | accuracy | 95% CI |",
+                "|---|---|---:|---:|---:|---|",
+            ]
             out += [_md_row(g) for g in rows]
-        worst = sorted((g for g in self.headline.per_context if g.n >= 10), key=lambda g: (g.accuracy, -g.n, g.group))[:10]
-        out += ["", f"## Worst context subsets in {self.headline_split} (n >= 10)", "",
-                "| split | subset | n | correct | accuracy | 95% CI |", "|---|---|---:|---:|---:|---|"]
+        worst = sorted((g for g in self.headline.per_context if g.n >= 10), key=lambda g: (g.accuracy, -g.n, g.group))[
+            :10
+        ]
+        out += [
+            "",
+            f"## Worst context subsets in {self.headline_split} (n >= 10)",
+            "",
+            "| split | subset | n | correct | accuracy | 95% CI |",
+            "|---|---|---:|---:|---:|---|",
+        ]
         out += [_md_row(g) for g in worst]
         out += ["", "Notes: " + "; ".join(f"{k}: {v}" for k, v in self.to_dict()["notes"].items()), ""]
         return "\n".join(out)
@@ -189,7 +224,9 @@ class Scores:
         (``overall``), the split itself (level ``all``), its groups, classes and context subsets."""
         rows = []
         for s in [*self.splits.values(), self.overall]:
-            rows.append(score_row("all", "", GroupScore(s.split, s.split, s.n, s.correct, s.average, s.ci_low, s.ci_high)))
+            rows.append(
+                score_row("all", "", GroupScore(s.split, s.split, s.n, s.correct, s.average, s.ci_low, s.ci_high))
+            )
             rows += [score_row("group", "", g) for g in s.per_group]
             rows += [score_row("class", g.group, g) for g in s.per_class]
             rows += [score_row("context", parse_subset_name(g.group)[0], g) for g in s.per_context]
@@ -217,16 +254,20 @@ def task_spec_hash(spec: ShiftSpec) -> str:
     return hashlib.sha256(spec.to_json(compact=True).encode()).hexdigest()
 
 
-def _split_scores(split: str, rows: pd.DataFrame, k: int, train_share: dict[str, float],
-                  probs: np.ndarray | None) -> SplitScores:
+def _split_scores(
+    split: str, rows: pd.DataFrame, k: int, train_share: dict[str, float], probs: np.ndarray | None
+) -> SplitScores:
     from sklearn.metrics import f1_score
 
     correct = rows["correct"].to_numpy()
     groups = group_scores(rows["group"].to_numpy(), correct, split)
     classes = group_scores(rows["label"].to_numpy(), correct, split, order=dict.fromkeys(rows["label"]))
     # an image counts once in every context subset it belongs to: one (subset, correct) pair per membership
-    pairs = [(f"{label}({ctx})", ok) for label, ctxs, ok in zip(rows["label"], rows["contexts"], correct)
-             for ctx in sorted(set(ctxs))]
+    pairs = [
+        (f"{label}({ctx})", ok)
+        for label, ctxs, ok in zip(rows["label"], rows["contexts"], correct)
+        for ctx in sorted(set(ctxs))
+    ]
     contexts = group_scores([p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=bool), split)
     whole = group_scores([split] * len(correct), correct, split)[0]
     weights = {g.group: train_share.get(g.group, 0.0) for g in groups}
@@ -235,13 +276,23 @@ def _split_scores(split: str, rows: pd.DataFrame, k: int, train_share: dict[str,
     y, p = rows["y"].to_numpy(), rows["pred"].to_numpy()
     labels = list(range(k))
     return SplitScores(
-        split=split, n=whole.n, correct=whole.correct, average=whole.accuracy, ci_low=whole.ci_low,
-        ci_high=whole.ci_high, worst_group=worst(groups), worst_class=worst(classes), adjusted_average=adjusted,
+        split=split,
+        n=whole.n,
+        correct=whole.correct,
+        average=whole.accuracy,
+        ci_low=whole.ci_low,
+        ci_high=whole.ci_high,
+        worst_group=worst(groups),
+        worst_class=worst(classes),
+        adjusted_average=adjusted,
         # balanced accuracy: mean recall over the classes present in the split
         balanced_accuracy=float(np.mean([(p[y == c] == c).mean() for c in np.unique(y)])),
         macro_f1=float(f1_score(y, p, labels=labels, average="macro", zero_division=0)),
         ece=None if probs is None else expected_calibration_error(probs, y),
-        per_group=groups, per_class=classes, per_context=contexts)
+        per_group=groups,
+        per_class=classes,
+        per_context=contexts,
+    )
 
 
 def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> float:
@@ -258,8 +309,12 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, bins: int = ECE
     return float(ece)
 
 
-def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions", task: "TaskRef | Any",
-          *, splits: Sequence[str] | None = None) -> Scores:
+def score(
+    predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions",
+    task: "TaskRef | Any",
+    *,
+    splits: Sequence[str] | None = None,
+) -> Scores:
     """Score predictions on a task's splits (every split by default; ``splits`` restricts them).
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
@@ -273,32 +328,42 @@ def score(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | T
     return score_plan(predictions, tp, splits=splits)
 
 
-def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions", tp: "TaskPlan", *,
-               splits: Sequence[str] | None = None) -> Scores:
+def score_plan(
+    predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any] | TaskPredictions",
+    tp: "TaskPlan",
+    *,
+    splits: Sequence[str] | None = None,
+) -> Scores:
     """:func:`score` on an already resolved task plan."""
     classes = tuple(tp.classes)
     if isinstance(predictions, Mapping):  # a dict of columns (arrays or lists), as a training loop has them
         predictions = pd.DataFrame(dict(predictions))
     preds = predictions if isinstance(predictions, TaskPredictions) else TaskPredictions.read(predictions, classes)
     if preds.classes != classes:
-        raise InputFormatError(f"predictions are for classes {list(preds.classes)}, the task has {list(classes)}",
-                               "predict the task's classes in its order")
+        raise InputFormatError(
+            f"predictions are for classes {list(preds.classes)}, the task has {list(classes)}",
+            "predict the task's classes in its order",
+        )
     table = tp.table()
     chosen = chosen_splits(splits, set(table["split"]), tp.task_id)
     pos = {iid: i for i, iid in enumerate(preds.image_ids)}
     outside = sorted(set(pos) - set(table["image_id"]))
     if outside:
-        raise MissingImagesError(f"{preds.source} has predictions for {len(outside)} images that are not in task "
-                                 f"{tp.task_id} (e.g. {', '.join(outside[:5])})",
-                                 "score against the task (and seed, --set options) the predictions were made for",
-                                 image_ids=outside)
+        raise MissingImagesError(
+            f"{preds.source} has predictions for {len(outside)} images that are not in task "
+            f"{tp.task_id} (e.g. {', '.join(outside[:5])})",
+            "score against the task (and seed, --set options) the predictions were made for",
+            image_ids=outside,
+        )
     scored = table[table["split"].isin(chosen)].reset_index(drop=True)
     missing = [i for i in scored["image_id"] if i not in pos]
     if missing:
-        raise MissingImagesError(f"{preds.source} has no prediction for {len(missing)} of the {len(scored)} images of "
-                                 f"split(s) {', '.join(chosen)} (e.g. {', '.join(missing[:5])})",
-                                 "predict every image of the scored splits, or restrict them (splits= / --splits test)",
-                                 image_ids=missing)
+        raise MissingImagesError(
+            f"{preds.source} has no prediction for {len(missing)} of the {len(scored)} images of "
+            f"split(s) {', '.join(chosen)} (e.g. {', '.join(missing[:5])})",
+            "predict every image of the scored splits, or restrict them (splits= / --splits test)",
+            image_ids=missing,
+        )
     idx = np.fromiter((pos[i] for i in scored["image_id"]), dtype=np.int64, count=len(scored))
     label_index = {c: i for i, c in enumerate(classes)}
     scored["y"] = [label_index[c] for c in scored["label"]]
@@ -306,7 +371,7 @@ def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any
     scored["correct"] = scored["y"] == scored["pred"]
     probs = None if preds.probabilities is None else preds.probabilities[idx]
     train = table[table["split"] == "train"]
-    train_share = (train["group"].value_counts(normalize=True).to_dict() if len(train) else {})
+    train_share = train["group"].value_counts(normalize=True).to_dict() if len(train) else {}
     per_split = {}
     for s in chosen:
         sel = (scored["split"] == s).to_numpy()
@@ -314,9 +379,25 @@ def score_plan(predictions: "str | os.PathLike | pd.DataFrame | Mapping[str, Any
     overall = _split_scores("overall", scored, len(classes), train_share, probs)
     roles = split_roles(chosen, tp.spec)
     headline = headline_split(chosen) or chosen[-1]  # only train scored: train
-    return Scores(task_id=tp.task_id, classes=classes, headline_split=headline, prediction_kind=preds.kind,
-                  splits=per_split, overall=overall, id_split=roles[0] if roles else None,
-                  ood_split=roles[1] if roles else None, task_spec_hash=task_spec_hash(tp.spec))
+    return Scores(
+        task_id=tp.task_id,
+        classes=classes,
+        headline_split=headline,
+        prediction_kind=preds.kind,
+        splits=per_split,
+        overall=overall,
+        id_split=roles[0] if roles else None,
+        ood_split=roles[1] if roles else None,
+        task_spec_hash=task_spec_hash(tp.spec),
+    )
 
 
-__all__ = ["Predictions", "TaskPredictions", "GroupScore", "SplitScores", "Scores", "score", "expected_calibration_error"]
+__all__ = [
+    "Predictions",
+    "TaskPredictions",
+    "GroupScore",
+    "SplitScores",
+    "Scores",
+    "score",
+    "expected_calibration_error",
+]

@@ -3,6 +3,7 @@
 Run by ``evaluate`` (pretrained models), ``bugs`` (any predictions) and the zoo, on the group table of
 :func:`metashift_hf.scoring.groups.group_table`; the meta-graph helpers say where a harmful subset lies.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -16,9 +17,11 @@ from metashift_hf.builders.meta_graph_facts import MetaGraphFacts
 from .stats import benjamini_hochberg, two_proportion_test
 
 
-BUG_TEST = ("Each context subset with at least --min-subset-size images is compared with the class's images outside it "
-            "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
-            "across all tested subsets of all classes in the report.")
+BUG_TEST = (
+    "Each context subset with at least --min-subset-size images is compared with the class's images outside it "
+    "(one-sided pooled two-proportion z-test, H1: lower accuracy); p-values are adjusted by Benjamini-Hochberg "
+    "across all tested subsets of all classes in the report."
+)
 BUG_COLUMNS = ("rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug")
 
 
@@ -64,7 +67,9 @@ def context_bugs(
     return ctx
 
 
-def meta_graph_facts(art: "Artifact | None", facts: MetaGraphFacts | None, scored: pd.DataFrame) -> MetaGraphFacts | None:
+def meta_graph_facts(
+    art: "Artifact | None", facts: MetaGraphFacts | None, scored: pd.DataFrame
+) -> MetaGraphFacts | None:
     """The meta-graph facts of the scored rows' context subsets: ``facts`` when the task carries them (an exported
     folder or Hub repo), else computed from the artifact; None with neither (the columns stay empty)."""
     if facts is not None:
@@ -76,14 +81,24 @@ def meta_graph_facts(art: "Artifact | None", facts: MetaGraphFacts | None, score
 
 def bug_entry(r: "pd.Series | Mapping[str, Any]") -> dict[str, Any]:
     """One tested context subset as JSON (bugs.json, report.json): NaN -> None."""
+
     def opt(v, cast):
         return None if v is None or pd.isna(v) else cast(v)
 
-    return {"class": r["class"], "subset": r["subset"], "n": int(r["n"]), "accuracy": float(r["accuracy"]),
-            "rest_n": int(r["rest_n"]), "rest_accuracy": opt(r["rest_accuracy"], float), "z": opt(r["z"], float),
-            "p_value": opt(r["p_value"], float), "q_value": opt(r["q_value"], float), "bug": bool(r["bug"]),
-            "community": opt(r.get("community"), int),
-            "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float)}
+    return {
+        "class": r["class"],
+        "subset": r["subset"],
+        "n": int(r["n"]),
+        "accuracy": float(r["accuracy"]),
+        "rest_n": int(r["rest_n"]),
+        "rest_accuracy": opt(r["rest_accuracy"], float),
+        "z": opt(r["z"], float),
+        "p_value": opt(r["p_value"], float),
+        "q_value": opt(r["q_value"], float),
+        "bug": bool(r["bug"]),
+        "community": opt(r.get("community"), int),
+        "distance_to_largest_community": opt(r.get("distance_to_largest_community"), float),
+    }
 
 
 __all__ = ["BUG_TEST", "BUG_COLUMNS", "context_bugs", "meta_graph_facts", "bug_entry"]

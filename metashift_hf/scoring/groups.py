@@ -4,6 +4,7 @@ The model is WILDS' ``eval`` over a grouper: every figure a report shows (a spli
 group, a context subset, a community) is a :class:`GroupScore` made by :func:`group_score`, with the
 same Wilson interval, and the worst of them is picked by one rule (:data:`WORST_RULE`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,9 @@ def group_score(group: str, split: str, correct: "np.ndarray | Sequence[bool]") 
     return GroupScore(str(group), split, n, k, (k / n) if n else float("nan"), lo, hi)
 
 
-def group_scores(names: Sequence[Hashable], correct: np.ndarray, split: str,
-                 order: Iterable[Hashable] | None = None) -> tuple[GroupScore, ...]:
+def group_scores(
+    names: Sequence[Hashable], correct: np.ndarray, split: str, order: Iterable[Hashable] | None = None
+) -> tuple[GroupScore, ...]:
     """One :class:`GroupScore` per group name of the rows (``names[i]`` is row i's group), sorted by name
     unless ``order`` gives the groups (those without rows are left out)."""
     names = np.asarray([str(n) for n in names], dtype=object)
@@ -63,8 +65,17 @@ def worst(scores: Sequence[GroupScore]) -> GroupScore:
 
 def _row(level: str, cls: str, group: str, subset: str, correct: np.ndarray) -> dict:
     g = group_score(group, "", correct)
-    return {"level": level, "class": cls, "group": group, "subset": subset, "n": g.n, "correct": g.correct,
-            "accuracy": g.accuracy, "ci_low": g.ci_low, "ci_high": g.ci_high}
+    return {
+        "level": level,
+        "class": cls,
+        "group": group,
+        "subset": subset,
+        "n": g.n,
+        "correct": g.correct,
+        "accuracy": g.accuracy,
+        "ci_low": g.ci_low,
+        "ci_high": g.ci_high,
+    }
 
 
 def group_table(
@@ -96,8 +107,9 @@ def group_table(
         ctx_members: dict[str, list[bool]] = {}
         comm_members: dict[int, list[bool]] = {}
         has_comm_col = "community" in part.columns
-        for contexts, ok, comm in zip(part["contexts"], part["correct"],
-                                      part["community"] if has_comm_col else [-1] * len(part)):
+        for contexts, ok, comm in zip(
+            part["contexts"], part["correct"], part["community"] if has_comm_col else [-1] * len(part)
+        ):
             ctxs = sorted(set(contexts if contexts is not None else []))
             for ctx in ctxs:
                 ctx_members.setdefault(ctx, []).append(bool(ok))
@@ -136,14 +148,30 @@ def id_vs_ood(groups: pd.DataFrame, id_split: str, ood_split: str) -> dict[str, 
     return {
         "id_split": id_split,
         "ood_split": ood_split,
-        "id": {"n": int(sp.at[id_split, "n"]), "correct": int(sp.at[id_split, "correct"]), "accuracy": a_id,
-               "ci": [float(sp.at[id_split, "ci_low"]), float(sp.at[id_split, "ci_high"])]},
-        "ood": {"n": int(sp.at[ood_split, "n"]), "correct": int(sp.at[ood_split, "correct"]), "accuracy": a_ood,
-                "ci": [float(sp.at[ood_split, "ci_low"]), float(sp.at[ood_split, "ci_high"])]},
+        "id": {
+            "n": int(sp.at[id_split, "n"]),
+            "correct": int(sp.at[id_split, "correct"]),
+            "accuracy": a_id,
+            "ci": [float(sp.at[id_split, "ci_low"]), float(sp.at[id_split, "ci_high"])],
+        },
+        "ood": {
+            "n": int(sp.at[ood_split, "n"]),
+            "correct": int(sp.at[ood_split, "correct"]),
+            "accuracy": a_ood,
+            "ci": [float(sp.at[ood_split, "ci_low"]), float(sp.at[ood_split, "ci_high"])],
+        },
         "gap": a_id - a_ood,
         "relative_drop": (a_id - a_ood) / a_id if a_id > 0 else None,
     }
 
 
-__all__ = ["GroupScore", "WORST_RULE", "group_score", "group_scores", "worst", "group_table", "worst_subsets",
-           "id_vs_ood"]
+__all__ = [
+    "GroupScore",
+    "WORST_RULE",
+    "group_score",
+    "group_scores",
+    "worst",
+    "group_table",
+    "worst_subsets",
+    "id_vs_ood",
+]

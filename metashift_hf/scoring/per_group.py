@@ -4,6 +4,7 @@ One row per (split, level, name); docs/evaluate.md ("per_group.csv") says what e
 Columns a writer does not compute are present and empty (``score`` runs no context-bug test;
 ``community`` and the distance need the artifact's meta-graph).
 """
+
 from __future__ import annotations
 
 import os
@@ -14,16 +15,39 @@ import pandas as pd
 from .groups import GroupScore
 
 
-PER_GROUP_COLUMNS = ("split", "level", "class", "name", "n", "correct", "accuracy", "ci_low", "ci_high", "community",
-                     "rest_n", "rest_correct", "rest_accuracy", "z", "p_value", "q_value", "bug",
-                     "distance_to_largest_community")
+PER_GROUP_COLUMNS = (
+    "split",
+    "level",
+    "class",
+    "name",
+    "n",
+    "correct",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "community",
+    "rest_n",
+    "rest_correct",
+    "rest_accuracy",
+    "z",
+    "p_value",
+    "q_value",
+    "bug",
+    "distance_to_largest_community",
+)
 _COUNTS = ("n", "correct", "community", "rest_n", "rest_correct")
 ALL_SPLITS = "overall"  # the split column of a row over every scored split together
 LEVELS = ("all", "group", "class", "context", "community")  # in this order within a split
 
 # group_table's levels (metashift_hf.scoring.groups) -> (level, which split the row covers)
-_TABLE_LEVELS = {"overall": "all", "split": "all", "class": "class", "split_class": "class", "context": "context",
-                 "community": "community"}
+_TABLE_LEVELS = {
+    "overall": "all",
+    "split": "all",
+    "class": "class",
+    "split_class": "class",
+    "context": "context",
+    "community": "community",
+}
 
 
 def per_group_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
@@ -33,8 +57,17 @@ def per_group_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
 
 def score_row(level: str, cls: str, g: GroupScore) -> dict:
     """A :class:`GroupScore` of ``level`` (``cls``: its class, "" when it has none) as a per_group.csv row."""
-    return {"split": g.split, "level": level, "class": cls, "name": g.group, "n": g.n, "correct": g.correct,
-            "accuracy": g.accuracy, "ci_low": g.ci_low, "ci_high": g.ci_high}
+    return {
+        "split": g.split,
+        "level": level,
+        "class": cls,
+        "name": g.group,
+        "n": g.n,
+        "correct": g.correct,
+        "accuracy": g.accuracy,
+        "ci_low": g.ci_low,
+        "ci_high": g.ci_high,
+    }
 
 
 def from_group_table(groups: pd.DataFrame) -> pd.DataFrame:
@@ -67,5 +100,12 @@ def write_per_group(frame: pd.DataFrame, path: "str | os.PathLike") -> None:
     out.to_csv(path, index=False)
 
 
-__all__ = ["PER_GROUP_COLUMNS", "ALL_SPLITS", "LEVELS", "per_group_frame", "score_row", "from_group_table",
-           "write_per_group"]
+__all__ = [
+    "PER_GROUP_COLUMNS",
+    "ALL_SPLITS",
+    "LEVELS",
+    "per_group_frame",
+    "score_row",
+    "from_group_table",
+    "write_per_group",
+]

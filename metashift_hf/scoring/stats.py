@@ -1,4 +1,5 @@
 """Small-sample statistics for accuracies: Wilson intervals, two-proportion test, Benjamini–Hochberg."""
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ food, vehicles). Every category of an image gets 1-3 instance annotations with b
 so readers meet COCO's real structure. Sizes are large enough for the COCO subpopulation tasks
 at the paper's sizes (3,000 training, 524 test images). Same seed -> byte-identical files.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,9 +29,17 @@ from metashift_hf.core.fsutil import atomic_dir
 
 
 # (subject, where, images): where = indoor | outdoor | both
-SCENES = (("cat", "indoor", 1800), ("cat", "outdoor", 320), ("cat", "both", 60),
-          ("dog", "outdoor", 1800), ("dog", "indoor", 320), ("dog", "both", 60),
-          ("cat+dog", "indoor", 30), ("cat+dog", "outdoor", 30), ("other", "any", 500))
+SCENES = (
+    ("cat", "indoor", 1800),
+    ("cat", "outdoor", 320),
+    ("cat", "both", 60),
+    ("dog", "outdoor", 1800),
+    ("dog", "indoor", 320),
+    ("dog", "both", 60),
+    ("cat+dog", "indoor", 30),
+    ("cat+dog", "outdoor", 30),
+    ("other", "any", 500),
+)
 VAL_FRACTION = 0.1
 
 
@@ -44,8 +53,15 @@ def _jpeg(rng: np.random.Generator) -> bytes:
 
 def _annotation(ann_id: int, image_id: int, cat_id: int, rng: np.random.Generator) -> dict:
     x, y, w, h = (round(float(v), 2) for v in rng.uniform(1, 60, 4))
-    return {"segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]], "area": round(w * h, 2), "iscrowd": 0,
-            "image_id": image_id, "bbox": [x, y, w, h], "category_id": cat_id, "id": ann_id}
+    return {
+        "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+        "area": round(w * h, 2),
+        "iscrowd": 0,
+        "image_id": image_id,
+        "bbox": [x, y, w, h],
+        "category_id": cat_id,
+        "id": ann_id,
+    }
 
 
 def write_coco_world(out: str | os.PathLike, *, seed: int = 0, images: bool = True) -> Path:
@@ -70,15 +86,20 @@ def write_coco_world(out: str | os.PathLike, *, seed: int = 0, images: bool = Tr
             i = int(order[k])
             k += 1
             names: set[str] = set(subject.split("+")) if subject != "other" else {str(rng.choice(neutral))}
-            pools = {"indoor": [indoor], "outdoor": [outdoor], "both": [indoor, outdoor],
-                     "any": [indoor + outdoor + neutral]}[where]
+            pools = {
+                "indoor": [indoor],
+                "outdoor": [outdoor],
+                "both": [indoor, outdoor],
+                "any": [indoor + outdoor + neutral],
+            }[where]
             for pool in pools:
                 names |= {str(x) for x in rng.choice(pool, size=int(rng.integers(1, 4)), replace=False)}
             if rng.random() < 0.3:
                 names.add("person")
             image_id, split = int(image_ids[i]), str(split_of[i])
-            files[split]["images"].append({"license": 1, "file_name": f"{image_id:012d}.jpg", "height": 12,
-                                           "width": 16, "id": image_id})
+            files[split]["images"].append(
+                {"license": 1, "file_name": f"{image_id:012d}.jpg", "height": 12, "width": 16, "id": image_id}
+            )
             for name in sorted(names):
                 for _ in range(int(rng.integers(1, 4))):
                     files[split]["annotations"].append(_annotation(ann_id, image_id, ids[name], rng))
@@ -88,9 +109,13 @@ def write_coco_world(out: str | os.PathLike, *, seed: int = 0, images: bool = Tr
         (tmp / "annotations").mkdir()
         for split, content in files.items():
             content["images"].sort(key=lambda r: r["id"])
-            doc = {"info": {"description": f"metashift-hf COCO-format demo world (seed {seed})"},
-                   "licenses": [{"id": 1, "name": "MIT (synthetic)"}],
-                   "images": content["images"], "annotations": content["annotations"], "categories": categories}
+            doc = {
+                "info": {"description": f"metashift-hf COCO-format demo world (seed {seed})"},
+                "licenses": [{"id": 1, "name": "MIT (synthetic)"}],
+                "images": content["images"],
+                "annotations": content["annotations"],
+                "categories": categories,
+            }
             (tmp / "annotations" / f"instances_{split}.json").write_text(json.dumps(doc), encoding="utf-8")
             if images:
                 (tmp / split).mkdir()

@@ -13,6 +13,7 @@ there and, for cat and dog, frequent "hub" objects per zone (home / street / bea
 class's meta-graph is connected but clustered (indoor and outdoor communities apart). The cat/dog
 templates are the paper's groups (paper-tasks.json). Figures and reasons: docs/demo-world.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +53,12 @@ CLASSES: dict[str, dict] = {
         "templates": [
             # computer -desk- book -books- shelf -container- box ; book -television- sofa -cup- sink
             # sofa -couch- bed ; shelf -bowl- kitchen ; sofa -window- yard (the indoor/outdoor bridge)
-            ("computer", _IN, 14, ["speaker", "computer", "screen", "laptop", "computer mouse", "keyboard", "monitor", "desk"]),
+            (
+                "computer",
+                _IN,
+                14,
+                ["speaker", "computer", "screen", "laptop", "computer mouse", "keyboard", "monitor", "desk"],
+            ),
             ("book", _IN, 10, ["books", "book", "television", "bookshelf", "blinds", "picture", "desk"]),
             ("shelf", _IN, 10, ["container", "shelf", "vase", "bowl", "books"]),
             ("box", _IN, 11, ["box", "paper", "papers", "suitcase", "bag", "toy", "container"]),
@@ -90,10 +96,22 @@ CLASSES: dict[str, dict] = {
         ],
         # Zones are the indoor / street / beach clusters; bag and boat scenes sit in two zones,
         # so the zones form a chain home - street - beach (the paper's growing distances).
-        "zones": {"bag": ["home", "street"], "cap": ["street"], "bike": ["street"], "vehicle": ["street"],
-                  "bench": ["street"], "grass": ["street"], "boat": ["street", "beach"],
-                  "surfboard": ["beach"], "snow": ["beach"]},
-        "hubs": {"home": ["chair", "floor", "curtain"], "street": ["pole", "fire hydrant"], "beach": ["umbrella", "kite"]},
+        "zones": {
+            "bag": ["home", "street"],
+            "cap": ["street"],
+            "bike": ["street"],
+            "vehicle": ["street"],
+            "bench": ["street"],
+            "grass": ["street"],
+            "boat": ["street", "beach"],
+            "surfboard": ["beach"],
+            "snow": ["beach"],
+        },
+        "hubs": {
+            "home": ["chair", "floor", "curtain"],
+            "street": ["pole", "fire hydrant"],
+            "beach": ["umbrella", "kite"],
+        },
         # Occasional objects of the next group: enough overlap for a meta-graph edge, while the two
         # training groups of one experiment keep most of their images to themselves.
         "bridges": {"bag": ["box"], "surfboard": ["boat"]},
@@ -209,13 +227,41 @@ AMBIGUOUS_TEMPLATES = ("sofa", "bed", "grass")  # where the two meet; a fixed fe
 # Place/room words appear as scenery objects (GQA has objects named 'ocean', 'street', ...):
 # they give the builder general contexts like ocean(dog) without being related to the animal.
 PLACE_WORDS = {
-    "computer": "living room", "book": "living room", "sofa": "living room", "shelf": "living room",
-    "bed": "bedroom", "sink": "bathroom", "box": "kitchen", "kitchen": "kitchen", "cabinet": "kitchen", "bag": "kitchen",
-    "yard": "yard", "cap": "sidewalk", "bike": "street", "vehicle": "street", "bench": "park",
-    "grass": "field", "boat": "beach", "surfboard": "ocean", "snow": "forest", "pasture": "field",
-    "riding": "farm", "town": "road", "shore": "beach", "savanna": "field", "river": "river",
-    "zoo": "park", "runway": "airport", "sky": "airport", "city": "street", "traffic": "road",
-    "road": "road", "enclosure": "park", "farm": "farm", "wild": "forest", "tree": "park",
+    "computer": "living room",
+    "book": "living room",
+    "sofa": "living room",
+    "shelf": "living room",
+    "bed": "bedroom",
+    "sink": "bathroom",
+    "box": "kitchen",
+    "kitchen": "kitchen",
+    "cabinet": "kitchen",
+    "bag": "kitchen",
+    "yard": "yard",
+    "cap": "sidewalk",
+    "bike": "street",
+    "vehicle": "street",
+    "bench": "park",
+    "grass": "field",
+    "boat": "beach",
+    "surfboard": "ocean",
+    "snow": "forest",
+    "pasture": "field",
+    "riding": "farm",
+    "town": "road",
+    "shore": "beach",
+    "savanna": "field",
+    "river": "river",
+    "zoo": "park",
+    "runway": "airport",
+    "sky": "airport",
+    "city": "street",
+    "traffic": "road",
+    "road": "road",
+    "enclosure": "park",
+    "farm": "farm",
+    "wild": "forest",
+    "tree": "park",
     "water": "lake",
 }
 PLACE_SET = frozenset(PLACE_WORDS.values())
@@ -233,17 +279,30 @@ _KIND_WORDS = {
     "sky": "sky cloud mountain hill",
 }
 KIND = {w: kind for kind, words in _KIND_WORDS.items() for w in words.split(" ") if w}
-KIND.update({"remote control": "item", "computer mouse": "item", "trash can": "item",
-             "fire hydrant": "item", "traffic light": "item", "road sign": "item"})
+KIND.update(
+    {
+        "remote control": "item",
+        "computer mouse": "item",
+        "trash can": "item",
+        "fire hydrant": "item",
+        "traffic light": "item",
+        "road sign": "item",
+    }
+)
 for _c in CLASSES:
     KIND[_c] = "vehicle" if _c in ("airplane", "bus", "truck") else "animal"
 
 # Relation names from the main object to a context object, and back, by the context's kind.
 REL_TO = {
-    "ground": ["on", "standing on", "lying on"], "furniture": ["on", "lying on", "sitting on", "near"],
-    "vehicle": ["near", "next to", "in front of"], "person": ["near", "next to", "looking at"],
-    "animal": ["near", "next to", "looking at"], "plant": ["near", "under", "in front of"],
-    "building": ["in front of", "near"], "wall": ["in front of", "near"], "sky": ["under", "below"],
+    "ground": ["on", "standing on", "lying on"],
+    "furniture": ["on", "lying on", "sitting on", "near"],
+    "vehicle": ["near", "next to", "in front of"],
+    "person": ["near", "next to", "looking at"],
+    "animal": ["near", "next to", "looking at"],
+    "plant": ["near", "under", "in front of"],
+    "building": ["in front of", "near"],
+    "wall": ["in front of", "near"],
+    "sky": ["under", "below"],
     "item": ["near", "next to", "playing with", "holding"],
 }
 REL_BACK = {"ground": "under", "furniture": "under", "sky": "above", "wall": "behind"}
@@ -251,27 +310,71 @@ VEHICLE_REL = {"sky": ["in", "flying in"], "ground": ["on", "parked on"]}
 
 # Attributes for context objects: a colour (half the time), a material for furniture and buildings.
 CONTEXT_COLOURS = ["white", "black", "brown", "gray", "red", "blue", "green", "yellow", "beige", "silver"]
-OBJECT_COLOUR = {"grass": "green", "trees": "green", "tree": "green", "bush": "green", "leaves": "green",
-                 "sky": "blue", "water": "blue", "sand": "tan", "snow": "white", "dirt": "brown", "mud": "brown",
-                 "cloud": "white", "runway": "gray", "floor": "brown", "wall": "beige", "log": "brown"}
+OBJECT_COLOUR = {
+    "grass": "green",
+    "trees": "green",
+    "tree": "green",
+    "bush": "green",
+    "leaves": "green",
+    "sky": "blue",
+    "water": "blue",
+    "sand": "tan",
+    "snow": "white",
+    "dirt": "brown",
+    "mud": "brown",
+    "cloud": "white",
+    "runway": "gray",
+    "floor": "brown",
+    "wall": "beige",
+    "log": "brown",
+}
 MATERIALS = {"furniture": ["wood", "metal", "plastic", "leather"], "building": ["brick", "stone", "wood", "concrete"]}
 SIZES = {"large": 1, "small": 1}
 
 RGB = {
-    "white": (235, 235, 232), "red": (200, 40, 40), "black": (30, 30, 30), "green": (60, 150, 60),
-    "silver": (190, 192, 200), "gold": (212, 175, 55), "khaki": (195, 176, 145), "gray": (128, 128, 128),
-    "dark": (60, 60, 60), "pink": (240, 150, 170), "dark blue": (20, 30, 110), "dark brown": (80, 50, 30),
-    "blue": (50, 90, 200), "yellow": (230, 210, 50), "tan": (210, 180, 140), "brown": (140, 90, 50),
-    "orange": (235, 140, 40), "purple": (130, 60, 160), "beige": (225, 210, 180), "blond": (240, 220, 150),
-    "brunette": (100, 60, 40), "maroon": (120, 20, 40), "light blue": (150, 190, 235),
+    "white": (235, 235, 232),
+    "red": (200, 40, 40),
+    "black": (30, 30, 30),
+    "green": (60, 150, 60),
+    "silver": (190, 192, 200),
+    "gold": (212, 175, 55),
+    "khaki": (195, 176, 145),
+    "gray": (128, 128, 128),
+    "dark": (60, 60, 60),
+    "pink": (240, 150, 170),
+    "dark blue": (20, 30, 110),
+    "dark brown": (80, 50, 30),
+    "blue": (50, 90, 200),
+    "yellow": (230, 210, 50),
+    "tan": (210, 180, 140),
+    "brown": (140, 90, 50),
+    "orange": (235, 140, 40),
+    "purple": (130, 60, 160),
+    "beige": (225, 210, 180),
+    "blond": (240, 220, 150),
+    "brunette": (100, 60, 40),
+    "maroon": (120, 20, 40),
+    "light blue": (150, 190, 235),
     "light brown": (180, 140, 100),
 }
 # Backgrounds: indoor walls are warm, outdoor scenes have sky over a ground tinted by the place.
-_BG_GROUND = {"beach": (220, 200, 150), "ocean": (70, 120, 190), "street": (120, 120, 125),
-              "road": (110, 110, 115), "sidewalk": (160, 160, 160), "airport": (140, 140, 140),
-              "forest": (40, 100, 50), "river": (80, 120, 170), "lake": (80, 120, 170)}
-_BG_INDOOR = {"bedroom": (225, 205, 200), "bathroom": (210, 225, 230), "kitchen": (235, 225, 195),
-              "living room": (230, 215, 185)}
+_BG_GROUND = {
+    "beach": (220, 200, 150),
+    "ocean": (70, 120, 190),
+    "street": (120, 120, 125),
+    "road": (110, 110, 115),
+    "sidewalk": (160, 160, 160),
+    "airport": (140, 140, 140),
+    "forest": (40, 100, 50),
+    "river": (80, 120, 170),
+    "lake": (80, 120, 170),
+}
+_BG_INDOOR = {
+    "bedroom": (225, 205, 200),
+    "bathroom": (210, 225, 230),
+    "kitchen": (235, 225, 195),
+    "living room": (230, 215, 185),
+}
 
 
 @dataclass
@@ -300,11 +403,16 @@ class DemoWorld:
     def describe(self) -> str:
         """Two lines for users: size, splits and where the files are."""
         sm = self.summary
-        images = (f"{sm['image_bytes'] / 1e6:.1f} MB of JPEGs in {self.images_dir}" if sm.get("images_written")
-                  else "no images written")
-        return (f"demo world (seed {sm['seed']}): {sm['n_images']:,} images, {sm['splits']['train']:,} train / "
-                f"{sm['splits']['val']:,} val; {images}\n"
-                f"  scene graphs: {' '.join(str(p) for p in self.scene_graphs)}")
+        images = (
+            f"{sm['image_bytes'] / 1e6:.1f} MB of JPEGs in {self.images_dir}"
+            if sm.get("images_written")
+            else "no images written"
+        )
+        return (
+            f"demo world (seed {sm['seed']}): {sm['n_images']:,} images, {sm['splits']['train']:,} train / "
+            f"{sm['splits']['val']:,} val; {images}\n"
+            f"  scene graphs: {' '.join(str(p) for p in self.scene_graphs)}"
+        )
 
 
 def _pick(rng: np.random.Generator, weights: dict[str, float]) -> str:
@@ -338,8 +446,7 @@ class _Scene:
         oid = str(ID_BASE + self._next)
         self._next += 1
         x, y, w, h = box
-        self.objects[oid] = {"name": name, "x": x, "y": y, "w": w, "h": h,
-                             "attributes": attributes, "relations": []}
+        self.objects[oid] = {"name": name, "x": x, "y": y, "w": w, "h": h, "attributes": attributes, "relations": []}
         return oid
 
     def relate(self, a: str, name: str, b: str) -> None:
@@ -403,8 +510,7 @@ def _make_scene(rng: np.random.Generator, number: int, cls: str) -> tuple[dict, 
     main = scene.add(cls, _box(rng, KIND[cls], width, height, True), _main_attributes(rng, spec))
     mains = [main]
     if second is not None:
-        other = scene.add(second, _box(rng, "animal", width, height, True),
-                          _main_attributes(rng, CLASSES[second]))
+        other = scene.add(second, _box(rng, "animal", width, height, True), _main_attributes(rng, CLASSES[second]))
         mains.append(other)
         scene.relate(main, REL_TO["animal"][int(rng.integers(3))], other)
         scene.relate(other, REL_TO["animal"][int(rng.integers(3))], main)
@@ -557,11 +663,15 @@ def load_demo_world(out_dir: str | Path) -> DemoWorld:
     try:
         summary = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise InputFormatError(f"{path} is missing or not valid JSON ({exc})",
-                               "regenerate it with generate_demo_world(out_dir) / metashift-hf demo") from exc
+        raise InputFormatError(
+            f"{path} is missing or not valid JSON ({exc})",
+            "regenerate it with generate_demo_world(out_dir) / metashift-hf demo",
+        ) from exc
     if summary.get("format") != DEMO_WORLD_FORMAT:
-        raise InputFormatError(f"{path} is not a demo-world summary (format={summary.get('format')!r})",
-                               "regenerate it with generate_demo_world(out_dir)")
+        raise InputFormatError(
+            f"{path} is not a demo-world summary (format={summary.get('format')!r})",
+            "regenerate it with generate_demo_world(out_dir)",
+        )
     return DemoWorld(root=root, summary=summary)
 
 
@@ -581,8 +691,10 @@ def generate_demo_world(
     as is.
     """
     if isinstance(n_images, bool) or not isinstance(n_images, (int, np.integer)) or n_images < 20:
-        raise InputFormatError(f"n_images must be an integer >= 20, got {n_images!r}",
-                               f"use the default ({DEFAULT_N_IMAGES}) or a larger size")
+        raise InputFormatError(
+            f"n_images must be an integer >= 20, got {n_images!r}",
+            f"use the default ({DEFAULT_N_IMAGES}) or a larger size",
+        )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputFormatError(f"seed must be a non-negative integer, got {seed!r}", "pass e.g. seed=0")
     n_images, seed = int(n_images), int(seed)
@@ -592,9 +704,12 @@ def generate_demo_world(
             world = load_demo_world(out)
         except InputFormatError:
             world = None
-        if world is not None and (world.summary.get("generator_version"), world.summary.get("seed"),
-                                  world.summary.get("n_images")) == (GENERATOR_VERSION, seed, n_images) \
-                and (world.summary.get("images_written") or not write_images):
+        if (
+            world is not None
+            and (world.summary.get("generator_version"), world.summary.get("seed"), world.summary.get("n_images"))
+            == (GENERATOR_VERSION, seed, n_images)
+            and (world.summary.get("images_written") or not write_images)
+        ):
             return world
     _check_existing(out)
 

@@ -6,6 +6,7 @@ always complete and correct. The ``.part`` file survives a crash or Ctrl-C and t
 continues it with an HTTP Range request. The hash is computed while bytes arrive (after
 re-reading the kept prefix once on resume), so a 21.8 GB file is not read twice.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,8 +81,12 @@ def _user_agent() -> str:
 
 
 # First bytes of each kind of known file: a partial file that starts otherwise is discarded.
-_MAGIC = {".zip": (b"PK\x03\x04", b"PK\x05\x06"), ".json": (b"{", b"[", b"\xef\xbb\xbf"), ".pkl": (b"\x80",),
-          ".gz": (b"\x1f\x8b",)}
+_MAGIC = {
+    ".zip": (b"PK\x03\x04", b"PK\x05\x06"),
+    ".json": (b"{", b"[", b"\xef\xbb\xbf"),
+    ".pkl": (b"\x80",),
+    ".gz": (b"\x1f\x8b",),
+}
 
 
 class _Fetcher:
@@ -105,7 +110,7 @@ class _Fetcher:
         if head is None:
             with open(self.part, "rb") as f:
                 head = f.read(8)
-        return not head or any(head[:len(m)] == m[:len(head)] for m in starts)
+        return not head or any(head[: len(m)] == m[: len(head)] for m in starts)
 
     def restart(self) -> None:
         self.part.unlink(missing_ok=True)
@@ -118,8 +123,10 @@ class _Fetcher:
             offset = self._size()
             if offset > self.known.size or (offset and not self._plausible_start()):
                 if offset <= self.known.size:
-                    logger.warning(f"{self.known.file_name}: the partial file {self.part} does not start like a "
-                                   f"{self.part.suffixes[0] if self.part.suffixes else ''} file; discarded, starting over")
+                    logger.warning(
+                        f"{self.known.file_name}: the partial file {self.part} does not start like a "
+                        f"{self.part.suffixes[0] if self.part.suffixes else ''} file; discarded, starting over"
+                    )
                 self.restart()
                 offset = 0
             if self.hashed != offset:
@@ -135,9 +142,11 @@ class _Fetcher:
                 failures = 0 if progressed else failures + 1
                 if failures > self.retries:
                     raise _MirrorFailed(f"{type(exc).__name__}: {exc} (after {self.retries} retries)") from None
-                logger.warning(f"{self.known.file_name}: connection to {url} broke ({type(exc).__name__}: {exc}); "
-                               f"resuming at byte {self._size():,}")
-                time.sleep(min(0.5 * 2 ** failures, 30.0) if failures else 0.0)
+                logger.warning(
+                    f"{self.known.file_name}: connection to {url} broke ({type(exc).__name__}: {exc}); "
+                    f"resuming at byte {self._size():,}"
+                )
+                time.sleep(min(0.5 * 2**failures, 30.0) if failures else 0.0)
 
     def _attempt(self, url: str, offset: int) -> None:
         headers = {"User-Agent": _user_agent(), "Accept-Encoding": "identity"}
@@ -157,32 +166,49 @@ class _Fetcher:
             if status == 206 and offset:
                 crange = resp.headers.get("Content-Range", "")
                 if not crange.startswith(f"bytes {offset}-") or not crange.endswith(f"/{total}"):
-                    raise _MirrorFailed(f"answered a resume with Content-Range {crange!r}, expected bytes {offset}-…/{total}")
+                    raise _MirrorFailed(
+                        f"answered a resume with Content-Range {crange!r}, expected bytes {offset}-…/{total}"
+                    )
                 mode = "ab"
             elif status == 200:
                 if offset:
-                    logger.warning(f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over")
+                    logger.warning(
+                        f"{self.known.file_name}: {url} ignored the Range request (HTTP 200); starting over"
+                    )
                     self.restart()
                     offset = 0
                 mode = "wb"
             else:
                 raise _MirrorFailed(f"unexpected HTTP {status}")
             ctype = (resp.headers.get("Content-Type") or "").lower()
-            if ctype.startswith(("text/html", "application/xhtml")) and not self.known.file_name.endswith((".html", ".htm")):
+            if ctype.startswith(("text/html", "application/xhtml")) and not self.known.file_name.endswith(
+                (".html", ".htm")
+            ):
                 raise _MirrorFailed(f"answered with a web page ({ctype}), not {self.known.file_name}")
             length = resp.headers.get("Content-Length")
             if length is not None and length.isdigit() and offset + int(length) != total:
-                raise _MirrorFailed(f"serves {offset + int(length):,} bytes for {self.known.file_name}, expected {total:,}")
+                raise _MirrorFailed(
+                    f"serves {offset + int(length):,} bytes for {self.known.file_name}, expected {total:,}"
+                )
             self._stream(resp, mode, offset)
 
     def _stream(self, resp, mode: str, offset: int) -> None:
         from tqdm import tqdm
 
         total = self.known.size
-        with open(self.part, mode) as out, tqdm(
-            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1000,
-            desc=self.known.file_name, disable=not self.progress, leave=True,
-        ) as bar:
+        with (
+            open(self.part, mode) as out,
+            tqdm(
+                total=total,
+                initial=offset,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1000,
+                desc=self.known.file_name,
+                disable=not self.progress,
+                leave=True,
+            ) as bar,
+        ):
             done = offset
             read = getattr(resp, "read1", resp.read)
             while done < total:
@@ -235,8 +261,14 @@ def download_file(
     check_disk_space(dest, max(known.size - have, 0), f"downloading {known.file_name}")
 
     with _exclusive(part, final):
-        return _from_mirrors(known, part, final, list(urls) if urls else mirror_urls(known, mirror), have > 0,
-                             _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress))
+        return _from_mirrors(
+            known,
+            part,
+            final,
+            list(urls) if urls else mirror_urls(known, mirror),
+            have > 0,
+            _Fetcher(known, part, timeout=timeout, retries=retries, progress=progress),
+        )
 
 
 @contextlib.contextmanager
@@ -253,16 +285,19 @@ def _exclusive(part: Path, final: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise MetashiftError(f"another process is downloading {final} right now (lock {lock})",
-                                 "wait for it to finish, or stop it and run the command again") from None
+            raise MetashiftError(
+                f"another process is downloading {final} right now (lock {lock})",
+                "wait for it to finish, or stop it and run the command again",
+            ) from None
         try:
             yield
         finally:
             lock.unlink(missing_ok=True)  # while still holding it, so no one else got it meanwhile
 
 
-def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], resumed_from_earlier_run: bool,
-                  fetcher: "_Fetcher") -> tuple[Path, str]:
+def _from_mirrors(
+    known: KnownFile, part: Path, final: Path, urls: list[str], resumed_from_earlier_run: bool, fetcher: "_Fetcher"
+) -> tuple[Path, str]:
     failures: list[str] = []
     bad_checksum = False
     for url in urls:
@@ -283,13 +318,17 @@ def _from_mirrors(known: KnownFile, part: Path, final: Path, urls: list[str], re
         logger.warning(f"{known.file_name}: checksum mismatch from {url}{extra}; deleted it, trying the next mirror")
         resumed_from_earlier_run = False
     detail = "; ".join(failures)
-    fix = (f"try another mirror with --mirror BASE_URL (the file is looked up as BASE_URL/{known.file_name}), "
-           f"or fetch {known.file_name} yourself and run `metashift-hf download --register {known.key} PATH`")
+    fix = (
+        f"try another mirror with --mirror BASE_URL (the file is looked up as BASE_URL/{known.file_name}), "
+        f"or fetch {known.file_name} yourself and run `metashift-hf download --register {known.key} PATH`"
+    )
     if bad_checksum:
         raise ChecksumError(f"no mirror delivered a correct {known.file_name}; nothing was kept: {detail}", fix)
-    raise DownloadError(f"could not download {known.file_name}: {detail}",
-                        f"check the network or proxy settings (partial data is kept in {part} when any "
-                        f"arrived, and the next run resumes it), or {fix}")
+    raise DownloadError(
+        f"could not download {known.file_name}: {detail}",
+        f"check the network or proxy settings (partial data is kept in {part} when any "
+        f"arrived, and the next run resumes it), or {fix}",
+    )
 
 
 def _verify_existing(final: Path, known: KnownFile, trusted_sha256, progress: bool) -> str:
@@ -328,9 +367,13 @@ def extract_scene_graphs(zip_path: str | os.PathLike, out_dir: str | os.PathLike
                 f"{', '.join(sorted(by_name)[:10]) or 'nothing'})",
                 "register GQA's sceneGraphs.zip, or a folder holding the scene-graph JSON files",
             )
-        todo = [i for i in members
-                if not ((out / Path(i.filename).name).is_file()
-                        and (out / Path(i.filename).name).stat().st_size == i.file_size)]
+        todo = [
+            i
+            for i in members
+            if not (
+                (out / Path(i.filename).name).is_file() and (out / Path(i.filename).name).stat().st_size == i.file_size
+            )
+        ]
         if todo:
             check_disk_space(out, sum(i.file_size for i in todo), f"extracting scene graphs from {zip_path.name}")
         for info in todo:

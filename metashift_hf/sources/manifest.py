@@ -9,6 +9,7 @@ Lookup order for a role: environment variable, then manifest entry. A known file
 once, when downloaded or registered; the manifest remembers the digest with the file's size and
 mtime so it is not re-hashed while the file is unchanged.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,15 +56,18 @@ def default_manifest_path() -> Path:
 
 def _check_role(role: str) -> KnownFile:
     if role not in KNOWN_FILES:
-        raise UnknownNameError(f"unknown input role {role!r}{did_you_mean(role, ROLES)}",
-                               f"use one of: {', '.join(ROLES)}")
+        raise UnknownNameError(
+            f"unknown input role {role!r}{did_you_mean(role, ROLES)}", f"use one of: {', '.join(ROLES)}"
+        )
     return KNOWN_FILES[role]
 
 
 def _fix_for(role: str) -> str:
     kf = KNOWN_FILES[role]
-    return (f"run `metashift-hf download --what {role}` ({human_size(kf.size)}), or, with {kf.file_name} "
-            f"already on disk, `metashift-hf download --register {role} PATH` (or set {env_var(role)}=PATH)")
+    return (
+        f"run `metashift-hf download --what {role}` ({human_size(kf.size)}), or, with {kf.file_name} "
+        f"already on disk, `metashift-hf download --register {role} PATH` (or set {env_var(role)}=PATH)"
+    )
 
 
 class DataManifest:
@@ -84,29 +88,41 @@ class DataManifest:
         if not p.exists():
             return cls(p)
         if not p.is_file():  # reading a FIFO would wait forever, a device has no manifest
-            raise InputFormatError(f"data manifest {p} is not a regular file",
-                                   "point --manifest / $" + MANIFEST_ENV + " at the manifest file (or a new path)")
+            raise InputFormatError(
+                f"data manifest {p} is not a regular file",
+                "point --manifest / $" + MANIFEST_ENV + " at the manifest file (or a new path)",
+            )
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFormatError(f"data manifest {p} is unreadable ({exc})",
-                                   f"delete {p} and re-register or re-download the inputs") from exc
+            raise InputFormatError(
+                f"data manifest {p} is unreadable ({exc})", f"delete {p} and re-register or re-download the inputs"
+            ) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("inputs"), dict):
-            raise InputFormatError(f"{p} is not a metashift-hf data manifest (key 'format' must be {FORMAT!r})",
-                                   f"point --manifest / ${MANIFEST_ENV} at the right file, or delete {p}")
+            raise InputFormatError(
+                f"{p} is not a metashift-hf data manifest (key 'format' must be {FORMAT!r})",
+                f"point --manifest / ${MANIFEST_ENV} at the right file, or delete {p}",
+            )
         if data.get("format_version") != FORMAT_VERSION:
-            raise InputFormatError(f"data manifest {p} has format_version {data.get('format_version')!r}; "
-                                   f"this metashift-hf reads {FORMAT_VERSION}",
-                                   f"delete {p} and re-register or re-download the inputs")
+            raise InputFormatError(
+                f"data manifest {p} has format_version {data.get('format_version')!r}; "
+                f"this metashift-hf reads {FORMAT_VERSION}",
+                f"delete {p} and re-register or re-download the inputs",
+            )
         for role, e in data["inputs"].items():
             if not isinstance(e, dict) or not isinstance(e.get("path"), str) or not e["path"]:
-                raise InputFormatError(f"data manifest {p}: the entry {str(role)[:60]!r} has no path string",
-                                       f"delete {p} (or that entry) and re-register or re-download the inputs")
+                raise InputFormatError(
+                    f"data manifest {p}: the entry {str(role)[:60]!r} has no path string",
+                    f"delete {p} (or that entry) and re-register or re-download the inputs",
+                )
         return cls(p, data["inputs"])
 
     def save(self) -> None:
-        doc = {"format": FORMAT, "format_version": FORMAT_VERSION,
-               "inputs": {k: self.entries[k] for k in sorted(self.entries)}}
+        doc = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "inputs": {k: self.entries[k] for k in sorted(self.entries)},
+        }
         # the manifest is the tool's own record, updated in place: ours is replaced without --force
         with atomic_out_file(self.path, MANIFEST_FILE, force=True, flag="--manifest") as f:
             json.dump(doc, f, indent=2, sort_keys=True)
@@ -115,9 +131,18 @@ class DataManifest:
     def entry(self, role: str) -> dict[str, Any] | None:
         return self.entries.get(role)
 
-    def record(self, role: str, path: str | os.PathLike, *, origin: str, sha256: str | None = None,
-               known: str | None = None, url: str | None = None,
-               extracted: list[Path] | None = None, **facts: Any) -> dict[str, Any]:
+    def record(
+        self,
+        role: str,
+        path: str | os.PathLike,
+        *,
+        origin: str,
+        sha256: str | None = None,
+        known: str | None = None,
+        url: str | None = None,
+        extracted: list[Path] | None = None,
+        **facts: Any,
+    ) -> dict[str, Any]:
         """Set ``role``'s entry (call ``save`` to write). File size and mtime are stored so a recorded
         sha256 stays trusted only while the file is unchanged."""
         _check_role(role)
@@ -161,8 +186,11 @@ class DataManifest:
             raise MissingInputError(f"{role} input {p} (named by {where}) does not exist", _fix_for(role))
         # Cheap guard for paths given by environment: a file with the known name must have the known size.
         if p.is_file() and p.name == kf.file_name and p.stat().st_size != kf.size:
-            raise ChecksumError(f"{p} (named by {where}) has {p.stat().st_size:,} bytes, expected {kf.size:,} "
-                                f"for {kf.file_name}: it is incomplete or a different file", _fix_for(role))
+            raise ChecksumError(
+                f"{p} (named by {where}) has {p.stat().st_size:,} bytes, expected {kf.size:,} "
+                f"for {kf.file_name}: it is incomplete or a different file",
+                _fix_for(role),
+            )
         return p.absolute(), where
 
 
@@ -179,8 +207,10 @@ def _check_shape(role: str, p: Path) -> dict[str, Any]:
         if p.is_dir():
             found = [n for n in SCENE_GRAPH_MEMBERS if (p / n).is_file()]
             if not found:
-                raise bad(f"the folder holds none of {', '.join(SCENE_GRAPH_MEMBERS)}",
-                          "register the folder that holds the GQA scene-graph JSON files, a single JSON file, or sceneGraphs.zip")
+                raise bad(
+                    f"the folder holds none of {', '.join(SCENE_GRAPH_MEMBERS)}",
+                    "register the folder that holds the GQA scene-graph JSON files, a single JSON file, or sceneGraphs.zip",
+                )
             return {"files": found}
         if zipfile.is_zipfile(p):
             with zipfile.ZipFile(p) as zf:
@@ -191,11 +221,12 @@ def _check_shape(role: str, p: Path) -> dict[str, Any]:
         with open(p, "rb") as f:
             head = f.read(64).lstrip()
         if not head.startswith(b"{"):
-            raise bad("it is neither a zip, a folder, nor a JSON object file",
-                      "register sceneGraphs.zip, a folder with train_sceneGraphs.json/val_sceneGraphs.json, or one such JSON file")
+            raise bad(
+                "it is neither a zip, a folder, nor a JSON object file",
+                "register sceneGraphs.zip, a folder with train_sceneGraphs.json/val_sceneGraphs.json, or one such JSON file",
+            )
         return {}
     if role == "images":
-
         with open_images(p) as src:
             return {"n_images": len(src)}
     if p.is_dir():
@@ -203,20 +234,28 @@ def _check_shape(role: str, p: Path) -> dict[str, Any]:
     if role in ("subsets", "attributes"):
         with open(p, "rb") as f:
             if f.read(1) != b"\x80":
-                raise bad("it is not a pickle (protocol 2 or later)",
-                          f"register the published {KNOWN_FILES[role].file_name}")
+                raise bad(
+                    "it is not a pickle (protocol 2 or later)", f"register the published {KNOWN_FILES[role].file_name}"
+                )
         return {}
     try:  # imagenet-tree
         tree = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad(f"it is not JSON ({exc})", "register the published imagenet1k_node_names.json") from exc
     if not isinstance(tree, dict) or "children" not in tree:
-        raise bad("the top level is not a tree node with 'children'", "register the published imagenet1k_node_names.json")
+        raise bad(
+            "the top level is not a tree node with 'children'", "register the published imagenet1k_node_names.json"
+        )
     return {}
 
 
-def register(role: str, path: str | os.PathLike, *, manifest: "DataManifest | str | os.PathLike | None" = None,
-             progress: bool = True) -> dict[str, Any]:
+def register(
+    role: str,
+    path: str | os.PathLike,
+    *,
+    manifest: "DataManifest | str | os.PathLike | None" = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Record a user-provided input in the manifest (and save it). A file that claims to be the known
     one (same name or size) must match its sha256 (``ChecksumError`` otherwise); anything else gets a
     cheap shape check and is recorded as unverified. Returns the entry."""
@@ -239,16 +278,20 @@ def register(role: str, path: str | os.PathLike, *, manifest: "DataManifest | st
     return entry
 
 
-def resolve_input(role: str, manifest: "DataManifest | str | os.PathLike | None" = None, *,
-                  required: bool = True) -> Path | None:
+def resolve_input(
+    role: str, manifest: "DataManifest | str | os.PathLike | None" = None, *, required: bool = True
+) -> Path | None:
     """The path of ``role``'s input (environment, then manifest); ``MissingInputError`` saying which
     ``metashift-hf download`` to run when it is required and unknown, else None."""
     man = manifest if isinstance(manifest, DataManifest) else DataManifest.load(manifest)
     found = man.locate(role)
     if found is None:
         if required:
-            raise MissingInputError(f"no {role} input is known ({KNOWN_FILES[role].description}; "
-                                    f"nothing in ${env_var(role)} or data manifest {man.path})", _fix_for(role))
+            raise MissingInputError(
+                f"no {role} input is known ({KNOWN_FILES[role].description}; "
+                f"nothing in ${env_var(role)} or data manifest {man.path})",
+                _fix_for(role),
+            )
         return None
     return found[0]
 
@@ -260,8 +303,9 @@ def scene_graph_files(path: str | os.PathLike, manifest: "DataManifest | None" =
     if p.is_dir():
         files = [p / n for n in SCENE_GRAPH_MEMBERS if (p / n).is_file()]
         if not files:
-            raise MissingInputError(f"scene-graph folder {p} holds none of {', '.join(SCENE_GRAPH_MEMBERS)}",
-                                    _fix_for("scene-graphs"))
+            raise MissingInputError(
+                f"scene-graph folder {p} holds none of {', '.join(SCENE_GRAPH_MEMBERS)}", _fix_for("scene-graphs")
+            )
         return files
     if zipfile.is_zipfile(p):
         files = extract_scene_graphs(p, extraction_dir(p))
@@ -274,8 +318,9 @@ def scene_graph_files(path: str | os.PathLike, manifest: "DataManifest | None" =
     return [p]
 
 
-def resolve_build_inputs(source: str, manifest: "DataManifest | str | os.PathLike | None" = None, *,
-                         include_attributes: bool = False) -> dict[str, Any]:
+def resolve_build_inputs(
+    source: str, manifest: "DataManifest | str | os.PathLike | None" = None, *, include_attributes: bool = False
+) -> dict[str, Any]:
     """Inputs for ``metashift-hf build --source gqa|published`` from the environment and manifest.
 
     Returns ``{"scene_graphs": [paths], "candidate_subsets": path|None, "attributes_pickle": path|None,
@@ -286,11 +331,17 @@ def resolve_build_inputs(source: str, manifest: "DataManifest | str | os.PathLik
     Images are optional for both (the build does not read pixels).
     """
     if source not in SOURCES:
-        raise UnknownNameError(f"unknown build source {source!r}{did_you_mean(source, SOURCES)}",
-                               "use --source gqa (GQA scene graphs) or --source published (the published pickles)")
+        raise UnknownNameError(
+            f"unknown build source {source!r}{did_you_mean(source, SOURCES)}",
+            "use --source gqa (GQA scene graphs) or --source published (the published pickles)",
+        )
     man = manifest if isinstance(manifest, DataManifest) else DataManifest.load(manifest)
-    out: dict[str, Any] = {"scene_graphs": [], "candidate_subsets": None, "attributes_pickle": None,
-                           "images": resolve_input("images", man, required=False)}
+    out: dict[str, Any] = {
+        "scene_graphs": [],
+        "candidate_subsets": None,
+        "attributes_pickle": None,
+        "images": resolve_input("images", man, required=False),
+    }
     if source == "gqa":
         out["scene_graphs"] = scene_graph_files(resolve_input("scene-graphs", man), man)
     else:
@@ -303,8 +354,9 @@ def resolve_build_inputs(source: str, manifest: "DataManifest | str | os.PathLik
 PAPER_URL_ENV = "METASHIFT_HF_PAPER_TREE_URL"  # override of the published tree's URL (mirrors, tests)
 
 
-def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60,
-                    retries: int = 1) -> Path:
+def paper_tree_path(
+    url: str | None = None, cache_dir: str | os.PathLike | None = None, timeout: float = 60, retries: int = 1
+) -> Path:
     """The published tree in the cache, fetched once (by :func:`download.download_file`: sha256
     checked before it gets its name) from ``url``, ``$METASHIFT_HF_PAPER_TREE_URL`` or its published URLs."""
     known = known_file("imagenet-tree")
@@ -317,13 +369,20 @@ def paper_tree_path(url: str | None = None, cache_dir: str | os.PathLike | None 
             return Path(local)
     try:
         # 149 KB: no progress bar, and one retry rather than three (a refused connection stays refused)
-        path, _ = download_file(known, folder, urls=[override] if override else None, progress=False,
-                                timeout=timeout, retries=retries)
+        path, _ = download_file(
+            known, folder, urls=[override] if override else None, progress=False, timeout=timeout, retries=retries
+        )
     except (ChecksumError, DownloadError) as exc:
-        fix = (f"pass a reachable copy with --tree-url URL (or set {PAPER_URL_ENV}), fetch the file yourself and "
-               f"run `metashift-hf download --register imagenet-tree PATH`, or use --hierarchy tree:PATH "
-               "or --hierarchy wordnet")
-        what = exc.what if isinstance(exc, ChecksumError) else exc.what.replace("could not download", "could not fetch", 1)
+        fix = (
+            f"pass a reachable copy with --tree-url URL (or set {PAPER_URL_ENV}), fetch the file yourself and "
+            f"run `metashift-hf download --register imagenet-tree PATH`, or use --hierarchy tree:PATH "
+            "or --hierarchy wordnet"
+        )
+        what = (
+            exc.what
+            if isinstance(exc, ChecksumError)
+            else exc.what.replace("could not download", "could not fetch", 1)
+        )
         raise type(exc)(what, fix) from None
     return path
 
@@ -354,8 +413,9 @@ def download(
     check_disk_space(dest, missing, f"downloading {', '.join(k.file_name for k in knowns)}")
     paths: dict[str, Path] = {}
     for kf in knowns:
-        path, url = download_file(kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256,
-                                  **fetch_options)
+        path, url = download_file(
+            kf, dest, mirror=mirror, progress=progress, trusted_sha256=man.trusted_sha256, **fetch_options
+        )
         man.record(kf.key, path, origin="downloaded", sha256=kf.sha256, known=kf.key, url=url)
         if kf.key == "scene-graphs":
             jsons = extract_scene_graphs(path, extraction_dir(path))

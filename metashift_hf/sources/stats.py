@@ -14,6 +14,7 @@ match depends on what it was built from:
 Every artifact is also checked for internal consistency: stats.json against its own tables and
 the manifest's content hash. ``--verify`` fails when any check fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,15 +43,29 @@ from ..core.sources import KNOWN_FILES
 # 'dark' and 'short' sit in two categories and 'leather' is listed twice).
 ONTOLOGY_BOUNDS = {"general_contexts": 37, "attribute_contexts": 111}
 
-FIGURES = ("candidate_keys", "kept_subsets_any_class", "subjects", "classes", "subsets", "subsets_per_class",
-           "images_per_subset", "candidate_images", "images", "distinct_contexts", "general_contexts",
-           "attribute_contexts", "object_contexts")
+FIGURES = (
+    "candidate_keys",
+    "kept_subsets_any_class",
+    "subjects",
+    "classes",
+    "subsets",
+    "subsets_per_class",
+    "images_per_subset",
+    "candidate_images",
+    "images",
+    "distinct_contexts",
+    "general_contexts",
+    "attribute_contexts",
+    "object_contexts",
+)
 # Decimals the published figure is given with; ours is rounded the same way before comparing.
 _DECIMALS = {"subsets_per_class": 1, "images_per_subset": 1}
 
-_UNPUBLISHED_SCRIPT = ("the published subsets were made by an unpublished script (72,596 unique images; many "
-                       "pairs are one-directional, e.g. 'dish(plate)' without 'plate(dish)', which fits "
-                       "relation pairing)")
+_UNPUBLISHED_SCRIPT = (
+    "the published subsets were made by an unpublished script (72,596 unique images; many "
+    "pairs are one-directional, e.g. 'dish(plate)' without 'plate(dish)', which fits "
+    "relation pairing)"
+)
 
 
 @dataclass
@@ -82,31 +97,55 @@ class StatsReport:
         return [r for r in self.rows if r.ok is False]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"artifact": self.artifact, "source": self.source, "reference": self.reference, "basis": self.basis,
-                "rows": [{**asdict(r), "difference": r.difference} for r in self.rows],
-                "failures": [r.figure for r in self.failures]}
+        return {
+            "artifact": self.artifact,
+            "source": self.source,
+            "reference": self.reference,
+            "basis": self.basis,
+            "rows": [{**asdict(r), "difference": r.difference} for r in self.rows],
+            "failures": [r.figure for r in self.failures],
+        }
 
     def to_text(self) -> str:
         published = [r for r in self.rows if r.check != "consistency"]
         internal = [r for r in self.rows if r.check == "consistency"]
-        lines = [f"artifact: {self.artifact}", f"source: {self.source}; compared with: {self.reference}",
-                 f"  ({self.basis})", ""]
+        lines = [
+            f"artifact: {self.artifact}",
+            f"source: {self.source}; compared with: {self.reference}",
+            f"  ({self.basis})",
+            "",
+        ]
         lines += _table(("figure", "published", "ours", "difference", "check", "explanation"), published)
         lines += ["", "internal consistency"]
         lines += _table(("check", "stats.json", "tables", "difference", "result", "note"), internal)
         n_checked = sum(r.ok is not None for r in self.rows)
-        lines += ["", f"{n_checked} checks, {len(self.failures)} failed"
-                  + (": " + ", ".join(r.figure for r in self.failures) if self.failures else "")]
+        lines += [
+            "",
+            f"{n_checked} checks, {len(self.failures)} failed"
+            + (": " + ", ".join(r.figure for r in self.failures) if self.failures else ""),
+        ]
         return "\n".join(line.rstrip() for line in lines)
 
 
 def _table(head: tuple[str, ...], rows: list[CheckRow]) -> list[str]:
-    body = [(r.figure, _fmt(r.published), _fmt(r.ours), _fmt(r.difference, sign=True),
-             (r.check + (" ok" if r.ok else " FAIL" if r.ok is False else "")).strip(), r.explanation)
-            for r in rows]
+    body = [
+        (
+            r.figure,
+            _fmt(r.published),
+            _fmt(r.ours),
+            _fmt(r.difference, sign=True),
+            (r.check + (" ok" if r.ok else " FAIL" if r.ok is False else "")).strip(),
+            r.explanation,
+        )
+        for r in rows
+    ]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(5)]
-    return ["  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-            + "  " + cells[5] for cells in [head, *body]]
+    return [
+        "  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        + "  "
+        + cells[5]
+        for cells in [head, *body]
+    ]
 
 
 def _fmt(x: float | None, sign: bool = False) -> str:
@@ -151,15 +190,33 @@ def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, boo
     if is_synthetic(source):
         return "none", f"{describe(source)}: synthetic data, no published GQA/MetaShift figure applies", False
     if pinned == {"subsets"} and not other:
-        return "full", "built from the pinned full-candidate-subsets.pkl: published full-MetaShift figures must match", True
+        return (
+            "full",
+            "built from the pinned full-candidate-subsets.pkl: published full-MetaShift figures must match",
+            True,
+        )
     if pinned == {"attributes"} and not other:
-        return "attributes", ("attribute-only build from the pinned attributes-candidate-subsets.pkl: "
-                              "published MetaShift-Attributes figures must match"), True
+        return (
+            "attributes",
+            (
+                "attribute-only build from the pinned attributes-candidate-subsets.pkl: "
+                "published MetaShift-Attributes figures must match"
+            ),
+            True,
+        )
     if source == "gqa":
         return "full", f"built from GQA scene graphs: shown for comparison only; {_UNPUBLISHED_SCRIPT}", False
     if pinned:
-        return "full", ("mixed inputs (" + ", ".join(sorted(pinned)) + (" + other files" if other else "")
-                        + "): no published figure describes this combination; shown for comparison only"), False
+        return (
+            "full",
+            (
+                "mixed inputs ("
+                + ", ".join(sorted(pinned))
+                + (" + other files" if other else "")
+                + "): no published figure describes this combination; shown for comparison only"
+            ),
+            False,
+        )
     return "full", "custom inputs: shown for comparison only", False
 
 
@@ -168,8 +225,9 @@ def measure(root: str | os.PathLike, options: BuildOptions) -> dict[str, float]:
     """Every figure of ``FIGURES`` recomputed from the artifact's parquet tables."""
 
     root = Path(root)
-    subsets = pq.read_table(root / "subsets.parquet",
-                            columns=["subset", "subject", "context", "kind", "n_images", "kept"]).to_pandas()
+    subsets = pq.read_table(
+        root / "subsets.parquet", columns=["subset", "subject", "context", "kind", "n_images", "kept"]
+    ).to_pandas()
     members = pq.read_table(root / "membership.parquet")
     kept = subsets[subsets["kept"]]
     min_images = options.min_images_per_subset
@@ -205,35 +263,80 @@ def _as_array(values: list[str]):
     return pa.array(values, pa.string())
 
 
-def _consistency_rows(root: Path, manifest: Manifest, stats: ArtifactStats, measured: dict[str, float],
-                      options: BuildOptions) -> list[CheckRow]:
+def _consistency_rows(
+    root: Path, manifest: Manifest, stats: ArtifactStats, measured: dict[str, float], options: BuildOptions
+) -> list[CheckRow]:
     """stats.json and the manifest's content hash against the tables themselves."""
 
     rows = []
-    for key in ("candidate_keys", "kept_subsets_any_class", "classes", "subsets", "candidate_images", "images",
-                "subsets_per_class", "images_per_subset"):
+    for key in (
+        "candidate_keys",
+        "kept_subsets_any_class",
+        "classes",
+        "subsets",
+        "candidate_images",
+        "images",
+        "subsets_per_class",
+        "images_per_subset",
+    ):
         written = _mean(getattr(stats, key))
-        ok = written is not None and math.isclose(written, measured[key], rel_tol=0, abs_tol=5e-4 * max(1, abs(written)))
-        rows.append(CheckRow(f"stats.json {key}", written, measured[key], "consistency", ok,
-                        "" if ok else "stats.json disagrees with the tables: the artifact was altered or mis-built"))
+        ok = written is not None and math.isclose(
+            written, measured[key], rel_tol=0, abs_tol=5e-4 * max(1, abs(written))
+        )
+        rows.append(
+            CheckRow(
+                f"stats.json {key}",
+                written,
+                measured[key],
+                "consistency",
+                ok,
+                "" if ok else "stats.json disagrees with the tables: the artifact was altered or mis-built",
+            )
+        )
     classes = pq.read_table(root / "classes.parquet", columns=["subject", "n_subsets"]).to_pandas()
     need = options.min_subsets_per_class
     ok = len(classes) == measured["classes"] and bool((classes["n_subsets"] > need).all())
-    rows.append(CheckRow("classes.parquet = kept subjects", measured["classes"], len(classes), "consistency", ok,
-                    "" if ok else f"classes.parquet must list exactly the subjects with more than {need} kept subsets"))
+    rows.append(
+        CheckRow(
+            "classes.parquet = kept subjects",
+            measured["classes"],
+            len(classes),
+            "consistency",
+            ok,
+            "" if ok else f"classes.parquet must list exactly the subjects with more than {need} kept subsets",
+        )
+    )
     if (root / "images.parquet").is_file():
         # Scene-graph builds: every image of a candidate subset came from a scene graph, so it has metadata.
         have = pq.read_table(root / "images.parquet", columns=["image_id"])["image_id"]
         ids = pc.unique(pq.read_table(root / "membership.parquet", columns=["image_id"])["image_id"])
         lacking = len(ids) - int(pc.sum(pc.is_in(ids, value_set=have.combine_chunks())).as_py() or 0)
-        rows.append(CheckRow("images.parquet covers candidate images", len(ids), len(ids) - lacking, "consistency",
-                        lacking == 0, "" if lacking == 0 else f"{lacking} candidate images have no metadata row"))
+        rows.append(
+            CheckRow(
+                "images.parquet covers candidate images",
+                len(ids),
+                len(ids) - lacking,
+                "consistency",
+                lacking == 0,
+                "" if lacking == 0 else f"{lacking} candidate images have no metadata row",
+            )
+        )
     tables = manifest.tables
     if tables:
         ok = table_hash(root, tables) == manifest.content_hash
-        rows.append(CheckRow("content_hash", None, None, "consistency", ok,
-                        "tables match manifest.json" if ok else "tables differ from manifest.json's content_hash: "
-                        "the artifact was modified after it was built; rebuild it"))
+        rows.append(
+            CheckRow(
+                "content_hash",
+                None,
+                None,
+                "consistency",
+                ok,
+                "tables match manifest.json"
+                if ok
+                else "tables differ from manifest.json's content_hash: "
+                "the artifact was modified after it was built; rebuild it",
+            )
+        )
     return rows
 
 
@@ -245,23 +348,31 @@ def _match_rows(root: Path, exact: bool) -> list[CheckRow]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-
-        raise InputFormatError(f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact ARTIFACT`") from exc
+        raise InputFormatError(
+            f"{path} is unreadable ({exc})", "re-run `metashift-hf match --artifact ARTIFACT`"
+        ) from exc
     hierarchy = str(doc.get("hierarchy", ""))
     pub = PUBLISHED_MATCH.get(hierarchy, {})
     # Exact only for the published vocabulary over the pinned full pickle.
     check = exact and bool(pub) and doc.get("vocabulary_names") == pub.get("vocabulary_names")
-    note = {"paper": "published ImageNet matching (tree imagenet1k_node_names.json)",
-            "wordnet": "WordNet hypernym closure of the 1,000 classes: reference figures, not published"}.get(
-        hierarchy, f"hierarchy {hierarchy!r}: no published figures")
+    note = {
+        "paper": "published ImageNet matching (tree imagenet1k_node_names.json)",
+        "wordnet": "WordNet hypernym closure of the 1,000 classes: reference figures, not published",
+    }.get(hierarchy, f"hierarchy {hierarchy!r}: no published figures")
     if pub and doc.get("vocabulary_names") != pub["vocabulary_names"]:
-        note += ("; not comparable: the published matching used the 1,262 names of class_hierarchy.json and "
-                 "counted subsets without a size rule")
+        note += (
+            "; not comparable: the published matching used the 1,262 names of class_hierarchy.json and "
+            "counted subsets without a size rule"
+        )
     rows = []
     for fig in ("vocabulary_names", "matched_names", "subsets", "classes", "imagenet_leaves_covered"):
         ours = doc.get(fig)
-        row = CheckRow(f"match {fig}", pub.get(fig), float(ours) if isinstance(ours, (int, float)) else None,
-                  explanation=note if fig == "vocabulary_names" else "")
+        row = CheckRow(
+            f"match {fig}",
+            pub.get(fig),
+            float(ours) if isinstance(ours, (int, float)) else None,
+            explanation=note if fig == "vocabulary_names" else "",
+        )
         if check:
             row.check, row.ok = "exact", row.ours == row.published
         rows.append(row)
@@ -273,18 +384,28 @@ def _explain(fig: str, reference: str, source: str, options: BuildOptions) -> st
         return ""
     notes = {
         "distinct_contexts": "paper's count (37 general + 114 attribute entries + 1,702 object contexts); "
-                             "its definition is not published",
+        "its definition is not published",
         "general_contexts": "size of the general-context ontology",
         "attribute_contexts": "entries of the attribute ontology (114 listed, 111 distinct words)",
         "object_contexts": "paper's count; the published full pickle's own keys use 835 distinct contexts",
     }
     if fig in notes:
         return notes[fig]
-    if source == "gqa" and fig in ("candidate_keys", "kept_subsets_any_class", "classes", "subsets",
-                                   "subsets_per_class", "images_per_subset", "candidate_images", "images"):
+    if source == "gqa" and fig in (
+        "candidate_keys",
+        "kept_subsets_any_class",
+        "classes",
+        "subsets",
+        "subsets_per_class",
+        "images_per_subset",
+        "candidate_images",
+        "images",
+    ):
         bits = [f"pairing={options.pairing} on GQA scene graphs"]
         if options.pairing == "cooccurrence":
-            bits.append("co-occurrence gives both directions of every pair, the published keys are often one-directional")
+            bits.append(
+                "co-occurrence gives both directions of every pair, the published keys are often one-directional"
+            )
         if options.include_attributes:
             bits.append("attribute subsets included (the published full pickle has none)")
         if options.general_context_as == "context":
@@ -313,8 +434,11 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
         if fig in _DECIMALS:
             ours = round(ours, _DECIMALS[fig])
         row = CheckRow(fig, pub, ours, explanation=_explain(fig, reference, source, options))
-        if exact and pub is not None and fig not in ("distinct_contexts", "general_contexts", "attribute_contexts",
-                                                     "object_contexts"):
+        if (
+            exact
+            and pub is not None
+            and fig not in ("distinct_contexts", "general_contexts", "attribute_contexts", "object_contexts")
+        ):
             row.check, row.ok = "exact", ours == pub
         elif source == "gqa" and fig in ONTOLOGY_BOUNDS:
             row.check, row.ok = "<=", ours <= ONTOLOGY_BOUNDS[fig]
