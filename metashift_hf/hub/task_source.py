@@ -652,7 +652,7 @@ def _open_folder(ref: TaskRef) -> TaskData:
         if p.is_file() and not p.is_symlink()
     }
     spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
-    cache = folder_cache_dir(repo, name)
+    cache = _folder_cache_dir(repo, name)
     load = _checked_rows(
         lambda: _load(where, lambda: datasets.load_dataset(str(repo), name, cache_dir=cache)),
         where,
@@ -664,7 +664,7 @@ def _open_folder(ref: TaskRef) -> TaskData:
     return TaskData(ref, "folder", where, spec, load_rows=load, load_facts=_folder_facts(repo, name))
 
 
-def folder_cache_dir(repo: Path, config: str) -> str:
+def _folder_cache_dir(repo: Path, config: str) -> str:
     """The ``datasets`` cache of config ``config`` of exported folder ``repo``, keyed by its files' state.
 
     ``datasets`` (5.2) keys a local folder's cache by paths, not contents: a folder whose shards were rewritten
