@@ -1,19 +1,23 @@
 """Real timm / torchvision architectures with random weights, loaded as --model would load them (issue 27 part 1)."""
 
 import io
+import json
 import socket
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
-
-from metashift_hf.core.errors import MetashiftError
-from metashift_hf.models import ecosystem
 
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 tv = pytest.importorskip("torchvision")
+
+from fixtures.zoo import world  # noqa: E402,F401  (world: the module fixture; a matched cat/dog artifact and images)
+from metashift_hf.cli import main  # noqa: E402
+from metashift_hf.core.errors import MetashiftError  # noqa: E402
+from metashift_hf.models import ecosystem  # noqa: E402
 
 
 def _images(n=2, side=48):
@@ -90,3 +94,53 @@ def test_broken_torchvision_is_an_error_line(monkeypatch, which):
     with pytest.raises(MetashiftError, match="does not match the installed torch") as err:
         getattr(ecosystem, f"{which}_model")("resnet18")
     assert "torch==2.14.1 torchvision==0.29.1" in err.value.fix
+
+
+def _direct_logits(model, transform, image_paths) -> np.ndarray:
+    """The model called directly on each image through its library's own transform (timm's or torchvision's)."""
+    batch = torch.stack([transform(Image.open(p).convert("RGB")) for p in image_paths])
+    with torch.inference_mode():
+        return model.eval()(batch).numpy()
+
+
+@pytest.mark.parametrize("form", ["timm", "torchvision"])
+def test_evaluate_cli_logits_equal_the_model_called_directly(form, world, tmp_path, monkeypatch, capsys):
+    """``metashift-hf evaluate --model timm:local-dir:F`` / ``torchvision:NAME`` (random weights, local only): the
+    logits the CLI saves equal the model called directly through timm's / torchvision's own preprocessing, as the
+    hf: path is checked in test_zoo (issue 27 part 1)."""
+    torch.manual_seed(0)
+    if form == "timm":
+        model = timm.create_model("resnet18", pretrained=False)
+        timm.models.save_for_hf(model, tmp_path / "r18", safe_serialization=True)
+        spec = f"timm:local-dir:{tmp_path / 'r18'}"
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    else:
+        monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+        model = tv.models.resnet18(weights=None)
+        weights = tv.models.get_model_weights("resnet18").DEFAULT
+        (tmp_path / "checkpoints").mkdir()
+        torch.save(model.state_dict(), tmp_path / "checkpoints" / weights.url.rsplit("/", 1)[-1])
+        spec, transform = "torchvision:resnet18", weights.transforms()
+    out = tmp_path / "ev"
+    args = [
+        "evaluate",
+        "--model",
+        spec,
+        "--task",
+        "bin-cat-dog",
+        "--artifact",
+        str(world / "artifact"),
+        "--images",
+        str(world / "images"),
+        "--sample",
+        "12",
+        "--out",
+        str(out),
+        "--save-logits",
+        "--no-progress",
+    ]
+    assert main(args) == 0, capsys.readouterr().err
+    got = pd.read_parquet(out / "logits.parquet")
+    direct = _direct_logits(model, transform, [world / "images" / f"{i}.jpg" for i in got["image_id"]])
+    np.testing.assert_allclose(np.stack(got["logits"]), direct, rtol=1e-5, atol=1e-5)
+    assert json.loads((out / "report.json").read_text())["run"]["model"]["kind"] == form

@@ -68,9 +68,16 @@ def input_side(value: Any, name: str) -> int:
     return side
 
 
+# The pixel grid of the resize and the crop, as torchvision's Resize(int) + CenterCrop (what timm's and torchvision's
+# eval transforms are): the longer side int(resize * long / short), the crop offset int(round((side - crop) / 2)).
+# Part of every preprocessing card, so logits and features cached under another rule are never reused.
+CROP_RULE = "torchvision-grid"
+
+
 @dataclass(frozen=True)
 class Preprocessing:
-    """Resize the shorter side to ``resize``, centre-crop ``crop``×``crop``, scale to [0, 1], normalise."""
+    """Resize the shorter side to ``resize``, centre-crop ``crop``×``crop``, scale to [0, 1], normalise
+    (on torchvision's pixel grid, :data:`CROP_RULE`, in one resampling step)."""
 
     resize: int
     crop: int
@@ -103,7 +110,7 @@ class Preprocessing:
             object.__setattr__(self, key, checked)  # a std of 0 would turn every input into NaN
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "crop_rule": CROP_RULE}
 
     def at_crop(self, side: int) -> "Preprocessing":
         """The same transform with a ``side``-px centre crop: the resize keeps its ratio to the crop (Lite0's
@@ -121,11 +128,17 @@ class Preprocessing:
         # JPEG draft mode would decode at a reduced scale: faster, but different pixels, so it is not used
         with open_rgb(data) as im:
             w, h = im.size
-            # One resampling step: the centre crop of the resized image, expressed in source pixels.
-            side = min(w, h) * self.crop / self.resize
-            left, top = (w - side) / 2.0, (h - side) / 2.0
+            # The resized image's size and the crop's offset in it as torchvision computes them (CROP_RULE), then
+            # one resampling step: that crop expressed in source pixels (PIL maps each output pixel to the same
+            # source position, with the same filter scale, as resizing first and cropping after).
+            big_w, big_h = (
+                (self.resize, int(self.resize * h / w)) if w <= h else (int(self.resize * w / h), self.resize)
+            )
+            left, top = int(round((big_w - self.crop) / 2.0)), int(round((big_h - self.crop) / 2.0))
+            sx, sy = w / big_w, h / big_h
+            box = (left * sx, top * sy, (left + self.crop) * sx, (top + self.crop) * sy)
             resample = getattr(Image.Resampling, self.interpolation.upper())
-            im = im.resize((self.crop, self.crop), resample, box=(left, top, left + side, top + side))
+            im = im.resize((self.crop, self.crop), resample, box=box)
             arr = np.asarray(im, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         return np.ascontiguousarray(arr.transpose(2, 0, 1))

@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,8 +376,18 @@ def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Clas
     place(torch, model, device, dtype)
     cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model)
     size = int(cfg["input_size"][-1])
+    if int(cfg["input_size"][-2]) != size or cfg.get("crop_mode", "center") != "center":
+        # Preprocessing is a shortest-edge resize and a square centre crop: another eval transform would be
+        # reproduced wrongly, and every logit would be of a differently prepared image
+        raise UnknownNameError(
+            f"timm:{name} is evaluated at input size {tuple(cfg['input_size'][-2:])} with crop mode "
+            f"{cfg.get('crop_mode')!r}; this evaluator reproduces square inputs with a centre crop only",
+            "use a timm model whose pretrained_cfg has a square input_size and crop_mode 'center', "
+            "or wrap the model with metashift_hf.models.from_module and its own Preprocessing",
+        )
     prep = Preprocessing(
-        resize=int(round(size / cfg.get("crop_pct", 0.875))),
+        # timm's eval transform (transforms_imagenet_eval): shortest edge to floor(size / crop_pct), centre crop
+        resize=math.floor(size / cfg.get("crop_pct", 0.875)),
         crop=size,
         interpolation=str(cfg.get("interpolation", "bicubic")),
         mean=tuple(cfg["mean"]),
