@@ -37,6 +37,7 @@ from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.match_artifact import run_match
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.models.base import CROP_RULE
 from metashift_hf.sources.demo_world import generate_demo_world
 
 
@@ -380,7 +381,16 @@ def stale(
                 f"docs/figures/{RUNS[name]}-demo.json: {b} (re-run the experiment on the demo)"
                 for b in _stale_run(art, _stored(RUNS[name]))
             ]
+    for name in (*RUNS.values(), "compare"):
+        if (stored := _stored(name)) is not None and (bad := _stale_features(stored.get("run", stored))):
+            problems.append(f"docs/figures/{name}-demo.json: {bad} (re-run the experiment on the demo)")
     return problems
+
+
+def _stale_features(run: dict[str, Any]) -> str | None:
+    """Why a stored run's features are not what the code computes now (its preprocessing's crop rule), or None."""
+    rule = ((run.get("backbone") or {}).get("preprocessing") or {}).get("crop_rule")
+    return None if rule == CROP_RULE else f"features computed under crop rule {rule!r}, the code's is {CROP_RULE!r}"
 
 
 def write(art: Artifact, root: Path = ROOT) -> list[str]:
