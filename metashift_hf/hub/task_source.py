@@ -646,13 +646,14 @@ def _open_artifact(ref: TaskRef) -> TaskData:
 def _open_folder(ref: TaskRef) -> TaskData:
     repo, name = _repo_folder(Path(ref.task), ref.config)
     where = f"exported folder {repo} (config {name})"
-    files = {
-        str(p.relative_to(repo)): p.stat().st_size
+    stats = {
+        str(p.relative_to(repo)): p.stat()
         for p in (*repo.glob("*"), *repo.glob("*/*"))
         if p.is_file() and not p.is_symlink()
     }
+    files = {f: st.st_size for f, st in stats.items()}
     spec = _check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
-    cache = _folder_cache_dir(repo, name)
+    cache = _folder_cache_dir(repo, stats)
     load = _checked_rows(
         lambda: _load(where, lambda: datasets.load_dataset(str(repo), name, cache_dir=cache)),
         where,
@@ -664,19 +665,15 @@ def _open_folder(ref: TaskRef) -> TaskData:
     return TaskData(ref, "folder", where, spec, load_rows=load, load_facts=_folder_facts(repo, name))
 
 
-def _folder_cache_dir(repo: Path, config: str) -> str:
-    """The ``datasets`` cache of config ``config`` of exported folder ``repo``, keyed by its files' state.
+def _folder_cache_dir(repo: Path, stats: Mapping[str, os.stat_result]) -> str:
+    """The ``datasets`` cache of exported folder ``repo``, keyed by the state of its files (``stats``: relative
+    path -> stat, the listing the folder was opened with).
 
     ``datasets`` (5.2) keys a local folder's cache by paths, not contents: a folder whose shards were rewritten
     (``export --force``, an edit) would be read as the rows of its first load. The key here is each file's size,
     mtime and ctime (a rewrite changes ctime even when the mtime is put back), so a changed folder is read again.
     """
-    state = sorted(
-        (str(p.relative_to(repo)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        for p in (repo / "README.md", *(repo / config).glob("*"))
-        if p.is_file() and not p.is_symlink()
-        for st in [p.stat()]
-    )
+    state = sorted((f, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for f, st in stats.items())
     key = hashlib.sha256(json.dumps([str(repo.resolve()), state]).encode()).hexdigest()[:16]
     return str(Path(datasets.config.HF_DATASETS_CACHE) / "metashift-folders" / key)
 
