@@ -328,3 +328,17 @@ def test_repo_names_checked_by_huggingface_hub(name, ok):
         with pytest.raises(InputFormatError, match="would be refused by the Hub") as err:
             shards.validate_repo_name(name, "namespace")
         assert "letters, digits" in err.value.fix
+
+
+def test_tasks_from_an_export_are_refused_by_export_and_publish_before_any_write(tmp_path):
+    from metashift_hf.hub.publish import PushOptions, publish_tasks
+
+    origin = TaskOrigin(source=tmp_path / "exported")
+    with pytest.raises(InputFormatError, match="export plans tasks on a build.*exported already") as err:
+        export_tasks(["class-cat"], origin, tmp_path / "out")
+    assert "--from-export" in err.value.fix
+    with pytest.raises(InputFormatError, match="publish plans tasks on a build.*exported already"):
+        publish_tasks(["class-cat"], origin, "ns", tmp_path / "out", push=PushOptions(dry_run=True))
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(InputFormatError, match="either a build .* and here neither is given"):
+        TaskOrigin()

@@ -278,14 +278,7 @@ def export_tasks(
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
-    if origin.artifact is None:
-        raise InputFormatError(
-            f"export plans tasks on a build; the tasks in {origin.source} are exported already",
-            "pass TaskOrigin(artifact=ARTIFACT, ...) (CLI: --artifact), or push an export folder "
-            "as it is with `metashift-hf publish --from-export FOLDER`",
-        )
-
-    art, images = Artifact.load(origin.artifact), origin.images
+    art, images = origin.build("export"), origin.images
     options = {t: origin.options_of(t) for t in tasks}
     with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
         plan_all(tasks, art, seed=origin.planning_seed, options=options)  # every task plans before any is built

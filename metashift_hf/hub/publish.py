@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
-from ..builders.artifact import Artifact
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError
@@ -580,12 +579,7 @@ def publish_tasks(
 
     push = push if push is not None else PushOptions()
     validate_repo_name(namespace, "namespace")
-    if origin.artifact is None:
-        raise InputFormatError(
-            f"publish exports tasks from a build; the tasks in {origin.source} are exported already",
-            "push that export folder as it is with `metashift-hf publish --from-export FOLDER`",
-        )
-    art = Artifact.load(origin.artifact)
+    art = origin.build("publish")
     if not push.allow_synthetic and is_synthetic(art.provenance):
         _refuse_synthetic(f"artifact {art.root} (source: {art.provenance})")
     if art.provenance == "custom" and not (art.manifest.source_info and art.manifest.source_info.license):

@@ -822,6 +822,17 @@ class TaskOrigin:
             task, artifact=artifact or self.artifact, images=self.images, seed=self.seed, options=self.options_of(task)
         )
 
+    def build(self, command: str) -> Artifact:
+        """The build, loaded, for a ``command`` that plans and materialises tasks (export, publish); tasks from an
+        export folder or Hub namespace are refused: they are exported already."""
+        if self.artifact is None:
+            raise InputFormatError(
+                f"{command} plans tasks on a build; the tasks in {self.source} are exported already",
+                "pass TaskOrigin(artifact=ARTIFACT, ...) (CLI: --artifact), or push an export folder as it is with "
+                "`metashift-hf publish --from-export FOLDER`",
+            )
+        return Artifact.load(self.artifact)
+
     def open(self, tasks: Sequence[str]) -> dict[str, TaskData]:
         """Every task of the run, each resolved by :func:`open_task` before any work (the build loaded once)."""
         art = None if self.artifact is None else Artifact.load(self.artifact)
