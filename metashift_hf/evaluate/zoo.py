@@ -657,7 +657,10 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
     names = public_model_names(m["name"] for m in card["models"])
     card["models"] = [_public_card(m, names) for m in card["models"]]
     # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
-    public = lambda per_model: {names.get(name) or public_model_name(name): v for name, v in per_model.items()}  # noqa: E731
+
+    def public(per_model: Mapping[str, Any]) -> dict[str, Any]:
+        return {names.get(name) or public_model_name(name): v for name, v in per_model.items()}
+
     card["computed"], card["cached"] = public(card["computed"]), public(card["cached"])
     card["seconds"] = {**card["seconds"], "per_model": public(card["seconds"]["per_model"])}
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
