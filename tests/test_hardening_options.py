@@ -47,7 +47,7 @@ TRAIN = ("train", "--task", "class-cat", "--artifact", "/nonexistent-artifact", 
 @pytest.mark.parametrize(
     "flag,value,reason",
     [
-        ("--epochs", "0", "positive integer"),
+        ("--epochs", "0", "from 1 to 1000"),
         ("--batch-size", "0", "positive integer"),
         ("--seeds", "0", "from 1 to 1000"),
         ("--lr", "0", "> 0"),
