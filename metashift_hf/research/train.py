@@ -30,7 +30,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +39,7 @@ from metashift_hf.builders.images import open_images
 
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError
-from ..core.fsutil import OutputExistsError, atomic_dir
+from ..core.fsutil import OutputExistsError, atomic_dir, exclusive_lock
 from ..core.paths import cache_root
 from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
 from ..models import efficientnet_lite0, require_torch
@@ -88,11 +88,6 @@ from .train_runs import (
 )
 
 
-try:
-    import fcntl  # POSIX advisory locks: one training run per run key (_exclusive_run)
-except ImportError:  # pragma: no cover - not on this platform
-    fcntl = None  # type: ignore[assignment]
-
 if TYPE_CHECKING:
     from metashift_hf.builders.plan import TaskPlan
 
@@ -132,27 +127,21 @@ def _task_data(tp: "TaskPlan") -> _Data:
     return _Data(tp, ids, FitData(y, groups, codes(train["group"]), codes(train["context"]), len(tp.classes)))
 
 
-@contextlib.contextmanager
-def _exclusive_run(work: Path | None) -> Iterator[None]:
+def _exclusive_run(work: Path | None):
     """One training run per run key at a time. Two runs of the same task and config share
     ``<cache>/train-runs/<key16>/`` (checkpoints, finished seeds; the first to finish removes it), so the second
     stops here, before any training, with an error naming the lock, instead of an OSError when the first removes
-    the folder under it (issue 37; review case A4-57). The OS drops the lock when a process dies; the small lock
-    file stays (removing it would let a third run lock a file no one else sees)."""
-    if work is None or fcntl is None:  # no output (nothing shared), or no advisory locks on this platform
-        yield
-        return
+    the folder under it (issue 37; review case A4-57). The small lock file stays (removing it would let a third run
+    lock a file no one else sees)."""
+    if work is None:  # no output: nothing in the cache is shared
+        return contextlib.nullcontext()
     work.parent.mkdir(parents=True, exist_ok=True)
     lock = work.parent / f"{work.name}.lock"
-    with open(lock, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise OutputExistsError(
-                f"another run of the same task and config is training right now (lock {lock})",
-                "wait for it to finish, then run the same command again: its seeds are merged, none is trained twice",
-            ) from None
-        yield
+    busy = OutputExistsError(
+        f"another run of the same task and config is training right now (lock {lock})",
+        "wait for it to finish, then run the same command again: its seeds are merged, none is trained twice",
+    )
+    return exclusive_lock(lock, busy)
 
 
 def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_dir, progress: bool):
