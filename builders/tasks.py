@@ -6,7 +6,8 @@ Every task id of an artifact belongs to exactly one :class:`TaskFamily`. A famil
 how to plan one of its tasks (:meth:`~TaskFamily.plan`). :func:`plan_task` and :func:`task_ids`
 are the only entry points; nothing else dispatches on task-id prefixes.
 
-Adding a family = one subclass + ``register(MyFamily())``::
+Adding a family = one subclass + ``TASK_FAMILIES.register(MyFamily())`` (the one registry idiom,
+``core.registry.Registry``; entries are family instances, resolved in registration order)::
 
     @dataclass(frozen=True)
     class LevelOptions:
@@ -19,7 +20,7 @@ Adding a family = one subclass + ``register(MyFamily())``::
         def classes(self, artifact, task_id): return (task_id[len("level-"):],)
         def plan(self, artifact, task_id, options, seed): ...  # -> TaskPlan
 
-    register(LevelFamily())
+    TASK_FAMILIES.register(LevelFamily())
 
 Options arrive as a flat mapping (Python keywords, ``--set KEY=VALUE``, builder config fields);
 :func:`parse_options` checks names against the family's options dataclass and converts
@@ -50,6 +51,7 @@ from metashift_hf.core.errors import (
 from metashift_hf.core.names import SubsetName, id_slug
 from metashift_hf.core.options import seed as seed_option
 from metashift_hf.core.options import text as text_option
+from metashift_hf.core.registry import Registry
 
 from . import coco_tasks, levels, paper_tasks, shifts
 from .artifact import Artifact
@@ -121,19 +123,12 @@ class TaskFamily(ABC):
         """The split plan; ``options`` is an instance of :attr:`options_type`."""
 
 
-_FAMILIES: list[TaskFamily] = []
-
-
-def register(family: TaskFamily) -> TaskFamily:
-    """Add a family; ids are resolved in registration order (the first family that owns an id)."""
-    if any(f.name == family.name for f in _FAMILIES):
-        raise MetashiftError(f"task family {family.name!r} is registered twice", "give the new family another name")
-    _FAMILIES.append(family)
-    return family
+# Ids are resolved in registration order: the first family that owns an id plans it.
+TASK_FAMILIES: Registry[TaskFamily] = Registry("task family", "see docs/tasks.md (task families)")
 
 
 def families() -> tuple[TaskFamily, ...]:
-    return tuple(_FAMILIES)
+    return TASK_FAMILIES.values()
 
 
 def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> Any:
@@ -143,7 +138,9 @@ def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> A
     values = {}
     for name, value in raw.items():
         if name not in known:
-            others = [f.title for f in _FAMILIES if f is not family and name in option_docs(f.options_type)]
+            others = [
+                f.title for f in TASK_FAMILIES.values() if f is not family and name in option_docs(f.options_type)
+            ]
             if others:
                 raise InputFormatError(
                     f"option {name} applies to the {' and the '.join(others)}, not task {task_id!r}",
@@ -606,7 +603,7 @@ for _family in (
     ConditionalShiftFamily(),
     JointShiftFamily(),
 ):
-    register(_family)
+    TASK_FAMILIES.register(_family)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,7 +612,7 @@ for _family in (
 def kinds() -> tuple[str, ...]:
     """Every task kind of the registered families, in registration order."""
     out: list[str] = []
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         out += [k for k in f.kinds() if k not in out]
     return tuple(out)
 
@@ -623,7 +620,7 @@ def kinds() -> tuple[str, ...]:
 def task_ids(artifact: Artifact) -> list[str]:
     """Every task id valid for this artifact, family by family (matched ones when ARTIFACT/match/ exists)."""
     out: list[str] = []
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         out += [i for i in f.ids(artifact) if i not in out]
     return out
 
@@ -643,7 +640,7 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
             "no task id given",
             "pass a task id, e.g. 'paper-dg-cat-dog-1' (list them with `metashift-hf tasks list --artifact ARTIFACT`)",
         )
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         if f.owns(artifact, task_id):
             return f
     raise unknown_task(task_id, artifact)
@@ -692,7 +689,7 @@ __all__ = [
     "class_task_id",
     "class_of_task",
     "kinds",
-    "register",
+    "TASK_FAMILIES",
     "families",
     "family_of",
     "plan_task",

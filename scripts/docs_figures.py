@@ -34,6 +34,7 @@ from typing import Any, Callable
 from metashift_hf.builders import tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.builders.build_inputs import SceneGraphs
 from metashift_hf.builders.match_artifact import run_match
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
@@ -74,7 +75,7 @@ DEMO_SCALE = 0.5  # what the demo world needs for the tasks that do not fit at t
 def demo_artifact(root: Path) -> Artifact:
     """The artifact `metashift-hf demo` builds (demo world, seed 0)."""
     world = generate_demo_world(root / "world", seed=0)
-    return build_from_inputs(root / "artifact", scene_graphs=world.scene_graphs, source="demo")
+    return build_from_inputs(root / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo")
 
 
 def _plan(art: Artifact, task_id: str) -> tuple[ShiftSpec, str]:

@@ -18,6 +18,7 @@ from PIL import Image
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import TagsTable
 from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
 from metashift_hf.core.errors import InputFormatError, MetashiftError
@@ -61,7 +62,7 @@ def _build(user_data, out, capsys, *flags) -> tuple[int, str]:
 def unlicensed(user_data, tmp_path_factory):
     return build_from_inputs(
         tmp_path_factory.mktemp("a") / "art",
-        tags=user_data[0],
+        given=TagsTable(user_data[0]),
         plots=False,
         options=BuildOptions(min_images_per_subset=10, min_subsets_per_class=2),
     )
