@@ -53,7 +53,7 @@ from metashift_hf.core.options import seed as seed_option
 from metashift_hf.core.options import text as text_option
 from metashift_hf.core.registry import Registry
 
-from . import coco_tasks, levels, paper_tasks, shifts
+from . import coco_tasks, level_plans, levels, paper_tasks, shifts
 from .artifact import Artifact
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
@@ -548,7 +548,7 @@ class ShiftFamily(TaskFamily):
             return []
         source = artifact_source(artifact)
         o = levels.LevelSizes()
-        shared = levels.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
+        shared = level_plans.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
         if len(shared) < o.test_contexts + o.levels * o.train_contexts:
             return []
         return [levels.task_id(self.shift_type, pair, n) for n in levels.level_names(self.shift_type, o.levels)]
@@ -559,11 +559,11 @@ class ShiftFamily(TaskFamily):
     def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> TaskPlan:
         classes = self.classes(artifact, task_id)
         source = artifact_source(artifact)
-        shared = levels.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
+        shared = level_plans.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
         embedded = set(_embedded_contexts(artifact, classes))
         # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)
         paper = paper_tasks.SUBPOP_GROUPS if set(classes) == set(paper_tasks.CLASSES) else None
-        return levels.plan(
+        return level_plans.plan(
             task_id,
             source,
             _context_distance(artifact),

@@ -17,7 +17,7 @@ from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import CocoAnnotations
 from metashift_hf.builders.match_artifact import run_match
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
-from metashift_hf.cards.render import measured_words
+from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 from metashift_hf.sources.coco_world import write_coco_world
 
