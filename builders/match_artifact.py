@@ -1,9 +1,11 @@
-"""Matching an artifact (or subset-names + vocabulary files) end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
+"""Matching end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.core.errors import MetashiftError
@@ -59,39 +61,45 @@ def load_inputs(artifact=None, subset_names=None, vocabulary=None):
     return None, names, subsets, source
 
 
+@dataclass(frozen=True)
+class MatchInputs:
+    """What a match reads: an ``artifact``, or a ``subset_names`` file (``vocabulary`` defaults to the
+    names in the subsets); the ``hierarchy`` (``wordnet`` | ``paper`` | ``tree:PATH``) with the local
+    published tree (``paper_tree``, for ``paper``); WordNet's ``cache_dir``."""
+
+    artifact: Any = None  # an Artifact or its folder
+    subset_names: str | os.PathLike | None = None
+    vocabulary: str | os.PathLike | None = None
+    hierarchy: str = "wordnet"
+    paper_tree: str | os.PathLike | None = None
+    cache_dir: str | os.PathLike | None = None
+
+    def files(self) -> list:
+        """Every local file or folder read (an output may never be one of them)."""
+        tree = self.hierarchy[len("tree:") :] if self.hierarchy.startswith("tree:") else None
+        return [self.subset_names, self.vocabulary, self.paper_tree, tree]
+
+
 def run_match(
+    inputs: MatchInputs,
     *,
-    hierarchy: str = "wordnet",
-    artifact=None,
-    subset_names: str | os.PathLike | None = None,
-    vocabulary: str | os.PathLike | None = None,
     out: str | os.PathLike | None = None,
     min_subsets: int = DEFAULT_MIN_SUBSETS,
     level: int = DEFAULT_LEVEL,
-    cache_dir: str | os.PathLike | None = None,
-    paper_tree: str | os.PathLike | None = None,
     write: bool = True,
     force: bool = False,
 ) -> MatchResult:
     """Match, enumerate tasks and write the folder (``out``, default ``ARTIFACT/match``) when ``write``.
 
-    Give either ``artifact`` or ``subset_names`` (``vocabulary`` defaults to the names in the subsets).
     ``out`` must be new, empty or (with ``force``) an earlier match folder.
     """
-    art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
+    art, names, subsets, source = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
     if out is None and art is not None:
         out = Path(art.root) / "match"
-    inputs = [
-        subset_names,
-        vocabulary,
-        paper_tree,
-        hierarchy[len("tree:") :] if hierarchy.startswith("tree:") else None,
-        art.root if art is not None else None,
-    ]
     if write and out is not None:
-        out = check_out(out, MATCH_KIND, force=force, inputs=inputs)
-    wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
+        out = check_out(out, MATCH_KIND, force=force, inputs=[*inputs.files(), art.root if art is not None else None])
+    wn = load_wordnet(cache_dir=inputs.cache_dir)
+    tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
     result = match(names, subsets, tree, wn, source=source)
     if art is not None:
         result.class_images = {
@@ -117,22 +125,13 @@ def run_match(
     return result
 
 
-def explain_names(
-    names: list[str],
-    *,
-    hierarchy: str = "wordnet",
-    artifact=None,
-    subset_names: str | os.PathLike | None = None,
-    vocabulary: str | os.PathLike | None = None,
-    paper_tree: str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> str:
-    """Explain names or ``subject(context)`` subsets; with inputs, also how they are used there."""
-    wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
+def explain_names(names: list[str], inputs: MatchInputs = MatchInputs()) -> str:
+    """Explain names or ``subject(context)`` subsets; with an artifact or subset names, also how they are used there."""
+    wn = load_wordnet(cache_dir=inputs.cache_dir)
+    tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
     result = None
-    if artifact is not None or subset_names is not None:
-        _, vocab, subsets, source = load_inputs(artifact, subset_names, vocabulary)
+    if inputs.artifact is not None or inputs.subset_names is not None:
+        _, vocab, subsets, source = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
         result = match(vocab, subsets, tree, wn, source=source)
     parts = []
     for name in names:
