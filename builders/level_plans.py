@@ -682,5 +682,3 @@ def plan(
     if shift_type == "marginal":
         return marginal_plan(tid, source, mdesign, level, sizes=sizes, seed=seed)
     return joint_plan(tid, source, mdesign, level, sizes=sizes, seed=seed)
-
-

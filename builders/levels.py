@@ -226,7 +226,6 @@ def check_level_plan(plan: TaskPlan, tol: float = 1e-9) -> None:
         raise MetashiftError(f"task {plan.task_id}: P(Y) differs between train and test: {bad}", fix)
 
 
-
 def paper_level(spec: ShiftSpec) -> Level:
     """The paper tasks in this vocabulary: DG = its declared type (joint: builders/paper_tasks.py
     DG_SHIFT_TYPE) with level d (its distance) and no designed delta, subpopulation = conditional with

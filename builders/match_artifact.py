@@ -38,12 +38,12 @@ def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
         SubsetRecord(str(s), str(a), str(c), int(n), bool(k))
         for s, a, c, n, k in zip(table["subset"], table["subject"], table["context"], table["n_images"], table["kept"])
     ]
-    source = {"kind": "artifact", "path": str(Path(art.root)), "content_hash": art.content_hash}
-    return vocabulary_of(records), sorted(records, key=lambda r: r.subset), source
+    read_from = {"kind": "artifact", "path": str(Path(art.root)), "content_hash": art.content_hash}
+    return vocabulary_of(records), sorted(records, key=lambda r: r.subset), read_from
 
 
 def load_inputs(artifact=None, subset_names=None, vocabulary=None):
-    """(artifact or None, vocabulary, subset records, source description) from one of the two input kinds."""
+    """(artifact or None, vocabulary, subset records, description of what was read) from one of the two input kinds."""
     if (artifact is None) == (subset_names is None):
         raise MetashiftError(
             "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
@@ -51,14 +51,14 @@ def load_inputs(artifact=None, subset_names=None, vocabulary=None):
         )
     if artifact is not None:
         art = Artifact.load(artifact)
-        names, subsets, source = artifact_inputs(art)
-        return art, names, subsets, source
+        names, subsets, read_from = artifact_inputs(art)
+        return art, names, subsets, read_from
     subsets = read_subset_names(subset_names)
     names = read_vocabulary(vocabulary) if vocabulary else vocabulary_of(subsets)
-    source = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
+    read_from = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
     if vocabulary:
-        source["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
-    return None, names, subsets, source
+        read_from["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
+    return None, names, subsets, read_from
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,14 @@ def run_match(
 
     ``out`` must be new, empty or (with ``force``) an earlier match folder.
     """
-    art, names, subsets, source = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
+    art, names, subsets, read_from = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
     if out is None and art is not None:
         out = Path(art.root) / "match"
     if write and out is not None:
         out = check_out(out, MATCH_KIND, force=force, inputs=[*inputs.files(), art.root if art is not None else None])
     wn = load_wordnet(cache_dir=inputs.cache_dir)
     tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
-    result = match(names, subsets, tree, wn, source=source)
+    result = match(names, subsets, tree, wn, read_from=read_from)
     if art is not None:
         result.class_images = {
             c: len(frozenset().union(*(art.images(s) for s in result.subsets_of(c)))) for c in result.classes()
@@ -131,8 +131,8 @@ def explain_names(names: list[str], inputs: MatchInputs = MatchInputs()) -> str:
     tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
     result = None
     if inputs.artifact is not None or inputs.subset_names is not None:
-        _, vocab, subsets, source = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
-        result = match(vocab, subsets, tree, wn, source=source)
+        _, vocab, subsets, read_from = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
+        result = match(vocab, subsets, tree, wn, read_from=read_from)
     parts = []
     for name in names:
         name = name.strip()

@@ -163,7 +163,7 @@ class _PaperFamily(TaskFamily):
     def ids(self, artifact: Artifact) -> list[str]:
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             return []
-        return [i for i in paper_tasks.applicable(artifact_source(artifact)) if i in self.task_ids]
+        return [i for i in paper_tasks.applicable(group_source(artifact)) if i in self.task_ids]
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return paper_tasks.CLASSES
@@ -175,7 +175,7 @@ class _PaperFamily(TaskFamily):
                 "build the artifact from GQA scene graphs (or the demo world), which has both",
             )
         plan = paper_tasks.plan(
-            task_id, artifact_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
+            task_id, group_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
         )
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
@@ -201,14 +201,14 @@ class CocoSubpopFamily(TaskFamily):
         return task_id in coco_tasks.TASK_IDS
 
     def ids(self, artifact: Artifact) -> list[str]:
-        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(artifact_source(artifact)) else []
+        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(group_source(artifact)) else []
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return coco_tasks.CLASSES
 
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
         sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, given_sizes(options))
-        plan = coco_tasks.plan(task_id, artifact_source(artifact), sizes=sizes, seed=seed)
+        plan = coco_tasks.plan(task_id, group_source(artifact), sizes=sizes, seed=seed)
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
@@ -301,7 +301,7 @@ class ClassFamily(TaskFamily):
         cls = class_of_task(task_id, artifact)
         if cls is None:
             raise unknown_task(task_id, artifact)
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=_filters(options))
 
@@ -354,7 +354,7 @@ class CollectionFamily(TaskFamily):
                     f"artifact {artifact.root} has no kept attribute subsets",
                     "build with --include-attributes or from the attributes pickle",
                 )
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
         filters = replace(_filters(options), selected_classes=options.selected_classes, attributes=options.attributes)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=filters)
@@ -367,7 +367,7 @@ def _match_dir(artifact: Artifact) -> Path:
 _SOURCES: "weakref.WeakKeyDictionary[Artifact, ArtifactSource]" = weakref.WeakKeyDictionary()
 
 
-def artifact_source(artifact: Artifact) -> ArtifactSource:
+def group_source(artifact: Artifact) -> ArtifactSource:
     """One ArtifactSource per loaded Artifact: building it walks every candidate subset (~2 s at full
     scale), and listing task ids asked for one per family (six), planning for one per task."""
     source = _SOURCES.get(artifact)
@@ -484,7 +484,7 @@ class MatchedFamily(TaskFamily):
             )
         return shifts.community_shift(
             task_id,
-            artifact_source(artifact),
+            group_source(artifact),
             classes=classes,
             sizes=options,
             seed=seed,
@@ -521,11 +521,7 @@ def _context_distance(artifact: Artifact):
 def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
     """Contexts kept for every class with an embedding in every class's meta-graph (distances exist)."""
     sets = [
-        {
-            x
-            for x in artifact_source(artifact).kept_contexts(c)
-            if artifact.embedding(str(SubsetName(c, x))) is not None
-        }
+        {x for x in group_source(artifact).kept_contexts(c) if artifact.embedding(str(SubsetName(c, x))) is not None}
         for c in classes
     ]
     return sorted(set.intersection(*sets)) if sets else []
@@ -546,7 +542,7 @@ class ShiftFamily(TaskFamily):
         pair = self.listed_pair
         if not set(pair) <= set(artifact.classes()):
             return []
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         o = levels.LevelSizes()
         shared = level_plans.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
         if len(shared) < o.test_contexts + o.levels * o.train_contexts:
@@ -558,8 +554,10 @@ class ShiftFamily(TaskFamily):
 
     def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> TaskPlan:
         classes = self.classes(artifact, task_id)
-        source = artifact_source(artifact)
-        shared = level_plans.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
+        source = group_source(artifact)
+        shared = level_plans.shared_contexts(
+            source, classes, options.min_images, shifts.ambiguous_images(source, classes)
+        )
         embedded = set(_embedded_contexts(artifact, classes))
         # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)
         paper = paper_tasks.SUBPOP_GROUPS if set(classes) == set(paper_tasks.CLASSES) else None

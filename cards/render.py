@@ -150,7 +150,7 @@ def render_task_section(info: CardTask, heading: str | None = None) -> str:
         ("metashift-hf version", b.get("package_version")),
         ("artifact built by version", b.get("artifact_package_version")),
         ("artifact content hash", f"`{b.get('artifact_hash')}`"),
-        ("artifact source", b.get("artifact_source")),
+        ("provenance", b.get("provenance")),
         ("seed", b.get("seed")),
         ("rules", ", ".join(f"{k}={v}" for k, v in sorted((b.get("rules") or {}).items())) or "–"),
         ("removed images", ", ".join(f"{k}: {v}" for k, v in sorted(asdict(spec.removed).items())) or "none"),
@@ -170,7 +170,7 @@ def render_task_section(info: CardTask, heading: str | None = None) -> str:
         heading=heading or f"## Task `{info.task_id}`",
         summary=summary(spec) + multi_label_note(info),
         fields_table="\n".join(
-            f"| `{n}` | {t} | {field_meaning(n, info.build.get('artifact_source'))} |" for n, t in info.fields
+            f"| `{n}` | {t} | {field_meaning(n, info.build.get('provenance'))} |" for n, t in info.fields
         ),
         label_names=", ".join(f"{i} = `{n}`" for i, n in enumerate(info.label_names)),
         splits_table="\n".join(f"| {s} | {n:,} |" for s, n in info.split_rows.items()),
@@ -258,8 +258,8 @@ def _opening(spec: ShiftSpec, provenance: str | None, source_info: SourceInfo | 
 
 
 def render_task_card(info: CardTask, configs) -> str:
-    provenance = info.build.get("artifact_source")
-    source_info = info.build.get("artifact_source_info")
+    provenance = info.build.get("provenance")
+    source_info = info.build.get("source_info")
     body = render_template(
         "task_card.md",
         task_id=info.task_id,
@@ -361,25 +361,25 @@ def _differences(spec: ShiftSpec, build: dict, stats: ArtifactStats) -> list[str
             f"Minority fraction: target p = {fmt(mf.target)}, achieved {fmt(mf.achieved)} "
             "(group sizes are whole images, so p can only be approached)."
         )
-    source = build.get("artifact_source")
+    provenance = build.get("provenance")
     if stats is not None:
-        if is_synthetic(source):
+        if is_synthetic(provenance):
             out.append(
-                f"This export was built from **synthetic data** ({describe(source)}), not from GQA: its {stats.classes} classes "
+                f"This export was built from **synthetic data** ({describe(provenance)}), not from GQA: its {stats.classes} classes "
                 f"and {stats.subsets:,} subsets are small stand-ins, so no figure here is comparable to the paper's "
                 f"({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets)."
             )
-        elif source in ("coco", "custom"):
+        elif provenance in ("coco", "custom"):
             out.append(
                 f"The artifact has {stats.classes} classes and {stats.subsets:,} kept subsets, built from "
-                f"{describe(source)} (source here: {source}), not from Visual Genome: the paper's figures for the "
+                f"{describe(provenance)} (source here: {provenance}), not from Visual Genome: the paper's figures for the "
                 f"full MetaShift ({PUBLISHED_FULL['classes']} classes, {PUBLISHED_FULL['subsets']:,} subsets) do "
                 "not apply to it."
             )
         else:
             out.append(
                 f"The artifact has {stats.classes} classes and {stats.subsets:,} kept subsets; the paper reports "
-                f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {source}). "
+                f"{PUBLISHED_FULL['classes']} and {PUBLISHED_FULL['subsets']:,} for the full MetaShift (source here: {provenance}). "
                 "Differences come from the input version (GQA scene graphs vs. the published pickles) and from our rule "
                 "reading (a subset needs at least 25 images, a class more than 5 such subsets)."
             )
@@ -412,8 +412,8 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> CardTask:
         "package_version": __version__,
         "artifact_package_version": manifest.package_version,
         "artifact_hash": art.content_hash,
-        "artifact_source": art.provenance,
-        "artifact_source_info": art.manifest.source_info,  # user data's licence and origin (not a table row)
+        "provenance": art.provenance,
+        "source_info": art.manifest.source_info,  # user data's licence and origin (not a table row)
         "seed": spec.seed,
         "rules": asdict(spec.rules) if spec.rules is not None else art.options.to_dict(),
     }

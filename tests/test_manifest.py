@@ -233,6 +233,6 @@ def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
     art = build_from_inputs(tmp_path / "art", given=SceneGraphs(inputs["scene_graphs"]), plots=False)
     assert art.classes() == ["dog", "indoors"]  # 'indoors(dog)', 'indoors(sofa)', ...: published convention
     rep = stats.compare(art.root)
-    assert rep.source == "gqa" and rep.failures == []
+    assert rep.provenance == "gqa" and rep.failures == []
     assert next(r for r in rep.rows if r.figure == "classes").ours == 2
     assert next(r for r in rep.rows if r.figure == "general_contexts").ok  # <= 37 ontology words

@@ -31,7 +31,7 @@ class Hierarchy:
     name: str  # "wordnet", "paper" or "tree:PATH"
     root: str
     children: dict[str, tuple[str, ...]]  # every node reachable from root -> ordered children
-    source: dict = field(default_factory=dict)  # file path/sha256 or WordNet version
+    provenance: dict = field(default_factory=dict)  # file path/sha256 or WordNet version
     hidden: dict[str, str] = field(default_factory=dict)  # node -> key that hides a subtree (quirks)
     hidden_ids: dict[str, str] = field(default_factory=dict)  # id seen only in a hidden subtree -> its node
 
@@ -166,7 +166,7 @@ def wordnet_hierarchy(wn) -> Hierarchy:
         name="wordnet",
         root=roots[0],
         children={n: tuple(sorted(k)) for n, k in sorted(children.items())},
-        source={"wordnet_version": wn.get_version()},
+        provenance={"wordnet_version": wn.get_version()},
     )
 
 
@@ -256,7 +256,7 @@ def tree_hierarchy(path: str | os.PathLike, wn=None, name: str | None = None) ->
         name=name or f"tree:{path}",
         root=root,
         children=children,
-        source={"path": str(path), "sha256": sha256_file(path)},
+        provenance={"path": str(path), "sha256": sha256_file(path)},
         hidden=hidden,
         hidden_ids=hidden_ids,
     )
