@@ -122,22 +122,32 @@ def _tag_candidates(table, options: BuildOptions, settings: ReadSettings) -> Tag
     )
 
 
-@BUILD_INPUTS.register
 @dataclass(frozen=True)
-class SceneGraphs(BuildInput):
-    """GQA scene-graph JSON files (train/val), streamed (builders/scene_graphs.py)."""
+class _Files(BuildInput):
+    """An input read from a list of files (``files``; one flag taking several paths)."""
 
     files: tuple[PathLike, ...]
-
-    name: ClassVar[str] = "scene-graphs"
-    flags: ClassVar[str] = "--scene-graphs"
-    provenance: ClassVar[Provenance] = "gqa"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
 
     def paths(self) -> list[PathLike]:
         return list(self.files)
+
+    @classmethod
+    def from_flags(cls, args: Any) -> "_Files | None":
+        given = getattr(args, cls.flags.lstrip("-").replace("-", "_"))
+        return cls(tuple(given)) if given else None
+
+
+@BUILD_INPUTS.register
+@dataclass(frozen=True)
+class SceneGraphs(_Files):
+    """GQA scene-graph JSON files (train/val), streamed (builders/scene_graphs.py)."""
+
+    name: ClassVar[str] = "scene-graphs"
+    flags: ClassVar[str] = "--scene-graphs"
+    provenance: ClassVar[Provenance] = "gqa"
 
     def read(self, options: BuildOptions, settings: ReadSettings) -> ReadInput:
         clock = time.perf_counter()
@@ -155,10 +165,6 @@ class SceneGraphs(BuildInput):
         provenance: Provenance = "demo" if demo_world_summary(self.files, sg.sha256) else "gqa"
         record = InputRecord(_file_records(self.files, sg.sha256, "scene_graphs"), provenance, sg.meta)
         return ReadInput(candidates, record, options)
-
-    @classmethod
-    def from_flags(cls, args: Any) -> "SceneGraphs | None":
-        return cls(tuple(args.scene_graphs)) if args.scene_graphs else None
 
 
 _PICKLE_NAMES = {False: "full-candidate-subsets.pkl", True: "attributes-candidate-subsets.pkl"}
@@ -211,21 +217,13 @@ class PublishedPickles(BuildInput):
 
 @BUILD_INPUTS.register
 @dataclass(frozen=True)
-class CocoAnnotations(BuildInput):
+class CocoAnnotations(_Files):
     """MS-COCO instances files: categories of one image co-occur as tags (builders/coco.py)."""
-
-    files: tuple[PathLike, ...]
 
     name: ClassVar[str] = "coco"
     flags: ClassVar[str] = "--coco-annotations"
     provenance: ClassVar[Provenance] = "coco"
     multi_label: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "files", tuple(self.files))
-
-    def paths(self) -> list[PathLike]:
-        return list(self.files)
 
     def read(self, options: BuildOptions, settings: ReadSettings) -> ReadInput:
         coco = read_coco_annotations(self.files)
@@ -235,10 +233,6 @@ class CocoAnnotations(BuildInput):
         )
         record = InputRecord(_file_records(self.files, coco.sha256, "coco_annotations"), "coco", coco_image_meta(coco))
         return ReadInput(_tag_candidates(coco.tags, options, settings), record, options)
-
-    @classmethod
-    def from_flags(cls, args: Any) -> "CocoAnnotations | None":
-        return cls(tuple(args.coco_annotations)) if args.coco_annotations else None
 
 
 @BUILD_INPUTS.register
