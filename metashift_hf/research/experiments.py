@@ -27,7 +27,8 @@ from ..builders.spec import ShiftSpec
 from ..core import __version__
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from ..hub.task_source import TaskData, TaskOrigin
+from ..hub.task_data import TaskData
+from ..hub.task_open import TaskOrigin
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result

@@ -37,7 +37,7 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
 from ..hub.api import plan
-from ..hub.task_source import TaskRef
+from ..hub.task_data import TaskRef
 from . import clusters as cl
 from . import conflicts as cf
 from .features import image_features, load_backbone
@@ -186,7 +186,7 @@ def ood_levels(
     n_levels = int(options.get("levels", lv.LevelSizes().levels))
     curves = _level_tasks(shift_type, classes, n_levels)
     tasks = {tid: name for pts in curves.values() for tid, _, name in pts}
-    plans = {tid: plan(tid, art, seed=seed, **options) for tid in tasks}
+    plans = {tid: plan(TaskRef(tid, artifact=art, seed=seed, options=options)) for tid in tasks}
     bb = load_backbone(device=device)
     rows = []
     for m in specs:

@@ -44,7 +44,8 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..core.paths import cache_root
-from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
+from ..hub.task_data import TaskData, TaskRef, task_ref
+from ..hub.task_open import open_task
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
 from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
@@ -661,7 +662,7 @@ def train(
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.hub.task_source.open_task` result, or a :class:`~metashift_hf.hub.task_source.TaskRef`
+    :func:`metashift_hf.hub.task_open.open_task` result, or a :class:`~metashift_hf.hub.task_data.TaskRef`
     of a task id planned on its ``artifact`` (with its ``images``, ``seed`` and ``options``; a dataset brings
     its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
