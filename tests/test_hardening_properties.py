@@ -29,7 +29,7 @@ from metashift_hf.builders.tags import read_tags_file
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub import api
-from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_data import DEFAULT_SEED, TaskRef
 from metashift_hf.research.score import Predictions, score_plan
 
 
@@ -132,7 +132,9 @@ def test_plan_answers_any_argument_types_with_a_plan_or_a_clear_error(art, task,
         tp = api.plan(TaskRef(task, artifact=art, seed=seed))
     except MetashiftError:
         return
-    assert task in ("class-cat", "classes") and tp.spec.seed == seed and not isinstance(seed, bool)
+    # a TaskRef checks (and converts) its seed where it is made; None is the default seed (review case N-T08)
+    want = DEFAULT_SEED if seed is None else opt.seed(seed, "seed")
+    assert task in ("class-cat", "classes") and tp.spec.seed == want and not isinstance(seed, bool)
 
 
 @SLOWER
