@@ -15,7 +15,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.core.errors import MetashiftError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 
 

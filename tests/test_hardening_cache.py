@@ -36,6 +36,7 @@ from metashift_hf.core.parts import part_checksum  # noqa: E402
 from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
 
@@ -198,7 +199,10 @@ def zoo_world(tmp_path_factory):
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     sample_jpegs(root / "images", names=sorted({i for v in subsets.values() for i in v}))
-    kw = dict(artifact=root / "artifact", images=root / "images", settings=EvalConfig(progress=False, plots=False))
+    kw = dict(
+        origin=TaskOrigin(artifact=root / "artifact", images=root / "images"),
+        settings=EvalConfig(progress=False, plots=False),
+    )
     clean = evaluate_zoo([from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache_dir=root / "clean", **kw)
     model = from_module(_net(0), PREP, name="tiny")
     folder = LogitsCache(model.fingerprint(), root / "clean").folder

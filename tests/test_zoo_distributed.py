@@ -25,7 +25,8 @@ from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef, open_task  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin, open_task  # noqa: E402
 from metashift_hf.models import decode_workers  # noqa: E402
 
 
@@ -40,7 +41,11 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     real_collect = zoo_mod._collect_images
     monkeypatch.setattr(zoo_mod, "_collect_images", lambda *a: found.append(real_collect(*a)) or found[-1])
     result = evaluate_zoo(
-        [_model(1)], TASKS, world / "artifact", world / "images", settings=EvalConfig(progress=False), use_cache=False
+        [_model(1)],
+        TASKS,
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False),
+        use_cache=False,
     )
     per_task = sum(len(ids) for ids in found[0].of_task.values())
     assert per_task > result.images  # the tasks share images (the old code hashed each once per task)
@@ -119,7 +124,10 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
 
 
 def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):
-    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
+    kw = dict(
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False, batch_size=8),
+    )
     single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)
     calls: list[int] = []
     for i in range(2):
@@ -225,8 +233,7 @@ def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_
     got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
     assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
     kw = dict(
-        artifact=world / "artifact",
-        images=world / "images",
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
         settings=EvalConfig(progress=False),
         cache_dir=tmp_path / "c",
     )
