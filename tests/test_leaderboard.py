@@ -21,7 +21,7 @@ from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
 from metashift_hf.hub.task_source import TaskRef  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.models import CacheConfig, Preprocessing, from_module  # noqa: E402
 
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
@@ -89,7 +89,7 @@ def _zoo(world, models, out, **kw):
         world / "artifact",
         world / "images",
         out,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted", **kw),
     )
 
@@ -178,9 +178,11 @@ def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tm
         zoo.evaluate_zoo(["timm:resnet18", "timm:resnet18"], ["bin-cat-dog"], world / "artifact", out=tmp_path / "o")
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputFormatError, match="not a folder"):
-        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file" / "sub")
+        zoo.evaluate_zoo(
+            ["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache=CacheConfig(tmp_path / "file" / "sub")
+        )
     with pytest.raises(InputFormatError, match="not a folder"):
-        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file")
+        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache=CacheConfig(tmp_path / "file"))
     assert loads == [] and not (tmp_path / "o").exists()
 
 
@@ -358,7 +360,7 @@ def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_t
         world / "artifact",
         world / "images",
         None,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted"),
     )
     assert set(result.leaderboard["task"]) == {"bin-cat-dog", EXPORTED_TASK}

@@ -11,6 +11,7 @@ from ..core.errors import InputFormatError
 from ..evaluate.config import EvalConfig
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
+from ..models import CacheConfig
 from .task_args import parse_overrides, task_images
 
 
@@ -44,8 +45,7 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
         args.out,
         settings=settings,
         task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
-        cache_dir=args.cache_dir,
-        use_cache=not args.no_cache,
+        cache=CacheConfig(args.cache_dir, use=not args.no_cache),
         shard=args.shard,
     )
     print(result.summary())
