@@ -195,7 +195,7 @@ def zoo(args) -> dict:
     from metashift_hf.hub import api
     from metashift_hf.hub.task_data import TaskRef
     from metashift_hf.hub.task_open import TaskOrigin
-    from metashift_hf.models import load_model
+    from metashift_hf.models import CacheConfig, load_model
 
     model = load_model("efficientnet-lite0")
     tasks = select_tasks(args.tasks, args.artifact)
@@ -221,7 +221,7 @@ def zoo(args) -> dict:
                 tasks,
                 TaskOrigin(artifact=args.artifact, images=args.images),
                 out / f"{name}-{r}",
-                cache_dir=cache,
+                cache=CacheConfig(cache),
                 settings=EvalConfig(progress=False, batch_size=args.batch_size, plots=args.charts),
             )
             times[name].append(time.perf_counter() - t)

@@ -22,7 +22,7 @@ from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
 from metashift_hf.hub.task_data import TaskRef  # noqa: E402
 from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.models import CacheConfig, Preprocessing, from_module  # noqa: E402
 
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
@@ -89,7 +89,7 @@ def _zoo(world, models, out, **kw):
         ["bin-cat-dog"],
         TaskOrigin(artifact=world / "artifact", images=world / "images"),
         out,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted", **kw),
     )
 
@@ -187,11 +187,14 @@ def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tm
             ["timm:resnet18"],
             ["bin-cat-dog"],
             TaskOrigin(artifact=world / "artifact"),
-            cache_dir=tmp_path / "file" / "sub",
+            cache=CacheConfig(tmp_path / "file" / "sub"),
         )
     with pytest.raises(InputFormatError, match="not a folder"):
         zoo.evaluate_zoo(
-            ["timm:resnet18"], ["bin-cat-dog"], TaskOrigin(artifact=world / "artifact"), cache_dir=tmp_path / "file"
+            ["timm:resnet18"],
+            ["bin-cat-dog"],
+            TaskOrigin(artifact=world / "artifact"),
+            cache=CacheConfig(tmp_path / "file"),
         )
     assert loads == [] and not (tmp_path / "o").exists()
 
@@ -369,7 +372,7 @@ def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_t
         ["bin-cat-dog", str(folder)],
         TaskOrigin(artifact=world / "artifact", images=world / "images"),
         None,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted"),
     )
     assert set(result.leaderboard["task"]) == {"bin-cat-dog", EXPORTED_TASK}

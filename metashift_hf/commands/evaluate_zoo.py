@@ -12,6 +12,7 @@ from ..evaluate.config import EvalConfig
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
 from ..hub.task_open import TaskOrigin
+from ..models import CacheConfig
 from .task_args import parse_overrides, task_images
 
 
@@ -51,8 +52,7 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
         origin,
         args.out,
         settings=settings,
-        cache_dir=args.cache_dir,
-        use_cache=not args.no_cache,
+        cache=CacheConfig(args.cache_dir, use=not args.no_cache),
         shard=args.shard,
     )
     print(result.summary())

@@ -46,7 +46,7 @@ from ..hub.specs import ConfigChoiceError
 from ..hub.task_data import TaskData
 from ..hub.task_listing import TaskFolderChoiceError
 from ..hub.task_open import TaskOrigin, open_task
-from ..models import Classifier, runtime_card
+from ..models import CacheConfig, Classifier, RunConfig, runtime_card
 from . import distributed, pool
 from .config import EvalConfig
 from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
@@ -222,8 +222,7 @@ def evaluate_zoo(
     out: str | Path | None = None,
     *,
     settings: EvalConfig | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
+    cache: CacheConfig = CacheConfig(),
     shard: Any = None,
 ) -> ZooResult:
     """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
@@ -237,8 +236,9 @@ def evaluate_zoo(
     Its ``plots`` (None here: off) draws each task report's per-class charts too (at ~0.2 s per chart they
     cost more than scoring; the zoo draws one leaderboard picture); its ``splits`` are scored in every task
     (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
-    for all models). ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
-    ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
+    for all models).
+    ``cache``: where the logits are cached (:class:`metashift_hf.models.outputs.CacheConfig`; ``use=False`` neither
+    reads nor writes the cache: models are still run once per image).
     ``shard``: ``"i/n"`` computes only this job's share of the model passes into the cache and scores nothing
     (a later plain run assembles the leaderboard); under torchrun / accelerate launch the ranks share the
     passes and rank 0 scores (:mod:`.distributed`).
@@ -257,8 +257,8 @@ def evaluate_zoo(
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
-    if use_cache and cache_dir is not None:
-        check_cache_dir(cache_dir)
+    if cache.use and cache.folder is not None:
+        check_cache_dir(cache.folder)
     if origin is not None and origin.seed is not None and origin.seed != seed:
         raise opt.OptionError(
             f"the zoo's tasks are planned with settings.seed {seed}, and the origin says seed {origin.seed}",
@@ -282,7 +282,7 @@ def evaluate_zoo(
             )
     _refuse_repeated([m.name for m in loaded])
     _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
-    distributed.check_part(part, use_cache=use_cache, models=loaded)
+    distributed.check_part(part, use_cache=cache.use, models=loaded)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
@@ -322,22 +322,17 @@ def evaluate_zoo(
             tm = time.perf_counter()
             got = distributed.model_logits(
                 clf,
-                found.where,
-                found.read,
+                distributed.Images(found.where, found.read),
                 part,
                 group,
-                cache_dir=cache_dir,
-                use_cache=use_cache,
-                batch_size=batch_size,
-                workers=workers,
-                device=device,
-                progress=progress,
+                RunConfig(batch_size, workers, progress),
+                cache,
             )
             computed[clf.name], cached[clf.name] = got.computed, got.cached
             if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
                 seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
                 continue
-            fp, cache = clf.fingerprint(), got.cache
+            fp, store = clf.fingerprint(), got.cache
             card = clf.card()
 
             def score(task_id: str, td: TaskData, rel: Path) -> Any:
@@ -345,7 +340,7 @@ def evaluate_zoo(
                 ids = list(id_sha)
                 block = got.block([id_sha[i] for i in ids])
                 preds = PrecomputedPredictions(
-                    path=cache.folder if cache is not None else Path("(memory)"),
+                    path=store.folder if store is not None else Path("(memory)"),
                     predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp,
                     model_card=card,
@@ -393,7 +388,7 @@ def evaluate_zoo(
                     "computed": computed,
                     "cached": cached,
                     "seconds": seconds,
-                    "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
+                    "cache": "off" if not cache.use else "logits/<model>-<output key[:16]> under the cache folder",
                     "runtime": runtime_card(),
                     "hierarchy": hierarchy,
                     "mode": mode,

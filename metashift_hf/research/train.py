@@ -135,7 +135,7 @@ def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_d
     source = open_images(images)
     source.resolve([i for s in data.ids.values() for i in s], "error", verify=False)
     # Lite0 is loaded again with its BatchNorm layers (the backbone's are folded for inference)
-    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.extract is None else bb.classifier
+    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.pooled_lite0 else bb.classifier
     return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
 
