@@ -14,7 +14,7 @@ from metashift_hf import cli
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.fsutil import OutputExistsError
 from metashift_hf.core.options import OptionError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research import train as train_module
 from metashift_hf.research.algorithms import (
     HPARAM_DRAWS_MAX,

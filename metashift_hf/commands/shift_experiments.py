@@ -7,7 +7,7 @@ import argparse
 from metashift_hf.builders.levels import SHIFT_TYPES
 
 from ..core.options import int_at_least, int_in, positive_float, positive_int, seed, seed_count
-from ..hub.task_source import TaskOrigin
+from ..hub.task_open import TaskOrigin
 from ..research.conflicts import STEPS_MAX, ConflictConfig
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..research.ood_experiments import N_INIT_CHECK, N_INIT_MAX, ClusteredConfig, ConflictsConfig, OodLevelsConfig

@@ -28,8 +28,8 @@ from metashift_hf.builders.images import ImageSource
 from ..core.errors import MetashiftError
 from ..core.fsutil import atomic_file
 from ..models import Preprocessing, open_rgb
+from ..models.outputs import head_linear
 from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
-from .features import head_linear
 
 
 logger = logging.getLogger(__name__)

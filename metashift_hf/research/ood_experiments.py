@@ -35,7 +35,8 @@ from metashift_hf.builders.spec import GroupSpec
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
-from ..hub.task_source import TaskOrigin, TaskRef
+from ..hub.task_data import TaskRef
+from ..hub.task_open import TaskOrigin
 from . import clusters as cl
 from . import conflicts as cf
 from .features import image_features, load_backbone

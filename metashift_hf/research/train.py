@@ -41,7 +41,8 @@ from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError
 from ..core.fsutil import OutputExistsError, atomic_dir, exclusive_lock
 from ..core.paths import cache_root
-from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
+from ..hub.task_data import TaskData, TaskRef, task_ref
+from ..hub.task_open import open_task
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
 from .algorithms import METHODS, SAMPLING_TEXT, algorithm_info
@@ -161,7 +162,7 @@ def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_d
     source = open_images(images)
     source.resolve([i for s in data.ids.values() for i in s], "error", verify=False)
     # Lite0 is loaded again with its BatchNorm layers (the backbone's are folded for inference)
-    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.extract is None else bb.classifier
+    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.pooled_lite0 else bb.classifier
     return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
 
@@ -205,7 +206,7 @@ def train(
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.hub.task_source.open_task` result, or a :class:`~metashift_hf.hub.task_source.TaskRef`
+    :func:`metashift_hf.hub.task_open.open_task` result, or a :class:`~metashift_hf.hub.task_data.TaskRef`
     of a task id planned on its ``artifact`` (with its ``images``, ``seed`` and ``options``; a dataset brings
     its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
