@@ -7,6 +7,7 @@ on S = the class-qualified community and report their label shift P(Y) as its ow
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,17 @@ def test_label_shift_alone_is_not_a_context_shift():
     # the per-class label as S (the old variable): cat's community-2 has no dog counterpart, so the test's
     # labels seem to tell the class and a P(Y|S) shift appears that the task does not have
     assert measured.measure_split(train, test, "test", "context").type == "joint"
+
+
+def test_the_docs_quote_the_generated_label_shift_figures():
+    """docs/tasks.md's prose on community-matched tasks quotes the label shift of the generated block
+    (scripts/docs_figures.py writes the block; tests/test_docs_figures.py checks it against the code)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
+    block = text[text.index("<!-- docs-figures: matched-tasks-demo -->") : text.index("<!-- /docs-figures: matched")]
+    label = {
+        row.split("|")[1].strip().strip("`"): row.split("|")[-2].split()[0]
+        for row in block.splitlines()
+        if row.startswith("| `")
+    }
+    sentence = f"P(Y) TV {label['bin-cat-dog']} for `bin-cat-dog` and {label['imagenet-5']} for\n`imagenet-5`"
+    assert sentence in text
