@@ -159,40 +159,52 @@ def build(data: SpaceData):
                     d_b = gr.Dropdown([], value=None, label="subset B")
                 d_out = gr.HTML("", elem_id="ms-distance")
 
+        # pickers answer the user (.input), not updates: a link's load sets several pickers without each one
+        # re-rendering the views after it
         filters = [fam, shift, measured, cls_filter, text, page]
         for c in filters:
             c.change(v.tasks, filters, tasks_out)
-        task_pick.change(v.task, task_pick, task_out)
+        task_pick.input(v.task, task_pick, task_out)
 
         def pick_class(cls):
+            """A class picked: its widest task, that task's meta-graph and subsets."""
             tasks = v.class_tasks(cls)
-            return gr.update(choices=tasks, value=tasks[0] if tasks else None)
+            task_id = tasks[0] if tasks else None
+            return (gr.update(choices=tasks, value=task_id), *pick_graph(cls, task_id or ""))
 
         def pick_graph(cls, task_id):
             return v.graph(cls, task_id), gr.update(choices=v.subsets(cls, task_id), value=None), ""
 
-        class_pick.change(pick_class, class_pick, class_task)
-        class_task.change(pick_graph, [class_pick, class_task], [graph_out, node_pick, node_out])
-        node_pick.change(
+        class_pick.input(pick_class, class_pick, [class_task, graph_out, node_pick, node_out])
+        class_task.input(pick_graph, [class_pick, class_task], [graph_out, node_pick, node_out])
+        node_pick.input(
             lambda c, t, n: (v.graph(c, t, n or ""), v.node(c, t, n or "")),
             [class_pick, class_task, node_pick],
             [graph_out, node_out],
         )
-        sort.change(v.leaderboard, sort, board_out)
-        model_pick.change(v.drilldown, [model_pick, lb_task], drill_out)
-        lb_task.change(v.drilldown, [model_pick, lb_task], drill_out)
+        sort.input(v.leaderboard, sort, board_out)
+        model_pick.input(v.drilldown, [model_pick, lb_task], drill_out)
+        lb_task.input(v.drilldown, [model_pick, lb_task], drill_out)
 
         def pick_pair(cls, task_id):
+            """A task picked for Distances: its first two subsets and what is known between them."""
             subs = v.subsets(cls, task_id)
+            a, b = (subs[0] if subs else None), (subs[1] if len(subs) > 1 else None)
             return (
-                gr.update(choices=subs, value=subs[0] if subs else None),
-                gr.update(choices=subs, value=subs[1] if len(subs) > 1 else None),
+                gr.update(choices=subs, value=a),
+                gr.update(choices=subs, value=b),
+                v.distance(cls, task_id, a or "", b or ""),
             )
 
-        d_class.change(pick_class, d_class, d_task)
-        d_task.change(pick_pair, [d_class, d_task], [d_a, d_b])
+        def pick_distance_class(cls):
+            tasks = v.class_tasks(cls)
+            task_id = tasks[0] if tasks else None
+            return (gr.update(choices=tasks, value=task_id), *pick_pair(cls, task_id or ""))
+
+        d_class.input(pick_distance_class, d_class, [d_task, d_a, d_b, d_out])
+        d_task.input(pick_pair, [d_class, d_task], [d_a, d_b, d_out])
         for c in (d_a, d_b):
-            c.change(v.distance, [d_class, d_task, d_a, d_b], d_out)
+            c.input(v.distance, [d_class, d_task, d_a, d_b], d_out)
 
         def on_load(request: gr.Request):
             """The view a link asks for (``?view=...``): the tab, its pickers and its HTML."""
