@@ -34,19 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from metashift_hf.space import app, index, repo  # noqa: E402
+from metashift_hf.space import app, browser, index, repo  # noqa: E402
 
 
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 SHIFTS = ("marginal", "conditional", "joint", "none")
 
 
@@ -84,13 +74,7 @@ def browser_wall(url: str, profile: Path, marker: str, repeat: int) -> list[floa
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        dom = subprocess.run(
-            [*pinned(), "chromium", *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom"]
-            + [url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
+        dom = browser.dump_dom(url, profile, budget_ms=5000, prefix=pinned())
         times.append(time.perf_counter() - t)
         assert marker in dom, f"{url}: {marker!r} not rendered"
     return times

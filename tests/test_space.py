@@ -225,6 +225,13 @@ def test_space_command_checks_the_source_before_writing(tmp_path, capsys):
     assert "holds no exported task" in capsys.readouterr().err and not out.exists()
 
 
+def test_a_pushed_space_reads_only_published_sources(space_world, tmp_path, capsys):
+    out = tmp_path / "S"
+    args = ["space", "--from", str(space_world.export), "--out", str(out), "--push", "tester/metashift-space"]
+    assert cli.main(args) == 2
+    assert "a folder on this machine" in capsys.readouterr().err and not out.exists()
+
+
 def test_push_is_one_commit_then_none(space_world, tmp_path, monkeypatch):
     """Push as a Space repo on the loopback Hub: validated as a Space card, one commit, the same folder again
     makes none, a changed file makes one more; the Space is in the namespace's collection once."""

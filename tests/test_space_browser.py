@@ -18,18 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.space import EVIL_TASK, HOSTILE, TASKS
-
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
+from metashift_hf.space import browser
 
 
 def chromium() -> str:
@@ -46,33 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dump_dom(url: str, profile: Path, *, budget_ms: int = 15000) -> str:
-    """The page's DOM after its scripts ran (headless Chromium, its own profile folder)."""
-    run = subprocess.run(
-        [
-            chromium(),
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={profile}",
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout
-
-
-def rendered(url: str, profile: Path, marker: str, tries: int = 4) -> str:
-    """The DOM once ``marker`` shows (a view's data may still be loading on the first try)."""
-    dom = ""
-    for _ in range(tries):
-        dom = dump_dom(url, profile)
-        if marker in dom:
-            return dom
-    raise AssertionError(f"{url}: {marker!r} never rendered; the page:\n{dom[-3000:]}")
+def rendered(url: str, profile: Path, marker: str) -> str:
+    chromium()  # a missing browser fails here with the command that installs it (never a skip)
+    return browser.rendered(url, profile, marker)
 
 
 @pytest.fixture(scope="module")

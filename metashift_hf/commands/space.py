@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..core import options as opt
+from ..core.errors import InputFormatError
 from ..core.fsutil import check_out
 from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT
 from ..space import app, repo
@@ -61,6 +63,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.push:
+        local = [s for s in (args.source, *args.results) if Path(s).is_dir()]
+        if local:  # the Space runs on the Hub: it reads the published repos, not this machine's folders
+            raise InputFormatError(
+                f"--push: the Space would read {', '.join(local)}, a folder on this machine",
+                "write the Space from what is published: --from NAMESPACE and --results NS/NAME (repo ids)",
+            )
     check_out(args.out, repo.SPACE_KIND, force=args.force, inputs=[args.source, *args.results])
     data = app.load(args.source, args.results)  # every spec and leaderboard read and checked first
     out = repo.write_space(
