@@ -258,3 +258,48 @@ def test_push_is_one_commit_then_none(space_world, tmp_path, monkeypatch):
         with pytest.raises(MetashiftError, match="refuses the README metadata"):
             repo.push_space(bad, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
         assert len(space.commits) == 3
+
+
+def test_the_docs_screenshots_are_the_recorded_ones():
+    """docs/figures/space-*.png as scripts/space_screenshots.py --write recorded them, each shown by a doc."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "space_screenshots.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_space_from_a_hub_namespace_end_to_end(tmp_path):
+    """~40 s: tasks published to the loopback Hub; `space --from NS --push NS/NAME` in a fresh client process lists
+    them from the namespace's collection (specs through metashift_hf.shift_spec), writes and pushes the Space, and
+    a second run makes no commit; the Space joins the tasks in the collection."""
+    import subprocess
+    import sys
+
+    from fixtures.fake_hub import client_env
+    from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+    from metashift_hf.hub.export import export_prepared
+
+    art = build_tiny_artifact(tmp_path / "artifact")
+    jpegs = sample_jpegs(tmp_path / "images", n=24)
+    export_prepared([make_prepared(TASKS[0], jpegs)], art, tmp_path / "export", namespace="tester")
+    with running_hub() as (endpoint, state):
+        env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
+        run = lambda *a: subprocess.run(  # noqa: E731
+            [sys.executable, "-m", "metashift_hf", *a], env=env, capture_output=True, text=True, timeout=300
+        )
+        published = run("publish", "--from-export", str(tmp_path / "export"), "--namespace", "tester")
+        assert published.returncode == 0, published.stderr
+        args = ["space", "--from", "tester", "--out", str(tmp_path / "S"), "--push", "tester/metashift-space"]
+        first = run(*args)
+        assert first.returncode == 0, first.stderr
+        assert "1 task(s), 2 class(es)" in first.stdout and "committed" in first.stdout
+        again = run(*args, "--force")
+        assert again.returncode == 0 and "up to date, no commit" in again.stdout, again.stderr
+        assert len(state.repos[("space", "tester/metashift-space")].commits) == 2
+        (collection,) = state.collections.values()
+        kinds = {(i["id"], i["type"]) for i in collection["items"]}
+        assert ("tester/metashift-space", "space") in kinds and (f"tester/metashift-{TASKS[0]}", "dataset") in kinds
