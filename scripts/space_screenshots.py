@@ -1,8 +1,8 @@
 """Screenshots of the Space's views for the docs (docs/figures/space-*.png), taken by headless Chromium from the app
 that `metashift-hf space` writes, serving an export folder (and a zoo's results) on 127.0.0.1.
 
-Each view is first loaded with ``--dump-dom`` until its marker is in the DOM (so the picture shows the view, not a
-spinner), then shot. ``docs/figures/space-screenshots.json`` records each figure: the view's query, its marker,
+Each view is shot once its marker is in the DOM (so the picture shows the view, not a spinner; headless Chromium
+through Playwright, metashift_hf.space.browser). ``docs/figures/space-screenshots.json`` records each figure: the view's query, its marker,
 the PNG's size and sha256; ``--check`` (tests/test_space.py runs it, no browser needed) fails when a figure is
 missing or differs from the record, or when no doc shows it.
 
@@ -40,12 +40,13 @@ DOCS = (ROOT / "README.md", ROOT / "docs" / "hub.md")
 
 
 def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
-    """(figure name, query, marker) per view, the subjects picked from the data (largest class and subset)."""
+    """(figure name, query, marker) per view, the subjects picked from the data (most edges, largest subset)."""
     data = app.load(source, results)
     ix = data.index
-    cls = max(ix.classes, key=lambda c: (len(ix.classes[c]), c))
-    task = index.class_tasks(ix, cls)[0]
-    g = graphs.class_graph(ix.task(task), cls)
+    # the class whose meta-graph has the most published edges (a drawing, not a grid), in its widest task
+    graphs_ = [graphs.class_graph(ix.task(index.class_tasks(ix, c)[0]), c) for c in ix.classes]
+    g = max(graphs_, key=lambda x: (len(x.edges), len(x.nodes), x.cls))
+    cls, task = g.cls, g.task_id
     node = max(g.nodes, key=lambda n: (n.n_images, n.subset)).subset
     first = ix.tasks[0].task_id
     out = [
@@ -93,19 +94,17 @@ def write(source: str, results: list[str], width: int, height: int) -> None:
                 except OSError:
                     time.sleep(0.2)
             record = []
-            for name, query, marker in views(source, results):
-                page = url + ("?" + urllib.parse.urlencode(query) if query else "")
-                profile = root / "profile"
-                browser.rendered(page, profile, marker, tries=5, budget_ms=20000)  # the view's data loads once
-                png = FIGURES / f"{name}.png"
-                shot = browser.run(
-                    page, profile, f"--window-size={width},{height}", f"--screenshot={png}", budget_ms=20000
-                )
-                assert png.is_file(), shot.stderr[-2000:]
-                w, h = png_size(png)
-                digest = hashlib.sha256(png.read_bytes()).hexdigest()
-                record.append({"figure": png.name, "query": query, "marker": marker, "size": [w, h], "sha256": digest})
-                print(f"wrote {png} ({w}x{h})")
+            with browser.browser() as b:
+                for name, query, marker in views(source, results):
+                    page = url + ("?" + urllib.parse.urlencode(query) if query else "")
+                    png = FIGURES / f"{name}.png"
+                    b.view(page, marker, screenshot=str(png), size=(width, height))
+                    w, h = png_size(png)
+                    digest = hashlib.sha256(png.read_bytes()).hexdigest()
+                    record.append(
+                        {"figure": png.name, "query": query, "marker": marker, "size": [w, h], "sha256": digest}
+                    )
+                    print(f"wrote {png} ({w}x{h})")
         finally:
             proc.terminate()
             proc.wait(timeout=30)
