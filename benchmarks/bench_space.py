@@ -115,7 +115,8 @@ def main() -> int:
             with browser.browser() as b:
                 b.view(url, ">synthetic-00000<")  # warm: the app's first request, the browser's caches
                 page = [b.view(url, ">synthetic-00000<").seconds for _ in range(args.repeat)]
-                filtered = [b.view(url + "?view=task&task=synthetic-04321", "Task synthetic-04321").seconds]
+                middle = f"synthetic-{args.tasks // 2:05d}"
+                filtered = [b.view(f"{url}?view=task&task={middle}", f"Task {middle}").seconds]
         finally:
             proc.terminate()
             proc.wait(timeout=30)
