@@ -30,8 +30,6 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from metashift_hf.space import app, browser, graphs, index
-
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures"
@@ -41,6 +39,8 @@ DOCS = (ROOT / "README.md", ROOT / "docs" / "hub.md")
 
 def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
     """(figure name, query, marker) per view, the subjects picked from the data (most edges, largest subset)."""
+    from metashift_hf.space import app, graphs, index  # only --write needs the app: --check stays a quick test
+
     data = app.load(source, results)
     ix = data.index
     # the class whose meta-graph has the most published edges (a drawing, not a grid), in its widest task
@@ -70,6 +70,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def write(source: str, results: list[str], width: int, height: int) -> None:
+    from metashift_hf.space import browser  # only --write drives the browser: --check stays a quick test
+
     root = Path(tempfile.mkdtemp(prefix="space-shots-"))
     try:
         space = root / "S"

@@ -12,6 +12,7 @@ a task's rows, meta-graph facts and images are read when a view first asks for t
 import argparse
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -275,7 +276,7 @@ def main(argv: Sequence[str] | None = None, *, default_source: str | None = None
     try:
         data = load(args.source, args.results if args.results is not None else args.default_results)
     except MetashiftError as exc:
-        print(f"error: {exc.what}\nfix: {exc.fix}")
+        print(f"error: {exc.what}\nfix: {exc.fix}", file=sys.stderr)
         return 2
     build(data).launch(server_name=args.host, server_port=args.port, show_error=False, footer_links=[])
     return 0

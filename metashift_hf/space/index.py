@@ -53,10 +53,6 @@ class TaskEntry:
     def rows(self) -> int:
         return int(sum(self.split_sizes.values()))
 
-    @property
-    def on_hub(self) -> bool:
-        return not Path(self.repo).is_dir()
-
 
 @dataclass(frozen=True)
 class TaskIndex:
