@@ -282,10 +282,11 @@ def test_space_from_a_hub_namespace_end_to_end(tmp_path):
     from fixtures.fake_hub import client_env
     from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
     from metashift_hf.hub.export import export_prepared
+    from metashift_hf.hub.task_open import TaskOrigin
 
     art = build_tiny_artifact(tmp_path / "artifact")
     jpegs = sample_jpegs(tmp_path / "images", n=24)
-    export_prepared([make_prepared(TASKS[0], jpegs)], art, tmp_path / "export", namespace="tester")
+    export_prepared([make_prepared(TASKS[0], jpegs)], TaskOrigin(artifact=art), tmp_path / "export", namespace="tester")
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
         run = lambda *a: subprocess.run(  # noqa: E731
