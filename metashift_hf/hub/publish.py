@@ -94,6 +94,20 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 DEFAULT_TIMEOUT = 60.0  # seconds without progress on one Hub request (connect, read or write)
+TIMEOUT_MAX = 3600.0  # an hour without progress is a dead connection; more overflows the HTTP client's clock
+
+
+def timeout_seconds(value, name: str | None = "--timeout") -> float:
+    """A Hub request timeout: a finite number of seconds in (0, :data:`TIMEOUT_MAX`] (argparse ``type=`` too)."""
+    seconds = opt.positive_float(value, name)  # NaN and inf refused too
+    if seconds > TIMEOUT_MAX:
+        raise opt.OptionError(
+            f"{name} {seconds:g} is out of range: at most {TIMEOUT_MAX:g} seconds",
+            f"pass --timeout SECONDS with 0 < SECONDS <= {TIMEOUT_MAX:g}",
+        )
+    return seconds
+
+
 _TOKEN_PIECE = re.compile(r"[A-Za-z0-9_\-]{6,}")
 
 
@@ -111,7 +125,7 @@ def _use_timeout(seconds: float) -> None:
     from huggingface_hub import set_client_factory
     from huggingface_hub.utils import _http
 
-    seconds = opt.positive_float(seconds, "--timeout")  # NaN and inf refused too
+    seconds = timeout_seconds(seconds)
 
     def factory():
         client = _http.default_client_factory()  # keeps the Hub's request hooks; it only has no timeout
@@ -543,7 +557,7 @@ class PushOptions:
     timeout: float = DEFAULT_TIMEOUT  # seconds without progress on one Hub request
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "timeout", opt.positive_float(self.timeout, "--timeout"))  # NaN and inf refused too
+        object.__setattr__(self, "timeout", timeout_seconds(self.timeout))
 
     def push(self, repos: list[ExportedRepo | str | Path], namespace: str) -> PublishResult:
         """:func:`push_repos` with these options."""

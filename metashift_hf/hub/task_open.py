@@ -35,7 +35,7 @@ from ..builders.tasks import plan_task
 from ..core import options as opt
 from ..core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
-from .shards import REPO_PREFIX
+from .shards import REPO_PREFIX, validate_repo_name
 from .specs import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
 from .task_data import (
     DEFAULT_SEED,
@@ -173,6 +173,12 @@ def _plan_explained(task: str, art: Artifact, seed: int, options: Mapping[str, A
 
 
 def _open_folder(ref: TaskRef) -> TaskData:
+    if ref.revision is not None:  # a folder has one state: a revision would be ignored without a word
+        raise InputFormatError(
+            f"--revision {terminal_safe(ref.revision)} names a Hub revision; {terminal_safe(str(ref.task))} is a "
+            "local folder, which has none",
+            "drop --revision (Python: revision=), or pass the Hub repo id NAMESPACE/NAME",
+        )
     repo, name = repo_folder(Path(ref.task), ref.config)
     where = f"exported folder {repo} (config {name})"
     stats = folder_listing(repo)
@@ -301,6 +307,10 @@ class TaskOrigin:
                 + ("neither is given" if self.artifact is None else "both are given"),
                 "pass exactly one of --artifact and --from",
             )
+        if self.source is not None and not Path(self.source).is_dir():  # a Hub namespace: one the Hub accepts
+            if not isinstance(self.source, str):
+                raise InputFormatError(f"there is no export folder {self.source}", "pass an export folder")
+            validate_repo_name(self.source.rstrip("/"), "--from: no folder here, and the Hub namespace")
         if self.seed is not None:
             object.__setattr__(self, "seed", opt.seed(self.seed, "seed"))
         # read-only, so an origin cannot change after its tasks were resolved; checked as TaskRef's options
