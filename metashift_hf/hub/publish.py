@@ -25,7 +25,7 @@ from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
-from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
+from .shards import INDEX_REPO, ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 from .task_open import TaskOrigin
 
 
@@ -249,6 +249,23 @@ def check_card_target(repo: ExportedRepo, namespace: str) -> None:
         )
 
 
+def _check_collection_lists(items: list[ExportedRepo], namespace: str, configs: dict[str, list[str]]) -> None:
+    """A collection card (the ``metashift`` repo of the repo-per-task layout) pushed with task repos must list each
+    of them: the Hub would show a collection that omits repos it holds (an export folder added to by hand)."""
+    index = next((r for r in items if r.name == INDEX_REPO), None)
+    if index is None or configs[index.name]:  # no collection card, or the one-repo layout (it holds the tasks)
+        return
+    card = (index.path / "README.md").read_text(encoding="utf-8", errors="replace")
+    missing = [r.name for r in items if r is not index and f"{namespace}/{r.name}" not in card]
+    if missing:
+        raise InputFormatError(
+            f"the collection card {index.path / 'README.md'} does not list {', '.join(missing)}, which would be "
+            "pushed beside it",
+            "export the tasks into one --out (each export adds its tasks to the card), or push the task repos "
+            "without that card",
+        )
+
+
 def _refuse_synthetic(what: str) -> None:
     raise MetashiftError(
         f"{what} holds synthetic data (the demo world or another generated world), not MetaShift / Visual Genome",
@@ -395,6 +412,7 @@ def push_repos(
             _refuse_synthetic(f"exported repo {r.path}")
         if not has_license(r.path):
             _refuse_unlicensed(f"exported repo {r.path}")
+    _check_collection_lists(items, namespace, configs)
     hub = writable_hub(token, namespace, dry_run=dry_run, endpoint=endpoint, timeout=timeout)
     token = hub.token
     for r in items:  # after the token check: a namespace the token cannot write is the first thing to fix

@@ -307,10 +307,9 @@ class TaskOrigin:
                 + ("neither is given" if self.artifact is None else "both are given"),
                 "pass exactly one of --artifact and --from",
             )
-        if self.source is not None and not Path(self.source).is_dir():  # a Hub namespace: one the Hub accepts
-            if not isinstance(self.source, str):
-                raise InputFormatError(f"there is no export folder {self.source}", "pass an export folder")
-            validate_repo_name(self.source.rstrip("/"), "--from: no folder here, and the Hub namespace")
+        source = self.source
+        if isinstance(source, str) and "/" not in source.rstrip("/") and not Path(source).is_dir():
+            validate_repo_name(source.rstrip("/"), "--from: no folder here, and the Hub namespace")  # the Hub's rule
         if self.seed is not None:
             object.__setattr__(self, "seed", opt.seed(self.seed, "seed"))
         # read-only, so an origin cannot change after its tasks were resolved; checked as TaskRef's options
