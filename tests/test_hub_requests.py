@@ -87,6 +87,14 @@ def test_a_namespace_with_a_space_is_refused_as_a_namespace(tmp_path, monkeypatc
         TaskOrigin(source="ns x")
 
 
+@pytest.mark.parametrize("task", ["ns x/metashift-a", "ns/metashift a"])
+def test_a_repo_id_with_a_space_names_the_bad_part(task, tmp_path, monkeypatch):
+    """N-T27 (variant): a repo id with a space was 'made from an artifact, and none was given'."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputFormatError, match="would be refused by the Hub"):
+        open_task(task)
+
+
 def test_revision_is_refused_for_a_folder(exported_task, capsys):
     """N-T05, N-T31: a folder has no revision; --revision (Python: revision=) was ignored without a word."""
     folder, _ = exported_task

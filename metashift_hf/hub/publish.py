@@ -249,14 +249,14 @@ def check_card_target(repo: ExportedRepo, namespace: str) -> None:
         )
 
 
-def _check_collection_lists(items: list[ExportedRepo], namespace: str, configs: dict[str, list[str]]) -> None:
+def _check_collection_lists(items: list[ExportedRepo], configs: dict[str, list[str]]) -> None:
     """A collection card (the ``metashift`` repo of the repo-per-task layout) pushed with task repos must list each
     of them: the Hub would show a collection that omits repos it holds (an export folder added to by hand)."""
     index = next((r for r in items if r.name == INDEX_REPO), None)
     if index is None or configs[index.name]:  # no collection card, or the one-repo layout (it holds the tasks)
         return
     card = (index.path / "README.md").read_text(encoding="utf-8", errors="replace")
-    missing = [r.name for r in items if r is not index and f"{namespace}/{r.name}" not in card]
+    missing = [r.name for r in items if r is not index and f'/{r.name}"' not in card]  # load_dataset("…/<repo>", …)
     if missing:
         raise InputFormatError(
             f"the collection card {index.path / 'README.md'} does not list {', '.join(missing)}, which would be "
@@ -412,11 +412,11 @@ def push_repos(
             _refuse_synthetic(f"exported repo {r.path}")
         if not has_license(r.path):
             _refuse_unlicensed(f"exported repo {r.path}")
-    _check_collection_lists(items, namespace, configs)
     hub = writable_hub(token, namespace, dry_run=dry_run, endpoint=endpoint, timeout=timeout)
     token = hub.token
     for r in items:  # after the token check: a namespace the token cannot write is the first thing to fix
         check_card_target(r, namespace)
+    _check_collection_lists(items, configs)
     plans = []
     for r in items:
         repo_id = f"{namespace}/{r.name}"

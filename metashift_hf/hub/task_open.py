@@ -106,6 +106,9 @@ def _open_artifact(ref: TaskRef) -> TaskData:
             raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):
             raise InputFormatError(f"cannot read a task from a {type(task).__name__}", TASK_FORMS_FIX)
+        if task.count("/") == 1:  # meant as a Hub repo id NAMESPACE/NAME (task ids hold no '/'): say which part
+            for part, what in zip(task.split("/"), ("the namespace", "the repo name")):
+                validate_repo_name(part, f"no folder {terminal_safe(task)!r} here, and as a Hub repo id {what}")
         raise UnknownNameError(
             f"task {terminal_safe(str(task))!r} is made from an artifact, and none was given (nor is "
             "it an exported folder or a Hub repo id)",
