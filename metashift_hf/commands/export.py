@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..core.errors import MetashiftError
+from ..core.names import terminal_safe
 from ..hub.export import export_tasks, verify_export
 from ..hub.shards import LAYOUTS
-from ..hub.task_data import reads_dataset_images
+from ..hub.task_data import TaskRef, reads_dataset_images
 from . import HELP
 from .task_args import add_task_arguments, task_images, task_origin_from_args
 
@@ -36,6 +38,14 @@ def require_task_inputs(args: argparse.Namespace) -> None:
             "no task named",
             "give one or more task ids, e.g. `paper-dg-cat-dog-1` "
             "(list them with `metashift-hf tasks list --artifact ARTIFACT`)",
+        )
+    done = [t for t in args.tasks if TaskRef(t).form in ("folder", "hub")]
+    if done:  # before asking for --artifact/--images, which such a task never needs
+        raise MetashiftError(
+            f"{terminal_safe(done[0])} is an exported task (a folder or Hub repo): it is exported already, with its "
+            "rows, images and card",
+            f"push it as it is with `metashift-hf publish --from-export {terminal_safe(str(Path(done[0]).parent))}`, "
+            "or export task ids planned on a build (--artifact ARTIFACT)",
         )
     if not args.images and args.artifact and reads_dataset_images(args.artifact):
         return  # built with --hf-dataset --image-column: the images are the dataset's own

@@ -15,7 +15,10 @@ The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the card
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +31,7 @@ from ..builders.spec import ShiftSpec
 from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
-from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
+from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, read_marker, write_error
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -45,10 +48,12 @@ from .shards import (
     validate_split_name,
     write_config,
 )
-from .specs import read_spec_file
-from .task_open import TaskOrigin
+from .specs import folder_configs, read_spec_file
+from .task_data import TaskRef
+from .task_open import TaskOrigin, open_task
 
 
+LOCK_FILE = ".metashift-export.lock"  # in --out: held by the export writing there (_export_lock)
 EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
 REPO_KIND = "exported repo"
 # The namespace a repo folder's cards name in their load lines and links (null: the local folders of
@@ -89,13 +94,49 @@ def repo_name_for(task_id: str, layout: str) -> str:
 
 
 @contextlib.contextmanager
+def _export_lock(out: Path) -> Iterator[None]:
+    """One export at a time into one ``--out`` (an flock on ``out/.metashift-export.lock``, released when the export
+    ends or its process dies): a second export at once gets a clear error before it writes anything, so no repo is
+    left written but unlisted."""
+    try:
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise (write_error(exc, out / LOCK_FILE) or exc) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputFormatError(
+                f"another export is writing into {out} now",
+                "wait for it to end, then run this export again (it adds "
+                "its tasks to that export), or pass another --out",
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def _claim_out(out_dir, task_ids: list[str], layout: str, origin: TaskOrigin, force: bool) -> Iterator[Path]:
-    """The export folder, ours; every repo folder it will write checked before any is written. A
-    failed export leaves no folder (nor marker) it made behind (core.fsutil.claimed_dir)."""
-    with claimed_dir(out_dir, EXPORT_KIND, inputs=list(origin.inputs)) as out:
-        names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
-        for name in names:
-            check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
+    """The export folder, ours and locked; every repo folder it will write checked before any is written. A
+    failed export leaves no folder (nor marker) it made behind (core.fsutil.claimed_dir).
+
+    An earlier export in it is added to: a task's repo folder (or, one-repo layout, its config) already there is
+    replaced only with ``force``; the collection repo ``metashift`` is rebuilt from every repo present (ours only)."""
+    with claimed_dir(out_dir, EXPORT_KIND, inputs=list(origin.inputs)) as out, _export_lock(out):
+        if layout == "repo-per-task":
+            for name in (repo_name_for(t, layout) for t in task_ids):
+                check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
+        else:
+            there = (
+                sorted(set(task_ids) & set(folder_configs(out / INDEX_REPO))) if (out / INDEX_REPO).is_dir() else []
+            )
+            if there and not force:
+                raise InputFormatError(
+                    f"--out {out}: the {INDEX_REPO} repo holds config(s) {', '.join(there)} from an earlier export",
+                    "pass --force to replace them (its other configs stay), or export other tasks",
+                )
+        check_out(out / INDEX_REPO, REPO_KIND, force=True, flag=f"--out (repo {INDEX_REPO})")  # ours, or refused
         yield out
 
 
@@ -115,6 +156,13 @@ def export_prepared(
     replaced only with ``force``. It never holds one of ``origin``'s inputs (artifact, images).
     """
 
+    ids = _check_prepared(prepared, layout, namespace)
+    with _claim_out(out_dir, ids, layout, origin, force) as out:
+        return _write_repos(prepared, origin.build("export"), out, ids, layout, namespace, force)
+
+
+def _check_prepared(prepared: list, layout: str, namespace: str | None) -> list[str]:
+    """The task ids of ``prepared``, after checking every name export will write (before any is written)."""
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     if not prepared:
@@ -128,15 +176,12 @@ def export_prepared(
     dupes = sorted({t for t in ids if ids.count(t) > 1})
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
-
-    art = origin.build("export")
     for p in prepared:
         validate_config_name(p.task_id)
         validate_card_names(p.spec, p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
-    with _claim_out(out_dir, ids, layout, origin, force) as out_dir:
-        return _write_repos(prepared, art, out_dir, ids, layout, namespace, force)
+    return ids
 
 
 def _write_repos(
@@ -147,73 +192,109 @@ def _write_repos(
         """The name the cards load ``repo`` by: rendered once, for the publish target when one is given."""
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
 
+    def write_task(p, tmp: Path, repo: str):
+        cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
+        info = cards.task_info(p, art, cfg, repo_id=load_target(repo))
+        cards.copy_plots(info, art, tmp)
+        info.pictures = pictures.draw_task_pictures(p, art, tmp)
+        write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
+        write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
+        return cfg, info
+
     exported: list[ExportedRepo] = []
-    infos = []
     if layout == "repo-per-task":
+        written = {repo_name_for(p.task_id, layout) for p in prepared}
+        earlier = _earlier_repos(out_dir, written, art, namespace)  # read before anything is replaced
+        infos = []
         for p in prepared:
             name = repo_name_for(p.task_id, layout)
             with atomic_dir(out_dir / name, kind=REPO_KIND, force=force) as tmp:
-                cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
-                info = cards.task_info(p, art, cfg, repo_id=load_target(name))
-                cards.copy_plots(info, art, tmp)
-                info.pictures = pictures.draw_task_pictures(p, art, tmp)
-                write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
-                write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
-                card = cards.render_task_card(info, [cfg])
+                cfg, info = write_task(p, tmp, name)
                 with atomic_file(tmp / "README.md", "w") as f:
-                    f.write(card)
+                    f.write(cards.render_task_card(info, [cfg]))
                 write_card_target(tmp, namespace)
+                keep_user_files(out_dir / name, tmp, {p.task_id})
             infos.append(info)
-            exported.append(
-                ExportedRepo(
-                    name,
-                    out_dir / name,
-                    (p.task_id,),
-                    repo_files(out_dir / name),
-                    _repo_bytes(out_dir / name),
-                    cards.collection_note(p.spec),
-                )
-            )
-        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
+            exported.append(_exported(out_dir / name, (p.task_id,), cards.collection_note(p.spec)))
+        # the collection card lists every task repo in the folder, this export's and the earlier ones
+        infos += [cards.task_info(e, art, repo_id=load_target(repo_name_for(e.task_id, layout))) for e in earlier]
+        infos.sort(key=lambda i: i.task_id)
+        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=True) as tmp:
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=None, repo_id=load_target(INDEX_REPO)))
             write_card_target(tmp, namespace)
-        exported.append(
-            ExportedRepo(
-                INDEX_REPO,
-                out_dir / INDEX_REPO,
-                (),
-                repo_files(out_dir / INDEX_REPO),
-                _repo_bytes(out_dir / INDEX_REPO),
-                cards.INDEX_NOTE,
-            )
-        )
+            keep_user_files(out_dir / INDEX_REPO, tmp, set())
+        exported.append(_exported(out_dir / INDEX_REPO, (), cards.INDEX_NOTE))
     else:
-        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=force) as tmp:
-            cfgs = []
-            for p in prepared:
-                cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
-                info = cards.task_info(p, art, cfg, repo_id=load_target(INDEX_REPO))
-                cards.copy_plots(info, art, tmp)
-                info.pictures = pictures.draw_task_pictures(p, art, tmp)
-                write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
-                write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
-                cfgs.append(cfg)
-                infos.append(info)
+        # the earlier configs of the one repo are written again beside the new ones (their rows as exported)
+        earlier = _earlier_configs(out_dir / INDEX_REPO, set(ids), art, namespace)
+        every = sorted([*prepared, *earlier], key=lambda p: p.task_id)
+        with atomic_dir(out_dir / INDEX_REPO, kind=REPO_KIND, force=True) as tmp:
+            cfgs, infos = map(list, zip(*(write_task(p, tmp, INDEX_REPO) for p in every)))
             with atomic_file(tmp / "README.md", "w") as f:
                 f.write(cards.render_index_card(infos, art, configs=cfgs, repo_id=load_target(INDEX_REPO)))
             write_card_target(tmp, namespace)
-        exported.append(
-            ExportedRepo(
-                INDEX_REPO,
-                out_dir / INDEX_REPO,
-                tuple(ids),
-                repo_files(out_dir / INDEX_REPO),
-                _repo_bytes(out_dir / INDEX_REPO),
-                cards.INDEX_NOTE,
-            )
-        )
+            keep_user_files(out_dir / INDEX_REPO, tmp, {p.task_id for p in every})
+        exported.append(_exported(out_dir / INDEX_REPO, tuple(p.task_id for p in every), cards.INDEX_NOTE))
     return exported
+
+
+def _exported(path: Path, configs: tuple, note: str) -> ExportedRepo:
+    return ExportedRepo(path.name, path, configs, repo_files(path), _repo_bytes(path), note)
+
+
+def _earlier(folder: Path, config: str | None, art: Artifact, namespace: str | None):
+    """An earlier export's task (a repo folder, or a config of the one repo) as a PreparedTask, its rows checked;
+    refused when it was exported from another build or for another namespace (one collection card names one)."""
+    data = open_task(TaskRef(folder, config=config))
+    if data.spec.artifact_hash and data.spec.artifact_hash != art.content_hash:
+        raise InputFormatError(
+            f"{data.where} was exported from another build (artifact {data.spec.artifact_hash[:12]}, not "
+            f"{art.content_hash[:12]}); one export folder holds the tasks of one build",
+            "export into another --out, or remove that repo folder first",
+        )
+    target = card_target(folder)
+    if target is not None and target.namespace != namespace:
+        raise InputFormatError(
+            f"{data.where} was exported for namespace {target.namespace!r}, this export for {namespace!r}",
+            "export with the same --namespace as the earlier export, or into another --out",
+        )
+    return data.prepare()
+
+
+def _earlier_repos(out_dir: Path, written: set[str], art: Artifact, namespace: str | None) -> list:
+    """The task repo folders an earlier export left in ``out_dir`` (ours, by marker), except those written now."""
+    found = []
+    for d in sorted(out_dir.iterdir()):
+        if d.name in written or d.name == INDEX_REPO or d.is_symlink() or not d.is_dir():
+            continue
+        if (read_marker(d) or {}).get("kind") == REPO_KIND and folder_configs(d):
+            found.append(_earlier(d, None, art, namespace))
+    return found
+
+
+def _earlier_configs(repo: Path, written: set[str], art: Artifact, namespace: str | None) -> list:
+    """The configs an earlier one-repo export left in ``repo``, except those written now."""
+    if not repo.is_dir() or repo.is_symlink():
+        return []
+    return [_earlier(repo, c, art, namespace) for c in folder_configs(repo) if c not in written]
+
+
+def keep_user_files(old: Path, tmp: Path, configs: set[str]) -> None:
+    """Copy into ``tmp`` (the folder that replaces ``old``) every regular file of ``old`` that export did not write
+    now: a user's notes stay. Files of the ``configs`` written now are not copied (a stale shard would be read
+    with the new ones); links are never followed."""
+    if not old.is_dir() or old.is_symlink():
+        return
+    for path in sorted(old.rglob("*")):  # rglob does not descend into linked folders
+        rel = path.relative_to(old)
+        if path.is_symlink() or not path.is_file() or rel.parts[0] in configs:
+            continue
+        dest = tmp / rel
+        if dest.exists() or dest.is_symlink():
+            continue  # written now
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
 
 
 def _spec_features(prepared):
@@ -279,7 +360,7 @@ def export_tasks(
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
     origin = replace(origin, artifact=origin.build("export"))  # loaded once, for the plans and the cards
-    with _claim_out(out_dir, tasks, layout, origin, force):  # before the (long) preparation
+    with _claim_out(out_dir, tasks, layout, origin, force) as out:  # before the (long) preparation
         opened = origin.open(tasks)  # every task plans before any is built
         done = [t for t, d in opened.items() if d.form != "artifact"]
         if done:  # a folder or repo among the task ids: its cards would describe another build
@@ -290,7 +371,8 @@ def export_tasks(
                 "folder as it is with `metashift-hf publish --from-export FOLDER`",
             )
         prepared = [opened[t].prepare(on_missing=on_missing, cache_dir=cache_dir) for t in tasks]
-        return export_prepared(prepared, origin, out_dir, layout=layout, namespace=namespace, force=force)
+        ids = _check_prepared(prepared, layout, namespace)
+        return _write_repos(prepared, origin.artifact, out, ids, layout, namespace, force)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
-from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
+from .shards import INDEX_REPO, ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
 from .task_open import TaskOrigin
 
 
@@ -95,6 +95,20 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 DEFAULT_TIMEOUT = 60.0  # seconds without progress on one Hub request (connect, read or write)
+TIMEOUT_MAX = 3600.0  # an hour without progress is a dead connection; more overflows the HTTP client's clock
+
+
+def timeout_seconds(value, name: str | None = "--timeout") -> float:
+    """A Hub request timeout: a finite number of seconds in (0, :data:`TIMEOUT_MAX`] (argparse ``type=`` too)."""
+    seconds = opt.positive_float(value, name)  # NaN and inf refused too
+    if seconds > TIMEOUT_MAX:
+        raise opt.OptionError(
+            f"{name} {seconds:g} is out of range: at most {TIMEOUT_MAX:g} seconds",
+            f"pass --timeout SECONDS with 0 < SECONDS <= {TIMEOUT_MAX:g}",
+        )
+    return seconds
+
+
 _TOKEN_PIECE = re.compile(r"[A-Za-z0-9_\-]{6,}")
 
 
@@ -112,7 +126,7 @@ def _use_timeout(seconds: float) -> None:
     from huggingface_hub import set_client_factory
     from huggingface_hub.utils import _http
 
-    seconds = opt.positive_float(seconds, "--timeout")  # NaN and inf refused too
+    seconds = timeout_seconds(seconds)
 
     def factory():
         client = _http.default_client_factory()  # keeps the Hub's request hooks; it only has no timeout
@@ -233,6 +247,23 @@ def check_card_target(repo: ExportedRepo, namespace: str) -> None:
             f"exported repo {repo.path} was exported with {was}, not for namespace {namespace!r}",
             f"export again with `metashift-hf export ... --namespace {namespace}` (or publish the tasks directly: "
             f"`metashift-hf publish TASK --artifact ARTIFACT --images IMAGES --namespace {namespace}`)",
+        )
+
+
+def _check_collection_lists(items: list[ExportedRepo], configs: dict[str, list[str]]) -> None:
+    """A collection card (the ``metashift`` repo of the repo-per-task layout) pushed with task repos must list each
+    of them: the Hub would show a collection that omits repos it holds (an export folder added to by hand)."""
+    index = next((r for r in items if r.name == INDEX_REPO), None)
+    if index is None or configs[index.name]:  # no collection card, or the one-repo layout (it holds the tasks)
+        return
+    card = (index.path / "README.md").read_text(encoding="utf-8", errors="replace")
+    missing = [r.name for r in items if r is not index and f'/{r.name}"' not in card]  # load_dataset("…/<repo>", …)
+    if missing:
+        raise InputFormatError(
+            f"the collection card {index.path / 'README.md'} does not list {', '.join(missing)}, which would be "
+            "pushed beside it",
+            "export the tasks into one --out (each export adds its tasks to the card), or push the task repos "
+            "without that card",
         )
 
 
@@ -386,6 +417,7 @@ def push_repos(
     token = hub.token
     for r in items:  # after the token check: a namespace the token cannot write is the first thing to fix
         check_card_target(r, namespace)
+    _check_collection_lists(items, configs)
     plans = []
     for r in items:
         repo_id = f"{namespace}/{r.name}"
@@ -544,7 +576,7 @@ class PushOptions:
     timeout: float = DEFAULT_TIMEOUT  # seconds without progress on one Hub request
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "timeout", opt.positive_float(self.timeout, "--timeout"))  # NaN and inf refused too
+        object.__setattr__(self, "timeout", timeout_seconds(self.timeout))
 
     def push(self, repos: list[ExportedRepo | str | Path], namespace: str) -> PublishResult:
         """:func:`push_repos` with these options."""

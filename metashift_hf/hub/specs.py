@@ -6,7 +6,9 @@ in size and never a FIFO or device; Hub failures as one error naming the repo. T
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Mapping
@@ -17,6 +19,7 @@ from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
 
 
+logger = logging.getLogger(__name__)
 # A spec (and the card that carries a copy of it) of a real task is a few hundred kB at most; a larger
 # one is refused before it is parsed (PyYAML/JSON on hundreds of MB would run for minutes).
 MAX_SPEC_BYTES = 8 * 2**20
@@ -139,9 +142,61 @@ def hub_call(repo_id: str, config: str | None, call, revision: str | None = None
         ) from None
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (huggingface_hub reads it once, at import)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> "tuple[str, Path] | None":
+    """(commit sha, snapshot folder) of Hub dataset repo ``repo_id`` at ``revision`` (default main) in the local
+    Hub cache, as huggingface_hub resolves it offline (``refs/<revision>``, or a commit sha with its snapshot);
+    None when the cache does not hold it."""
+    from huggingface_hub import constants
+
+    root = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+    rev = revision or "main"
+    ref = root / "refs" / rev
+    if ref.is_file() and not ref.is_symlink() and ref.stat().st_size <= 256:
+        sha = ref.read_text(encoding="ascii", errors="replace").strip()
+    elif re.fullmatch(r"[0-9a-f]{40}", rev):
+        sha = rev
+    else:
+        return None
+    snapshot = root / "snapshots" / sha
+    return (sha, snapshot) if re.fullmatch(r"[0-9a-f]{40}", sha) and snapshot.is_dir() else None
+
+
+def _cached_files(repo_id: str, revision: str | None) -> dict[str, int | None]:
+    """Offline (``HF_HUB_OFFLINE``): the files of the repo's cached snapshot, saying which commit it is."""
+    from huggingface_hub import constants
+
+    where = f"Hub dataset repo {repo_id}" + (f" (revision {revision})" if revision else "")
+    found = cached_snapshot(repo_id, revision)
+    if found is None:
+        raise MetashiftError(
+            f"{where}: HF_HUB_OFFLINE is set and the local Hub cache ({constants.HF_HUB_CACHE}) does not hold it",
+            "load the task once with the Hub reachable (unset HF_HUB_OFFLINE), or pass its exported folder as --task",
+        )
+    sha, snapshot = found
+    logger.warning(
+        f"{where}: HF_HUB_OFFLINE is set; reading the copy in the local Hub cache, revision {revision or 'main'} "
+        f"= commit {sha} (it may be older than the Hub's)"
+    )
+    return {
+        str(p.relative_to(snapshot)): p.stat().st_size  # the cache links each file to its blob: stat the blob
+        for p in snapshot.rglob("*")
+        if p.is_file()
+    }
+
+
 def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
-    """Every file of a Hub dataset repo at ``revision``: path -> size in bytes."""
+    """Every file of a Hub dataset repo at ``revision``: path -> size in bytes (offline: the cached snapshot's)."""
     from huggingface_hub import HfApi
+
+    if hub_offline():
+        return _cached_files(repo_id, revision)
 
     def listing():
         return {
@@ -202,6 +257,8 @@ def looks_like_repo_id(text: str) -> bool:
 
 
 __all__ = [
+    "hub_offline",
+    "cached_snapshot",
     "read_spec_file",
     "read_text_file",
     "check_spec_size",

@@ -116,7 +116,10 @@ class TaskRef:
         if isinstance(self.task, TaskRef):
             raise InputFormatError("a TaskRef's task is itself a TaskRef", "pass the inner TaskRef as it is")
         if self.task is None or (isinstance(self.task, str) and not self.task.strip()):
-            raise opt.OptionError(f"TaskRef's task is {'empty' if self.task is not None else 'None'}", TASK_FORMS_FIX)
+            raise opt.OptionError(
+                f"the task is {'an empty string' if self.task is not None else 'None'}: no task is named",
+                TASK_FORMS_FIX,
+            )
         if self.seed is not None:
             object.__setattr__(self, "seed", opt.seed(self.seed, "seed"))
         for name in ("config", "revision"):

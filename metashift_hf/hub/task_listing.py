@@ -20,7 +20,16 @@ from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
 from .shards import SPEC_FILE
-from .specs import card_configs, check_spec_size, folder_configs, hub_call, pick_config, read_text_file
+from .specs import (
+    cached_snapshot,
+    card_configs,
+    check_spec_size,
+    folder_configs,
+    hub_call,
+    hub_offline,
+    pick_config,
+    read_text_file,
+)
 from .task_rows import ROWS_FIX
 
 
@@ -37,12 +46,24 @@ class TaskFolderChoiceError(UnknownNameError):
 
 
 def folder_listing(repo: Path) -> dict[str, os.stat_result]:
-    """Every regular file of repo folder ``repo`` and of its config folders (relative path -> stat), listed once."""
-    return {
-        str(p.relative_to(repo)): p.stat()
-        for p in (*repo.glob("*"), *repo.glob("*/*"))
-        if p.is_file() and not p.is_symlink()
-    }
+    """Every regular file of repo folder ``repo`` and of its config folders (relative path -> stat), listed once.
+
+    A card or shift spec that is a symbolic link is refused by name (a link could point anywhere; it is not
+    "missing"): a folder is read only through its own regular files."""
+    listed = {}
+    for p in (*repo.glob("*"), *repo.glob("*/*")):
+        rel = str(p.relative_to(repo))
+        if p.is_symlink():
+            if rel == "README.md" or p.name == SPEC_FILE:
+                raise InputFormatError(
+                    f"{rel} of exported folder {repo} is a symbolic link; metashift-hf follows no link in a task folder",
+                    "put the file itself in place of the link (e.g. download with `hf download REPO --repo-type "
+                    "dataset --local-dir DIR`, which writes files, not links)",
+                )
+            continue
+        if p.is_file():
+            listed[rel] = p.stat()
+    return listed
 
 
 def repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
@@ -183,6 +204,9 @@ def hub_commit(repo_id: str, revision: str | None) -> str | None:
     """The commit sha ``revision`` (default main) of a Hub dataset repo resolves to; None when it cannot be asked."""
     from huggingface_hub import HfApi  # heavy optional import, as specs.hub_files
 
+    if hub_offline():  # the commit the cached copy is (specs.hub_files reads that copy)
+        found = cached_snapshot(repo_id, revision)
+        return None if found is None else found[0]
     try:
         return hub_call(repo_id, None, lambda: HfApi().dataset_info(repo_id, revision=revision).sha, revision)
     except MetashiftError as exc:

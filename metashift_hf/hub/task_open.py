@@ -35,7 +35,7 @@ from ..builders.tasks import plan_task
 from ..core import options as opt
 from ..core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
-from .shards import REPO_PREFIX
+from .shards import REPO_PREFIX, validate_repo_name
 from .specs import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
 from .task_data import (
     DEFAULT_SEED,
@@ -106,6 +106,9 @@ def _open_artifact(ref: TaskRef) -> TaskData:
             raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):
             raise InputFormatError(f"cannot read a task from a {type(task).__name__}", TASK_FORMS_FIX)
+        if task.count("/") == 1:  # meant as a Hub repo id NAMESPACE/NAME (task ids hold no '/'): say which part
+            for part, what in zip(task.split("/"), ("the namespace", "the repo name")):
+                validate_repo_name(part, f"no folder {terminal_safe(task)!r} here, and as a Hub repo id {what}")
         raise UnknownNameError(
             f"task {terminal_safe(str(task))!r} is made from an artifact, and none was given (nor is "
             "it an exported folder or a Hub repo id)",
@@ -173,6 +176,12 @@ def _plan_explained(task: str, art: Artifact, seed: int, options: Mapping[str, A
 
 
 def _open_folder(ref: TaskRef) -> TaskData:
+    if ref.revision is not None:  # a folder has one state: a revision would be ignored without a word
+        raise InputFormatError(
+            f"--revision {terminal_safe(ref.revision)} names a Hub revision; {terminal_safe(str(ref.task))} is a "
+            "local folder, which has none",
+            "drop --revision (Python: revision=), or pass the Hub repo id NAMESPACE/NAME",
+        )
     repo, name = repo_folder(Path(ref.task), ref.config)
     where = f"exported folder {repo} (config {name})"
     stats = folder_listing(repo)
@@ -301,6 +310,9 @@ class TaskOrigin:
                 + ("neither is given" if self.artifact is None else "both are given"),
                 "pass exactly one of --artifact and --from",
             )
+        source = self.source
+        if isinstance(source, str) and "/" not in source.rstrip("/") and not Path(source).is_dir():
+            validate_repo_name(source.rstrip("/"), "--from: no folder here, and the Hub namespace")  # the Hub's rule
         if self.seed is not None:
             object.__setattr__(self, "seed", opt.seed(self.seed, "seed"))
         # read-only, so an origin cannot change after its tasks were resolved; checked as TaskRef's options
