@@ -125,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         artifact, images = args.artifact, args.images
     else:
         from metashift_hf.builders.build import build_from_inputs
+        from metashift_hf.builders.build_inputs import SceneGraphs
         from metashift_hf.sources.demo_world import generate_demo_world
 
         world = generate_demo_world(tmp / "world", seed=0)
         artifact = str(
-            build_from_inputs(tmp / "artifact", scene_graphs=world.scene_graphs, source="demo", plots=False).root
+            build_from_inputs(
+                tmp / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo", plots=False
+            ).root
         )
         images = str(world.images_dir)
     overrides = {"scale": args.scale} if args.scale != 1 else {}

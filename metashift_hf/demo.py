@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.build_inputs import SceneGraphs
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
@@ -77,7 +78,7 @@ def run_demo(
     paths["world"] = world.root
 
     stage("2/7 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
-    art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
+    art = build_from_inputs(out / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo", force=True)
     st = art.stats
     logger.info(
         f"   {st.candidate_keys} candidate subsets -> {st.classes} classes, {st.subsets} subsets, "
@@ -96,7 +97,7 @@ def run_demo(
     stage("3/7 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
     matched_task = None
     try:
-        result = run_match(artifact=art, hierarchy="wordnet")
+        result = run_match(MatchInputs(artifact=art, hierarchy="wordnet"))
         fig = result.figures
         logger.info(
             f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "

@@ -18,6 +18,8 @@ from metashift_hf.builders.group_distances import TrainTestDistance, train_test_
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
+from metashift_hf.cards import text as card_text
+from metashift_hf.cards import usage as card_usage
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.export import export_prepared
 
@@ -166,11 +168,11 @@ def test_index_card_lists_every_task_repo(exported):
 
 def test_missing_placeholder_value_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "about.md").write_text("licence for $nobody\n")
-    monkeypatch.setattr(cards, "TEMPLATE_DIR", tmp_path)
+    monkeypatch.setattr(card_text, "TEMPLATE_DIR", tmp_path)
     with pytest.raises(InputFormatError, match=r"\$nobody"):
-        cards._render("about.md")
+        card_text.render_template("about.md")
     with pytest.raises(InputFormatError, match="missing"):
-        cards._render("task_card.md")
+        card_text.render_template("task_card.md")
 
 
 def test_size_categories():
@@ -231,7 +233,7 @@ def test_subpopulation_card_warns_about_small_validation_groups(exported):
         spec=SimpleNamespace(shift_type="conditional"),
         group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}},
     )
-    words = cards.recommended_metric(info)
+    words = card_usage.recommended_metric(info)
     assert "as few as 3 images in a group: `dog(indoor)` 3, `cat(outdoor)` 5, `cat(indoor)` 40" in words
 
 
@@ -426,7 +428,7 @@ def test_card_quick_evaluate_estimate_is_the_measured_cost_times_the_images(tmp_
     )
     # the figure follows the measured file, whatever it holds (no number typed into a template)
     monkeypatch.setattr(
-        cards, "eval_cost", lambda: {"machine": "a test machine", "seconds_per_image": {"224": 2.0, "128": 0.5}}
+        card_usage, "eval_cost", lambda: {"machine": "a test machine", "seconds_per_image": {"224": 2.0, "128": 0.5}}
     )
     other, _ = _matched_card(tmp_path / "again")
     assert f"on a test machine: about {round(0.5 * quick)} s for this, about {2 * sum(images.values())} s" in " ".join(

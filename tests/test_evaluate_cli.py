@@ -30,9 +30,9 @@ def matched(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalart") / "artifact"
     art = build_artifact(CandidateSubsets.from_dict(subsets), root, BuildOptions(), plots=False)
     try:
-        from metashift_hf.builders.match_artifact import run_match
+        from metashift_hf.builders.match_artifact import MatchInputs, run_match
 
-        run_match(artifact=str(root), hierarchy="wordnet")
+        run_match(MatchInputs(artifact=str(root), hierarchy="wordnet"))
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     assert art.communities("dog")["dog(boat)"] != art.communities("dog")["dog(ball)"]

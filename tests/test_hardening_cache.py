@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from fixtures.tasks import sample_jpegs  # noqa: E402
 from metashift_hf.builders.build import BuildOptions, build_artifact  # noqa: E402
-from metashift_hf.builders.match_artifact import run_match  # noqa: E402
+from metashift_hf.builders.match_artifact import MatchInputs, run_match  # noqa: E402
 from metashift_hf.builders.subsets import CandidateSubsets  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.core.names import path_component  # noqa: E402
@@ -191,7 +191,9 @@ def zoo_world(tmp_path_factory):
     }
     build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
     try:
-        run_match(artifact=str(root / "artifact"), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
+        run_match(
+            MatchInputs(artifact=str(root / "artifact"), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
+        )
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     sample_jpegs(root / "images", names=sorted({i for v in subsets.values() for i in v}))

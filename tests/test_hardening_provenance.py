@@ -18,8 +18,10 @@ from PIL import Image
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import TagsTable
 from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
+from metashift_hf.cards import text as card_text
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import SourceInfo, license_id, license_statement
 from metashift_hf.hub.api import prepare
@@ -61,7 +63,7 @@ def _build(user_data, out, capsys, *flags) -> tuple[int, str]:
 def unlicensed(user_data, tmp_path_factory):
     return build_from_inputs(
         tmp_path_factory.mktemp("a") / "art",
-        tags=user_data[0],
+        given=TagsTable(user_data[0]),
         plots=False,
         options=BuildOptions(min_images_per_subset=10, min_subsets_per_class=2),
     )
@@ -225,10 +227,10 @@ def test_coco_cards_state_cocos_licences():
     meta = cards.card_data([], None, "MetaShift", "coco").to_dict()
     assert meta["license"] == "cc-by-4.0" and meta["source_datasets"] == ["extended|detection-datasets/coco"]
     assert "paperswithcode_id" not in meta  # the paperswithcode entry is MetaShift on Visual Genome
-    about = cards._about("coco")
+    about = card_text.about("coco")
     licence = about.split("## Source and licence", 1)[1].split("\n## ", 1)[0]
     assert "CC BY 4.0" in licence and "Flickr terms of use" in licence and "images[].license" in licence
     assert "@inproceedings{lin2014coco" in about and "@inproceedings{hudson2019gqa" not in about
     for source in ("gqa", "published"):  # MetaShift's own data keeps its licence, paperswithcode id and citations
         assert cards.card_data([], None, "MetaShift", source).to_dict()["paperswithcode_id"] == "metashift"
-        assert "@article{krishna2017visualgenome" in cards._about(source)
+        assert "@article{krishna2017visualgenome" in card_text.about(source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from metashift_hf.builders import levels
+from metashift_hf.builders import level_plans, levels
 from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
@@ -15,7 +15,7 @@ from metashift_hf.hub import api
 def test_listed_and_planned(builder_world):
     art = builder_world["artifact"]
     ids = [i for i in task_ids(art) if i.startswith("shift-")]
-    assert ids == levels.family_ids(["cat", "dog"])
+    assert ids == level_plans.family_ids(["cat", "dog"])
     for tid in (
         "shift-marginal-cat-dog-d0",
         "shift-marginal-cat-dog-d3-mix25",

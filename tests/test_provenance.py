@@ -14,6 +14,7 @@ from huggingface_hub import DatasetCard
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.builders.build_inputs import SceneGraphs
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import demo_world_summary
 from metashift_hf.hub.export import export_prepared
@@ -59,11 +60,11 @@ def test_cli_build_of_a_glob_that_includes_the_demo_summary(world, tmp_path):
 
 
 def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
-    art = build_from_inputs(tmp_path / "a", scene_graphs=world.scene_graphs, source="synthetic", plots=False)
+    art = build_from_inputs(tmp_path / "a", given=SceneGraphs(world.scene_graphs), provenance="synthetic", plots=False)
     assert art.provenance == "synthetic" and art.manifest.synthetic is True
     assert st.compare(art.root).reference == "none"
     with pytest.raises(InputFormatError, match="provenance"):
-        build_from_inputs(tmp_path / "b", scene_graphs=world.scene_graphs, source="photos", plots=False)
+        build_from_inputs(tmp_path / "b", given=SceneGraphs(world.scene_graphs), provenance="photos", plots=False)
     r = _cli(
         "build", "--scene-graphs", str(world.scene_graphs[0]), "--provenance", "nope", "--out", str(tmp_path / "c")
     )

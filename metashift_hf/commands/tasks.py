@@ -11,7 +11,7 @@ from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tasks import family_of, kinds
-from metashift_hf.cards.render import measured_words
+from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
