@@ -134,14 +134,9 @@ def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
         )
     weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
     if not weights:
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
-        raise InputFormatError(
-            f"hf:{ref}: {folder} holds no safetensors weights"
-            + (
-                f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
-                if pickles
-                else ""
-            ),
+        raise _no_safetensors(
+            folder,
+            f"hf:{ref}: {folder} holds no safetensors weights",
             "only safetensors weights are loaded: ask the publisher for model.safetensors, or convert the weights once "
             "where you trust them (save_pretrained(FOLDER, safe_serialization=True))",
         )
@@ -159,6 +154,13 @@ def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
         except InputFormatError as exc:
             raise InputFormatError(f"hf:{ref}: {folder / 'config.json'}: {exc.what}", exc.fix) from exc
     return weights
+
+
+def _no_safetensors(folder: Path, what: str, fix: str) -> InputFormatError:
+    """A folder without safetensors weights, naming its pickle files (never loaded: unpickling can run code)."""
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
+    named = f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
+    return InputFormatError(what + (named if pickles else ""), fix)
 
 
 def _folder_digest(folder: Path, weights: list[Path]) -> str:
@@ -330,14 +332,13 @@ def _tv_weights(tv, name: str, enum: str):
         raise UnknownNameError(
             f"torchvision has no model {name!r}", "see torchvision.models.list_models() for names"
         ) from exc
-    member = enum.rpartition(".")[2] if enum.startswith(f"{family.__name__}.") else enum
-    try:
-        return family[member]
-    except KeyError:
-        valid = ", ".join(["DEFAULT", *family.__members__])
-        raise UnknownNameError(
-            f"torchvision:{name}: {family.__name__} has no weights {enum!r}", f"use one of: {valid}"
-        ) from None
+    family_name = getattr(family, "__name__", "weights")
+    member = enum.rpartition(".")[2] if enum.startswith(f"{family_name}.") else enum
+    found = getattr(family, member, None) if member == "DEFAULT" else getattr(family, "__members__", {}).get(member)
+    if found is None:
+        valid = ", ".join(["DEFAULT", *getattr(family, "__members__", {})])
+        raise UnknownNameError(f"torchvision:{name}: {family_name} has no weights {enum!r}", f"use one of: {valid}")
+    return found
 
 
 def torchvision_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
@@ -440,14 +441,9 @@ def _timm_local_dir(name: str, timm: Any) -> tuple[Path, dict]:
         )
     weights = folder / "model.safetensors"
     if not weights.is_file():
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
-        raise InputFormatError(
-            f"{who}: {folder} holds no model.safetensors"
-            + (
-                f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
-                if pickles
-                else ""
-            ),
+        raise _no_safetensors(
+            folder,
+            f"{who}: {folder} holds no model.safetensors",
             "convert the weights once where you trust them: " + _TIMM_SAVE_FIX,
         )
     _check_safetensors(weights, who, _TIMM_SAVE_FIX)
