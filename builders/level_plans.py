@@ -26,6 +26,7 @@ from .levels import (
     parse_task_id,
     task_id,
 )
+from .measured import as_measured
 from .plan import SPLITS, GroupDef, GroupSource, Row, TaskPlan
 from .shifts import (
     _group_spec,
@@ -493,7 +494,7 @@ def conditional_plan(
     entries = {s: [_group_spec(g) for g in groups.values()] for s in ("train", "validation", "id_test", "test")}
     plan = finish_plan(
         tid,
-        "conditional",
+        "conditional" if delta else "none",  # delta = 0: the family's no-shift control, declared as what it is
         classes,
         seed,
         splits,
@@ -607,6 +608,14 @@ def joint_plan(
         ),
     )
     check_level_plan(plan)
+    if not delta:
+        # delta = 0 sets P(A|s1) = 1/2 over the values s1/s2, not per context: whether single training contexts
+        # lean to one class (a P(Y|S) shift beside the P(S) one) is the data's, so the type is the measured one
+        plan.spec = as_measured(
+            plan.spec,
+            "delta = 0 balances the classes over the values s1/s2 of the training contexts, not within each "
+            "context, so the type is what the rows measure",
+        )
     return plan
 
 

@@ -1,17 +1,25 @@
 """The shift a task's splits actually have, measured from its rows (``ShiftSpec.measured``).
 
-With Y the class and S the context (the row's ``context`` feature: the context part of its group,
-e.g. ``shelf``, ``indoor``, ``floor``), P(S, Y) = P(S) P(Y|S). For every split X other than
-``train``, comparing X with ``train``:
+With Y the class and S the context, P(S, Y) = P(S) P(Y|S). S is the row's ``context`` (the context
+part of its group, e.g. ``shelf``, ``indoor``, ``floor``), except where the contexts are meta-graph
+communities numbered per class (``community-<k>``: community-matched tasks): there ``cat``'s
+``community-1`` and ``dog``'s ``community-1`` are unrelated sets of contexts, so S is the
+class-qualified community, the row's ``group`` (``cat(community-1)``) (:func:`context_variable`).
+For every split X other than ``train``, comparing X with ``train``:
 
 - ``p_s_tv``: total variation between P_train(S) and P_X(S), ½ Σ_s |p_train(s) − p_X(s)|;
 - ``p_y_given_s_tv``: on the contexts both splits have, Σ_s p_X(s) TV(P_train(Y|s), P_X(Y|s)) /
   Σ_s p_X(s) (None when they share none; ``shared_mass`` = that denominator);
-- ``dependence`` / ``dependence_train``: how much S says about Y inside one split,
-  Σ_s p(s) TV(P(Y|s), P(Y)) (0 when every context has the split's class mix);
+- ``dependence`` / ``dependence_train``: how much S says about Y inside one split, as a share of the
+  most it can say given the split's P(Y): Σ_s p(s) TV(P(Y|s), P(Y)) / Σ_y p(y)(1 − p(y)) (0 when every
+  context has the split's class mix, 1 when the context tells the class; the denominator is the
+  largest value the sum takes for that P(Y), reached when S determines Y, since TV is convex), so a
+  change of the class proportions alone does not move it;
 - ``conditional`` = max(p_y_given_s_tv, |dependence_train − dependence|): where the test contexts
   are new, P(Y|S) can only be compared through how informative S is of Y on each side;
-- ``p_y_tv``: TV between the class proportions (reported, not used by the rule).
+- ``p_y_tv``: TV between the class proportions: label shift, reported as its own part
+  (``label_shift``, against ``p_y_threshold``); it is not a P(S) or P(Y|S) part, so it does not
+  enter the type.
 
 Rule (:data:`RULE`): a part shifts when its figure exceeds both :data:`FLOOR` (0.05) and the 95th
 percentile of the same figure over :data:`PERMUTATIONS` random re-splits of the two splits' rows
@@ -24,29 +32,45 @@ measured type is its ``test`` split's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
 
-from .spec import Level, MeasuredShift, ShiftType, SplitShift
+from .spec import Level, MeasuredShift, ShiftSpec, ShiftType, SplitShift
 
 
 FLOOR = 0.05
 PERMUTATIONS = 200
 QUANTILE = 0.95
 RULE = (
-    f"S = the row's context; a part shifts when its total-variation figure exceeds {FLOOR} and the "
+    "S = the row's context (its group, i.e. the class-qualified community, where contexts are communities "
+    "numbered per class); dependence = sum_s P(s) TV(P(Y|s), P(Y)) / sum_y P(y)(1 - P(y)); "
+    f"a part shifts when its total-variation figure exceeds {FLOOR} and the "
     f"{int(QUANTILE * 100)}th percentile over {PERMUTATIONS} random re-splits (seed 0); P(S) only: marginal, "
     "P(Y|S) only (conditional = max(TV of P(Y|S) on shared contexts, change in S-Y dependence); the change "
     "alone, against its own re-split percentile, where no context is shared): "
-    "conditional, both: joint, neither: none"
+    "conditional, both: joint, neither: none; label shift (TV of P(Y)) is reported beside the type, by the "
+    "same threshold rule"
 )
 COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
 
 
 class _RowLike(Protocol):
     label: str
+    group: str
     context: str
+
+
+def _per_class_communities(rows: Sequence[_RowLike]) -> bool:
+    return bool(rows) and all(r.context.startswith("community-") for r in rows)
+
+
+def context_variable(splits: Mapping[str, Sequence[_RowLike]]) -> str:
+    """``group`` where every row's context is a per-class community label (``community-<k>``), else
+    ``context``: the row attribute that is S."""
+    every = [r for rows in splits.values() for r in rows]
+    return "group" if _per_class_communities(every) else "context"
 
 
 def _batch(counts_a: np.ndarray, counts_b: np.ndarray) -> dict[str, np.ndarray]:
@@ -63,8 +87,8 @@ def _batch(counts_a: np.ndarray, counts_b: np.ndarray) -> dict[str, np.ndarray]:
     tv_cond = 0.5 * np.abs(cond_a - cond_b).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         pys = np.where(mass > 0, (ps_b * shared * tv_cond).sum(-1) / mass, np.nan)
-    dep_a = (ps_a * 0.5 * np.abs(cond_a - py_a[..., None, :]).sum(-1)).sum(-1)
-    dep_b = (ps_b * 0.5 * np.abs(cond_b - py_b[..., None, :]).sum(-1)).sum(-1)
+    dep_a = _normalised((ps_a * 0.5 * np.abs(cond_a - py_a[..., None, :]).sum(-1)).sum(-1), py_a)
+    dep_b = _normalised((ps_b * 0.5 * np.abs(cond_b - py_b[..., None, :]).sum(-1)).sum(-1), py_b)
     return {
         "p_s": 0.5 * np.abs(ps_a - ps_b).sum(-1),
         "p_y_given_s": pys,
@@ -74,6 +98,14 @@ def _batch(counts_a: np.ndarray, counts_b: np.ndarray) -> dict[str, np.ndarray]:
         "conditional": np.maximum(np.nan_to_num(pys), np.abs(dep_a - dep_b)),
         "p_y": 0.5 * np.abs(py_a - py_b).sum(-1),
     }
+
+
+def _normalised(dependence: np.ndarray, p_y: np.ndarray) -> np.ndarray:
+    """The dependence as a share of its largest value for these class proportions, sum_y p(y)(1 - p(y))
+    (0 where one class holds every row: S can say nothing)."""
+    most = (p_y * (1 - p_y)).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(most > 1e-12, dependence / np.where(most > 1e-12, most, 1), 0.0)
 
 
 def _type(marginal: bool, conditional: bool) -> ShiftType:
@@ -86,13 +118,17 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
-def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: str) -> SplitShift:
-    """``other`` (split ``split``) against ``train``, with the permutation thresholds (module docstring)."""
+def measure_split(
+    train: Sequence[_RowLike], other: Sequence[_RowLike], split: str, variable: str = "context"
+) -> SplitShift:
+    """``other`` (split ``split``) against ``train``, with the permutation thresholds (module docstring);
+    S is each row's ``variable`` attribute (:func:`context_variable`)."""
     rows = list(train) + list(other)
-    contexts = sorted({r.context for r in rows})
+    values = [getattr(r, variable) for r in rows]
+    contexts = sorted(set(values))
     labels = sorted({r.label for r in rows})
     s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
-    code = np.array([s_idx[r.context] * len(labels) + y_idx[r.label] for r in rows], dtype=np.int64)
+    code = np.array([s_idx[v] * len(labels) + y_idx[r.label] for v, r in zip(values, rows)], dtype=np.int64)
     k, n_a = len(contexts) * len(labels), len(train)
 
     def tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,6 +147,7 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
     # (a re-split always shares contexts, and its shared-context TV would inflate the threshold)
     null_c = null["conditional"] if pys is not None else np.abs(null["dep_a"] - null["dep_b"])
     q_s, q_c = float(np.quantile(null["p_s"], QUANTILE)), float(np.quantile(null_c, QUANTILE))
+    q_y = float(np.quantile(null["p_y"], QUANTILE))
     p_s, cond = float(f["p_s"]), float(f["conditional"])
     p_y, mass, dep_b = float(f["p_y"]), float(f["mass"]), float(f["dep_b"])
     return SplitShift(
@@ -124,6 +161,8 @@ def measure_split(train: Sequence[_RowLike], other: Sequence[_RowLike], split: s
         p_y_tv=_r(p_y),
         p_s_threshold=_r(max(FLOOR, q_s)),
         conditional_threshold=_r(max(FLOOR, q_c)),
+        p_y_threshold=_r(max(FLOOR, q_y)),
+        label_shift=p_y > max(FLOOR, q_y),
         type=_type(p_s > max(FLOOR, q_s), cond > max(FLOOR, q_c)),
     )
 
@@ -138,16 +177,13 @@ def measure(
     train = splits.get("train")
     if not train:
         return None
-    parts = tuple(measure_split(train, rows, s) for s, rows in splits.items() if s != "train" and rows)
-    dep_train = _r(_dependence(train))
+    variable = context_variable(splits)
+    parts = tuple(measure_split(train, rows, s, variable) for s, rows in splits.items() if s != "train" and rows)
+    dep_train = _r(_dependence(train, variable))
     test = next((p for p in parts if p.split == "test"), None)
     measured: ShiftType = test.type if test is not None else "none"
     agrees = declared == measured
-    train_contexts = sorted({r.context for r in train})
-    by_community = all(r.context.startswith("community-") for rs in splits.values() for r in rs)
-    construction, note = _construction(
-        declared, level, measured, test, dep_train, train_contexts if by_community else None
-    )
+    construction, note = _construction(declared, level, measured, test)
     return MeasuredShift(
         rule=RULE,
         dependence_train=dep_train,
@@ -157,6 +193,16 @@ def measure(
         note=note,
         by_construction=construction,
     )
+
+
+def as_measured(spec: ShiftSpec, why: str) -> ShiftSpec:
+    """``spec`` declared as its rows measure (``shift_type`` = ``measured.type``) where the design leaves
+    a part to the data; ``why`` says which, in the measurement's note."""
+    m = spec.measured
+    if m is None:
+        return spec
+    note = f"declared as measured: {why}; {_figures(m.split('test'))}" if m.split("test") else why
+    return replace(spec, shift_type=m.type, measured=replace(m, agrees=True, note=note, by_construction=""))
 
 
 def _figures(test: SplitShift) -> str:
@@ -171,8 +217,6 @@ def _construction(
     level: Level | None,
     measured: ShiftType,
     test: SplitShift | None,
-    dep_train: float | None,
-    community_train: list[str] | None,
 ) -> tuple[str, str]:
     """(construction, note): the design that fixes the declared type and the measurement beside it;
     ("", "") when the declared type is just what the rows measure (or nothing explains the difference)."""
@@ -184,34 +228,6 @@ def _construction(
         )
     if test is None:
         return "", ""
-    if community_train is not None:
-        one_env = (
-            f"every training row has context {community_train[0]}, so IRM, CORAL and domain-balanced "
-            "sampling see a single training environment: CORAL and domain-balanced sampling reduce to ERM, IRM's "
-            "penalty compares no environments"
-            if len(community_train) == 1
-            else f"training contexts {', '.join(community_train)}"
-        )
-        return (
-            "held-out communities",
-            f"typed by construction: held-out communities (train on each class's largest meta-graph community, "
-            f"test on its other communities), so P(S) shifts; S = community-<k> is numbered per class, so the "
-            f"test's community labels can tell the class (S-Y dependence in test {test.dependence:.3f}, P(Y) TV "
-            f"{test.p_y_tv:.3f}); measured {measured}: {_figures(test)}; {one_env}",
-        )
-    if level is not None and level.delta == 0 and level.type == "conditional":
-        return (
-            "delta = 0 control level",
-            f"typed by construction: delta = 0 is the family's no-shift control level, P(Y|S) is the same in train "
-            f"and test by design; measured {measured}: {_figures(test)}",
-        )
-    if level is not None and level.delta == 0 and level.type == "joint":
-        return (
-            "delta = 0 end point of the joint family",
-            f"typed by construction: delta = 0 sets P(A|s1) = 1/2 for the values s1/s2 of the training contexts, "
-            f"not per context, so single contexts can lean to one class (S-Y dependence in train {dep_train:.3f}); "
-            f"measured {measured}: {_figures(test)}",
-        )
     if (
         level is not None
         and level.delta
@@ -227,14 +243,14 @@ def _construction(
     return "", ""
 
 
-def _dependence(rows: Sequence[_RowLike]) -> float:
-    contexts = sorted({r.context for r in rows})
+def _dependence(rows: Sequence[_RowLike], variable: str = "context") -> float:
+    contexts = sorted({getattr(r, variable) for r in rows})
     labels = sorted({r.label for r in rows})
     t = np.zeros((len(contexts), len(labels)))
     s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
     for r in rows:
-        t[s_idx[r.context], y_idx[r.label]] += 1
+        t[s_idx[getattr(r, variable)], y_idx[r.label]] += 1
     return float(_batch(t, t)["dep_a"])
 
 
-__all__ = ["FLOOR", "PERMUTATIONS", "RULE", "measure", "measure_split"]
+__all__ = ["FLOOR", "PERMUTATIONS", "RULE", "as_measured", "context_variable", "measure", "measure_split"]

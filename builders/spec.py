@@ -22,12 +22,15 @@ from metashift_hf.core.errors import InputFormatError
 from .jsontypes import decode, encode
 
 
-SPEC_VERSION = 3
+SPEC_VERSION = 4
 # 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
 # 3: ``measured.by_construction`` (the construction that fixes the declared type where the rows may not
 # show it); a version-2 spec reads with it "" (its note was not checked against that rule).
-READABLE_VERSIONS = (1, 2, 3)
+# 4: ``measured``: S is the class-qualified community where contexts are per-class community labels,
+# ``dependence`` is a share of its largest value for the split's P(Y), label shift is its own part
+# (``p_y_threshold``, ``label_shift``); a version 2-3 spec reads with those two None (not measured).
+READABLE_VERSIONS = (1, 2, 3, 4)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
 # clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.research.ood_experiments)
@@ -200,12 +203,14 @@ class SplitShift:
     p_s_tv: float  # TV(P_train(S), P_split(S))
     p_y_given_s_tv: float | None  # on the contexts both splits have, weighted by the split's P(S); None: none shared
     shared_mass: float  # share of the split's rows whose context training has
-    dependence: float  # sum_s P(s) TV(P(Y|s), P(Y)) inside this split
+    dependence: float  # sum_s P(s) TV(P(Y|s), P(Y)) / sum_y P(y)(1 - P(y)) inside this split (0..1)
     conditional: float  # max(p_y_given_s_tv, |dependence_train - dependence|): the P(Y|S) shift
-    p_y_tv: float  # TV of the class proportions (reported, not used by the rule)
+    p_y_tv: float  # TV of the class proportions: label shift (its own part, not in the type)
     p_s_threshold: float  # a P(S) shift counts above this (floor or permutation 95th percentile)
     conditional_threshold: float  # a P(Y|S) shift counts above this
     type: ShiftType  # marginal | conditional | joint | none, by the rule
+    p_y_threshold: float | None = None  # a label shift counts above this; None: not measured (spec_version < 4)
+    label_shift: bool | None = None  # p_y_tv above p_y_threshold
 
 
 @dataclass(frozen=True)
@@ -296,6 +301,13 @@ class ShiftSpec:
             if "by_construction" in data["measured"]:
                 raise InputFormatError(f"{where}: spec_version 2 has no 'measured.by_construction' key", _FIX)
             data = {**data, "measured": {**data["measured"], "by_construction": ""}}
+        if version in (2, 3) and isinstance(data.get("measured"), Mapping):  # before label shift was a part
+            old = data["measured"].get("splits")
+            if isinstance(old, list) and all(isinstance(x, Mapping) for x in old):
+                if any(k in x for x in old for k in ("p_y_threshold", "label_shift")):
+                    raise InputFormatError(f"{where}: spec_version {version} has no label-shift keys", _FIX)
+                new = [{**x, "p_y_threshold": None, "label_shift": None} for x in old]
+                data = {**data, "measured": {**data["measured"], "splits": new}}
         return decode(cls, data, where, _FIX)
 
     @classmethod

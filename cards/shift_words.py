@@ -3,7 +3,7 @@ measured shift."""
 
 from __future__ import annotations
 
-from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec
+from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec, SplitShift
 
 from .text import cell, fmt
 
@@ -35,6 +35,8 @@ def shift_in_words(spec: ShiftSpec) -> str:
             f"({group_list(groups.get('train', []))}) and tested in other contexts "
             f"({group_list(groups.get('test', []))}).{d}"
         )
+    if kind == "marginal" and is_community_task(spec):
+        return community_words(spec) + d
     if kind == "marginal":
         return (
             f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
@@ -95,13 +97,59 @@ def measured_words(spec: ShiftSpec) -> str | None:
         return None
     shared = "" if test.p_y_given_s_tv is not None else "; no context shared, so from the class-context dependence"
     agree = (
-        "agrees with the declared type"
+        "agrees with the declared type" + (f" ({m.note})" if m.note else "")
         if m.agrees and not m.by_construction
         else f"declared {spec.shift_type}: {m.note}"
     )  # by construction: the note says what and shows the figures
     return (
         f"{m.type}: P(context) TV {fmt(test.p_s_tv)} (counts above {fmt(test.p_s_threshold)}), P(class | context) "
-        f"shift {fmt(test.conditional)} (counts above {fmt(test.conditional_threshold)}{shared}); {agree}"
+        f"shift {fmt(test.conditional)} (counts above {fmt(test.conditional_threshold)}{shared}){_label(test)}; "
+        f"{agree}"
+    )
+
+
+def _label(test: SplitShift) -> str:
+    """The label-shift part (spec_version 4 on): P(class) TV against its own threshold; not in the type."""
+    if test.label_shift is None:
+        return ""
+    where = "above" if test.label_shift else "within"
+    return f"; label shift: P(class) TV {fmt(test.p_y_tv)} ({where} its threshold {fmt(test.p_y_threshold)})"
+
+
+def is_community_task(spec: ShiftSpec) -> bool:
+    """Trained on each class's largest meta-graph community, tested on its other communities (the
+    matched tasks: ``shifts.community_shift``)."""
+    train, test = spec.train_groups, spec.test_groups
+    return bool(train and test) and all(g.group.endswith(")") and "(community-" in g.group for g in (*train, *test))
+
+
+def community_words(spec: ShiftSpec) -> str:
+    """What a community-matched task shifts, with its measured figures ("" for other tasks)."""
+    m = spec.measured
+    test = m.split("test") if m is not None else None
+    if not is_community_task(spec) or test is None:
+        return ""
+    single = {g.group[g.group.index("(") :] for g in spec.train_groups} == {"(community-0)"}
+    env = (
+        " Every training row has community 0, so methods that use the community as the environment (IRM, "
+        "CORAL, domain-balanced sampling) see a single training environment."
+        if single
+        else ""
+    )
+    label = (
+        f" and the class proportions move with the communities' sizes: label shift P(class) TV "
+        f"{fmt(test.p_y_tv)} ({'above' if test.label_shift else 'within'} its re-split threshold "
+        f"{fmt(test.p_y_threshold)})"
+        if test.label_shift is not None
+        else ""
+    )
+    return (
+        "**What a community-matched task shifts.** Each class is trained on its largest meta-graph community "
+        f"({few_groups(spec.train_groups)}) and tested on its other communities ({few_groups(spec.test_groups)}). "
+        "A community is one class's set of contexts, so the context is measured as the class-qualified community: "
+        f"P(context) shifts (TV {fmt(test.p_s_tv)}), P(class | context) does not (each community belongs to one "
+        f"class: class-context dependence {fmt(m.dependence_train)} in train, {fmt(test.dependence)} in test; "
+        f"shift {fmt(test.conditional)}){label}. Measured type: {m.type} (declared {spec.shift_type}).{env}"
     )
 
 

@@ -122,7 +122,7 @@ def paper_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
 def level_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     lines = [
         "| task | train / validation / test / id_test | d | declared | measured | P(S) TV | P(Y\\|S) shift | "
-        "typed by construction: the note |",
+        "the measurement's note |",
         "|---|---|---:|---|---|---:|---|---|",
     ]
     for tid in LEVEL_TASKS:
@@ -145,16 +145,17 @@ def matched_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str
         matched = Artifact.load(root)
         lines = [
             "| task | train / validation / test / id_test | d (paper rule; per class) | declared | measured | "
-            "P(S) TV | P(Y\\|S) shift | by construction |",
+            "P(S) TV | P(Y\\|S) shift | label shift: P(Y) TV |",
             "|---|---|---|---|---|---:|---|---|",
         ]
         for tid in MATCHED_TASKS:
             spec = tasks.plan_task(tid, matched).spec
             d = spec.distance
             per = ", ".join(f"{c} {_f(v)}" for c, v in sorted((d.per_class or {}).items())) if d else ""
+            t = spec.measured.split("test")
             lines.append(
                 f"| `{tid}` | {_sizes(spec)} | {_f(d.value if d else None)} ({per}) | {_shift(spec)} | "
-                f"{spec.measured.by_construction if spec.measured else ''} |"
+                f"{_f(t.p_y_tv)} (threshold {_f(t.p_y_threshold)}) |"
             )
     return "\n".join(lines) + "\n"
 

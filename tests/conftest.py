@@ -12,6 +12,7 @@ pytest_plugins = [
     "fixtures.wordnet",
     "fixtures.worlds",
     "fixtures.tasks",
+    "fixtures.space",
 ]
 
 

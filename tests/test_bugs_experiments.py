@@ -13,7 +13,8 @@ import pytest
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError, UnknownNameError
 from metashift_hf.hub import api
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
 from metashift_hf.research.train import TrainConfig
@@ -36,7 +37,7 @@ def _predictions(tp, wrong_context: str, cls: str) -> pd.DataFrame:
 
 def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     art = builder_world["artifact"]
-    tp = api.plan(TASK, art.root)
+    tp = api.plan(TaskRef(TASK, artifact=art.root))
     test_cat = [r for r in tp.splits["test"] if r.label == "cat"]
     counts = pd.Series([c for r in test_cat for c in r.contexts]).value_counts()
     target = counts.index[0]  # the largest context of the test cats: all of it predicted wrong

@@ -17,6 +17,7 @@ from metashift_hf.builders.images import open_images
 from metashift_hf.builders.tasks import plan_task
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.sources.coco_world import write_coco_world
 
 
@@ -178,7 +179,8 @@ def test_coco_card_names_coco_not_visual_genome(coco_artifact, world, tmp_path):
     from metashift_hf.hub.api import prepare
 
     task = prepare(
-        "paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05, cache_dir=tmp_path / "cache"
+        TaskRef("paper-coco-subpop-cat-dog-p7", artifact=coco_artifact, images=world, options={"scale": 0.05}),
+        cache_dir=tmp_path / "cache",
     )
     info = cards.task_info(task, coco_artifact, repo_id="ns/metashift-coco")
     text = cards.render_task_card(info, None)

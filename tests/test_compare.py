@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 
 

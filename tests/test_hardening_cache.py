@@ -35,6 +35,7 @@ from metashift_hf.core.names import path_component  # noqa: E402
 from metashift_hf.core.parts import part_checksum  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import CacheConfig, OutputCache, Preprocessing, from_module, outputs  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
 
@@ -197,7 +198,10 @@ def zoo_world(tmp_path_factory):
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     sample_jpegs(root / "images", names=sorted({i for v in subsets.values() for i in v}))
-    kw = dict(artifact=root / "artifact", images=root / "images", settings=EvalConfig(progress=False, plots=False))
+    kw = dict(
+        origin=TaskOrigin(artifact=root / "artifact", images=root / "images"),
+        settings=EvalConfig(progress=False, plots=False),
+    )
     clean = evaluate_zoo(
         [from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache=CacheConfig(root / "clean"), **kw
     )

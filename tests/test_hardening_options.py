@@ -19,7 +19,8 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import evaluate
 from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef
+from metashift_hf.hub.task_data import DEFAULT_SEED, TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.research.score import score_plan
@@ -47,7 +48,7 @@ TRAIN = ("train", "--task", "class-cat", "--artifact", "/nonexistent-artifact", 
 @pytest.mark.parametrize(
     "flag,value,reason",
     [
-        ("--epochs", "0", "positive integer"),
+        ("--epochs", "0", "from 1 to 1000"),
         ("--batch-size", "0", "positive integer"),
         ("--seeds", "0", "from 1 to 1000"),
         ("--lr", "0", "> 0"),
@@ -159,26 +160,30 @@ def test_train_config_none_takes_the_probes_defaults():
     assert TrainConfig(epochs=3, lr=0.5, batch_size=7).resolved().epochs == 3
 
 
-@pytest.mark.parametrize("seed", [-1, 1.5, None, True, "x", 2**32, float("nan")])
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "x", 2**32, float("nan")])
 def test_plan_refuses_seeds_that_are_not_seeds(art, seed):
     with pytest.raises(opt.OptionError, match="seed"):
-        api.plan("class-cat", art, seed=seed)
+        api.plan(TaskRef("class-cat", artifact=art, seed=seed))
+
+
+def test_a_task_ref_without_a_seed_plans_with_the_default_seed(art):
+    assert api.plan(TaskRef("class-cat", artifact=art, seed=None)).spec.seed == DEFAULT_SEED
 
 
 def test_plan_and_prepare_name_wrong_argument_types(art, tmp_path):
-    with pytest.raises(opt.OptionError, match="artifact must be a path"):
-        api.plan("class-cat", None)
+    with pytest.raises(UnknownNameError, match="made from an artifact, and none was given"):
+        api.plan(TaskRef("class-cat", artifact=None))
     with pytest.raises(opt.OptionError, match="task must be a string"):
-        api.plan({"task": "class-cat"}, art)
+        api.plan(TaskRef({"task": "class-cat"}, artifact=art))
     with pytest.raises(opt.OptionError, match="seed=1.5"):
-        api.prepare("class-cat", art, tmp_path, seed=1.5)
+        api.prepare(TaskRef("class-cat", artifact=art, images=tmp_path, seed=1.5))
     with pytest.raises(opt.OptionError, match="on_missing"):
-        api.prepare("class-cat", art, tmp_path, on_missing="ignore")
-    assert api.plan("class-cat", art, seed=3).spec.seed == 3
+        api.prepare(TaskRef("class-cat", artifact=art, images=tmp_path), on_missing="ignore")
+    assert api.plan(TaskRef("class-cat", artifact=art, seed=3)).spec.seed == 3
 
 
 def test_score_refuses_a_bare_string_of_splits(art):
-    tp = api.plan("class-cat", art)
+    tp = api.plan(TaskRef("class-cat", artifact=art))
     preds = {"image_id": list(tp.table()["image_id"]), "prediction": ["cat"] * len(tp.table())}
     with pytest.raises(opt.OptionError, match=r"splits=\['train'\]"):
         score_plan(preds, tp, splits="train")
@@ -215,7 +220,9 @@ def test_the_zoo_refuses_on_missing_skip_before_loading_a_model(art):
     from metashift_hf.evaluate.zoo import evaluate_zoo
 
     with pytest.raises(opt.OptionError, match="not to a zoo"):
-        evaluate_zoo(["no-such-model"], ["class-cat"], art, settings=EvalConfig(on_missing="skip"))
+        evaluate_zoo(
+            ["no-such-model"], ["class-cat"], TaskOrigin(artifact=art), settings=EvalConfig(on_missing="skip")
+        )
 
 
 def _origin(art, tmp_path) -> TaskOrigin:

@@ -27,7 +27,8 @@ from metashift_hf.core.provenance import SourceInfo, license_id, license_stateme
 from metashift_hf.hub.api import prepare
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
-from metashift_hf.hub.task_source import TaskOrigin
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 N = 60
@@ -70,7 +71,7 @@ def unlicensed(user_data, tmp_path_factory):
 
 
 def _card(art, images, tmp_path) -> tuple[str, DatasetCard]:
-    task = prepare("class-cat", art, images=images, cache_dir=tmp_path / "cache")
+    task = prepare(TaskRef("class-cat", artifact=art, images=images), cache_dir=tmp_path / "cache")
     text = cards.render_task_card(cards.task_info(task, art, repo_id="ns/metashift-class-cat"), None)
     return text, DatasetCard(text)
 
@@ -91,7 +92,7 @@ def test_user_data_cards_claim_no_licence_nor_visual_genome(unlicensed, user_dat
     index = cards.render_index_card(
         [
             cards.task_info(
-                prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache"),
+                prepare(TaskRef("class-cat", artifact=unlicensed, images=user_data[1]), cache_dir=tmp_path / "cache"),
                 unlicensed,
                 repo_id="x",
             )
@@ -203,8 +204,8 @@ def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_
             push=PushOptions(dry_run=True),
         )
     assert "--license" in err.value.fix and not (tmp_path / "out").exists()  # refused before the export
-    task = prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache")
-    repos = export_prepared([task], unlicensed, tmp_path / "exported")  # an export made anyway
+    task = prepare(TaskRef("class-cat", artifact=unlicensed, images=user_data[1]), cache_dir=tmp_path / "cache")
+    repos = export_prepared([task], TaskOrigin(artifact=unlicensed), tmp_path / "exported")  # an export made anyway
     with pytest.raises(MetashiftError, match="no licence") as err:
         push_repos([r.path for r in repos], "ns", dry_run=True)
     assert "--license" in err.value.fix

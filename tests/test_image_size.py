@@ -13,6 +13,7 @@ from fixtures.tasks import make_prepared, sample_jpegs
 from metashift_hf.cli import main
 from metashift_hf.core.options import IMAGE_SIZE_MAX, OptionError, image_size
 from metashift_hf.evaluate.config import EvalConfig
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import CacheConfig, Preprocessing
 
 
@@ -129,7 +130,10 @@ def test_zoo_runs_at_the_size_asked_and_never_takes_logits_of_another_size(tmp_p
         torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
     )
     clf = from_module(net, Preprocessing(73, 64, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tiny")
-    kw = dict(artifact=tmp_path / "artifact", images=tmp_path / "images", cache=CacheConfig(tmp_path / "cache"))
+    kw = dict(
+        origin=TaskOrigin(artifact=tmp_path / "artifact", images=tmp_path / "images"),
+        cache=CacheConfig(tmp_path / "cache"),
+    )
     full = evaluate_zoo([clf], ["bin-cat-dog"], out=tmp_path / "z1", settings=QUIET, **kw)
     quick = evaluate_zoo(
         [clf],

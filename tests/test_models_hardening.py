@@ -25,6 +25,7 @@ from metashift_hf.core.errors import ChecksumError, InputFormatError, MetashiftE
 from metashift_hf.core.parts import CacheConflictError, PartStore  # noqa: E402
 from metashift_hf.evaluate import EvalConfig, distributed  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, evaluate_zoo  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import CacheConfig, Preprocessing, ecosystem, from_module  # noqa: E402
 
 
@@ -318,8 +319,7 @@ def test_issue36_a_predictions_file_and_a_constant_predictor_join_the_zoo(world,
     zoo = evaluate_zoo(
         [tiny_model(1), f"predictions:{tmp_path / 'cats.csv'}", always_dog],
         ["bin-cat-dog"],
-        art,
-        images,
+        TaskOrigin(artifact=art, images=images),
         tmp_path / "zoo",
         settings=QUIET,
         cache=CacheConfig(tmp_path / "cache"),
@@ -335,8 +335,7 @@ def test_issue36_absolute_model_folders_never_appear_in_the_leaderboard_files(wo
     evaluate_zoo(
         [from_module(tiny_model(3).module, PREP, name=secret)],
         ["bin-cat-dog"],
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         tmp_path / "zoo",
         settings=QUIET,
         cache=CacheConfig(use=False),

@@ -24,7 +24,8 @@ from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.options import MODEL_FORMS  # noqa: E402
 from metashift_hf.evaluate.predictions import EVAL_SOURCES  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402  # noqa: E402
 from metashift_hf.models import (  # noqa: E402
     MODEL_SOURCES,
     CacheConfig,
@@ -63,11 +64,22 @@ def test_evaluate_the_zoo_its_shards_and_training_features_run_through_the_one_e
     art, images = world / "artifact", world / "images"
     evaluate(tiny_model(1), TaskRef("bin-cat-dog", artifact=art, images=images), settings=QUIET)
     assert calls == ["evaluate module:tiny1"]
-    single = evaluate_zoo([tiny_model(1)], ["bin-cat-dog"], art, images, settings=QUIET, cache=CacheConfig(tmp_path))
+    single = evaluate_zoo(
+        [tiny_model(1)],
+        ["bin-cat-dog"],
+        TaskOrigin(artifact=art, images=images),
+        settings=QUIET,
+        cache=CacheConfig(tmp_path),
+    )
     assert calls[1:] == ["zoo module:tiny1"] and single.computed["module:tiny1"] > 0
     for i in range(2):
         evaluate_zoo(
-            [tiny_model(2)], ["bin-cat-dog"], art, images, settings=QUIET, cache=CacheConfig(tmp_path), shard=f"{i}/2"
+            [tiny_model(2)],
+            ["bin-cat-dog"],
+            TaskOrigin(artifact=art, images=images),
+            settings=QUIET,
+            cache=CacheConfig(tmp_path),
+            shard=f"{i}/2",
         )
     assert calls[2:] == ["zoo module:tiny2 (shard 0/2)", "zoo module:tiny2 (shard 1/2)"]
     fs = image_features(
@@ -131,7 +143,7 @@ def test_b3_n_m23_a_module_of_another_class_or_structure_misses_the_cache(world,
     keys = {outputs.logits(tiny_model_with_head(m)).key for m in (a, b, c)}
     assert len(keys) == 3
     kw = dict(settings=QUIET, cache=CacheConfig(tmp_path))
-    args = (["bin-cat-dog"], world / "artifact", world / "images")
+    args = (["bin-cat-dog"], TaskOrigin(artifact=world / "artifact", images=world / "images"))
     first = evaluate_zoo([tiny_model_with_head(a)], *args, **kw)
     again = evaluate_zoo([tiny_model_with_head(b)], *args, **kw)
     assert again.cached["module:headed"] == 0 and again.computed["module:headed"] == first.computed["module:headed"]

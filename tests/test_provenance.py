@@ -19,6 +19,7 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import demo_world_summary
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.sources import stats as st
 from metashift_hf.sources.demo_world import generate_demo_world
 
@@ -92,7 +93,9 @@ def synthetic_export(tmp_path_factory):
     (art.root / "manifest.json").write_text(json.dumps(manifest))
     art = Artifact.load(art.root)
     images = sample_jpegs(root / "images")
-    repos = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, root / "out", namespace="ns")
+    repos = export_prepared(
+        [make_prepared("paper-dg-cat-dog-1", images)], TaskOrigin(artifact=art), root / "out", namespace="ns"
+    )
     return repos
 
 
@@ -116,7 +119,9 @@ def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     art.manifest = dataclasses.replace(art.manifest, source="gqa")
     art.provenance = "gqa"
     images = sample_jpegs(tmp_path / "images")
-    (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")
+    (repo, _) = export_prepared(
+        [make_prepared("paper-dg-cat-dog-1", images)], TaskOrigin(artifact=art), tmp_path / "out"
+    )
     text = (repo.path / "README.md").read_text()
     body = text.split("---\n", 2)[2]
     # the task in one sentence opens the card (issue 19), where the data comes from right after it

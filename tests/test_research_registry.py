@@ -9,7 +9,7 @@ import pytest
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.core.options import OptionError
 from metashift_hf.core.registry import Registry
-from metashift_hf.hub.task_source import TaskOrigin
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research import ood_experiments as oe
 from metashift_hf.research.algorithms import ALGORITHMS, HPARAMS, HParam, get_algorithm, selection_score
 from metashift_hf.research.experiments import EXPERIMENTS, TABLE_EXPERIMENTS, run_experiment

@@ -12,7 +12,7 @@ from metashift_hf.builders.plan import GroupDef, SetSource
 from metashift_hf.builders.shifts import DGGroups, DGSizes, collection, domain_generalisation
 from metashift_hf.builders.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 
 
 def _spec() -> ShiftSpec:

@@ -18,6 +18,7 @@ from metashift_hf.builders.tags import MultiLabelDataset, TagTable, candidates_f
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.api import prepare
+from metashift_hf.hub.task_data import TaskRef
 
 
 N = 240
@@ -93,7 +94,7 @@ def test_images_come_from_the_dataset_column(sources, tmp_path):
         plots=False,
         given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels", image_column="image")),
     )
-    task = prepare("class-cat", art, cache_dir=tmp_path / "cache")
+    task = prepare(TaskRef("class-cat", artifact=art), cache_dir=tmp_path / "cache")
     ds = task.dataset["train"] if "train" in task.dataset else next(iter(task.dataset.values()))
     ds = ds.cast_column("image", type(ds.features["image"])(decode=False))
     for row in ds.select(range(min(20, len(ds)))):

@@ -21,7 +21,8 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E
 from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import CacheConfig, OutputCache  # noqa: E402
 
 
@@ -30,7 +31,9 @@ QUIET = EvalConfig(progress=False, plots=False)
 
 def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(world, tmp_path):
     seen: list[int] = []
-    kw = dict(artifact=world / "artifact", images=world / "images", cache=CacheConfig(tmp_path / "cache"))
+    kw = dict(
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"), cache=CacheConfig(tmp_path / "cache")
+    )
     first = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=QUIET, **kw)
     distinct = first.images
     assert sum(seen) == distinct and first.computed == {"module:tiny1": distinct, "module:tiny2": distinct}
@@ -84,7 +87,9 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
     with pytest.raises(MetashiftError, match="--tasks binary"):
         select_tasks("binary", None)
     with pytest.raises(MetashiftError, match="alpha"):  # before any model loads
-        evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", settings=EvalConfig(alpha=2))
+        evaluate_zoo(
+            ["no-such-model"], "bin-cat-dog", TaskOrigin(artifact=world / "artifact"), settings=EvalConfig(alpha=2)
+        )
     rc = main(
         [
             "evaluate",
@@ -191,8 +196,7 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
     evaluate_zoo(
         [_model(1), _model(2)],
         ["bin-cat-dog", "class-dog"],
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         tmp_path / "zoo",
         settings=EvalConfig(progress=False),
         cache=CacheConfig(tmp_path / "cache"),
@@ -219,15 +223,14 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     """per_group.csv has one schema: the zoo's equals evaluate's, and score's rows for the same correct/incorrect
     images carry the same numbers (issue 25 part 2)."""
     from metashift_hf import score
-    from metashift_hf.hub.task_source import open_task
+    from metashift_hf.hub.task_open import open_task
     from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
     art, images = world / "artifact", world / "images"
     evaluate_zoo(
         [_model(1)],
         ["bin-cat-dog"],
-        art,
-        images,
+        TaskOrigin(artifact=art, images=images),
         out=tmp_path / "zoo",
         settings=QUIET,
         cache=CacheConfig(tmp_path / "cache"),

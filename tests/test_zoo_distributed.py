@@ -25,7 +25,8 @@ from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef, open_task  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin, open_task  # noqa: E402
 from metashift_hf.models import CacheConfig, decode_workers  # noqa: E402
 
 
@@ -42,8 +43,7 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     result = evaluate_zoo(
         [_model(1)],
         TASKS,
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         settings=EvalConfig(progress=False),
         cache=CacheConfig(use=False),
     )
@@ -128,7 +128,10 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
 
 
 def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):
-    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
+    kw = dict(
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False, batch_size=8),
+    )
     single = evaluate_zoo(
         [_model(1), _model(2)], TASKS, out=tmp_path / "single", cache=CacheConfig(tmp_path / "c1"), **kw
     )
@@ -236,8 +239,7 @@ def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_
     got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
     assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
     kw = dict(
-        artifact=world / "artifact",
-        images=world / "images",
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
         settings=EvalConfig(progress=False),
         cache=CacheConfig(tmp_path / "c"),
     )

@@ -20,6 +20,7 @@ HELP: dict[str, str] = {
     "tasks": "list or show tasks (binary/multiclass from `metashift-hf match`, paper and per-class tasks)",
     "export": "write task repos (parquet shards with embedded images + README card) into a folder",
     "publish": "export tasks and push them to the Hub as dataset repos, plus a collection",
+    "space": "write (and push) a Gradio Space that browses exported tasks, meta-graphs and leaderboards",
     "evaluate": (
         "evaluate pretrained ImageNet-1k models on a task (or a zoo of models x tasks): per class, per "
         "context, worst context, bugs"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.options import positive_int, seed, seed_count
-from ..research.algorithms import METHODS, SELECTIONS
+from ..core.options import seed, seed_count
+from ..research.algorithms import HPARAM_DRAWS_MAX, METHODS, SELECTIONS, hparam_draws
 from ..research.compare import SPREADS, CompareOptions, run_compare
 from ..research.experiments import EXPERIMENTS, TABLE_EXPERIMENTS, run_experiment
 from . import HELP
@@ -104,11 +104,11 @@ def _register_compare(sub) -> None:
     q.add_argument("--latex", action="store_true", help="also write results.tex (booktabs tabulars) beside results.md")
     q.add_argument(
         "--n-hparams",
-        type=positive_int,
+        type=hparam_draws,
         default=1,
         metavar="H",
-        help="random hyper-parameter search: H draws per method (draw 0 the defaults, the others from the "
-        "algorithm registry's distributions), the best per selection rule kept (default 1: no search)",
+        help=f"random hyper-parameter search: H draws per method, at most {HPARAM_DRAWS_MAX} (draw 0 the defaults, "
+        "the others from the algorithm registry's distributions), the best per selection rule kept (default 1: no search)",
     )
     q.add_argument(
         "--n-trials",

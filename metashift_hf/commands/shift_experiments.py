@@ -6,12 +6,12 @@ import argparse
 
 from metashift_hf.builders.levels import SHIFT_TYPES
 
-from ..core.options import int_at_least, positive_float, positive_int, seed
-from ..hub.task_source import TaskOrigin
-from ..research.conflicts import ConflictConfig
+from ..core.options import int_at_least, int_in, positive_float, positive_int, seed, seed_count
+from ..hub.task_open import TaskOrigin
+from ..research.conflicts import STEPS_MAX, ConflictConfig
 from ..research.experiments import EXPERIMENTS, run_experiment
-from ..research.ood_experiments import ClusteredConfig, ConflictsConfig, OodLevelsConfig
-from ..research.train import TrainConfig
+from ..research.ood_experiments import N_INIT_CHECK, N_INIT_MAX, ClusteredConfig, ConflictsConfig, OodLevelsConfig
+from ..research.train import EPOCHS_MAX, TrainConfig, epoch_count
 from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
 
 
@@ -69,17 +69,26 @@ def add_subcommands(sub) -> None:
         metavar="METHOD[:PROBE]",
         help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)",
     )
-    q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per task (default 2)")
-    q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    q.add_argument("--seeds", type=seed_count, default=2, help="training seeds per task (default 2)")
+    q.add_argument(
+        "--epochs",
+        type=epoch_count,
+        default=None,
+        help=f"epochs, at most {EPOCHS_MAX} (default 50 linear, 10 finetune)",
+    )
     q.set_defaults(func=run_ood_levels)
     q = _parser(sub, "clustered")
     _common(q)
     q.add_argument("--k", type=int_at_least(2), default=8, help="clusters per class, at least 2 (default 8)")
-    q.add_argument("--n-init", type=positive_int, default=10, help="k-means restarts (default 10)")
+    q.add_argument(
+        "--n-init", type=N_INIT_CHECK, default=10, help=f"k-means restarts, at most {N_INIT_MAX} (default 10)"
+    )
     q.add_argument("--seed", type=seed, default=0, help="k-means and split seed (default 0)")
     q.add_argument("--model", default="erm", metavar="METHOD[:PROBE]", help="model trained on each D_k (default erm)")
-    q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per D_k (default 2)")
-    q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear)")
+    q.add_argument("--seeds", type=seed_count, default=2, help="training seeds per D_k (default 2)")
+    q.add_argument(
+        "--epochs", type=epoch_count, default=None, help=f"epochs, at most {EPOCHS_MAX} (default 50 linear)"
+    )
     q.set_defaults(func=run_clustered)
     q = _parser(sub, "conflicts")
     _common(q)
@@ -94,7 +103,9 @@ def add_subcommands(sub) -> None:
         "--min-images", type=positive_int, default=50, help="default subsets: at least this many images (default 50)"
     )
     q.add_argument("--per-subset", type=positive_int, default=50, help="training images per subset (default 50)")
-    q.add_argument("--steps", type=positive_int, default=2000, help="SGD steps (default 2000)")
+    q.add_argument(
+        "--steps", type=int_in(1, STEPS_MAX), default=2000, help=f"SGD steps, at most {STEPS_MAX:,} (default 2000)"
+    )
     q.add_argument("--every", type=positive_int, default=20, help="steps per recorded window (default 20)")
     q.add_argument(
         "--lr", type=positive_float, default=0.05, help="SGD learning rate on standardised features (default 0.05)"

@@ -10,10 +10,12 @@ from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
 from ..research.train import (
     CONFIG_KEYS,
+    EPOCHS_MAX,
     METHODS,
     PROBES,
     TrainConfig,
     check_train_out,
+    epoch_count,
     load_config,
     parse_seeds,
     train,
@@ -74,7 +76,12 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
         "(default efficientnet-lite0, offline; --probe finetune trains the same model with a new head)",
     )
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default cpu)")
-    p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
+    p.add_argument(
+        "--epochs",
+        type=epoch_count,
+        default=None,
+        help=f"epochs, at most {EPOCHS_MAX} (default 50 linear, 10 finetune)",
+    )
     p.add_argument(
         "--lr", type=positive_float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)"
     )

@@ -162,6 +162,29 @@ def umask_mode(kind: str = "dir") -> int:
     return (0o777 if kind == "dir" else 0o666) & ~mask
 
 
+@contextlib.contextmanager
+def exclusive_lock(lock: Path, busy: MetashiftError, *, remove: bool = False) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file ``lock`` (made if missing) for the ``with`` block; ``busy`` is
+    raised at once when another process holds it (one writer per download part, one training run per run key).
+    The OS drops the lock if the process dies. ``remove``: unlink the file while still holding it (a lock file
+    that must not outlive its job). Platforms without ``fcntl`` take no lock."""
+    try:
+        import fcntl  # POSIX only: absent on Windows, where no lock is taken
+    except ImportError:
+        yield
+        return
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise busy from None
+        try:
+            yield
+        finally:
+            if remove:
+                lock.unlink(missing_ok=True)
+
+
 def read_marker(folder: str | os.PathLike) -> dict | None:
     """The marker of a folder we wrote, or None (absent, unreadable, or someone else's file)."""
     path = Path(folder) / MARKER

@@ -233,6 +233,18 @@ def int_at_least(low: int) -> Callable[..., int]:
     return check
 
 
+def int_in(low: int, high: int) -> Callable[..., int]:
+    """A check for integers in [``low``, ``high``]: a count with an upper bound (epochs, DFR re-fits, search draws),
+    so a typo (10**8) is refused before it runs for days; usable as argparse ``type=``."""
+    what = f"an integer from {low} to {high}"
+
+    def check(value: Any, name: str | None = None) -> int:
+        return _int_range(value, name, low, high, what)
+
+    check.__name__ = f"int_in_{low}_{high}"
+    return check
+
+
 def optional(check: Callable[..., Any], value: Any, name: str | None = None) -> Any:
     """``None`` (the default) or ``check(value)``."""
     return None if value is None else check(value, name)

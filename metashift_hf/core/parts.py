@@ -1,6 +1,6 @@
 """Verified cache parts: rows of float32 values keyed by strings, in ``.npz`` files that are checked, never trusted.
 
-Both on-disk caches (the zoo's logits, ``evaluate/cache.py``, and the research loop's features,
+Both on-disk caches (the zoo's logits and the research loop's features, ``models/outputs.py``,
 ``research/features.py``) store rows through :class:`PartStore`. A part is ``<prefix>-<sha256 of its
 keys, 16 hex>.npz`` holding ``keys`` (str), the values (float32, (rows, width)) and ``meta``: a JSON
 record of the format, the owner (the model fingerprint or backbone key the rows belong to), width,

@@ -1,7 +1,9 @@
 """A model zoo over many tasks: each (model, image) computed once, every task scored from the same logits.
 
     from metashift_hf.evaluate.zoo import evaluate_zoo
-    result = evaluate_zoo(["efficientnet-lite0", "hf:./vit"], "binary", artifact="ART", images="images.zip", out="zoo")
+    result = evaluate_zoo(
+        ["efficientnet-lite0", "hf:./vit"], "binary", TaskOrigin(artifact="ART", images="images.zip"), out="zoo"
+    )
 
 The tasks' images are read once and hashed (sha256 of the original bytes); each model's logits live in
 a cache keyed by the model's fingerprint and the image hash (:mod:`.cache`), so overlapping tasks, a
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.images import ImageSource, open_images
+from metashift_hf.builders.images import ImageSource
 from metashift_hf.builders.plots import new_figure, save_png
 from metashift_hf.builders.splits import chosen_splits
 from metashift_hf.builders.tasks import match_registry
@@ -40,8 +42,10 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..hub import api
-from ..hub.task_source import TaskData, TaskRef, open_task
+from ..hub.specs import ConfigChoiceError
+from ..hub.task_data import TaskData
+from ..hub.task_listing import TaskFolderChoiceError
+from ..hub.task_open import TaskOrigin, open_task
 from ..models import CacheConfig, Classifier, RunConfig, runtime_card
 from . import distributed, pool
 from .config import EvalConfig
@@ -214,12 +218,10 @@ def _model_slug(name: str, taken: set[str]) -> str:
 def evaluate_zoo(
     models: Sequence[Any],
     tasks: str | Sequence[Any],
-    artifact: "str | Path | Artifact | None" = None,
-    images: Any = None,
+    origin: TaskOrigin | None = None,
     out: str | Path | None = None,
     *,
     settings: EvalConfig | None = None,
-    task_options: Mapping[str, Mapping[str, Any]] | None = None,
     cache: CacheConfig = CacheConfig(),
     shard: Any = None,
 ) -> ZooResult:
@@ -227,11 +229,14 @@ def evaluate_zoo(
 
     ``models``: --model strings, Classifiers or callables. ``tasks``: ``all`` | ``binary`` |
     ``multiclass`` | "id,id,..." | a list of task ids, exported folders, Hub repo ids or TaskData.
+    ``origin``: the build task ids are planned on, with its images and task options
+    (``TaskOrigin(artifact=, images=, task_options={"bin-cat-dog": {"scale": 0.5}})``; its seed, when given, must
+    be ``settings.seed``); None when every task is an exported folder or Hub repo (each :meth:`TaskOrigin.ref`).
     ``settings``: the :class:`.config.EvalConfig` every task is evaluated under (passed on to ``evaluate``).
     Its ``plots`` (None here: off) draws each task report's per-class charts too (at ~0.2 s per chart they
     cost more than scoring; the zoo draws one leaderboard picture); its ``splits`` are scored in every task
     (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
-    for all models). ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
+    for all models).
     ``cache``: where the logits are cached (:class:`metashift_hf.models.outputs.CacheConfig`; ``use=False`` neither
     reads nor writes the cache: models are still run once per image).
     ``shard``: ``"i/n"`` computes only this job's share of the model passes into the cache and scores nothing
@@ -254,14 +259,16 @@ def evaluate_zoo(
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
     if cache.use and cache.folder is not None:
         check_cache_dir(cache.folder)
-    if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
-        check_out(
-            out,
-            ZOO_KIND,
-            force=force,
-            inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images],
+    if origin is not None and origin.seed is not None and origin.seed != seed:
+        raise opt.OptionError(
+            f"the zoo's tasks are planned with settings.seed {seed}, and the origin says seed {origin.seed}",
+            "give the seed once: EvalConfig(seed=...) (CLI: --seed)",
         )
-    art = Artifact.load(artifact) if artifact is not None else None
+    if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
+        check_out(out, ZOO_KIND, force=force, inputs=list(origin.inputs) if origin is not None else [])
+    art = Artifact.load(origin.artifact) if origin is not None and origin.artifact is not None else None
+    if origin is not None:  # the build loaded once; task ids planned with the zoo's seed
+        origin = replace(origin, seed=seed) if art is None else replace(origin, artifact=art, seed=seed)
     names = (
         select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
     )
@@ -275,7 +282,7 @@ def evaluate_zoo(
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
-        td = _open_zoo_task(t, art, images, seed, (task_options or {}).get(t if isinstance(t, str) else "", None))
+        td = _open_zoo_task(t, origin)
         if td.task_id in opened:
             raise InputFormatError(
                 f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks"
@@ -289,16 +296,9 @@ def evaluate_zoo(
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
-        if td.form != "artifact":
-            key = td.where
-        else:
-            key = f"images {td.images_path}"
-            if td.images_path is None:
-                from_art = api.dataset_images(art) if art is not None else None
-                if from_art is not None:
-                    sources.setdefault(key, from_art)
+        key = td.where if td.form != "artifact" else f"images {td.images_path}"  # each source opened once
         if key not in sources:
-            sources[key] = td.images() if td.form != "artifact" or td.images_path is not None else open_images(images)
+            sources[key] = td.images()
         return sources[key]
 
     t_plan = time.perf_counter()
@@ -491,22 +491,19 @@ _ZOO_CONFIG_FIX = (
 )
 
 
-def _open_zoo_task(
-    t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None
-) -> TaskData:
-    """One --tasks entry: a task id planned on the artifact, or an exported folder / Hub repo id (which carries
-    its own rows and images, so --images and --seed go only to the task ids: the two forms mix in one zoo)."""
-    own = TaskRef(t, options=options or {})
-    if art is not None and own.form == "artifact":  # a task id: planned on the zoo's artifact
-        return open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {}))
+def _open_zoo_task(t: Any, origin: TaskOrigin | None) -> TaskData:
+    """One --tasks entry: a task id planned on the origin's build, or an exported folder / Hub repo id (which
+    carries its own rows and images: :meth:`TaskOrigin.ref`, so the two forms mix in one zoo)."""
     try:
-        return open_task(own)
-    except MetashiftError as exc:
-        if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
-            raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None
-        if "--task " in exc.fix:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
-            raise type(exc)(exc.what, exc.fix.replace("--task ", "--tasks ")) from None
-        raise
+        return open_task(origin.ref(t) if origin is not None else t)
+    except ConfigChoiceError as exc:  # a zoo has no --config (it refuses one): say what works here instead
+        raise ConfigChoiceError(exc.what, _ZOO_CONFIG_FIX) from None
+    except (
+        TaskFolderChoiceError
+    ) as exc:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
+        raise TaskFolderChoiceError(
+            exc.what, f"pass one of them as a --tasks entry, e.g. --tasks {exc.example}", example=exc.example
+        ) from None
 
 
 def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:

@@ -26,7 +26,7 @@ from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
 from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
-from .task_source import TaskOrigin
+from .task_open import TaskOrigin
 
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class RepoPlan:
     exists: bool | None  # None: remote not checked (dry run without token)
     files: list[FilePlan] = field(default_factory=list)
     note: str = ""
+    repo_type: str = "dataset"  # "space" for the MetaShift Space (metashift_hf.space.repo)
 
     @property
     def changed(self) -> bool:
@@ -136,7 +137,7 @@ class _Hub:
     def _scrub(self, text: str) -> str:
         return scrub_token(text, self.token)
 
-    def validate_card(self, readme: Path, content: str, repo_id: str) -> None:
+    def validate_card(self, readme: Path, content: str, repo_id: str, repo_type: str = "dataset") -> None:
         """Ask the Hub's validate-yaml endpoint (the one DatasetCard.validate uses) at *our* endpoint."""
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
@@ -144,7 +145,7 @@ class _Hub:
             response = get_session().post(
                 f"{self.endpoint}/api/validate-yaml",
                 headers={"Accept": "text/plain"},
-                json={"repoType": "dataset", "content": content},
+                json={"repoType": repo_type, "content": content},
             )
             if response.status_code == 400:
                 raise MetashiftError(
@@ -471,7 +472,7 @@ def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPla
                 hub.api.add_collection_item,
                 slug,
                 plan.repo_id,
-                "dataset",
+                plan.repo_type,
                 note=plan.note or None,
                 exists_ok=True,
             )

@@ -17,6 +17,7 @@ domain, SubpopBench's attribute ``a``) is the row's ``context``. Each class stat
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal, Mapping
 
@@ -66,7 +67,7 @@ class Dist:
     low: float = 0.0
     high: float = 0.0
 
-    def draw(self, rng: np.random.Generator, default: float) -> float:
+    def draw(self, rng: "np.random.RandomState | np.random.Generator", default: float) -> float:
         if self.kind == "fixed":
             return default
         u = float(rng.uniform(self.low, self.high))
@@ -85,6 +86,14 @@ class HParam:
 
 
 FIXED = Dist("fixed")
+# DFR's re-fits of the last layer: the reference averages 20; past 1,000 a typo (retrains=100000000, review case
+# N-H17) would fit for days before anything is written.
+RETRAINS_MAX = 1000
+RETRAINS_CHECK = opt.int_in(1, RETRAINS_MAX)
+# Draws of one method's random search (`experiment compare --n-hparams`; DomainBed's sweep defaults to 20): each
+# draw is a whole training run per trial, so more is a typo (100000, review case N-C04) that would run for days.
+HPARAM_DRAWS_MAX = 100
+hparam_draws = opt.int_in(1, HPARAM_DRAWS_MAX)
 # the loop's own settings searched beside each algorithm's (DomainBed's lr and weight decay, around our probe defaults)
 SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Dist("log10", -6, -2)}
 # The one table of algorithms: `@ALGORITHMS.register` on each class below (core.registry).
@@ -404,7 +413,7 @@ class DFR(Algorithm):
     )
     # C is tuned inside the fit (DFR_C_GRID); the re-fit count and split are the reference's, not searched
     hparams = {
-        "retrains": HParam(20, opt.positive_int, FIXED),
+        "retrains": HParam(20, RETRAINS_CHECK, FIXED),
         "val_fraction": HParam(0.5, opt.proper_fraction, FIXED),
     }
     default_selection = "worst-group"
@@ -470,16 +479,52 @@ def resolve_hparams(name: str, overrides: Mapping[str, Any] | None = None) -> di
     return hp
 
 
-def sample_hparams(name: str, draw: int, seed: int = 0) -> dict[str, float]:
-    """Draw ``draw`` of ``name``'s random search: draw 0 is the defaults (as DomainBed's hparams_seed 0), later
-    draws come from each hyper-parameter's :class:`Dist` and the loop's :data:`SWEEP_COMMON` (keys ``lr``,
-    ``weight_decay`` beside the method's); deterministic in (method, draw, seed)."""
+def seed_hash(*args: Any) -> int:
+    """DomainBed's seed derivation, as its ``domainbed/lib/misc.py`` defines it::
+
+    def seed_hash(*args):
+        \"\"\"Derive an integer hash from all args, for use as a random seed.\"\"\"
+        args_str = str(args)
+        return int(hashlib.md5(args_str.encode("utf-8")).hexdigest(), 16) % (2**31)
+    """
+    return int(hashlib.md5(str(args).encode("utf-8")).hexdigest(), 16) % (2**31)
+
+
+def sample_hparams(name: str, draw: int, seed: int = 0, trial: int = 0) -> dict[str, float]:
+    """Draw ``draw`` of ``name``'s random search for trial (training seed) ``trial``: draw 0 is the defaults (as
+    DomainBed's hparams_seed 0), later draws come from each hyper-parameter's :class:`Dist` and the loop's
+    :data:`SWEEP_COMMON` (keys ``lr``, ``weight_decay`` beside the method's); deterministic in (method, draw,
+    seed, trial); ``draw`` is below :data:`HPARAM_DRAWS_MAX`.
+
+    Seeded as DomainBed does (facebookresearch/DomainBed, ``domainbed/scripts/train.py`` and
+    ``domainbed/hparams_registry.py``)::
+
+        hparams = hparams_registry.random_hparams(args.algorithm, args.dataset,
+            misc.seed_hash(args.hparams_seed, args.trial_seed))
+        # and inside, for each hyper-parameter `name`:
+        random_state = np.random.RandomState(misc.seed_hash(random_seed, name))
+
+    so each trial of a draw gets its own values, and a spread over trials includes the search's variance. Ours:
+    hparams_seed = ``draw``, trial_seed = ``trial``; ``seed`` (our ``--hparams-seed``, which DomainBed has not)
+    enters the hash only when it is not 0, so seed 0 gives DomainBed's seeds. Where ours differs: the
+    distributions (:class:`Dist`, declared on each algorithm) and the hyper-parameters' names are ours.
+    """
     get_algorithm(name)
+    draw, trial, seed = opt.non_negative_int(draw, "draw"), opt.seed(trial, "trial"), opt.seed(seed, "seed")
+    if draw >= HPARAM_DRAWS_MAX:
+        raise opt.OptionError(
+            f"hyper-parameter draw {draw} is past the {HPARAM_DRAWS_MAX} draws one search may make",
+            f"ask for at most {HPARAM_DRAWS_MAX} draws (--n-hparams {HPARAM_DRAWS_MAX})",
+        )
     if draw == 0:
         return dict(HPARAMS[name])
-    rng = np.random.default_rng([int(seed), int(draw), *name.encode()])
-    out = {k: h.check(h.dist.draw(rng, h.default), f"{name}.{k}") for k, h in ALGORITHMS[name].hparams.items()}
-    out.update({k: dist.draw(rng, 0.0) for k, dist in SWEEP_COMMON.items()})
+    random_seed = seed_hash(draw, trial) if seed == 0 else seed_hash(seed, draw, trial)
+
+    def state(key: str) -> np.random.RandomState:
+        return np.random.RandomState(seed_hash(random_seed, key))
+
+    out = {k: h.check(h.dist.draw(state(k), h.default), f"{name}.{k}") for k, h in ALGORITHMS[name].hparams.items()}
+    out.update({k: dist.draw(state(k), 0.0) for k, dist in SWEEP_COMMON.items()})
     return out
 
 
@@ -616,6 +661,10 @@ __all__ = [
     "HParam",
     "SWEEP_COMMON",
     "sample_hparams",
+    "seed_hash",
+    "hparam_draws",
+    "HPARAM_DRAWS_MAX",
+    "RETRAINS_MAX",
     "dead_schedules",
     "PAPER_SAMPLING",
     "ERM",

@@ -82,10 +82,15 @@ def _loss(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return float(-logp[np.arange(len(y)), y].mean())
 
 
+# The most SGD steps of one conflicts run (500x the default): past it a typo would run for days (the class of
+# review case N-H05, issue 37: counts are bounded like --seeds).
+STEPS_MAX = 1_000_000
+
+
 def check_config(config: ConflictConfig) -> ConflictConfig:
     """Every field typed and in range (lr finite and > 0, seed a seed), and at least two windows."""
     checked = ConflictConfig(
-        steps=opt.positive_int(config.steps, "steps"),
+        steps=opt.int_in(1, STEPS_MAX)(config.steps, "steps"),
         every=opt.positive_int(config.every, "every"),
         batch_size=opt.positive_int(config.batch_size, "batch_size"),
         lr=opt.positive_float(config.lr, "lr"),

@@ -36,7 +36,8 @@ from ..core import __version__
 from ..core import options as opt
 from ..core.fsutil import atomic_dir, check_out, read_marker
 from ..core.registry import Registry
-from ..hub.task_source import TaskData, TaskOrigin
+from ..hub.task_data import TaskData
+from ..hub.task_open import TaskOrigin
 from . import ood_experiments as oe
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone

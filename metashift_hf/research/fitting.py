@@ -441,13 +441,18 @@ def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: st
             loss = algo.loss(
                 lambda xb: learner.forward(module, xb), learner.batch(idx, seed, epoch), y[t], g[t], e[t], t
             )
+            value = float(loss.detach())
+            if not math.isfinite(value):  # caught here, not later as NaN "predictions" the user never wrote
+                raise _diverged(s, stage, seed, epoch, f"the training loss is {value}")
             opt.zero_grad()
             loss.backward()
             opt.step()
             if algo.resets_optimizer():  # IRM: Adam restarts when the penalty weight jumps (DomainBed)
                 opt = optimiser()
-            total += float(loss.detach()) * len(idx)
+            total += value * len(idx)
             rows += len(idx)
+        if not all(bool(torch.isfinite(p).all()) for p in module.parameters()):  # an inf gradient in the last step
+            raise _diverged(s, stage, seed, epoch, "the model's weights are not finite after the epoch")
         entry: dict[str, Any] = {"seed": seed, "stage": stage, "epoch": epoch, "train_loss": total / max(rows, 1)}
         if schedule:  # when each scheduled hyper-parameter switched, and how long the stage is
             entry.update({"schedule": schedule, "total_steps": steps * epochs})
@@ -479,6 +484,20 @@ def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: st
         return module, epochs, float("nan")
     module.load_state_dict(best["state"])
     return module, int(best["epoch"]), float(best["value"])
+
+
+def _diverged(s: FitSettings, stage: str, seed: int, epoch: int, what: str) -> MetashiftError:
+    """Training went to inf/NaN: the error names the method, its hyper-parameters (those moved off their
+    defaults, the likely cause, in the fix), the learning rate, the stage and the epoch."""
+    declared = get_algorithm(s.method).hparams
+    moved = [f"{k}={v:g} (default {declared[k].default:g})" for k, v in s.hparams.items() if v != declared[k].default]
+    hps = ", ".join(f"{k}={v:g}" for k, v in s.hparams.items()) or "none"
+    return MetashiftError(
+        f"{s.method} training diverged at epoch {epoch} of seed {seed} (stage {stage}): {what}; "
+        f"hyper-parameters {hps}, lr {s.lr:g}",
+        (f"lower {', '.join(moved)}" if moved else f"lower the learning rate (--lr, now {s.lr:g})")
+        + "; non-finite numbers cannot be trained on",
+    )
 
 
 def fit_seed(

@@ -35,7 +35,8 @@ from metashift_hf.builders.spec import GroupSpec
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
-from ..hub.task_source import TaskOrigin, TaskRef
+from ..hub.task_data import TaskRef
+from ..hub.task_open import TaskOrigin
 from . import clusters as cl
 from . import conflicts as cf
 from .features import image_features, load_backbone
@@ -100,6 +101,9 @@ class ModelSpec:
 # --------------------------------------------------------------------------------------------
 # the experiments' settings (the tasks come from a TaskOrigin: a build with its images)
 # --------------------------------------------------------------------------------------------
+# k-means restarts (scikit-learn's n_init; default 10): bounded like --seeds so a typo cannot run for days (issue 37)
+N_INIT_MAX = 1000
+N_INIT_CHECK = opt.int_in(1, N_INIT_MAX)
 TWO_SEEDS = TrainConfig(seeds=2)  # the shift experiments' training default: 2 seeds per task, linear probe
 
 
@@ -508,7 +512,7 @@ def clustered(
 ) -> dict:
     """Clustered OOD sets when contexts are unknown; results.json, results.md, clusters.csv."""
     art = _build(origin, "clustered", out, force)
-    k, n_init = opt.int_at_least(2)(config.k, "k"), opt.positive_int(config.n_init, "n_init")
+    k, n_init = opt.int_at_least(2)(config.k, "k"), N_INIT_CHECK(config.n_init, "n_init")
     seed, top = opt.seed(config.seed, "seed"), opt.positive_int(config.top, "top")
     m = ModelSpec.parse(config.model)
     _checked_training([m], config.training)

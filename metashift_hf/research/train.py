@@ -23,6 +23,7 @@ per-epoch log is ``log.jsonl``; ``config.toml`` holds the flags (``load_config``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -38,9 +39,10 @@ from metashift_hf.builders.images import open_images
 
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError
-from ..core.fsutil import atomic_dir
+from ..core.fsutil import OutputExistsError, atomic_dir, exclusive_lock
 from ..core.paths import cache_root
-from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
+from ..hub.task_data import TaskData, TaskRef, task_ref
+from ..hub.task_open import open_task
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
 from .algorithms import METHODS, SAMPLING_TEXT, algorithm_info
@@ -60,7 +62,16 @@ from .score import score_plan, task_spec_hash
 
 # what to train and the run folder live beside this module (train_config, train_runs); their public names
 # are importable from here, where most callers import them
-from .train_config import CONFIG_KEYS, PROBES, TrainConfig, config_toml, load_config, parse_seeds
+from .train_config import (
+    CONFIG_KEYS,
+    EPOCHS_MAX,
+    PROBES,
+    TrainConfig,
+    config_toml,
+    epoch_count,
+    load_config,
+    parse_seeds,
+)
 from .train_runs import (
     SEED_KIND,
     SeedRun,
@@ -115,6 +126,23 @@ def _task_data(tp: "TaskPlan") -> _Data:
         return np.unique(np.asarray(values, dtype=str), return_inverse=True)[1].astype(np.int64)
 
     return _Data(tp, ids, FitData(y, groups, codes(train["group"]), codes(train["context"]), len(tp.classes)))
+
+
+def _exclusive_run(work: Path | None):
+    """One training run per run key at a time. Two runs of the same task and config share
+    ``<cache>/train-runs/<key16>/`` (checkpoints, finished seeds; the first to finish removes it), so the second
+    stops here, before any training, with an error naming the lock, instead of an OSError when the first removes
+    the folder under it (issue 37; review case A4-57). The small lock file stays (removing it would let a third run
+    lock a file no one else sees)."""
+    if work is None:  # no output: nothing in the cache is shared
+        return contextlib.nullcontext()
+    work.parent.mkdir(parents=True, exist_ok=True)
+    lock = work.parent / f"{work.name}.lock"
+    busy = OutputExistsError(
+        f"another run of the same task and config is training right now (lock {lock})",
+        "wait for it to finish, then run the same command again: its seeds are merged, none is trained twice",
+    )
+    return exclusive_lock(lock, busy)
 
 
 def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_dir, progress: bool):
@@ -178,7 +206,7 @@ def train(
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.hub.task_source.open_task` result, or a :class:`~metashift_hf.hub.task_source.TaskRef`
+    :func:`metashift_hf.hub.task_open.open_task` result, or a :class:`~metashift_hf.hub.task_data.TaskRef`
     of a task id planned on its ``artifact`` (with its ``images``, ``seed`` and ``options``; a dataset brings
     its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
@@ -219,102 +247,103 @@ def train(
         check_same_run(earlier_dir, earlier_card, key, cfg)
         earlier = read_earlier_seeds(Path(earlier_dir), data.plan, cfg.probe)
     work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
-    ckpt = Checkpoints(work, torch, resume) if work is not None else None
-    if resume and work is not None and work.is_dir():
-        logger.info(f"   resuming from {work}")
-    learner, feature_stats = None, None
-    backbone_card = (
-        bb.card()
-        if cfg.probe == "linear"
-        else {**bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
-    )
-    runs: dict[int, SeedRun] = {s: r for s, r in earlier.items()}
-    threads = torch.get_num_threads()
-    try:
-        for s in cfg.seeds:
-            if s in runs:
-                continue
-            if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
-                try:
-                    runs[s] = read_seed(work / f"seed-{s}", tp, s, cfg.probe)
-                    continue
-                except InputFormatError as exc:  # our own cache, damaged: train that seed again
-                    logger.warning(f"warning: {exc.what}; training seed {s} again")
-            if learner is None:  # only when some seed needs training (a merge may need none)
-                learner, feature_stats = _learner(
-                    torch, data, cfg, bb, images if images is not None else source.images(), cache_dir, progress
-                )
-                if cfg.probe == "linear" and cfg.device == "cpu":
-                    # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine
-                    # their synchronisation made each epoch ~10x slower (measured)
-                    torch.set_num_threads(1)
-            t_seed = time.perf_counter()
-            fit = fit_seed(torch, learner, data.fit, _settings(cfg), s, ckpt=ckpt, progress=progress)
-            frame = _predictions_frame(data, fit.probs)
-            runs[s] = SeedRun(
-                s,
-                score_plan(TaskPredictions.read(frame, tp.classes), tp),
-                fit.selected_epoch,
-                fit.selection_value,
-                time.perf_counter() - t_seed,
-                frame,
-                fit.log,
-                fit.head,
-                fit.details,
-            )
-            if work is not None:  # a finished seed survives an interruption of the next one
-                with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
-                    write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
-                ckpt.drop(s)
-    finally:
-        torch.set_num_threads(threads)
-    info = algorithm_info(cfg.method, cfg.hparams)
-    card = {
-        "package_version": __version__,
-        "task_id": tp.task_id,
-        "task_spec_hash": spec_hash,
-        "task_seed": tp.spec.seed,
-        "task_source": source.where,
-        "task_origin": source.origin(),
-        "task_overrides": dict(tp.spec.overrides),
-        "artifact_hash": tp.spec.artifact_hash,
-        "method": cfg.method,
-        "probe": cfg.probe,
-        "seeds": sorted(runs),
-        "config": asdict(cfg),
-        "run_key": key,
-        "algorithm": asdict(info),
-        "selection": cfg.select,
-        "sampling": cfg.sampling,
-        "sampling_rule": SAMPLING_TEXT[cfg.sampling],
-        "backbone": backbone_card,
-        "device": cfg.device,
-        "torch_version": getattr(torch, "__version__", None),
-        "model_selection": cfg.selection_rule,
-        "augmentation": (
-            None
+    with _exclusive_run(work):  # before any training: a second run of this key stops here
+        ckpt = Checkpoints(work, torch, resume) if work is not None else None
+        if resume and work is not None and work.is_dir():
+            logger.info(f"   resuming from {work}")
+        learner, feature_stats = None, None
+        backbone_card = (
+            bb.card()
             if cfg.probe == "linear"
-            else f"random resized crop {augment_size(bb.classifier)[0]} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
-            f"colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"
-        ),
-        "merged_from_earlier_run": sorted(earlier),
-        "features": feature_stats,
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    result = TrainResult(
-        tp.task_id,
-        replace(cfg, seeds=tuple(sorted(runs))),
-        tuple(runs[s] for s in sorted(runs)),
-        card,
-        None if out is None else Path(out),
-    )
-    if out is not None:
-        # out holds an earlier run of this config (found at the start, or written meanwhile by another call):
-        # only the new seeds and the run's own files are written, whatever else the user keeps there stays
-        merge_into_out = not force and (merge_from is None and merging or earlier_run(out) is not None)
-        write_result(result, out, force=force, merge=merge_into_out)
-        shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
-    return result
+            else {**bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
+        )
+        runs: dict[int, SeedRun] = {s: r for s, r in earlier.items()}
+        threads = torch.get_num_threads()
+        try:
+            for s in cfg.seeds:
+                if s in runs:
+                    continue
+                if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
+                    try:
+                        runs[s] = read_seed(work / f"seed-{s}", tp, s, cfg.probe)
+                        continue
+                    except InputFormatError as exc:  # our own cache, damaged: train that seed again
+                        logger.warning(f"warning: {exc.what}; training seed {s} again")
+                if learner is None:  # only when some seed needs training (a merge may need none)
+                    learner, feature_stats = _learner(
+                        torch, data, cfg, bb, images if images is not None else source.images(), cache_dir, progress
+                    )
+                    if cfg.probe == "linear" and cfg.device == "cpu":
+                        # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine
+                        # their synchronisation made each epoch ~10x slower (measured)
+                        torch.set_num_threads(1)
+                t_seed = time.perf_counter()
+                fit = fit_seed(torch, learner, data.fit, _settings(cfg), s, ckpt=ckpt, progress=progress)
+                frame = _predictions_frame(data, fit.probs)
+                runs[s] = SeedRun(
+                    s,
+                    score_plan(TaskPredictions.read(frame, tp.classes), tp),
+                    fit.selected_epoch,
+                    fit.selection_value,
+                    time.perf_counter() - t_seed,
+                    frame,
+                    fit.log,
+                    fit.head,
+                    fit.details,
+                )
+                if work is not None:  # a finished seed survives an interruption of the next one
+                    with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
+                        write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
+                    ckpt.drop(s)
+        finally:
+            torch.set_num_threads(threads)
+        info = algorithm_info(cfg.method, cfg.hparams)
+        card = {
+            "package_version": __version__,
+            "task_id": tp.task_id,
+            "task_spec_hash": spec_hash,
+            "task_seed": tp.spec.seed,
+            "task_source": source.where,
+            "task_origin": source.origin(),
+            "task_overrides": dict(tp.spec.overrides),
+            "artifact_hash": tp.spec.artifact_hash,
+            "method": cfg.method,
+            "probe": cfg.probe,
+            "seeds": sorted(runs),
+            "config": asdict(cfg),
+            "run_key": key,
+            "algorithm": asdict(info),
+            "selection": cfg.select,
+            "sampling": cfg.sampling,
+            "sampling_rule": SAMPLING_TEXT[cfg.sampling],
+            "backbone": backbone_card,
+            "device": cfg.device,
+            "torch_version": getattr(torch, "__version__", None),
+            "model_selection": cfg.selection_rule,
+            "augmentation": (
+                None
+                if cfg.probe == "linear"
+                else f"random resized crop {augment_size(bb.classifier)[0]} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
+                f"colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"
+            ),
+            "merged_from_earlier_run": sorted(earlier),
+            "features": feature_stats,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        result = TrainResult(
+            tp.task_id,
+            replace(cfg, seeds=tuple(sorted(runs))),
+            tuple(runs[s] for s in sorted(runs)),
+            card,
+            None if out is None else Path(out),
+        )
+        if out is not None:
+            # out holds an earlier run of this config (found at the start, or written meanwhile by another call):
+            # only the new seeds and the run's own files are written, whatever else the user keeps there stays
+            merge_into_out = not force and (merge_from is None and merging or earlier_run(out) is not None)
+            write_result(result, out, force=force, merge=merge_into_out)
+            shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
+        return result
 
 
 __all__ = [
@@ -333,4 +362,6 @@ __all__ = [
     "METHODS",
     "PROBES",
     "CONFIG_KEYS",
+    "EPOCHS_MAX",
+    "epoch_count",
 ]

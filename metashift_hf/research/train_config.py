@@ -21,6 +21,10 @@ Probe = Literal["linear", "finetune"]
 PROBES: tuple[str, ...] = ("linear", "finetune")
 # (epochs, lr, batch size) per probe. Fine-tuning: the seed paper's Adam / 5e-5 / 32.
 DEFAULTS = {"linear": (50, 1e-3, 64), "finetune": (10, 5e-5, 32)}
+# The most epochs one run may ask for (20x the linear default, 100x the fine-tuning one): past it a typo
+# (--epochs 100000000, review case N-H05) would train for days before writing anything. As core.options.SEEDS_MAX.
+EPOCHS_MAX = 1000
+epoch_count = opt.int_in(1, EPOCHS_MAX)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class TrainConfig:
             select=self.select or info.default_selection,
             sampling=self.sampling or "shuffle",
             hparams=resolve_hparams(self.method, self.hparams),
-            epochs=epochs if self.epochs is None else opt.positive_int(self.epochs, "epochs"),
+            epochs=epochs if self.epochs is None else epoch_count(self.epochs, "epochs"),
             lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
             batch_size=bs if self.batch_size is None else opt.positive_int(self.batch_size, "batch_size"),
             weight_decay=opt.non_negative_float(self.weight_decay, "weight_decay"),
@@ -199,4 +203,14 @@ def load_config(path: "str | os.PathLike") -> dict[str, Any]:
     return {**{k: v for k, v in raw.items() if k != "hparams"}, **({"hparams": hp} if hp else {})}
 
 
-__all__ = ["TrainConfig", "parse_seeds", "config_toml", "load_config", "CONFIG_KEYS", "PROBES", "DEFAULTS"]
+__all__ = [
+    "TrainConfig",
+    "parse_seeds",
+    "config_toml",
+    "load_config",
+    "epoch_count",
+    "CONFIG_KEYS",
+    "PROBES",
+    "DEFAULTS",
+    "EPOCHS_MAX",
+]

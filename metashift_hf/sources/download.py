@@ -9,7 +9,6 @@ re-reading the kept prefix once on resume), so a 21.8 GB file is not read twice.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import logging
@@ -21,12 +20,12 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from ..builders.images import open_zip
 from ..core import __version__
 from ..core.errors import ChecksumError, InputFormatError, MetashiftError
-from ..core.fsutil import atomic_file, hash_file, human_size, sha256_file
+from ..core.fsutil import atomic_file, exclusive_lock, hash_file, human_size, sha256_file
 from ..core.paths import default_cache_dir
 from ..core.sources import SCENE_GRAPH_MEMBERS, KnownFile, known_file
 
@@ -272,28 +271,15 @@ def download_file(
         )
 
 
-@contextlib.contextmanager
-def _exclusive(part: Path, final: Path) -> Iterator[None]:
+def _exclusive(part: Path, final: Path):
     """One writer per ``.part``: a second download of the same file into the same folder stops with
-    a clear error instead of interleaving bytes. The OS drops the lock if the process dies."""
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks on this platform
-        yield
-        return
+    a clear error instead of interleaving bytes (core.fsutil.exclusive_lock)."""
     lock = part.with_name(part.name + ".lock")
-    with open(lock, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise MetashiftError(
-                f"another process is downloading {final} right now (lock {lock})",
-                "wait for it to finish, or stop it and run the command again",
-            ) from None
-        try:
-            yield
-        finally:
-            lock.unlink(missing_ok=True)  # while still holding it, so no one else got it meanwhile
+    busy = MetashiftError(
+        f"another process is downloading {final} right now (lock {lock})",
+        "wait for it to finish, or stop it and run the command again",
+    )
+    return exclusive_lock(lock, busy, remove=True)
 
 
 def _from_mirrors(

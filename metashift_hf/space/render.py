@@ -1,0 +1,306 @@
+"""HTML of every Space view, from the data layer's records. Every text that comes from the data (task, class,
+context, model names, messages) goes through :func:`esc` (``html.escape`` with quotes) and every link's values
+through :func:`href`, so a name holding markup is shown as text and never acts.
+
+Views link to each other with query strings (``?view=task&task=ID``), which the app reads on load: a link works
+without JavaScript and a view can be bookmarked.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Callable, Iterable, Mapping
+from urllib.parse import urlencode
+
+import pandas as pd
+
+from ..core.errors import MetashiftError
+from ..evaluate.zoo import BASELINE
+from .graphs import ClassGraph, SubsetDistance, Thumbnail
+from .index import TaskPage
+from .results import Drilldown
+
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+NO_COMMUNITY = "#b0b0b0"
+CSS = """
+<style>
+.ms-table{border-collapse:collapse;font-size:13px;margin:6px 0}
+.ms-table th,.ms-table td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+.ms-table th{background:#f3f4f6}
+.ms-note{color:#555;font-size:13px}
+.ms-error{color:#b00020}
+.ms-thumbs img{height:96px;margin:3px;border:1px solid #ccc}
+.ms-code{font-family:monospace;background:#f6f8fa;padding:2px 5px;display:block;white-space:pre-wrap;margin:3px 0}
+.ms-bug{color:#b00020;font-weight:bold}
+</style>
+"""
+
+
+def esc(value: object) -> str:
+    """Text from the data as HTML text (quotes too: safe inside an attribute)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def href(**params: object) -> str:
+    """A link to a view of this Space (``?view=...``), escaped for an attribute."""
+    return esc("?" + urlencode({k: str(v) for k, v in params.items() if v not in (None, "")}))
+
+
+def fmt(value: object, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else ""
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return esc(value)
+
+
+def error_html(exc: BaseException) -> str:
+    """A refusal as the CLI words it (``error:`` / ``fix:``), escaped."""
+    if isinstance(exc, MetashiftError):
+        return f'<p class="ms-error">error: {esc(exc.what)}<br>fix: {esc(exc.fix)}</p>'
+    return f'<p class="ms-error">error: {esc(type(exc).__name__)}: {esc(exc)}</p>'
+
+
+def table(
+    df: pd.DataFrame,
+    *,
+    links: Mapping[str, Callable[[object], str]] | None = None,
+    cell_class: Callable[[str, object], str] | None = None,
+    caption: str = "",
+) -> str:
+    """A DataFrame as an escaped HTML table; ``links[col](value)`` makes that column's cells links."""
+    links = links or {}
+    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = []
+        for col, value in zip(df.columns, row):
+            text = fmt(value.item() if hasattr(value, "item") else value)
+            if col in links and text not in ("", "–"):
+                text = f'<a href="{links[col](value)}" target="_self">{text}</a>'
+            klass = cell_class(col, value) if cell_class else ""
+            cells.append(f'<td class="{klass}">{text}</td>' if klass else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f'<table class="ms-table">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _task_link(task: object) -> str:
+    return href(view="task", task=task)
+
+
+def tasks_html(df: pd.DataFrame, *, page: int = 1, per_page: int = 50, total: int | None = None) -> str:
+    """One page of the (filtered) tasks table; task names link to their page."""
+    n = len(df)
+    pages = max(1, math.ceil(n / per_page))
+    page = min(max(1, int(page)), pages)
+    part = df.iloc[(page - 1) * per_page : page * per_page]
+    shown = f"{(page - 1) * per_page + 1 if n else 0}–{min(page * per_page, n)} of {n:,} task(s)"
+    if total is not None and total != n:
+        shown += f" (filtered from {total:,})"
+    return (
+        CSS + f'<p class="ms-note">{esc(shown)}, page {page} of {pages}</p>' + table(part, links={"task": _task_link})
+    )
+
+
+def _markdown_inline(text: str) -> str:
+    """The cards' one-sentence Markdown (``**bold**``, ```code```) as HTML, escaped first."""
+    out = esc(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def task_page_html(page: TaskPage) -> str:
+    e = page.entry
+    classes = ", ".join(f'<a href="{href(view="classes", cls=c, task=e.task_id)}">{esc(c)}</a>' for c in e.classes)
+    sizes = ", ".join(f"{esc(s)} {n:,}" for s, n in e.split_sizes.items())
+    return (
+        CSS
+        + f"<h3>Task {esc(e.task_id)}</h3>"
+        + f"<p>{_markdown_inline(page.sentence)}</p>"
+        + f"<p>Family: {esc(e.family)} · shift: {esc(page.shift_words)} (declared {esc(e.shift_type)}, measured "
+        + f"{esc(e.measured or '–')}) · level: {esc(e.level or '–')} · classes: {classes} · rows: {sizes}</p>"
+        + "<h4>Groups</h4>"
+        + table(page.groups)
+        + "<h4>Measured shift (train against each split)</h4>"
+        + table(page.measured)
+        + f'<p class="ms-note">{esc(page.measured_note)}</p>'
+        + "<h4>Use it</h4>"
+        + f'<code class="ms-code">from datasets import load_dataset\nds = {esc(page.load_line)}</code>'
+        + f'<code class="ms-code">{esc(page.evaluate_line)}</code>'
+    )
+
+
+def colour(community: int) -> str:
+    return NO_COMMUNITY if community < 0 else PALETTE[community % len(PALETTE)]
+
+
+def graph_svg(graph: ClassGraph, *, selected: str = "", width: int = 720, height: int = 460) -> str:
+    """The class's meta-graph: nodes sized by images and coloured by community, edges by overlap; each node links
+    to its page (its images and distances)."""
+    pad = 40
+    xy = {n.subset: (pad + n.x * (width - 2 * pad), pad + n.y * (height - 2 * pad)) for n in graph.nodes}
+    biggest = max((n.n_images for n in graph.nodes), default=1) or 1
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="{esc(f"meta-graph of {graph.cls} in task {graph.task_id}")}" '
+        'style="background:#fff;border:1px solid #ddd">'
+    ]
+    for a, b, w in graph.edges:
+        (x1, y1), (x2, y2) = xy[a], xy[b]
+        parts.append(
+            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#888" '
+            f'stroke-width="{0.5 + 3 * w:.2f}" stroke-opacity="0.6"><title>{esc(a)} – {esc(b)}: {w:.3f}</title></line>'
+        )
+    for n in graph.nodes:
+        x, y = xy[n.subset]
+        r = 5 + 16 * math.sqrt(n.n_images / biggest)
+        ring = ' stroke="#000" stroke-width="3"' if n.subset == selected else ' stroke="#fff" stroke-width="1"'
+        link = href(view="classes", cls=graph.cls, task=graph.task_id, node=n.subset)
+        parts.append(
+            f'<a href="{link}" target="_self" class="ms-node"><circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" '
+            f'fill="{colour(n.community)}"{ring}><title>{esc(n.subset)}: {n.n_images:,} images, community '
+            f"{n.community}</title></circle>"
+            f'<text x="{x:.1f}" y="{y + r + 11:.1f}" font-size="11" text-anchor="middle">{esc(n.context)}</text></a>'
+        )
+    parts.append("</svg>")
+    communities = sorted({n.community for n in graph.nodes})
+    legend = " ".join(
+        f'<span style="color:{colour(c)}">●</span> {"none" if c < 0 else f"community {c}"}' for c in communities
+    )
+    edges = (
+        f"{len(graph.edges)} overlap edge(s)"
+        if graph.edges_published
+        else "edges not published (class with more subsets than the export lists edges for)"
+    )
+    return (
+        CSS
+        + f"<h3>Meta-graph of {esc(graph.cls)} <small>(task {esc(graph.task_id)})</small></h3>"
+        + f'<p class="ms-note">{len(graph.nodes)} context subset(s), {esc(edges)}. Node size: images; colour: '
+        + f"community. Pick a node for its images and distances. {legend}</p>"
+        + "".join(parts)
+    )
+
+
+def thumbnails_html(images: Iterable[Thumbnail]) -> str:
+    imgs = [
+        f'<img src="{i.data_uri}" alt="{esc(i.image_id)}" title="{esc(i.image_id)}" loading="lazy">' for i in images
+    ]
+    return '<div class="ms-thumbs">' + ("".join(imgs) or '<p class="ms-note">no image of this subset</p>') + "</div>"
+
+
+def _distance_rows(rows: Iterable[SubsetDistance]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "subset": d.b,
+                "community": d.community_b,
+                "to largest community": d.to_largest_b,
+                "overlap": d.overlap,
+                "path": d.status,
+            }
+            for d in rows
+        ],
+        columns=["subset", "community", "to largest community", "overlap", "path"],
+    )
+
+
+def node_html(graph: ClassGraph, subset: str, images: Iterable[Thumbnail], rows: list[SubsetDistance]) -> str:
+    n = graph.node(subset)
+    return (
+        CSS
+        + f"<h4>{esc(n.subset)}</h4>"
+        + f"<p>{n.n_images:,} images in the build; community {n.community}; distance to the largest community "
+        + f"{fmt(n.distance_to_largest)}</p>"
+        + thumbnails_html(images)
+        + "<h4>Against the other subsets of the class</h4>"
+        + table(_distance_rows(rows))
+        + f'<p class="ms-note">Distances to the largest community: {esc(rows[0].rule if rows else "")}.</p>'
+    )
+
+
+def distance_html(d: SubsetDistance) -> str:
+    return (
+        CSS
+        + f"<h4>{esc(d.a)} and {esc(d.b)}</h4>"
+        + table(
+            pd.DataFrame(
+                [
+                    {"subset": d.a, "community": d.community_a, "to largest community": d.to_largest_a},
+                    {"subset": d.b, "community": d.community_b, "to largest community": d.to_largest_b},
+                ]
+            )
+        )
+        + f"<p>Overlap edge: {fmt(d.overlap)} · path of overlap edges: <strong>{esc(d.status)}</strong> · "
+        + f"same community: {'yes' if d.community_a == d.community_b and d.community_a >= 0 else 'no'}</p>"
+        + f"<p class=\"ms-note\">Rule: {esc(d.rule)}. The repos publish each subset's distance to its class's "
+        + "largest community and the overlap edges, not a distance for every pair; the build's "
+        + "<code>metashift-hf distance</code> gives that.</p>"
+    )
+
+
+def leaderboard_html(table_df: pd.DataFrame, sources: Iterable[str]) -> str:
+    if table_df.empty or len(table_df.columns) <= 1:
+        return CSS + '<p class="ms-note">No results: run the Space with --results (a zoo folder or results repo).</p>'
+    tasks = [c for c in table_df.columns if c != "model"]
+    head = "<tr><th>model</th>" + "".join(f'<th><a href="{_task_link(t)}">{esc(t)}</a></th>' for t in tasks) + "</tr>"
+    body = []
+    for row in table_df.itertuples(index=False):
+        model = row[0]
+        cells = []
+        for t, v in zip(tasks, row[1:]):
+            text = fmt(v)
+            if model != BASELINE and text != "–":
+                text = f'<a href="{href(view="leaderboard", model=model, task=t)}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        name = f"<em>{esc(model)}</em>" if model == BASELINE else esc(model)
+        body.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
+    return (
+        CSS
+        + '<p class="ms-note">Headline: balanced accuracy on each task\'s test split (out of distribution); '
+        + f"<em>{esc(BASELINE)}</em> always predicts the majority class. Pick a cell for its per-group accuracy. "
+        + f"Results from: {esc(', '.join(sources))}</p>"
+        + f'<table class="ms-table"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def drilldown_html(dd: Drilldown) -> str:
+    row = dd.row
+    head = (
+        f"<h4>{esc(dd.model)} on {esc(dd.task)}</h4><p>balanced accuracy {fmt(row.get('balanced_accuracy'))} on "
+        f"{esc(row.get('split'))}; worst group {esc(row.get('worst_group'))} "
+        f"{fmt(row.get('worst_group_accuracy'))}</p>"
+    )
+    if dd.note:
+        return CSS + head + f'<p class="ms-note">{esc(dd.note)}</p>'
+    bugs = (
+        table(dd.bugs, caption="context bugs (significantly below the rest of their class)")
+        if not dd.bugs.empty
+        else '<p class="ms-note">no context bug found</p>'
+    )
+    return (
+        CSS
+        + head
+        + bugs
+        + table(
+            dd.groups,
+            cell_class=lambda col, v: "ms-bug" if col == "bug" and str(v).lower() in ("true", "1") else "",
+            caption="accuracy per group, class and context (Wilson 95% intervals)",
+        )
+    )
+
+
+def header_html(source: str, n_tasks: int, n_classes: int, n_results: int) -> str:
+    return (
+        CSS
+        + "<h2>MetaShift: tasks, meta-graphs and leaderboards</h2>"
+        + f'<p class="ms-note">{n_tasks:,} task(s) and {n_classes:,} class(es) from {esc(source)}; '
+        + f"{n_results:,} result row(s). MetaShift: Liang &amp; Zou, ICLR 2022 (arXiv 2202.06523).</p>"
+    )

@@ -1,0 +1,308 @@
+"""The MetaShift Space (issue 35): its data layer (what each view shows, from an export folder and a results
+folder), the escaping of every name from the data, the Space folder `metashift-hf space` writes (front matter
+validated as the Hub's validate-yaml does) and its idempotent push to the loopback Hub as a Space repo."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomllib
+
+import metashift_hf
+from fixtures.fake_hub import running_hub
+from fixtures.space import EVIL_TASK, HOSTILE, HOSTILE_MODEL, TASKS
+from metashift_hf import cli
+from metashift_hf.core.errors import InputFormatError, MetashiftError
+from metashift_hf.scoring.stats import wilson_interval
+from metashift_hf.space import app, graphs, index, render, repo, results
+
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_test_write_token_123"
+
+
+@pytest.fixture(scope="module")
+def data(space_world):
+    return app.load(str(space_world.export), [str(space_world.results)])
+
+
+def test_index_lists_every_task_from_its_spec_alone(space_world, data):
+    ix = data.index
+    assert [t.task_id for t in ix.tasks] == sorted([*TASKS, EVIL_TASK])
+    assert list(ix.classes) == ["cat", "dog"] and ix.classes["cat"] == tuple(sorted([*TASKS, EVIL_TASK]))
+    for t in ix.tasks:  # the one spec reader gives each entry's spec
+        assert t.spec == metashift_hf.shift_spec(Path(t.repo) / t.config / "shift_spec.json")
+    frame = ix.frame
+    assert list(frame.columns) == list(index.TASK_COLUMNS)
+    sub = frame.set_index("task").loc["paper-subpop-cat-dog-p12"]
+    assert (sub["shift"], sub["family"], sub["rows"]) == ("conditional", "paper", 36)
+    assert list(index.filter_tasks(ix, shift="conditional")["task"]) == ["paper-subpop-cat-dog-p12"]
+    assert list(index.filter_tasks(ix, text="DG")["task"]) == ["paper-dg-cat-dog-1"]
+    assert len(index.filter_tasks(ix, cls="cat")) == 3 and index.filter_tasks(ix, cls="bird").empty
+    assert ix.tasks[0].rows == sum(ix.tasks[0].split_sizes.values())
+
+
+def test_a_tampered_spec_is_refused_as_the_cli_refuses_it(space_world, tmp_path):
+    bad = tmp_path / "export"
+    shutil.copytree(space_world.clean, bad)
+    spec_file = bad / f"metashift-{TASKS[0]}" / TASKS[0] / "shift_spec.json"
+    spec = json.loads(spec_file.read_text())
+    spec["surprise"] = 1
+    spec_file.write_text(json.dumps(spec))
+    with pytest.raises(InputFormatError) as cli_error:
+        metashift_hf.shift_spec(str(spec_file))
+    with pytest.raises(InputFormatError) as space_error:
+        index.load_index(bad)
+    assert space_error.value.what == cli_error.value.what
+    with pytest.raises(InputFormatError, match="neither an export folder nor a Hub namespace"):
+        index.load_index(tmp_path / "absent" / "x")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputFormatError, match="holds no exported task"):
+        index.load_index(tmp_path / "empty")
+
+
+def test_a_tampered_repo_shows_the_resolvers_refusal(data):
+    """The evil task's card declares another config: open_task refuses its rows, and the views say so."""
+    e = data.index.task(EVIL_TASK)
+    with pytest.raises(InputFormatError) as direct:
+        metashift_hf.open_task(metashift_hf.TaskRef(e.repo, config=e.config))
+    with pytest.raises(InputFormatError) as via_space:
+        graphs.class_graph(e, "cat")
+    assert via_space.value.what == direct.value.what
+    html = app.Views(data).graph("cat", EVIL_TASK)
+    assert "error: " in html and render.esc(direct.value.what) in html
+
+
+def test_class_graph_thumbnails_and_distances(data):
+    e = data.index.task(TASKS[0])
+    td = metashift_hf.open_task(metashift_hf.TaskRef(e.repo, config=e.config))
+    facts = {s.subset: s for s in td.meta_graph.subsets.values() if s.cls == "cat"}
+    g = graphs.class_graph(e, "cat")
+    assert [n.subset for n in g.nodes] == sorted(facts)
+    assert all(n.n_images == facts[n.subset].n_images and n.community == facts[n.subset].community for n in g.nodes)
+    assert g == graphs.class_graph(e, "cat")  # seeded layout: the same picture every time
+    assert all(0.0 <= n.x <= 1.0 and 0.0 <= n.y <= 1.0 for n in g.nodes)
+    node = g.nodes[0]
+    thumbs = graphs.thumbnails(e, node.subset)
+    rows = {r.image_id: r for split in td.plan.splits.values() for r in split}
+    stored = td.images()
+    assert thumbs and len(thumbs) <= graphs.THUMBNAILS
+    for t in thumbs:  # the parquet's own bytes, of rows of the subset
+        assert rows[t.image_id].label == "cat" and node.context in rows[t.image_id].contexts
+        assert hashlib.sha256(t.data).digest() == hashlib.sha256(stored.read(t.image_id)).digest()
+        assert t.mime == "image/jpeg" and t.data_uri.startswith("data:image/jpeg;base64,")
+    d = graphs.subset_distance(g, g.nodes[0].subset, g.nodes[1].subset)
+    assert d.to_largest_a == g.nodes[0].distance_to_largest and d.rule
+    assert d.overlap is None and d.connected is False and d.status == "disconnected"  # no edge in the tiny world
+    assert [x.b for x in graphs.distances_from(g, node.subset)] == [n.subset for n in g.nodes[1:]]
+    with pytest.raises(InputFormatError, match="no subset"):
+        graphs.subset_distance(g, node.subset, "cat(moon)")
+    with pytest.raises(InputFormatError, match="has no class"):
+        graphs.class_graph(e, "bird")
+
+
+def test_subset_distance_follows_published_edges():
+    nodes = tuple(graphs.Node(f"c({x})", x, 0, 10, 0.1, 0.0, 0.0) for x in "abc")
+    g = graphs.ClassGraph("c", "t", nodes, (("c(a)", "c(b)", 0.4),), True)
+    assert graphs.subset_distance(g, "c(a)", "c(b)").status == "connected"
+    assert graphs.subset_distance(g, "c(a)", "c(b)").overlap == 0.4
+    assert graphs.subset_distance(g, "c(a)", "c(c)").status == "disconnected"
+    unknown = graphs.ClassGraph("c", "t", nodes, (), False)
+    assert graphs.subset_distance(unknown, "c(a)", "c(c)").connected is None
+
+
+def test_task_page(data):
+    page = index.task_page(data.index, TASKS[1])
+    assert page.sentence.startswith("**Train on") and "subpopulation" in page.shift_words
+    assert set(page.groups["split"]) == {"train", "validation", "test"}
+    assert page.load_line == f'load_dataset("{page.entry.repo}", "{TASKS[1]}")'
+    assert f"--task {page.entry.repo}" in page.evaluate_line
+    with pytest.raises(InputFormatError, match="no task"):
+        index.task_page(data.index, "nope")
+
+
+def test_leaderboard_headline_and_drilldown(data, space_world):
+    r = data.results
+    table = results.headline_table(r)
+    assert table["model"].iloc[0] == results.BASELINE  # the baseline beside every model, first
+    assert list(table.columns) == ["model", *sorted(TASKS)]
+    assert list(results.headline_table(r, sort_by=TASKS[0])["model"]) == [results.BASELINE, "tiny-net", HOSTILE_MODEL]
+    dd = results.drilldown(r, "tiny-net", TASKS[0])
+    per_group = pd.read_csv(space_world.results / "tiny-net" / TASKS[0] / "per_group.csv")
+    assert len(dd.groups) == len(per_group)
+    for row in dd.groups.itertuples():  # the intervals are the scoring core's Wilson intervals of the counts
+        assert (row.ci_low, row.ci_high) == wilson_interval(int(row.correct), int(row.n))
+    assert list(dd.bugs["name"]) == ["dog(grass0)"]
+    assert (
+        "no per-group" in results.drilldown(r, results.BASELINE, TASKS[0]).note
+        or results.drilldown(r, results.BASELINE, TASKS[0]).groups.empty
+    )
+    with pytest.raises(InputFormatError, match="no result"):
+        results.drilldown(r, "tiny-net", "nope")
+
+
+def test_a_report_path_outside_the_results_folder_is_refused(space_world, tmp_path):
+    out = tmp_path / "results"
+    shutil.copytree(space_world.results, out)
+    board = pd.read_csv(out / "leaderboard.csv")
+    board.loc[board["model"] == "tiny-net", "report"] = "../../etc"
+    board.to_csv(out / "leaderboard.csv", index=False)
+    r = results.load_results([str(out)])
+    with pytest.raises(InputFormatError, match="outside the folder"):
+        results.drilldown(r, "tiny-net", TASKS[0])
+    (out / "leaderboard.csv").write_text("task,model\nx,y\n")
+    with pytest.raises(InputFormatError, match="lacks column"):
+        results.load_results([str(out)])
+
+
+def test_every_name_from_the_data_is_shown_as_text(data):
+    v = app.Views(data)
+    page = v.task(EVIL_TASK)  # the spec reads (its rows would be refused): its hostile context is text
+    assert render.esc(HOSTILE) in page and HOSTILE not in page and "<img src=x" not in page
+    board = v.leaderboard()
+    assert render.esc(HOSTILE_MODEL) in board and "<script>" not in board
+    drill = v.drilldown(HOSTILE_MODEL, TASKS[0])
+    assert "<script>" not in drill and render.esc(HOSTILE_MODEL) in drill
+    assert render.href(view="task", task='"><script>') == "?view=task&amp;task=%22%3E%3Cscript%3E"
+    # every tag in the views is one the renderer writes
+    ours = {"style", "p", "table", "thead", "tbody", "tr", "th", "td", "a", "h3", "h4", "strong", "code", "caption"}
+    ours |= {"br", "em", "small", "span"}
+    for html in (page, board, drill, v.tasks()):
+        assert set(re.findall(r"<([a-z0-9]+)", html)) <= ours
+
+
+def test_graph_svg_links_every_node(data):
+    g = graphs.class_graph(data.index.task(TASKS[0]), "dog")
+    svg = render.graph_svg(g, selected=g.nodes[0].subset)
+    assert svg.count("<circle") == len(g.nodes) and svg.count('class="ms-node"') == len(g.nodes)
+    for n in g.nodes:
+        assert render.href(view="classes", cls="dog", task=TASKS[0], node=n.subset) in svg
+    assert 'stroke="#000"' in svg  # the selected node is ringed
+
+
+def _front_matter(text: str) -> dict:
+    import yaml
+
+    m = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+    assert m, "no front matter"
+    return yaml.safe_load(m.group(1))
+
+
+def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
+    out = tmp_path / "S"
+    args = ["space", "--from", str(space_world.export), "--results", str(space_world.results), "--out", str(out)]
+    assert cli.main(args) == 0
+    assert "3 task(s), 2 class(es), 6 result row(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(repo.SPACE_FILES)
+    text = (out / "README.md").read_text()
+    meta = _front_matter(text)
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and (out / meta["app_file"]).is_file()
+    assert meta["sdk_version"] == repo.GRADIO_VERSION and meta["license"] == "mit" and meta["title"]
+    from huggingface_hub import RepoCard, SpaceCardData
+
+    card = RepoCard(text)  # huggingface_hub's own parse of a Space card
+    assert isinstance(SpaceCardData(**card.data.to_dict()), SpaceCardData) and card.data.sdk == "gradio"
+    reqs = (out / "requirements.txt").read_text().split()
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["space"]
+    assert f"gradio=={repo.GRADIO_VERSION}" in reqs and extra == [f"gradio=={repo.GRADIO_VERSION}"]
+    app_text = (out / "app.py").read_text()
+    assert json.dumps(str(space_world.export)) in app_text and "from metashift_hf.space.app import main" in app_text
+    compile(app_text, "app.py", "exec")
+    # written again only with --force; another tool's folder is never replaced
+    assert cli.main(args) == 2
+    assert cli.main([*args, "--force"]) == 0
+
+
+def test_space_command_checks_the_source_before_writing(tmp_path, capsys):
+    out = tmp_path / "S"
+    assert cli.main(["space", "--from", str(tmp_path), "--out", str(out)]) == 2
+    assert "holds no exported task" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_pushed_space_reads_only_published_sources(space_world, tmp_path, capsys):
+    out = tmp_path / "S"
+    args = ["space", "--from", str(space_world.export), "--out", str(out), "--push", "tester/metashift-space"]
+    assert cli.main(args) == 2
+    assert "a folder on this machine" in capsys.readouterr().err and not out.exists()
+
+
+def test_push_is_one_commit_then_none(space_world, tmp_path, monkeypatch):
+    """Push as a Space repo on the loopback Hub: validated as a Space card, one commit, the same folder again
+    makes none, a changed file makes one more; the Space is in the namespace's collection once."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the loopback Hub speaks LFS, not Xet
+    folder = repo.write_space(tmp_path / "S", "tester", [])
+    with running_hub() as (endpoint, state):
+        first = repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
+        space = state.repos[("space", "tester/metashift-space")]
+        assert first and space.head.oid == first and len(space.commits) == 2  # create + ours
+        assert set(space.head.files) == {".gitattributes", *repo.SPACE_FILES}
+        assert repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint) is None
+        assert len(space.commits) == 2
+        (folder / "app.py").write_text((folder / "app.py").read_text() + "\n")
+        assert repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
+        assert len(space.commits) == 3
+        (collection,) = state.collections.values()
+        assert [(i["id"], i["type"]) for i in collection["items"]] == [("tester/metashift-space", "space")]
+        assert state.count("POST", "/validate-yaml") >= 1
+        bad = tmp_path / "bad"
+        shutil.copytree(folder, bad)
+        (bad / "README.md").write_text((bad / "README.md").read_text().replace("sdk: gradio", "sdk: flash"))
+        with pytest.raises(MetashiftError, match="refuses the README metadata"):
+            repo.push_space(bad, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
+        assert len(space.commits) == 3
+
+
+def test_the_docs_screenshots_are_the_recorded_ones():
+    """docs/figures/space-*.png as scripts/space_screenshots.py --write recorded them, each shown by a doc."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "space_screenshots.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_space_from_a_hub_namespace_end_to_end(tmp_path):
+    """~40 s: tasks published to the loopback Hub; `space --from NS --push NS/NAME` in a fresh client process lists
+    them from the namespace's collection (specs through metashift_hf.shift_spec), writes and pushes the Space, and
+    a second run makes no commit; the Space joins the tasks in the collection."""
+    import subprocess
+    import sys
+
+    from fixtures.fake_hub import client_env
+    from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
+    from metashift_hf.hub.export import export_prepared
+    from metashift_hf.hub.task_open import TaskOrigin
+
+    art = build_tiny_artifact(tmp_path / "artifact")
+    jpegs = sample_jpegs(tmp_path / "images", n=24)
+    export_prepared(
+        [make_prepared(TASKS[0], jpegs)], TaskOrigin(artifact=art), tmp_path / "export", namespace="tester"
+    )
+    with running_hub() as (endpoint, state):
+        env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
+        run = lambda *a: subprocess.run(  # noqa: E731
+            [sys.executable, "-m", "metashift_hf", *a], env=env, capture_output=True, text=True, timeout=300
+        )
+        published = run("publish", "--from-export", str(tmp_path / "export"), "--namespace", "tester")
+        assert published.returncode == 0, published.stderr
+        args = ["space", "--from", "tester", "--out", str(tmp_path / "S"), "--push", "tester/metashift-space"]
+        first = run(*args)
+        assert first.returncode == 0, first.stderr
+        assert "1 task(s), 2 class(es)" in first.stdout and "committed" in first.stdout
+        again = run(*args, "--force")
+        assert again.returncode == 0 and "up to date, no commit" in again.stdout, again.stderr
+        assert len(state.repos[("space", "tester/metashift-space")].commits) == 2
+        (collection,) = state.collections.values()
+        kinds = {(i["id"], i["type"]) for i in collection["items"]}
+        assert ("tester/metashift-space", "space") in kinds and (f"tester/metashift-{TASKS[0]}", "dataset") in kinds

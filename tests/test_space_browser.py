@@ -1,0 +1,99 @@
+"""The Space end to end in a real browser: `metashift-hf space` writes the folder, its app.py serves a small export
+and a results folder on 127.0.0.1, and Debian's Chromium (scripts/install.sh installs it) renders each view
+headless, driven by Playwright's Python API (executable_path; no browser download, no network beyond loopback).
+
+Chromium is required, not optional: a missing browser fails with the command that installs it (CI runs this)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from fixtures.space import EVIL_TASK, HOSTILE, TASKS
+from metashift_hf.space import browser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(space_world, tmp_path_factory):
+    """The Space folder written by the CLI, its app.py serving the small export on a loopback port, and a
+    headless Chromium."""
+    assert shutil.which("chromium"), "the Space's browser tests need Debian's chromium: run scripts/install.sh"
+    root = tmp_path_factory.mktemp("space-app")
+    space = root / "S"
+    subprocess.run(
+        [sys.executable, "-m", "metashift_hf", "space", "--from", str(space_world.export), "--results"]
+        + [str(space_world.results), "--out", str(space)],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    log = open(root / "app.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(space / "app.py"), "--port", str(port), "--host", "127.0.0.1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"},
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, (root / "app.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the Space did not start in 120 s"
+            time.sleep(0.5)
+        with browser.browser() as b:
+            yield url, b
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_every_view_renders_in_chromium_and_hostile_names_stay_text(served):
+    """~40 s (export fixture, app start, four page loads): the browser test CI runs (not slow). Gradio renders
+    the selected tab only, so each view is its own page load (the links the views make)."""
+    url, b = served
+    first = b.view(url, 'id="ms-tasks"').html
+    for task in (*TASKS, EVIL_TASK):  # the tasks table names every exported task
+        assert f">{task}</a>" in first
+    dom = b.view(f"{url}?view=classes&cls=dog&task={TASKS[0]}&node=dog(sofa0)", "data:image/jpeg").html
+    assert "Meta-graph of dog" in dom and dom.count('class="ms-node"') >= 2 and "<svg" in dom  # the meta-graph
+    assert "<h4>dog(sofa0)</h4>" in dom and dom.count('src="data:image/jpeg;base64,') >= 1  # a node's images
+    board = b.view(f"{url}?view=leaderboard", "<em>baseline:majority</em>")
+    assert ">tiny-net<" in board.html and all(f">{t}</a>" in board.html for t in TASKS)
+    assert "&lt;script&gt;document.title=" in board.html and "<script>document" not in board.html  # hostile model
+    assert "pwned" not in board.title
+    page = b.view(f"{url}?view=task&task={EVIL_TASK}", f"Task {EVIL_TASK}")
+    assert "&lt;img src=x onerror=" in page.html and HOSTILE not in page.html  # the hostile context is text
+    assert page.images_from_x == 0 and "pwned" not in page.title  # no element was made of it, nothing ran
+
+
+@pytest.mark.slow
+def test_leaderboard_drilldown_distances_and_refusals_in_chromium(served):
+    """~30 s: the leaderboard's per-group drill-down, the Distances view and a tampered task's refusal."""
+    url, b = served
+    drill = b.view(f"{url}?view=leaderboard&model=tiny-net&task={TASKS[0]}", "tiny-net on").html
+    assert "Wilson 95% intervals" in drill and "context bugs" in drill and "dog(grass0)" in drill
+    dist = b.view(f"{url}?view=distances&cls=cat&task={TASKS[0]}", "Overlap edge").html
+    assert "disconnected" in dist
+    bad = b.view(f"{url}?view=classes&cls=cat&task={EVIL_TASK}", "error: ").html
+    assert "the card declares" in bad and "fix: " in bad
