@@ -17,6 +17,7 @@ tv = pytest.importorskip("torchvision")
 from fixtures.zoo import world  # noqa: E402,F401  (world: the module fixture; a matched cat/dog artifact and images)
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import MetashiftError  # noqa: E402
+from metashift_hf.core.fsutil import sha256_file  # noqa: E402
 from metashift_hf.models import ecosystem  # noqa: E402
 
 
@@ -50,6 +51,8 @@ def test_timm_local_dir_logits_match_direct_call(tmp_path):
 
 def test_torchvision_logits_match_direct_call(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    # random weights cannot carry the published sha256 prefix: the check is tested in test_models_hardening.py
+    monkeypatch.setattr(ecosystem, "verify_checkpoint", lambda path, ref: sha256_file(path))
     torch.manual_seed(0)
     model = tv.models.resnet18(weights=None)
     url = tv.models.get_model_weights("resnet18").DEFAULT.url
@@ -113,9 +116,11 @@ def test_evaluate_cli_logits_equal_the_model_called_directly(form, world, tmp_pa
         model = timm.create_model("resnet18", pretrained=False)
         timm.models.save_for_hf(model, tmp_path / "r18", safe_serialization=True)
         spec = f"timm:local-dir:{tmp_path / 'r18'}"
-        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+        # timm's validate.py rule (issue 36): the pretrained config's test size (resnet18: 288 px, crop 1.0)
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model, use_test_size=True))
     else:
         monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+        monkeypatch.setattr(ecosystem, "verify_checkpoint", lambda path, ref: sha256_file(path))  # random weights
         model = tv.models.resnet18(weights=None)
         weights = tv.models.get_model_weights("resnet18").DEFAULT
         (tmp_path / "checkpoints").mkdir()

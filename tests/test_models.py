@@ -221,7 +221,7 @@ def test_torchvision_and_timm_glue_with_stand_in_modules(monkeypatch, tmp_path):
 
     import torch
 
-    url = "https://download.pytorch.org/models/tiny-123.pth"
+    url = "https://download.pytorch.org/models/tiny.pth"  # no sha256 prefix in the name: nothing to check
     tfm = types.SimpleNamespace(
         resize_size=[40],
         crop_size=[32],
@@ -239,13 +239,13 @@ def test_torchvision_and_timm_glue_with_stand_in_modules(monkeypatch, tmp_path):
     with pytest.raises(Exception, match="not cached"):
         load_model("torchvision:tiny")
     (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
-    torch.save(_Tiny1k.make().state_dict(), tmp_path / "hub" / "checkpoints" / "tiny-123.pth")
+    torch.save(_Tiny1k.make().state_dict(), tmp_path / "hub" / "checkpoints" / "tiny.pth")
     tv = load_model("torchvision:tiny")
     assert tv.preprocessing.crop == 32 and tv.preprocessing.interpolation == "bilinear" and tv.labels.is_imagenet_1k
     assert tv.logits([np.zeros((3, 32, 32), np.float32)] * 2).shape == (2, 1000)
 
     data = types.SimpleNamespace(
-        resolve_data_config=lambda cfg, model: {
+        resolve_data_config=lambda cfg, model, use_test_size=False: {
             "input_size": (3, 32, 32),
             "crop_pct": 0.8,
             "interpolation": "bicubic",

@@ -25,7 +25,7 @@ from metashift_hf.evaluate.options import MODEL_FORMS  # noqa: E402
 from metashift_hf.evaluate.predictions import EVAL_SOURCES  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
 from metashift_hf.hub.task_data import TaskRef  # noqa: E402
-from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402  # noqa: E402
 from metashift_hf.models import (  # noqa: E402
     MODEL_SOURCES,
     CacheConfig,

@@ -22,7 +22,7 @@ from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
 from metashift_hf.hub.task_data import TaskRef  # noqa: E402
 from metashift_hf.hub.task_open import TaskOrigin, open_task  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.models import CacheConfig, Preprocessing, from_module  # noqa: E402
 from metashift_hf.research import compare as compare_mod  # noqa: E402
 from metashift_hf.research.compare import run_compare  # noqa: E402
 from metashift_hf.research.evaluator import Evaluator  # noqa: E402
@@ -179,7 +179,9 @@ def test_six_entry_points_report_the_same_figures(world, tmp_path, monkeypatch):
             "chance_accuracy": head["baseline"]["accuracy"],
         }
         assert got == want
-    zoo = evaluate_zoo([model], [TASK], art, images, out=tmp_path / "zoo", settings=QUIET, use_cache=False)
+    zoo = evaluate_zoo(
+        [model], [TASK], art, images, out=tmp_path / "zoo", settings=QUIET, cache=CacheConfig(use=False)
+    )
     csv = read_csv(tmp_path / "zoo" / "leaderboard.csv")  # written with 10 significant digits (%.10g)
     for board, digits in ((zoo.leaderboard, lambda x: x), (csv, lambda x: float(f"{x:.10g}"))):
         rows = board.set_index("model")

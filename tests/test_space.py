@@ -286,7 +286,9 @@ def test_space_from_a_hub_namespace_end_to_end(tmp_path):
 
     art = build_tiny_artifact(tmp_path / "artifact")
     jpegs = sample_jpegs(tmp_path / "images", n=24)
-    export_prepared([make_prepared(TASKS[0], jpegs)], TaskOrigin(artifact=art), tmp_path / "export", namespace="tester")
+    export_prepared(
+        [make_prepared(TASKS[0], jpegs)], TaskOrigin(artifact=art), tmp_path / "export", namespace="tester"
+    )
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
         run = lambda *a: subprocess.run(  # noqa: E731

@@ -76,6 +76,8 @@ def test_parts_refuse_what_cannot_work(monkeypatch, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # torchrun sets them; without them: tests/test_models_hardening.py
+    monkeypatch.setenv("MASTER_PORT", "29500")
     assert distributed.choose_part(None) == distributed.Part(1, 2, distributed.TORCH)
     assert distributed.rank_device("cuda", distributed.choose_part(None)) == "cuda:1"
     with pytest.raises(InputFormatError, match="either torchrun"):

@@ -1,6 +1,6 @@
 """Verified cache parts: rows of float32 values keyed by strings, in ``.npz`` files that are checked, never trusted.
 
-Both on-disk caches (the zoo's logits, ``evaluate/cache.py``, and the research loop's features,
+Both on-disk caches (the zoo's logits and the research loop's features, ``models/outputs.py``,
 ``research/features.py``) store rows through :class:`PartStore`. A part is ``<prefix>-<sha256 of its
 keys, 16 hex>.npz`` holding ``keys`` (str), the values (float32, (rows, width)) and ``meta``: a JSON
 record of the format, the owner (the model fingerprint or backbone key the rows belong to), width,
@@ -11,6 +11,11 @@ opened), readable, the current format, the expected owner, width (the one asked 
 the other parts), dtype, rows == keys, finite values and the checksum. A part that fails is skipped
 with a WARNING naming it and why, and removed when its name is of our own making, so its rows are
 computed again by the caller's normal path and the bad file is never read again.
+
+The checks catch damage, not intent: whoever can write the cache folder can write a part with other
+values and a recomputed checksum, so **a cache is trusted input** (docs/evaluate.md). What a reader can
+still see is two valid parts that disagree on a key (one forged, or two models under one owner): that is
+refused (:class:`CacheConflictError`, naming both parts), never settled silently by file-name order.
 """
 
 from __future__ import annotations
@@ -54,6 +59,15 @@ _READ_ERRORS = (
 
 class BadPart(Exception):
     """Why a part is not used (internal: turned into a warning)."""
+
+
+class CacheConflictError(InputFormatError):
+    """Two valid parts of one owner hold different values for one key."""
+
+
+# Two honest runs may compute a row in batches of different composition, which can move the last bits of a
+# float32 (batch-dependent kernels); anything beyond this is another value, not rounding.
+AGREE_RTOL, AGREE_ATOL = 1e-3, 1e-4
 
 
 def part_checksum(keys: Sequence[str], values: np.ndarray) -> str:
@@ -122,6 +136,7 @@ class PartStore:
         ``width``: the width every part must have; None: the first good part's (sorted by name) sets it.
         """
         rows: dict[str, np.ndarray] = {}
+        origin: dict[str, Path] = {}  # key -> the part its row came from (to name both sides of a conflict)
         if not self.folder.is_dir():
             return rows, width
         keep = None if wanted is None else set(wanted)
@@ -138,8 +153,20 @@ class PartStore:
             width = block.shape[1]
             for k, row in zip(keys, block):
                 if keep is None or k in keep:
-                    rows[k] = row
+                    if k in rows and not np.allclose(rows[k], row, rtol=AGREE_RTOL, atol=AGREE_ATOL):
+                        self._conflict(k, origin[k], path)
+                    rows.setdefault(k, row)
+                    origin.setdefault(k, path)
         return rows, width
+
+    def _conflict(self, key: str, first: Path, second: Path) -> None:
+        raise CacheConflictError(
+            f"{self.what}: the parts {terminal_safe(first.name)} and {terminal_safe(second.name)} in "
+            f"{terminal_safe(self.folder)} both pass their checks but hold different values for {terminal_safe(key)[:16]}… "
+            "(a part written by someone else, or two models under one key)",
+            "a cache is trusted input: remove the part you do not trust (or the whole folder; its rows are "
+            "computed again), or use a cache folder only you write (--cache-dir)",
+        )
 
     def _read_one(self, path: Path, st: os.stat_result, width: int | None) -> tuple[list[str], np.ndarray]:
         if not stat.S_ISREG(st.st_mode):
@@ -212,4 +239,4 @@ class PartStore:
         )
 
 
-__all__ = ["PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]
+__all__ = ["CacheConflictError", "PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]

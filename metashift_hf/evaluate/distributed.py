@@ -44,6 +44,11 @@ SINGLE = "single"
 # a barrier waits for the slowest rank's whole model pass: generous, and overridable for very large zoos
 BARRIER_TIMEOUT_ENV = "METASHIFT_HF_DIST_TIMEOUT_S"
 DEFAULT_BARRIER_TIMEOUT_S = 6 * 3600
+# the ranks meeting at the start (every rank launched, the address reachable) takes seconds when all is well:
+# a rank that was never started or a wrong address is reported after minutes, not after the 6 h barrier timeout
+RENDEZVOUS_TIMEOUT_ENV = "METASHIFT_HF_RENDEZVOUS_TIMEOUT_S"
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 300
+_LAUNCH_FIX = "launch with torchrun / accelerate launch (they set WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), or unset WORLD_SIZE for a single process"
 
 
 @dataclass(frozen=True)
@@ -67,17 +72,53 @@ class Part:
         )
 
 
-def launched_world() -> tuple[int, int, int] | None:
-    """(rank, world size, local rank) when started by torchrun / accelerate launch with several processes."""
+def _env_int(name: str, default: int | None, low: int) -> int:
+    """An integer launch variable (>= ``low``); a clear error when it is missing (no default) or malformed."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        if default is None:
+            raise InputFormatError(f"{name} is not set in the environment of a distributed launch", _LAUNCH_FIX)
+        return default
     try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+        value = int(raw.strip())
     except ValueError:
+        raise InputFormatError(f"{name}={raw!r} in the environment is not an integer", _LAUNCH_FIX) from None
+    if value < low:
+        raise InputFormatError(f"{name}={value} in the environment is below {low}", _LAUNCH_FIX)
+    return value
+
+
+def launched_world() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when started by torchrun / accelerate launch with several processes.
+
+    Checked before any work: with WORLD_SIZE > 1, RANK must be set and below WORLD_SIZE (a rank that cannot
+    exist would wait for ever), and MASTER_ADDR / MASTER_PORT must be set (torch's env:// rendezvous)."""
+    world = _env_int("WORLD_SIZE", 1, 1)
+    if world == 1:
+        return None
+    rank, local = _env_int("RANK", None, 0), _env_int("LOCAL_RANK", 0, 0)
+    if rank >= world:
         raise InputFormatError(
-            "WORLD_SIZE, RANK or LOCAL_RANK in the environment is not an integer",
-            "launch with torchrun / accelerate launch, or unset them for a single process",
-        ) from None
-    return (rank, world, local) if world > 1 else None
+            f"RANK={rank} with WORLD_SIZE={world}: ranks are 0..{world - 1}, so this one would wait for ever",
+            _LAUNCH_FIX,
+        )
+    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v, "").strip()]
+    if missing:
+        raise InputFormatError(
+            f"WORLD_SIZE={world} but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: the ranks "
+            "have no address to meet at",
+            _LAUNCH_FIX,
+        )
+    _env_int("MASTER_PORT", None, 1)
+    return rank, world, local
+
+
+def timeouts() -> tuple[int, int]:
+    """(rendezvous, barrier) timeouts in seconds, from the environment or the defaults; checked integers >= 1."""
+    return (
+        _env_int(RENDEZVOUS_TIMEOUT_ENV, DEFAULT_RENDEZVOUS_TIMEOUT_S, 1),
+        _env_int(BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_S, 1),
+    )
 
 
 def choose_part(shard: Any = None) -> Part:
@@ -134,12 +175,16 @@ def share(shas: Sequence[str], batch_size: int, part: Part) -> list[list[str]]:
 
 
 class Group:
-    """The gloo process group of a torchrun / accelerate launch (a no-op for a single process or a shard)."""
+    """The gloo process group of a torchrun / accelerate launch (a no-op for a single process or a shard).
+
+    The ranks first meet under the short rendezvous timeout (every rank started, the address reachable:
+    minutes), then the zoo's barriers run in a group with the long barrier timeout (a whole model pass)."""
 
     def __init__(self, part: Part):
         self.part = part
         self._dist: Any = None
-        self._made = False  # the group is ours to destroy (accelerate may have made one already)
+        self._group: Any = None  # the gloo group with the barrier timeout
+        self._made = False  # the default group is ours to destroy (accelerate may have made one already)
 
     def __enter__(self) -> "Group":
         if self.part.how == TORCH:
@@ -149,34 +194,63 @@ class Group:
                 raise MetashiftError(
                     "this torch has no torch.distributed", "install a torch build with distributed support"
                 )
-            if not dist.is_initialized():  # accelerate may have made one already
-                seconds = int(os.environ.get(BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_S))
-                dist.init_process_group(
-                    "gloo",
-                    init_method="env://",
-                    rank=self.part.index,
-                    world_size=self.part.count,
-                    timeout=timedelta(seconds=seconds),
-                )
-                self._made = True
+            rendezvous, barrier = timeouts()
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            logger.info(
+                "%s: waiting up to %d s for all %d ranks to meet at %s (%s)",
+                self.part.label(),
+                rendezvous,
+                self.part.count,
+                where,
+                RENDEZVOUS_TIMEOUT_ENV,
+            )
+            try:
+                if not dist.is_initialized():  # accelerate may have made one already
+                    dist.init_process_group(
+                        "gloo",
+                        init_method="env://",
+                        rank=self.part.index,
+                        world_size=self.part.count,
+                        timeout=timedelta(seconds=rendezvous),
+                    )
+                    self._made = True
+                    dist.barrier()  # every rank is here (under the rendezvous timeout)
+                self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier))
+            except (RuntimeError, ValueError, OSError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
+                if self._made and dist.is_initialized():
+                    dist.destroy_process_group()
+                raise MetashiftError(
+                    f"{self.part.label()}: the {self.part.count} ranks did not all meet at {where} within "
+                    f"{rendezvous} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                    f"start every rank 0..{self.part.count - 1} with the same MASTER_ADDR/MASTER_PORT (torchrun "
+                    f"--nproc-per-node N does), check the address is reachable from every node; "
+                    f"{RENDEZVOUS_TIMEOUT_ENV} sets how long to wait",
+                ) from None
+            logger.info(
+                "%s: all ranks met; barriers wait up to %d s (%s)", self.part.label(), barrier, BARRIER_TIMEOUT_ENV
+            )
             self._dist = dist
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        if self._made and self._dist.is_initialized():
-            self._dist.destroy_process_group()
+        if self._dist is not None and self._dist.is_initialized():
+            if self._made:
+                self._dist.destroy_process_group()  # the default group, and with it ours
+            elif self._group is not None:
+                self._dist.destroy_process_group(self._group)
         return False
 
     def barrier(self) -> None:
         if self._dist is not None:
-            self._dist.barrier()
+            logger.info("%s: waiting at a barrier for the other ranks", self.part.label())
+            self._dist.barrier(group=self._group)
 
     def agree(self, what: str, value: str) -> None:
         """Every rank holds the same ``value`` (a digest of its plan), else every rank refuses."""
         if self._dist is None:
             return
         seen: list[Any] = [None] * self.part.count
-        self._dist.all_gather_object(seen, value)
+        self._dist.all_gather_object(seen, value, group=self._group)
         if len(set(seen)) != 1:
             raise InputFormatError(
                 f"the ranks planned different {what} (rank {self.part.index} differs from another)",

@@ -274,15 +274,11 @@ def evaluate_zoo(
     )
     # every model once, wrong names fail before any task work
     loaded = [load_scorer(m, device, cfg.dtype, cfg.image_size) for m in models]
-    for m in loaded:
-        if not isinstance(m, Classifier):
-            raise InputFormatError(
-                f"the zoo runs models; {terminal_safe(m.name)} is a predictions file",
-                "score a predictions file with a single evaluate --task",
-            )
     _refuse_repeated([m.name for m in loaded])
     _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
-    distributed.check_part(part, use_cache=cache.use, models=loaded)
+    # any predictor joins: models run over the images, a predictions file is read per task (nothing to share)
+    runs = [m for m in loaded if isinstance(m, Classifier)]
+    distributed.check_part(part, use_cache=cache.use, models=runs)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
@@ -314,12 +310,19 @@ def evaluate_zoo(
     rows: list[dict] = []
     reports: dict[tuple[str, str], Any] = {}
     taken: set[str] = set()
-    slugs = {m.name: _model_slug(m.name, taken) for m in loaded}
+    public = public_model_names(m.name for m in loaded)  # report folders never spell a local absolute path
+    slugs = {m.name: _model_slug(public[m.name], taken) for m in loaded}
     writes = out is not None and part.scores
     with distributed.Group(part) as group, atomic_dir(out, kind=ZOO_KIND, force=force) if writes else _no_dir() as tmp:
-        group.agree("images, models or batches", distributed.plan_digest(found.where, loaded, batch_size))
+        group.agree("images, models or batches", distributed.plan_digest(found.where, runs, batch_size))
         for clf in loaded:
             tm = time.perf_counter()
+            if not isinstance(clf, Classifier):  # a predictions file: each task reads its rows by image id
+                computed[clf.name], cached[clf.name] = 0, 0
+                if part.scores:
+                    _score_tasks(clf, opened, per_task, tmp, slugs, clf is loaded[0], reports, rows)
+                seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
+                continue
             got = distributed.model_logits(
                 clf,
                 distributed.Images(found.where, found.read),
@@ -349,13 +352,7 @@ def evaluate_zoo(
                 # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
                 return evaluate(preds, td, (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
 
-            rels = {task_id: Path(id_slug(task_id)) / slugs[clf.name] for task_id in opened}
-            jobs = [functools.partial(score, task_id, td, rels[task_id]) for task_id, td in opened.items()]
-            for task_id, rep in zip(opened, pool.ordered_map(jobs, pool.pool_size(len(jobs)))):  # in task order
-                reports[(clf.name, task_id)] = rep
-                rows.append(_leaderboard_row(clf.name, task_id, rep, rels[task_id]))
-                if clf is loaded[0]:  # the truth is the same for every model: one baseline row per task
-                    rows.append(_baseline_row(task_id, rep))
+            _score_tasks(score, opened, per_task, tmp, slugs, clf is loaded[0], reports, rows, name=clf.name)
             seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
         if not part.scores:
             return ZooResult(
@@ -405,6 +402,37 @@ def evaluate_zoo(
     )
 
 
+def _score_tasks(
+    scorer: Any,
+    opened: Mapping[str, TaskData],
+    per_task: Mapping[str, EvalConfig],
+    tmp: Path | None,
+    slugs: Mapping[str, str],
+    first: bool,
+    reports: dict,
+    rows: list,
+    *,
+    name: str | None = None,
+) -> None:
+    """Score one predictor on every task (in a process pool, in task order): its reports and leaderboard rows, and
+    with the first predictor one baseline row per task (the truth is the same for every model). ``scorer``: a
+    function (task id, task, report folder) -> report, or what ``evaluate`` takes (a predictions file)."""
+    name = name or scorer.name
+    rels = {task_id: Path(id_slug(task_id)) / slugs[name] for task_id in opened}
+    if not callable(scorer) or isinstance(scorer, PrecomputedPredictions):
+        predictions = scorer
+
+        def scorer(task_id: str, td: TaskData, rel: Path) -> Any:
+            return evaluate(predictions, td, (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
+
+    jobs = [functools.partial(scorer, task_id, td, rels[task_id]) for task_id, td in opened.items()]
+    for task_id, rep in zip(opened, pool.ordered_map(jobs, pool.pool_size(len(jobs)))):  # in task order
+        reports[(name, task_id)] = rep
+        rows.append(_leaderboard_row(name, task_id, rep, rels[task_id]))
+        if first:
+            rows.append(_baseline_row(task_id, rep))
+
+
 class _no_dir:
     def __enter__(self):
         return None
@@ -430,7 +458,7 @@ def _refuse_same_model(models: Sequence[Any], loaded: Sequence[Classifier]) -> N
     any image. Models passed from Python (a module, a callable) are the caller's objects and are not compared."""
     seen: dict[str, str] = {}
     for spec, clf in zip(models, loaded):
-        if not isinstance(spec, str) or not clf.weights_sha256:
+        if not isinstance(spec, str) or not getattr(clf, "weights_sha256", None):
             continue
         key = json.dumps(clf.logit_facts(), sort_keys=True, default=str)
         if key in seen:
@@ -639,6 +667,9 @@ def _public_card(card: Mapping[str, Any], public: Mapping[str, str] | None = Non
 
 
 def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
+    names = public_model_names(m["name"] for m in card["models"])
+    # the files name models publicly (a local absolute folder as its name only): they are shared and published
+    board = board.assign(model=[names.get(m, m) for m in board["model"]])
     board.to_csv(folder / "leaderboard.csv", index=False, float_format="%.10g")
     (folder / "leaderboard.md").write_text("# Leaderboard\n\n" + leaderboard_markdown(board) + "\n")
     card["picture"] = (
@@ -646,7 +677,6 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
         if _plot_leaderboard(board, folder / "leaderboard.png")
         else "not drawn: matplotlib is not installed"
     )
-    names = public_model_names(m["name"] for m in card["models"])
     card["models"] = [_public_card(m, names) for m in card["models"]]
     # keyed by public names in new dicts: the run's own (ZooResult.computed, .cached) keep the names it printed
 

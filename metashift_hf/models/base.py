@@ -221,8 +221,19 @@ class Classifier:
         else:
             torch = require_torch()
             batch = self.batch(prepared)
-            with torch.inference_mode():
-                out = self.forward(batch)
+            try:
+                with torch.inference_mode():
+                    out = self.forward(batch)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:  # the model's own error, from torch
+                if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):  # not the model's fault: as it is
+                    raise
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise InputFormatError(
+                    f"model {self.name!r} failed on a batch of shape {tuple(batch.shape)} ({type(exc).__name__}: "
+                    f"{first[:300]})",
+                    "the model must map a float batch (n, 3, H, W) to (n, outputs) logits: check the module "
+                    "(an image classifier, not e.g. a sequence model) and its preprocessing's size",
+                ) from exc
         fix = (
             "the model must map a batch of n images to an (n, outputs) array of float logits in its head's label order "
             "(ImageNet-1k class-index order unless labels are given)"

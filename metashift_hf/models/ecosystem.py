@@ -12,12 +12,13 @@ import inspect
 import json
 import math
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..core import options as opt
-from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, short_repr
+from ..core.errors import ChecksumError, InputFormatError, MetashiftError, UnknownNameError, short_repr
 from ..core.fsutil import sha256_file
 from .base import (
     MAX_INPUT_SIDE,
@@ -67,55 +68,44 @@ def _hf_folder(ref: str) -> Path:
         ) from exc
 
 
-def _json_file(path: Path, ref: str) -> dict | None:
-    """A model folder's JSON config as a dict (None when absent); bounded, regular files only."""
-    if not path.exists():
+def _json_file(path: Path, who: str, fix: str = "save the model again with save_pretrained") -> dict | None:
+    """A model folder's JSON config as a dict (None when absent); bounded, regular files only (a FIFO is never
+    opened). ``who``: the model as the user wrote it (``hf:REF``, ``timm:local-dir:F``)."""
+    if not path.exists() and not path.is_symlink():
         return None
     if not path.is_file() or path.stat().st_size > _MAX_CONFIG_BYTES:
         raise InputFormatError(
-            f"hf:{ref}: {path} is not a regular JSON file of at most {_MAX_CONFIG_BYTES >> 20} MiB",
-            "save the model again with save_pretrained",
+            f"{who}: {path} is not a regular JSON file of at most {_MAX_CONFIG_BYTES >> 20} MiB (never opened)", fix
         )
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InputFormatError(
-            f"hf:{ref}: {path} is not valid JSON ({exc})", "save the model again with save_pretrained"
-        ) from exc
+        raise InputFormatError(f"{who}: {path} is not valid JSON ({exc})", fix) from exc
     if not isinstance(data, dict):
-        raise InputFormatError(
-            f"hf:{ref}: {path} holds a {type(data).__name__}, not a JSON object",
-            "save the model again with save_pretrained",
-        )
+        raise InputFormatError(f"{who}: {path} holds a {type(data).__name__}, not a JSON object", fix)
     return data
 
 
-def _check_safetensors(path: Path, ref: str) -> None:
+def _check_safetensors(path: Path, who: str, fix: str) -> None:
     """The file is whole: its header parses and its tensors end exactly at the end of the file (a truncated
     download or copy is caught here, with a fix, instead of deep inside the loader)."""
     size = path.stat().st_size
-    # a Hub cache snapshot keeps a damaged blob through a plain `hf download`; a local folder is the user's own copy
-    fix = (
-        "copy or save the model folder again (save_pretrained(FOLDER, safe_serialization=True))"
-        if Path(ref).expanduser().is_dir()
-        else f"download the model again: hf download {ref} --force-download (or save_pretrained to a folder and use hf:FOLDER)"
-    )
     with open(path, "rb") as f:
         head = f.read(8)
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 2 <= n <= min(_MAX_SAFETENSORS_HEADER, size - 8):
-            raise InputFormatError(f"hf:{ref}: {path} is truncated or not a safetensors file ({size:,} bytes)", fix)
+            raise InputFormatError(f"{who}: {path} is truncated or not a safetensors file ({size:,} bytes)", fix)
         try:
             header = json.loads(f.read(n))
             ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise InputFormatError(
-                f"hf:{ref}: {path} has a damaged safetensors header ({type(exc).__name__})", fix
+                f"{who}: {path} has a damaged safetensors header ({type(exc).__name__})", fix
             ) from exc
     expected = 8 + n + max(ends, default=0)
     if expected != size:
         raise InputFormatError(
-            f"hf:{ref}: {path} is truncated or damaged: {size:,} bytes, its header describes {expected:,}", fix
+            f"{who}: {path} is truncated or damaged: {size:,} bytes, its header describes {expected:,}", fix
         )
 
 
@@ -123,11 +113,11 @@ def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
     """Refuse, before transformers reads anything, a model folder that would run code (``auto_map``, an
     unknown ``model_type``: transformers would prompt and import the folder's Python), holds pickle
     weights only, truncated weights or head labels that are not 0..n-1. Returns the safetensors files."""
-    config = _json_file(folder / "config.json", ref)
+    config = _json_file(folder / "config.json", f"hf:{ref}")
     if config is None:
         raise InputFormatError(f"hf:{ref}: {folder} has no config.json", "give a folder written by save_pretrained")
     for name in ("config.json", "preprocessor_config.json"):
-        data = config if name == "config.json" else (_json_file(folder / name, ref) or {})
+        data = config if name == "config.json" else (_json_file(folder / name, f"hf:{ref}") or {})
         if "auto_map" in data:
             raise InputFormatError(
                 f"hf:{ref}: {folder / name} asks to run the folder's own code (auto_map: "
@@ -144,25 +134,33 @@ def _check_hf_folder(folder: Path, ref: str) -> list[Path]:
         )
     weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
     if not weights:
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
-        raise InputFormatError(
-            f"hf:{ref}: {folder} holds no safetensors weights"
-            + (
-                f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
-                if pickles
-                else ""
-            ),
+        raise _no_safetensors(
+            folder,
+            f"hf:{ref}: {folder} holds no safetensors weights",
             "only safetensors weights are loaded: ask the publisher for model.safetensors, or convert the weights once "
             "where you trust them (save_pretrained(FOLDER, safe_serialization=True))",
         )
+    # a Hub cache snapshot keeps a damaged blob through a plain `hf download`; a local folder is the user's own copy
+    fix = (
+        "copy or save the model folder again (save_pretrained(FOLDER, safe_serialization=True))"
+        if Path(ref).expanduser().is_dir()
+        else f"download the model again: hf download {ref} --force-download (or save_pretrained to a folder and use hf:FOLDER)"
+    )
     for path in weights:
-        _check_safetensors(path, ref)
+        _check_safetensors(path, f"hf:{ref}", fix)
     if config.get("id2label") is not None:
         try:
             map_labels(config["id2label"])
         except InputFormatError as exc:
             raise InputFormatError(f"hf:{ref}: {folder / 'config.json'}: {exc.what}", exc.fix) from exc
     return weights
+
+
+def _no_safetensors(folder: Path, what: str, fix: str) -> InputFormatError:
+    """A folder without safetensors weights, naming its pickle files (never loaded: unpickling can run code)."""
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in _PICKLE_WEIGHTS)
+    named = f", only pickle files ({', '.join(pickles)}), which are never loaded (unpickling can run code)"
+    return InputFormatError(what + (named if pickles else ""), fix)
 
 
 def _folder_digest(folder: Path, weights: list[Path]) -> str:
@@ -308,25 +306,80 @@ def _side(value: Any) -> int | None:
     return min(sides) if sides else None
 
 
-def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
-    """A torchvision classifier by name, only from weights already in the torch hub cache."""
-    torch = require_torch()
-    tv = _import_vision("torchvision", f"--model torchvision:{name}", "torchvision")
-    device = check_device(torch, device)
+_TV_HASH = re.compile(r"-([a-f0-9]*)\.")  # torch.hub's rule: the weights file name carries a sha256 prefix
+
+
+def verify_checkpoint(path: Path, ref: str) -> str:
+    """The file's sha256, checked against the prefix in its name as ``torch.hub.load_state_dict_from_url(...,
+    check_hash=True)`` checks it (``resnet18-f37072fd.pth``): a random or another file under the name is refused."""
+    digest = sha256_file(path)
+    found = _TV_HASH.search(path.name)
+    if found is not None and found.group(1) and not digest.startswith(found.group(1)):
+        raise ChecksumError(
+            f"{ref}: the cached weights {path} have sha256 {digest[:16]}…, but the file name says {found.group(1)}… "
+            "(torchvision's own check): not the file torchvision published",
+            f'delete {path} and download it again where the internet is reachable: python -c "import torchvision; '
+            f"torchvision.models.get_model('{ref.split(':')[1]}', weights='DEFAULT')\"",
+        )
+    return digest
+
+
+def _tv_weights(tv, name: str, enum: str):
+    """The weights enum of ``torchvision:NAME[:WEIGHTS]`` (``DEFAULT``, ``IMAGENET1K_V2`` or ``ResNet50_Weights.IMAGENET1K_V2``)."""
     try:
-        weights = tv.models.get_model_weights(name).DEFAULT
+        family = tv.models.get_model_weights(name)
     except (ValueError, KeyError) as exc:
         raise UnknownNameError(
             f"torchvision has no model {name!r}", "see torchvision.models.list_models() for names"
         ) from exc
+    family_name = getattr(family, "__name__", "weights")
+    member = enum.rpartition(".")[2] if enum.startswith(f"{family_name}.") else enum
+    found = getattr(family, member, None) if member == "DEFAULT" else getattr(family, "__members__", {}).get(member)
+    if found is None:
+        valid = ", ".join(["DEFAULT", *getattr(family, "__members__", {})])
+        raise UnknownNameError(f"torchvision:{name}: {family_name} has no weights {enum!r}", f"use one of: {valid}")
+    return found
+
+
+def torchvision_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
+    """A torchvision classifier ``NAME`` or ``NAME:WEIGHTS`` (its weights enum; default ``DEFAULT``), only from weights
+    already in the torch hub cache, the file's sha256 checked against the prefix in its name (as torch.hub does)."""
+    torch = require_torch()
+    name, _, enum = ref.partition(":")
+    tv = _import_vision("torchvision", f"--model torchvision:{ref}", "torchvision")
+    device = check_device(torch, device)
+    weights = _tv_weights(tv, name, enum or "DEFAULT")
+    label = f"torchvision:{ref}"
     cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
     if not cached.is_file():
         raise MetashiftError(
-            f"weights for torchvision:{name} are not cached at {cached} (evaluation never downloads)",
-            f"download them once where the internet is reachable: python -c \"import torchvision; torchvision.models.get_model('{name}', weights='DEFAULT')\"",
+            f"weights {weights} for {label} are not cached at {cached} (evaluation never downloads)",
+            f"download them once where the internet is reachable: python -c \"import torchvision; torchvision.models.get_model('{name}', weights='{weights}')\"",
         )
+    digest = verify_checkpoint(cached, label)
+    fix = f"delete {cached} and download it again: python -c \"import torchvision; torchvision.models.get_model('{name}', weights='{weights}')\""
     model = tv.models.get_model(name)
-    model.load_state_dict(torch.load(cached, map_location="cpu", weights_only=True))
+    try:
+        # weights_only: plain tensors, never code; a pickle payload is an UnpicklingError here
+        state = torch.load(cached, map_location="cpu", weights_only=True)
+    except Exception as exc:  # UnpicklingError, RuntimeError (not a zip/pickle), EOFError, ...
+        raise InputFormatError(
+            f"{label}: the checkpoint {cached} cannot be read as plain tensors ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})",
+            fix,
+        ) from None
+    if not isinstance(state, Mapping):
+        raise InputFormatError(
+            f"{label}: the checkpoint {cached} holds a {type(state).__name__}, not a state dict", fix
+        )
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:  # missing / unexpected keys, another shape
+        raise InputFormatError(
+            f"{label}: the checkpoint {cached} does not fit {name} ({str(exc).splitlines()[0]}; "
+            f"{str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else ''})",
+            fix,
+        ) from None
     place(torch, model, device, dtype)
     t = weights.transforms()
     prep = Preprocessing(
@@ -338,13 +391,13 @@ def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") 
         source=f"torchvision {weights} transforms()",
     )
     return Classifier(
-        f"torchvision:{name}",
+        label,
         "torchvision",
         model,
         prep,
-        sha256_file(cached),
+        digest,
         device,
-        {"weights": str(weights)},
+        {"weights": str(weights), "weights_file": cached.name},
         labels=_head_labels(weights.meta.get("categories"), name),
         dtype=dtype,
         module=model,
@@ -360,55 +413,166 @@ def _head_labels(categories, name: str) -> LabelMap:
     )
 
 
-def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
-    """A timm classifier by name (Hugging Face cache only) or ``local-dir:FOLDER`` (timm's config.json + safetensors)."""
-    torch = require_torch()
-    timm = _import_vision("timm", f"--model timm:{name}", "timm")
-    device = check_device(torch, device)
-    try:
-        with _hub_offline():
-            model = timm.create_model(name, pretrained=True)
-    except Exception as exc:  # timm raises RuntimeError/OSError/LocalEntryNotFoundError variants
-        raise MetashiftError(
-            f"could not load timm:{name} from the local cache ({type(exc).__name__}: {exc})",
-            f"download once where the internet is reachable: python -c \"import timm; timm.create_model('{name}', pretrained=True)\", "
-            "or give timm:local-dir:FOLDER (a folder with timm's config.json and model.safetensors)",
-        ) from exc
-    place(torch, model, device, dtype)
-    cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model)
-    size = int(cfg["input_size"][-1])
-    if int(cfg["input_size"][-2]) != size or cfg.get("crop_mode", "center") != "center":
+_TIMM_SAVE_FIX = "save the model again: timm.models.save_for_hf(model, FOLDER, safe_serialization=True)"
+
+
+def _timm_local_dir(name: str, timm: Any) -> tuple[Path, dict]:
+    """Check a ``timm:local-dir:FOLDER`` before timm reads it: the folder, its config.json (a regular JSON
+    object naming an architecture timm knows), whole safetensors weights (pickle-only folders refused: never
+    unpickled). Returns (folder, config)."""
+    who = f"timm:{name}"
+    folder = Path(name[len("local-dir:") :]).expanduser()
+    if not folder.is_dir():
+        raise InputFormatError(
+            f"{who}: {folder} is not a folder",
+            "give timm:local-dir:FOLDER a folder with timm's config.json and model.safetensors "
+            "(timm.models.save_for_hf(model, FOLDER, safe_serialization=True))",
+        )
+    config = _json_file(folder / "config.json", who, _TIMM_SAVE_FIX)
+    if config is None:
+        raise InputFormatError(f"{who}: {folder} has no config.json", _TIMM_SAVE_FIX)
+    arch = config.get("architecture")
+    if not isinstance(arch, str) or not timm.is_model(arch):
+        raise UnknownNameError(
+            f"{who}: {folder / 'config.json'} names the architecture {short_repr(arch)}, which timm "
+            f"{timm.__version__} does not know",
+            "upgrade timm if the architecture is new, or fix the config.json field architecture "
+            "(timm.list_models() lists the names)",
+        )
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise _no_safetensors(
+            folder,
+            f"{who}: {folder} holds no model.safetensors",
+            "convert the weights once where you trust them: " + _TIMM_SAVE_FIX,
+        )
+    _check_safetensors(weights, who, _TIMM_SAVE_FIX)
+    return folder, config
+
+
+def _timm_cfg_error(who: str, where: str, field_: str, value: Any, want: str) -> InputFormatError:
+    return InputFormatError(
+        f"{who}: pretrained_cfg {field_}={short_repr(value)} ({where}) is not {want}",
+        f"fix {field_} in {where}"
+        if where.endswith("config.json")
+        else "use another timm model, or wrap it with metashift_hf.models.from_module and its own Preprocessing",
+    )
+
+
+def _timm_preprocessing(cfg: Mapping[str, Any], pretrained: Mapping[str, Any], who: str, where: str) -> Preprocessing:
+    """timm's eval transform (transforms_imagenet_eval) from its resolved data config, every number checked
+    first and named with the file and field it came from: shortest edge to floor(size / crop_pct), centre crop."""
+    # resolve_data_config(use_test_size=True) took the test_* fields where the pretrained config has them
+    size_key = "test_input_size" if pretrained.get("test_input_size") is not None else "input_size"
+    crop_key = "test_crop_pct" if pretrained.get("test_crop_pct") is not None else "crop_pct"
+    size_ = cfg.get("input_size")
+    if not (isinstance(size_, (tuple, list)) and len(size_) == 3 and all(isinstance(v, int) for v in size_)):
+        raise _timm_cfg_error(who, where, size_key, size_, "three integers (channels, height, width)")
+    if size_[0] != 3:
+        raise _timm_cfg_error(
+            who,
+            where,
+            size_key,
+            size_,
+            f"an RGB input (3 channels; the model takes in_chans {size_[0]}, metashift-hf feeds RGB images)",
+        )
+    crop_pct = cfg.get("crop_pct", 0.875)
+    if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0 < crop_pct <= 1:
+        raise _timm_cfg_error(
+            who, where, crop_key, crop_pct, "a number in (0, 1] (the centre crop's share of the resized side)"
+        )
+    for key in ("mean", "std"):
+        v = cfg.get(key)
+        if not (
+            isinstance(v, (tuple, list))
+            and len(v) == 3
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        ):
+            raise _timm_cfg_error(who, where, key, v, "three numbers (one per RGB channel)")
+    size = int(size_[-1])
+    if int(size_[-2]) != size or cfg.get("crop_mode", "center") != "center":
         # Preprocessing is a shortest-edge resize and a square centre crop: another eval transform would be
         # reproduced wrongly, and every logit would be of a differently prepared image
         raise UnknownNameError(
-            f"timm:{name} is evaluated at input size {tuple(cfg['input_size'][-2:])} with crop mode "
+            f"{who} is evaluated at input size {tuple(size_[-2:])} with crop mode "
             f"{cfg.get('crop_mode')!r}; this evaluator reproduces square inputs with a centre crop only",
             "use a timm model whose pretrained_cfg has a square input_size and crop_mode 'center', "
             "or wrap the model with metashift_hf.models.from_module and its own Preprocessing",
         )
-    prep = Preprocessing(
-        # timm's eval transform (transforms_imagenet_eval): shortest edge to floor(size / crop_pct), centre crop
-        resize=math.floor(size / cfg.get("crop_pct", 0.875)),
-        crop=size,
-        interpolation=str(cfg.get("interpolation", "bicubic")),
-        mean=tuple(cfg["mean"]),
-        std=tuple(cfg["std"]),
-        source=f"timm resolve_data_config for {name}",
-    )
-    n_out = int(getattr(model, "num_classes", 1000))
-    if n_out != 1000:
-        raise UnknownNameError(
-            f"timm:{name} has a {n_out}-class head, not ImageNet-1k",
-            "use an ImageNet-1k timm model, or an hf: model whose id2label names its classes",
+    try:
+        return Preprocessing(
+            resize=math.floor(size / crop_pct),
+            crop=size,
+            interpolation=str(cfg.get("interpolation", "bicubic")),
+            mean=tuple(cfg["mean"]),
+            std=tuple(cfg["std"]),
+            source=f"timm resolve_data_config(use_test_size=True) for {who[len('timm:') :]}",
         )
+    except MetashiftError as exc:
+        raise InputFormatError(f"{who}: pretrained_cfg ({where}): {exc.what}", exc.fix) from None
+
+
+def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Classifier:
+    """A timm classifier by name or ``hf-hub:REPO`` (Hugging Face cache only) or ``local-dir:FOLDER`` (timm's
+    config.json + model.safetensors, checked first).
+
+    Evaluated as timm's own validation does by default (``validate.py``: ``use_test_size``): at the pretrained
+    config's ``test_input_size`` / ``test_crop_pct`` when it has them, else its ``input_size`` / ``crop_pct``;
+    ``--image-size`` chooses another size (the train size, for one)."""
+    torch = require_torch()
+    timm = _import_vision("timm", f"--model timm:{name}", "timm")
+    device = check_device(torch, device)
+    who = f"timm:{name}"
+    local = _timm_local_dir(name, timm) if name.startswith("local-dir:") else None
+    try:
+        with _hub_offline():
+            model = timm.create_model(name, pretrained=True)
+    except Exception as exc:  # timm raises RuntimeError/OSError/LocalEntryNotFoundError variants
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        if local is not None:  # nothing to download: the folder's config and weights do not make a model
+            raise InputFormatError(
+                f"{who}: timm cannot build the model from {local[0]} ({type(exc).__name__}: {first})",
+                "check that config.json (architecture, num_classes, model_args) describes the weights in "
+                "model.safetensors; " + _TIMM_SAVE_FIX,
+            ) from None
+        raise MetashiftError(
+            f"could not load {who} from the local cache ({type(exc).__name__}: {first})",
+            f"download once where the internet is reachable: python -c \"import timm; timm.create_model('{name}', pretrained=True)\", "
+            "or give timm:local-dir:FOLDER (a folder with timm's config.json and model.safetensors)",
+        ) from exc
+    place(torch, model, device, dtype)
+    where = f"{local[0] / 'config.json'}" if local is not None else "timm's pretrained_cfg"
+    # timm's validate.py default: the pretrained config's test size when it has one
+    cfg = importlib.import_module("timm.data").resolve_data_config({}, model=model, use_test_size=True)
+    pretrained = dict(getattr(model, "pretrained_cfg", None) or {})
+    prep = _timm_preprocessing(cfg, pretrained, who, where)
+    n_out = int(getattr(model, "num_classes", 1000))
+    names = pretrained.get("label_names")
+    if names is not None:  # the head's own labels (another 1000-class dataset is not ImageNet-1k)
+        if not isinstance(names, (list, tuple)) or len(names) != n_out:
+            raise _timm_cfg_error(who, where, "label_names", names, f"a list of the head's {n_out} labels")
+        labels = map_labels(dict(enumerate(str(n) for n in names)))
+    elif n_out != 1000:
+        raise UnknownNameError(
+            f"{who} has a {n_out}-class head, not ImageNet-1k",
+            "use an ImageNet-1k timm model, or give its label_names in the pretrained config "
+            "(or an hf: model whose id2label names its classes)",
+        )
+    else:
+        labels = imagenet_1k_labels()
+    test_size = pretrained.get("test_input_size")
     return Classifier(
-        f"timm:{name}",
+        who,
         "timm",
         model,
         prep,
         hash_state_dict(model),
         device,
-        {"weights_sha256_of": "state_dict tensors"},
+        {
+            "weights_sha256_of": "state_dict tensors",
+            "input_size_rule": "test_input_size (timm validate.py's default)" if test_size else "input_size",
+        },
+        labels=labels,
         dtype=dtype,
         module=model,
         config_files=_timm_config_files(name),

@@ -68,7 +68,7 @@ class TimmSource(ModelSource):
 @MODEL_SOURCES.register
 class TorchvisionSource(ModelSource):
     name = "torchvision"
-    forms = ("torchvision:NAME",)
+    forms = ("torchvision:NAME", "torchvision:NAME:WEIGHTS")
     extra = "torchvision"
     load = staticmethod(torchvision_model)
 
