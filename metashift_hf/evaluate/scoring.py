@@ -17,8 +17,7 @@ import pandas as pd
 from metashift_hf.builders.splits import headline_split
 
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError
-from ..scoring.groups import WORST_RULE, group_scores, worst
-from ..scoring.stats import wilson_interval
+from ..scoring.summary import HEADLINE_RULE, split_summary
 from .predictions import HeadOutputs
 
 
@@ -84,25 +83,9 @@ def score_images(
     return out
 
 
-def _per_group_mean(correct: pd.Series, by: pd.Series) -> tuple[float, float, str]:
-    """(mean of the groups' accuracies, worst group's accuracy, worst group's name by WORST_RULE)."""
-    scores = group_scores(by.to_numpy(), correct.to_numpy(), "")
-    w = worst(scores)
-    return float(sum(g.accuracy for g in scores) / len(scores)), w.accuracy, w.group
-
-
-HEADLINE_RULE = (
-    "headline = the test (OOD) split, never train; balanced accuracy = mean of the per-class accuracies; "
-    "worst group = the lowest accuracy over the split's groups (the task's group column, else its classes; "
-    + WORST_RULE
-    + "); "
-    "baseline = always predicting the split's most frequent class (from the truth): its balanced accuracy "
-    "is 1/classes, chance for any scoring"
-)
-
-
 def headline_metrics(scored: pd.DataFrame, classes: Sequence[str]) -> dict | None:
-    """Balanced accuracy, worst group and the majority-class baseline on :func:`headline_split` (HEADLINE_RULE).
+    """Balanced accuracy, worst group and the majority-class baseline on :func:`headline_split` (HEADLINE_RULE),
+    from the one split summary (:func:`metashift_hf.scoring.summary.split_summary`).
 
     ``scored`` is :func:`score_images`' table (``split``, ``label``, ``correct``, optional ``group``).
     An image of two classes (collections) counts once per class, as in the class rows.
@@ -112,35 +95,26 @@ def headline_metrics(scored: pd.DataFrame, classes: Sequence[str]) -> dict | Non
         return None
     part = scored[scored["split"] == split]
     groups = part["group"] if "group" in part and part["group"].notna().all() else part["label"]
-    balanced, _, _ = _per_group_mean(part["correct"], part["label"])
-    _, worst_acc, worst = _per_group_mean(part["correct"], groups)
-    counts = part["label"].value_counts()
-    majority = min(
-        counts.index, key=lambda c: (-int(counts[c]), list(classes).index(c) if c in classes else len(classes), c)
-    )
-    right = part["label"] == majority  # what the constant predictor of the majority class gets right
-    b_balanced, _, _ = _per_group_mean(right, part["label"])
-    _, b_worst_acc, b_worst = _per_group_mean(right, groups)
-    k, n = int(part["correct"].sum()), len(part)
-    lo, hi = wilson_interval(k, n)
+    s = split_summary(split, part["label"].to_numpy(), part["correct"].to_numpy(), groups.to_numpy(), classes)
+    w, b = s.whole, s.chance
     return {
         "split": split,
-        "n": n,
-        "correct": k,
-        "accuracy": k / n,
-        "ci": [lo, hi],
-        "balanced_accuracy": balanced,
-        "worst_group": worst,
-        "worst_group_accuracy": worst_acc,
+        "n": w.n,
+        "correct": w.correct,
+        "accuracy": w.accuracy,
+        "ci": [w.ci_low, w.ci_high],
+        "balanced_accuracy": s.balanced_accuracy,
+        "worst_group": s.worst_group.group,
+        "worst_group_accuracy": s.worst_group.accuracy,
         "baseline": {
-            "predicts": str(majority),
-            "n": n,
-            "correct": int(right.sum()),
-            "accuracy": float(right.mean()),
-            "ci": list(wilson_interval(int(right.sum()), n)),
-            "balanced_accuracy": b_balanced,
-            "worst_group": b_worst,
-            "worst_group_accuracy": b_worst_acc,
+            "predicts": b.predicts,
+            "n": b.whole.n,
+            "correct": b.whole.correct,
+            "accuracy": b.whole.accuracy,
+            "ci": [b.whole.ci_low, b.whole.ci_high],
+            "balanced_accuracy": b.balanced_accuracy,
+            "worst_group": b.worst_group.group,
+            "worst_group_accuracy": b.worst_group.accuracy,
         },
         "rule": HEADLINE_RULE,
     }

@@ -41,7 +41,8 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
-from ..hub.task_source import TaskData, TaskOrigin
+from ..hub.task_data import TaskData
+from ..hub.task_open import TaskOrigin
 from .algorithms import (
     METHODS,
     SAMPLING_TEXT,
@@ -86,6 +87,7 @@ METRICS: dict[str, str] = {
     "ood_average": "OOD split's average accuracy",
     # SubpopBench's metrics, from the same stored predictions through research.score (score_plan)
     "balanced_accuracy": "headline split's balanced (mean per-class) accuracy",
+    "chance_balanced_accuracy": "headline split's balanced accuracy of always predicting its majority class",
     "macro_f1": "headline split's macro-F1",
     "ece": "headline split's expected calibration error (top-1, equal-width bins)",
     "worst_class": "headline split's worst-class accuracy",
@@ -93,30 +95,21 @@ METRICS: dict[str, str] = {
 GROUP_METRIC = "group:"  # + a group name: that group's accuracy on the headline split (e.g. group:dog(shelf))
 
 
-def _wilson(k: int, n: int) -> tuple[float, float]:
-    from scipy.stats import binomtest  # scipy is a dependency; only needed here
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
 def seed_metrics(scores: Scores) -> list[tuple[str, float | None, float | None, float | None]]:
     """(metric, value, ci_low, ci_high) of one seed's scores, for :data:`METRICS` and each headline group."""
     splits = scores.splits
     head = scores.headline
     out: list[tuple[str, float | None, float | None, float | None]] = []
-    k = int(round(head.average * head.n))
-    out.append(("average", head.average, *_wilson(k, head.n)))
+    out.append(("average", head.average, head.ci_low, head.ci_high))
     wg = head.worst_group
     out.append(("worst_group", wg.accuracy, wg.ci_low, wg.ci_high))
     out.append(("adjusted_average", head.adjusted_average, None, None))
     for name, split in (("id_average", scores.id_split), ("ood_average", scores.ood_split)):
         sp = splits.get(split) if split else None
-        out.append(
-            (name, sp.average if sp else None, *(_wilson(int(round(sp.average * sp.n)), sp.n) if sp else (None, None)))
-        )
+        out.append((name, sp.average, sp.ci_low, sp.ci_high) if sp else (name, None, None, None))
     out += [
         ("balanced_accuracy", head.balanced_accuracy, None, None),
+        ("chance_balanced_accuracy", head.chance.balanced_accuracy, None, None),
         ("macro_f1", head.macro_f1, None, None),
         ("ece", head.ece, None, None),
         ("worst_class", head.worst_class.accuracy, head.worst_class.ci_low, head.worst_class.ci_high),

@@ -98,7 +98,7 @@ def loader(
     ``sampling``: ``shuffle``, ``group-balanced`` (equal rows per group in every batch) or
     ``domain-balanced`` (equal rows per context), as ``train --sampling``. ``transform``: image bytes ->
     (3, H, W) array (default: ImageNet's resize 256 / crop 224). ``ds``: anything :class:`Evaluator` takes
-    (a :class:`~metashift_hf.hub.task_source.TaskRef` for a task id on an artifact or a repo's config).
+    (a :class:`~metashift_hf.hub.task_data.TaskRef` for a task id on an artifact or a repo's config).
     """
     if sampling not in SAMPLINGS:
         raise UnknownNameError(f"unknown sampling {sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")

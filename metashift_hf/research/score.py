@@ -29,10 +29,12 @@ from ..core import __version__
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import atomic_dir
 from ..core.names import markdown_safe, parse_subset_name, terminal_safe
-from ..hub.task_source import TaskRef, open_task
+from ..hub.task_data import TaskRef
+from ..hub.task_open import open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
+from ..scoring.summary import CHANCE_RULE, Chance, split_summary
 
 
 Predictions = TaskPredictions  # the name the docs used before issue 25 (the same class)
@@ -68,6 +70,7 @@ class SplitScores:
     balanced_accuracy: float
     macro_f1: float
     ece: float | None
+    chance: Chance  # the split's majority-class constant predictor (scoring.summary.CHANCE_RULE)
     per_group: tuple[GroupScore, ...]
     per_class: tuple[GroupScore, ...]
     per_context: tuple[GroupScore, ...]
@@ -76,6 +79,7 @@ class SplitScores:
         d = asdict(self)
         d["worst_group"] = asdict(self.worst_group)
         d["worst_class"] = asdict(self.worst_class)
+        d["chance"] = asdict(self.chance)
         return d
 
 
@@ -132,6 +136,7 @@ class Scores:
             "classes": list(self.classes),
             "prediction_kind": self.prediction_kind,
             "balanced_accuracy": h.balanced_accuracy,
+            "chance": asdict(h.chance),
             "macro_f1": h.macro_f1,
             "ece": h.ece,
             "splits": {name: s.to_dict() for name, s in self.splits.items()},
@@ -144,6 +149,7 @@ class Scores:
                 "intervals": "Wilson score 95% (scipy.stats.binomtest(...).proportion_ci('wilson'))",
                 "id_ood": f"{ID_OOD_RULE}; drop_pct = 100 (ID - OOD) / ID",
                 "worst": WORST_RULE,
+                "chance": CHANCE_RULE,
             },
             "package_version": __version__,
         }
@@ -255,13 +261,12 @@ def task_spec_hash(spec: ShiftSpec) -> str:
 
 
 def _split_scores(
-    split: str, rows: pd.DataFrame, k: int, train_share: dict[str, float], probs: np.ndarray | None
+    split: str, rows: pd.DataFrame, classes: Sequence[str], train_share: dict[str, float], probs: np.ndarray | None
 ) -> SplitScores:
     from sklearn.metrics import f1_score
 
     correct = rows["correct"].to_numpy()
-    groups = group_scores(rows["group"].to_numpy(), correct, split)
-    classes = group_scores(rows["label"].to_numpy(), correct, split, order=dict.fromkeys(rows["label"]))
+    head = split_summary(split, rows["label"].to_numpy(), correct, rows["group"].to_numpy(), classes)
     # an image counts once in every context subset it belongs to: one (subset, correct) pair per membership
     pairs = [
         (f"{label}({ctx})", ok)
@@ -269,12 +274,11 @@ def _split_scores(
         for ctx in sorted(set(ctxs))
     ]
     contexts = group_scores([p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=bool), split)
-    whole = group_scores([split] * len(correct), correct, split)[0]
-    weights = {g.group: train_share.get(g.group, 0.0) for g in groups}
+    weights = {g.group: train_share.get(g.group, 0.0) for g in head.per_group}
     total = sum(weights.values())
-    adjusted = (sum(weights[g.group] * g.accuracy for g in groups) / total) if total > 0 else None
+    adjusted = (sum(weights[g.group] * g.accuracy for g in head.per_group) / total) if total > 0 else None
     y, p = rows["y"].to_numpy(), rows["pred"].to_numpy()
-    labels = list(range(k))
+    whole = head.whole
     return SplitScores(
         split=split,
         n=whole.n,
@@ -282,15 +286,15 @@ def _split_scores(
         average=whole.accuracy,
         ci_low=whole.ci_low,
         ci_high=whole.ci_high,
-        worst_group=worst(groups),
-        worst_class=worst(classes),
+        worst_group=head.worst_group,
+        worst_class=worst(head.per_class),
         adjusted_average=adjusted,
-        # balanced accuracy: mean recall over the classes present in the split
-        balanced_accuracy=float(np.mean([(p[y == c] == c).mean() for c in np.unique(y)])),
-        macro_f1=float(f1_score(y, p, labels=labels, average="macro", zero_division=0)),
+        balanced_accuracy=head.balanced_accuracy,
+        macro_f1=float(f1_score(y, p, labels=list(range(len(classes))), average="macro", zero_division=0)),
         ece=None if probs is None else expected_calibration_error(probs, y),
-        per_group=groups,
-        per_class=classes,
+        chance=head.chance,
+        per_group=head.per_group,
+        per_class=head.per_class,
         per_context=contexts,
     )
 
@@ -318,8 +322,8 @@ def score(
     """Score predictions on a task's splits (every split by default; ``splits`` restricts them).
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
-    :class:`~metashift_hf.hub.task_source.TaskRef` (a task id planned on its ``artifact`` with ``seed`` and
-    ``options``; a repo's ``config``/``revision``); see :func:`metashift_hf.hub.task_source.open_task`. ``predictions``: a .csv/.parquet
+    :class:`~metashift_hf.hub.task_data.TaskRef` (a task id planned on its ``artifact`` with ``seed`` and
+    ``options``; a repo's ``config``/``revision``); see :func:`metashift_hf.hub.task_open.open_task`. ``predictions``: a .csv/.parquet
     path, a DataFrame or a dict of columns (``image_id`` plus ``prediction`` or ``prob_<class>``).
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).
@@ -375,8 +379,8 @@ def score_plan(
     per_split = {}
     for s in chosen:
         sel = (scored["split"] == s).to_numpy()
-        per_split[s] = _split_scores(s, scored[sel], len(classes), train_share, None if probs is None else probs[sel])
-    overall = _split_scores("overall", scored, len(classes), train_share, probs)
+        per_split[s] = _split_scores(s, scored[sel], classes, train_share, None if probs is None else probs[sel])
+    overall = _split_scores("overall", scored, classes, train_share, probs)
     roles = split_roles(chosen, tp.spec)
     headline = headline_split(chosen) or chosen[-1]  # only train scored: train
     return Scores(
