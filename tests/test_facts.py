@@ -22,7 +22,6 @@ from metashift_hf.builders.spec import (
     row_key,
 )
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.hub import api
 
 
 TASK = "shift-conditional-cat-dog-delta30"
@@ -32,7 +31,7 @@ TASK = "shift-conditional-cat-dog-delta30"
 def planned(builder_world):
     """TASK planned on the builder world: (plan, its facts from the artifact, the build's spectral_dim)."""
     art = builder_world["artifact"]
-    tp = api.plan(TASK, art.root)
+    tp = tasks.plan_task(TASK, art)
     return tp, MetaGraphFacts.of_artifact(art, _contexts(tp)), art.options.spectral_dim
 
 
@@ -159,7 +158,7 @@ def test_edges_of_an_unkept_subset_or_of_part_of_a_class_are_refused(planned):
 
 def _every_task(art, scale):
     for tid in tasks.task_ids(art):
-        yield api.plan(tid, art, **({"scale": scale} if tid.startswith("paper-") else {}))
+        yield tasks.plan_task(tid, art, **({"scale": scale} if tid.startswith("paper-") else {}))
 
 
 @pytest.mark.slow  # 25 s: 59 tasks planned, their facts computed
