@@ -13,7 +13,10 @@ The file holds one row per context subset that occurs in the task (every ``class
     edges: list<struct<target: str, weight: float64>> | null  (its meta-graph edges to the other listed
     subsets of its class; null for a class with more than EDGE_SUBSETS_MAX listed subsets)
 
-``datasets`` users read it with ``load_dataset(REPO, data_files="CONFIG/meta_graph.parquet")``.
+``datasets`` users read it with ``load_dataset(REPO, data_files="CONFIG/meta_graph.parquet")``. Read back, the file
+is checked against itself (:meth:`MetaGraphFacts.from_arrow`: edges, and distances along them) and against the
+task's rows (:meth:`MetaGraphFacts.check_rows`: each row's ``community``, the subsets' sizes, the distances' bound);
+nothing in it can be recomputed without the artifact, so these are the constraints its writer always meets.
 Builders compute, cards and the hub only write and read.
 """
 
@@ -90,6 +93,65 @@ class MetaGraphFacts:
         """The subset's distance to its class's largest community (None: unknown, or not a task subset)."""
         f = self.subsets.get(subset)
         return None if f is None else f.distance_to_largest_community
+
+    def check_rows(
+        self,
+        rows: Iterable[tuple[str, str, str, "Iterable[str] | None", int]],
+        where: str,
+        *,
+        spectral_dim: int | None = None,
+    ) -> None:
+        """Refuse facts that the task's rows ((image id, class, group, contexts, community) each) contradict, with
+        an :class:`InputFormatError` naming ``where`` (the file) and the first rows:
+
+        - a row's ``community`` is one of its context subsets' communities here (the builder takes the group's
+          community, which every subset of the group shares, or the one most of the row's contexts are in), and
+          -1 exactly when none of them is kept (builders.shifts.majority_community);
+        - a subset's ``n_images`` (its images in the artifact) is at least the task's images that show it;
+        - (``spectral_dim``: the build's K) a distance is at most 2 sqrt(K): the embedding scales every coordinate
+          into [-1, 1] (builders.metagraph.spectral_embedding), and so does the mean it is measured to.
+        """
+        bad: list[str] = []
+        n_bad = 0
+        seen: dict[str, set[str]] = {}
+        for image_id, cls, group, contexts, community in rows:
+            names = [f"{cls}({c})" for c in (contexts if contexts is not None else ())]
+            for s in names:
+                seen.setdefault(s, set()).add(str(image_id))
+            comms = {self.subsets[s].community if s in self.subsets else None for s in names} - {-1}
+            if (community in comms) if comms else community == -1:
+                continue
+            n_bad += 1
+            if len(bad) < 3:
+                has = sorted(k for k in comms if k is not None) or "none kept"
+                bad.append(
+                    f"image {image_id} of group {group!r} has community {community}, its contexts' here: {has}"
+                    + (" (a context subset it does not list)" if None in comms else "")
+                )
+        if n_bad:
+            raise InputFormatError(
+                f"{where} and the task's rows disagree on communities ({n_bad} row(s)): " + "; ".join(bad), _FIX
+            )
+        small = sorted(s for s, ids in seen.items() if s in self.subsets and len(ids) > self.subsets[s].n_images)
+        if small:
+            s = small[0]
+            raise InputFormatError(
+                f"{where}: subset {s!r} has n_images {self.subsets[s].n_images}, but {len(seen[s])} of the task's "
+                f"images show it" + (f" (and {len(small) - 1} more subset(s))" if len(small) > 1 else ""),
+                _FIX,
+            )
+        if spectral_dim is not None:
+            bound = 2 * math.sqrt(spectral_dim)
+            far = sorted(
+                s for s, f in self.subsets.items() if (f.distance_to_largest_community or 0) > bound * (1 + 1e-9)
+            )
+            if far:
+                raise InputFormatError(
+                    f"{where}: subset {far[0]!r} is at distance {self.subsets[far[0]].distance_to_largest_community} "
+                    f"from its class's largest community; a {spectral_dim}-dimensional spectral embedding puts every "
+                    f"subset within {bound:.4g}" + (f" ({len(far)} subsets are further)" if len(far) > 1 else ""),
+                    _FIX,
+                )
 
     # -- computed from the artifact -------------------------------------------------------------------
     @classmethod
@@ -203,6 +265,7 @@ class MetaGraphFacts:
         listed = set(out)
         if any(f.edges is not None and not {t for t, _ in f.edges} <= listed for f in out.values()):
             raise InputFormatError(f"{where}: an edge names a subset the file does not list", _FIX)
+        _check_graph(out, where)
         if rows is not None:
             wanted = {s for names in task_subsets(rows).values() for s in names}
             if wanted != listed:
@@ -214,6 +277,42 @@ class MetaGraphFacts:
                     _FIX,
                 )
         return cls(dict(sorted(out.items())))
+
+
+def _check_graph(facts: Mapping[str, SubsetFacts], where: str) -> None:
+    """The file against itself, by how :meth:`MetaGraphFacts.of_artifact` writes it: per class edges for every
+    listed subset or for none (none above :data:`EDGE_SUBSETS_MAX`); an edge listed from both ends with one weight,
+    never to itself nor to or from a subset the artifact does not keep; and the distances of two subsets joined by
+    an edge both known or both unknown (an edge puts both in one connected component, and :data:`DISTANCE_RULE`
+    has a number for every subset of the embedded one, none for the others), except a subset alone in its class's
+    largest community, which is at 0 without an embedding."""
+    by_class: dict[str, list[SubsetFacts]] = {}
+    for f in facts.values():
+        by_class.setdefault(f.cls, []).append(f)
+    for c, fs in by_class.items():
+        with_edges = [f for f in fs if f.edges is not None]
+        if with_edges and (len(with_edges) != len(fs) or len(fs) > EDGE_SUBSETS_MAX):
+            raise InputFormatError(
+                f"{where}: class {c!r} lists edges for {len(with_edges)} of its {len(fs)} subsets (the file lists "
+                f"them for every subset of a class with at most {EDGE_SUBSETS_MAX}, else for none)",
+                _FIX,
+            )
+    for f in facts.values():
+        for t, w in f.edges or ():
+            other = facts[t]
+            why = None
+            if t == f.subset or f.community < 0 or other.community < 0:
+                why = "joins a subset to itself or to a subset the artifact does not keep (community -1)"
+            elif (f.subset, w) not in (other.edges or ()):
+                why = f"is not listed from {t!r} with the same weight"
+            elif (
+                (f.distance_to_largest_community is None) != (other.distance_to_largest_community is None)
+                and f.distance_to_largest_community != 0
+                and other.distance_to_largest_community != 0
+            ):
+                why = f"joins a subset with a distance to one without ({t!r}), in one connected component"
+            if why:
+                raise InputFormatError(f"{where}: the edge {f.subset!r} - {t!r} {why}", _FIX)
 
 
 def task_subsets(rows: Iterable[tuple[str, Iterable[str]]]) -> dict[str, set[str]]:

@@ -16,7 +16,7 @@ from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import parse_subset_name
 
 from .measured import measure
-from .spec import ShiftSpec, SkippedImages
+from .spec import ShiftSpec, SkippedImages, split_members
 
 
 SPLITS = ("train", "validation", "test", "id_test")
@@ -237,7 +237,8 @@ class ArtifactSource:
 
 
 def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
-    """``spec`` with split sizes, group sizes and the achieved minority fraction counted from the rows."""
+    """``spec`` with split sizes, group sizes, the achieved minority fraction and the record of each split's rows
+    (``members``: what a split's rows are checked against) counted from the rows."""
     sized = {}
     for s in SPLITS:
         counts = Counter(r.group for r in splits.get(s, []))
@@ -253,5 +254,6 @@ def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         split_sizes={s: len(rows) for s, rows in splits.items()},
         minority_fraction=mf,
         measured=measure(splits, spec.shift_type, spec.level),
+        members=split_members(splits),
         **sized,
     )

@@ -12,17 +12,23 @@ read back is equal to the one written.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from metashift_hf.core.errors import InputFormatError
 
 from .jsontypes import decode, encode
 
 
-SPEC_VERSION = 4
+SPEC_VERSION = 5
 # 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
 # 3: ``measured.by_construction`` (the construction that fixes the declared type where the rows may not
@@ -30,7 +36,9 @@ SPEC_VERSION = 4
 # 4: ``measured``: S is the class-qualified community where contexts are per-class community labels,
 # ``dependence`` is a share of its largest value for the split's P(Y), label shift is its own part
 # (``p_y_threshold``, ``label_shift``); a version 2-3 spec reads with those two None (not measured).
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: ``members`` (each split's rows, :class:`SplitMembers`: a digest of the whole split and a filter for a part of
+# it); a version 1-4 spec reads with ``members`` None (not recorded: rows are not checked for membership).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
 # clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.research.ood_experiments)
@@ -231,6 +239,130 @@ class MeasuredShift:
         return next((s for s in self.splits if s.split == name), None)
 
 
+# Split membership (issue 37): each split's rows are recorded in the spec, so that rows of another split (a
+# training part passed as "test"), or rows whose label, group, contexts or community were changed, are refused.
+# A row is keyed by every column that scoring reads (row_key); a split keeps
+#   digest: sha256 over its rows' sorted sha256 hashes -- the whole split, exactly;
+#   filter: its rows' hashes reduced to [0, n * 2**P) and Elias-Fano coded (the high bits as unary gaps, the
+#     low P bits packed: about P + 2 bits a row), so a part of the split (``ds["test"].select(...)``) is checked
+#     row by row: a row that is not the split's passes with probability about 2**-P.
+# P is MEMBERS_BITS_MAX (one foreign row in a million passes) until a split's filter would pass MEMBERS_BUDGET_BITS
+# (47,000 rows); a larger split trades P for size (100,000 rows: P = 8, 1 in 256 passes, 122 KiB), never below
+# MEMBERS_BITS_MIN: the spec is copied into every shard and the card, so its size matters for large collections.
+MEMBERS_BITS_MAX = 20
+MEMBERS_BITS_MIN = 8
+MEMBERS_BUDGET_BITS = 2**20
+
+
+def row_key(
+    image_id: Any, label: Any, group: Any, context: Any, contexts: "Iterable[Any] | None", community: Any
+) -> bytes:
+    """A row as the bytes :class:`SplitMembers` hashes: its image id, class name, group, context, contexts and
+    community (canonical JSON; a missing value keys as null, so it never equals a recorded row)."""
+    return json.dumps(
+        [
+            image_id,
+            label,
+            group,
+            context,
+            [c for c in (contexts if contexts is not None else ())],
+            None if community is None else int(community),
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode()
+
+
+def _row_hashes(keys: Iterable[bytes]) -> list[bytes]:
+    return [hashlib.sha256(k).digest() for k in keys]
+
+
+def _digest(hashes: list[bytes]) -> str:
+    return hashlib.sha256(b"".join(sorted(hashes))).hexdigest()
+
+
+def _reduce(hashes: list[bytes], n: int, bits: int) -> np.ndarray:
+    """Each hash's first 8 bytes mapped onto [0, n * 2**bits) (multiply-shift: no modulo bias), as uint64."""
+    u = max(n, 1) << bits
+    return np.array([(int.from_bytes(h[:8], "big") * u) >> 64 for h in hashes], dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class SplitMembers:
+    """One split's rows: ``n`` rows, the ``digest`` of them all and the ``filter`` (base64, ``filter_bits`` = P) a
+    part of the split is checked with (see the comment above :data:`MEMBERS_BITS_MAX`)."""
+
+    split: str
+    n: int
+    digest: str
+    filter_bits: int
+    filter: str
+
+    @classmethod
+    def of(cls, split: str, keys: Iterable[bytes]) -> "SplitMembers":
+        """The record of a split whose rows are ``keys`` (:func:`row_key` of each row)."""
+        hashes = _row_hashes(keys)
+        n = len(hashes)
+        bits = min(MEMBERS_BITS_MAX, max(MEMBERS_BITS_MIN, MEMBERS_BUDGET_BITS // max(n, 1) - 2))
+        values = np.sort(_reduce(hashes, n, bits))
+        upper = np.zeros(2 * n, np.uint8)  # value i's high part h_i sets bit h_i + i (h_i < n: 2n bits)
+        upper[(values >> np.uint64(bits)).astype(np.int64) + np.arange(n)] = 1
+        shifts = np.arange(bits - 1, -1, -1, dtype=np.uint64)
+        low = ((values[:, None] >> shifts) & np.uint64(1)).astype(np.uint8).ravel()
+        packed = np.packbits(upper).tobytes() + np.packbits(low).tobytes()
+        return cls(split, n, _digest(hashes), bits, base64.b64encode(packed).decode("ascii"))
+
+    def problem(self) -> str | None:
+        """Why this record cannot be a written one (None: it decodes)."""
+        if self.n < 0 or not MEMBERS_BITS_MIN <= self.filter_bits <= MEMBERS_BITS_MAX:
+            return f"n {self.n}, filter_bits {self.filter_bits} out of range"
+        if len(self.digest) != 64 or any(c not in "0123456789abcdef" for c in self.digest):
+            return "digest is not a sha256 hex digest"
+        try:
+            self._values
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        """The filter decoded: the split's reduced row hashes, sorted (ValueError: not a filter of ``n`` rows)."""
+        n, bits = self.n, self.filter_bits
+        try:
+            raw = base64.b64decode(self.filter.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            raise ValueError("filter is not base64") from None
+        n_upper = (2 * n + 7) // 8
+        if len(raw) != n_upper + (n * bits + 7) // 8:
+            raise ValueError(f"filter has {len(raw)} bytes, not those of {n} rows at {bits} bits")
+        pos = np.flatnonzero(np.unpackbits(np.frombuffer(raw[:n_upper], np.uint8))[: 2 * n])
+        if pos.size != n:
+            raise ValueError(f"filter codes {pos.size} rows, not {n}")
+        low = np.unpackbits(np.frombuffer(raw[n_upper:], np.uint8))[: n * bits].reshape(n, bits).astype(np.uint64)
+        high = (pos - np.arange(n)).astype(np.uint64)
+        return (high << np.uint64(bits)) | (low @ (np.uint64(1) << np.arange(bits - 1, -1, -1, dtype=np.uint64)))
+
+    def foreign(self, keys: Sequence[bytes]) -> np.ndarray:
+        """One bool per key: True where the row is certainly not one of this split's rows."""
+        values = _reduce(_row_hashes(keys), self.n, self.filter_bits)
+        return ~np.isin(values, self._values)
+
+    def same_rows(self, keys: Iterable[bytes]) -> bool:
+        """Whether ``keys`` are exactly this split's rows (in any order)."""
+        return _digest(_row_hashes(keys)) == self.digest
+
+
+def split_members(splits: Mapping[str, Sequence[Any]]) -> tuple[SplitMembers, ...]:
+    """The record of each split's rows (rows as :class:`builders.plan.Row`: image_id, label, group, context,
+    contexts, community), in the splits' order."""
+    return tuple(
+        SplitMembers.of(
+            split, (row_key(r.image_id, r.label, r.group, r.context, r.contexts, r.community) for r in rows)
+        )
+        for split, rows in splits.items()
+    )
+
+
 @dataclass(frozen=True)
 class ShiftSpec:
     """The machine-readable description of one task (DEVELOPERS.md "Task layer")."""
@@ -262,6 +394,7 @@ class ShiftSpec:
     conditional: ConditionalFacts | None = None
     mixed_fraction: MixedFraction | None = None
     measured: MeasuredShift | None = None
+    members: tuple[SplitMembers, ...] | None = None  # each split's rows (None: not recorded, a version 1-4 spec)
     spec_version: int = SPEC_VERSION
 
     def groups(self) -> dict[str, tuple[GroupSpec, ...]]:
@@ -273,6 +406,10 @@ class ShiftSpec:
             "id_test": self.id_test_groups,
         }
         return {k: v for k, v in out.items() if v}
+
+    def members_of(self, split: str) -> SplitMembers | None:
+        """The record of ``split``'s rows (None: the spec records none, or no such split)."""
+        return next((m for m in self.members or () if m.split == split), None)
 
     def to_dict(self) -> dict:
         return encode(self)
@@ -293,6 +430,10 @@ class ShiftSpec:
                 f"{where}: spec_version {version!r}, this package reads {', '.join(map(str, READABLE_VERSIONS))}",
                 "read it with the metashift-hf version that wrote it, or export/prepare the task again",
             )
+        if version in (1, 2, 3, 4):  # written before `members` existed: rows are not checked for membership
+            if "members" in data:
+                raise InputFormatError(f"{where}: spec_version {version} has no 'members' key", _FIX)
+            data = {**data, "members": None}
         if version == 1:  # written before `measured` existed: read as not measured
             if "measured" in data:
                 raise InputFormatError(f"{where}: spec_version 1 has no 'measured' key", _FIX)
@@ -308,7 +449,9 @@ class ShiftSpec:
                     raise InputFormatError(f"{where}: spec_version {version} has no label-shift keys", _FIX)
                 new = [{**x, "p_y_threshold": None, "label_shift": None} for x in old]
                 data = {**data, "measured": {**data["measured"], "splits": new}}
-        return decode(cls, data, where, _FIX)
+        spec = decode(cls, data, where, _FIX)
+        _check_members(spec, where)
+        return spec
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "shift spec") -> "ShiftSpec":
@@ -320,6 +463,21 @@ class ShiftSpec:
             return cls.from_dict(data, where)
         except RecursionError:  # a spec is a few levels deep; 100,000 nested brackets are not a spec
             raise InputFormatError(f"{where} is nested too deeply to be a shift spec", _FIX) from None
+
+
+def _check_members(spec: ShiftSpec, where: str) -> None:
+    """A spec's ``members`` record every split it sizes, once, with its size, and decode."""
+    if spec.members is None:
+        return
+    sizes = {m.split: m.n for m in spec.members}
+    if len(sizes) != len(spec.members) or sizes != dict(spec.split_sizes):
+        raise InputFormatError(
+            f"{where}: members record splits {sizes}, its split_sizes are {dict(spec.split_sizes)}", _FIX
+        )
+    for m in spec.members:
+        why = m.problem()
+        if why:
+            raise InputFormatError(f"{where}: members of split {m.split!r}: {why}", _FIX)
 
 
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
@@ -346,6 +504,9 @@ __all__ = [
     "MeasuredShift",
     "SplitShift",
     "READABLE_VERSIONS",
+    "SplitMembers",
+    "split_members",
+    "row_key",
     "DistanceRule",
     "LevelType",
     "TestMode",

@@ -23,7 +23,7 @@ import datasets
 
 from ..builders.artifact import Artifact
 from ..builders.images import ImageSource, open_images
-from ..builders.meta_graph_facts import MetaGraphFacts
+from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
 from ..builders.metashift import Metashift, carries_spec, spec_of_dataset
 from ..builders.plan import TaskPlan
 from ..builders.spec import ShiftSpec
@@ -249,8 +249,16 @@ class TaskData:
         forms (an artifact has the meta-graph itself) or an export made before the file existed."""
         if self.load_facts is None:
             return None
-        rows = [(r.label, r.contexts) for split_rows in self.plan.splits.values() for r in split_rows]
-        return self.load_facts(self.classes, rows)
+        every = [r for split_rows in self.plan.splits.values() for r in split_rows]
+        facts = self.load_facts(self.classes, [(r.label, r.contexts) for r in every])
+        if facts is not None:  # the file and the rows must agree (communities, sizes); the file with itself on read
+            rules = self.spec.rules
+            facts.check_rows(
+                [(r.image_id, r.label, r.group, r.contexts, r.community) for r in every],
+                f"{FACTS_FILE} of {self.where}",
+                spectral_dim=None if rules is None else rules.spectral_dim,
+            )
+        return facts
 
     @property
     def images_path(self) -> "str | os.PathLike | ImageSource | None":

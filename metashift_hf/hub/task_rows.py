@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from ..builders.images import DatasetImages, ImageSource
 from ..builders.metashift import spec_of_features
 from ..builders.plan import Row, TaskPlan
-from ..builders.spec import ShiftSpec
+from ..builders.spec import ShiftSpec, row_key
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.names import terminal_safe
 from .shards import SORT_KEYS, SPEC_FILE
@@ -107,6 +107,8 @@ def check_rows(
     ``group == f"{class}({context})"`` and a group the spec lists for that split (with that class), its
     ``group_id`` (where the split has that ClassLabel) naming the same group, split
     sizes as the spec records, no image twice in a split or in two splits (collections: once per class),
+    a ``community`` of -1 or more, every row one of the split's rows the spec records (``spec.members``, since
+    spec_version 4: a row of another split or a changed row is refused, and a whole split must be exactly its rows),
     and (``config`` given: a folder or repo) the spec's task id equal to the config name.
 
     ``whole=False`` (an object the user loaded, which may be one split or a ``select()``-ed part of one):
@@ -187,6 +189,11 @@ def check_rows(
             elif k in seen:
                 dup_other[n] = True
             first_at.setdefault(k, n)
+        # the spec's record of the split's rows (spec_version 5): a row of another split, or a changed one
+        members = spec.members_of(split)
+        row_keys = [row_key(*r) for r in zip(ids, cls_text, group, *(col[c].to_pylist() for c in ROW_COLUMNS[3:]))]
+        foreign = np.zeros(len(ds), bool) if members is None else members.foreign(row_keys)
+        community = np.asarray(col["community"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
         checks = [
             (
                 null["image_id"] | null["label"] | null["group"] | null["context"] | null["community"],
@@ -211,6 +218,8 @@ def check_rows(
             ),
             (dup_here, lambda n: f"image listed twice in {split!r}"),
             (dup_other, lambda n: f"image also in split {seen.get(keys[n])!r}"),
+            (community < -1, lambda n: f"community {community[n]} is not a community id (-1 or more)"),
+            (foreign, lambda n: f"not one of the {split} rows the spec records (another split's, or changed)"),
         ]
         bad = np.zeros(len(ds), bool)
         for mask, _ in checks:
@@ -224,6 +233,12 @@ def check_rows(
             raise InputFormatError(
                 f"{terminal_safe(where)}: split {split!r} does not match its shift spec, "
                 f"{len(rows)} bad row(s): {terminal_safe(shown)}",
+                ROWS_FIX,
+            )
+        if members is not None and len(ds) == members.n and not members.same_rows(row_keys):
+            raise InputFormatError(
+                f"{terminal_safe(where)}: split {split!r} has the {members.n} rows its shift spec records, "
+                "but not the same ones (their digest differs)",
                 ROWS_FIX,
             )
         for k in keys:

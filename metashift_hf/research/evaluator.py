@@ -14,7 +14,8 @@ Unlike WILDS' ``eval(y_pred, y_true, metadata)``, the truth and the groups come 
 the caller cannot pass labels of another split or an out-of-date grouping. Rows are keyed by the
 ``image_id`` column of the object given: after ``ds.shuffle()`` or ``ds["test"].select(...)``,
 ``image_ids``, ``labels``, ``grouping`` and ``eval`` follow that object's rows (a split with fewer rows
-than the task's is scored as given, with a warning). Every figure (Wilson
+than the task's is scored as given, with a warning; rows that are not that split's, e.g. training rows passed as
+``"test"``, are refused where the spec records each split's rows). Every figure (Wilson
 intervals, worst group, adjusted average, ECE, ID vs OOD) is computed by :func:`metashift_hf.research.score.score_plan`,
 so an ``eval`` equals ``score`` on the same predictions.
 """
@@ -99,14 +100,20 @@ class Evaluator:
                 continue  # the plan drops an empty split
             size = sizes.get(split)  # task_dataset.check_rows refused unknown splits, extra and repeated rows
             if size is not None and len(keys) < size:
+                # check_rows refused rows that are not the split's when the spec records them (spec_version 5)
+                checked = self.task.spec.members_of(split) is not None
                 logger.warning(
-                    "%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given",
+                    "%s: split %r has %d of the %d rows of task %s's %s split; scoring the rows given%s",
                     self.task.where,
                     split,
                     len(keys),
                     size,
                     plan.task_id,
                     split,
+                    " (each one of that split's rows)"
+                    if checked
+                    else " (its shift spec records no rows, so they cannot be checked to be that split's: "
+                    "export the task again to have them checked)",
                 )
             by_key = {(r.image_id, index[r.label]): r for r in plan.splits[split]}
             rows[split] = [by_key[k] for k in keys]
@@ -158,6 +165,8 @@ class Evaluator:
                 f"unknown grouping {by!r}{did_you_mean(str(by), get_args(GroupBy))}",
                 f"use one of: {', '.join(get_args(GroupBy))}",
             )
+        if by == "community":  # a folder's or repo's facts file must agree with the rows' communities (read once)
+            _ = self.task.meta_graph
         every = [r for rows in self.task.plan.splits.values() for r in rows]
         names = sorted({self._name(r, by) for r in every}) if by != "class" else list(self.classes)
         index = {n: i for i, n in enumerate(names)}
