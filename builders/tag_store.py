@@ -27,7 +27,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from metashift_hf.core.errors import EmptyResultError, MetashiftError
+from metashift_hf.core.errors import EmptyResultError
 from metashift_hf.core.fsutil import human_size, write_error
 from metashift_hf.core.options import OptionError, byte_size, positive_int
 
@@ -65,23 +65,30 @@ def check_memory_limit(value: object) -> int:
     return n
 
 
-# DuckDB reports a failed write as an IOException (or, once a write failed, a FatalException) with the system's text
-_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
-
-
 @contextlib.contextmanager
 def _disk_errors(spill: Path | None) -> Iterator[None]:
     """DuckDB's failed writes of its database or spill files (a full disk, a quota, read-only) as the one-line write
-    error every other output gets (``fsutil.write_error``), not a DuckDB traceback."""
+    error every other output gets (``fsutil.write_error``), not a DuckDB traceback. DuckDB reports them as an
+    IOException (a FatalException once a checkpoint failed) whose text holds the system's message."""
     try:
         yield
     except (duckdb.IOException, duckdb.FatalException) as exc:
         text = str(exc)
-        code = next((c for c in _WRITE_ERRNOS if os.strerror(c) in text), None)
-        if code is None:
+        known = next(
+            (
+                err
+                for code in sorted(errno.errorcode)
+                if os.strerror(code) in text
+                and (err := write_error(OSError(code, os.strerror(code)), f"{spill} ({_SPILL_WHAT})")) is not None
+            ),
+            None,
+        )
+        if known is None:
             raise
-        where = f"{spill} (the --tags counts' DuckDB database and spill files, in the output's temporary folder)"
-        raise (write_error(OSError(code, os.strerror(code)), where) or MetashiftError(text, "")) from None
+        raise known from None
+
+
+_SPILL_WHAT = "the --tags counts' DuckDB database and spill files, in the output's temporary folder"
 
 
 def _create(con: "duckdb.DuckDBPyConnection", name: str, data: "pa.Table | pa.RecordBatchReader") -> None:
