@@ -4,6 +4,7 @@
     python benchmarks/bench_eval.py lite0 [--rounds 3]
     python benchmarks/bench_eval.py zoo --artifact ART --images IMG [--tasks a,b,c]
     python benchmarks/bench_eval.py cost [--n 128] [--rounds 2] [--write]
+    python benchmarks/bench_eval.py prep [--n 512] [--repeat 5]
 
 pipeline: images/s of decode+preprocess, forward only (preprocessed tensors), the evaluator's pipelined
   predict, and evaluate() end to end on an in-memory task (model loaded once, as in a zoo), each
@@ -15,6 +16,9 @@ lite0: EfficientNet-Lite0 forward-only images/s of the shipped forward (BatchNor
 cost: seconds per image of evaluate's model pass (decode, preprocess, forward; pipelined as `evaluate` runs it)
   for EfficientNet-Lite0 at its own 224 px and at --image-size 128, alternating, best round each; --write
   stores it in cards/eval_cost.json, which the dataset cards read for their time estimates (cards/render.py).
+prep: images/s of decoding alone (open_rgb) against decode + Lite0's preprocessing (the whole image resized to
+  256 on the shorter side, then cropped to 224: models/base.py CROP_RULE), round-robin, best of --repeat rounds,
+  over the reference photographs (GQA's 500x333-like shapes); what the resize costs on top of the decode.
 zoo: K overlapping tasks through evaluate_zoo (fresh logits cache) against one predict pass over the
   union of their images, then the same zoo again (cache warm).
 """
@@ -249,6 +253,43 @@ def zoo(args) -> dict:
     }
 
 
+def prep(args) -> dict:
+    from metashift_hf.models import efficientnet_lite0, open_rgb
+    from metashift_hf.models.base import CROP_RULE
+
+    blobs = _blobs(args.images)
+    data = [blobs[i % len(blobs)] for i in range(args.n)]
+    clf = efficientnet_lite0()
+    modes = {
+        "decode": lambda: [open_rgb(d).close() for d in data],
+        "decode_preprocess": lambda: list(map(clf.prepare, data)),
+    }
+    times: dict[str, list[float]] = {k: [] for k in modes}
+    cpu: dict[str, list[float]] = {k: [] for k in modes}  # process CPU time: steadier than wall on a shared machine
+    for _ in range(args.repeat):  # round-robin, best of each
+        for name, fn in modes.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
+    best = {k: min(v) for k, v in times.items()}
+    best_cpu = {k: min(v) for k, v in cpu.items()}
+    return {
+        "images": args.n,
+        "distinct_images": min(args.n, len(blobs)),
+        "crop_rule": CROP_RULE,
+        "preprocessing": clf.preprocessing_card(),
+        **_machine(),
+        **{f"{k}_img_s": round(args.n / t, 1) for k, t in best.items()},
+        "preprocess_ms_per_image_beyond_decode": round(
+            1000 * (best["decode_preprocess"] - best["decode"]) / args.n, 3
+        ),
+        **{f"{k}_cpu_ms_per_image": round(1000 * t / args.n, 3) for k, t in best_cpu.items()},
+        "all_rounds_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
+
+
 EVAL_COST_FILE = Path(__file__).resolve().parents[1] / "cards" / "eval_cost.json"
 COST_SIZES = (224, 128)  # the full run and the cards' quick variant (cards/render.py QUICK_IMAGE_SIZE)
 
@@ -306,7 +347,7 @@ def cost(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("pipeline", "lite0", "zoo", "cost"))
+    ap.add_argument("what", choices=("pipeline", "lite0", "zoo", "cost", "prep"))
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=None)
@@ -323,7 +364,7 @@ def main() -> None:
         "--write", action="store_true", help=f"cost: write the result to {EVAL_COST_FILE} (the cards' estimates)"
     )
     args = ap.parse_args()
-    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "cost": cost}[args.what](args)
+    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "cost": cost, "prep": prep}[args.what](args)
     text = json.dumps(result, indent=2, default=str)
     print(text)
     if args.write and args.what == "cost":

@@ -14,6 +14,8 @@ in-memory build's (tests/test_build_scale.py builds every multi-label fixture bo
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -26,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 
 from metashift_hf.core.errors import EmptyResultError
-from metashift_hf.core.options import byte_size, positive_int
+from metashift_hf.core.fsutil import human_size, write_error
+from metashift_hf.core.options import OptionError, byte_size, positive_int
 
 from .subsets import KINDS, KeptSubsets
 from .tags import TAG_FILE_COLUMNS, TagsFile, TagTable, allowed_subjects, check_tag_names
@@ -39,9 +42,53 @@ _BATCH_ROWS = 1 << 20  # rows fetched from DuckDB per record batch (membership r
 READ_MEMORY_LIMIT = 256 << 20  # DuckDB's limit after the counting (at most --memory-limit)
 
 
+def _physical_memory() -> int:
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
 def default_memory_limit() -> int:
     """``DEFAULT_MEMORY_FRACTION`` of this machine's physical memory, in bytes."""
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * DEFAULT_MEMORY_FRACTION)
+    return int(_physical_memory() * DEFAULT_MEMORY_FRACTION)
+
+
+def check_memory_limit(value: object) -> int:
+    """``--memory-limit`` checked: at least 64 MiB (``options.byte_size``) and at most this machine's memory (above
+    it DuckDB would never spill to disk before the machine runs out)."""
+    n = byte_size(value, "memory_limit")
+    physical = _physical_memory()
+    if n > physical:
+        raise OptionError(
+            f"memory_limit={n} bytes ({human_size(n)}) is more than this machine's memory ({human_size(physical)})",
+            f"pass at most {human_size(physical)}, e.g. {human_size(default_memory_limit())} (the default: a quarter "
+            "of it); past the limit the counts spill to disk",
+        )
+    return n
+
+
+@contextlib.contextmanager
+def _disk_errors(spill: Path | None) -> Iterator[None]:
+    """DuckDB's failed writes of its database or spill files (a full disk, a quota, read-only) as the one-line write
+    error every other output gets (``fsutil.write_error``), not a DuckDB traceback. DuckDB reports them as an
+    IOException (a FatalException once a checkpoint failed) whose text holds the system's message."""
+    try:
+        yield
+    except (duckdb.IOException, duckdb.FatalException) as exc:
+        text = str(exc)
+        known = next(
+            (
+                err
+                for code in sorted(errno.errorcode)
+                if os.strerror(code) in text
+                and (err := write_error(OSError(code, os.strerror(code)), f"{spill} ({_SPILL_WHAT})")) is not None
+            ),
+            None,
+        )
+        if known is None:
+            raise
+        raise known from None
+
+
+_SPILL_WHAT = "the --tags counts' DuckDB database and spill files, in the output's temporary folder"
 
 
 def _create(con: "duckdb.DuckDBPyConnection", name: str, data: "pa.Table | pa.RecordBatchReader") -> None:
@@ -76,7 +123,7 @@ class TagCandidates:
             allowed_subjects(source.tags, source.categories, subjects, subject_categories)  # before any work
         self.source = source
         self.subjects, self.subject_categories = tuple(subjects), tuple(subject_categories)
-        self.memory_limit = default_memory_limit() if memory_limit is None else byte_size(memory_limit, "memory_limit")
+        self.memory_limit = default_memory_limit() if memory_limit is None else check_memory_limit(memory_limit)
         self.threads = positive_int(threads, "threads")
         self.kinds = ("object",)  # every tag subset is an object context (as candidates_from_tags)
         self.collisions = 0
@@ -89,6 +136,10 @@ class TagCandidates:
         """Count the candidates, with DuckDB's database and spill files in the new folder ``spill``."""
         spill.mkdir()
         self._spill = spill
+        with _disk_errors(spill):
+            return self._count(spill)
+
+    def _count(self, spill: Path) -> "TagCandidates":
         con = duckdb.connect(
             str(spill / "candidates.duckdb"),
             config={
@@ -209,12 +260,13 @@ class TagCandidates:
         """The one row of a query (figures)."""
         if self._con is None:
             raise RuntimeError("TagCandidates used before open()")
-        return self._con.execute(query, list(params)).fetchone()
+        with _disk_errors(self._spill):
+            return self._con.execute(query, list(params)).fetchone()
 
     def _arrow(self, query: str, *params, con: "duckdb.DuckDBPyConnection | None" = None) -> pa.Table:
         rel = self._sql(query, *params, con=con)
-        # duckdb 2 names it to_arrow_table; 1.x only fetch_arrow_table (deprecated in 2)
-        return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
+        with _disk_errors(self._spill):  # duckdb 2 names it to_arrow_table; 1.x only fetch_arrow_table
+            return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
 
     # -- figures --------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -233,6 +285,19 @@ class TagCandidates:
 
     def rules(self, min_images: int, min_subsets: int, max_subsets: int = 0) -> KeptSubsets:
         """The rules of ``subsets.apply_rules``, the kept subsets stored in DuckDB as table ``kept``."""
+        with _disk_errors(self._spill):
+            self._rule_tables(min_images, min_subsets, max_subsets)
+        t = self._arrow("SELECT sid, name, subject, n FROM kept ORDER BY sid")
+        classes = sorted(set(t.column("subject").to_pylist()))
+        return KeptSubsets(
+            classes,
+            t.column("sid").to_numpy().astype(np.int64),
+            t.column("name").to_pylist(),
+            t.column("subject").to_pylist(),
+            t.column("n").to_numpy().astype(np.int64),
+        )
+
+    def _rule_tables(self, min_images: int, min_subsets: int, max_subsets: int) -> None:
         self._con.execute(
             "CREATE OR REPLACE TABLE classes AS SELECT s FROM subsets WHERE n >= ? GROUP BY s HAVING count(*) > ?",
             [min_images, min_subsets],
@@ -245,15 +310,6 @@ class TagCandidates:
                          FROM subsets x JOIN classes k ON k.s = x.s WHERE x.n >= ?)
                      WHERE ? = 0 OR r <= ? ORDER BY sid""",
             [min_images, max_subsets, max_subsets],
-        )
-        t = self._arrow("SELECT sid, name, subject, n FROM kept ORDER BY sid")
-        classes = sorted(set(t.column("subject").to_pylist()))
-        return KeptSubsets(
-            classes,
-            t.column("sid").to_numpy().astype(np.int64),
-            t.column("name").to_pylist(),
-            t.column("subject").to_pylist(),
-            t.column("n").to_numpy().astype(np.int64),
         )
 
     def best_subject(self, min_images: int) -> tuple[str, int]:
@@ -291,8 +347,9 @@ class TagCandidates:
             if hasattr(rel, "to_arrow_reader")
             else rel.fetch_arrow_reader(_BATCH_ROWS)
         )
-        for batch in reader:
-            yield (batch.column(0).to_numpy().astype(np.int64), batch.column(1).to_numpy().astype(np.int64))
+        with _disk_errors(self._spill):  # a sorted read may spill
+            for batch in reader:
+                yield (batch.column(0).to_numpy().astype(np.int64), batch.column(1).to_numpy().astype(np.int64))
 
     def _range(self, lo: int, hi: int, con: "duckdb.DuckDBPyConnection", kept: bool = False):
         # literal bounds (our own integers): a constant filter is pushed into the scan's zone maps
@@ -337,6 +394,10 @@ class TagCandidates:
         """subsets.parquet (every candidate, name order) in pieces of at most ``_BATCH_ROWS`` rows:
         kept from the rules, community from the analyses (millions of candidates on LAION-like tags
         are never one Arrow table)."""
+        with _disk_errors(self._spill):
+            yield from self._subsets_pieces(communities, schema)
+
+    def _subsets_pieces(self, communities: dict[str, int], schema: pa.Schema) -> Iterator[pa.Table]:
         con = self._con
         _create(
             con,

@@ -9,6 +9,7 @@ every ordered pair of its distinct tags, the subject restricted to the tags allo
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Iterable, Iterator, Mapping, Sequence
@@ -20,21 +21,30 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from metashift_hf.core.errors import EmptyResultError, InputFormatError
-from metashift_hf.core.names import SubsetName, control_char, terminal_safe
+from metashift_hf.core.names import CONTROL_RE2, SubsetName, control_char, terminal_safe
 
 from .images import DatasetImages
 from .subsets import CandidateSubsets, _pairs_within_images
 
 
+# A tag becomes a class or context name, a plot's file name ('<tag>.png') and part of task ids ('bin-<a>-<b>',
+# '<config>/' folders): file names hold 255 bytes, so a tag is bounded in UTF-8 bytes (100 ASCII letters; the
+# names of classes and contexts are a few words). A 300-character tag was a traceback when plots were written.
+MAX_TAG_BYTES = 100
+_INVISIBLE = "invisible or control character"  # what names.CONTROL_RANGES holds, in messages
+
+
 class RowCheck:
     """The checks of (image, tag) rows, over one table or a stream of batches (``add`` each in file
     order); ``raise_first`` raises the first problem found, in the same order for both: missing
-    values (counted over every row), empty tags, tags with parentheses."""
+    values (counted over every row), blank image ids, image ids with control or invisible characters,
+    empty tags, tags with parentheses."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.null_ids = self.null_tags = 0
+        self.null_ids = self.null_tags = self.blank_ids = 0
         self.empty = False
+        self.bad_id: str | None = None  # the first image id with a control/invisible character, in row order
         self.parenthesised: str | None = None  # the first such tag, in row order
 
     def add(self, img: "pa.Array | pa.ChunkedArray", tag: "pa.Array | pa.ChunkedArray") -> tuple:
@@ -43,6 +53,12 @@ class RowCheck:
         self.null_tags += tag.null_count
         img = pc.cast(img, pa.string())
         tag = pc.utf8_trim_whitespace(pc.cast(tag, pa.string()))
+        # a CSV's empty cell is "" to pyarrow, not null: every such row would become one image named ''
+        self.blank_ids += int(pc.sum(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(img)), 0)).as_py() or 0)
+        if self.bad_id is None:
+            bad = pc.filter(img, pc.match_substring_regex(img, CONTROL_RE2))
+            if len(bad):
+                self.bad_id = bad[0].as_py()
         if not self.empty and len(tag) and pc.min(pc.utf8_length(tag)).as_py() == 0:
             self.empty = True
         if self.parenthesised is None:
@@ -57,6 +73,19 @@ class RowCheck:
                 f"{self.what}: empty image_id or tag values ({self.null_ids} / {self.null_tags} rows)",
                 "drop rows without an image id or a tag",
             )
+        if self.blank_ids:
+            raise InputFormatError(
+                f"{self.what}: {self.blank_ids} rows have an empty or blank image_id ('' or only spaces: "
+                "they would all be one image)",
+                "give every row its image's id, or drop rows without one",
+            )
+        if self.bad_id is not None:
+            c = control_char(self.bad_id) or ""
+            raise InputFormatError(
+                f"{self.what}: image_id '{terminal_safe(self.bad_id)[:80]}' contains the {_INVISIBLE} "
+                f"{terminal_safe(c)}",
+                "remove control and invisible characters (escapes, newlines, zero-width spaces) from the image ids",
+            )
         if self.empty:
             raise InputFormatError(f"{self.what}: some tags are empty", "drop rows whose tag is empty")
         if self.parenthesised is not None:
@@ -68,14 +97,25 @@ class RowCheck:
 
 
 def check_tag_names(tags: Iterable[str], what: str) -> None:
-    """Refuse a tag vocabulary with control characters (names are listed on terminals and written into cards)."""
+    """Refuse a tag vocabulary with control or invisible characters (names are listed on terminals and written into
+    cards; 'cat' and 'cat' + a zero-width space would be two classes printed alike) or a tag longer than
+    ``MAX_TAG_BYTES``."""
     for t in tags:
         c = control_char(t)
         if c is not None:
             raise InputFormatError(
-                f"{what}: tag '{terminal_safe(t)[:80]}' contains the control character "
-                f"{terminal_safe(c)} (an escape sequence, newline, tab or text-direction mark)",
-                "remove control characters from the tags (plain letters, digits, spaces and punctuation only)",
+                f"{what}: tag '{terminal_safe(t)[:80]}' contains the {_INVISIBLE} "
+                f"{terminal_safe(c)} (an escape sequence, newline, tab, text-direction mark or zero-width character)",
+                "remove control and invisible characters from the tags (plain letters, digits, spaces and punctuation "
+                "only)",
+            )
+        size = len(t.encode("utf-8", "surrogatepass"))
+        if size > MAX_TAG_BYTES:
+            raise InputFormatError(
+                f"{what}: tag '{terminal_safe(t)[:40]}...' is {size} bytes long in UTF-8, more than {MAX_TAG_BYTES} "
+                "(tags become file names and task ids)",
+                f"shorten such tags to at most {MAX_TAG_BYTES} bytes (a tag names an object or a context, "
+                "e.g. 'traffic light')",
             )
 
 
@@ -191,6 +231,32 @@ TAG_FILE_COLUMNS = ("image_id", "tag")
 _FILE_BATCH_ROWS = 1 << 16  # parquet rows per batch of TagsFile.batches (CSV: pyarrow's block size)
 
 
+def _check_regular(path: Path) -> None:
+    """A tags file is a regular file (a symbolic link to one is fine): a missing path, a folder, a FIFO (which would
+    block the build until something writes to it) or a device each get their own message."""
+    fix = "pass a CSV or parquet file with image_id,tag rows"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputFormatError(f"tags file {path} does not exist", fix) from None
+    except OSError as exc:
+        raise InputFormatError(f"tags file {path} cannot be read ({os.strerror(exc.errno or 0)})", fix) from None
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a folder"
+        if stat.S_ISDIR(mode)
+        else "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise InputFormatError(f"tags file {path} is {kind}, not a regular file", fix)
+
+
 class TagsFile:
     """A tags file, CSV or parquet with columns ``image_id`` and ``tag`` (one row per image-tag pair;
     an optional ``category`` column gives each tag's category: its last row's), read in record batches,
@@ -201,10 +267,7 @@ class TagsFile:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.what = str(self.path)
-        if not self.path.is_file():
-            raise InputFormatError(
-                f"tags file {self.path} does not exist", "pass a CSV or parquet file with image_id,tag rows"
-            )
+        _check_regular(self.path)
         self.parquet = self.path.suffix.lower() in (".parquet", ".pq")
         try:
             names = pq.ParquetFile(self.path).schema_arrow.names if self.parquet else self._csv().schema.names

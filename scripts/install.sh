@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything metashift-hf, its demo and its tests need on a fresh Debian machine
-# with Python 3.11: WordNet 3.0 from Debian (offline matching) and the package with all extras.
+# with Python 3.11: WordNet 3.0 from Debian (offline matching) and the package with its [all] and [test] extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f /usr/share/wordnet/data.noun ] || [ ! -f /usr/share/wordnet/index.sense ]; then
@@ -24,4 +24,4 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # torch and torchvision are named on the same line so pip picks a pair that imports together (with timm
 # and transformers); the package itself only asks for torch>=2.4 (README "Install" for CPU/GPU users).
-python3 -m pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[all]'
+python3 -m pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[all,test]'  # [test]: pytest, ruff, ...

@@ -88,9 +88,22 @@ def path_component(name: str, limit: int = 48) -> str:
     return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
-# Characters a terminal acts on instead of showing: C0/C1 controls and DEL (escape sequences, carriage
-# return, newline), the line/paragraph separators, and the bidirectional overrides that reorder text.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# The refused characters, as code-point ranges: what a terminal acts on instead of showing — C0/C1 controls and DEL
+# (escape sequences, carriage return, newline), the line/paragraph separators, the bidirectional marks and overrides
+# that reorder text — and what it shows as nothing: every format character (Unicode category Cf: zero-width space
+# and joiners, soft hyphen, BOM, word joiner, tag characters) and the other default-ignorable code points (variation
+# selectors, Hangul fillers, combining grapheme joiner), with which two different names print alike ('cat' and
+# 'cat\u200b'). Category Cf of Unicode 14 (Python 3.11) is covered whole: tests/test_tag_names.py checks it.
+CONTROL_RANGES = (
+    (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+    (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+_CONTROL = re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in CONTROL_RANGES) + "]")
+# The same class in RE2 syntax, for Arrow's regex kernels (pyarrow.compute.match_substring_regex) over whole columns.
+CONTROL_RE2 = "[" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in CONTROL_RANGES) + "]"
 
 
 def control_char(text: str) -> str | None:
@@ -101,12 +114,13 @@ def control_char(text: str) -> str | None:
 
 def _escape(m: re.Match) -> str:
     c = ord(m.group(0))
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}"
 
 
 def terminal_safe(text: object) -> str:
     """``text`` for a terminal: every control character written as an escape (``\\x1b``, ``\\n``
-    as ``\\x0a``, ``\\u202e``), so a name can neither move the cursor, recolour nor split a line.
+    as ``\\x0a``, ``\\u202e``, a zero-width space as ``\\u200b``), so a name can neither move the cursor,
+    recolour nor split a line, and two names that differ only by an invisible character do not print alike.
     Every name a listing command prints goes through it; files (CSV, JSON) keep names as they are."""
     return _CONTROL.sub(_escape, str(text))
 

@@ -154,13 +154,19 @@ def byte_size(value: Any, name: str | None = None) -> int:
                 f"{_label(name)}{short_repr(value)} is not an amount of memory",
                 "write a size such as 2GiB, 1.5GB or 500MB",
             )
-        n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").upper()])
+        size = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "B").upper()]
+        n = int(size) if math.isfinite(size) else INT_MAX + 1  # 400 nines: inf, too large (not a traceback)
     else:
         n = _integer(value, name)
-    if not MIN_BYTE_SIZE <= n <= INT_MAX:
+    if n < MIN_BYTE_SIZE:
         raise OptionError(
             f"{_label(name)}{n} bytes is out of range: it must be at least 64 MiB",
             "pass a size such as 2GiB (at least 64MiB)",
+        )
+    if n > INT_MAX:  # 8 EiB: not a machine's memory (a typo, e.g. 99999999999TB)
+        raise OptionError(
+            f"{_label(name)}{n} bytes is too large: it must be at most {INT_MAX} bytes (8 EiB)",
+            "pass a size such as 2GiB, at most this machine's memory",
         )
     return n
 

@@ -68,16 +68,17 @@ def input_side(value: Any, name: str) -> int:
     return side
 
 
-# The pixel grid of the resize and the crop, as torchvision's Resize(int) + CenterCrop (what timm's and torchvision's
-# eval transforms are): the longer side int(resize * long / short), the crop offset int(round((side - crop) / 2)).
-# Part of every preprocessing card, so logits and features cached under another rule are never reused.
-CROP_RULE = "torchvision-grid"
+# How the resize and the crop are done, as torchvision's Resize(int) + CenterCrop (what timm's and torchvision's eval
+# transforms are): the whole image resized (the longer side int(resize * long / short)), then the crop cut from it at
+# int(round((side - crop) / 2)). Part of every preprocessing card, so logits and features cached under another rule
+# are never reused ("torchvision-grid", before 2026-11-28, resampled only the crop box: up to 3/255 off on portraits).
+CROP_RULE = "resize-then-crop"
 
 
 @dataclass(frozen=True)
 class Preprocessing:
     """Resize the shorter side to ``resize``, centre-crop ``crop``×``crop``, scale to [0, 1], normalise
-    (on torchvision's pixel grid, :data:`CROP_RULE`, in one resampling step)."""
+    (the whole image resized, then cropped, as torchvision's and timm's eval transforms: :data:`CROP_RULE`)."""
 
     resize: int
     crop: int
@@ -128,17 +129,21 @@ class Preprocessing:
         # JPEG draft mode would decode at a reduced scale: faster, but different pixels, so it is not used
         with open_rgb(data) as im:
             w, h = im.size
-            # The resized image's size and the crop's offset in it as torchvision computes them (CROP_RULE), then
-            # one resampling step: that crop expressed in source pixels (PIL maps each output pixel to the same
-            # source position, with the same filter scale, as resizing first and cropping after).
+            # The whole image resized, then cropped, as torchvision's Resize(int) + CenterCrop and timm's eval
+            # transform do (CROP_RULE). Resampling only the crop box (PIL's resize(box=...)) is cheaper but not the
+            # same pixels: PIL's vertical pass over a box is off by up to 3/255 on portrait images (issue 38 part 1).
             big_w, big_h = (
                 (self.resize, int(self.resize * h / w)) if w <= h else (int(self.resize * w / h), self.resize)
             )
+            if big_w * big_h > MAX_IMAGE_PIXELS:  # a 1 x 100,000 strip would be resized to 256 x 25,600,000
+                raise MissingImagesError(
+                    f"image of {w}x{h} pixels would be resized to {big_w}x{big_h} for the model "
+                    f"(more than {MAX_IMAGE_PIXELS:,} pixels)",
+                    "replace or drop this image: its sides are too unequal for a shorter-side resize",
+                )
             left, top = int(round((big_w - self.crop) / 2.0)), int(round((big_h - self.crop) / 2.0))
-            sx, sy = w / big_w, h / big_h
-            box = (left * sx, top * sy, (left + self.crop) * sx, (top + self.crop) * sy)
             resample = getattr(Image.Resampling, self.interpolation.upper())
-            im = im.resize((self.crop, self.crop), resample, box=box)
+            im = im.resize((big_w, big_h), resample).crop((left, top, left + self.crop, top + self.crop))
             arr = np.asarray(im, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         return np.ascontiguousarray(arr.transpose(2, 0, 1))
@@ -148,7 +153,7 @@ class Preprocessing:
 class Classifier:
     """A model ready to score images: ``logits(prepared batch)`` -> (n, ``labels.size``) numpy array.
 
-    ``preprocessing``: a :class:`Preprocessing` (bytes -> array, one resampling step), a callable
+    ``preprocessing``: a :class:`Preprocessing` (bytes -> array: resize, crop, normalise), a callable
     taking an RGB PIL image and returning a (3, H, W) array or tensor, or None: then ``forward``
     itself takes a list of RGB PIL images (plain Python callables). With a preprocessing, ``forward``
     takes a float tensor (n, 3, H, W) on ``device`` in ``dtype``.
