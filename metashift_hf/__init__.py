@@ -25,6 +25,7 @@ _LAZY = {
     "TaskOrigin": "metashift_hf.hub.task_source",
     "score": "metashift_hf.research.score",
     "loader": "metashift_hf.research.loader",
+    "eval_loader": "metashift_hf.research.loader",
 }
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
@@ -57,4 +58,5 @@ __all__ = [
     "TaskRef",
     "TaskOrigin",
     "loader",
+    "eval_loader",
 ]
