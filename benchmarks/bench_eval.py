@@ -126,6 +126,8 @@ def pipeline(args) -> dict:
 _CHILD = r"""
 import json, os, resource, sys, time, numpy as np, torch
 from metashift_hf.models import efficientnet_lite0, tune_allocator
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 fast = sys.argv[1] == "today"
 card = tune_allocator()
 clf = efficientnet_lite0(fast=fast)
@@ -191,12 +193,14 @@ def zoo(args) -> dict:
     from metashift_hf.evaluate.predict import predict
     from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks
     from metashift_hf.hub import api
-    from metashift_hf.models import load_model
+    from metashift_hf.hub.task_data import TaskRef
+    from metashift_hf.hub.task_open import TaskOrigin
+    from metashift_hf.models import CacheConfig, load_model
 
     model = load_model("efficientnet-lite0")
     tasks = select_tasks(args.tasks, args.artifact)
-    union = sorted({i for t in tasks for i in api.plan(t, args.artifact).table()["image_id"]})
-    per_task = sum(len(set(api.plan(t, args.artifact).table()["image_id"])) for t in tasks)
+    union = sorted({i for t in tasks for i in api.plan(TaskRef(t, artifact=args.artifact)).table()["image_id"]})
+    per_task = sum(len(set(api.plan(TaskRef(t, artifact=args.artifact)).table()["image_id"])) for t in tasks)
     src = open_images(args.images)
     model.logits([model.prepare(src.read(union[0]))] * args.batch_size)  # warm-up
     out = Path(tempfile.mkdtemp(prefix="bench-zoo-out-"))
@@ -215,10 +219,9 @@ def zoo(args) -> dict:
             runs[name] = evaluate_zoo(
                 [model],
                 tasks,
-                args.artifact,
-                args.images,
+                TaskOrigin(artifact=args.artifact, images=args.images),
                 out / f"{name}-{r}",
-                cache_dir=cache,
+                cache=CacheConfig(cache),
                 settings=EvalConfig(progress=False, batch_size=args.batch_size, plots=args.charts),
             )
             times[name].append(time.perf_counter() - t)

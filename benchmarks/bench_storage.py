@@ -119,28 +119,38 @@ def main(argv: list[str] | None = None) -> int:
     from metashift_hf import __version__
     from metashift_hf.hub.api import plan, prepare
     from metashift_hf.hub.shards import ROW_GROUP_ROWS, write_config
+    from metashift_hf.hub.task_data import TaskRef
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     if args.artifact:
         artifact, images = args.artifact, args.images
     else:
         from metashift_hf.builders.build import build_from_inputs
+        from metashift_hf.builders.build_inputs import SceneGraphs
         from metashift_hf.sources.demo_world import generate_demo_world
 
         world = generate_demo_world(tmp / "world", seed=0)
         artifact = str(
-            build_from_inputs(tmp / "artifact", scene_graphs=world.scene_graphs, source="demo", plots=False).root
+            build_from_inputs(
+                tmp / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo", plots=False
+            ).root
         )
         images = str(world.images_dir)
     overrides = {"scale": args.scale} if args.scale != 1 else {}
     ids = {
-        t: {r.image_id for rows in plan(t, artifact, **overrides).splits.values() for r in rows} for t in args.tasks
+        t: {
+            r.image_id for rows in plan(TaskRef(t, artifact=artifact, options=overrides)).splits.values() for r in rows
+        }
+        for t in args.tasks
     }
     if args.image_kb and not args.artifact:
         images = tmp / "noise-images"
         images.mkdir()
         noise_images(sorted(ids[args.tasks[0]] | ids[args.tasks[1]]), images, args.image_kb)
-    prepared = {t: prepare(t, artifact, images, cache_dir=tmp / "cache", **overrides) for t in args.tasks}
+    prepared = {
+        t: prepare(TaskRef(t, artifact=artifact, images=images, options=overrides), cache_dir=tmp / "cache")
+        for t in args.tasks
+    }
 
     sizes = {}
     for t in args.tasks:

@@ -26,12 +26,13 @@ TASK, OTHER, SCALE = "paper-subpop-cat-dog-p12", "paper-subpop-cat-dog-p6", "0.5
 
 def _world(work: Path) -> tuple[Path, Path]:
     from metashift_hf.builders.build import build_from_inputs
+    from metashift_hf.builders.build_inputs import SceneGraphs
     from metashift_hf.sources.demo_world import generate_demo_world
 
     art, images = work / "artifact", work / "world" / "images"
     if not (art / "manifest.json").is_file():
         world = generate_demo_world(work / "world", seed=0)
-        build_from_inputs(art, scene_graphs=world.scene_graphs, source="demo")
+        build_from_inputs(art, given=SceneGraphs(world.scene_graphs), provenance="demo")
     return art, images
 
 

@@ -39,7 +39,8 @@ def _images(args) -> tuple[list[str], int, int, float]:
     from metashift_hf.builders.images import open_images
     from metashift_hf.core.errors import MetashiftError
     from metashift_hf.evaluate.zoo import select_tasks
-    from metashift_hf.hub.task_source import TaskRef, open_task
+    from metashift_hf.hub.task_data import TaskRef
+    from metashift_hf.hub.task_open import open_task
 
     art = Artifact.load(args.artifact)
     src = open_images(args.images)

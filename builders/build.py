@@ -30,20 +30,16 @@ from metashift_hf.core.provenance import (
     Provenance,
     SourceInfo,
     check_source_info,
-    demo_world_summary,
     is_synthetic,
 )
 
 from . import artifact as art
 from . import distances, metagraph
+from .build_inputs import BUILD_INPUTS, BuildInput, InputRecord, ReadSettings
 from .build_options import BuildOptions
 from .class_worker import AnalysisParams, analyse_one
-from .coco import coco_image_meta, read_coco_annotations
-from .pickles import load_candidate_pickle, verify_known
-from .scene_graphs import read_scene_graphs
-from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules, candidates_from_scene_graphs
+from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules
 from .tag_store import TagCandidates
-from .tags import MultiLabelDataset, TagsFile
 
 
 logger = logging.getLogger(__name__)
@@ -159,24 +155,24 @@ class _InMemory:
         yield art.subsets_table(self.c, self._kept, communities)
 
 
-def _apply_rules(source, options: BuildOptions) -> KeptSubsets:
+def _apply_rules(held, options: BuildOptions) -> KeptSubsets:
     """Drop kinds that are off, apply the rules; EmptyResultError (with the numbers) when nothing is left."""
     enabled = set(options.kinds())
-    if isinstance(source, _InMemory):
-        source.only_kinds(enabled)
-    elif not set(source.kinds) <= enabled:
-        source = None  # multi-label subsets are all object contexts: none is left
-    if source is None or len(source) == 0:
+    if isinstance(held, _InMemory):
+        held.only_kinds(enabled)
+    elif not set(held.kinds) <= enabled:
+        held = None  # multi-label subsets are all object contexts: none is left
+    if held is None or len(held) == 0:
         raise EmptyResultError(
             f"no candidate subsets of the enabled kinds ({', '.join(sorted(enabled))})",
             "check the inputs, or enable other kinds (--include-attributes / --include-general / --include-objects)",
         )
-    kept = source.rules(options.min_images_per_subset, options.min_subsets_per_class, options.max_subsets_per_class)
+    kept = held.rules(options.min_images_per_subset, options.min_subsets_per_class, options.max_subsets_per_class)
     if not kept.classes:
-        n_big, largest = source.big(options.min_images_per_subset)
-        best = source.best_subject(options.min_images_per_subset)
+        n_big, largest = held.big(options.min_images_per_subset)
+        best = held.best_subject(options.min_images_per_subset)
         raise EmptyResultError(
-            f"no class passes the rules: {n_big} of {len(source)} candidate subsets have "
+            f"no class passes the rules: {n_big} of {len(held)} candidate subsets have "
             f">= {options.min_images_per_subset} images (largest: {largest}), and the best "
             f"subject {best[0]!r} has {best[1]} such subsets but needs more than {options.min_subsets_per_class}",
             "lower --min-images-per-subset and/or --min-subsets-per-class, or give more input data",
@@ -231,23 +227,23 @@ def _class_rows(subject: str, a: Any, n_images: int) -> tuple[dict, pa.Table, pa
     )
 
 
-def _stats(source, kept: KeptSubsets, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
+def _stats(held, kept: KeptSubsets, class_rows: list, n_edges: int, options: BuildOptions) -> dict:
     status_counts: dict[str, int] = {}
     for r in class_rows:
         status_counts[r["embedding_status"]] = status_counts.get(r["embedding_status"], 0) + 1
     return {
-        "candidate_keys": len(source),
-        "candidate_images": source.distinct_images(kept_only=False),
-        "kept_subsets_any_class": source.big(options.min_images_per_subset)[0],
+        "candidate_keys": len(held),
+        "candidate_images": held.distinct_images(kept_only=False),
+        "kept_subsets_any_class": held.big(options.min_images_per_subset)[0],
         "classes": len(kept.classes),
         "subsets": int(kept.sid.size),
-        "images": source.distinct_images(kept_only=True),
+        "images": held.distinct_images(kept_only=True),
         "subsets_per_class": _summary([r["n_subsets"] for r in class_rows]),
         "images_per_subset": _summary(kept.sizes.tolist()),
-        "kinds": source.kind_counts(),
+        "kinds": held.kind_counts(),
         "embedding_status": dict(sorted(status_counts.items())),
         "edges": n_edges,
-        "name_collisions_merged": int(source.collisions),
+        "name_collisions_merged": int(held.collisions),
         "rules": {
             "min_images_per_subset": options.min_images_per_subset,
             "min_subsets_per_class": options.min_subsets_per_class,
@@ -260,9 +256,7 @@ def build_artifact(
     out: str | os.PathLike,
     options: BuildOptions = BuildOptions(),
     *,
-    image_meta: pa.Table | Iterable[Mapping[str, Any]] | None = None,
-    inputs: Sequence[Mapping[str, Any]] = (),
-    source: Provenance = "custom",
+    record: InputRecord = InputRecord(),
     source_info: SourceInfo | None = None,
     plots: bool = True,
     workers: int = 1,
@@ -271,9 +265,10 @@ def build_artifact(
     """Apply the rules, analyse every class and write the artifact folder atomically.
 
     ``candidates``: every candidate subset (kinds not enabled in ``options`` are dropped first).
-    ``image_meta``: optional images.parquet rows (scene-graph sources). Returns the loaded Artifact.
+    ``record``: what was read (input files, provenance, images.parquet rows of scene-graph and COCO
+    inputs; ``build_inputs.InputRecord``). Returns the loaded Artifact.
     ``out`` must be new, empty or (with ``force``) an earlier artifact; it never holds an input.
-    ``source_info``: the licence, name and homepage of user data (``source`` custom only).
+    ``source_info``: the licence, name and homepage of user data (provenance custom only).
     ``workers``: processes that analyse the classes (the same tables for any number); they are
     started with ``spawn``, which re-imports the caller's main script (guard it with
     ``if __name__ == "__main__":``).
@@ -281,14 +276,14 @@ def build_artifact(
     workers = positive_int(workers, "workers")
 
     options = options.validate()
-    source_info = check_source_info(source_info, source)
+    source_info = check_source_info(source_info, record.provenance)
     held = _InMemory(candidates) if isinstance(candidates, CandidateSubsets) else candidates
     plot = plots and _can_plot()
     # One writer thread compresses membership.parquet (streamed from the candidates) and the image
     # table while the classes are analysed (pyarrow and DuckDB release the GIL). Leaving the
     # executor waits for it; closing the candidates removes their spill folder; atomic_dir then
     # renames, or removes everything on error.
-    input_paths = [i.get("path") for i in inputs]
+    input_paths = [i.get("path") for i in record.inputs]
     with atomic_dir(out, kind=art.ARTIFACT_KIND, force=force, inputs=input_paths) as tmp:
         try:
             clock = _Clock()
@@ -298,7 +293,7 @@ def build_artifact(
             kept = _apply_rules(held, options)
             logger.info(f"rules: {len(kept.classes)} classes, {kept.sid.size} subsets in {clock}")
             with ThreadPoolExecutor(max_workers=1) as writer:
-                files = _write_tables(held, kept, options, tmp, writer, image_meta, plot, workers)
+                files = _write_tables(held, kept, options, tmp, writer, record.image_meta, plot, workers)
             manifest = art.Manifest(
                 format=art.FORMAT,
                 format_version=art.FORMAT_VERSION,
@@ -308,9 +303,9 @@ def build_artifact(
                 content_hash=art.table_hash(tmp, files),
                 # per table, checked by Artifact when it reads one (tables of two builds are never mixed)
                 table_sha256={f: sha256_file(tmp / f) for f in sorted(files)},
-                inputs=tuple(dict(i) for i in inputs),
-                source=source,
-                synthetic=is_synthetic(source),
+                inputs=tuple(dict(i) for i in record.inputs),
+                source=record.provenance,
+                synthetic=is_synthetic(record.provenance),
                 source_info=source_info,
             )
             art.write_json(tmp / "manifest.json", manifest.to_dict())
@@ -421,177 +416,57 @@ def _write_tables(
 
 def build_from_inputs(
     out: str | os.PathLike,
-    *,
-    scene_graphs: Sequence[str | os.PathLike] = (),
-    candidate_subsets: str | os.PathLike | None = None,
-    attributes_pickle: str | os.PathLike | None = None,
-    coco_annotations: Sequence[str | os.PathLike] = (),
-    tags: str | os.PathLike | None = None,
-    hf_dataset: MultiLabelDataset | None = None,
+    given: BuildInput,
     options: BuildOptions = BuildOptions(),
-    source: Provenance | None = None,
+    *,
+    provenance: Provenance | None = None,
     source_info: SourceInfo | None = None,
     plots: bool = True,
     workers: int = 1,
     memory_limit: int | None = None,
     force: bool = False,
 ) -> "art.Artifact":
-    """The ``metashift-hf build`` pipeline: one source -> artifact.
+    """The ``metashift-hf build`` pipeline: one build input -> artifact.
 
-    Sources: GQA scene graphs; the published pickle(s); COCO instance files (``coco_annotations``);
-    a tags table (``tags``: CSV/parquet of image_id,tag rows); a Hub dataset with a multi-label
-    column (``hf_dataset``). The multi-label sources make ``subject(context)`` subsets by
-    co-occurrence (builders/tags.py), restricted by ``options.subject_tags/subject_categories``.
-    Passing ``attributes_pickle`` turns ``include_attributes`` on (it is the only thing it holds).
-    ``workers=2`` reads large scene-graph files with two processes (see read_scene_graphs).
-    ``source`` is the provenance recorded in manifest.json (core.provenance); by default it is
-    ``demo`` for files listed by a demo-world summary beside them, else ``gqa`` / ``published`` /
-    ``coco`` / ``custom``. ``source_info`` (licence, name, homepage) describes user data: it needs
-    source ``custom`` (the default of ``tags`` and ``hf_dataset``). ``memory_limit`` (bytes; default
-    ``tag_store.DEFAULT_MEMORY_FRACTION`` of physical memory) bounds DuckDB, which counts the candidates
-    of the multi-label sources out of core, spilling into the build's temporary folder beyond it.
+    ``given`` is one of the registered build inputs (``build_inputs.BUILD_INPUTS``): ``SceneGraphs``
+    (GQA scene graphs), ``PublishedPickles``, ``CocoAnnotations``, ``TagsTable`` (CSV/parquet of
+    image_id,tag rows), ``HubMultiLabel`` (a Hub dataset with a multi-label column). The multi-label
+    inputs make ``subject(context)`` subsets by co-occurrence (builders/tags.py), restricted by
+    ``options.subject_tags/subject_categories``. ``workers=2`` reads large scene-graph files with two
+    processes (see read_scene_graphs).
+    ``provenance`` is recorded in manifest.json (core.provenance); by default the input's own
+    (``demo`` for scene graphs listed by a demo-world summary beside them). ``source_info`` (licence,
+    name, homepage) describes user data: it needs provenance ``custom`` (the default of the tags and
+    Hub inputs). ``memory_limit`` (bytes; default ``tag_store.DEFAULT_MEMORY_FRACTION`` of physical
+    memory) bounds DuckDB, which counts the candidates of the multi-label inputs out of core, spilling
+    into the build's temporary folder beyond it.
     """
-
-    workers = positive_int(workers, "workers")
-    if memory_limit is not None:
-        memory_limit = byte_size(memory_limit, "memory_limit")
-
+    if not isinstance(given, BuildInput):
+        raise InputFormatError(f"{given!r} is not a build input", BUILD_INPUTS.fix)
+    settings = ReadSettings(
+        positive_int(workers, "workers"), None if memory_limit is None else byte_size(memory_limit, "memory_limit")
+    )
     options = options.validate()
-    if source is not None and source not in PROVENANCES:
-        raise InputFormatError(f"unknown provenance {source!r}", f"use one of: {', '.join(PROVENANCES)}")
+    if provenance is not None and provenance not in PROVENANCES:
+        raise InputFormatError(f"unknown provenance {provenance!r}", f"use one of: {', '.join(PROVENANCES)}")
     # before the (long) read: only user data takes a licence and origin from the user
-    check_source_info(
-        source_info,
-        source
-        or (
-            "custom"
-            if tags or hf_dataset
-            else "coco"
-            if coco_annotations
-            else "published"
-            if candidate_subsets or attributes_pickle
-            else "gqa"
-        ),
-    )
+    check_source_info(source_info, provenance or given.provenance)
     # before the (long) read: an --out that may not be replaced fails at once
-    check_out(
-        out,
-        art.ARTIFACT_KIND,
-        force=force,
-        inputs=[*scene_graphs, candidate_subsets, attributes_pickle, *coco_annotations, tags],
-    )
-    given = [
-        name
-        for name, v in (
-            ("--scene-graphs", scene_graphs),
-            ("--candidate-subsets/--attributes-pickle", candidate_subsets or attributes_pickle),
-            ("--coco-annotations", coco_annotations),
-            ("--tags", tags),
-            ("--hf-dataset", hf_dataset),
-        )
-        if v
-    ]
-    if len(given) != 1:
-        raise InputFormatError(
-            f"{len(given)} sources given ({', '.join(given) or 'none'})" if given else "no input given",
-            "build from one source: --scene-graphs FILE [FILE ...], --candidate-subsets PKL [--attributes-pickle PKL], "
-            "--coco-annotations FILE [FILE ...], --tags FILE, or --hf-dataset NAME --tag-column COL",
-        )
-    multi_label = bool(coco_annotations or tags or hf_dataset)
-    if not multi_label and (options.subject_tags or options.subject_categories):
+    check_out(out, art.ARTIFACT_KIND, force=force, inputs=given.paths())
+    if not given.multi_label and (options.subject_tags or options.subject_categories):
         raise InputFormatError(
             "--subject-tags/--subject-categories apply to multi-label sources only",
             "use them with --coco-annotations, --tags or --hf-dataset",
         )
-    clock = _Clock()
-    image_meta = None
-    if scene_graphs:
-        sg = read_scene_graphs(scene_graphs, workers=workers)
-        logger.info(
-            f"read: {len(sg.image_ids)} images, {len(sg.obj_names)} objects, {len(sg.rel_subjects)} relations "
-            f"from {len(scene_graphs)} file(s) in {clock}"
-        )
-        clock = _Clock()
-        candidates = candidates_from_scene_graphs(
-            sg, pairing=options.pairing, general_context_as=options.general_context_as, kinds=options.kinds()
-        )
-        logger.info(f"candidates: {len(candidates)} subsets ({options.pairing} pairing) in {clock}")
-        inputs = [
-            {"path": str(Path(p).resolve()), "sha256": d, "role": "scene_graphs"}
-            for p, d in zip(scene_graphs, sg.sha256)
-        ]
-        image_meta = sg.meta
-        # The demo world is GQA-shaped but drawn: recognise it by its summary file listing these
-        # exact files, so `build --scene-graphs world/*.json` does not label drawn shapes as GQA.
-        default_source = "demo" if demo_world_summary(scene_graphs, sg.sha256) else "gqa"
-        del sg
-    elif multi_label:
-        if coco_annotations:
-            coco = read_coco_annotations(coco_annotations)
-            table = coco.tags
-            inputs = [
-                {"path": str(Path(p).resolve()), "sha256": d, "role": "coco_annotations"}
-                for p, d in zip(coco_annotations, coco.sha256)
-            ]
-            image_meta = coco_image_meta(coco)
-            default_source = "coco"
-            logger.info(
-                f"read: {len(coco.images)} images, {coco.n_annotations} annotations, {len(table.tags)} categories "
-                f"from {len(coco_annotations)} file(s) in {clock}"
-            )
-        elif tags:
-            # checked now (file, columns); read batch by batch into DuckDB when build_artifact opens it
-            table = TagsFile(tags)
-            inputs = [{"path": str(Path(tags).resolve()), "sha256": sha256_file(tags), "role": "tags"}]
-            default_source = "custom"
-        else:
-            ds = hf_dataset.load()
-            hf_dataset = hf_dataset.resolved(ds)
-            table = hf_dataset.tag_table(ds)
-            inputs = [hf_dataset.input_record()]
-            default_source = "custom"
-            logger.info(f"read: {len(table)} image-tag rows from {hf_dataset.name} in {clock}")
-        # the reader's Arrow buffers are freed by now; hand their pages back (mimalloc/jemalloc keep them)
-        pa.default_memory_pool().release_unused()
-        # counted out of core when build_artifact opens it (tag co-occurrence, DuckDB under memory_limit)
-        candidates = TagCandidates(
-            table,
-            subjects=options.subject_tags,
-            subject_categories=options.subject_categories,
-            memory_limit=memory_limit,
-            threads=workers,
-        )
-    else:
-        parts, inputs = [], []
-        if attributes_pickle:
-            options = dataclasses.replace(options, include_attributes=True)
-        for path, role, is_attr in (
-            (candidate_subsets, "candidate_subsets", False),
-            (attributes_pickle, "attributes_pickle", True),
-        ):
-            swapped = {False: "attributes-candidate-subsets.pkl", True: "full-candidate-subsets.pkl"}[is_attr]
-            if path and Path(path).name == swapped:
-                flag = "--attributes-pickle" if not is_attr else "--candidate-subsets"
-                raise InputFormatError(
-                    f"{path} was given as --{role.replace('_', '-')}, but its name says it is the other published pickle",
-                    f"pass it with {flag} (kinds of its subsets depend on which file it is)",
-                )
-            if path:
-                parts.append(load_candidate_pickle(path, attributes=is_attr))  # checks existence and format
-                digest = verify_known(path) or sha256_file(path)
-                inputs.append({"path": str(Path(path).resolve()), "sha256": digest, "role": role})
-        candidates = CandidateSubsets.combine(parts)
-        logger.info(f"candidates: loaded {len(candidates)} subsets in {clock}")
-        default_source = "published"
+    read = given.read(options, settings)
+    record = read.record if provenance is None else dataclasses.replace(read.record, provenance=provenance)
     return build_artifact(
-        candidates,
+        read.candidates,
         out,
-        options,
-        image_meta=image_meta,
-        inputs=inputs,
-        source=source or default_source,
+        read.options,
+        record=record,
         source_info=source_info,
         plots=plots,
-        workers=workers,
+        workers=settings.workers,
         force=force,
     )

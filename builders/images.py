@@ -411,6 +411,14 @@ class FolderImages(ImageSource):
         return f"folder {self.path} ({len(self._index)} images{extra})"
 
 
+def open_zip(path: str | os.PathLike, fix: str) -> zipfile.ZipFile:
+    """``zipfile.ZipFile(path)``, or an InputFormatError naming the file (``fix``: what the user does)."""
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputFormatError(f"{path} is not a readable zip file ({exc})", fix) from exc
+
+
 class ZipImages(ImageSource):
     """Entries of a zip indexed by basename stem (``images/2375429.jpg`` -> ``"2375429"``).
 
@@ -420,13 +428,9 @@ class ZipImages(ImageSource):
     """
 
     def __init__(self, path: Path) -> None:
-        try:
-            zf = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as exc:
-            raise InputFormatError(
-                f"{path} is not a readable zip file ({exc})",
-                "point --images at a complete zip (re-download it if it was cut short) or at a folder of <id>.jpg",
-            ) from exc
+        zf = open_zip(
+            path, "point --images at a complete zip (re-download it if it was cut short) or at a folder of <id>.jpg"
+        )
         index: dict[str, zipfile.ZipInfo] = {}
         self.duplicates = 0
         self.unsafe: list[str] = []  # member paths that leave the archive's tree: never indexed

@@ -1,9 +1,11 @@
-"""Matching an artifact (or subset-names + vocabulary files) end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
+"""Matching end to end: inputs (an artifact, or subset-names + vocabulary files) -> match -> task registry -> folder."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.core.errors import MetashiftError
@@ -36,12 +38,12 @@ def artifact_inputs(artifact) -> tuple[list[str], list[SubsetRecord], dict]:
         SubsetRecord(str(s), str(a), str(c), int(n), bool(k))
         for s, a, c, n, k in zip(table["subset"], table["subject"], table["context"], table["n_images"], table["kept"])
     ]
-    source = {"kind": "artifact", "path": str(Path(art.root)), "content_hash": art.content_hash}
-    return vocabulary_of(records), sorted(records, key=lambda r: r.subset), source
+    read_from = {"kind": "artifact", "path": str(Path(art.root)), "content_hash": art.content_hash}
+    return vocabulary_of(records), sorted(records, key=lambda r: r.subset), read_from
 
 
 def load_inputs(artifact=None, subset_names=None, vocabulary=None):
-    """(artifact or None, vocabulary, subset records, source description) from one of the two input kinds."""
+    """(artifact or None, vocabulary, subset records, description of what was read) from one of the two input kinds."""
     if (artifact is None) == (subset_names is None):
         raise MetashiftError(
             "give exactly one input: an artifact, or a subset-names file (with an optional vocabulary file)",
@@ -49,50 +51,56 @@ def load_inputs(artifact=None, subset_names=None, vocabulary=None):
         )
     if artifact is not None:
         art = Artifact.load(artifact)
-        names, subsets, source = artifact_inputs(art)
-        return art, names, subsets, source
+        names, subsets, read_from = artifact_inputs(art)
+        return art, names, subsets, read_from
     subsets = read_subset_names(subset_names)
     names = read_vocabulary(vocabulary) if vocabulary else vocabulary_of(subsets)
-    source = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
+    read_from = {"kind": "files", "subset_names": {"path": str(subset_names), "sha256": sha256_file(subset_names)}}
     if vocabulary:
-        source["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
-    return None, names, subsets, source
+        read_from["vocabulary"] = {"path": str(vocabulary), "sha256": sha256_file(vocabulary)}
+    return None, names, subsets, read_from
+
+
+@dataclass(frozen=True)
+class MatchInputs:
+    """What a match reads: an ``artifact``, or a ``subset_names`` file (``vocabulary`` defaults to the
+    names in the subsets); the ``hierarchy`` (``wordnet`` | ``paper`` | ``tree:PATH``) with the local
+    published tree (``paper_tree``, for ``paper``); WordNet's ``cache_dir``."""
+
+    artifact: Any = None  # an Artifact or its folder
+    subset_names: str | os.PathLike | None = None
+    vocabulary: str | os.PathLike | None = None
+    hierarchy: str = "wordnet"
+    paper_tree: str | os.PathLike | None = None
+    cache_dir: str | os.PathLike | None = None
+
+    def files(self) -> list:
+        """Every local file or folder read (an output may never be one of them)."""
+        tree = self.hierarchy[len("tree:") :] if self.hierarchy.startswith("tree:") else None
+        return [self.subset_names, self.vocabulary, self.paper_tree, tree]
 
 
 def run_match(
+    inputs: MatchInputs,
     *,
-    hierarchy: str = "wordnet",
-    artifact=None,
-    subset_names: str | os.PathLike | None = None,
-    vocabulary: str | os.PathLike | None = None,
     out: str | os.PathLike | None = None,
     min_subsets: int = DEFAULT_MIN_SUBSETS,
     level: int = DEFAULT_LEVEL,
-    cache_dir: str | os.PathLike | None = None,
-    paper_tree: str | os.PathLike | None = None,
     write: bool = True,
     force: bool = False,
 ) -> MatchResult:
     """Match, enumerate tasks and write the folder (``out``, default ``ARTIFACT/match``) when ``write``.
 
-    Give either ``artifact`` or ``subset_names`` (``vocabulary`` defaults to the names in the subsets).
     ``out`` must be new, empty or (with ``force``) an earlier match folder.
     """
-    art, names, subsets, source = load_inputs(artifact, subset_names, vocabulary)
+    art, names, subsets, read_from = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
     if out is None and art is not None:
         out = Path(art.root) / "match"
-    inputs = [
-        subset_names,
-        vocabulary,
-        paper_tree,
-        hierarchy[len("tree:") :] if hierarchy.startswith("tree:") else None,
-        art.root if art is not None else None,
-    ]
     if write and out is not None:
-        out = check_out(out, MATCH_KIND, force=force, inputs=inputs)
-    wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
-    result = match(names, subsets, tree, wn, source=source)
+        out = check_out(out, MATCH_KIND, force=force, inputs=[*inputs.files(), art.root if art is not None else None])
+    wn = load_wordnet(cache_dir=inputs.cache_dir)
+    tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
+    result = match(names, subsets, tree, wn, read_from=read_from)
     if art is not None:
         result.class_images = {
             c: len(frozenset().union(*(art.images(s) for s in result.subsets_of(c)))) for c in result.classes()
@@ -117,23 +125,14 @@ def run_match(
     return result
 
 
-def explain_names(
-    names: list[str],
-    *,
-    hierarchy: str = "wordnet",
-    artifact=None,
-    subset_names: str | os.PathLike | None = None,
-    vocabulary: str | os.PathLike | None = None,
-    paper_tree: str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> str:
-    """Explain names or ``subject(context)`` subsets; with inputs, also how they are used there."""
-    wn = load_wordnet(cache_dir=cache_dir)
-    tree = load_hierarchy(hierarchy, wn, paper_tree=paper_tree)
+def explain_names(names: list[str], inputs: MatchInputs = MatchInputs()) -> str:
+    """Explain names or ``subject(context)`` subsets; with an artifact or subset names, also how they are used there."""
+    wn = load_wordnet(cache_dir=inputs.cache_dir)
+    tree = load_hierarchy(inputs.hierarchy, wn, paper_tree=inputs.paper_tree)
     result = None
-    if artifact is not None or subset_names is not None:
-        _, vocab, subsets, source = load_inputs(artifact, subset_names, vocabulary)
-        result = match(vocab, subsets, tree, wn, source=source)
+    if inputs.artifact is not None or inputs.subset_names is not None:
+        _, vocab, subsets, read_from = load_inputs(inputs.artifact, inputs.subset_names, inputs.vocabulary)
+        result = match(vocab, subsets, tree, wn, read_from=read_from)
     parts = []
     for name in names:
         name = name.strip()

@@ -91,6 +91,7 @@ class MetashiftConfig(datasets.BuilderConfig):
     min_local_groups: int | None = None
     artifact_hash: str | None = None  # filled by the builder: keys the cache to the artifact content
     images_stamp: str | None = None  # filled by the builder: size + mtime of the image folder/zip
+    plan_digest: str | None = None  # given with ``plan=``: keys the cache to the rows of that plan
     verify_images: bool = True
 
 
@@ -263,6 +264,14 @@ class Metashift(datasets.ArrowBasedBuilder):
                 pass  # a missing source is reported when the splits are generated
         # The cache is keyed by the config kwargs: the content hash makes a rebuilt artifact a new cache.
         kwargs.setdefault("artifact_hash", self._artifact.content_hash)
+        # a plan made already (metashift_hf.hub.task_data.TaskData.prepare, the one materialiser): used as it is,
+        # never planned a second time; its digest keys the cache
+        self._given_plan: TaskPlan | None = kwargs.pop("plan", None)
+        if self._given_plan is not None and (self._given_plan.task_id != name or not kwargs.get("plan_digest")):
+            raise InputFormatError(
+                f"plan of task {self._given_plan.task_id} given for config {name}, or without its plan_digest",
+                "pass config_name=plan.task_id and plan_digest=metashift_hf.hub.task_data.plan_digest(plan)",
+            )
         self._plan: TaskPlan | None = None
         self._source = None
         super().__init__(*args, **kwargs)
@@ -281,7 +290,7 @@ class Metashift(datasets.ArrowBasedBuilder):
             options.update({k: getattr(c, k) for k in TASK_OPTION_FIELDS if getattr(c, k) is not None})
             if c.attributes_dataset:
                 options[OLD_LOADER_ATTRIBUTES_FLAG] = True
-            self._plan = plan_task(c.name, self._artifact, seed=int(c.seed), **options)
+            self._plan = self._given_plan or plan_task(c.name, self._artifact, seed=int(c.seed), **options)
             if c.with_image_metadata and not (Path(self._artifact.root) / "images.parquet").is_file():
                 # the fix depends on the source: only GQA's scene graphs can give a published-pickle artifact
                 # its metadata; a tags or Hub-dataset artifact never has any (no GQA advice for user data)

@@ -24,6 +24,7 @@ from metashift_hf.core.errors import (
 from .metagraph import group_distance_code
 from .plan import GroupDef, GroupSource, TaskPlan
 from .shifts import (
+    DGGroups,
     DGSizes,
     SubpopSizes,
     ambiguous_images,
@@ -302,10 +303,7 @@ def dg_plan(
     return domain_generalisation(
         task_id,
         source,
-        classes=list(CLASSES),
-        train=train,
-        test=test,
-        additional_test=extra,
+        DGGroups(tuple(CLASSES), tuple(train), tuple(test), tuple(extra)),
         sizes=sizes,
         seed=seed,
         distance=distance,

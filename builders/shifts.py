@@ -256,14 +256,26 @@ class DGSizes:
         )
 
 
+@dataclass(frozen=True)
+class DGGroups:
+    """The groups of a domain-generalisation task: its classes, training groups, (OOD) test groups and
+    optional additional test groups."""
+
+    classes: tuple[str, ...]
+    train: tuple[GroupDef, ...]
+    test: tuple[GroupDef, ...]
+    additional_test: tuple[GroupDef, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("classes", "train", "test", "additional_test"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
 def domain_generalisation(
     task_id: str,
     source: GroupSource,
+    groups: DGGroups,
     *,
-    classes: Sequence[str],
-    train: Sequence[GroupDef],
-    test: Sequence[GroupDef],
-    additional_test: Sequence[GroupDef] = (),
     sizes: DGSizes = DGSizes(),
     seed: int = 0,
     ambiguous: frozenset[str] | None = None,
@@ -271,8 +283,8 @@ def domain_generalisation(
     shift_type: ShiftType = "marginal",
     **spec_fields: Any,
 ) -> TaskPlan:
-    """Train on ``train`` groups, test (out of distribution) on ``test`` groups, plus
-    ``additional_test`` groups when ``sizes.additional_test_per_group`` is not 0. ``shift_type``: the
+    """Train on ``groups.train``, test (out of distribution) on ``groups.test``, plus
+    ``groups.additional_test`` when ``sizes.additional_test_per_group`` is not 0. ``shift_type``: the
     declared type (``joint`` when training groups are class-specific and a test context has both
     classes, as in the paper's DG tasks: S then tells Y in training, not in test).
 
@@ -281,6 +293,7 @@ def domain_generalisation(
     training group (and of the main test groups, so each image is counted once). Validation and
     id_test are seeded hold-outs of the training groups. ``spec_fields``: further ShiftSpec fields.
     """
+    classes, train, test, additional_test = list(groups.classes), groups.train, groups.test, groups.additional_test
     _check_classes(task_id, source, classes)
     amb = ambiguous_images(source, classes) if ambiguous is None else ambiguous
     removed: Counter = Counter()
@@ -293,7 +306,7 @@ def domain_generalisation(
     add_sets = _carve(source, additional_test, ambiguous=amb, exclude=all_train | all_test, removed=removed)
     rm = _RowMaker(source)
     splits: dict[str, list[Row]] = {s: [] for s in SPLITS}
-    groups: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
+    specs: dict[str, list[GroupSpec]] = {s: [] for s in SPLITS}
     ov = "train_per_group=, validation_per_group=, id_test_per_group="
     for g in train:
         order = seeded_order(train_sets[g.name], seed, f"{task_id}/{g.name}")
@@ -306,7 +319,7 @@ def domain_generalisation(
         splits["id_test"] += rm.rows(g, order[n_tr + n_va : n_tr + n_va + n_id])
         found = _found(source, g)
         for s in ("train", "validation", "id_test"):
-            groups[s].append(_group_spec(g, contexts_found=found))
+            specs[s].append(_group_spec(g, contexts_found=found))
     notes = []
     for g, extra in [(g, False) for g in test] + [(g, True) for g in additional_test]:
         ids = (test_sets if not extra else add_sets)[g.name]
@@ -324,9 +337,9 @@ def domain_generalisation(
         if cap is not None:
             order = order[:cap]
         splits["test"] += rm.rows(g, order)
-        groups["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
+        specs["test"].append(_group_spec(g, contexts_found=_found(source, g), additional=extra))
     return finish_plan(
-        task_id, shift_type, classes, seed, splits, groups, removed, notes, distance=distance, **spec_fields
+        task_id, shift_type, classes, seed, splits, specs, removed, notes, distance=distance, **spec_fields
     )
 
 
@@ -345,28 +358,45 @@ def contexts_near_distance(distances: Mapping[str, float], target: float, k: int
     return [c for _, c in sorted(ok)[:k]]
 
 
+@dataclass(frozen=True)
+class DistanceTarget:
+    """The shifted class of a DG-by-distance task: trained on the ``k`` kept contexts whose subset
+    distance to ``<cls>(<test_context>)`` is nearest ``distance``, tested on that subset."""
+
+    cls: str
+    test_context: str
+    distance: float
+    k: int = 2
+
+
+@dataclass(frozen=True)
+class FixedContexts:
+    """The other class of a DG-by-distance task, with its training and test contexts as given."""
+
+    cls: str
+    train_contexts: tuple[str, ...]
+    test_contexts: tuple[str, ...]
+
+
 def domain_generalisation_by_distance(
     task_id: str,
     source: GroupSource,
     artifact,
+    target: DistanceTarget,
+    other: FixedContexts,
     *,
-    shifted_class: str,
-    test_context: str,
-    target_distance: float,
-    other_class: str,
-    other_train_contexts: Sequence[str],
-    other_test_contexts: Sequence[str],
-    k: int = 2,
     sizes: DGSizes = DGSizes(),
     seed: int = 0,
 ) -> TaskPlan:
-    """Binary DG task whose ``shifted_class`` is trained on the ``k`` kept contexts whose subset
-    distance to ``<shifted_class>(<test_context>)`` is nearest ``target_distance``.
+    """Binary DG task whose shifted class (``target.cls``) is trained on the ``target.k`` kept contexts
+    whose subset distance to ``<cls>(<test_context>)`` is nearest ``target.distance``.
 
     Distance = ``artifact.distance`` (the spectral rule, or resistance when the test subset has no
     embedding; ``metric`` in the spec says which); the achieved distance (mean over the chosen
     contexts) goes in the spec.
     """
+    shifted_class, test_context, target_distance, k = target.cls, target.test_context, target.distance, target.k
+    other_class = other.cls
     test_subset = f"{shifted_class}({test_context})"
     answers = {
         ctx: artifact.distance(test_subset, f"{shifted_class}({ctx})")
@@ -379,16 +409,14 @@ def domain_generalisation_by_distance(
     cands = {ctx: d.value for ctx, d in answers.items() if d.rule == metric}
     chosen = contexts_near_distance(cands, target_distance, k)
     achieved = float(np.mean([cands[c] for c in chosen]))
-    train = [GroupDef(other_class, c, (c,), c) for c in other_train_contexts]
+    train = [GroupDef(other_class, c, (c,), c) for c in other.train_contexts]
     train += [GroupDef(shifted_class, c, (c,), c) for c in chosen]
-    test = [GroupDef(other_class, c, (c,), c) for c in other_test_contexts]
+    test = [GroupDef(other_class, c, (c,), c) for c in other.test_contexts]
     test += [GroupDef(shifted_class, test_context, (test_context,), test_context)]
     return domain_generalisation(
         task_id,
         source,
-        classes=sorted({shifted_class, other_class}),
-        train=train,
-        test=test,
+        DGGroups(tuple(sorted({shifted_class, other_class})), tuple(train), tuple(test)),
         sizes=sizes,
         seed=seed,
         distance=ShiftDistance(

@@ -6,7 +6,8 @@ Every task id of an artifact belongs to exactly one :class:`TaskFamily`. A famil
 how to plan one of its tasks (:meth:`~TaskFamily.plan`). :func:`plan_task` and :func:`task_ids`
 are the only entry points; nothing else dispatches on task-id prefixes.
 
-Adding a family = one subclass + ``register(MyFamily())``::
+Adding a family = one subclass + ``TASK_FAMILIES.register(MyFamily())`` (the one registry idiom,
+``core.registry.Registry``; entries are family instances, resolved in registration order)::
 
     @dataclass(frozen=True)
     class LevelOptions:
@@ -19,7 +20,7 @@ Adding a family = one subclass + ``register(MyFamily())``::
         def classes(self, artifact, task_id): return (task_id[len("level-"):],)
         def plan(self, artifact, task_id, options, seed): ...  # -> TaskPlan
 
-    register(LevelFamily())
+    TASK_FAMILIES.register(LevelFamily())
 
 Options arrive as a flat mapping (Python keywords, ``--set KEY=VALUE``, builder config fields);
 :func:`parse_options` checks names against the family's options dataclass and converts
@@ -50,8 +51,9 @@ from metashift_hf.core.errors import (
 from metashift_hf.core.names import SubsetName, id_slug
 from metashift_hf.core.options import seed as seed_option
 from metashift_hf.core.options import text as text_option
+from metashift_hf.core.registry import Registry
 
-from . import coco_tasks, levels, paper_tasks, shifts
+from . import coco_tasks, level_plans, levels, paper_tasks, shifts
 from .artifact import Artifact
 from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
 from .distances import Distance
@@ -121,19 +123,12 @@ class TaskFamily(ABC):
         """The split plan; ``options`` is an instance of :attr:`options_type`."""
 
 
-_FAMILIES: list[TaskFamily] = []
-
-
-def register(family: TaskFamily) -> TaskFamily:
-    """Add a family; ids are resolved in registration order (the first family that owns an id)."""
-    if any(f.name == family.name for f in _FAMILIES):
-        raise MetashiftError(f"task family {family.name!r} is registered twice", "give the new family another name")
-    _FAMILIES.append(family)
-    return family
+# Ids are resolved in registration order: the first family that owns an id plans it.
+TASK_FAMILIES: Registry[TaskFamily] = Registry("task family", "see docs/tasks.md (task families)")
 
 
 def families() -> tuple[TaskFamily, ...]:
-    return tuple(_FAMILIES)
+    return TASK_FAMILIES.values()
 
 
 def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> Any:
@@ -143,7 +138,9 @@ def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> A
     values = {}
     for name, value in raw.items():
         if name not in known:
-            others = [f.title for f in _FAMILIES if f is not family and name in option_docs(f.options_type)]
+            others = [
+                f.title for f in TASK_FAMILIES.values() if f is not family and name in option_docs(f.options_type)
+            ]
             if others:
                 raise InputFormatError(
                     f"option {name} applies to the {' and the '.join(others)}, not task {task_id!r}",
@@ -166,7 +163,7 @@ class _PaperFamily(TaskFamily):
     def ids(self, artifact: Artifact) -> list[str]:
         if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
             return []
-        return [i for i in paper_tasks.applicable(artifact_source(artifact)) if i in self.task_ids]
+        return [i for i in paper_tasks.applicable(group_source(artifact)) if i in self.task_ids]
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return paper_tasks.CLASSES
@@ -178,7 +175,7 @@ class _PaperFamily(TaskFamily):
                 "build the artifact from GQA scene graphs (or the demo world), which has both",
             )
         plan = paper_tasks.plan(
-            task_id, artifact_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
+            task_id, group_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
         )
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
@@ -204,14 +201,14 @@ class CocoSubpopFamily(TaskFamily):
         return task_id in coco_tasks.TASK_IDS
 
     def ids(self, artifact: Artifact) -> list[str]:
-        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(artifact_source(artifact)) else []
+        return list(coco_tasks.TASK_IDS) if coco_tasks.applicable(group_source(artifact)) else []
 
     def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
         return coco_tasks.CLASSES
 
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
         sizes = paper_tasks.sized(task_id, coco_tasks.default_sizes(task_id), options.scale, given_sizes(options))
-        plan = coco_tasks.plan(task_id, artifact_source(artifact), sizes=sizes, seed=seed)
+        plan = coco_tasks.plan(task_id, group_source(artifact), sizes=sizes, seed=seed)
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
 
@@ -304,7 +301,7 @@ class ClassFamily(TaskFamily):
         cls = class_of_task(task_id, artifact)
         if cls is None:
             raise unknown_task(task_id, artifact)
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, [cls], None, None, options)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=_filters(options))
 
@@ -357,7 +354,7 @@ class CollectionFamily(TaskFamily):
                     f"artifact {artifact.root} has no kept attribute subsets",
                     "build with --include-attributes or from the attributes pickle",
                 )
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         ctx = _collection_contexts(task_id, artifact, source, classes, kinds, options.attributes, options)
         filters = replace(_filters(options), selected_classes=options.selected_classes, attributes=options.attributes)
         return shifts.collection(task_id, source, contexts=ctx, seed=seed, filters=filters)
@@ -370,7 +367,7 @@ def _match_dir(artifact: Artifact) -> Path:
 _SOURCES: "weakref.WeakKeyDictionary[Artifact, ArtifactSource]" = weakref.WeakKeyDictionary()
 
 
-def artifact_source(artifact: Artifact) -> ArtifactSource:
+def group_source(artifact: Artifact) -> ArtifactSource:
     """One ArtifactSource per loaded Artifact: building it walks every candidate subset (~2 s at full
     scale), and listing task ids asked for one per family (six), planning for one per task."""
     source = _SOURCES.get(artifact)
@@ -487,7 +484,7 @@ class MatchedFamily(TaskFamily):
             )
         return shifts.community_shift(
             task_id,
-            artifact_source(artifact),
+            group_source(artifact),
             classes=classes,
             sizes=options,
             seed=seed,
@@ -524,11 +521,7 @@ def _context_distance(artifact: Artifact):
 def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
     """Contexts kept for every class with an embedding in every class's meta-graph (distances exist)."""
     sets = [
-        {
-            x
-            for x in artifact_source(artifact).kept_contexts(c)
-            if artifact.embedding(str(SubsetName(c, x))) is not None
-        }
+        {x for x in group_source(artifact).kept_contexts(c) if artifact.embedding(str(SubsetName(c, x))) is not None}
         for c in classes
     ]
     return sorted(set.intersection(*sets)) if sets else []
@@ -549,9 +542,9 @@ class ShiftFamily(TaskFamily):
         pair = self.listed_pair
         if not set(pair) <= set(artifact.classes()):
             return []
-        source = artifact_source(artifact)
+        source = group_source(artifact)
         o = levels.LevelSizes()
-        shared = levels.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
+        shared = level_plans.shared_contexts(source, pair, o.min_images, shifts.ambiguous_images(source, pair))
         if len(shared) < o.test_contexts + o.levels * o.train_contexts:
             return []
         return [levels.task_id(self.shift_type, pair, n) for n in levels.level_names(self.shift_type, o.levels)]
@@ -561,12 +554,14 @@ class ShiftFamily(TaskFamily):
 
     def plan(self, artifact: Artifact, task_id: str, options: levels.LevelSizes, seed: int) -> TaskPlan:
         classes = self.classes(artifact, task_id)
-        source = artifact_source(artifact)
-        shared = levels.shared_contexts(source, classes, options.min_images, shifts.ambiguous_images(source, classes))
+        source = group_source(artifact)
+        shared = level_plans.shared_contexts(
+            source, classes, options.min_images, shifts.ambiguous_images(source, classes)
+        )
         embedded = set(_embedded_contexts(artifact, classes))
         # cat/dog: the paper's indoor/outdoor groups are the conditional factor (s1 = indoor)
         paper = paper_tasks.SUBPOP_GROUPS if set(classes) == set(paper_tasks.CLASSES) else None
-        return levels.plan(
+        return level_plans.plan(
             task_id,
             source,
             _context_distance(artifact),
@@ -606,7 +601,7 @@ for _family in (
     ConditionalShiftFamily(),
     JointShiftFamily(),
 ):
-    register(_family)
+    TASK_FAMILIES.register(_family)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,7 +610,7 @@ for _family in (
 def kinds() -> tuple[str, ...]:
     """Every task kind of the registered families, in registration order."""
     out: list[str] = []
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         out += [k for k in f.kinds() if k not in out]
     return tuple(out)
 
@@ -623,7 +618,7 @@ def kinds() -> tuple[str, ...]:
 def task_ids(artifact: Artifact) -> list[str]:
     """Every task id valid for this artifact, family by family (matched ones when ARTIFACT/match/ exists)."""
     out: list[str] = []
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         out += [i for i in f.ids(artifact) if i not in out]
     return out
 
@@ -643,7 +638,7 @@ def family_of(artifact: Artifact, task_id: str) -> TaskFamily:
             "no task id given",
             "pass a task id, e.g. 'paper-dg-cat-dog-1' (list them with `metashift-hf tasks list --artifact ARTIFACT`)",
         )
-    for f in _FAMILIES:
+    for f in TASK_FAMILIES.values():
         if f.owns(artifact, task_id):
             return f
     raise unknown_task(task_id, artifact)
@@ -692,7 +687,7 @@ __all__ = [
     "class_task_id",
     "class_of_task",
     "kinds",
-    "register",
+    "TASK_FAMILIES",
     "families",
     "family_of",
     "plan_task",

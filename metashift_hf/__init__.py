@@ -3,7 +3,12 @@
 Quick start::
 
     import metashift_hf
-    ds = metashift_hf.load("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip")
+    from metashift_hf import TaskRef
+    ds = metashift_hf.load(TaskRef("paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip"))
+
+A task request is one ``TaskRef`` (task, artifact, images, seed, config, revision, options); ``load``/``prepare``
+/``plan``, ``open_task``, ``shift_spec``, ``score``, ``Evaluator`` and ``evaluate`` all take it (or an exported
+folder, a Hub repo id, a loaded dataset).
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ _LAZY = {
     "prepare": "metashift_hf.hub.api",
     "plan": "metashift_hf.hub.api",
     "Artifact": "metashift_hf.builders.artifact",
-    "shift_spec": "metashift_hf.hub.task_source",
+    "shift_spec": "metashift_hf.hub.task_open",
     "ShiftSpec": "metashift_hf.builders.spec",
     "Evaluator": "metashift_hf.research.evaluator",
-    "open_task": "metashift_hf.hub.task_source",
-    "TaskRef": "metashift_hf.hub.task_source",
-    "TaskOrigin": "metashift_hf.hub.task_source",
+    "open_task": "metashift_hf.hub.task_open",
+    "TaskRef": "metashift_hf.hub.task_data",
+    "TaskOrigin": "metashift_hf.hub.task_open",
     "score": "metashift_hf.research.score",
     "loader": "metashift_hf.research.loader",
     "eval_loader": "metashift_hf.research.loader",

@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.build_inputs import SceneGraphs
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir
@@ -24,7 +25,8 @@ from .evaluate import EvalConfig
 from .evaluate import evaluate as run_eval
 from .hub.api import prepare
 from .hub.export import export_prepared, verify_export
-from .hub.task_source import TaskRef
+from .hub.task_data import TaskRef
+from .hub.task_open import TaskOrigin
 from .research.train import TrainConfig, train
 from .sources.demo_world import generate_demo_world
 
@@ -82,7 +84,7 @@ def run_demo(
     paths["world"] = world.root
 
     stage("2/7 build: candidate subsets -> rules -> meta-graphs, communities, embeddings")
-    art = build_from_inputs(out / "artifact", scene_graphs=world.scene_graphs, source="demo", force=True)
+    art = build_from_inputs(out / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo", force=True)
     st = art.stats
     logger.info(
         f"   {st.candidate_keys} candidate subsets -> {st.classes} classes, {st.subsets} subsets, "
@@ -101,7 +103,7 @@ def run_demo(
     stage("3/7 match: WordNet 3.0 -> ImageNet-1k hierarchy, binary and multiclass tasks")
     matched_task = None
     try:
-        result = run_match(artifact=art, hierarchy="wordnet")
+        result = run_match(MatchInputs(artifact=art, hierarchy="wordnet"))
         fig = result.figures
         logger.info(
             f"   {fig.get('vocabulary_names')} names -> {fig.get('matched_names')} matched -> "
@@ -123,7 +125,8 @@ def run_demo(
 
     tasks = list(DEMO_TASKS) + ([matched_task] if matched_task else [])
     # materialised once: the spec printed here, the export and the evaluation all use these
-    prepared = {t: prepare(t, art, world.images_dir, seed=seed, **DEMO_TASKS.get(t, {})) for t in tasks}
+    origin = TaskOrigin(artifact=art, images=world.images_dir, seed=seed, task_options=DEMO_TASKS)
+    prepared = {t: prepare(origin.ref(t)) for t in tasks}
     for task in tasks:
         spec = prepared[task].spec
         sizes = ", ".join(f"{k} {v}" for k, v in spec.split_sizes.items())
@@ -137,7 +140,7 @@ def run_demo(
     stage("5/7 export: parquet + README YAML + dataset cards, loaded back with datasets.load_dataset")
 
     hub = out / "hub"
-    for repo in export_prepared(list(prepared.values()), art, hub, force=True):
+    for repo in export_prepared(list(prepared.values()), origin, hub, force=True):
         for config in repo.configs:
             # compared row by row (ids, labels, exact JPEG bytes) with the prepared task, streaming too
             result = verify_export(repo.path, config, expected=prepared[config].dataset)

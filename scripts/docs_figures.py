@@ -34,7 +34,8 @@ from typing import Any, Callable
 from metashift_hf.builders import tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.build_inputs import SceneGraphs
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.models.base import CROP_RULE
@@ -74,7 +75,7 @@ DEMO_SCALE = 0.5  # what the demo world needs for the tasks that do not fit at t
 def demo_artifact(root: Path) -> Artifact:
     """The artifact `metashift-hf demo` builds (demo world, seed 0)."""
     world = generate_demo_world(root / "world", seed=0)
-    return build_from_inputs(root / "artifact", scene_graphs=world.scene_graphs, source="demo")
+    return build_from_inputs(root / "artifact", given=SceneGraphs(world.scene_graphs), provenance="demo")
 
 
 def _plan(art: Artifact, task_id: str) -> tuple[ShiftSpec, str]:
@@ -138,7 +139,9 @@ def matched_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "artifact"
         shutil.copytree(art.root, root, ignore=shutil.ignore_patterns("match"))
-        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=wordnet_cache or Path(tmp) / "wordnet")
+        run_match(
+            MatchInputs(artifact=str(root), hierarchy="wordnet", cache_dir=wordnet_cache or Path(tmp) / "wordnet")
+        )
         matched = Artifact.load(root)
         lines = [
             "| task | train / validation / test / id_test | d (paper rule; per class) | declared | measured | "

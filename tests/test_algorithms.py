@@ -202,7 +202,8 @@ def test_mixup_mixes_pairs_and_softens_predictions(world):
         rule = ALGORITHMS[method](
             torch, s.hparams, data.train_groups, data.n_groups, data.train_envs, data.n_envs, "cpu"
         )
-        module, _, _ = fitting._stage(torch, learner, rule, data, s, 0, "train", 12, None, [], None, None, False)
+        loop = fitting._SeedLoop(torch, learner, data, s, 0, [], None, False)
+        module, _, _ = fitting._stage(loop, rule, "train", 12, None, None)
         return learner.probs(module, ["train"])["train"].max(1).mean()
 
     assert last_epoch_confidence("mixup", alpha=1.0) < last_epoch_confidence("erm") - 0.01

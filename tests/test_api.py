@@ -14,12 +14,16 @@ from metashift_hf.core.errors import (
     MissingImagesError,
     UnknownNameError,
 )
-from metashift_hf.hub import api
+from metashift_hf.hub import api, task_open
 from metashift_hf.hub.api import plan
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 def test_plan_needs_no_images(builder_world):
-    p = api.plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1, seed=2)
+    p = api.plan(
+        TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, seed=2, options={"scale": 0.1})
+    )
     t = p.table()
     assert list(t.columns) == ["split", "image_id", "label", "group", "group_id", "context", "contexts", "community"]
     assert [p.group_names()[i] for i in t["group_id"]] == list(t["group"])
@@ -49,7 +53,9 @@ def test_available_tasks(builder_world, matched):
 def test_matched_task_default_shift(builder_world, matched, tmp_path):
     from metashift_hf import wordnet_match
 
-    task = api.prepare("bin-cat-dog", matched, builder_world["folder"], cache_dir=tmp_path, seed=1)
+    task = api.prepare(
+        TaskRef("bin-cat-dog", artifact=matched, images=builder_world["folder"], seed=1), cache_dir=tmp_path
+    )
     ds, spec = task.dataset, task.spec
     assert task.task_id == "bin-cat-dog" and set(ds) == {"train", "validation", "test", "id_test"}
     art = builder_world["artifact"]
@@ -77,17 +83,18 @@ def test_matched_task_default_shift(builder_world, matched, tmp_path):
     assert spec.distance.rule == "paper" and set(spec.distance.per_class) == {"cat", "dog"}
     assert spec.registry.kind == "binary"
     with pytest.raises(UnknownNameError, match="validation_fraction"):
-        api.plan("bin-cat-dog", matched, validation_fractio=0.2)
+        api.plan(TaskRef("bin-cat-dog", artifact=matched, options={"validation_fractio": 0.2}))
     assert "imagenet-5" not in api.available_tasks(matched)  # airplane/elephant/horse are absent here
     with pytest.raises(MetashiftError, match="not available"):
-        api.plan("imagenet-5", matched)
+        api.plan(TaskRef("imagenet-5", artifact=matched))
 
 
 def test_load_equals_prepare_and_top_level_export(builder_world, tmp_path):
-    kw = dict(scale=0.1, seed=5, cache_dir=tmp_path)
-    prepared = api.prepare("paper-subpop-cat-dog-p1", builder_world["artifact"], builder_world["zip"], **kw)
+    kw = dict(seed=5, options={"scale": 0.1})
+    task, art = "paper-subpop-cat-dog-p1", builder_world["artifact"]
+    prepared = api.prepare(TaskRef(task, artifact=art, images=builder_world["zip"], **kw), cache_dir=tmp_path)
     loaded = metashift_hf.load(
-        "paper-subpop-cat-dog-p1", builder_world["artifact"].root, builder_world["folder"], **kw
+        metashift_hf.TaskRef(task, artifact=art.root, images=builder_world["folder"], **kw), cache_dir=tmp_path
     )
     for s in prepared.dataset:
         assert prepared.dataset[s]["image_id"] == loaded[s]["image_id"]
@@ -96,11 +103,11 @@ def test_load_equals_prepare_and_top_level_export(builder_world, tmp_path):
 
 def test_errors(builder_world):
     with pytest.raises(MissingImagesError, match="images"):
-        api.prepare("class-cat", builder_world["artifact"])
+        api.prepare(TaskRef("class-cat", artifact=builder_world["artifact"]))
     with pytest.raises(UnknownNameError, match="did you mean"):
-        api.plan("paper-subpop-cat-dog-p3", builder_world["artifact"])
+        api.plan(TaskRef("paper-subpop-cat-dog-p3", artifact=builder_world["artifact"]))
     with pytest.raises(UnknownNameError, match="scale"):
-        api.plan("paper-dg-cat-dog-1", builder_world["artifact"], scal=0.1)
+        api.plan(TaskRef("paper-dg-cat-dog-1", artifact=builder_world["artifact"], options={"scal": 0.1}))
 
 
 def test_plan_identical_across_processes_and_hash_seeds(builder_world):
@@ -111,8 +118,8 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
     import sys
 
     code = (
-        "import hashlib, sys; from metashift_hf.hub.api import plan; "
-        "p = plan(sys.argv[1], sys.argv[2], scale=0.1, seed=7); "
+        "import hashlib, sys; from metashift_hf import TaskRef, plan; "
+        "p = plan(TaskRef(sys.argv[1], artifact=sys.argv[2], seed=7, options={'scale': 0.1})); "
         "print(hashlib.sha256(p.table().to_json().encode() + p.spec.to_json().encode()).hexdigest())"
     )
     outs = set()
@@ -129,7 +136,9 @@ def test_plan_identical_across_processes_and_hash_seeds(builder_world):
             assert r.returncode == 0, r.stderr
             outs.add(r.stdout.strip())
     assert len(outs) == 1
-    local = plan("paper-dg-cat-dog-2", builder_world["artifact"].root, scale=0.1, seed=7)
+    local = plan(
+        TaskRef("paper-dg-cat-dog-2", artifact=builder_world["artifact"].root, seed=7, options={"scale": 0.1})
+    )
     assert hashlib.sha256(local.table().to_json().encode() + local.spec.to_json().encode()).hexdigest() in outs
 
 
@@ -144,8 +153,8 @@ def test_an_empty_group_is_not_a_size_problem(builder_world, monkeypatch):
     def empty_plan(task, *a, **k):
         raise EmptyGroupError(f"task {task}: group dog(x) has 0 images", "this task cannot be made from this artifact")
 
-    monkeypatch.setattr(api, "plan", empty_plan)
-    monkeypatch.setattr(api, "fitting_scale", lambda *a, **k: pytest.fail("no scale can plan an empty group"))
+    monkeypatch.setattr(task_open, "plan_task", empty_plan)
+    monkeypatch.setattr(task_open, "fitting_scale", lambda *a, **k: pytest.fail("no scale can plan an empty group"))
     with pytest.raises(EmptyGroupError) as exc:
-        api.plan_all(["paper-dg-cat-dog-1"], builder_world["artifact"].root)
+        TaskOrigin(artifact=builder_world["artifact"].root).open(["paper-dg-cat-dog-1"])
     assert "--set" not in exc.value.fix and "cannot be made" in exc.value.fix

@@ -11,6 +11,7 @@ import pytest
 from fixtures.worlds import two_cluster_subsets
 from metashift_hf.builders.artifact import Artifact, ArtifactStats, Manifest
 from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.build_inputs import InputRecord
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
 
@@ -33,8 +34,7 @@ def built(tmp_path_factory):
         CandidateSubsets.from_dict(world()),
         out,
         BuildOptions(),
-        source="custom",
-        inputs=[{"path": "x", "sha256": "0" * 64, "role": "test"}],
+        record=InputRecord(provenance="custom", inputs=[{"path": "x", "sha256": "0" * 64, "role": "test"}]),
         plots=False,
     )
     return a

@@ -13,9 +13,11 @@ import pytest
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError, UnknownNameError
 from metashift_hf.hub import api
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.bugs import find_bugs
+from metashift_hf.research.train import TrainConfig
 from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
 
@@ -35,7 +37,7 @@ def _predictions(tp, wrong_context: str, cls: str) -> pd.DataFrame:
 
 def test_bugs_find_the_planted_context(builder_world, tmp_path, capsys):
     art = builder_world["artifact"]
-    tp = api.plan(TASK, art.root)
+    tp = api.plan(TaskRef(TASK, artifact=art.root))
     test_cat = [r for r in tp.splits["test"] if r.label == "cat"]
     counts = pd.Series([c for r in test_cat for c in r.contexts]).value_counts()
     target = counts.index[0]  # the largest context of the test cats: all of it predicted wrong
@@ -96,7 +98,7 @@ def test_model_specs():
 def fake_train(ref, *a, config=None, **k):
     """Stand-in training: OOD accuracy 0.9 - distance - delta (+0.3 x mixed fraction), ID 0.9; groupdro +0.05."""
     cfg = a[1] if len(a) > 1 else config  # train(task, out, config)
-    lev = ref.task.spec.level  # a TaskRef of the planned task
+    lev = ref.plan.spec.level  # the level task, opened (TaskData)
     ood = 0.9 - (lev.distance or 0) - (lev.delta or 0) + 0.3 * lev.mixed_fraction
     ood += 0.05 if cfg.method == "groupdro" else 0
     idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
@@ -115,13 +117,13 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "train", fake_train)
     monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
     out = tmp_path / "ood"
+    origin = TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"])
     r = ood_experiments.ood_levels(
-        builder_world["artifact"].root,
-        builder_world["folder"],
+        origin,
         out,
-        shift_type="marginal",
-        models=["erm", "groupdro"],
-        seeds=2,
+        ood_experiments.OodLevelsConfig(
+            shift_type="marginal", models=("erm", "groupdro"), training=TrainConfig(seeds=2)
+        ),
     )
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
     curves = {(c["model"], c["curve"]): c for c in r["curves"]}
@@ -140,7 +142,7 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     table = pd.read_csv(out / "levels.csv")
     assert len(table) == 2 * 7 and set(table["level"]) >= {"d0", "d3", "d3-mix50"}
     with pytest.raises(MetashiftError):  # --out now holds an experiment: replaced only with force
-        ood_experiments.ood_levels(builder_world["artifact"].root, builder_world["folder"], out)
+        ood_experiments.ood_levels(origin, out)
 
 
 def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys):
@@ -204,7 +206,8 @@ def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "image_features", fake_features)
     monkeypatch.setattr(ood_experiments, "train", fake_cluster_train)
     out = tmp_path / "clustered"
-    r = ood_experiments.clustered(builder_world["artifact"].root, builder_world["folder"], out, k=3, seeds=1)
+    origin = TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"])
+    r = ood_experiments.clustered(origin, out, ood_experiments.ClusteredConfig(k=3, training=TrainConfig(seeds=1)))
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "clusters.csv", "assignments.csv"}
     assert [row["k"] for row in r["per_k"]] == [0, 1, 2] and len(plans) == 3
     for kk, tp in enumerate(plans):

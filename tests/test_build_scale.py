@@ -17,6 +17,7 @@ from metashift_hf.builders import artifact as art
 from metashift_hf.builders import build, tag_store, tags
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_artifact, build_from_inputs
+from metashift_hf.builders.build_inputs import TagsTable
 from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.builders.tag_store import TagCandidates
@@ -191,7 +192,7 @@ def test_memory_limit_sizes(text, expected):
 @pytest.mark.parametrize("bad", ["1MB", "lots", "-2GB", "nan", 1.5, True, 0])
 def test_memory_limit_refused_before_any_work(bad, tmp_path):
     with pytest.raises(OptionError, match="memory_limit"):
-        build_from_inputs(tmp_path / "art", tags=tmp_path / "missing.csv", memory_limit=bad)
+        build_from_inputs(tmp_path / "art", given=TagsTable(tmp_path / "missing.csv"), memory_limit=bad)
     with pytest.raises(OptionError, match="memory_limit"):
         TagCandidates(TagTable.from_columns(["1"], ["a"]), memory_limit=bad)
 
@@ -331,7 +332,9 @@ def test_tags_file_streamed_into_duckdb_builds_the_artifact_of_the_whole_table_r
         options,
         plots=False,
     )
-    new = build_from_inputs(tmp_path / "new", tags=path, options=options, plots=False, memory_limit=MIN_BYTE_SIZE)
+    new = build_from_inputs(
+        tmp_path / "new", given=TagsTable(path), options=options, plots=False, memory_limit=MIN_BYTE_SIZE
+    )
     assert len(old.classes()) > 3
     assert old.subsets_table()["category"].notna().any()
     for f in ARTIFACT_FILES:
@@ -355,7 +358,7 @@ def test_tags_file_errors_are_the_whole_table_readers_across_batches(tmp_path, m
     with pytest.raises(InputFormatError, match=message) as old:
         _whole_table_reference(path, csv=False)
     with pytest.raises(InputFormatError, match=message) as new:
-        build_from_inputs(tmp_path / "art", tags=path, plots=False)
+        build_from_inputs(tmp_path / "art", given=TagsTable(path), plots=False)
     assert str(new.value) == str(old.value)
     assert not (tmp_path / "art").exists()
 
@@ -402,7 +405,10 @@ def test_image_counts_run_under_the_memory_limit_not_the_read_back_limit(tmp_pat
     picks = np.argsort(rng.random((n, 20)), axis=1)[:, :per].ravel()  # 4 distinct tags of 20 per image
     pq.write_table(pa.table({"image_id": ids, "tag": np.char.add("t", picks.astype(str))}), tmp_path / "t.parquet")
     out = build_from_inputs(
-        tmp_path / "art", tags=tmp_path / "t.parquet", plots=False, options=BuildOptions(min_images_per_subset=10)
+        tmp_path / "art",
+        given=TagsTable(tmp_path / "t.parquet"),
+        plots=False,
+        options=BuildOptions(min_images_per_subset=10),
     )
     stats = json.loads((out.root / "stats.json").read_text())
     assert stats["candidate_images"] == n, stats

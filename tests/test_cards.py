@@ -18,8 +18,11 @@ from metashift_hf.builders.group_distances import TrainTestDistance, train_test_
 from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
+from metashift_hf.cards import text as card_text
+from metashift_hf.cards import usage as card_usage
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 # what export draws for the first task of ``exported`` (matplotlib installed): both classes' role graphs, the grid
@@ -43,7 +46,7 @@ def exported(tmp_path_factory):
         make_prepared("paper-dg-cat-dog-1", images),
         make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
     ]
-    repos = export_prepared(tasks, art, root / "out", namespace="metashift-org")
+    repos = export_prepared(tasks, TaskOrigin(artifact=art), root / "out", namespace="metashift-org")
     return art, tasks, repos
 
 
@@ -166,11 +169,11 @@ def test_index_card_lists_every_task_repo(exported):
 
 def test_missing_placeholder_value_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "about.md").write_text("licence for $nobody\n")
-    monkeypatch.setattr(cards, "TEMPLATE_DIR", tmp_path)
+    monkeypatch.setattr(card_text, "TEMPLATE_DIR", tmp_path)
     with pytest.raises(InputFormatError, match=r"\$nobody"):
-        cards._render("about.md")
+        card_text.render_template("about.md")
     with pytest.raises(InputFormatError, match="missing"):
-        cards._render("task_card.md")
+        card_text.render_template("task_card.md")
 
 
 def test_size_categories():
@@ -231,7 +234,7 @@ def test_subpopulation_card_warns_about_small_validation_groups(exported):
         spec=SimpleNamespace(shift_type="conditional"),
         group_rows={"validation": {"cat(indoor)": 40, "dog(indoor)": 3, "cat(outdoor)": 5}},
     )
-    words = cards.recommended_metric(info)
+    words = card_usage.recommended_metric(info)
     assert "as few as 3 images in a group: `dog(indoor)` 3, `cat(outdoor)` 5, `cat(indoor)` 40" in words
 
 
@@ -337,7 +340,7 @@ def test_task_pictures_are_pngs_linked_with_alt_text_and_caption(exported):
 def test_task_pictures_are_deterministic(exported, tmp_path):
     pytest.importorskip("matplotlib")
     art, tasks, repos = exported
-    again = export_prepared(tasks[:1], art, tmp_path / "out")[0]
+    again = export_prepared(tasks[:1], TaskOrigin(artifact=art), tmp_path / "out")[0]
     for name in TASK_PICTURES:
         assert (again.path / name).read_bytes() == (repos[0].path / name).read_bytes(), name
 
@@ -347,7 +350,7 @@ def test_without_matplotlib_the_card_omits_the_pictures(exported, tmp_path, monk
 
     art, tasks, _ = exported
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails as if not installed
-    repo = export_prepared(tasks[:1], art, tmp_path / "out")[0]
+    repo = export_prepared(tasks[:1], TaskOrigin(artifact=art), tmp_path / "out")[0]
     assert sorted(p.name for p in (repo.path / "images").iterdir()) == ["cat.png"]  # the artifact's copy only
     text = (repo.path / "README.md").read_text()
     assert "No example picture in this export" in text and "groups.png" not in text
@@ -382,7 +385,7 @@ def test_multi_label_task_says_so_and_how_to_use_it(exported, tmp_path):
     art, _, _ = exported
     images = sample_jpegs(tmp_path / "images")
     prepared = make_prepared("classes", images[:4] + images, shift_type="none")  # 4 images twice in train
-    repo = export_prepared([prepared], art, tmp_path / "out", namespace="ns")[0]
+    repo = export_prepared([prepared], TaskOrigin(artifact=art), tmp_path / "out", namespace="ns")[0]
     card = DatasetCard.load(repo.path / "README.md")
     assert card.data.task_ids == ["multi-label-image-classification"]
     assert "**multi-label** task" in card.text and "12 rows for 8 images in `train`" in card.text
@@ -397,7 +400,7 @@ def _matched_card(tmp_path, n_images: int = 30) -> tuple[str, dict]:
 
     art = build_tiny_artifact(tmp_path / "artifact")
     task = three_split_task("bin-cat-dog", sample_jpegs(tmp_path / "images", n=n_images), matched=True)
-    repo = export_prepared([task], art, tmp_path / "out", namespace="metashift-org")[0]
+    repo = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "out", namespace="metashift-org")[0]
     images = {s: len(set(d["image_id"])) for s, d in task.dataset.items()}
     return (repo.path / "README.md").read_text(), images
 
@@ -426,7 +429,7 @@ def test_card_quick_evaluate_estimate_is_the_measured_cost_times_the_images(tmp_
     )
     # the figure follows the measured file, whatever it holds (no number typed into a template)
     monkeypatch.setattr(
-        cards, "eval_cost", lambda: {"machine": "a test machine", "seconds_per_image": {"224": 2.0, "128": 0.5}}
+        card_usage, "eval_cost", lambda: {"machine": "a test machine", "seconds_per_image": {"224": 2.0, "128": 0.5}}
     )
     other, _ = _matched_card(tmp_path / "again")
     assert f"on a test machine: about {round(0.5 * quick)} s for this, about {2 * sum(images.values())} s" in " ".join(

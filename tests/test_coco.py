@@ -11,11 +11,13 @@ import pytest
 
 from metashift_hf.builders import coco_tasks
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import CocoAnnotations
 from metashift_hf.builders.coco import COCO_CATEGORIES, read_coco_annotations
 from metashift_hf.builders.images import open_images
 from metashift_hf.builders.tasks import plan_task
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.sources.coco_world import write_coco_world
 
 
@@ -27,7 +29,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def coco_artifact(world, tmp_path_factory):
     files = sorted((world / "annotations").glob("instances_*.json"))
-    return build_from_inputs(tmp_path_factory.mktemp("art") / "a", coco_annotations=files, plots=False)
+    return build_from_inputs(tmp_path_factory.mktemp("art") / "a", given=CocoAnnotations(files), plots=False)
 
 
 def expected_subsets(world) -> dict[str, set[str]]:
@@ -63,7 +65,7 @@ def test_zip_and_json_give_the_same_artifact(world, coco_artifact, tmp_path):
     with zipfile.ZipFile(z, "w") as zf:
         for f in sorted((world / "annotations").glob("*.json")):
             zf.write(f, f"annotations/{f.name}")
-    a = build_from_inputs(tmp_path / "z", coco_annotations=[z], plots=False)
+    a = build_from_inputs(tmp_path / "z", given=CocoAnnotations([z]), plots=False)
     assert a.content_hash == coco_artifact.content_hash
 
 
@@ -71,14 +73,14 @@ def test_subject_options(world, tmp_path):
     files = sorted((world / "annotations").glob("instances_*.json"))
     a = build_from_inputs(
         tmp_path / "a",
-        coco_annotations=files,
+        given=CocoAnnotations(files),
         plots=False,
         options=BuildOptions(subject_categories=("animal",), subject_tags=("person",)),
     )
     assert set(a.subsets_table()["subject"]) <= {n for _, n, s in COCO_CATEGORIES if s == "animal"} | {"person"}
     with pytest.raises(InputFormatError, match="do not occur"):
         build_from_inputs(
-            tmp_path / "b", coco_annotations=files, plots=False, options=BuildOptions(subject_tags=("unicorn",))
+            tmp_path / "b", given=CocoAnnotations(files), plots=False, options=BuildOptions(subject_tags=("unicorn",))
         )
 
 
@@ -177,7 +179,8 @@ def test_coco_card_names_coco_not_visual_genome(coco_artifact, world, tmp_path):
     from metashift_hf.hub.api import prepare
 
     task = prepare(
-        "paper-coco-subpop-cat-dog-p7", coco_artifact, images=world, scale=0.05, cache_dir=tmp_path / "cache"
+        TaskRef("paper-coco-subpop-cat-dog-p7", artifact=coco_artifact, images=world, options={"scale": 0.05}),
+        cache_dir=tmp_path / "cache",
     )
     info = cards.task_info(task, coco_artifact, repo_id="ns/metashift-coco")
     text = cards.render_task_card(info, None)

@@ -14,8 +14,7 @@ import pandas as pd
 import pytest
 
 from metashift_hf import cli
-from metashift_hf.core.errors import MetashiftError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.compare import COLUMNS, GROUP_METRIC, METRICS
 
 
@@ -236,8 +235,9 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     )
     result = train(task, None, TrainConfig(epochs=2), backbone=bb, cache_dir=tmp_path, progress=False)
     assert result.runs[0].head["weight"].shape == (2, 4) and result.card["backbone"]["name"] == "module:tiny"
-    with pytest.raises(MetashiftError, match="image-size"):
-        load_backbone("torchvision:resnet18", image_size=64)
+    # --image-size is evaluate's rule for every backbone (Classifier.at_image_size): another size, another key
+    small = load_backbone(from_module(net, prep, name="tiny"), image_size=48)
+    assert small.classifier.preprocessing.crop == 48 and small.key != bb.key
 
 
 def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_world, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from metashift_hf.builders import distances as dist
 from metashift_hf.builders import metagraph as mg
 from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.builders.build_inputs import PublishedPickles
 
 
 # sha256 over "a\tb\t<distance to 6 decimals>\n" for every pair of embedded subsets (a < b, classes
@@ -25,7 +26,9 @@ ORIGINAL_SPECTRAL_SHA256 = "c6458babed4ddefcb639fcf6d233d0711f297d20c0e2511ada57
 
 def test_attributes_pickle_every_pair_answered_spectral_unchanged(shared_ref, tmp_path):
     art = build_from_inputs(
-        tmp_path / "a", attributes_pickle=shared_ref / "metashift" / "attributes-candidate-subsets.pkl", plots=False
+        tmp_path / "a",
+        given=PublishedPickles(attributes_pickle=shared_ref / "metashift" / "attributes-candidate-subsets.pkl"),
+        plots=False,
     )
     h, counts = hashlib.sha256(), {}
     for subject in sorted(art.classes()):

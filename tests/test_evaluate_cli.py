@@ -10,6 +10,7 @@ import pytest
 
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
+from metashift_hf.hub.task_data import TaskRef
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,9 @@ def matched(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalart") / "artifact"
     art = build_artifact(CandidateSubsets.from_dict(subsets), root, BuildOptions(), plots=False)
     try:
-        from metashift_hf.builders.match_artifact import run_match
+        from metashift_hf.builders.match_artifact import MatchInputs, run_match
 
-        run_match(artifact=str(root), hierarchy="wordnet")
+        run_match(MatchInputs(artifact=str(root), hierarchy="wordnet"))
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     assert art.communities("dog")["dog(boat)"] != art.communities("dog")["dog(ball)"]
@@ -49,7 +50,7 @@ def _predictions(path, ids):
 def test_cli_predictions_on_matched_task(matched, tmp_path, capsys):
     from metashift_hf.hub import api
 
-    plan = api.plan("bin-cat-dog", matched)
+    plan = api.plan(TaskRef("bin-cat-dog", artifact=matched))
     table = plan.table()
     _predictions(tmp_path / "p.csv", sorted(set(table.image_id)))
     out = tmp_path / "eval"
@@ -169,8 +170,8 @@ def test_cli_sample_and_set(matched, tmp_path, capsys):
     """--sample N scores at most N images per split (seeded, recorded); --set reaches the task's planner."""
     from metashift_hf.hub import api
 
-    table = api.plan("bin-cat-dog", matched, train_max_per_class=10).table()
-    _predictions(tmp_path / "p.csv", sorted(set(api.plan("bin-cat-dog", matched).table().image_id)))
+    table = api.plan(TaskRef("bin-cat-dog", artifact=matched, options={"train_max_per_class": 10})).table()
+    _predictions(tmp_path / "p.csv", sorted(set(api.plan(TaskRef("bin-cat-dog", artifact=matched)).table().image_id)))
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fixtures.tasks import EXPORTED_TASK
 from metashift_hf.core.errors import InputFormatError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 

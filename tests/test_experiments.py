@@ -9,7 +9,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.core.errors import UnknownNameError
-from metashift_hf.hub.task_source import TaskOrigin
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research.experiments import EXPERIMENTS, run_experiment
 
 

@@ -17,7 +17,8 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.hub import shards
 from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub.shards import write_config
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def _sha(p: Path) -> str:
 def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
     originals = {p.stem: _sha(p) for p in images}
     task = make_prepared("paper-dg-cat-dog-1", images)
-    repos = export_prepared([task], art, tmp_path / "out")
+    repos = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "out")
     assert [r.name for r in repos] == ["metashift-paper-dg-cat-dog-1", "metashift"]
     repo = repos[0]
     # the task's own pictures (cards.pictures) where matplotlib is installed; tests/test_cards.py checks them
@@ -82,7 +83,7 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
 
 def test_verify_against_the_prepared_task_and_detects_tampering(art, images, tmp_path):
     task = make_prepared("paper-dg-cat-dog-1", images)
-    repo = export_prepared([task], art, tmp_path / "out")[0]
+    repo = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "out")[0]
     assert verify_export(repo.path, "paper-dg-cat-dog-1", task.dataset, streaming=False).splits["train"] == 10
     shard = repo.path / "paper-dg-cat-dog-1" / "train-00000-of-00001.parquet"
     table = pq.read_table(shard)
@@ -101,10 +102,10 @@ def test_verify_against_the_prepared_task_and_detects_tampering(art, images, tmp
 
 def test_deterministic_bytes(art, images, tmp_path):
     task = make_prepared("paper-dg-cat-dog-1", images)
-    a = export_prepared([task], art, tmp_path / "a")
+    a = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "a")
     b = export_prepared(
         [task],
-        art,
+        TaskOrigin(artifact=art),
         tmp_path / "b",
     )
     for ra, rb in zip(a, b):
@@ -112,11 +113,13 @@ def test_deterministic_bytes(art, images, tmp_path):
         for f in ra.files:
             if f != "README.md":  # README names the local folder in its load line
                 assert _sha(ra.path / f) == _sha(rb.path / f), f
-    c = export_prepared([task], art, tmp_path / "c", namespace="ns")
-    d = export_prepared([task], art, tmp_path / "d", namespace="ns")
+    c = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "c", namespace="ns")
+    d = export_prepared([task], TaskOrigin(artifact=art), tmp_path / "d", namespace="ns")
     for rc, rd in zip(c, d):  # naming the Hub repo, the README is byte-identical too
         assert {f: _sha(rc.path / f) for f in rc.files} == {f: _sha(rd.path / f) for f in rd.files}
-    again = export_prepared([task], art, tmp_path / "a", force=True)  # re-export replaces in place, same bytes
+    again = export_prepared(
+        [task], TaskOrigin(artifact=art), tmp_path / "a", force=True
+    )  # re-export replaces in place, same bytes
     assert {f: _sha(again[0].path / f) for f in again[0].files} == {f: _sha(a[0].path / f) for f in a[0].files}
 
 
@@ -142,7 +145,7 @@ def test_one_repo_layout(art, images, tmp_path):
         make_prepared("paper-dg-cat-dog-1", images),
         make_prepared("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
     ]
-    repos = export_prepared(tasks, art, tmp_path / "out", layout="one-repo")
+    repos = export_prepared(tasks, TaskOrigin(artifact=art), tmp_path / "out", layout="one-repo")
     assert len(repos) == 1 and repos[0].name == "metashift"
     assert repos[0].configs == ("paper-dg-cat-dog-1", "paper-subpop-cat-dog-p12")
     for cfg in repos[0].configs:
@@ -152,16 +155,18 @@ def test_one_repo_layout(art, images, tmp_path):
 
 def test_bad_names_are_refused_before_writing(art, images, tmp_path):
     with pytest.raises(InputFormatError, match="split name 'id-test'"):
-        export_prepared([make_prepared("t1", images, test_split="id-test")], art, tmp_path / "out")
+        export_prepared(
+            [make_prepared("t1", images, test_split="id-test")], TaskOrigin(artifact=art), tmp_path / "out"
+        )
     with pytest.raises(InputFormatError, match="config name 'bad name'"):
-        export_prepared([make_prepared("bad name", images)], art, tmp_path / "out")
+        export_prepared([make_prepared("bad name", images)], TaskOrigin(artifact=art), tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     with pytest.raises(UnknownNameError, match="layout"):
-        export_prepared([make_prepared("t1", images)], art, tmp_path / "out", layout="many")
+        export_prepared([make_prepared("t1", images)], TaskOrigin(artifact=art), tmp_path / "out", layout="many")
     with pytest.raises(MetashiftError, match="named twice"):
-        export_prepared([make_prepared("t1", images)] * 2, art, tmp_path / "out")
+        export_prepared([make_prepared("t1", images)] * 2, TaskOrigin(artifact=art), tmp_path / "out")
     with pytest.raises(InputFormatError, match="namespace"):
-        export_prepared([make_prepared("t1", images)], art, tmp_path / "out", namespace="bad--ns")
+        export_prepared([make_prepared("t1", images)], TaskOrigin(artifact=art), tmp_path / "out", namespace="bad--ns")
 
 
 def test_verify_needs_an_exported_repo(tmp_path):
@@ -191,8 +196,7 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
     repos = export_tasks(tasks, origin, root / "out", cache_dir=cache)
     assert [r.name for r in repos] == [f"metashift-{t}" for t in tasks] + ["metashift"]
     for repo, task in zip(repos, tasks):
-        overrides = {} if task == "class-cat" else {"scale": 0.5}
-        expected = prepare(task, art.root, world.images_dir, cache_dir=cache, **overrides)
+        expected = prepare(origin.ref(task), cache_dir=cache)
         result = verify_export(repo.path, task, expected.dataset)
         assert result.splits == {s: len(d) for s, d in expected.dataset.items()}
         # every exported config's shift_spec.json parses with the public call and round-trips equal
@@ -201,7 +205,7 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
         assert spec == expected.spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
         assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(TaskRef(repo.path, config=task)) == spec
         assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == spec
-        assert metashift_hf.shift_spec(TaskRef(task, artifact=art.root, options=overrides)) == spec
+        assert metashift_hf.shift_spec(origin.ref(task)) == spec
         loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
         assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
         for s, d in loaded.items():  # group_id comes back a ClassLabel over the task's groups

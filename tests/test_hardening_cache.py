@@ -28,15 +28,15 @@ torch = pytest.importorskip("torch")
 
 from fixtures.tasks import sample_jpegs  # noqa: E402
 from metashift_hf.builders.build import BuildOptions, build_artifact  # noqa: E402
-from metashift_hf.builders.match_artifact import run_match  # noqa: E402
+from metashift_hf.builders.match_artifact import MatchInputs, run_match  # noqa: E402
 from metashift_hf.builders.subsets import CandidateSubsets  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.core.names import path_component  # noqa: E402
 from metashift_hf.core.parts import part_checksum  # noqa: E402
-from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
+from metashift_hf.models import CacheConfig, OutputCache, Preprocessing, from_module, outputs  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
 
 
@@ -192,19 +192,28 @@ def zoo_world(tmp_path_factory):
     }
     build_artifact(CandidateSubsets.from_dict(subsets), root / "artifact", BuildOptions(), plots=False)
     try:
-        run_match(artifact=str(root / "artifact"), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
+        run_match(
+            MatchInputs(artifact=str(root / "artifact"), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn"))
+        )
     except MetashiftError as exc:  # WordNet dict files absent on this machine
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     sample_jpegs(root / "images", names=sorted({i for v in subsets.values() for i in v}))
-    kw = dict(artifact=root / "artifact", images=root / "images", settings=EvalConfig(progress=False, plots=False))
-    clean = evaluate_zoo([from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache_dir=root / "clean", **kw)
+    kw = dict(
+        origin=TaskOrigin(artifact=root / "artifact", images=root / "images"),
+        settings=EvalConfig(progress=False, plots=False),
+    )
+    clean = evaluate_zoo(
+        [from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache=CacheConfig(root / "clean"), **kw
+    )
     model = from_module(_net(0), PREP, name="tiny")
-    folder = LogitsCache(model.fingerprint(), root / "clean").folder
+    folder = OutputCache(outputs.logits(model), root / "clean").folder
     return {"kw": kw, "clean": clean, "folder": folder, "root": root}
 
 
 def _zoo(world, cache_dir: Path):
-    return evaluate_zoo([from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache_dir=cache_dir, **world["kw"])
+    return evaluate_zoo(
+        [from_module(_net(0), PREP, name="tiny")], ["bin-cat-dog"], cache=CacheConfig(cache_dir), **world["kw"]
+    )
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__)
@@ -231,10 +240,10 @@ def test_a_damaged_logits_part_is_skipped_and_recomputed(zoo_world, tmp_path, ca
     caplog.clear()
     again = _zoo(zoo_world, cache)
     assert again.computed["module:tiny"] == 0 and not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    fp = from_module(_net(0), PREP, name="tiny").fingerprint()
+    run = outputs.logits(from_module(_net(0), PREP, name="tiny"))
     keys = list(_load(_only_part(zoo_world["folder"], "part"))[0])
     np.testing.assert_array_equal(
-        LogitsCache(fp, cache).get(keys), LogitsCache(fp, zoo_world["root"] / "clean").get(keys)
+        OutputCache(run, cache).get(keys), OutputCache(run, zoo_world["root"] / "clean").get(keys)
     )
     if damage is symlink:
         assert (folder.parent / "elsewhere.npz").is_file()  # the link went, never what it pointed to
@@ -242,30 +251,30 @@ def test_a_damaged_logits_part_is_skipped_and_recomputed(zoo_world, tmp_path, ca
 
 def test_parts_of_different_widths_without_a_known_width(tmp_path, caplog):
     """No card, no width: the parts must agree; a second width is refused, never stacked (A3-18)."""
-    LogitsCache("a" * 64, tmp_path).add(["s1", "s2"], np.array([[1, 2, 3], [4, 5, 6]], np.float32))
-    other = LogitsCache("a" * 64, tmp_path, width=5)  # a writer of another width: the first part is refused for it
+    OutputCache("a" * 64, tmp_path).add(["s1", "s2"], np.array([[1, 2, 3], [4, 5, 6]], np.float32))
+    other = OutputCache("a" * 64, tmp_path, width=5)  # a writer of another width: the first part is refused for it
     assert len(other) == 0
     other.add(["s3"], np.ones((1, 5), np.float32))
     caplog.set_level(logging.WARNING)
-    again = LogitsCache("a" * 64, tmp_path)
+    again = OutputCache("a" * 64, tmp_path)
     kept = [s for s in ("s1", "s2", "s3") if s in again]
     assert kept in (["s1", "s2"], ["s3"]) and again.get(kept).shape == (len(kept), again.width)
     assert any("width" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
 def test_a_fifo_not_named_by_the_cache_is_neither_opened_nor_removed(tmp_path, caplog):
-    cache = LogitsCache("a" * 64, tmp_path)
+    cache = OutputCache("a" * 64, tmp_path)
     cache.add(["s1"], np.ones((1, 3), np.float32))
     os.mkfifo(cache.folder / "part-evil.npz")
     caplog.set_level(logging.WARNING)
     with deadline(20):
-        again = LogitsCache("a" * 64, tmp_path)
+        again = OutputCache("a" * 64, tmp_path)
     assert "s1" in again and (cache.folder / "part-evil.npz").exists()
     _check_warned(caplog, cache.folder / "part-evil.npz", "not a regular file")
 
 
 def test_the_model_width_is_checked_on_write_and_non_finite_rows_are_never_cached(tmp_path):
-    cache = LogitsCache("a" * 64, tmp_path, width=3)
+    cache = OutputCache("a" * 64, tmp_path, width=3)
     with pytest.raises(InputFormatError, match="width 2"):
         cache.add(["s1"], np.ones((1, 2), np.float32))
     with pytest.raises(InputFormatError, match="NaN"):
@@ -289,7 +298,7 @@ def feature_world(tmp_path_factory):
 def test_a_damaged_feature_shard_is_skipped_and_recomputed(feature_world, tmp_path, caplog, damage):
     bb, ids = feature_world["bb"], feature_world["ids"]
     shutil.copytree(feature_world["clean"].cache_dir, feature_cache_dir(bb, tmp_path))
-    shard = _only_part(feature_cache_dir(bb, tmp_path), "shard")
+    shard = _only_part(feature_cache_dir(bb, tmp_path), "part")
     why = damage(shard)
     caplog.set_level(logging.WARNING)
     with deadline(60):

@@ -123,7 +123,7 @@ def test_bad_community_caps_are_bad_values_not_group_sizes(art, value):
     from metashift_hf.core.errors import InputFormatError
 
     name, raw = value.split("=")
-    family = next(f for f in tasks._FAMILIES if f.options_type is shifts.CommunitySizes)
+    family = next(f for f in tasks.families() if f.options_type is shifts.CommunitySizes)
     with pytest.raises(InputFormatError, match=name) as exc:
         options = tasks.parse_options(family, "bin-cat-dog", {name: json.loads(raw)})
         shifts.community_shift("bin-cat-dog", shifts.ArtifactSource(art), classes=("cat", "dog"), sizes=options)

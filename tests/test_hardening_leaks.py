@@ -21,6 +21,7 @@ from metashift_hf.hub.api import PreparedTask
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos, scrub_token
 from metashift_hf.hub.shards import repo_files
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 TOKEN = "hf_SecretToken1234567890abcdef"
@@ -92,7 +93,7 @@ def test_export_refuses_markup_in_names(tmp_path, name):
         train_groups=(GroupSpec(group=f"{name}(x)", cls=name, contexts=("x",), n=1),),
     )
     with pytest.raises(InputFormatError, match="not plain text"):
-        export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out")
+        export_prepared([PreparedTask("t", ds, spec)], TaskOrigin(artifact=art), tmp_path / "out")
     spec = ShiftSpec(
         "t",
         "none",
@@ -102,7 +103,7 @@ def test_export_refuses_markup_in_names(tmp_path, name):
         train_groups=(GroupSpec(group="cat(y)", cls="cat", contexts=("<script>",), n=1),),
     )
     with pytest.raises(InputFormatError, match="context name"):
-        export_prepared([PreparedTask("t", ds, spec)], art, tmp_path / "out2")
+        export_prepared([PreparedTask("t", ds, spec)], TaskOrigin(artifact=art), tmp_path / "out2")
 
 
 def test_token_is_scrubbed_in_any_case_and_any_piece():

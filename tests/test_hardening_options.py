@@ -19,7 +19,8 @@ from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import evaluate
 from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import DEFAULT_SEED, TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research import ood_experiments
 from metashift_hf.research.conflicts import ConflictConfig
 from metashift_hf.research.score import score_plan
@@ -159,26 +160,30 @@ def test_train_config_none_takes_the_probes_defaults():
     assert TrainConfig(epochs=3, lr=0.5, batch_size=7).resolved().epochs == 3
 
 
-@pytest.mark.parametrize("seed", [-1, 1.5, None, True, "x", 2**32, float("nan")])
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "x", 2**32, float("nan")])
 def test_plan_refuses_seeds_that_are_not_seeds(art, seed):
     with pytest.raises(opt.OptionError, match="seed"):
-        api.plan("class-cat", art, seed=seed)
+        api.plan(TaskRef("class-cat", artifact=art, seed=seed))
+
+
+def test_a_task_ref_without_a_seed_plans_with_the_default_seed(art):
+    assert api.plan(TaskRef("class-cat", artifact=art, seed=None)).spec.seed == DEFAULT_SEED
 
 
 def test_plan_and_prepare_name_wrong_argument_types(art, tmp_path):
-    with pytest.raises(opt.OptionError, match="artifact must be a path"):
-        api.plan("class-cat", None)
+    with pytest.raises(UnknownNameError, match="made from an artifact, and none was given"):
+        api.plan(TaskRef("class-cat", artifact=None))
     with pytest.raises(opt.OptionError, match="task must be a string"):
-        api.plan({"task": "class-cat"}, art)
+        api.plan(TaskRef({"task": "class-cat"}, artifact=art))
     with pytest.raises(opt.OptionError, match="seed=1.5"):
-        api.prepare("class-cat", art, tmp_path, seed=1.5)
+        api.prepare(TaskRef("class-cat", artifact=art, images=tmp_path, seed=1.5))
     with pytest.raises(opt.OptionError, match="on_missing"):
-        api.prepare("class-cat", art, tmp_path, on_missing="ignore")
-    assert api.plan("class-cat", art, seed=3).spec.seed == 3
+        api.prepare(TaskRef("class-cat", artifact=art, images=tmp_path), on_missing="ignore")
+    assert api.plan(TaskRef("class-cat", artifact=art, seed=3)).spec.seed == 3
 
 
 def test_score_refuses_a_bare_string_of_splits(art):
-    tp = api.plan("class-cat", art)
+    tp = api.plan(TaskRef("class-cat", artifact=art))
     preds = {"image_id": list(tp.table()["image_id"]), "prediction": ["cat"] * len(tp.table())}
     with pytest.raises(opt.OptionError, match=r"splits=\['train'\]"):
         score_plan(preds, tp, splits="train")
@@ -215,7 +220,13 @@ def test_the_zoo_refuses_on_missing_skip_before_loading_a_model(art):
     from metashift_hf.evaluate.zoo import evaluate_zoo
 
     with pytest.raises(opt.OptionError, match="not to a zoo"):
-        evaluate_zoo(["no-such-model"], ["class-cat"], art, settings=EvalConfig(on_missing="skip"))
+        evaluate_zoo(
+            ["no-such-model"], ["class-cat"], TaskOrigin(artifact=art), settings=EvalConfig(on_missing="skip")
+        )
+
+
+def _origin(art, tmp_path) -> TaskOrigin:
+    return TaskOrigin(artifact=art, images=tmp_path / "images")
 
 
 @pytest.fixture
@@ -236,7 +247,7 @@ def no_features(monkeypatch):
         ({"k": 0}, opt.OptionError, "k=0"),
         ({"n_init": 0}, opt.OptionError, "n_init"),
         ({"seed": -1}, opt.OptionError, "seed"),
-        ({"seeds": 0}, opt.OptionError, "seeds"),
+        ({"training": TrainConfig(seeds=0)}, opt.OptionError, "seeds"),
         ({"classes": ("cat", "cat")}, opt.OptionError, "more than once"),
         ({"classes": ("cat", "zebra")}, UnknownNameError, "'zebra' is not a class"),
         ({"classes": "cat"}, opt.OptionError, "list of names"),
@@ -245,17 +256,17 @@ def no_features(monkeypatch):
 )
 def test_clustered_checks_k_and_classes_before_any_image_is_embedded(art, tmp_path, no_features, kw, error, needle):
     with pytest.raises(error, match=needle):
-        ood_experiments.clustered(art, tmp_path / "images", tmp_path / "out", **kw)
+        ood_experiments.clustered(_origin(art, tmp_path), tmp_path / "out", ood_experiments.ClusteredConfig(**kw))
 
 
 @pytest.mark.parametrize(
     "kw,needle",
     [
-        ({"config": ConflictConfig(lr=math.nan)}, "lr"),
-        ({"config": ConflictConfig(lr=-1.0)}, "lr"),
-        ({"config": ConflictConfig(lr=math.inf)}, "lr"),
-        ({"config": ConflictConfig(seed=-1)}, "seed"),
-        ({"config": ConflictConfig(steps=10, every=20)}, "two windows"),
+        ({"run": ConflictConfig(lr=math.nan)}, "lr"),
+        ({"run": ConflictConfig(lr=-1.0)}, "lr"),
+        ({"run": ConflictConfig(lr=math.inf)}, "lr"),
+        ({"run": ConflictConfig(seed=-1)}, "seed"),
+        ({"run": ConflictConfig(steps=10, every=20)}, "two windows"),
         ({"per_subset": 0}, "per_subset"),
         ({"subsets": ["cat(ctx0)", "cat(ctx0)"]}, "more than once"),
         ({"classes": ("cat", "unicorn")}, "unicorn"),
@@ -263,20 +274,26 @@ def test_clustered_checks_k_and_classes_before_any_image_is_embedded(art, tmp_pa
 )
 def test_conflicts_checks_its_options_before_any_image_is_embedded(art, tmp_path, no_features, kw, needle):
     with pytest.raises(MetashiftError, match=needle):
-        ood_experiments.conflicts(art, tmp_path / "images", tmp_path / "out", **kw)
+        ood_experiments.conflicts(_origin(art, tmp_path), tmp_path / "out", ood_experiments.ConflictsConfig(**kw))
 
 
 def test_conflicts_fix_names_no_option_that_does_not_exist(art, tmp_path, no_features):
     with pytest.raises(EmptyResultError) as exc:  # 40 images per subset: nothing left after a 50-image draw
-        ood_experiments.conflicts(art, tmp_path / "images", tmp_path / "out", min_images=1, min_eval=40)
+        ood_experiments.conflicts(
+            _origin(art, tmp_path), tmp_path / "out", ood_experiments.ConflictsConfig(min_images=1, min_eval=40)
+        )
     assert "--min-eval" not in exc.value.fix and "--per-subset" in exc.value.fix
 
 
 def test_ood_levels_checks_models_and_seeds_before_planning(art, tmp_path, no_features):
     with pytest.raises(opt.OptionError, match="epochs"):
-        ood_experiments.ood_levels(art, tmp_path / "images", tmp_path / "out", epochs=0)
+        ood_experiments.ood_levels(
+            _origin(art, tmp_path), tmp_path / "out", ood_experiments.OodLevelsConfig(training=TrainConfig(epochs=0))
+        )
     with pytest.raises(opt.OptionError, match="models"):
-        ood_experiments.ood_levels(art, tmp_path / "images", tmp_path / "out", models="erm")
+        ood_experiments.ood_levels(
+            _origin(art, tmp_path), tmp_path / "out", ood_experiments.OodLevelsConfig(models="erm")
+        )
 
 
 def test_tasks_list_names_only_the_filters_given(capsys, art):

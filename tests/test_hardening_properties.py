@@ -29,6 +29,7 @@ from metashift_hf.builders.tags import read_tags_file
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub import api
+from metashift_hf.hub.task_data import DEFAULT_SEED, TaskRef
 from metashift_hf.research.score import Predictions, score_plan
 
 
@@ -128,16 +129,18 @@ def art(tmp_path_factory) -> Artifact:
 @given(task=st.one_of(ANY, st.sampled_from(["class-cat", "classes", "class-unicorn"])), seed=ANY)
 def test_plan_answers_any_argument_types_with_a_plan_or_a_clear_error(art, task, seed):
     try:
-        tp = api.plan(task, art, seed=seed)
+        tp = api.plan(TaskRef(task, artifact=art, seed=seed))
     except MetashiftError:
         return
-    assert task in ("class-cat", "classes") and tp.spec.seed == seed and not isinstance(seed, bool)
+    # a TaskRef checks (and converts) its seed where it is made; None is the default seed (review case N-T08)
+    want = DEFAULT_SEED if seed is None else opt.seed(seed, "seed")
+    assert task in ("class-cat", "classes") and tp.spec.seed == want and not isinstance(seed, bool)
 
 
 @SLOWER
 @given(splits=st.one_of(ANY, st.lists(st.sampled_from(["train", "test", "validation", ""]), max_size=3)))
 def test_score_answers_any_splits_with_scores_or_a_clear_error(art, splits):
-    tp = api.plan("class-cat", art)
+    tp = api.plan(TaskRef("class-cat", artifact=art))
     ids = list(tp.table()["image_id"])
     try:
         scores = score_plan({"image_id": ids, "prediction": ["cat"] * len(ids)}, tp, splits=splits)

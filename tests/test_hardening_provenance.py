@@ -18,14 +18,17 @@ from PIL import Image
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import TagsTable
 from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
+from metashift_hf.cards import text as card_text
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import SourceInfo, license_id, license_statement
 from metashift_hf.hub.api import prepare
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
-from metashift_hf.hub.task_source import TaskOrigin
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 N = 60
@@ -61,14 +64,14 @@ def _build(user_data, out, capsys, *flags) -> tuple[int, str]:
 def unlicensed(user_data, tmp_path_factory):
     return build_from_inputs(
         tmp_path_factory.mktemp("a") / "art",
-        tags=user_data[0],
+        given=TagsTable(user_data[0]),
         plots=False,
         options=BuildOptions(min_images_per_subset=10, min_subsets_per_class=2),
     )
 
 
 def _card(art, images, tmp_path) -> tuple[str, DatasetCard]:
-    task = prepare("class-cat", art, images=images, cache_dir=tmp_path / "cache")
+    task = prepare(TaskRef("class-cat", artifact=art, images=images), cache_dir=tmp_path / "cache")
     text = cards.render_task_card(cards.task_info(task, art, repo_id="ns/metashift-class-cat"), None)
     return text, DatasetCard(text)
 
@@ -89,7 +92,7 @@ def test_user_data_cards_claim_no_licence_nor_visual_genome(unlicensed, user_dat
     index = cards.render_index_card(
         [
             cards.task_info(
-                prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache"),
+                prepare(TaskRef("class-cat", artifact=unlicensed, images=user_data[1]), cache_dir=tmp_path / "cache"),
                 unlicensed,
                 repo_id="x",
             )
@@ -201,8 +204,8 @@ def test_publish_refuses_user_data_without_a_licence(unlicensed, user_data, tmp_
             push=PushOptions(dry_run=True),
         )
     assert "--license" in err.value.fix and not (tmp_path / "out").exists()  # refused before the export
-    task = prepare("class-cat", unlicensed, images=user_data[1], cache_dir=tmp_path / "cache")
-    repos = export_prepared([task], unlicensed, tmp_path / "exported")  # an export made anyway
+    task = prepare(TaskRef("class-cat", artifact=unlicensed, images=user_data[1]), cache_dir=tmp_path / "cache")
+    repos = export_prepared([task], TaskOrigin(artifact=unlicensed), tmp_path / "exported")  # an export made anyway
     with pytest.raises(MetashiftError, match="no licence") as err:
         push_repos([r.path for r in repos], "ns", dry_run=True)
     assert "--license" in err.value.fix
@@ -225,10 +228,10 @@ def test_coco_cards_state_cocos_licences():
     meta = cards.card_data([], None, "MetaShift", "coco").to_dict()
     assert meta["license"] == "cc-by-4.0" and meta["source_datasets"] == ["extended|detection-datasets/coco"]
     assert "paperswithcode_id" not in meta  # the paperswithcode entry is MetaShift on Visual Genome
-    about = cards._about("coco")
+    about = card_text.about("coco")
     licence = about.split("## Source and licence", 1)[1].split("\n## ", 1)[0]
     assert "CC BY 4.0" in licence and "Flickr terms of use" in licence and "images[].license" in licence
     assert "@inproceedings{lin2014coco" in about and "@inproceedings{hudson2019gqa" not in about
     for source in ("gqa", "published"):  # MetaShift's own data keeps its licence, paperswithcode id and citations
         assert cards.card_data([], None, "MetaShift", source).to_dict()["paperswithcode_id"] == "metashift"
-        assert "@article{krishna2017visualgenome" in cards._about(source)
+        assert "@article{krishna2017visualgenome" in card_text.about(source)

@@ -22,6 +22,7 @@ from metashift_hf.builders.coco import read_coco_annotations
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 from metashift_hf.hub import api
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.score import score_plan
 from metashift_hf.scoring.predictions import LABEL_RULE
 from metashift_hf.scoring.predictions import TaskPredictions as Predictions
@@ -219,7 +220,7 @@ def test_score_help_states_the_rules_and_use_picks_a_column(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert " ".join(LABEL_RULE.split()) in out and "--use {prediction,probabilities}" in out
     art = tiny_artifact(tmp_path / "art")
-    table = api.plan("classes", art).table()
+    table = api.plan(TaskRef("classes", artifact=art)).table()
     is_cat = (table["label"] == "cat").to_numpy(dtype=float)
     # the prediction column is right on every row, the probabilities wrong on every row
     frame = pd.DataFrame(
@@ -249,7 +250,7 @@ def numbered_artifact(out):
 
 
 def test_number_named_classes_score_the_same_from_csv_and_parquet(tmp_path):
-    tp = api.plan("classes", numbered_artifact(tmp_path / "art"))
+    tp = api.plan(TaskRef("classes", artifact=numbered_artifact(tmp_path / "art")))
     table = tp.table()
     frame = pd.DataFrame({"image_id": table["image_id"], "prediction": [int(x) for x in table["label"]]})
     frame.to_csv(tmp_path / "p.csv", index=False)
@@ -262,5 +263,9 @@ def test_user_data_artifacts_get_no_gqa_advice(tmp_path):
     art = tiny_artifact(tmp_path / "art")  # built from user subsets: provenance custom, no images.parquet
     (tmp_path / "img").mkdir()
     with pytest.raises(InputFormatError, match="custom input carries no per-image metadata") as exc:
-        api.prepare("class-cat", art, tmp_path / "img", with_image_metadata=True, cache_dir=tmp_path / "cache")
+        api.prepare(
+            TaskRef("class-cat", artifact=art, images=tmp_path / "img"),
+            with_image_metadata=True,
+            cache_dir=tmp_path / "cache",
+        )
     assert "GQA" not in str(exc.value)

@@ -25,7 +25,9 @@ from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.hub.task_source import TaskRef, check_rows, open_task
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin, open_task
+from metashift_hf.hub.task_rows import check_rows
 
 
 TASK = "paper-dg-cat-dog-1"
@@ -37,7 +39,7 @@ def pristine(tmp_path_factory):
     art = build_tiny_artifact(root / "artifact")
     images = sample_jpegs(root / "images", n=30)
     tasks = [three_split_task(TASK, images), three_split_task("bin-cat-dog", images, matched=True)]
-    export_prepared(tasks, art, root / "out", namespace="tester")
+    export_prepared(tasks, TaskOrigin(artifact=art), root / "out", namespace="tester")
     return root
 
 
@@ -453,7 +455,7 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
     os.mkfifo(fifo)
     iid = set_first_image(repo, {"bytes": None, "path": str(fifo)})
     code = (
-        f"from metashift_hf.hub.task_source import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
+        f"from metashift_hf.hub.task_open import open_task\ntry:\n open_task({str(repo)!r}).images().read({iid!r})\n"
         "except Exception as e: print(type(e).__name__)"
     )
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}

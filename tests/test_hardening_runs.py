@@ -19,7 +19,8 @@ from metashift_hf import cli
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import OutputExistsError, atomic_file
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research.train import TrainConfig, load_config, parse_seeds, train
 
 

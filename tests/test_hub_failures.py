@@ -18,6 +18,7 @@ import pytest
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 NS, TOKEN = "tester", "hf_test_write_token_123"
@@ -78,7 +79,7 @@ def published(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hub")
     art = build_tiny_artifact(tmp / "artifact")
     task = three_split_task("paper-dg-cat-dog-1", sample_jpegs(tmp / "images", n=12))
-    export_prepared([task], art, tmp / "out", namespace=NS)
+    export_prepared([task], TaskOrigin(artifact=art), tmp / "out", namespace=NS)
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp / "home"), TOKEN)
         r = subprocess.run(

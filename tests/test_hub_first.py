@@ -21,6 +21,7 @@ from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.cli import main
 from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 pytestmark = pytest.mark.slow  # real clients in subprocesses, a real model, real training
@@ -53,7 +54,7 @@ def test_every_card_command_runs_verbatim_from_the_hub(tmp_path):
         three_split_task("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
         three_split_task("bin-cat-dog", images, matched=True),
     ]
-    export_prepared(tasks, art, tmp_path / "out", namespace=NS)  # cards rendered once, naming NS
+    export_prepared(tasks, TaskOrigin(artifact=art), tmp_path / "out", namespace=NS)  # cards rendered once, naming NS
     with running_hub() as (endpoint, state):
         env = client_env(endpoint, str(tmp_path / "home"), TOKEN)
         run(
@@ -123,7 +124,7 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
         == 0
     )
     p12 = "paper-subpop-cat-dog-p12"
-    from metashift_hf.hub.task_source import open_task
+    from metashift_hf.hub.task_open import open_task
 
     table = open_task(export / f"metashift-{p12}").plan.table()
     preds = pd.DataFrame(

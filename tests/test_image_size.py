@@ -13,7 +13,8 @@ from fixtures.tasks import make_prepared, sample_jpegs
 from metashift_hf.cli import main
 from metashift_hf.core.options import IMAGE_SIZE_MAX, OptionError, image_size
 from metashift_hf.evaluate.config import EvalConfig
-from metashift_hf.models import Preprocessing
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
+from metashift_hf.models import CacheConfig, Preprocessing
 
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -83,8 +84,7 @@ def test_a_module_model_at_another_size_is_recorded_and_cached_apart(tmp_path):
     import torch
 
     from metashift_hf.evaluate import evaluate
-    from metashift_hf.evaluate.cache import LogitsCache
-    from metashift_hf.models import from_module
+    from metashift_hf.models import OutputCache, from_module, outputs
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(
@@ -95,8 +95,8 @@ def test_a_module_model_at_another_size_is_recorded_and_cached_apart(tmp_path):
     assert small.preprocessing.crop == 32 and small.card()["image_size"] == 32 and clf.card().get("image_size") is None
     assert small.fingerprint() != clf.fingerprint()  # a 32-px logit is never served for a 64-px run
     assert (
-        LogitsCache(small.fingerprint(), tmp_path / "c").folder
-        != LogitsCache(clf.fingerprint(), tmp_path / "c").folder
+        OutputCache(outputs.logits(small), tmp_path / "c").folder
+        != OutputCache(outputs.logits(clf), tmp_path / "c").folder
     )
     assert (
         clf.at_image_size(64).fingerprint() != clf.fingerprint()
@@ -130,7 +130,10 @@ def test_zoo_runs_at_the_size_asked_and_never_takes_logits_of_another_size(tmp_p
         torch.nn.Conv2d(3, 4, 5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 1000)
     )
     clf = from_module(net, Preprocessing(73, 64, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tiny")
-    kw = dict(artifact=tmp_path / "artifact", images=tmp_path / "images", cache_dir=tmp_path / "cache")
+    kw = dict(
+        origin=TaskOrigin(artifact=tmp_path / "artifact", images=tmp_path / "images"),
+        cache=CacheConfig(tmp_path / "cache"),
+    )
     full = evaluate_zoo([clf], ["bin-cat-dog"], out=tmp_path / "z1", settings=QUIET, **kw)
     quick = evaluate_zoo(
         [clf],

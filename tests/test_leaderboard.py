@@ -20,8 +20,9 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNa
 from metashift_hf.evaluate import EvalConfig, evaluate  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import BASELINE, _open_zoo_task, _public_card, evaluate_zoo, public_model_name  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef  # noqa: E402
-from metashift_hf.models import Preprocessing, from_module  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
+from metashift_hf.models import CacheConfig, Preprocessing, from_module  # noqa: E402
 
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)
@@ -86,10 +87,9 @@ def _zoo(world, models, out, **kw):
     return evaluate_zoo(
         models,
         ["bin-cat-dog"],
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         out,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted", **kw),
     )
 
@@ -175,12 +175,27 @@ def test_repeated_model_and_cache_dir_file_are_refused_before_any_work(world, tm
     loads = []
     monkeypatch.setattr(zoo, "load_scorer", lambda *a: loads.append(a))
     with pytest.raises(InputFormatError, match="more than once"):
-        zoo.evaluate_zoo(["timm:resnet18", "timm:resnet18"], ["bin-cat-dog"], world / "artifact", out=tmp_path / "o")
+        zoo.evaluate_zoo(
+            ["timm:resnet18", "timm:resnet18"],
+            ["bin-cat-dog"],
+            TaskOrigin(artifact=world / "artifact"),
+            out=tmp_path / "o",
+        )
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputFormatError, match="not a folder"):
-        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file" / "sub")
+        zoo.evaluate_zoo(
+            ["timm:resnet18"],
+            ["bin-cat-dog"],
+            TaskOrigin(artifact=world / "artifact"),
+            cache=CacheConfig(tmp_path / "file" / "sub"),
+        )
     with pytest.raises(InputFormatError, match="not a folder"):
-        zoo.evaluate_zoo(["timm:resnet18"], ["bin-cat-dog"], world / "artifact", cache_dir=tmp_path / "file")
+        zoo.evaluate_zoo(
+            ["timm:resnet18"],
+            ["bin-cat-dog"],
+            TaskOrigin(artifact=world / "artifact"),
+            cache=CacheConfig(tmp_path / "file"),
+        )
     assert loads == [] and not (tmp_path / "o").exists()
 
 
@@ -197,12 +212,12 @@ def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
     with pytest.raises(
         MetashiftError
     ) as exc:  # a folder beside artifact ids: read as a folder, not an unknown task id
-        _open_zoo_task(str(tmp_path / "multi"), art, world / "images", 0, None)
+        _open_zoo_task(str(tmp_path / "multi"), TaskOrigin(artifact=art, images=world / "images", seed=0))
     assert "2 configs" in exc.value.what and "--config" not in exc.value.fix and "FOLDER/CONFIG" in exc.value.fix
     (tmp_path / "root" / "metashift-a" / "a").mkdir(parents=True)
     (tmp_path / "root" / "metashift-a" / "a" / SPEC_FILE).write_text("{}")
     with pytest.raises(MetashiftError, match="root of an export") as exc:  # a zoo takes --tasks, not --task
-        _open_zoo_task(str(tmp_path / "root"), art, world / "images", 0, None)
+        _open_zoo_task(str(tmp_path / "root"), TaskOrigin(artifact=art, images=world / "images", seed=0))
     assert f"--tasks {tmp_path / 'root' / 'metashift-a'}" in exc.value.fix
 
 
@@ -285,7 +300,7 @@ def test_score_escapes_a_hostile_task_id(world, tmp_path, capsys):
     from metashift_hf.hub import api
     from metashift_hf.research.score import score_plan
 
-    tp = api.plan("bin-cat-dog", world / "artifact")
+    tp = api.plan(TaskRef("bin-cat-dog", artifact=world / "artifact"))
     t = tp.table()
     scores = score_plan(pd.DataFrame({"image_id": t["image_id"], "prediction": t["label"]}), tp)
     evil = dataclasses.replace(scores, task_id="t\x1b]0;pwn\x07\x1b[2J<b>x</b>|\ninjected")
@@ -355,10 +370,9 @@ def test_a3_30_an_exported_folder_mixes_with_artifact_task_ids(world, exported_t
     result = evaluate_zoo(
         [from_module(RedBlue(), PREP, name="rb")],
         ["bin-cat-dog", str(folder)],
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         None,
-        use_cache=False,
+        cache=CacheConfig(use=False),
         settings=EvalConfig(progress=False, mode="restricted"),
     )
     assert set(result.leaderboard["task"]) == {"bin-cat-dog", EXPORTED_TASK}

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from metashift_hf.builders import levels
+from metashift_hf.builders import level_plans, levels
 from metashift_hf.builders.plan import Row, SetSource, TaskPlan
 from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
@@ -57,7 +57,7 @@ def src() -> SetSource:
 
 
 def plan(src, tid, **kw):
-    return levels.plan(
+    return level_plans.plan(
         tid,
         src,
         line_distance,
@@ -73,7 +73,7 @@ def split_ids(p: TaskPlan, split: str) -> set[str]:
 
 
 def test_ids_round_trip_and_bad_ids():
-    ids = levels.family_ids(["cat", "dog"])
+    ids = level_plans.family_ids(["cat", "dog"])
     assert "shift-marginal-cat-dog-d3" in ids and "shift-conditional-cat-dog-delta49-rev" in ids
     assert "shift-joint-cat-dog-d2-delta45" in ids and "shift-marginal-cat-dog-d3-mix25" in ids
     for tid in ids:
@@ -99,7 +99,7 @@ def test_ids_round_trip_and_bad_ids():
 
 def test_marginal_levels(src):
     lv = [plan(src, f"shift-marginal-cat-dog-d{k}") for k in range(4)]
-    design = levels.marginal_design(src, ["cat", "dog"], line_distance, candidates=CONTEXTS)
+    design = level_plans.marginal_design(src, ["cat", "dog"], line_distance, candidates=CONTEXTS)
     # C_te is the largest shared context plus none (test_contexts=1); levels are nearest .. farthest
     assert list(design.distances) == sorted(design.distances) and design.distances[0] < design.distances[-1]
     tests = [split_ids(p, "test") for p in lv]
@@ -245,7 +245,7 @@ def test_too_small_world_says_so():
 
 
 def test_allocate():
-    assert levels.allocate([5, 5, 10], 10) == [3, 2, 5]
-    assert sum(levels.allocate([3, 7, 1], 11)) == 11
+    assert level_plans.allocate([5, 5, 10], 10) == [3, 2, 5]
+    assert sum(level_plans.allocate([3, 7, 1], 11)) == 11
     with pytest.raises(EmptyResultError):
-        levels.allocate([1, 1], 3)
+        level_plans.allocate([1, 1], 3)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from metashift_hf.builders import levels
+from metashift_hf.builders import level_plans, levels
 from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub import api
+from metashift_hf.hub.task_data import TaskRef
 
 
 def test_listed_and_planned(builder_world):
     art = builder_world["artifact"]
     ids = [i for i in task_ids(art) if i.startswith("shift-")]
-    assert ids == levels.family_ids(["cat", "dog"])
+    assert ids == level_plans.family_ids(["cat", "dog"])
     for tid in (
         "shift-marginal-cat-dog-d0",
         "shift-marginal-cat-dog-d3-mix25",
@@ -23,16 +24,16 @@ def test_listed_and_planned(builder_world):
         "shift-joint-cat-dog-d1-delta20",
     ):
         assert family_of(art, tid).kind == "shift"
-        p = api.plan(tid, art.root, seed=1)
+        p = api.plan(TaskRef(tid, artifact=art.root, seed=1))
         levels.check_level_plan(p)
         assert p.spec.level.type == tid.split("-")[1] and p.spec.level.name == tid.split("cat-dog-")[1]
         assert p.spec.shift_type == tid.split("-")[1]
         assert p.spec.artifact_hash == art.content_hash
-    p = api.plan("shift-marginal-cat-dog-d2", art.root, train_per_class=8)
+    p = api.plan(TaskRef("shift-marginal-cat-dog-d2", artifact=art.root, options={"train_per_class": 8}))
     assert p.spec.overrides == {"train_per_class": 8}
     assert sum(r.label == "cat" for r in p.splits["train"]) == 8
     with pytest.raises(MetashiftError, match="train_per_clas"):
-        api.plan("shift-marginal-cat-dog-d2", art.root, train_per_clas=8)
+        api.plan(TaskRef("shift-marginal-cat-dog-d2", artifact=art.root, options={"train_per_clas": 8}))
 
 
 def test_tasks_list_kind_shift(builder_world, capsys):
@@ -43,16 +44,18 @@ def test_tasks_list_kind_shift(builder_world, capsys):
 
 def test_prepared_like_any_task(builder_world, tmp_path):
     tid = "shift-conditional-cat-dog-delta30"
-    task = api.prepare(tid, builder_world["artifact"].root, builder_world["folder"], cache_dir=tmp_path)
-    p = api.plan(tid, builder_world["artifact"].root)
+    task = api.prepare(
+        TaskRef(tid, artifact=builder_world["artifact"].root, images=builder_world["folder"]), cache_dir=tmp_path
+    )
+    p = api.plan(TaskRef(tid, artifact=builder_world["artifact"].root))
     for split, rows in p.splits.items():
         assert sorted(task.dataset[split]["image_id"]) == sorted(r.image_id for r in rows)
     assert task.spec.level.delta == 0.3
 
 
 def test_paper_tasks_have_levels(builder_world):
-    dg = api.plan("paper-dg-cat-dog-1", builder_world["artifact"].root, scale=0.1)
+    dg = api.plan(TaskRef("paper-dg-cat-dog-1", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
     assert dg.spec.level.type == "joint" and dg.spec.level.distance == dg.spec.distance.value
-    sp = api.plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
+    sp = api.plan(TaskRef("paper-subpop-cat-dog-p12", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
     p = sp.spec.minority_fraction.achieved
     assert sp.spec.level.type == "conditional" and sp.spec.level.delta == pytest.approx(0.5 - p)

@@ -204,6 +204,7 @@ def test_cli_register_and_status(tmp_path, shared_ref, capsys):
 def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
     """register sceneGraphs.zip -> resolve_build_inputs('gqa') -> build -> stats --verify."""
     from metashift_hf.builders.build import build_from_inputs
+    from metashift_hf.builders.build_inputs import SceneGraphs
     from metashift_hf.sources import stats
 
     contexts = ["sofa", "bed", "frisbee", "car", "table", "ball"]
@@ -229,9 +230,9 @@ def test_end_to_end_registered_scene_graph_zip_to_build_and_stats(tmp_path):
         zf.writestr("val_sceneGraphs.json", "{}")
     mf.register("scene-graphs", z)  # not the published zip (other size): shape-checked only
     inputs = mf.resolve_build_inputs("gqa")
-    art = build_from_inputs(tmp_path / "art", scene_graphs=inputs["scene_graphs"], plots=False)
+    art = build_from_inputs(tmp_path / "art", given=SceneGraphs(inputs["scene_graphs"]), plots=False)
     assert art.classes() == ["dog", "indoors"]  # 'indoors(dog)', 'indoors(sofa)', ...: published convention
     rep = stats.compare(art.root)
-    assert rep.source == "gqa" and rep.failures == []
+    assert rep.provenance == "gqa" and rep.failures == []
     assert next(r for r in rep.rows if r.figure == "classes").ours == 2
     assert next(r for r in rep.rows if r.figure == "general_contexts").ok  # <= 37 ontology words

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from metashift_hf import wordnet_match
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
 
 
@@ -32,7 +32,7 @@ def artifact(tmp_path_factory, wn, wordnet_cache):
 
     mapping = {f"{s}({c})": _images(s, c, n) for s, ctx in CONTEXTS.items() for c, n in ctx.items()}
     art = build_artifact(CandidateSubsets.from_dict(mapping), tmp_path_factory.mktemp("art") / "a", plots=False)
-    run_match(artifact=art.root, hierarchy="wordnet", cache_dir=wordnet_cache)
+    run_match(MatchInputs(artifact=art.root, hierarchy="wordnet", cache_dir=wordnet_cache))
     return art
 
 
@@ -74,9 +74,13 @@ def test_artifact_registry_and_presets(artifact):
 
 
 def test_thresholds_move_the_binary_count(artifact, wordnet_cache):
-    none = run_match(artifact=artifact.root, hierarchy="wordnet", min_subsets=7, write=False, cache_dir=wordnet_cache)
+    none = run_match(
+        MatchInputs(artifact=artifact.root, hierarchy="wordnet", cache_dir=wordnet_cache), min_subsets=7, write=False
+    )
     assert [t.task_id for t in none.tasks if t.kind == "binary"] == []
-    deep = run_match(artifact=artifact.root, hierarchy="wordnet", level=12, write=False, cache_dir=wordnet_cache)
+    deep = run_match(
+        MatchInputs(artifact=artifact.root, hierarchy="wordnet", cache_dir=wordnet_cache), level=12, write=False
+    )
     assert [t.task_id for t in deep.tasks if t.kind == "binary"] == []  # carnivore is at depth 11
 
 

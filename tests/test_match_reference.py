@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metashift_hf import wordnet_match
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import match, match_name, read_subset_names, read_vocabulary
@@ -105,14 +105,14 @@ def test_bad_input_files(tmp_path):
 
 
 def test_written_output_is_deterministic_and_loads_back(tmp_path, ref, wn, wordnet_cache):
-    kwargs = dict(
+    inputs = MatchInputs(
         hierarchy=f"tree:{ref / 'imagenet1k_node_names.json'}",
         subset_names=ref / "candidate-subset-names.txt",
         vocabulary=ref / "class_hierarchy.json",
         cache_dir=wordnet_cache,
     )
-    first = run_match(out=tmp_path / "a", **kwargs)
-    run_match(out=tmp_path / "b", **kwargs)
+    first = run_match(inputs, out=tmp_path / "a")
+    run_match(inputs, out=tmp_path / "b")
     for name in ("match.json", "match_table.parquet", "subsets.parquet", "classes.parquet", "tasks.parquet"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     loaded = wordnet_match.load_match(tmp_path / "a")

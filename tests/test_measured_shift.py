@@ -14,9 +14,10 @@ import pytest
 from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.match_artifact import run_match
+from metashift_hf.builders.build_inputs import CocoAnnotations
+from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
-from metashift_hf.cards.render import measured_words
+from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 from metashift_hf.sources.coco_world import write_coco_world
 
@@ -148,7 +149,7 @@ def test_matched_and_coco_families_are_measured(matched, tmp_path_factory):
     world = write_coco_world(tmp_path_factory.mktemp("measured-coco") / "world", seed=3)
     coco = build_from_inputs(
         tmp_path_factory.mktemp("measured-coco-art") / "a",
-        coco_annotations=sorted((world / "annotations").glob("instances_*.json")),
+        given=CocoAnnotations(sorted((world / "annotations").glob("instances_*.json"))),
         plots=False,
     )
     spec = tasks.plan_task("paper-coco-subpop-cat-dog-p13", coco).spec
@@ -212,7 +213,9 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     root = tmp_path_factory.mktemp("measured-all") / "artifact"
     shutil.copytree(art.root, root)
     try:
-        run_match(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn-measured"))
+        run_match(
+            MatchInputs(artifact=str(root), hierarchy="wordnet", cache_dir=tmp_path_factory.mktemp("wn-measured"))
+        )
     except MetashiftError as exc:  # WordNet dict files not installed here
         pytest.skip(f"wordnet_match unavailable: {exc.what}")
     art = Artifact.load(root)

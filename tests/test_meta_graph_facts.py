@@ -20,7 +20,8 @@ from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub import api
 from metashift_hf.hub.export import export_tasks
 from metashift_hf.hub.shards import repo_files
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef, open_task
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin, open_task
 from metashift_hf.research.bugs import find_bugs
 
 
@@ -33,7 +34,7 @@ def exported(builder_world, tmp_path_factory):
     art = builder_world["artifact"]
     out = tmp_path_factory.mktemp("facts") / "export"
     export_tasks([TASK], TaskOrigin(artifact=art.root, images=builder_world["folder"]), out)
-    tp = api.plan(TASK, art.root)
+    tp = api.plan(TaskRef(TASK, artifact=art.root))
     counts = pd.Series([c for r in tp.splits["test"] if r.label == "cat" for c in r.contexts]).value_counts()
     wrong = counts.index[0]  # the largest context of the test cats: all of it predicted wrong
     preds = pd.DataFrame(
@@ -57,7 +58,7 @@ def test_export_writes_the_facts_datasets_can_load(exported):
     art, repo, _ = exported
     path = repo / TASK / FACTS_FILE
     assert f"{TASK}/{FACTS_FILE}" in repo_files(repo)  # publish uploads it
-    tp = api.plan(TASK, art.root)
+    tp = api.plan(TaskRef(TASK, artifact=art.root))
     facts = MetaGraphFacts.read(path, "facts", tp.classes, _rows(tp))
     assert facts == MetaGraphFacts.of_artifact(art, _rows(tp))
     every = {f"{r.label}({c})" for rows in tp.splits.values() for r in rows for c in r.contexts}

@@ -35,12 +35,12 @@ CAT, DOG, TABBY, SOFA = "n02121808", "n02084071", "n02123045", "n04256520"
 
 
 def test_registry_finds_each_source_and_refuses_unknown_forms():
-    assert find_source("efficientnet-lite0")[0].key == "efficientnet-lite0"
+    assert find_source("efficientnet-lite0")[0].name == "efficientnet-lite0"
     assert find_source("hf:google/vit-base-patch16-224") == (MODEL_SOURCES["hf"], "google/vit-base-patch16-224")
     assert (
-        find_source("timm:resnet50")[1] == "resnet50" and find_source("torchvision:resnet18")[0].key == "torchvision"
+        find_source("timm:resnet50")[1] == "resnet50" and find_source("torchvision:resnet18")[0].name == "torchvision"
     )
-    assert find_source("predictions:x.csv", EVAL_SOURCES)[0].key == "predictions"
+    assert find_source("predictions:x.csv", EVAL_SOURCES)[0].name == "predictions"
     for bad in ("resnet", "hf:", "efficientnet-lite0:x", "predictions:x.csv"):
         with pytest.raises(UnknownNameError, match="unknown --model"):
             find_source(bad)

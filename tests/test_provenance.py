@@ -14,10 +14,12 @@ from huggingface_hub import DatasetCard
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
+from metashift_hf.builders.build_inputs import SceneGraphs
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.provenance import demo_world_summary
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.sources import stats as st
 from metashift_hf.sources.demo_world import generate_demo_world
 
@@ -59,11 +61,11 @@ def test_cli_build_of_a_glob_that_includes_the_demo_summary(world, tmp_path):
 
 
 def test_explicit_provenance_wins_and_unknown_is_refused(world, tmp_path):
-    art = build_from_inputs(tmp_path / "a", scene_graphs=world.scene_graphs, source="synthetic", plots=False)
+    art = build_from_inputs(tmp_path / "a", given=SceneGraphs(world.scene_graphs), provenance="synthetic", plots=False)
     assert art.provenance == "synthetic" and art.manifest.synthetic is True
     assert st.compare(art.root).reference == "none"
     with pytest.raises(InputFormatError, match="provenance"):
-        build_from_inputs(tmp_path / "b", scene_graphs=world.scene_graphs, source="photos", plots=False)
+        build_from_inputs(tmp_path / "b", given=SceneGraphs(world.scene_graphs), provenance="photos", plots=False)
     r = _cli(
         "build", "--scene-graphs", str(world.scene_graphs[0]), "--provenance", "nope", "--out", str(tmp_path / "c")
     )
@@ -91,7 +93,9 @@ def synthetic_export(tmp_path_factory):
     (art.root / "manifest.json").write_text(json.dumps(manifest))
     art = Artifact.load(art.root)
     images = sample_jpegs(root / "images")
-    repos = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, root / "out", namespace="ns")
+    repos = export_prepared(
+        [make_prepared("paper-dg-cat-dog-1", images)], TaskOrigin(artifact=art), root / "out", namespace="ns"
+    )
     return repos
 
 
@@ -115,7 +119,9 @@ def test_real_cards_name_their_provenance_and_image_origin(tmp_path):
     art.manifest = dataclasses.replace(art.manifest, source="gqa")
     art.provenance = "gqa"
     images = sample_jpegs(tmp_path / "images")
-    (repo, _) = export_prepared([make_prepared("paper-dg-cat-dog-1", images)], art, tmp_path / "out")
+    (repo, _) = export_prepared(
+        [make_prepared("paper-dg-cat-dog-1", images)], TaskOrigin(artifact=art), tmp_path / "out"
+    )
     text = (repo.path / "README.md").read_text()
     body = text.split("---\n", 2)[2]
     # the task in one sentence opens the card (issue 19), where the data comes from right after it

@@ -21,6 +21,7 @@ from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.hub import publish as publish_mod
 from metashift_hf.hub import shards as shards_mod
 from metashift_hf.hub.export import export_prepared
+from metashift_hf.hub.task_open import TaskOrigin
 
 
 TOKEN = "hf_test_write_token_123"
@@ -34,7 +35,7 @@ def exported(tmp_path_factory):
     art = build_tiny_artifact(root / "artifact")
     images = sample_jpegs(root / "images")
     tasks = [make_prepared(CONFIGS[0], images), make_prepared(CONFIGS[1], images, shift_type="conditional")]
-    export_prepared(tasks, art, root / "out", namespace=NS)
+    export_prepared(tasks, TaskOrigin(artifact=art), root / "out", namespace=NS)
     return {"root": root, "out": root / "out", "art": art, "tasks": tasks}
 
 
@@ -307,7 +308,7 @@ def test_stale_shards_are_deleted_in_the_same_commit(exported, tmp_path, monkeyp
         monkeypatch.setattr(shards_mod, "MAX_SHARD_BYTES", train.stat().st_size // 3)  # more, smaller shards
         monkeypatch.setattr(shards_mod, "ROW_GROUP_ROWS", 2)
         resharded = tmp_path / "resharded"
-        export_prepared(exported["tasks"], exported["art"], resharded, namespace=NS)
+        export_prepared(exported["tasks"], TaskOrigin(artifact=exported["art"]), resharded, namespace=NS)
         r = cli(publish_args(resharded), endpoint, tmp_path / "h")
         assert r.returncode == 0, r.stderr[-3000:]
         repo = state.repos[("dataset", f"{NS}/metashift-{CONFIGS[0]}")]
@@ -430,10 +431,12 @@ def test_publish_has_no_card_rewrite():
 
 def test_export_for_another_target_is_refused_before_the_hub(exported, tmp_path, local_cli):
     out = tmp_path / "local-export"
-    export_prepared(exported["tasks"], exported["art"], out)  # no --namespace: cards name local folders
+    export_prepared(
+        exported["tasks"], TaskOrigin(artifact=exported["art"]), out
+    )  # no --namespace: cards name local folders
     assert str(out) in (out / f"metashift-{CONFIGS[0]}" / "README.md").read_text()
     other = tmp_path / "other-export"
-    export_prepared(exported["tasks"], exported["art"], other, namespace="someone")
+    export_prepared(exported["tasks"], TaskOrigin(artifact=exported["art"]), other, namespace="someone")
     with running_hub() as (endpoint, state):
         for folder, was in ((out, "no --namespace"), (other, "namespace 'someone'")):
             r = local_cli(publish_args(folder), endpoint, tmp_path / "h")

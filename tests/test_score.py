@@ -16,7 +16,8 @@ import metashift_hf
 from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_tasks
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin
 from metashift_hf.research.score import Predictions, expected_calibration_error, score
 from metashift_hf.scoring.stats import wilson_interval
 

@@ -79,7 +79,7 @@ def test_a_second_comparison_into_the_same_out_is_refused_before_training(tmp_pa
     import fcntl
 
     from metashift_hf.core.fsutil import MARKER, OutputExistsError, claim_dir
-    from metashift_hf.hub.task_source import TaskOrigin
+    from metashift_hf.hub.task_open import TaskOrigin
     from metashift_hf.research import compare
 
     out = claim_dir(tmp_path / "cmp", compare.COMPARE_KIND)

@@ -20,7 +20,8 @@ from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import TaskOrigin, TaskRef, open_task  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin, open_task  # noqa: E402
 from metashift_hf.models import Preprocessing, from_module  # noqa: E402
 from metashift_hf.research import compare as compare_mod  # noqa: E402
 from metashift_hf.research.compare import run_compare  # noqa: E402

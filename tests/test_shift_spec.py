@@ -9,10 +9,10 @@ import pytest
 
 import metashift_hf
 from metashift_hf.builders.plan import GroupDef, SetSource
-from metashift_hf.builders.shifts import DGSizes, collection, domain_generalisation
+from metashift_hf.builders.shifts import DGGroups, DGSizes, collection, domain_generalisation
 from metashift_hf.builders.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 
 
 def _spec() -> ShiftSpec:
@@ -22,9 +22,11 @@ def _spec() -> ShiftSpec:
     return domain_generalisation(
         "t",
         src,
-        classes=["cat", "dog"],
-        train=[GroupDef("cat", "a", ("a",), "a"), GroupDef("dog", "a", ("a",), "a")],
-        test=[GroupDef("cat", "b", ("b",), "b"), GroupDef("dog", "b", ("b",), "b")],
+        DGGroups(
+            ("cat", "dog"),
+            (GroupDef("cat", "a", ("a",), "a"), GroupDef("dog", "a", ("a",), "a")),
+            (GroupDef("cat", "b", ("b",), "b"), GroupDef("dog", "b", ("b",), "b")),
+        ),
         sizes=DGSizes(train_per_group=10, validation_per_group=5, id_test_per_group=5),
         distance=ShiftDistance(value=0.5, rule="code", note="n", per_class={"cat": 0.4, "dog": None}),
     ).spec

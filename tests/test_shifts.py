@@ -9,7 +9,10 @@ from metashift_hf.builders.distances import DISCONNECTED, Distance
 from metashift_hf.builders.plan import GroupDef, Row, SetSource, TaskPlan
 from metashift_hf.builders.shifts import (
     CommunitySizes,
+    DGGroups,
     DGSizes,
+    DistanceTarget,
+    FixedContexts,
     SubpopSizes,
     collection,
     community_shift,
@@ -54,10 +57,12 @@ def dg(
     return domain_generalisation(
         "t",
         source,
-        classes=["cat", "dog"],
-        train=[g("cat", "a"), g("dog", "b")],
-        test=[g("cat", "c"), g("dog", "c")],
-        additional_test=[g("cat", "d"), g("dog", "a")],
+        DGGroups(
+            ("cat", "dog"),
+            (g("cat", "a"), g("dog", "b")),
+            (g("cat", "c"), g("dog", "c")),
+            (g("cat", "d"), g("dog", "a")),
+        ),
         sizes=sizes,
         seed=seed,
     )
@@ -132,9 +137,7 @@ def test_dg_empty_test_group_errors():
         domain_generalisation(
             "t",
             SetSource(make_world()),
-            classes=["cat", "dog"],
-            train=[g("cat", "a")],
-            test=[g("dog", "zzz")],
+            DGGroups(("cat", "dog"), (g("cat", "a"),), (g("dog", "zzz"),)),
             sizes=DGSizes(10, 1, 1),
         )
 
@@ -290,13 +293,8 @@ def test_dg_by_distance_picks_contexts_nearest_target():
         "dg-d",
         src,
         d,
-        shifted_class="dog",
-        test_context="c",
-        target_distance=1.0,
-        other_class="cat",
-        other_train_contexts=["a"],
-        other_test_contexts=["c"],
-        k=2,
+        DistanceTarget("dog", "c", 1.0, k=2),
+        FixedContexts("cat", ("a",), ("c",)),
         sizes=DGSizes(30, 5, 5),
     )
     assert {e.group for e in plan.spec.train_groups} == {"cat(a)", "dog(b)", "dog(d)"}

@@ -9,6 +9,7 @@ import pytest
 
 from metashift_hf import cli
 from metashift_hf.builders.build import BuildOptions, build_artifact
+from metashift_hf.builders.build_inputs import InputRecord
 from metashift_hf.builders.pickles import load_candidate_pickle
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.core.errors import InputFormatError
@@ -37,7 +38,13 @@ def _toy_candidates(seed: int = 0) -> CandidateSubsets:
 
 
 def _toy(tmp_path, *, source="custom", inputs=(), options=BuildOptions(), name="art"):
-    return build_artifact(_toy_candidates(), tmp_path / name, options, source=source, inputs=list(inputs), plots=False)
+    return build_artifact(
+        _toy_candidates(),
+        tmp_path / name,
+        options,
+        record=InputRecord(provenance=source, inputs=tuple(inputs)),
+        plots=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +55,7 @@ def attributes_artifact(tmp_path_factory, shared_ref):
         load_candidate_pickle(pkl, attributes=True),
         out,
         BuildOptions(include_attributes=True),
-        source="published",
-        inputs=[{"path": str(pkl), "role": "attributes_pickle"}],
+        record=InputRecord(provenance="published", inputs=[{"path": str(pkl), "role": "attributes_pickle"}]),
         plots=False,
     )
     return out
@@ -158,9 +164,11 @@ def test_json_output_and_bad_artifact(tmp_path, capsys):
 def test_image_metadata_must_cover_candidate_images(tmp_path):
     cands = _toy_candidates()
     meta = [{"image_id": i, "width": 10, "height": 10} for i in cands.image_ids]
-    full = build_artifact(cands, tmp_path / "a", source="gqa", image_meta=meta, plots=False)
+    full = build_artifact(cands, tmp_path / "a", record=InputRecord(provenance="gqa", image_meta=meta), plots=False)
     assert _row(st.compare(full.root), "images.parquet covers candidate images").ok
-    part = build_artifact(cands, tmp_path / "b", source="gqa", image_meta=meta[5:], plots=False)
+    part = build_artifact(
+        cands, tmp_path / "b", record=InputRecord(provenance="gqa", image_meta=meta[5:]), plots=False
+    )
     row = _row(st.compare(part.root), "images.parquet covers candidate images")
     assert row.ok is False and "5 candidate images" in row.explanation
 

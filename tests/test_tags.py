@@ -13,10 +13,12 @@ import pytest
 from PIL import Image
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import HubMultiLabel, SceneGraphs, TagsTable
 from metashift_hf.builders.tags import MultiLabelDataset, TagTable, candidates_from_tags, read_tags_file
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.api import prepare
+from metashift_hf.hub.task_data import TaskRef
 
 
 N = 240
@@ -65,12 +67,12 @@ def sources(tmp_path_factory):
 
 
 def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
-    a = build_from_inputs(tmp_path / "csv", tags=sources["csv"], plots=False)
-    b = build_from_inputs(tmp_path / "pq", tags=sources["parquet"], plots=False)
+    a = build_from_inputs(tmp_path / "csv", given=TagsTable(sources["csv"]), plots=False)
+    b = build_from_inputs(tmp_path / "pq", given=TagsTable(sources["parquet"]), plots=False)
     c = build_from_inputs(
         tmp_path / "hf",
         plots=False,
-        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+        given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels", image_column="image")),
     )
     assert a.content_hash == b.content_hash == c.content_hash
     assert a.classes() == ["cat"] and len(a.subsets_of("cat")) == 8
@@ -80,7 +82,9 @@ def test_tags_and_hf_dataset_build_the_same_artifact(sources, tmp_path):
     )
     assert c.manifest.inputs[0]["image_column"] == "image" and c.manifest.source == "custom"
     # the image column is found without --image-column when the dataset has exactly one
-    d = build_from_inputs(tmp_path / "hf2", plots=False, hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels"))
+    d = build_from_inputs(
+        tmp_path / "hf2", plots=False, given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels"))
+    )
     assert d.manifest.inputs[0]["image_column"] == "image" and d.content_hash == c.content_hash
 
 
@@ -88,9 +92,9 @@ def test_images_come_from_the_dataset_column(sources, tmp_path):
     art = build_from_inputs(
         tmp_path / "hf",
         plots=False,
-        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+        given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels", image_column="image")),
     )
-    task = prepare("class-cat", art, cache_dir=tmp_path / "cache")
+    task = prepare(TaskRef("class-cat", artifact=art), cache_dir=tmp_path / "cache")
     ds = task.dataset["train"] if "train" in task.dataset else next(iter(task.dataset.values()))
     ds = ds.cast_column("image", type(ds.features["image"])(decode=False))
     for row in ds.select(range(min(20, len(ds)))):
@@ -103,7 +107,7 @@ def test_export_of_a_dataset_artifact_needs_no_images(sources, tmp_path, capsys,
     art = build_from_inputs(
         tmp_path / "hf",
         plots=False,
-        hf_dataset=MultiLabelDataset(str(sources["repo"]), "labels", image_column="image"),
+        given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels", image_column="image")),
     )
     monkeypatch.setenv("METASHIFT_HF_IMAGES", str(tmp_path / "registered-gqa-images"))  # never used for it
     out = tmp_path / "export"
@@ -160,7 +164,9 @@ def test_subject_tags_and_errors(sources, tmp_path, capsys):
         == 0
     )
     with pytest.raises(InputFormatError, match="multi-label sources only"):
-        build_from_inputs(tmp_path / "r", scene_graphs=[sources["csv"]], options=BuildOptions(subject_tags=("x",)))
+        build_from_inputs(
+            tmp_path / "r", given=SceneGraphs([sources["csv"]]), options=BuildOptions(subject_tags=("x",))
+        )
 
 
 def test_every_pair_of_tags_is_a_subset():

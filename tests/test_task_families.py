@@ -8,6 +8,7 @@ import pytest
 
 from metashift_hf.builders import plan, shifts, tasks
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
+from metashift_hf.core.registry import Registry
 
 
 def test_every_id_has_exactly_one_family(builder_world):
@@ -57,7 +58,7 @@ class _OneClassOptions:
 
 
 class _OneClass(tasks.TaskFamily):
-    """A family added the documented way: a subclass and one register() call."""
+    """A family added the documented way: a subclass and one TASK_FAMILIES.register() call."""
 
     name, title, kind, options_type = "one", "one-class tasks (one-<class>)", "one", _OneClassOptions
 
@@ -79,8 +80,11 @@ class _OneClass(tasks.TaskFamily):
 
 
 def test_adding_a_family_is_one_registration(builder_world, monkeypatch):
-    monkeypatch.setattr(tasks, "_FAMILIES", list(tasks.families()))
-    tasks.register(_OneClass())
+    copy = Registry("task family")
+    for family in tasks.families():
+        copy.register(family)
+    monkeypatch.setattr(tasks, "TASK_FAMILIES", copy)
+    tasks.TASK_FAMILIES.register(_OneClass())
     art = builder_world["artifact"]
     assert "one-cat" in tasks.task_ids(art)
     plan = tasks.plan_task("one-cat", art, cap=2)
@@ -88,7 +92,7 @@ def test_adding_a_family_is_one_registration(builder_world, monkeypatch):
     with pytest.raises(InputFormatError, match="cap"):
         tasks.plan_task("one-cat", art, cap="two")
     with pytest.raises(MetashiftError, match="twice"):
-        tasks.register(_OneClass())
+        tasks.TASK_FAMILIES.register(_OneClass())
 
 
 def test_every_family_spec_round_trips_through_json(builder_world):

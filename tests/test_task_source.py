@@ -16,7 +16,8 @@ from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.evaluate.run import _stratified_quota, sample_rows
 from metashift_hf.hub.export import export_prepared
-from metashift_hf.hub.task_source import TaskRef, open_task
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskOrigin, open_task
 from metashift_hf.research.evaluator import Evaluator
 from metashift_hf.research.score import score
 
@@ -34,7 +35,7 @@ def exported(tmp_path_factory):
         three_split_task("paper-subpop-cat-dog-p12", images, shift_type="conditional"),
         three_split_task("bin-cat-dog", images, matched=True),
     ]
-    export_prepared(tasks, art, root / "out", namespace=NS)
+    export_prepared(tasks, TaskOrigin(artifact=art), root / "out", namespace=NS)
     return {"root": root, "out": root / "out", "tasks": {t.task_id: t for t in tasks}}
 
 

@@ -16,7 +16,7 @@ import pytest
 from metashift_hf import cli
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub.api import plan
-from metashift_hf.hub.task_source import TaskRef
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.research.algorithms import ALGORITHMS
 from metashift_hf.research.features import image_features, load_backbone
 from metashift_hf.research.fitting import augment as _augment
@@ -83,8 +83,8 @@ def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
 
 def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
     bb = load_backbone(image_size=SMALL)
-    a = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
-    b = plan("paper-subpop-cat-dog-p12", builder_world["artifact"].root, scale=0.1)
+    a = plan(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
+    b = plan(TaskRef("paper-subpop-cat-dog-p12", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
     first = image_features(a.image_ids(), builder_world["folder"], backbone=bb, cache_dir=tmp_path, progress=False)
     # rows are keyed by content: this world repeats pictures, each distinct one is embedded once
     content = {
@@ -110,7 +110,11 @@ def test_features_cached_and_reused_by_another_task(builder_world, tmp_path):
 def test_features_are_keyed_by_image_content_not_id(builder_world, tmp_path):
     """Two image folders that share ids (two worlds, a Hub repo and a local build) never share features."""
     bb = load_backbone(image_size=SMALL)
-    ids = sorted(plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1).image_ids())[:4]
+    ids = sorted(
+        plan(
+            TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1})
+        ).image_ids()
+    )[:4]
     other = tmp_path / "other-world"
     other.mkdir()
     source = Path(builder_world["folder"])
@@ -172,7 +176,7 @@ def test_augment_is_seeded(builder_world):
 
 
 def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
-    full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
+    full = plan(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
     small = replace(full, splits={s: rows[:6] for s, rows in full.splits.items()})
     result = train(
         TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]),
@@ -188,7 +192,7 @@ def test_finetune_one_epoch_on_a_small_plan(builder_world, tmp_path):
 @pytest.mark.slow  # ~30 s each on 2 busy cores: whole-network passes at 224 px
 @pytest.mark.parametrize("method", ["coral", "jtt", "dfr"])
 def test_finetune_runs_the_staged_and_representation_algorithms(builder_world, tmp_path, method):
-    full = plan("paper-subpop-cat-dog-p6", builder_world["artifact"].root, scale=0.1)
+    full = plan(TaskRef("paper-subpop-cat-dog-p6", artifact=builder_world["artifact"].root, options={"scale": 0.1}))
     small = replace(full, splits={s: rows[:4] + rows[-4:] for s, rows in full.splits.items()})
     result = train(
         TaskRef(small, artifact=builder_world["artifact"].root, images=builder_world["folder"]),

@@ -43,7 +43,7 @@ def test_published_tree_read_as_published(wn, tree_file):
     assert h.children["n02691156"] == ()  # airplane looks like a leaf to the walker
     assert "n02690373" not in h.nodes
     assert len(h.imagenet_index) == 999 and 404 not in h.imagenet_index.values()
-    assert h.source["sha256"] == PAPER_SHA
+    assert h.provenance["sha256"] == PAPER_SHA
 
 
 @pytest.mark.parametrize(

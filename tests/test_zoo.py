@@ -19,10 +19,11 @@ from fixtures.zoo import tiny_model as _model  # noqa: E402
 from metashift_hf.cli import main  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.evaluate import evaluate  # noqa: E402
-from metashift_hf.evaluate.cache import LogitsCache  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo, select_tasks  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
+from metashift_hf.models import CacheConfig, OutputCache  # noqa: E402
 
 
 QUIET = EvalConfig(progress=False, plots=False)
@@ -30,7 +31,9 @@ QUIET = EvalConfig(progress=False, plots=False)
 
 def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(world, tmp_path):
     seen: list[int] = []
-    kw = dict(artifact=world / "artifact", images=world / "images", cache_dir=tmp_path / "cache")
+    kw = dict(
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"), cache=CacheConfig(tmp_path / "cache")
+    )
     first = evaluate_zoo([_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=QUIET, **kw)
     distinct = first.images
     assert sum(seen) == distinct and first.computed == {"module:tiny1": distinct, "module:tiny2": distinct}
@@ -66,16 +69,16 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
 
 
 def test_logits_cache_is_keyed_by_fingerprint_and_image_hash(tmp_path):
-    cache = LogitsCache("a" * 64, tmp_path)
+    cache = OutputCache("a" * 64, tmp_path)
     assert cache.add(["s1", "s2"], np.array([[1, 2], [3, 4]], np.float32)) is not None
     assert cache.add(["s1"], np.array([[9, 9]], np.float32)) is None  # known rows are never rewritten
-    again = LogitsCache("a" * 64, tmp_path)
+    again = OutputCache("a" * 64, tmp_path)
     assert len(again) == 2 and again.get(["s2"]).tolist() == [[3.0, 4.0]]
-    assert len(LogitsCache("b" * 64, tmp_path)) == 0
-    only = LogitsCache("a" * 64, tmp_path, wanted={"s2"})  # rows a run does not need stay on disk
+    assert len(OutputCache("b" * 64, tmp_path)) == 0
+    only = OutputCache("a" * 64, tmp_path, wanted={"s2"})  # rows a run does not need stay on disk
     assert len(only) == 1 and "s2" in only and "s1" not in only
     with pytest.raises(InputFormatError):
-        LogitsCache("", tmp_path)
+        OutputCache("", tmp_path)
 
 
 def test_task_selection_words_and_cli(world, tmp_path, capsys):
@@ -84,7 +87,9 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
     with pytest.raises(MetashiftError, match="--tasks binary"):
         select_tasks("binary", None)
     with pytest.raises(MetashiftError, match="alpha"):  # before any model loads
-        evaluate_zoo(["no-such-model"], "bin-cat-dog", world / "artifact", settings=EvalConfig(alpha=2))
+        evaluate_zoo(
+            ["no-such-model"], "bin-cat-dog", TaskOrigin(artifact=world / "artifact"), settings=EvalConfig(alpha=2)
+        )
     rc = main(
         [
             "evaluate",
@@ -191,11 +196,10 @@ def test_leaderboard_is_published_as_a_results_dataset_repo(world, tmp_path, mon
     evaluate_zoo(
         [_model(1), _model(2)],
         ["bin-cat-dog", "class-dog"],
-        world / "artifact",
-        world / "images",
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
         tmp_path / "zoo",
         settings=EvalConfig(progress=False),
-        cache_dir=tmp_path / "cache",
+        cache=CacheConfig(tmp_path / "cache"),
     )
     assert publish_leaderboard(tmp_path / "zoo", "tester/board", dry_run=True)[0] == "README.md"
     with pytest.raises(InputFormatError, match="not a zoo folder"):
@@ -219,12 +223,17 @@ def test_score_evaluate_and_the_zoo_write_one_per_group_schema(world, tmp_path):
     """per_group.csv has one schema: the zoo's equals evaluate's, and score's rows for the same correct/incorrect
     images carry the same numbers (issue 25 part 2)."""
     from metashift_hf import score
-    from metashift_hf.hub.task_source import open_task
+    from metashift_hf.hub.task_open import open_task
     from metashift_hf.scoring.per_group import PER_GROUP_COLUMNS
 
     art, images = world / "artifact", world / "images"
     evaluate_zoo(
-        [_model(1)], ["bin-cat-dog"], art, images, out=tmp_path / "zoo", settings=QUIET, cache_dir=tmp_path / "cache"
+        [_model(1)],
+        ["bin-cat-dog"],
+        TaskOrigin(artifact=art, images=images),
+        out=tmp_path / "zoo",
+        settings=QUIET,
+        cache=CacheConfig(tmp_path / "cache"),
     )
     evaluate(_model(1), TaskRef("bin-cat-dog", artifact=art, images=images), tmp_path / "eval", settings=QUIET)
     read = lambda p: pd.read_csv(p, keep_default_na=False, dtype={"split": str, "class": str, "name": str})

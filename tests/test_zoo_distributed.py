@@ -25,8 +25,9 @@ from metashift_hf.core.options import OptionError  # noqa: E402
 from metashift_hf.evaluate import distributed  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
-from metashift_hf.hub.task_source import TaskRef, open_task  # noqa: E402
-from metashift_hf.models import decode_workers  # noqa: E402
+from metashift_hf.hub.task_data import TaskRef  # noqa: E402
+from metashift_hf.hub.task_open import TaskOrigin, open_task  # noqa: E402
+from metashift_hf.models import CacheConfig, decode_workers  # noqa: E402
 
 
 def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(world, monkeypatch):
@@ -40,7 +41,11 @@ def test_each_distinct_image_is_read_and_hashed_once_and_the_match_loaded_once(w
     real_collect = zoo_mod._collect_images
     monkeypatch.setattr(zoo_mod, "_collect_images", lambda *a: found.append(real_collect(*a)) or found[-1])
     result = evaluate_zoo(
-        [_model(1)], TASKS, world / "artifact", world / "images", settings=EvalConfig(progress=False), use_cache=False
+        [_model(1)],
+        TASKS,
+        TaskOrigin(artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False),
+        cache=CacheConfig(use=False),
     )
     per_task = sum(len(ids) for ids in found[0].of_task.values())
     assert per_task > result.images  # the tasks share images (the old code hashed each once per task)
@@ -67,7 +72,7 @@ def test_parts_refuse_what_cannot_work(monkeypatch, tmp_path):
     with pytest.raises(OptionError, match="0 to 1"):
         distributed.choose_part("2/2")
     with pytest.raises(InputFormatError, match="--no-cache"):
-        evaluate_zoo([_model(1)], ["bin-cat-dog"], shard="0/2", use_cache=False)
+        evaluate_zoo([_model(1)], ["bin-cat-dog"], shard="0/2", cache=CacheConfig(use=False))
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -95,7 +100,7 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
     import numpy as np
 
     from metashift_hf.evaluate.predict import predict
-    from metashift_hf.models import map_batches
+    from metashift_hf.models import RunConfig, map_batches
 
     monkeypatch.setattr("metashift_hf.models.runtime._cores", lambda: 16)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
@@ -105,7 +110,9 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
 
     run = lambda batch: np.zeros((len(batch), 5), np.float32)  # noqa: E731
     ids = [f"i{n}" for n in range(64)]
-    clf = SimpleNamespace(prepare=prepare, logits=run, labels=SimpleNamespace(size=5), name="fake", device="cuda:0")
+    clf = SimpleNamespace(
+        prepare=prepare, logits=run, labels=SimpleNamespace(size=5), name="fake", device="cuda:0", fingerprint=str
+    )
     import metashift_hf.models.batches as batches
 
     used: list[int] = []
@@ -114,20 +121,25 @@ def test_one_model_and_the_feature_pass_take_the_rule_of_their_device(monkeypatc
         batches, "ThreadPoolExecutor", lambda max_workers, **k: used.append(max_workers) or real(max_workers, **k)
     )
     predict(clf, ids, lambda i: b"", batch_size=8, progress=False)
-    map_batches(prepare, run, ids, lambda i: b"", width=5, batch_size=8, progress=False, device="cuda")
+    map_batches(prepare, run, ids, lambda i: b"", width=5, settings=RunConfig(8, progress=False), device="cuda")
     assert used == [decode_workers(None, "cuda")] * 2 == [4, 4]
 
 
 def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(world, tmp_path):
-    kw = dict(artifact=world / "artifact", images=world / "images", settings=EvalConfig(progress=False, batch_size=8))
-    single = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "single", cache_dir=tmp_path / "c1", **kw)
+    kw = dict(
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
+        settings=EvalConfig(progress=False, batch_size=8),
+    )
+    single = evaluate_zoo(
+        [_model(1), _model(2)], TASKS, out=tmp_path / "single", cache=CacheConfig(tmp_path / "c1"), **kw
+    )
     calls: list[int] = []
     for i in range(2):
         part = evaluate_zoo(
             [_model(1, calls), _model(2)],
             TASKS,
             out=tmp_path / f"shard{i}",
-            cache_dir=tmp_path / "c2",
+            cache=CacheConfig(tmp_path / "c2"),
             shard=f"{i}/2",
             **kw,
         )
@@ -136,7 +148,7 @@ def test_two_shards_then_a_plain_run_write_the_single_leaderboard_byte_for_byte(
     assert sum(calls) == single.images  # the two shards together ran each image once
     calls.clear()
     assembled = evaluate_zoo(
-        [_model(1, calls), _model(2)], TASKS, out=tmp_path / "assembled", cache_dir=tmp_path / "c2", **kw
+        [_model(1, calls), _model(2)], TASKS, out=tmp_path / "assembled", cache=CacheConfig(tmp_path / "c2"), **kw
     )
     assert calls == [] and set(assembled.computed.values()) == {0}  # assembly computes nothing
     for name in ("leaderboard.csv", "leaderboard.md"):
@@ -225,10 +237,9 @@ def test_scoring_in_a_process_pool_writes_the_sequential_leaderboard(world, tmp_
     got = pool.ordered_map([lambda i=i: (i, os.getpid()) for i in range(5)], 2)
     assert [i for i, _ in got] == list(range(5)) and any(pid != os.getpid() for _, pid in got)  # forked, in order
     kw = dict(
-        artifact=world / "artifact",
-        images=world / "images",
+        origin=TaskOrigin(artifact=world / "artifact", images=world / "images"),
         settings=EvalConfig(progress=False),
-        cache_dir=tmp_path / "c",
+        cache=CacheConfig(tmp_path / "c"),
     )
     seq = evaluate_zoo([_model(1), _model(2)], TASKS, out=tmp_path / "seq", **kw)
     monkeypatch.setattr(pool, "pool_size", lambda jobs: 2)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.core.fsutil import sha256_file
+from metashift_hf.core.registry import Registry
 
 from .imagenet import imagenet_classes, imagenet_synsets
 from .wordnet import synset_of_wnid, wnid_of
@@ -30,7 +31,7 @@ class Hierarchy:
     name: str  # "wordnet", "paper" or "tree:PATH"
     root: str
     children: dict[str, tuple[str, ...]]  # every node reachable from root -> ordered children
-    source: dict = field(default_factory=dict)  # file path/sha256 or WordNet version
+    provenance: dict = field(default_factory=dict)  # file path/sha256 or WordNet version
     hidden: dict[str, str] = field(default_factory=dict)  # node -> key that hides a subtree (quirks)
     hidden_ids: dict[str, str] = field(default_factory=dict)  # id seen only in a hidden subtree -> its node
 
@@ -165,7 +166,7 @@ def wordnet_hierarchy(wn) -> Hierarchy:
         name="wordnet",
         root=roots[0],
         children={n: tuple(sorted(k)) for n, k in sorted(children.items())},
-        source={"wordnet_version": wn.get_version()},
+        provenance={"wordnet_version": wn.get_version()},
     )
 
 
@@ -255,28 +256,66 @@ def tree_hierarchy(path: str | os.PathLike, wn=None, name: str | None = None) ->
         name=name or f"tree:{path}",
         root=root,
         children=children,
-        source={"path": str(path), "sha256": sha256_file(path)},
+        provenance={"path": str(path), "sha256": sha256_file(path)},
         hidden=hidden,
         hidden_ids=hidden_ids,
     )
 
 
-def load_hierarchy(spec: str, wn, *, paper_tree: str | os.PathLike | None = None) -> Hierarchy:
-    """``wordnet`` | ``paper`` | ``tree:PATH`` -> :class:`Hierarchy`.
+@dataclass(frozen=True)
+class HierarchyRequest:
+    """What a hierarchy entry reads: the text after ``name:`` (``tree:PATH``), WordNet, and the local
+    copy of the published tree (``paper``; this package fetches nothing, so its caller finds it)."""
 
-    ``paper`` is the published tree; this package fetches nothing, so its caller passes the local file
-    as ``paper_tree`` (the command line finds it through the data manifest).
-    """
-    if spec == "wordnet":
-        return wordnet_hierarchy(wn)
-    if spec == "paper":
-        if paper_tree is None:
+    argument: str
+    wn: object
+    paper_tree: str | os.PathLike | None = None
+
+
+HIERARCHIES: Registry[type] = Registry("hierarchy", f"choose one of: {HIERARCHY_CHOICES}")
+
+
+@HIERARCHIES.register
+class WordNetHierarchy:
+    name, takes_argument = "wordnet", False
+
+    @staticmethod
+    def load(req: HierarchyRequest) -> Hierarchy:
+        return wordnet_hierarchy(req.wn)
+
+
+@HIERARCHIES.register
+class PaperHierarchy:
+    name, takes_argument = "paper", False
+
+    @staticmethod
+    def load(req: HierarchyRequest) -> Hierarchy:
+        if req.paper_tree is None:
             raise MetashiftError(
                 "the 'paper' hierarchy needs the published ImageNet tree file, and none was given",
                 "run `metashift-hf download --what imagenet-tree` (or `download --register imagenet-tree PATH`), "
                 "or use --hierarchy tree:PATH or --hierarchy wordnet",
             )
-        return tree_hierarchy(paper_tree, wn, name="paper")
-    if spec.startswith("tree:") and len(spec) > 5:
-        return tree_hierarchy(spec[5:], wn)
-    raise UnknownNameError(f"unknown hierarchy {spec!r}", f"choose one of: {HIERARCHY_CHOICES}")
+        return tree_hierarchy(req.paper_tree, req.wn, name="paper")
+
+
+@HIERARCHIES.register
+class TreeHierarchy:
+    name, takes_argument = "tree", True
+
+    @staticmethod
+    def load(req: HierarchyRequest) -> Hierarchy:
+        return tree_hierarchy(req.argument, req.wn)
+
+
+def load_hierarchy(spec: str, wn, *, paper_tree: str | os.PathLike | None = None) -> Hierarchy:
+    """``wordnet`` | ``paper`` | ``tree:PATH`` -> :class:`Hierarchy` (an entry of :data:`HIERARCHIES`).
+
+    ``paper`` is the published tree; this package fetches nothing, so its caller passes the local file
+    as ``paper_tree`` (the command line finds it through the data manifest).
+    """
+    name, sep, argument = str(spec).partition(":")
+    entry = HIERARCHIES.get(name) if name in HIERARCHIES else None
+    if entry is None or entry.takes_argument != bool(sep and argument) or (sep and not entry.takes_argument):
+        raise UnknownNameError(f"unknown hierarchy {spec!r}", HIERARCHIES.fix)
+    return entry.load(HierarchyRequest(argument, wn, paper_tree))

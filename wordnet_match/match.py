@@ -55,7 +55,9 @@ class MatchResult:
     subsets: list[SubsetRecord]  # every input subset, sorted by name, with kept/selected flags
     class_images: dict[str, int | None] = field(default_factory=dict)  # unique images, selected subsets
     kept_images: dict[str, int | None] = field(default_factory=dict)  # unique images, kept subsets (presets)
-    source: dict = field(default_factory=dict)
+    read_from: dict = field(
+        default_factory=dict
+    )  # what was matched (artifact path + hash, or files); match.json `source`
     figures: dict = field(default_factory=dict)
     tasks: list = field(default_factory=list)  # list[TaskEntry], filled by wordnet_match.tasks
     _by_subject: dict | None = field(default=None, repr=False, compare=False)
@@ -231,7 +233,7 @@ def match(
     hierarchy: Hierarchy,
     wn,
     *,
-    source: dict | None = None,
+    read_from: dict | None = None,
 ) -> MatchResult:
     """Match every vocabulary name, select subsets, and compute the published figures.
 
@@ -253,7 +255,7 @@ def match(
         ),
         key=lambda s: s.subset,
     )
-    result = MatchResult(hierarchy.name, table, records, source=dict(source or {}))
+    result = MatchResult(hierarchy.name, table, records, read_from=dict(read_from or {}))
     selected = result.selected()
     classes = result.classes()
     result.class_images = {c: None for c in classes}
@@ -268,7 +270,7 @@ def match(
         "imagenet_classes_covered": len(indices),
         "hierarchy": hierarchy.name,
         "hierarchy_nodes": len(hierarchy.nodes),
-        "hierarchy_source": hierarchy.source,
+        "hierarchy_source": hierarchy.provenance,
         "hidden_subtrees": dict(sorted(hierarchy.hidden.items())),
     }
     return result

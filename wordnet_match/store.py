@@ -112,7 +112,7 @@ def write_match(
         "format_version": FORMAT_VERSION,
         "package_version": __version__,
         **result.figures,
-        "source": result.source,
+        "source": result.read_from,
         "kept_images": dict(sorted(result.kept_images.items())),
         **(extra or {}),
     }
@@ -234,7 +234,7 @@ def load_match(path: str | os.PathLike) -> MatchResult:
         subsets=subsets,
         class_images={c["class"]: c["n_images"] for c in classes},
         kept_images=header.get("kept_images", {}),
-        source=header.get("source", {}),
+        read_from=header.get("source", {}),
         figures={k: header[k] for k in figure_keys if k in header}
         | {k: v for k, v in header.items() if k.startswith("tasks")},
         tasks=read_tasks(folder),

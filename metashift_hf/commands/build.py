@@ -8,9 +8,9 @@ import logging
 import time
 
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
+from metashift_hf.builders.build_inputs import input_from_flags
 from metashift_hf.builders.scene_graphs import default_workers
 from metashift_hf.builders.tag_store import DEFAULT_MEMORY_FRACTION
-from metashift_hf.builders.tags import MultiLabelDataset
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.provenance import PROVENANCES, SourceInfo, describe, is_demo_world_summary
@@ -205,33 +205,13 @@ def run(args: argparse.Namespace) -> int:
                 f"--scene-graphs names only the demo world's summary {summaries[0]}",
                 "also name the scene graphs: train_sceneGraphs.json val_sceneGraphs.json",
             )
-    hf = None
-    if args.hf_dataset:
-        if not args.tag_column:
-            raise InputFormatError("--hf-dataset needs --tag-column", "name the dataset's multi-label column")
-        hf = MultiLabelDataset(
-            args.hf_dataset,
-            args.tag_column,
-            split=args.hf_split,
-            id_column=args.id_column,
-            image_column=args.image_column,
-        )
-    elif args.tag_column or args.id_column or args.image_column:
-        raise InputFormatError(
-            "--tag-column/--id-column/--image-column apply to --hf-dataset only", "add --hf-dataset NAME, or drop them"
-        )
     t0 = time.perf_counter()
     artifact = build_from_inputs(
         args.out,
-        scene_graphs=args.scene_graphs,
-        candidate_subsets=args.candidate_subsets,
-        attributes_pickle=args.attributes_pickle,
-        coco_annotations=args.coco_annotations,
-        tags=args.tags,
-        hf_dataset=hf,
-        options=options,
+        input_from_flags(args),
+        options,
         plots=not args.no_plots,
-        source=args.provenance,
+        provenance=args.provenance,
         source_info=SourceInfo(license=args.license, name=args.source_name, homepage=args.homepage),
         workers=default_workers() if args.workers is None else args.workers,
         memory_limit=args.memory_limit,

@@ -11,6 +11,8 @@ from ..core.errors import InputFormatError
 from ..evaluate.config import EvalConfig
 from ..evaluate.leaderboard_hub import check_publish, publish_leaderboard
 from ..evaluate.zoo import evaluate_zoo, select_tasks
+from ..hub.task_open import TaskOrigin
+from ..models import CacheConfig
 from .task_args import parse_overrides, task_images
 
 
@@ -36,16 +38,21 @@ def run_zoo(args: argparse.Namespace, settings: EvalConfig) -> int:
     images = task_images(args)
     named = select_tasks(tasks, args.artifact)
     common, per_task = parse_overrides(args.overrides, named)
+    task_options = {t: per_task.get(t, common) for t in named if per_task.get(t, common)}
+    # the zoo's task ids are planned on --artifact (its seed is the settings' --seed); folders and repos as they are
+    origin = TaskOrigin(artifact=args.artifact, images=images, task_options=task_options) if args.artifact else None
+    if origin is None and task_options:
+        raise InputFormatError(
+            "--set applies to task ids planned on --artifact, and none was given",
+            "pass --artifact ARTIFACT, or drop --set (an exported folder or Hub repo is planned already)",
+        )
     result = evaluate_zoo(
         args.model,
         named,
-        args.artifact,
-        images,
+        origin,
         args.out,
         settings=settings,
-        task_options={t: per_task.get(t, common) for t in named if per_task.get(t, common)},
-        cache_dir=args.cache_dir,
-        use_cache=not args.no_cache,
+        cache=CacheConfig(args.cache_dir, use=not args.no_cache),
         shard=args.shard,
     )
     print(result.summary())

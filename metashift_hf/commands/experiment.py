@@ -1,5 +1,5 @@
-"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.research.experiments.EXPERIMENTS, plus
-the shift experiments (ood-levels, clustered, conflicts) of commands.shift_experiments."""
+"""``metashift-hf experiment NAME``: one subcommand per entry of metashift_hf.research.experiments.EXPERIMENTS (the
+shift experiments' flags, ood-levels, clustered and conflicts, are in commands.shift_experiments), plus compare."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import argparse
 from ..core.options import positive_int, seed, seed_count
 from ..research.algorithms import METHODS, SELECTIONS
 from ..research.compare import SPREADS, CompareOptions, run_compare
-from ..research.experiments import EXPERIMENTS, experiment, run_experiment
+from ..research.experiments import EXPERIMENTS, TABLE_EXPERIMENTS, run_experiment
 from . import HELP
-from .shift_experiments import HELP as SHIFT_HELP
 from .shift_experiments import add_subcommands
 from .task_args import add_task_arguments, task_images, task_origin_from_args
 from .train import add_training_arguments, config_from_args
@@ -24,8 +23,9 @@ def register(subparsers) -> None:
         "results.json, results.md, NAME.png and runs/<task>/ into --out; ood-levels, "
         "clustered and conflicts are described in docs/experiments.md.",
     )
-    sub = p.add_subparsers(dest="experiment", metavar="|".join([*EXPERIMENTS, "compare", *SHIFT_HELP]))
-    for name, exp in EXPERIMENTS.items():
+    sub = p.add_subparsers(dest="experiment", metavar="|".join([*TABLE_EXPERIMENTS, "compare", *shift_names()]))
+    for name in TABLE_EXPERIMENTS:
+        exp = EXPERIMENTS[name]
         q = sub.add_parser(
             name,
             help=exp.help.replace("%", "%%"),  # argparse formats help strings with %
@@ -51,6 +51,10 @@ def register(subparsers) -> None:
     _register_compare(sub)
     add_subcommands(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def shift_names() -> list[str]:
+    return [n for n in EXPERIMENTS if n not in TABLE_EXPERIMENTS]
 
 
 def _names(text: str) -> list[str]:
@@ -154,7 +158,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    origin = task_origin_from_args(args, list(experiment(args.experiment).tasks), task_images(args))
+    origin = task_origin_from_args(args, list(EXPERIMENTS[args.experiment].tasks), task_images(args))
     config = config_from_args(args, default_seeds=3)
     result = run_experiment(
         args.experiment,

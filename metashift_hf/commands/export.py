@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import MetashiftError
-from ..hub.api import reads_dataset_images
 from ..hub.export import export_tasks, verify_export
 from ..hub.shards import LAYOUTS
+from ..hub.task_data import reads_dataset_images
 from . import HELP
 from .task_args import add_task_arguments, task_images, task_origin_from_args
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from metashift_hf.builders.match_artifact import explain_names, run_match
+from metashift_hf.builders.match_artifact import MatchInputs, explain_names, run_match
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.options import non_negative_int
 from metashift_hf.sources.manifest import paper_tree_path
@@ -90,17 +90,7 @@ def run(args: argparse.Namespace) -> int:
             "use --min-subsets >= 1 and --level >= 0",
         )
 
-    result = run_match(
-        hierarchy=args.hierarchy,
-        artifact=args.artifact,
-        subset_names=args.subset_names,
-        vocabulary=args.vocabulary,
-        out=args.out,
-        min_subsets=args.min_subsets,
-        level=args.level,
-        paper_tree=_paper_tree(args),
-        force=args.force,
-    )
+    result = run_match(_inputs(args), out=args.out, min_subsets=args.min_subsets, level=args.level, force=args.force)
     f, t = result.figures, result.figures["tasks"]
     out = args.out or f"{args.artifact}/match"
     print(f"hierarchy {f['hierarchy']} ({f['hierarchy_nodes']:,} nodes)")
@@ -140,16 +130,17 @@ def _paper_tree(args: argparse.Namespace):
     return paper_tree_path(args.tree_url) if args.hierarchy == "paper" else None
 
 
+def _inputs(args: argparse.Namespace) -> MatchInputs:
+    return MatchInputs(
+        artifact=args.artifact,
+        subset_names=args.subset_names,
+        vocabulary=args.vocabulary,
+        hierarchy=args.hierarchy,
+        paper_tree=_paper_tree(args),
+    )
+
+
 def explain(args: argparse.Namespace) -> int:
 
-    print(
-        explain_names(
-            args.explain,
-            hierarchy=args.hierarchy,
-            artifact=args.artifact,
-            subset_names=args.subset_names,
-            vocabulary=args.vocabulary,
-            paper_tree=_paper_tree(args),
-        )
-    )
+    print(explain_names(args.explain, _inputs(args)))
     return 0

@@ -7,16 +7,38 @@ import argparse
 from metashift_hf.builders.levels import SHIFT_TYPES
 
 from ..core.options import int_at_least, positive_float, positive_int, seed
+from ..hub.task_open import TaskOrigin
 from ..research.conflicts import ConflictConfig
-from ..research.ood_experiments import clustered, conflicts, ood_levels
+from ..research.experiments import EXPERIMENTS, run_experiment
+from ..research.ood_experiments import ClusteredConfig, ConflictsConfig, OodLevelsConfig
+from ..research.train import TrainConfig
 from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
 
 
-HELP = {
-    "ood-levels": "train baselines on every level of a shift family (marginal|conditional|joint): curves, slope, AUC, knee",
-    "clustered": "k-means OOD sets per class when contexts are unknown: train on D_k, test on the rest; MI with contexts",
-    "conflicts": "which training subsets help or hurt which evaluation subsets (MetaShift 4.3): CSV + heatmap",
-}
+def _parser(sub, name: str) -> argparse.ArgumentParser:
+    """The subcommand of the registered experiment ``name`` (its help from the registry entry)."""
+    exp = EXPERIMENTS[name]
+    return sub.add_parser(name, help=exp.help, description=exp.help + ".")
+
+
+def _origin(args: argparse.Namespace, planned: bool = False) -> TaskOrigin:
+    """The build (and its images) the experiment makes its tasks on; --seed/--set only where it plans task ids."""
+    if not planned:
+        return TaskOrigin(artifact=args.artifact, images=task_images(args))
+    options, _ = parse_overrides(args.overrides, [])
+    return TaskOrigin(artifact=args.artifact, images=task_images(args), seed=planning_seed(args), options=options)
+
+
+def _run(args: argparse.Namespace, config, planned: bool = False) -> dict:
+    return run_experiment(
+        args.experiment,
+        _origin(args, planned),
+        args.out,
+        config,
+        cache_dir=args.cache_dir,
+        progress=False,
+        force=args.force,
+    )
 
 
 def _common(q: argparse.ArgumentParser, planning: bool = False) -> None:
@@ -35,7 +57,7 @@ def _common(q: argparse.ArgumentParser, planning: bool = False) -> None:
 
 def add_subcommands(sub) -> None:
     """Add the three subcommands to `metashift-hf experiment`'s subparsers."""
-    q = sub.add_parser("ood-levels", help=HELP["ood-levels"], description=HELP["ood-levels"] + ".")
+    q = _parser(sub, "ood-levels")
     _common(q, planning=True)
     q.add_argument(
         "--type", dest="shift_type", choices=SHIFT_TYPES, default="marginal", help="shift type (default marginal)"
@@ -50,7 +72,7 @@ def add_subcommands(sub) -> None:
     q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per task (default 2)")
     q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear, 10 finetune)")
     q.set_defaults(func=run_ood_levels)
-    q = sub.add_parser("clustered", help=HELP["clustered"], description=HELP["clustered"] + ".")
+    q = _parser(sub, "clustered")
     _common(q)
     q.add_argument("--k", type=int_at_least(2), default=8, help="clusters per class, at least 2 (default 8)")
     q.add_argument("--n-init", type=positive_int, default=10, help="k-means restarts (default 10)")
@@ -59,7 +81,7 @@ def add_subcommands(sub) -> None:
     q.add_argument("--seeds", type=positive_int, default=2, help="training seeds per D_k (default 2)")
     q.add_argument("--epochs", type=positive_int, default=None, help="epochs (default 50 linear)")
     q.set_defaults(func=run_clustered)
-    q = sub.add_parser("conflicts", help=HELP["conflicts"], description=HELP["conflicts"] + ".")
+    q = _parser(sub, "conflicts")
     _common(q)
     q.add_argument(
         "--subsets",
@@ -82,71 +104,44 @@ def add_subcommands(sub) -> None:
 
 
 def run_ood_levels(args: argparse.Namespace) -> int:
-    options, _ = parse_overrides(args.overrides, [])
-    r = ood_levels(
-        args.artifact,
-        task_images(args),
-        args.out,
-        classes=args.classes,
-        shift_type=args.shift_type,
-        models=args.models,
-        seeds=args.seeds,
-        seed=planning_seed(args),
-        device=args.device,
-        epochs=args.epochs,
-        cache_dir=args.cache_dir,
-        options=options,
-        force=args.force,
-    )
+    training = TrainConfig(seeds=args.seeds, device=args.device, epochs=args.epochs)
+    config = OodLevelsConfig(tuple(args.classes), args.shift_type, tuple(args.models), training)
+    r = _run(args, config, planned=True)
     for c in r["curves"]:
         slope = "n/a" if c["slope"] is None else f"{c['slope']:.3f}"
         auc = "n/a" if c["auc"] is None else f"{c['auc']:.3f}"
         print(f"{c['model']:<10} {c['curve']:<9} slope {slope}  AUC {auc}  knee {c['knee'] or 'none'}")
-    print(f"results: {args.out}/results.md, results.json, levels.csv, curves.png")
+    print(f"results: {args.out}/{EXPERIMENTS[args.experiment].outputs}")
     return 0
 
 
 def run_clustered(args: argparse.Namespace) -> int:
-    r = clustered(
-        args.artifact,
-        task_images(args),
-        args.out,
-        classes=args.classes,
-        k=args.k,
-        seed=args.seed,
-        n_init=args.n_init,
-        model=args.model,
-        seeds=args.seeds,
-        device=args.device,
-        epochs=args.epochs,
-        cache_dir=args.cache_dir,
-        force=args.force,
+    training = TrainConfig(seeds=args.seeds, device=args.device, epochs=args.epochs)
+    config = ClusteredConfig(
+        tuple(args.classes), k=args.k, seed=args.seed, n_init=args.n_init, model=args.model, training=training
     )
+    r = _run(args, config)
     for c in r["per_class"]:
         print(f"{c['class']}: MI(cluster; contexts) {c['mi_bits']:.3f} of H(cluster) {c['h_cluster_bits']:.3f} bits")
-    print(f"results: {args.out}/results.md, results.json, clusters.csv, assignments.csv")
+    print(f"results: {args.out}/{EXPERIMENTS[args.experiment].outputs}")
     return 0
 
 
 def run_conflicts(args: argparse.Namespace) -> int:
-    cfg = ConflictConfig(steps=args.steps, every=args.every, lr=args.lr, seed=args.seed)
-    r = conflicts(
-        args.artifact,
-        task_images(args),
-        args.out,
-        classes=args.classes,
-        subsets=args.subsets,
+    run = ConflictConfig(steps=args.steps, every=args.every, lr=args.lr, seed=args.seed)
+    config = ConflictsConfig(
+        tuple(args.classes),
+        subsets=None if args.subsets is None else tuple(args.subsets),
         min_images=args.min_images,
         per_subset=args.per_subset,
-        config=cfg,
+        run=run,
         device=args.device,
-        cache_dir=args.cache_dir,
-        force=args.force,
     )
+    r = _run(args, config)
     for kind in ("helps", "hurts"):
         print(
             f"{kind}: "
             + ", ".join(f"{x['train']} -> {x['eval']} ({x['value']:+.2f})" for x in r["strongest"][kind][:3])
         )
-    print(f"results: {args.out}/conflicts.csv, conflicts.png, history.csv, results.json")
+    print(f"results: {args.out}/{EXPERIMENTS[args.experiment].outputs}")
     return 0

@@ -12,7 +12,8 @@ from typing import Literal
 
 from ..core.errors import MetashiftError, did_you_mean
 from ..core.options import seed
-from ..hub.task_source import DEFAULT_SEED, TaskData, TaskOrigin, TaskRef, open_task
+from ..hub.task_data import DEFAULT_SEED, TaskData, TaskRef
+from ..hub.task_open import TaskOrigin, open_task
 from ..sources.manifest import resolve_input
 
 

@@ -11,7 +11,7 @@ from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tasks import family_of, kinds
-from metashift_hf.cards.render import measured_words
+from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
@@ -19,8 +19,9 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 from metashift_hf.core.names import terminal_safe
-from metashift_hf.hub.api import available_tasks, fitting_scale, plan, plan_all
-from metashift_hf.hub.task_source import TaskRef, open_task
+from metashift_hf.hub.api import available_tasks, plan
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import TaskTooBigError, open_task
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 
@@ -130,9 +131,9 @@ LEGEND = """columns: TRAIN/VAL/TEST/ID_TEST = rows per split at the default size
 def _sizes(task_id: str, art) -> tuple[dict[str, int], str]:
     """(rows per split, status) of a task at its default sizes."""
     try:
-        return dict(plan(task_id, art).spec.split_sizes or {}), "ok"
-    except EmptyResultError:
-        scale = fitting_scale(task_id, art)
+        return dict(plan(TaskRef(task_id, artifact=art)).spec.split_sizes or {}), "ok"
+    except EmptyResultError as exc:
+        scale = exc.scale if isinstance(exc, TaskTooBigError) else None  # the scale open_task found
         return (
             {},
             f"too big for this artifact at default sizes; plans with --set {task_id}:scale={scale}"
@@ -308,10 +309,8 @@ def run_show(args: argparse.Namespace) -> int:
         )
     spec = None
     if args.artifact:
-        # plan_all: a task too big for the artifact gets the --set scale=... that makes it plan
-        spec = plan_all([args.task_id], args.artifact, seed=ref.planning_seed, options={args.task_id: ref.options})[
-            args.task_id
-        ].spec
+        # open_task: a task too big for the artifact gets the --set scale=... that makes it plan
+        spec = open_task(ref).spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
         print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))

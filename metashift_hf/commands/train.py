@@ -8,7 +8,16 @@ import argparse
 from ..core.options import OptionError, image_size, non_negative_float, positive_float, positive_int
 from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
-from ..research.train import METHODS, PROBES, TrainConfig, check_train_out, load_config, parse_seeds, train
+from ..research.train import (
+    CONFIG_KEYS,
+    METHODS,
+    PROBES,
+    TrainConfig,
+    check_train_out,
+    load_config,
+    parse_seeds,
+    train,
+)
 from . import HELP
 from .task_args import add_task_arguments, task_from_args, task_images
 
@@ -114,20 +123,7 @@ def config_from_args(args: argparse.Namespace, default_seeds: int) -> TrainConfi
     """TrainConfig from the flags over the --config-file over the defaults (shared with `experiment`)."""
     values = load_config(args.config_file) if args.config_file else {}
     hparams = {**values.pop("hparams", {}), **_hparams(args.hparams)}
-    for key in (
-        "method",
-        "probe",
-        "seeds",
-        "select",
-        "sampling",
-        "backbone",
-        "device",
-        "epochs",
-        "lr",
-        "batch_size",
-        "weight_decay",
-        "image_size",
-    ):
+    for key in CONFIG_KEYS:  # the flags are the config file's keys
         given = getattr(args, key, None)
         if given is not None:
             values[key] = given

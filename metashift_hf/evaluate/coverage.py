@@ -44,7 +44,7 @@ def class_coverage(
         )
     card = {
         "name": tree.name,
-        "source": tree.source,
+        "source": tree.provenance,
         "rule": "correct iff the top-1 ImageNet-1k class is a leaf under a topmost hierarchy node equal to any WordNet noun sense of the class name",
         "classes": {
             c: {"synset": r.synset, "wnid": r.wnid, "leaves_covered": len(r.imagenet_indices)}

@@ -3,7 +3,7 @@
 Every process of a run plans the same batches: the zoo's distinct images sorted by sha256, cut into
 ``batch_size`` batches, and takes batches ``index, index + count, ...`` (whole batches, so each image
 runs in exactly the batch a single process would run it in, and its logits are the same bit for bit).
-What a process computes goes into the content-addressed logits cache (:mod:`.cache`) as its own part,
+What a process computes goes into the content-addressed outputs cache (:mod:`metashift_hf.models.outputs`) as its own part,
 so processes never write the same file; whoever scores reads every part back.
 
 - ``torchrun`` / ``accelerate launch`` (``WORLD_SIZE`` > 1 in the environment): the ranks plan on the
@@ -25,18 +25,15 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError
-from ..models import Classifier
-from .cache import LogitsCache
-from .predict import map_batches
+from ..models import Classifier, OutputCache, outputs
 
 
 logger = logging.getLogger(__name__)
@@ -189,8 +186,17 @@ class Group:
 
 
 def plan_digest(shas: Sequence[str], models: Sequence[Classifier], batch_size: int) -> str:
-    doc = {"images": sorted(shas), "models": [m.fingerprint() or m.name for m in models], "batch_size": batch_size}
+    keys = [outputs.logits(m).key or m.name for m in models]
+    doc = {"images": sorted(shas), "models": keys, "batch_size": batch_size}
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Images:
+    """The zoo's distinct images: ``wanted`` maps each image's sha256 to where it is, ``read(sha)`` gives its bytes."""
+
+    wanted: Mapping[str, Any]
+    read: Callable[[str], bytes]
 
 
 @dataclass
@@ -200,60 +206,41 @@ class ModelLogits:
     computed: int  # images run through the model in this process
     cached: int  # images whose logits were in the cache when this process looked
     rows: dict[str, np.ndarray]  # sha -> logits (empty in a process that does not score)
-    cache: LogitsCache | None
+    cache: OutputCache | None
 
     def block(self, shas: Sequence[str]) -> np.ndarray:
         return np.stack([self.rows[s] for s in shas]).astype(np.float32)
 
 
 def model_logits(
-    clf: Classifier,
-    wanted: Mapping[str, Any],
-    read: Callable[[str], bytes],
-    part: Part,
-    group: Group,
-    *,
-    cache_dir: str | Path | None,
-    use_cache: bool,
-    batch_size: int,
-    workers: int | None,
-    device: str,
-    progress: bool,
+    clf: Classifier, images: Images, part: Part, group: Group, settings: outputs.RunConfig, cache: outputs.CacheConfig
 ) -> ModelLogits:
-    """This process's share of ``clf`` over the ``wanted`` images (sha -> where), cached; every row if it scores."""
-    fp = clf.fingerprint()
-    cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=wanted) if (use_cache and fp) else None
-    shas = sorted(wanted)
-    have = [s for s in shas if cache is not None and s in cache]
+    """This process's share of ``clf`` over the zoo's images, through the one model-output path
+    (:mod:`metashift_hf.models.outputs`: its cache key and :func:`~metashift_hf.models.outputs.compute`);
+    every row when this process scores."""
+    run = outputs.logits(clf)
+    store = OutputCache(run, cache.folder, wanted=images.wanted) if (cache.use and run.key) else None
+    shas = sorted(images.wanted)
+    have = [s for s in shas if store is not None and s in store]
     if part.how == SHARD:  # no common view of the cache: whole batches of all images, those with a gap
-        mine = [b for b in share(shas, batch_size, part) if cache is None or any(s not in cache for s in b)]
+        mine = [b for b in share(shas, settings.batch_size, part) if store is None or any(s not in store for s in b)]
     else:
         group.barrier()  # every rank has read the cache before any rank writes a part: all plan the same gaps
-        todo = [s for s in shas if cache is None or s not in cache]
-        mine = share(todo, batch_size, part)
+        todo = [s for s in shas if store is None or s not in store]
+        mine = share(todo, settings.batch_size, part)
     todo_mine = [s for b in mine for s in b]
     rows: dict[str, np.ndarray] = {}
     if todo_mine:
-        new = map_batches(
-            clf.prepare,
-            clf.logits,
-            todo_mine,
-            read,
-            width=clf.labels.size,
-            batch_size=batch_size,
-            workers=workers,
-            device=device,
-            progress=progress,
-            desc=f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})"),
-        )
-        if cache is not None:
-            cache.add(todo_mine, new)
+        desc = f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})")
+        new = outputs.compute(run, todo_mine, images.read, replace(settings, desc=desc))
+        if store is not None:
+            store.add(todo_mine, new)
         rows.update(zip(todo_mine, new))
     if part.how == TORCH:
         group.barrier()  # every rank's part is on disk
         if part.scores:  # the other ranks' rows, read back (and checked) from their parts
-            cache = LogitsCache(fp, cache_dir, card=clf.card(), wanted=wanted)
-            absent = [s for s in shas if s not in cache]
+            store = OutputCache(run, cache.folder, wanted=images.wanted)
+            absent = [s for s in shas if s not in store]
             if absent:
                 raise MetashiftError(
                     f"{len(absent)} image(s) of model {clf.name} are in no rank's cache part",
@@ -261,6 +248,6 @@ def model_logits(
                 )
     if not part.scores:
         rows = {}
-    elif cache is not None:  # holds what was cached, what this process added and (rank 0) the other ranks' parts
-        rows = dict(zip(shas, cache.get(shas)))
-    return ModelLogits(len(todo_mine), len(have), rows, cache)
+    elif store is not None:  # holds what was cached, what this process added and (rank 0) the other ranks' parts
+        rows = dict(zip(shas, store.get(shas)))
+    return ModelLogits(len(todo_mine), len(have), rows, store)

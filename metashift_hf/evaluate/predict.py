@@ -1,4 +1,5 @@
-"""A classifier's head outputs over a task's images (batched by :func:`metashift_hf.models.map_batches`)."""
+"""A classifier's head outputs over a task's images, computed by the one model-output path
+(:mod:`metashift_hf.models.outputs`, shared with the zoo and training's features)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..models import Classifier, map_batches
+from ..models import Classifier, outputs
 from .predictions import HeadOutputs
 
 
@@ -19,16 +20,6 @@ def predict(
     progress: bool = True,
 ) -> HeadOutputs:
     """Run ``classifier`` over ``image_ids`` (bytes from ``read``), in order, ``batch_size`` at a time."""
-    logits = map_batches(
-        classifier.prepare,
-        classifier.logits,
-        image_ids,
-        read,
-        width=classifier.labels.size,
-        batch_size=batch_size,
-        workers=workers,
-        progress=progress,
-        desc=f"evaluate {classifier.name}",
-        device=classifier.device,
-    )
+    settings = outputs.RunConfig(batch_size, workers, progress, f"evaluate {classifier.name}")
+    logits = outputs.compute(outputs.logits(classifier), list(image_ids), read, settings)
     return HeadOutputs(list(image_ids), logits.argmax(axis=1).astype(np.int64), logits)

@@ -12,7 +12,7 @@ import numpy as np
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import sha256_file
 from ..core.options import OptionError
-from ..models import MODEL_SOURCES, Classifier, LabelMap, ModelSource, find_source, load_model, tune_allocator
+from ..models import Classifier, LabelMap, ModelSource, extended, find_source, load_model, tune_allocator
 
 
 N_CLASSES = 1000
@@ -148,18 +148,19 @@ def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:
     return arr
 
 
-@dataclass(frozen=True)
 class PredictionsSource(ModelSource):
     """``predictions:FILE``: outputs computed elsewhere, read instead of running a model."""
 
-    def load(self, rest: str, device: str, dtype: str) -> PrecomputedPredictions:
+    name = "predictions"
+    forms = ("predictions:FILE",)
+
+    @staticmethod
+    def load(rest: str, device: str, dtype: str) -> PrecomputedPredictions:
         return PrecomputedPredictions.read(rest)
 
 
-EVAL_SOURCES: dict[str, ModelSource] = {
-    **MODEL_SOURCES,
-    "predictions": PredictionsSource("predictions", "predictions:FILE", ""),
-}
+# what evaluate accepts: every model source, and predictions files
+EVAL_SOURCES = extended("model source", PredictionsSource)
 
 
 def load_scorer(
@@ -175,7 +176,7 @@ def load_scorer(
     tune_allocator()
     if isinstance(spec, PrecomputedPredictions):
         return spec
-    if image_size is not None and isinstance(spec, str) and find_source(spec, EVAL_SOURCES)[0].key == "predictions":
+    if image_size is not None and isinstance(spec, str) and find_source(spec, EVAL_SOURCES)[0] is PredictionsSource:
         raise OptionError(
             f"image_size={image_size} cannot apply to {spec}: its outputs were computed already",
             "drop --image-size, or evaluate the model itself at that size",

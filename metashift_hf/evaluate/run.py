@@ -21,8 +21,9 @@ from metashift_hf.wordnet_match.imagenet import imagenet_classes
 from ..core import __version__
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
 from ..core.fsutil import check_out
-from ..hub import api
-from ..hub.task_source import TaskData, TaskRef, dataset_classes, open_task, spec_less_dataset, task_ref
+from ..hub.task_data import TaskData, TaskRef, spec_less_dataset, task_ref
+from ..hub.task_open import open_task
+from ..hub.task_rows import dataset_classes
 from ..models import runtime_card
 from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, context_bugs, meta_graph_facts
 from ..scoring.groups import group_table, id_vs_ood, worst_subsets
@@ -38,7 +39,7 @@ def _task_rows(task: Any, need_images: bool, on_missing: str = "error"):
     """(TaskData or None, task_id, spec or None, per-image table, class names, byte reader or None).
 
     The task is resolved by :func:`open_task` (every form); a planned task id gives its rows without images
-    when predictions come from a file, else it is materialised with ``metashift_hf.prepare`` (``on_missing``).
+    when predictions come from a file, else it is materialised by ``TaskData.prepare`` (``on_missing``).
     A folder, repo or dataset is read as it is, its images from its own bytes; a loaded dataset without a
     shift spec is scored as task ``custom``.
     """
@@ -56,15 +57,8 @@ def _task_rows(task: Any, need_images: bool, on_missing: str = "error"):
             "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
             "folder or Hub repo (it carries its images), or --model predictions:FILE",
         )
-    # the same plan, materialised: its seed and options are the ones its spec records
-    prepared = api.prepare(
-        data.task_id,
-        artifact=data.artifact,
-        images=data.images_path,
-        seed=data.spec.seed,
-        on_missing=on_missing,
-        **dict(data.spec.overrides),
-    )
+    # the same plan, materialised by the one materialiser (never planned again)
+    prepared = data.prepare(on_missing=on_missing)
     return (data, prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
 
 
@@ -252,7 +246,7 @@ def evaluate(
 
     ``model``: "efficientnet-lite0", "torchvision:NAME", "timm:NAME", "predictions:FILE", a loaded
     Classifier/PrecomputedPredictions, or any callable list[PIL.Image] -> (n, 1000) logits.
-    ``task``: a :class:`~metashift_hf.hub.task_source.TaskRef` (a task id planned on its ``artifact``, with
+    ``task``: a :class:`~metashift_hf.hub.task_data.TaskRef` (a task id planned on its ``artifact``, with
     ``images``, ``seed`` and ``options``; a folder or Hub repo with ``config``/``revision``) or a bare exported
     folder, Hub dataset repo id, loaded Dataset/DatasetDict (image, image_id, label ClassLabel, contexts, group,
     community), ``metashift_hf.prepare`` result or :func:`open_task` result.

@@ -1,7 +1,9 @@
 """A model zoo over many tasks: each (model, image) computed once, every task scored from the same logits.
 
     from metashift_hf.evaluate.zoo import evaluate_zoo
-    result = evaluate_zoo(["efficientnet-lite0", "hf:./vit"], "binary", artifact="ART", images="images.zip", out="zoo")
+    result = evaluate_zoo(
+        ["efficientnet-lite0", "hf:./vit"], "binary", TaskOrigin(artifact="ART", images="images.zip"), out="zoo"
+    )
 
 The tasks' images are read once and hashed (sha256 of the original bytes); each model's logits live in
 a cache keyed by the model's fingerprint and the image hash (:mod:`.cache`), so overlapping tasks, a
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.images import ImageSource, open_images
+from metashift_hf.builders.images import ImageSource
 from metashift_hf.builders.plots import new_figure, save_png
 from metashift_hf.builders.splits import chosen_splits
 from metashift_hf.builders.tasks import match_registry
@@ -40,9 +42,11 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..hub import api
-from ..hub.task_source import TaskData, TaskRef, open_task
-from ..models import Classifier, runtime_card
+from ..hub.specs import ConfigChoiceError
+from ..hub.task_data import TaskData
+from ..hub.task_listing import TaskFolderChoiceError
+from ..hub.task_open import TaskOrigin, open_task
+from ..models import CacheConfig, Classifier, RunConfig, runtime_card
 from . import distributed, pool
 from .config import EvalConfig
 from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
@@ -214,26 +218,27 @@ def _model_slug(name: str, taken: set[str]) -> str:
 def evaluate_zoo(
     models: Sequence[Any],
     tasks: str | Sequence[Any],
-    artifact: "str | Path | Artifact | None" = None,
-    images: Any = None,
+    origin: TaskOrigin | None = None,
     out: str | Path | None = None,
     *,
     settings: EvalConfig | None = None,
-    task_options: Mapping[str, Mapping[str, Any]] | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
+    cache: CacheConfig = CacheConfig(),
     shard: Any = None,
 ) -> ZooResult:
     """Evaluate every model on every task, computing each (model, image) once (see the module docstring).
 
     ``models``: --model strings, Classifiers or callables. ``tasks``: ``all`` | ``binary`` |
     ``multiclass`` | "id,id,..." | a list of task ids, exported folders, Hub repo ids or TaskData.
+    ``origin``: the build task ids are planned on, with its images and task options
+    (``TaskOrigin(artifact=, images=, task_options={"bin-cat-dog": {"scale": 0.5}})``; its seed, when given, must
+    be ``settings.seed``); None when every task is an exported folder or Hub repo (each :meth:`TaskOrigin.ref`).
     ``settings``: the :class:`.config.EvalConfig` every task is evaluated under (passed on to ``evaluate``).
     Its ``plots`` (None here: off) draws each task report's per-class charts too (at ~0.2 s per chart they
     cost more than scoring; the zoo draws one leaderboard picture); its ``splits`` are scored in every task
     (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
-    for all models). ``task_options``: per task id, its options (``{"bin-cat-dog": {"scale": 0.5}}``).
-    ``use_cache=False`` neither reads nor writes the logits cache (models are still run once per image).
+    for all models).
+    ``cache``: where the logits are cached (:class:`metashift_hf.models.outputs.CacheConfig`; ``use=False`` neither
+    reads nor writes the cache: models are still run once per image).
     ``shard``: ``"i/n"`` computes only this job's share of the model passes into the cache and scores nothing
     (a later plain run assembles the leaderboard); under torchrun / accelerate launch the ranks share the
     passes and rank 0 scores (:mod:`.distributed`).
@@ -252,16 +257,18 @@ def evaluate_zoo(
     if not models:
         raise InputFormatError("a zoo needs at least one --model", "pass --model NAME (repeatable)")
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
-    if use_cache and cache_dir is not None:
-        check_cache_dir(cache_dir)
-    if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
-        check_out(
-            out,
-            ZOO_KIND,
-            force=force,
-            inputs=[artifact if not isinstance(artifact, Artifact) else artifact.root, images],
+    if cache.use and cache.folder is not None:
+        check_cache_dir(cache.folder)
+    if origin is not None and origin.seed is not None and origin.seed != seed:
+        raise opt.OptionError(
+            f"the zoo's tasks are planned with settings.seed {seed}, and the origin says seed {origin.seed}",
+            "give the seed once: EvalConfig(seed=...) (CLI: --seed)",
         )
-    art = Artifact.load(artifact) if artifact is not None else None
+    if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
+        check_out(out, ZOO_KIND, force=force, inputs=list(origin.inputs) if origin is not None else [])
+    art = Artifact.load(origin.artifact) if origin is not None and origin.artifact is not None else None
+    if origin is not None:  # the build loaded once; task ids planned with the zoo's seed
+        origin = replace(origin, seed=seed) if art is None else replace(origin, artifact=art, seed=seed)
     names = (
         select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
     )
@@ -275,11 +282,11 @@ def evaluate_zoo(
             )
     _refuse_repeated([m.name for m in loaded])
     _refuse_same_model(models, loaded)  # two spellings of one model (hf:./vit, hf:vit) before any image is read
-    distributed.check_part(part, use_cache=use_cache, models=loaded)
+    distributed.check_part(part, use_cache=cache.use, models=loaded)
     t_models = time.perf_counter()
     opened: dict[str, TaskData] = {}
     for t in names:
-        td = _open_zoo_task(t, art, images, seed, (task_options or {}).get(t if isinstance(t, str) else "", None))
+        td = _open_zoo_task(t, origin)
         if td.task_id in opened:
             raise InputFormatError(
                 f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks"
@@ -293,16 +300,9 @@ def evaluate_zoo(
     sources: dict[str, ImageSource] = {}
 
     def source_for(td: TaskData) -> ImageSource:
-        if td.form != "artifact":
-            key = td.where
-        else:
-            key = f"images {td.images_path}"
-            if td.images_path is None:
-                from_art = api.dataset_images(art) if art is not None else None
-                if from_art is not None:
-                    sources.setdefault(key, from_art)
+        key = td.where if td.form != "artifact" else f"images {td.images_path}"  # each source opened once
         if key not in sources:
-            sources[key] = td.images() if td.form != "artifact" or td.images_path is not None else open_images(images)
+            sources[key] = td.images()
         return sources[key]
 
     t_plan = time.perf_counter()
@@ -322,22 +322,17 @@ def evaluate_zoo(
             tm = time.perf_counter()
             got = distributed.model_logits(
                 clf,
-                found.where,
-                found.read,
+                distributed.Images(found.where, found.read),
                 part,
                 group,
-                cache_dir=cache_dir,
-                use_cache=use_cache,
-                batch_size=batch_size,
-                workers=workers,
-                device=device,
-                progress=progress,
+                RunConfig(batch_size, workers, progress),
+                cache,
             )
             computed[clf.name], cached[clf.name] = got.computed, got.cached
             if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
                 seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
                 continue
-            fp, cache = clf.fingerprint(), got.cache
+            fp, store = clf.fingerprint(), got.cache
             card = clf.card()
 
             def score(task_id: str, td: TaskData, rel: Path) -> Any:
@@ -345,7 +340,7 @@ def evaluate_zoo(
                 ids = list(id_sha)
                 block = got.block([id_sha[i] for i in ids])
                 preds = PrecomputedPredictions(
-                    path=cache.folder if cache is not None else Path("(memory)"),
+                    path=store.folder if store is not None else Path("(memory)"),
                     predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
                     sha256=fp,
                     model_card=card,
@@ -393,7 +388,7 @@ def evaluate_zoo(
                     "computed": computed,
                     "cached": cached,
                     "seconds": seconds,
-                    "cache": "off" if not use_cache else "logits/<fingerprint[:16]> under the package cache",
+                    "cache": "off" if not cache.use else "logits/<model>-<output key[:16]> under the cache folder",
                     "runtime": runtime_card(),
                     "hierarchy": hierarchy,
                     "mode": mode,
@@ -468,22 +463,19 @@ _ZOO_CONFIG_FIX = (
 )
 
 
-def _open_zoo_task(
-    t: Any, art: "Artifact | None", images: Any, seed: int, options: Mapping[str, Any] | None
-) -> TaskData:
-    """One --tasks entry: a task id planned on the artifact, or an exported folder / Hub repo id (which carries
-    its own rows and images, so --images and --seed go only to the task ids: the two forms mix in one zoo)."""
-    own = TaskRef(t, options=options or {})
-    if art is not None and own.form == "artifact":  # a task id: planned on the zoo's artifact
-        return open_task(TaskRef(t, artifact=art, images=images, seed=seed, options=options or {}))
+def _open_zoo_task(t: Any, origin: TaskOrigin | None) -> TaskData:
+    """One --tasks entry: a task id planned on the origin's build, or an exported folder / Hub repo id (which
+    carries its own rows and images: :meth:`TaskOrigin.ref`, so the two forms mix in one zoo)."""
     try:
-        return open_task(own)
-    except MetashiftError as exc:
-        if "--config" in exc.fix:  # a zoo has no --config (it refuses one): say what works here instead
-            raise type(exc)(exc.what, _ZOO_CONFIG_FIX) from None
-        if "--task " in exc.fix:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
-            raise type(exc)(exc.what, exc.fix.replace("--task ", "--tasks ")) from None
-        raise
+        return open_task(origin.ref(t) if origin is not None else t)
+    except ConfigChoiceError as exc:  # a zoo has no --config (it refuses one): say what works here instead
+        raise ConfigChoiceError(exc.what, _ZOO_CONFIG_FIX) from None
+    except (
+        TaskFolderChoiceError
+    ) as exc:  # a task is one entry of the zoo's --tasks (an export's root: name its folders)
+        raise TaskFolderChoiceError(
+            exc.what, f"pass one of them as a --tasks entry, e.g. --tasks {exc.example}", example=exc.example
+        ) from None
 
 
 def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:

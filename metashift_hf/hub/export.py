@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -29,7 +29,6 @@ from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir
-from .api import plan_all, prepare
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -47,7 +46,7 @@ from .shards import (
     write_config,
 )
 from .specs import read_spec_file
-from .task_source import TaskOrigin
+from .task_open import TaskOrigin
 
 
 EXPORT_KIND = "export folder"  # marker kinds (core.fsutil): the --out container and each repo in it
@@ -90,10 +89,10 @@ def repo_name_for(task_id: str, layout: str) -> str:
 
 
 @contextlib.contextmanager
-def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images, force: bool) -> Iterator[Path]:
+def _claim_out(out_dir, task_ids: list[str], layout: str, origin: TaskOrigin, force: bool) -> Iterator[Path]:
     """The export folder, ours; every repo folder it will write checked before any is written. A
     failed export leaves no folder (nor marker) it made behind (core.fsutil.claimed_dir)."""
-    with claimed_dir(out_dir, EXPORT_KIND, inputs=[art.root, images]) as out:
+    with claimed_dir(out_dir, EXPORT_KIND, inputs=list(origin.inputs)) as out:
         names = [INDEX_REPO] if layout == "one-repo" else [*(repo_name_for(t, layout) for t in task_ids), INDEX_REPO]
         for name in names:
             check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
@@ -102,18 +101,18 @@ def _claim_out(out_dir, task_ids: list[str], layout: str, art: Artifact, images,
 
 def export_prepared(
     prepared: list,
-    artifact,
+    origin: TaskOrigin,
     out_dir: str | Path,
     *,
     layout: str = "repo-per-task",
     namespace: str | None = None,
     force: bool = False,
-    images=None,
 ) -> list[ExportedRepo]:
-    """Write the repos for already prepared tasks (``metashift_hf.hub.api.PreparedTask``).
+    """Write the repos for already prepared tasks (``metashift_hf.hub.task_data.PreparedTask``, e.g. from
+    ``TaskData.prepare()``) made on ``origin``'s build (its meta-graph and plots go into the cards).
 
     ``out_dir`` must be new, empty or an earlier export folder; a repo folder already in it is
-    replaced only with ``force``. It never holds the artifact or ``images``.
+    replaced only with ``force``. It never holds one of ``origin``'s inputs (artifact, images).
     """
 
     if layout not in LAYOUTS:
@@ -130,13 +129,13 @@ def export_prepared(
     if dupes:
         raise MetashiftError(f"task(s) named twice: {', '.join(dupes)}", "name each task once")
 
-    art = Artifact.load(artifact)
+    art = origin.build("export")
     for p in prepared:
         validate_config_name(p.task_id)
         validate_card_names(p.spec, p.task_id)
         for split in p.dataset:
             validate_split_name(split, p.task_id)
-    with _claim_out(out_dir, ids, layout, art, images, force) as out_dir:
+    with _claim_out(out_dir, ids, layout, origin, force) as out_dir:
         return _write_repos(prepared, art, out_dir, ids, layout, namespace, force)
 
 
@@ -271,30 +270,27 @@ def export_tasks(
     """Prepare each task on ``origin``'s build (its images, seed and options: :class:`TaskOrigin`) and export it
     (see module docstring).
 
-    ``on_missing``: images missing or corrupt in the images stop the export ("error") or are left out ("skip");
-    ``cache_dir``: the ``datasets`` cache :func:`prepare` uses.
+    Every task is planned once, before any is built (``origin.open``), and materialised from that plan by
+    ``TaskData.prepare``. ``on_missing``: images missing or corrupt in the images stop the export ("error") or
+    are left out ("skip"); ``cache_dir``: the ``datasets`` cache ``TaskData.prepare`` uses.
     Returns every repo written, task repos first and the ``metashift`` index repo last.
     """
 
     if layout not in LAYOUTS:
         raise UnknownNameError(f"layout {layout!r} is not known", f"use one of: {', '.join(LAYOUTS)}")
-    art, images = origin.build("export"), origin.images
-    options = {t: origin.options_of(t) for t in tasks}
-    with _claim_out(out_dir, tasks, layout, art, images, force):  # before the (long) preparation
-        plan_all(tasks, art, seed=origin.planning_seed, options=options)  # every task plans before any is built
-        prepared = [
-            prepare(
-                t,
-                artifact=art,
-                images=images,
-                seed=origin.planning_seed,
-                on_missing=on_missing,
-                cache_dir=cache_dir,
-                **options[t],
+    origin = replace(origin, artifact=origin.build("export"))  # loaded once, for the plans and the cards
+    with _claim_out(out_dir, tasks, layout, origin, force):  # before the (long) preparation
+        opened = origin.open(tasks)  # every task plans before any is built
+        done = [t for t, d in opened.items() if d.form != "artifact"]
+        if done:  # a folder or repo among the task ids: its cards would describe another build
+            raise InputFormatError(
+                f"{', '.join(map(str, done))}: exported already ({opened[done[0]].where}); export plans task ids "
+                "on a build",
+                "name task ids of the build (`metashift-hf tasks list --artifact ARTIFACT`), or push an export "
+                "folder as it is with `metashift-hf publish --from-export FOLDER`",
             )
-            for t in tasks
-        ]
-        return export_prepared(prepared, art, out_dir, layout=layout, namespace=namespace, force=force, images=images)
+        prepared = [opened[t].prepare(on_missing=on_missing, cache_dir=cache_dir) for t in tasks]
+        return export_prepared(prepared, origin, out_dir, layout=layout, namespace=namespace, force=force)
 
 
 @dataclass(frozen=True)

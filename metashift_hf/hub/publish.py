@@ -26,7 +26,7 @@ from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
 from .export import card_target, export_tasks, read_note
 from .shards import ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
-from .task_source import TaskOrigin
+from .task_open import TaskOrigin
 
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Reading what an exported folder or Hub dataset repo holds, safely: its configs, its card's declared configs,
 its ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`) and small text files, each bounded
 in size and never a FIFO or device; Hub failures as one error naming the repo. The task resolver
-(:mod:`metashift_hf.hub.task_source`) puts these together.
+(:mod:`metashift_hf.hub.task_open`) puts these together.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def read_spec_file(path: str | os.PathLike) -> ShiftSpec:
     return ShiftSpec.from_json(read_text_file(path), where=str(path))
 
 
+class ConfigChoiceError(UnknownNameError):
+    """A folder or repo holds several configs and none was named: a caller without ``--config`` (the zoo) says
+    what works there instead, recognising this error by its type."""
+
+
 def pick_config(where: str, configs: list[str], config: str | None) -> str:
     """``config`` when ``where`` holds it; else the only config there is (several: name one)."""
     if config is not None:
@@ -65,12 +70,15 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
                 f"use one of: {', '.join(configs) or '(none)'}",
             )
         return config
-    if len(configs) != 1:
+    if len(configs) > 1:
+        raise ConfigChoiceError(
+            f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs)}",
+            "name the config (--config CONFIG; Python: config=)",
+        )
+    if not configs:
         raise UnknownNameError(
             f"{where} holds {len(configs)} configs with a {SPEC_FILE}: {', '.join(configs) or 'none'}",
-            "name the config (--config CONFIG; Python: config=)"
-            if configs
-            else "pass a task folder or repo written by `metashift-hf export` / `publish` (one "
+            "pass a task folder or repo written by `metashift-hf export` / `publish` (one "
             f"CONFIG/{SPEC_FILE} per task; an export's collection card `metashift` holds no task: "
             "pass one of the task repos its card lists)",
         )

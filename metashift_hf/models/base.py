@@ -14,7 +14,7 @@ import io
 import json
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -163,8 +163,14 @@ class Classifier:
     extra: dict[str, Any] = field(default_factory=dict)
     labels: LabelMap = field(default_factory=imagenet_1k_labels)
     dtype: Dtype = "float32"
-    # the torch module behind ``forward`` when ``forward`` is a wrapper around it (hf:), for backbone features
+    # the torch module behind ``forward`` (which may wrap it: hf:), for backbone features and the fingerprint
     module: Any = field(default=None, repr=False)
+    # files that configure how the model is built, beyond its weights (timm's config.json: model_args such as
+    # global_pool): name -> sha256, part of the fingerprint
+    config_files: Mapping[str, str] = field(default_factory=dict)
+    # what builds the model, when its loader knows it better than the module's structure (Lite0: the pinned
+    # package, whose inference folds change the structure, not one logit); None: module_facts(module)
+    code: Mapping[str, Any] | None = None
 
     def prepare(self, data: bytes) -> Any:
         """Decode + preprocess one image (runs in worker threads, overlapped with inference)."""
@@ -184,26 +190,37 @@ class Classifier:
             )
         return arr
 
+    @property
+    def torch_module(self) -> Any:
+        """The torch module that computes the outputs (``module``, else ``forward``)."""
+        return self.module if self.module is not None else self.forward
+
+    def batch(self, prepared: Sequence[Any]) -> Any:
+        """Prepared images as one input tensor on the model's device, in its dtype, channels-last."""
+        torch = require_torch()
+        shapes = sorted({np.shape(p) for p in prepared})
+        if len(shapes) > 1:
+            raise InputFormatError(
+                f"the preprocessing of model {self.name!r} gave arrays of different shapes in one "
+                f"batch ({', '.join(map(str, shapes[:3]))})",
+                _PREP_FIX,
+            )
+        batch = torch.from_numpy(np.stack([np.asarray(p) for p in prepared])).to(self.device)
+        if self.dtype == "bfloat16":
+            batch = batch.to(torch.bfloat16)
+        if (
+            batch.ndim == 4
+        ):  # channels-last: oneDNN's convolutions run ~1.5x faster on it on this CPU (docs/evaluate.md)
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch
+
     def logits(self, prepared: Sequence[Any]) -> np.ndarray:
         """Every model's outputs pass here: (n, labels.size) finite float32 logits, or an error naming the model."""
         if self.preprocessing is None:
             out = self.forward(list(prepared))
         else:
             torch = require_torch()
-            shapes = sorted({np.shape(p) for p in prepared})
-            if len(shapes) > 1:
-                raise InputFormatError(
-                    f"the preprocessing of model {self.name!r} gave arrays of different shapes in one "
-                    f"batch ({', '.join(map(str, shapes[:3]))})",
-                    _PREP_FIX,
-                )
-            batch = torch.from_numpy(np.stack(prepared)).to(self.device)
-            if self.dtype == "bfloat16":
-                batch = batch.to(torch.bfloat16)
-            if (
-                batch.ndim == 4
-            ):  # channels-last: oneDNN's convolutions run ~1.5x faster on it on this CPU (docs/evaluate.md)
-                batch = batch.contiguous(memory_format=torch.channels_last)
+            batch = self.batch(prepared)
             with torch.inference_mode():
                 out = self.forward(batch)
         fix = (
@@ -268,7 +285,10 @@ class Classifier:
         }
 
     def fingerprint(self) -> str:
-        """sha256 of what decides the logits: weights, preprocessing, head labels, dtype (keys the logits cache).
+        """sha256 of what decides the logits: weights, the model's code and configuration (its class and structure,
+        :func:`module_facts`, and ``config_files``), preprocessing, head labels, dtype (keys the outputs cache,
+        through :mod:`metashift_hf.models.outputs`). A change of ``forward`` code alone is not seen: give such a
+        model another ``name``.
 
         Without a weights checksum (a plain callable) there is none: its outputs are never cached.
         """
@@ -287,10 +307,29 @@ class Classifier:
             "preprocessing": self.preprocessing_card(),
             "labels": list(self.labels.names),
             "batchnorm_folded": self.extra.get("batchnorm_folded"),
+            "code": self.code if self.code is not None else module_facts(self.torch_module),
+            "config_files": dict(sorted(self.config_files.items())),
         }
         if self.extra.get("image_size") is not None:  # only then: the fingerprints (caches) of full-size runs stay
             facts["image_size"] = self.extra["image_size"]
         return facts
+
+
+def module_facts(module: Any) -> dict[str, Any] | None:
+    """What builds a torch module apart from its weights: its qualified class name and a sha256 over its ``repr``
+    (every layer's settings, e.g. a pool type), every submodule's name and class, and every parameter's and
+    buffer's name, shape and dtype. Two modules with one state dict but another class or structure differ here.
+    None for what is not a torch module (a plain callable: never cached)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(module, torch.nn.Module):
+        return None
+    h = hashlib.sha256(repr(module).encode())
+    for name, sub in module.named_modules():
+        h.update(f"\nmodule {name} {type(sub).__module__}.{type(sub).__qualname__}".encode())
+    for kind, tensors in (("param", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, t in tensors:
+            h.update(f"\n{kind} {name} {tuple(t.shape)} {t.dtype}".encode())
+    return {"class": f"{type(module).__module__}.{type(module).__qualname__}", "structure": h.hexdigest()}
 
 
 def _qualname(fn: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,6 +18,17 @@ from .runtime import decode_workers
 PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """How images go through a model: ``batch_size`` per forward pass, ``workers`` decode threads (None:
+    :func:`decode_workers`' rule for the model's device), a progress bar labelled ``desc``."""
+
+    batch_size: int = 32
+    workers: int | None = None
+    progress: bool = True
+    desc: str = ""
+
+
 def map_batches(
     prepare: Callable[[bytes], Any],
     run: Callable[[list], np.ndarray],
@@ -24,22 +36,21 @@ def map_batches(
     read: Callable[[str], bytes],
     *,
     width: int,
-    batch_size: int = 32,
-    workers: int | None = None,
-    progress: bool = True,
-    desc: str = "images",
+    settings: RunConfig = RunConfig(),
     device: str = "cpu",
 ) -> np.ndarray:
-    """``run`` over the ``prepare``d images, ``batch_size`` at a time -> float32 (n, ``width``), in order.
+    """``run`` over the ``prepare``d images, ``settings.batch_size`` at a time -> float32 (n, ``width``), in order.
 
     A thread pool decodes and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs
-    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding. ``workers``: decode
-    threads, default :func:`decode_workers`' rule for ``device`` (the device ``run`` computes on).
+    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding. Decode threads:
+    ``settings.workers``, default :func:`decode_workers`' rule for ``device`` (the device ``run`` computes on).
+    Called by :func:`metashift_hf.models.outputs.compute`, the one model pass.
     """
+    batch_size = settings.batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = list(image_ids)
-    workers = decode_workers(workers, device)
+    workers = decode_workers(settings.workers, device)
 
     def load(iid: str):
         data = read(iid)
@@ -58,7 +69,7 @@ def map_batches(
 
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     out = np.empty((len(ids), width), dtype=np.float32)
-    bar = tqdm(total=len(ids), desc=desc, unit="img", disable=not progress)
+    bar = tqdm(total=len(ids), desc=settings.desc or "images", unit="img", disable=not settings.progress)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
         queue: deque[list[Future]] = deque()
         next_batch = 0
@@ -79,4 +90,4 @@ def map_batches(
     return out
 
 
-__all__ = ["map_batches", "PREFETCH_BATCHES"]
+__all__ = ["map_batches", "PREFETCH_BATCHES", "RunConfig"]

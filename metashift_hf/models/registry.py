@@ -1,73 +1,100 @@
 """The one table of model sources: ``--model`` strings are looked up here, never in an if/elif chain.
 
-A source is a small class with ``form`` (how it is written), ``extra`` (the pip extra it needs) and
-``load(rest, device, dtype)``. An exact name (``efficientnet-lite0``) is looked up first, then the
-part before ``:`` (``hf:REPO``). A new source is a subclass plus an entry in :data:`MODEL_SOURCES`;
-callers that accept more (evaluate's ``predictions:FILE``) pass an extended mapping.
+A source is a small class registered in :data:`MODEL_SOURCES` (the project's one registry idiom,
+:class:`metashift_hf.core.registry.Registry`) with ``name`` (the exact name, or the prefix before ``:``),
+``forms`` (how it is written: every spelling the docs and ``--help`` show comes from here), ``extra``
+(the pip extra it needs) and ``load(rest, device, dtype)``. An exact source (``efficientnet-lite0``)
+matches the whole string, the others the part before the first ``:`` (``hf:REPO``). Callers that accept
+more (evaluate's ``predictions:FILE``) register their sources in a registry of their own that holds these
+too (:func:`extended`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar
 
 from ..core.errors import UnknownNameError
+from ..core.registry import Registry
 from .base import Classifier, Dtype, check_dtype
 from .ecosystem import from_callable, hf_model, timm_model, torchvision_model
 from .lite0 import efficientnet_lite0
 from .runtime import tune_allocator
 
 
-@dataclass(frozen=True)
 class ModelSource:
     """Where models of one kind come from. ``exact``: the whole --model string is the name."""
 
-    key: str
-    form: str
-    extra: str
-    exact: bool = False
+    name: ClassVar[str]
+    forms: ClassVar[tuple[str, ...]]
+    extra: ClassVar[str] = ""
+    exact: ClassVar[bool] = False
 
-    def load(self, rest: str, device: str, dtype: Dtype) -> Any:
+    @staticmethod
+    def load(rest: str, device: str, dtype: Dtype) -> Any:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class _Source(ModelSource):
-    loader: Callable[..., Any] = lambda rest, device, dtype: None
-
-    def load(self, rest: str, device: str, dtype: Dtype) -> Any:
-        return self.loader(rest, device, dtype)
+MODEL_SOURCES: Registry[type[ModelSource]] = Registry("model source", "")
 
 
-def _lite0(rest: str, device: str, dtype: Dtype) -> Classifier:
-    return efficientnet_lite0(device, dtype=dtype)
+@MODEL_SOURCES.register
+class Lite0Source(ModelSource):
+    name = "efficientnet-lite0"
+    forms = ("efficientnet-lite0",)
+    extra = "eval"
+    exact = True
+
+    @staticmethod
+    def load(rest: str, device: str, dtype: Dtype) -> Classifier:
+        return efficientnet_lite0(device, dtype=dtype)
 
 
-MODEL_SOURCES: dict[str, ModelSource] = {
-    s.key: s
-    for s in (
-        _Source("efficientnet-lite0", "efficientnet-lite0", "eval", True, _lite0),
-        _Source("hf", "hf:REPO_OR_FOLDER", "hf", False, hf_model),
-        _Source("timm", "timm:NAME", "timm", False, timm_model),
-        _Source("torchvision", "torchvision:NAME", "torchvision", False, torchvision_model),
-    )
-}
+@MODEL_SOURCES.register
+class HFSource(ModelSource):
+    name = "hf"
+    forms = ("hf:REPO_OR_FOLDER",)
+    extra = "hf"
+    load = staticmethod(hf_model)
 
 
-def model_forms(sources: Mapping[str, ModelSource] | None = None) -> str:
-    return " | ".join(s.form for s in (sources or MODEL_SOURCES).values())
+@MODEL_SOURCES.register
+class TimmSource(ModelSource):
+    name = "timm"
+    forms = ("timm:NAME", "timm:hf-hub:REPO", "timm:local-dir:FOLDER")
+    extra = "timm"
+    load = staticmethod(timm_model)
 
 
-def find_source(spec: str, sources: Mapping[str, ModelSource] | None = None) -> tuple[ModelSource, str]:
+@MODEL_SOURCES.register
+class TorchvisionSource(ModelSource):
+    name = "torchvision"
+    forms = ("torchvision:NAME",)
+    extra = "torchvision"
+    load = staticmethod(torchvision_model)
+
+
+def extended(what: str, *more: type[ModelSource]) -> Registry[type[ModelSource]]:
+    """A registry of every model source plus ``more`` (e.g. evaluate's ``predictions:FILE``)."""
+    table: Registry[type[ModelSource]] = Registry(what, "")
+    for source in (*MODEL_SOURCES.values(), *more):
+        table.register(source)
+    return table
+
+
+def model_forms(sources: Registry[type[ModelSource]] | None = None) -> str:
+    """Every spelling of a --model string, ``" | "``-joined (for --help, errors and docs)."""
+    return " | ".join(f for s in (sources or MODEL_SOURCES).values() for f in s.forms)
+
+
+def find_source(spec: str, sources: Registry[type[ModelSource]] | None = None) -> tuple[type[ModelSource], str]:
     """The source of a --model string and the part after its prefix; UnknownNameError before any loading."""
     table = sources or MODEL_SOURCES
-    exact = table.get(spec)
-    if exact is not None and exact.exact:
-        return exact, ""
-    prefix, sep, rest = spec.partition(":")
-    source = table.get(prefix)
-    if sep and rest and source is not None and not source.exact:
-        return source, rest
+    if isinstance(spec, str):
+        if spec in table and table[spec].exact:
+            return table[spec], ""
+        prefix, sep, rest = spec.partition(":")
+        if sep and rest and prefix in table and not table[prefix].exact:
+            return table[prefix], rest
     raise UnknownNameError(f"unknown --model {spec!r}", f"use one of: {model_forms(table)}")
 
 
@@ -76,7 +103,7 @@ def load_model(
     device: str = "cpu",
     *,
     dtype: str = "float32",
-    sources: Mapping[str, ModelSource] | None = None,
+    sources: Registry[type[ModelSource]] | None = None,
 ) -> Any:
     """A loaded model: a :class:`Classifier` for every built-in source (or what an extra source returns).
 

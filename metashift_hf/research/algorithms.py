@@ -17,14 +17,16 @@ domain, SubpopBench's attribute ``a``) is the row's ``context``. Each class stat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal, Mapping
 
 import numpy as np
 from sklearn import __version__ as _sklearn_version
 
 from ..core import options as opt
-from ..core.errors import UnknownNameError, did_you_mean
+from ..core.errors import UnknownNameError
+from ..core.registry import Registry
+from ..scoring.groups import group_scores, worst
 
 
 Selection = Literal["average", "worst-group", "oracle"]
@@ -55,6 +57,40 @@ SAMPLING_TEXT: dict[str, str] = {
 PAPER_SAMPLING = "group-balanced"
 
 
+@dataclass(frozen=True)
+class Dist:
+    """A random-search distribution (DomainBed's hparams_registry style): ``uniform`` on [low, high],
+    ``log10`` = 10 ** uniform(low, high), ``int-log2`` = int(2 ** uniform(low, high)); ``fixed``: never searched."""
+
+    kind: Literal["fixed", "uniform", "log10", "int-log2"]
+    low: float = 0.0
+    high: float = 0.0
+
+    def draw(self, rng: np.random.Generator, default: float) -> float:
+        if self.kind == "fixed":
+            return default
+        u = float(rng.uniform(self.low, self.high))
+        return {"uniform": u, "log10": 10.0**u, "int-log2": float(int(2.0**u))}[self.kind]
+
+
+@dataclass(frozen=True)
+class HParam:
+    """One hyper-parameter: its default (DomainBed's / SubpopBench's, cited in the algorithm's ``differs``), the
+    check of its range (core.options), applied to every value a user passes, and the distribution the random
+    search (`experiment compare --n-hparams`) draws it from (DomainBed's / SubpopBench's where they have one)."""
+
+    default: float
+    check: Callable[..., float] = field(compare=False)
+    dist: Dist
+
+
+FIXED = Dist("fixed")
+# the loop's own settings searched beside each algorithm's (DomainBed's lr and weight decay, around our probe defaults)
+SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Dist("log10", -6, -2)}
+# The one table of algorithms: `@ALGORITHMS.register` on each class below (core.registry).
+ALGORITHMS: Registry[type["Algorithm"]] = Registry("method", "")
+
+
 class Algorithm:
     """One update rule. Subclasses set the class attributes and implement :meth:`loss`.
 
@@ -71,6 +107,8 @@ class Algorithm:
     default_selection: ClassVar[str]
     stages: ClassVar[str] = "one"  # "one" | "jtt" (identify, then up-weight) | "last-layer" (DFR)
     tensors: ClassVar[tuple[str, ...]] = ()  # attributes a checkpoint keeps besides the step count
+    # every hyper-parameter of the algorithm, in one place: default, range check, search distribution
+    hparams: ClassVar[Mapping[str, HParam]] = {}
 
     def __init__(
         self,
@@ -119,6 +157,7 @@ class Algorithm:
         return self.torch.nn.functional.cross_entropy(logits, y, reduction="none")
 
 
+@ALGORITHMS.register
 class ERM(Algorithm):
     name, title = "erm", "ERM"
     reference = "Vapnik 1998; DomainBed's ERM (Gulrajani & Lopez-Paz 2021, Alg. ERM)"
@@ -135,6 +174,7 @@ class ERM(Algorithm):
         return self._ce(forward(x)[1], y).mean()
 
 
+@ALGORITHMS.register
 class Reweight(Algorithm):
     name, title = "reweight", "group reweighting"
     reference = "Sagawa et al. 2020 (reweighting baseline); Idrissi et al. 2022 ('RWG'); SubpopBench ReWeight"
@@ -156,6 +196,7 @@ class Reweight(Algorithm):
         return (w * self._ce(forward(x)[1], y)).sum() / w.sum()
 
 
+@ALGORITHMS.register
 class GroupDRO(Algorithm):
     name, title = "groupdro", "GroupDRO"
     reference = "Sagawa et al. 2020, 'Distributionally robust neural networks', Alg. 1"
@@ -167,6 +208,7 @@ class GroupDRO(Algorithm):
         "online, per batch, over the groups present in the batch (as DomainBed/SubpopBench); no group "
         "adjustment C/sqrt(n_g) and no strong L2 penalty unless --weight-decay is given"
     )
+    hparams = {"eta": HParam(0.01, opt.positive_float, Dist("log10", -3, -1))}
     default_selection = "worst-group"
     tensors = ("q",)
 
@@ -191,6 +233,7 @@ def _per_env(e) -> list:
     return [e == v for v in e.unique()]
 
 
+@ALGORITHMS.register
 class IRM(Algorithm):
     name, title = "irm", "IRM (IRMv1)"
     reference = "Arjovsky et al. 2019, 'Invariant Risk Minimization', eq. IRMv1; DomainBed/SubpopBench IRM"
@@ -204,6 +247,11 @@ class IRM(Algorithm):
         "anneal is a fraction of the run, anneal_frac 0.1 = DomainBed's 500 of 5,000 steps, because a step "
         "count made for 5,000 steps never fires in a 200-700-step probe run"
     )
+    hparams = {
+        "lambda": HParam(100.0, opt.positive_float, Dist("log10", -1, 5)),
+        # DomainBed: anneal 500 of 5,000 steps (searched as 10**U(0, 4) steps): here a share of the run
+        "anneal_frac": HParam(0.1, opt.proper_fraction, Dist("uniform", 0.02, 0.5)),
+    }
     default_selection = "average"
 
     def anneal_step(self) -> int:
@@ -237,6 +285,7 @@ class IRM(Algorithm):
         return self.step == self.anneal_step() and self.hp["lambda"] != 1.0
 
 
+@ALGORITHMS.register
 class CORAL(Algorithm):
     name, title = "coral", "CORAL"
     reference = "Sun & Saenko 2016, 'Deep CORAL'; DomainBed/SubpopBench CORAL (mean and covariance matching)"
@@ -248,6 +297,7 @@ class CORAL(Algorithm):
         "with --probe linear no representation is learned (the backbone is frozen), so the penalty "
         "matches the logits, the only learned representation; with --probe finetune it matches the pooled features"
     )
+    hparams = {"gamma": HParam(1.0, opt.positive_float, Dist("log10", -1, 1))}
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -270,6 +320,7 @@ class CORAL(Algorithm):
         return (ma - mb).pow(2).mean() + (cova - covb).pow(2).mean()
 
 
+@ALGORITHMS.register
 class Mixup(Algorithm):
     name, title = "mixup", "Mixup"
     reference = (
@@ -283,6 +334,7 @@ class Mixup(Algorithm):
         "with --probe linear the mixed inputs are the frozen features (SubpopBench mixes features for "
         "text the same way); pairs are drawn within the batch, not across domains as in DomainBed"
     )
+    hparams = {"alpha": HParam(0.2, opt.positive_float, Dist("log10", -1, 1))}
     default_selection = "average"
 
     def loss(self, forward, x, y, g, e, idx):
@@ -293,6 +345,7 @@ class Mixup(Algorithm):
         return lam * self._ce(logits, y).mean() + (1 - lam) * self._ce(logits, y[perm]).mean()
 
 
+@ALGORITHMS.register
 class JTT(Algorithm):
     name, title = "jtt", "JTT"
     reference = "Liu et al. 2021, 'Just Train Twice', Sec. 3 (eq. 2); SubpopBench JTT"
@@ -305,6 +358,10 @@ class JTT(Algorithm):
         "default; the paper tunes it up to 100); E up-weighted in the loss rather than up-sampled "
         "(equal in expectation); with --probe finetune stage 1 sees augmented images, E is computed without augmentation"
     )
+    hparams = {
+        "first_stage_frac": HParam(0.5, opt.fraction, Dist("uniform", 0.2, 0.8)),
+        "lambda_up": HParam(10.0, opt.positive_float, Dist("log10", 0, 2.5)),
+    }
     default_selection = "worst-group"
     stages = "jtt"
     tensors = ("weight",)
@@ -324,6 +381,7 @@ class JTT(Algorithm):
         return (self.weight[idx] * self._ce(forward(x)[1], y)).mean()
 
 
+@ALGORITHMS.register
 class DFR(Algorithm):
     name, title = "dfr", "DFR"
     reference = "Kirichenko et al. 2023, 'Last layer re-training is sufficient', DFR^Val_Tr (Sec. 6, Appendix)"
@@ -344,6 +402,11 @@ class DFR(Algorithm):
         "validation split is consumed by the fit, so validation (and ID, when it is the validation "
         "split) figures of a DFR run are not held out"
     )
+    # C is tuned inside the fit (DFR_C_GRID); the re-fit count and split are the reference's, not searched
+    hparams = {
+        "retrains": HParam(20, opt.positive_int, FIXED),
+        "val_fraction": HParam(0.5, opt.proper_fraction, FIXED),
+    }
     default_selection = "worst-group"
     stages = "last-layer"
 
@@ -351,55 +414,16 @@ class DFR(Algorithm):
         return self._ce(forward(x)[1], y).mean()
 
 
-@dataclass(frozen=True)
-class Dist:
-    """A random-search distribution (DomainBed's hparams_registry style): ``uniform`` on [low, high],
-    ``log10`` = 10 ** uniform(low, high), ``int-log2`` = int(2 ** uniform(low, high)); ``fixed``: never searched."""
-
-    kind: Literal["fixed", "uniform", "log10", "int-log2"]
-    low: float = 0.0
-    high: float = 0.0
-
-    def draw(self, rng: np.random.Generator, default: float) -> float:
-        if self.kind == "fixed":
-            return default
-        u = float(rng.uniform(self.low, self.high))
-        return {"uniform": u, "log10": 10.0**u, "int-log2": float(int(2.0**u))}[self.kind]
-
-
-FIXED = Dist("fixed")
-# Every hyper-parameter of every algorithm, in one place: its default (DomainBed / SubpopBench's, cited above),
-# the check of its range (core.options), applied to every value a user passes, and the distribution the random
-# search (`experiment compare --n-hparams`) draws it from (DomainBed's / SubpopBench's where they have one).
-_HPARAM_SPECS: dict[str, dict[str, tuple[float, Callable[..., float], Dist]]] = {
-    "erm": {},
-    "reweight": {},
-    "groupdro": {"eta": (0.01, opt.positive_float, Dist("log10", -3, -1))},
-    "irm": {
-        "lambda": (100.0, opt.positive_float, Dist("log10", -1, 5)),
-        # DomainBed: anneal 500 of 5,000 steps (searched as 10**U(0, 4) steps): here a share of the run
-        "anneal_frac": (0.1, opt.proper_fraction, Dist("uniform", 0.02, 0.5)),
-    },
-    "coral": {"gamma": (1.0, opt.positive_float, Dist("log10", -1, 1))},
-    "mixup": {"alpha": (0.2, opt.positive_float, Dist("log10", -1, 1))},
-    "jtt": {
-        "first_stage_frac": (0.5, opt.fraction, Dist("uniform", 0.2, 0.8)),
-        "lambda_up": (10.0, opt.positive_float, Dist("log10", 0, 2.5)),
-    },
-    # DFR's C is tuned inside the fit (DFR_C_GRID); its re-fit count and split are the reference's, not searched
-    "dfr": {"retrains": (20, opt.positive_int, FIXED), "val_fraction": (0.5, opt.proper_fraction, FIXED)},
-}
-# the loop's own settings searched beside them (DomainBed's lr and weight decay, around our probe defaults)
-SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Dist("log10", -6, -2)}
-HPARAMS: dict[str, dict[str, float]] = {m: {k: d for k, (d, _, _) in hp.items()} for m, hp in _HPARAM_SPECS.items()}
 DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
 # an L1 penalty: scikit-learn 1.8 spells it l1_ratio=1 (penalty= is deprecated), older versions penalty="l1"
 _L1: dict[str, Any] = (
     {"l1_ratio": 1.0} if tuple(int(p) for p in _sklearn_version.split(".")[:2]) >= (1, 8) else {"penalty": "l1"}
 )
 
-ALGORITHMS: dict[str, type[Algorithm]] = {a.name: a for a in (ERM, Reweight, GroupDRO, IRM, CORAL, Mixup, JTT, DFR)}
-METHODS: tuple[str, ...] = tuple(ALGORITHMS)
+METHODS: tuple[str, ...] = ALGORITHMS.names()
+ALGORITHMS.fix = f"use one of: {', '.join(METHODS)}"
+# every algorithm's defaults, from the classes' own `hparams`
+HPARAMS: dict[str, dict[str, float]] = {n: {k: h.default for k, h in a.hparams.items()} for n, a in ALGORITHMS.items()}
 
 
 @dataclass(frozen=True)
@@ -429,11 +453,8 @@ def algorithm_info(name: str, overrides: Mapping[str, float] | None = None) -> A
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    if name not in ALGORITHMS:
-        raise UnknownNameError(
-            f"unknown method {name!r}{did_you_mean(name, ALGORITHMS)}", f"use one of: {', '.join(ALGORITHMS)}"
-        )
-    return ALGORITHMS[name]
+    """The algorithm called ``name`` (an unknown name is refused with a did-you-mean: core.registry)."""
+    return ALGORITHMS.get(name)
 
 
 def resolve_hparams(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
@@ -445,7 +466,7 @@ def resolve_hparams(name: str, overrides: Mapping[str, Any] | None = None) -> di
         if key not in hp:
             known = ", ".join(hp) or "none"
             raise UnknownNameError(f"method {name} has no hyper-parameter {key!r}", f"its hyper-parameters: {known}")
-        hp[key] = _HPARAM_SPECS[name][key][1](value, f"{name}.{key}")
+        hp[key] = ALGORITHMS[name].hparams[key].check(value, f"{name}.{key}")
     return hp
 
 
@@ -457,10 +478,7 @@ def sample_hparams(name: str, draw: int, seed: int = 0) -> dict[str, float]:
     if draw == 0:
         return dict(HPARAMS[name])
     rng = np.random.default_rng([int(seed), int(draw), *name.encode()])
-    out = {
-        k: _HPARAM_SPECS[name][k][1](dist.draw(rng, d), f"{name}.{k}")
-        for k, (d, _, dist) in _HPARAM_SPECS[name].items()
-    }
+    out = {k: h.check(h.dist.draw(rng, h.default), f"{name}.{k}") for k, h in ALGORITHMS[name].hparams.items()}
     out.update({k: dist.draw(rng, 0.0) for k, dist in SWEEP_COMMON.items()})
     return out
 
@@ -476,10 +494,11 @@ def default_selection(name: str) -> str:
 
 
 def selection_score(correct: np.ndarray, groups: np.ndarray, rule: str) -> float:
-    """Average or worst-group accuracy of ``correct`` (bool per row) with ``groups`` (label per row)."""
+    """Average or worst-group accuracy of ``correct`` (bool per row) with ``groups`` (label per row); the worst
+    group is the scoring core's one rule (:func:`metashift_hf.scoring.groups.worst`)."""
     if rule == "average":
-        return float(correct.mean())
-    return float(min(correct[groups == v].mean() for v in np.unique(groups)))
+        return float(np.mean(correct))
+    return worst(group_scores(groups, correct, split="")).accuracy
 
 
 def balanced_batches(keys: np.ndarray, batch_size: int, n_steps: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -594,6 +613,7 @@ __all__ = [
     "balanced_batches",
     "dfr_fit",
     "Dist",
+    "HParam",
     "SWEEP_COMMON",
     "sample_hparams",
     "dead_schedules",

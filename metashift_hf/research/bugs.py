@@ -20,7 +20,8 @@ import pandas as pd
 
 from ..core.errors import UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir
-from ..hub.task_source import TaskRef, open_task
+from ..hub.task_data import TaskRef
+from ..hub.task_open import open_task
 from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, bug_entry, context_bugs, meta_graph_facts
 from ..scoring.groups import group_table
 from ..scoring.per_group import from_group_table, write_per_group
@@ -116,8 +117,8 @@ def find_bugs(
 ) -> BugReport:
     """Context bugs of one predictions table on one split of a task (see the module docstring).
 
-    ``task``: anything :func:`metashift_hf.hub.task_source.open_task` takes (a dataset, an exported folder,
-    a Hub repo id, or a :class:`~metashift_hf.hub.task_source.TaskRef` of a task id with its ``artifact``).
+    ``task``: anything :func:`metashift_hf.hub.task_open.open_task` takes (a dataset, an exported folder,
+    a Hub repo id, or a :class:`~metashift_hf.hub.task_data.TaskRef` of a task id with its ``artifact``).
     Communities and distances to the largest community come from the artifact's meta-graph or from the
     meta-graph facts an exported folder or Hub repo carries; from a loaded dataset alone they are left empty.
     """

@@ -48,7 +48,8 @@ from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
 from ..core.fsutil import MARKER, OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
-from ..hub.task_source import TaskData, TaskOrigin
+from ..hub.task_data import TaskData
+from ..hub.task_open import TaskOrigin
 from .algorithms import (
     METHODS,
     SAMPLING_TEXT,

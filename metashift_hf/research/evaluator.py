@@ -32,7 +32,8 @@ import numpy as np
 from ..builders.plan import Row, TaskPlan
 from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
-from ..hub.task_source import TaskData, TaskRef, open_task
+from ..hub.task_data import TaskData, TaskRef
+from ..hub.task_open import open_task
 from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
 from .score import Scores, score_plan
 
@@ -79,7 +80,7 @@ class Evaluator:
     """Score arrays of predictions on one task, split by split (see the module docstring).
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
-    :class:`~metashift_hf.hub.task_source.TaskRef` (a task id with its ``artifact``, ``seed`` and options; a
+    :class:`~metashift_hf.hub.task_data.TaskRef` (a task id with its ``artifact``, ``seed`` and options; a
     repo's ``config``/``revision``).
     """
 

@@ -5,10 +5,18 @@
     origin = TaskOrigin(artifact="ARTIFACT", images="images/", options={"scale": 0.5})  # or TaskOrigin(source="NS")
     result = run_experiment("paper-dg", origin, "runs/dg", TrainConfig(seeds=3))
 
-``EXPERIMENTS`` is the table the ``metashift-hf experiment`` command is built from: each entry names
-its tasks and turns one trained task (its :class:`~metashift_hf.research.train.TrainResult` and shift spec)
-into a table row; a new experiment is one more entry. Output folder: ``results.json``, ``results.md``,
-``<name>.png`` and ``runs/<task>/`` (each task's predictions, scores and run card, as ``train`` writes).
+``EXPERIMENTS`` (a :class:`metashift_hf.core.registry.Registry`) is the one table the ``metashift-hf
+experiment`` command is built from. Two kinds of entry, both run by :func:`run_experiment` (name, origin,
+out, config):
+
+* :class:`Experiment` (``paper-dg``, ``paper-subpop``): names its tasks and turns one trained task (its
+  :class:`~metashift_hf.research.train.TrainResult` and shift spec) into a table row; config: a
+  :class:`TrainConfig`. Output folder: ``results.json``, ``results.md``, ``<name>.png`` and ``runs/<task>/``
+  (each task's predictions, scores and run card, as ``train`` writes).
+* :class:`ShiftExperiment` (``ood-levels``, ``clustered``, ``conflicts``: metashift_hf.research.ood_experiments):
+  makes its tasks on the origin's build; config: its own frozen dataclass (``OodLevelsConfig``, ...).
+
+A new experiment is one more ``EXPERIMENTS.register(...)`` below.
 """
 
 from __future__ import annotations
@@ -20,14 +28,17 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..builders import paper_tasks as pt
 from ..builders.spec import ShiftSpec
 from ..core import __version__
-from ..core.errors import UnknownNameError, did_you_mean
+from ..core import options as opt
 from ..core.fsutil import atomic_dir, check_out, read_marker
-from ..hub.task_source import TaskData, TaskOrigin
+from ..core.registry import Registry
+from ..hub.task_data import TaskData
+from ..hub.task_open import TaskOrigin
+from . import ood_experiments as oe
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone
 from .train import TrainConfig, TrainResult, train, write_result
@@ -72,6 +83,25 @@ class Experiment:
     # what differs between our run and the paper's (backbone, data, rule), from the rows and the run card
     differences: Callable[[Sequence[Row], Mapping[str, Any]], list[str]]
     headline: str  # the row key of the paper's metric
+    config_type: ClassVar[type] = TrainConfig
+
+    def run(self, origin: TaskOrigin, out: "str | os.PathLike", config: TrainConfig, **kw: Any) -> "ExperimentResult":
+        return _run_table(self, origin, out, config, **kw)
+
+
+@dataclass(frozen=True)
+class ShiftExperiment:
+    """An experiment that makes its own tasks on a build (metashift_hf.research.ood_experiments): ``run(origin,
+    out, config, cache_dir=, progress=, force=)`` with ``config`` a ``config_type``; ``outputs`` names its files."""
+
+    name: str
+    help: str
+    config_type: type
+    runner: Callable[..., dict]
+    outputs: str
+
+    def run(self, origin: TaskOrigin, out: "str | os.PathLike", config: Any, **kw: Any) -> dict:
+        return self.runner(origin, out, config, **kw)
 
 
 def _m(agg: dict, key: str) -> dict:
@@ -204,8 +234,9 @@ def _subpop_differences(rows: Sequence[Row], card: Mapping[str, Any]) -> list[st
     ]
 
 
-EXPERIMENTS: dict[str, Experiment] = {
-    "paper-dg": Experiment(
+EXPERIMENTS: Registry["Experiment | ShiftExperiment"] = Registry("experiment")
+EXPERIMENTS.register(
+    Experiment(
         name="paper-dg",
         help="domain generalisation: train on each paper-dg-cat-dog-N training set, dog(shelf) accuracy (the paper's "
         "Table 1 metric) vs meta-graph distance d; cat(shelf) and pooled shelf accuracy beside",
@@ -233,8 +264,10 @@ EXPERIMENTS: dict[str, Experiment] = {
         "from dog(shelf), the lower the accuracy.",
         differences=_dg_differences,
         headline="dog_shelf",
-    ),
-    "paper-subpop": Experiment(
+    )
+)
+EXPERIMENTS.register(
+    Experiment(
         name="paper-subpop",
         help="subpopulation shift: cat/dog indoor/outdoor at minority fraction p = 12/6/1%, average vs worst-group "
         "accuracy (the paper's Table 2 metrics), the paper's ERM figures beside",
@@ -261,8 +294,36 @@ EXPERIMENTS: dict[str, Experiment] = {
         "as p shrinks, worst-group accuracy falls while average accuracy changes less.",
         differences=_subpop_differences,
         headline="worst_group",
-    ),
-}
+    )
+)
+EXPERIMENTS.register(
+    ShiftExperiment(
+        "ood-levels",
+        "train baselines on every level of a shift family (marginal|conditional|joint): curves, slope, AUC, knee",
+        oe.OodLevelsConfig,
+        oe.ood_levels,
+        "results.md, results.json, levels.csv, curves.png",
+    )
+)
+EXPERIMENTS.register(
+    ShiftExperiment(
+        "clustered",
+        "k-means OOD sets per class when contexts are unknown: train on D_k, test on the rest; MI with contexts",
+        oe.ClusteredConfig,
+        oe.clustered,
+        "results.md, results.json, clusters.csv, assignments.csv",
+    )
+)
+EXPERIMENTS.register(
+    ShiftExperiment(
+        "conflicts",
+        "which training subsets help or hurt which evaluation subsets (MetaShift 4.3): CSV + heatmap",
+        oe.ConflictsConfig,
+        oe.conflicts,
+        "conflicts.csv, conflicts.png, history.csv, results.json",
+    )
+)
+TABLE_EXPERIMENTS: tuple[str, ...] = tuple(n for n, e in EXPERIMENTS.items() if isinstance(e, Experiment))
 
 
 @dataclass(frozen=True)
@@ -371,18 +432,14 @@ def _plot(exp: Experiment, rows: Sequence[Row], path: Path) -> bool:
     return True
 
 
-def experiment(name: str) -> Experiment:
-    """The entry of :data:`EXPERIMENTS` called ``name`` (an unknown name is refused with a did-you-mean)."""
-    if name not in EXPERIMENTS:
-        raise UnknownNameError(
-            f"unknown experiment {name!r}{did_you_mean(name, EXPERIMENTS)}", f"use one of: {', '.join(EXPERIMENTS)}"
-        )
-    return EXPERIMENTS[name]
-
-
 def experiment_tasks(name: str, origin: TaskOrigin) -> dict[str, TaskData]:
     """Every task of experiment ``name`` from ``origin``, resolved before any training (:meth:`TaskOrigin.open`)."""
-    return origin.open(experiment(name).tasks)
+    exp = EXPERIMENTS.get(name)
+    if not isinstance(exp, Experiment):
+        raise opt.OptionError(
+            f"experiment {name} makes its own tasks on a build", f"use one of {', '.join(TABLE_EXPERIMENTS)}"
+        )
+    return origin.open(exp.tasks)
 
 
 def _earlier_experiment(out: "str | os.PathLike") -> str | None:
@@ -398,19 +455,45 @@ def run_experiment(
     name: str,
     origin: TaskOrigin,
     out: "str | os.PathLike",
-    config: TrainConfig = TrainConfig(),
+    config: Any = None,
+    *,
+    cache_dir: "str | os.PathLike | None" = None,
+    progress: bool = True,
+    force: bool = False,
+) -> "ExperimentResult | dict":
+    """Run the experiment registered as ``name`` on the tasks of ``origin``, writing into ``out``.
+
+    ``config``: the entry's ``config_type`` (a :class:`TrainConfig` for paper-dg / paper-subpop, e.g.
+    :class:`~metashift_hf.research.ood_experiments.OodLevelsConfig` for ood-levels); None: its defaults.
+    A table experiment's ``out`` must be new, empty, an earlier run of this experiment with the same settings
+    (its seeds are kept and ``config``'s new seeds merged in: ``--seeds 3-5`` after ``--seeds 3``) or, with
+    ``force``, any earlier experiment (replaced); the others' ``out`` is new, empty, or replaced with ``force``.
+    """
+    exp = EXPERIMENTS.get(name)
+    config = exp.config_type() if config is None else config
+    if not isinstance(config, exp.config_type):
+        raise opt.OptionError(
+            f"experiment {name} takes a {exp.config_type.__name__}, not {type(config).__name__}",
+            f"pass config={exp.config_type.__name__}(...)",
+        )
+    return exp.run(origin, out, config, cache_dir=cache_dir, progress=progress, force=force)
+
+
+def _run_table(
+    exp: Experiment,
+    origin: TaskOrigin,
+    out: "str | os.PathLike",
+    config: TrainConfig,
     *,
     cache_dir: "str | os.PathLike | None" = None,
     progress: bool = True,
     force: bool = False,
 ) -> ExperimentResult:
-    """Train ``config`` on every task of experiment ``name`` and write the table, plot and runs to ``out``.
+    """Train ``config`` on every task of ``exp`` and write the table, plot and runs to ``out``.
 
-    The tasks are planned on ``origin``'s build or read from its export folder / Hub namespace (:class:`TaskOrigin`). ``out`` must be new, empty, an earlier run of this experiment with the
-    same settings (its seeds are kept and ``config``'s new seeds merged in: ``--seeds 3-5`` after ``--seeds 3``)
-    or, with ``force``, any earlier experiment (replaced).
+    The tasks are planned on ``origin``'s build or read from its export folder / Hub namespace (:class:`TaskOrigin`).
     """
-    exp = experiment(name)
+    name = exp.name
     if config.sampling is None:  # the paper's protocol unless the caller names another (--sampling)
         config = replace(config, sampling=PAPER_SAMPLING)
     merging = not force and _earlier_experiment(out) == name
@@ -476,7 +559,8 @@ __all__ = [
     "Column",
     "Plot",
     "ExperimentResult",
-    "experiment",
+    "ShiftExperiment",
+    "TABLE_EXPERIMENTS",
     "experiment_tasks",
     "run_experiment",
 ]

@@ -28,8 +28,8 @@ from metashift_hf.builders.images import ImageSource
 from ..core.errors import MetashiftError
 from ..core.fsutil import atomic_file
 from ..models import Preprocessing, open_rgb
+from ..models.outputs import head_linear
 from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
-from .features import head_linear
 
 
 logger = logging.getLogger(__name__)
@@ -373,24 +373,35 @@ def _selection_key(select: str) -> str:
     }[select]
 
 
-def _stage(
-    torch,
-    learner,
-    algo: Algorithm,
-    data: FitData,
-    s: FitSettings,
-    seed: int,
-    stage: str,
-    epochs: int,
-    select: str | None,
-    log: list,
-    ckpt: Checkpoints | None,
-    resume_state: dict | None,
-    progress: bool,
-):
+@dataclass(frozen=True)
+class _SeedLoop:
+    """What every stage of one seed's training shares: the learner, the data, the settings, the seed, the
+    per-epoch log (appended to), the checkpoints and whether to show progress."""
+
+    torch: Any
+    learner: "LinearLearner | FinetuneLearner"
+    data: FitData
+    s: FitSettings
+    seed: int
+    log: list
+    ckpt: "Checkpoints | None"
+    progress: bool
+
+
+def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: str | None, resume_state: dict | None):
     """Train one model for ``epochs``; keep the epoch ``select`` prefers (None: the last). Returns (module, epoch, value)."""
     from tqdm.auto import tqdm
 
+    torch, learner, data, s, seed, log, ckpt = (
+        loop.torch,
+        loop.learner,
+        loop.data,
+        loop.s,
+        loop.seed,
+        loop.log,
+        loop.ckpt,
+    )
+    progress = loop.progress
     torch.manual_seed(seed)
     module = learner.new_module()
 
@@ -485,6 +496,7 @@ def fit_seed(
     resume_state = ckpt.load(seed) if ckpt is not None else None
     log: list[dict[str, Any]] = list(resume_state["log"]) if resume_state is not None else []
     splits = list(data.y)
+    loop = _SeedLoop(torch, learner, data, s, seed, log, ckpt, progress)
 
     def make(c: type[Algorithm], hp: Mapping[str, float]) -> Algorithm:
         return c(torch, hp, data.train_groups, data.n_groups, data.train_envs, data.n_envs, s.device)
@@ -496,21 +508,7 @@ def fit_seed(
             module, epoch = learner.new_module(), 0
         else:
             erm = get_algorithm("erm")
-            module, epoch, _ = _stage(
-                torch,
-                learner,
-                make(erm, {}),
-                data,
-                s,
-                seed,
-                "dfr-base",
-                s.epochs,
-                "average",
-                log,
-                ckpt,
-                resume_state,
-                progress,
-            )
+            module, epoch, _ = _stage(loop, make(erm, {}), "dfr-base", s.epochs, "average", resume_state)
         feats = {sp: learner.features(module, sp) for sp in splits}
         oracle = (
             (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if s.select == "oracle" else None
@@ -534,27 +532,11 @@ def fit_seed(
         assert isinstance(algo, JTT)
         first = max(1, round(s.hparams["first_stage_frac"] * s.epochs))
         if resume_state is None or resume_state["stage"] == "jtt-identify":
-            ident, _, _ = _stage(
-                torch,
-                learner,
-                make(get_algorithm("erm"), {}),
-                data,
-                s,
-                seed,
-                "jtt-identify",
-                first,
-                None,
-                log,
-                ckpt,
-                resume_state,
-                progress,
-            )
+            ident, _, _ = _stage(loop, make(get_algorithm("erm"), {}), "jtt-identify", first, None, resume_state)
             wrong = learner.probs(ident, ["train"])["train"].argmax(1) != data.y["train"]
             algo.set_errors(wrong)
             resume_state = None
-        module, epoch, value = _stage(
-            torch, learner, algo, data, s, seed, "jtt-upweight", s.epochs, s.select, log, ckpt, resume_state, progress
-        )
+        module, epoch, value = _stage(loop, algo, "jtt-upweight", s.epochs, s.select, resume_state)
         wrong = algo.weight.cpu().numpy() != 1.0
         train_groups = data.groups["train"]
         details["jtt"] = {
@@ -563,21 +545,7 @@ def fit_seed(
             "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)},
         }
     else:
-        module, epoch, value = _stage(
-            torch,
-            learner,
-            make(cls, s.hparams),
-            data,
-            s,
-            seed,
-            "train",
-            s.epochs,
-            s.select,
-            log,
-            ckpt,
-            resume_state,
-            progress,
-        )
+        module, epoch, value = _stage(loop, make(cls, s.hparams), "train", s.epochs, s.select, resume_state)
     return SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
 
 

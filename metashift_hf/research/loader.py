@@ -165,7 +165,7 @@ def loader(
     ``PIL.Image`` -> (3, H, W) tensor or array, e.g. a torchvision ``transforms.Compose`` (``image_input="bytes"``:
     it gets the original image bytes instead); a :class:`~metashift_hf.models.Preprocessing` (default: ImageNet's
     resize 256 / crop 224) reads the bytes itself. ``ds``: anything :class:`Evaluator` takes (a
-    :class:`~metashift_hf.hub.task_source.TaskRef` for a task id on an artifact or a repo's config).
+    :class:`~metashift_hf.hub.task_data.TaskRef` for a task id on an artifact or a repo's config).
     For evaluation (every row once, in order) use :func:`eval_loader`.
     """
     if sampling not in SAMPLINGS:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,10 +33,10 @@ from metashift_hf.builders.shifts import (
 from metashift_hf.builders.spec import GroupSpec
 
 from ..core import options as opt
-from ..core.errors import EmptyResultError, UnknownNameError, did_you_mean
+from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
 from ..core.fsutil import atomic_dir, check_out
-from ..hub.api import plan
-from ..hub.task_source import TaskRef
+from ..hub.task_data import TaskRef
+from ..hub.task_open import TaskOrigin
 from . import clusters as cl
 from . import conflicts as cf
 from .features import image_features, load_backbone
@@ -45,13 +44,29 @@ from .level_curves import MIN_MODELS_FOR_P, curve_summary, format_p, pooled_agre
 from .train import METHODS, PROBES, TrainConfig, train
 
 
+if TYPE_CHECKING:
+    import os
+
 logger = logging.getLogger(__name__)
 KIND = "experiment"  # the --out marker kind
 
 
-def _out(out, force: bool, artifact, images):
+def _out(out, force: bool, origin: TaskOrigin):
     """The output folder, written atomically; checked again here (it was checked before the work)."""
-    return atomic_dir(out, kind=KIND, force=force, inputs=[artifact, images])
+    return atomic_dir(out, kind=KIND, force=force, inputs=origin.inputs)
+
+
+def _build(origin: TaskOrigin, name: str, out, force: bool, plans: bool = False) -> Artifact:
+    """The build ``origin`` names, loaded, after ``out`` was checked. These experiments make their tasks on a
+    build: an export folder or Hub namespace is refused, and so are task options or a planning seed where the
+    experiment plans nothing (``plans``), rather than silently ignored."""
+    check_out(out, KIND, force=force, inputs=origin.inputs)
+    if not plans and (origin.seed is not None or origin.options or origin.task_options):
+        raise InputFormatError(
+            f"experiment {name} plans no task id, so a task seed or task options have no meaning for it",
+            f"pass TaskOrigin(artifact=..., images=...) only; {name}'s own seed is in its config",
+        )
+    return origin.build(f"experiment {name}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,8 +98,70 @@ class ModelSpec:
         return cls(method, probe)
 
 
-def _config(model: ModelSpec, seeds: int, device: str, epochs: int | None) -> TrainConfig:
-    return TrainConfig(method=model.method, probe=model.probe, seeds=seeds, device=device, epochs=epochs)  # type: ignore[arg-type]
+# --------------------------------------------------------------------------------------------
+# the experiments' settings (the tasks come from a TaskOrigin: a build with its images)
+# --------------------------------------------------------------------------------------------
+TWO_SEEDS = TrainConfig(seeds=2)  # the shift experiments' training default: 2 seeds per task, linear probe
+
+
+@dataclass(frozen=True)
+class OodLevelsConfig:
+    """Settings of ``ood-levels`` (the tasks: the level family planned on the origin's build, with its seed and
+    options, e.g. ``{"levels": 4}``).
+
+    classes: the class pair the family is built on.
+    shift_type: ``marginal`` | ``conditional`` | ``joint`` (builders.levels.SHIFT_TYPES).
+    models: ``method[:probe]`` each (:class:`ModelSpec`), trained on every level task.
+    training: seeds, device, epochs, ... of every model (its ``method``/``probe`` come from ``models``).
+    """
+
+    classes: tuple[str, ...] = ("cat", "dog")
+    shift_type: str = "marginal"
+    models: tuple[str, ...] = ("erm",)
+    training: TrainConfig = TWO_SEEDS
+
+
+@dataclass(frozen=True)
+class ClusteredConfig:
+    """Settings of ``clustered`` (its tasks are made here from k-means clusters of the origin's build).
+
+    classes: the class pair; k: clusters per class (at least 2); seed: the k-means and split seed;
+    n_init: k-means restarts; model: ``method[:probe]`` trained on each D_k; training: its seeds, device,
+    epochs, ...; top: contexts listed per cluster.
+    """
+
+    classes: tuple[str, ...] = ("cat", "dog")
+    k: int = 8
+    seed: int = 0
+    n_init: int = 10
+    model: str = "erm"
+    training: TrainConfig = TWO_SEEDS
+    top: int = 3
+
+
+@dataclass(frozen=True)
+class ConflictsConfig:
+    """Settings of ``conflicts`` (MetaShift section 4.3 on the origin's build).
+
+    classes: the class pair; subsets: the ``class(context)`` subsets to use (None: every kept subset of the
+    classes with at least ``min_images`` images); per_subset / eval_per_subset: training / evaluation images
+    drawn per subset; min_eval: fewest images a subset keeps to take part; run: the SGD run
+    (:class:`metashift_hf.research.conflicts.ConflictConfig`: steps, window, lr, seed); device: where
+    features are computed.
+    """
+
+    classes: tuple[str, ...] = ("cat", "dog")
+    subsets: tuple[str, ...] | None = None
+    min_images: int = 50
+    per_subset: int = 50
+    eval_per_subset: int = 50
+    min_eval: int = 10
+    run: cf.ConflictConfig = field(default_factory=cf.ConflictConfig)
+    device: str = "cpu"
+
+
+def _config(model: ModelSpec, training: TrainConfig) -> TrainConfig:
+    return replace(training, method=model.method, probe=model.probe)  # type: ignore[arg-type]
 
 
 def _checked_classes(art: Artifact, classes: Sequence[str]) -> tuple[str, ...]:
@@ -100,10 +177,12 @@ def _checked_classes(art: Artifact, classes: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _checked_training(models: Sequence[ModelSpec], seeds: int, device: str, epochs: int | None) -> None:
+def _checked_training(models: Sequence[ModelSpec], training: TrainConfig) -> None:
     """Every model's TrainConfig resolved (seeds, epochs, device checked) before the first task is planned."""
+    if not isinstance(training, TrainConfig):
+        raise opt.OptionError(f"training {training!r} is not a TrainConfig", "pass training=TrainConfig(seeds=2, ...)")
     for m in models:
-        _config(m, seeds, device, epochs).resolved()
+        _config(m, training).resolved()
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -160,44 +239,32 @@ def _level_tasks(shift_type: str, classes: Sequence[str], n_levels: int) -> dict
 
 
 def ood_levels(
-    artifact: "str | os.PathLike",
-    images: "str | os.PathLike",
+    origin: TaskOrigin,
     out: "str | os.PathLike",
+    config: OodLevelsConfig = OodLevelsConfig(),
     *,
-    classes: Sequence[str] = ("cat", "dog"),
-    shift_type: str = "marginal",
-    models: Sequence[str] = ("erm",),
-    seeds: int = 2,
-    seed: int = 0,
-    device: str = "cpu",
-    epochs: int | None = None,
     cache_dir: "str | os.PathLike | None" = None,
-    options: dict | None = None,
+    progress: bool = False,
     force: bool = False,
 ) -> dict:
     """Train every model on every level task; write results.json, results.md, levels.csv, curves.png."""
-    check_out(out, KIND, force=force, inputs=[artifact, images])
-    specs = [ModelSpec.parse(m) for m in opt.names(models, "models")]
-    _checked_training(specs, seeds, device, epochs)
-    seed = opt.seed(seed, "seed")
-    art = Artifact.load(artifact)
-    classes = _checked_classes(art, classes)
-    options = dict(options or {})
+    art = _build(origin, "ood-levels", out, force, plans=True)
+    specs = [ModelSpec.parse(m) for m in opt.names(config.models, "models")]
+    _checked_training(specs, config.training)
+    seed, shift_type = origin.planning_seed, config.shift_type
+    classes = _checked_classes(art, config.classes)
+    options = dict(origin.options)
     n_levels = int(options.get("levels", lv.LevelSizes().levels))
     curves = _level_tasks(shift_type, classes, n_levels)
     tasks = {tid: name for pts in curves.values() for tid, _, name in pts}
-    plans = {tid: plan(tid, art, seed=seed, **options) for tid in tasks}
-    bb = load_backbone(device=device)
+    data = replace(origin, artifact=art).open(list(tasks))  # every level task planned before any training
+    plans = {tid: d.plan for tid, d in data.items()}
+    bb = load_backbone(device=config.training.device)
     rows = []
     for m in specs:
         for tid, tp in plans.items():
             res = train(
-                TaskRef(tp, artifact=art, images=images),
-                None,
-                _config(m, seeds, device, epochs),
-                backbone=bb,
-                cache_dir=cache_dir,
-                progress=False,
+                data[tid], None, _config(m, config.training), backbone=bb, cache_dir=cache_dir, progress=progress
             )
             a = res.aggregate()
             lev = tp.spec.level
@@ -264,7 +331,7 @@ def ood_levels(
         "classes": list(classes),
         "type": shift_type,
         "models": [m.name for m in specs],
-        "seeds": seeds,
+        "seeds": len(config.training.resolved().seeds),
         "task_seed": seed,
         "options": options,
         "levels": rows,
@@ -275,7 +342,7 @@ def ood_levels(
         "model_selection": "each run keeps the epoch its method's selection rule prefers (validation average; "
         "validation worst-group for reweight, groupdro, jtt, dfr; metashift_hf.research.algorithms)",
     }
-    with _out(out, force, artifact, images) as tmp:
+    with _out(out, force, origin) as tmp:
         table.to_csv(tmp / "levels.csv", index=False)
         _write_json(tmp / "results.json", result)
         (tmp / "results.md").write_text(_levels_markdown(result))
@@ -432,30 +499,22 @@ def _cluster_plan(
 
 
 def clustered(
-    artifact: "str | os.PathLike",
-    images: "str | os.PathLike",
+    origin: TaskOrigin,
     out: "str | os.PathLike",
+    config: ClusteredConfig = ClusteredConfig(),
     *,
-    classes: Sequence[str] = ("cat", "dog"),
-    k: int = 8,
-    seed: int = 0,
-    n_init: int = 10,
-    model: str = "erm",
-    seeds: int = 2,
-    device: str = "cpu",
-    epochs: int | None = None,
     cache_dir: "str | os.PathLike | None" = None,
-    top: int = 3,
+    progress: bool = False,
     force: bool = False,
 ) -> dict:
     """Clustered OOD sets when contexts are unknown; results.json, results.md, clusters.csv."""
-    check_out(out, KIND, force=force, inputs=[artifact, images])
-    k, n_init, seed = opt.int_at_least(2)(k, "k"), opt.positive_int(n_init, "n_init"), opt.seed(seed, "seed")
-    top = opt.positive_int(top, "top")
-    art = Artifact.load(artifact)
-    m = ModelSpec.parse(model)
-    _checked_training([m], seeds, device, epochs)
-    classes = _checked_classes(art, classes)
+    art = _build(origin, "clustered", out, force)
+    k, n_init = opt.int_at_least(2)(config.k, "k"), opt.positive_int(config.n_init, "n_init")
+    seed, top = opt.seed(config.seed, "seed"), opt.positive_int(config.top, "top")
+    m = ModelSpec.parse(config.model)
+    _checked_training([m], config.training)
+    classes = _checked_classes(art, config.classes)
+    images = origin.images
     ids, tags, comms = _class_pool(art, classes)
     small = [c for c in classes if len(ids[c]) < k]
     if small:  # k-means needs k images per class: say so before any image is embedded
@@ -463,8 +522,10 @@ def clustered(
             f"class {small[0]} has {len(ids[small[0]])} usable images, fewer than k={k} clusters",
             f"lower --k (Python: k=) to at most {min(len(ids[c]) for c in classes)}",
         )
-    bb = load_backbone(device=device)
-    fs = image_features([i for c in classes for i in ids[c]], images, backbone=bb, cache_dir=cache_dir, progress=False)
+    bb = load_backbone(device=config.training.device)
+    fs = image_features(
+        [i for c in classes for i in ids[c]], images, backbone=bb, cache_dir=cache_dir, progress=progress
+    )
     clusterings = [cl.kmeans_by_size(c, ids[c], fs.rows(ids[c]), k, seed=seed, n_init=n_init) for c in classes]
     per_class = []
     for c, cz in zip(classes, clusterings):
@@ -491,10 +552,10 @@ def clustered(
         res = train(
             TaskRef(tp, artifact=art, images=images),
             None,
-            _config(m, seeds, device, epochs),
+            _config(m, config.training),
             backbone=bb,
             cache_dir=cache_dir,
-            progress=False,
+            progress=progress,
         )
         a = res.aggregate()
         test_groups = [g for g in a["per_group"] if g["split"] == "test" and g["mean"] is not None]
@@ -526,7 +587,7 @@ def clustered(
         "seed": seed,
         "n_init": n_init,
         "model": m.name,
-        "seeds": seeds,
+        "seeds": len(config.training.resolved().seeds),
         "backbone": bb.card(),
         "per_class": per_class,
         "per_k": rows,
@@ -537,7 +598,7 @@ def clustered(
             "ood_mean_over_clusters": "mean over j != k of the accuracy on D_j",
         },
     }
-    with _out(out, force, artifact, images) as tmp:
+    with _out(out, force, origin) as tmp:
         pd.DataFrame(rows).to_csv(tmp / "clusters.csv", index=False)
         pd.DataFrame(
             [
@@ -588,32 +649,23 @@ def _clustered_markdown(r: dict) -> str:
 # training conflicts
 # --------------------------------------------------------------------------------------------
 def conflicts(
-    artifact: "str | os.PathLike",
-    images: "str | os.PathLike",
+    origin: TaskOrigin,
     out: "str | os.PathLike",
+    config: ConflictsConfig = ConflictsConfig(),
     *,
-    classes: Sequence[str] = ("cat", "dog"),
-    subsets: Sequence[str] | None = None,
-    min_images: int = 50,
-    per_subset: int = 50,
-    eval_per_subset: int = 50,
-    min_eval: int = 10,
-    config: cf.ConflictConfig = cf.ConflictConfig(),
-    device: str = "cpu",
     cache_dir: "str | os.PathLike | None" = None,
+    progress: bool = False,
     force: bool = False,
 ) -> dict:
     """Training-subset x evaluation-subset conflict matrix (CSV + heatmap), the windows' history."""
-    check_out(out, KIND, force=force, inputs=[artifact, images])
-    min_images, per_subset = opt.positive_int(min_images, "min_images"), opt.positive_int(per_subset, "per_subset")
-    eval_per_subset, min_eval = (
-        opt.positive_int(eval_per_subset, "eval_per_subset"),
-        opt.positive_int(min_eval, "min_eval"),
-    )
-    config = cf.check_config(config)
-    art = Artifact.load(artifact)
-    classes = _checked_classes(art, classes)
-    subsets = None if subsets is None else opt.names(subsets, "subsets", at_least=2)
+    art = _build(origin, "conflicts", out, force)
+    min_images = opt.positive_int(config.min_images, "min_images")
+    per_subset = opt.positive_int(config.per_subset, "per_subset")
+    eval_per_subset = opt.positive_int(config.eval_per_subset, "eval_per_subset")
+    min_eval = opt.positive_int(config.min_eval, "min_eval")
+    run_config = cf.check_config(config.run)
+    classes = _checked_classes(art, config.classes)
+    subsets = None if config.subsets is None else opt.names(config.subsets, "subsets", at_least=2)
     source = ArtifactSource(art)
     amb = ambiguous_images(source, classes)
     cand = {f"{c}({x})": sorted(ids - amb) for c in classes for x, ids in source.kept_contexts(c).items()}
@@ -638,7 +690,7 @@ def conflicts(
     skipped_train, skipped = [], []
     for n in names:
         # an image serves one subset once: evaluation (up to half of what is left) first, then training
-        avail = [i for i in seeded_order(cand[n], config.seed, f"conflicts/{n}") if i not in used]
+        avail = [i for i in seeded_order(cand[n], run_config.seed, f"conflicts/{n}") if i not in used]
         n_eval = min(eval_per_subset, len(avail) // 2)
         ev, tr = avail[:n_eval], avail[n_eval : n_eval + per_subset]
         if len(ev) >= min_eval:
@@ -659,11 +711,11 @@ def conflicts(
     label = {
         i: classes.index(n[: n.index("(")]) for group in (train_ids, eval_ids) for n, v in group.items() for i in v
     }
-    bb = load_backbone(device=device)
-    fs = image_features(sorted(label), images, backbone=bb, cache_dir=cache_dir, progress=False)
+    bb = load_backbone(device=config.device)
+    fs = image_features(sorted(label), origin.images, backbone=bb, cache_dir=cache_dir, progress=progress)
     feats = dict(zip(fs.image_ids, fs.features))
     run = cf.record(
-        cf.subsets_from(feats, train_ids, label), cf.subsets_from(feats, eval_ids, label), len(classes), config
+        cf.subsets_from(feats, train_ids, label), cf.subsets_from(feats, eval_ids, label), len(classes), run_config
     )
     matrix = cf.conflict_matrix(run)
     result = {
@@ -674,11 +726,11 @@ def conflicts(
         "skipped_eval": skipped,
         "skipped_train": skipped_train,
         "config": {
-            "steps": config.steps,
-            "every": config.every,
-            "batch_size": config.batch_size,
-            "lr": config.lr,
-            "seed": config.seed,
+            "steps": run_config.steps,
+            "every": run_config.every,
+            "batch_size": run_config.batch_size,
+            "lr": run_config.lr,
+            "seed": run_config.seed,
         },
         "backbone": bb.card(),
         "final_eval_loss": dict(zip(run.eval_names, run.loss_after[-1].tolist())),
@@ -686,9 +738,9 @@ def conflicts(
         "notes": cf.__doc__.split("\n\n", 1)[1].strip(),
     }
     logger.info(
-        f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {config.steps // config.every} windows"
+        f"   {len(train_ids)} training subsets x {len(eval_ids)} evaluation subsets, {run_config.steps // run_config.every} windows"
     )
-    with _out(out, force, artifact, images) as tmp:
+    with _out(out, force, origin) as tmp:
         cf.write_matrix(
             matrix, tmp / "conflicts.csv", tmp / "conflicts.png", f"training conflicts, {' vs '.join(classes)}"
         )
@@ -707,4 +759,12 @@ def _strongest(matrix: pd.DataFrame, n: int = 5) -> dict[str, list[dict]]:
     }
 
 
-__all__ = ["ModelSpec", "ood_levels", "clustered", "conflicts"]
+__all__ = [
+    "ModelSpec",
+    "OodLevelsConfig",
+    "ClusteredConfig",
+    "ConflictsConfig",
+    "ood_levels",
+    "clustered",
+    "conflicts",
+]

@@ -29,7 +29,8 @@ from ..core import __version__
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.fsutil import atomic_dir
 from ..core.names import markdown_safe, parse_subset_name, terminal_safe
-from ..hub.task_source import TaskRef, open_task
+from ..hub.task_data import TaskRef
+from ..hub.task_open import open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
@@ -325,8 +326,8 @@ def score(
     """Score predictions on a task's splits (every split by default; ``splits`` restricts them).
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, or a
-    :class:`~metashift_hf.hub.task_source.TaskRef` (a task id planned on its ``artifact`` with ``seed`` and
-    ``options``; a repo's ``config``/``revision``); see :func:`metashift_hf.hub.task_source.open_task`. ``predictions``: a .csv/.parquet
+    :class:`~metashift_hf.hub.task_data.TaskRef` (a task id planned on its ``artifact`` with ``seed`` and
+    ``options``; a repo's ``config``/``revision``); see :func:`metashift_hf.hub.task_open.open_task`. ``predictions``: a .csv/.parquet
     path, a DataFrame or a dict of columns (``image_id`` plus ``prediction`` or ``prob_<class>``).
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).

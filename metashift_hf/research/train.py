@@ -23,16 +23,13 @@ per-epoch log is ``log.jsonl``; ``config.toml`` holds the flags (``load_config``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -40,14 +37,14 @@ import pandas as pd
 from metashift_hf.builders.images import open_images
 
 from ..core import __version__
-from ..core import options as opt
-from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, UnknownNameError, short_repr
-from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
+from ..core.errors import EmptyResultError, InputFormatError
+from ..core.fsutil import atomic_dir
 from ..core.paths import cache_root
-from ..hub.task_source import TaskData, TaskRef, open_task, task_ref
+from ..hub.task_data import TaskData, TaskRef, task_ref
+from ..hub.task_open import open_task
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
-from .algorithms import METHODS, SAMPLING_TEXT, SAMPLINGS, SELECTION_TEXT, SELECTIONS, algorithm_info, resolve_hparams
+from .algorithms import METHODS, SAMPLING_TEXT, algorithm_info
 from .features import Backbone, image_features, load_backbone
 from .fitting import (
     COLOR_JITTER,
@@ -60,207 +57,33 @@ from .fitting import (
     augment_size,
     fit_seed,
 )
-from .score import Scores, score_plan, task_spec_hash
+from .score import score_plan, task_spec_hash
+
+# what to train and the run folder live beside this module (train_config, train_runs); their public names
+# are importable from here, where most callers import them
+from .train_config import CONFIG_KEYS, PROBES, TrainConfig, config_toml, load_config, parse_seeds
+from .train_runs import (
+    SEED_KIND,
+    SeedRun,
+    TrainResult,
+    check_same_run,
+    check_train_out,
+    earlier_run,
+    read_earlier_seeds,
+    read_seed,
+    run_key,
+    settings_differ,
+    train_run_key,
+    write_result,
+    write_seed,
+)
 
 
 if TYPE_CHECKING:
     from metashift_hf.builders.plan import TaskPlan
 
-Method = Literal["erm", "reweight", "groupdro", "irm", "coral", "mixup", "jtt", "dfr"]
-Probe = Literal["linear", "finetune"]
-PROBES: tuple[str, ...] = ("linear", "finetune")
 SELECTION_SPLIT = "validation"
-# (epochs, lr, batch size) per probe. Fine-tuning: the seed paper's Adam / 5e-5 / 32.
-DEFAULTS = {"linear": (50, 1e-3, 64), "finetune": (10, 5e-5, 32)}
-
 logger = logging.getLogger(__name__)
-
-TRAIN_KIND = "training run"  # the marker kind of a train --out folder (core.fsutil)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """What to train; ``None`` epochs/lr/batch_size take the probe's defaults (:data:`DEFAULTS`)."""
-
-    method: Method = "erm"
-    probe: Probe = "linear"
-    seeds: "int | str | Sequence[int]" = 1  # a count N (seeds 0..N-1), "3-5", "0,2,7" or a list
-    device: str = "cpu"
-    epochs: int | None = None
-    lr: float | None = None
-    batch_size: int | None = None
-    weight_decay: float = 0.0
-    image_size: int | None = None  # linear probe: backbone input size (None: the model's 224)
-    select: str | None = None  # average | worst-group | oracle; None: the method's default (algorithms)
-    # shuffle | group-balanced (the MetaShift paper's loader) | domain-balanced (DomainBed's); None: the caller's
-    # default (shuffle for train/compare, group-balanced for the paper experiments)
-    sampling: str | None = None
-    hparams: Mapping[str, float] = field(default_factory=dict)  # overrides of algorithms.HPARAMS[method]
-    backbone: str = "efficientnet-lite0"  # or a registry model: features.BACKBONE_FORMS
-
-    @property
-    def seed_list(self) -> tuple[int, ...]:
-        return parse_seeds(self.seeds)
-
-    @property
-    def selection_rule(self) -> str:
-        return (
-            "model selection: "
-            + SELECTION_TEXT[self.select or algorithm_info(self.method).default_selection]
-            + "; ties go to the earlier epoch"
-        )
-
-    def resolved(self) -> "TrainConfig":
-        info = algorithm_info(self.method)  # an unknown method is refused here
-        if self.select is not None and self.select not in SELECTIONS:
-            raise UnknownNameError(f"unknown selection {self.select!r}", f"use one of: {', '.join(SELECTIONS)}")
-        if self.sampling is not None and self.sampling not in SAMPLINGS:
-            raise UnknownNameError(f"unknown sampling {self.sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
-        if self.probe not in PROBES:
-            raise UnknownNameError(f"unknown probe {self.probe!r}", f"use one of: {', '.join(PROBES)}")
-        if not isinstance(self.device, str) or not self.device:
-            raise opt.OptionError(f"device {self.device!r} is not a device name", "use cpu, cuda or cuda:N")
-        epochs, lr, bs = DEFAULTS[self.probe]
-        # None takes the probe's default; anything given is checked (0, NaN, inf and negatives refused)
-        return replace(
-            self,
-            seeds=parse_seeds(self.seeds),
-            select=self.select or info.default_selection,
-            sampling=self.sampling or "shuffle",
-            hparams=resolve_hparams(self.method, self.hparams),
-            epochs=epochs if self.epochs is None else opt.positive_int(self.epochs, "epochs"),
-            lr=lr if self.lr is None else opt.positive_float(self.lr, "lr"),
-            batch_size=bs if self.batch_size is None else opt.positive_int(self.batch_size, "batch_size"),
-            weight_decay=opt.non_negative_float(self.weight_decay, "weight_decay"),
-            image_size=opt.optional(opt.image_size, self.image_size, "image_size"),
-        )  # evaluate's one range
-
-
-@dataclass(frozen=True)
-class SeedRun:
-    """One seed: its scores, the epoch model selection kept and that epoch's selection score
-    (``validation_accuracy``: validation average or worst-group, or the test oracle's, by the rule)."""
-
-    seed: int
-    scores: Scores
-    selected_epoch: int
-    validation_accuracy: float
-    seconds: float
-    predictions: pd.DataFrame = field(repr=False, compare=False)
-    log: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
-    head: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
-    details: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    task_id: str
-    config: TrainConfig
-    runs: tuple[SeedRun, ...]
-    card: dict[str, Any]
-    out: Path | None
-
-    def aggregate(self) -> dict[str, Any]:
-        """Mean ± std (ddof 1; null with one seed) over seeds of every headline figure and per-group accuracy."""
-        dicts = [r.scores.to_dict() for r in self.runs]
-        metrics = {}
-        for key in ("average", "adjusted_average", "id", "ood", "drop_pct", "balanced_accuracy", "macro_f1", "ece"):
-            metrics[key] = _mean_std([d[key] for d in dicts])
-        metrics["worst_group"] = {
-            **_mean_std([d["worst_group"]["accuracy"] for d in dicts]),
-            "groups": [d["worst_group"]["group"] for d in dicts],
-        }
-        rows: dict[tuple[str, str], list[float]] = {}
-        for d in dicts:
-            for g in d["per_group"]:
-                rows.setdefault((g["split"], g["group"]), []).append(g["accuracy"])
-        metrics["per_group"] = [
-            {
-                "split": s,
-                "group": g,
-                "n": next(x["n"] for x in dicts[0]["per_group"] if (x["split"], x["group"]) == (s, g)),
-                **_mean_std(v),
-            }
-            for (s, g), v in rows.items()
-        ]
-        metrics["splits"] = {
-            s: {
-                "average": _mean_std([d["splits"][s]["average"] for d in dicts]),
-                "worst_group": _mean_std([d["splits"][s]["worst_group"]["accuracy"] for d in dicts]),
-            }
-            for s in dicts[0]["splits"]
-        }
-        return {
-            "task_id": self.task_id,
-            "method": self.config.method,
-            "probe": self.config.probe,
-            "n_seeds": len(self.runs),
-            "seeds": [r.seed for r in self.runs],
-            "std_ddof": 1,
-            "headline_split": dicts[0]["headline_split"],
-            "id_split": dicts[0]["id_split"],
-            "ood_split": dicts[0]["ood_split"],
-            "selection": self.config.select,
-            "model_selection": self.config.selection_rule,
-            "selected_epochs": [r.selected_epoch for r in self.runs],
-            **metrics,
-        }
-
-    def summary(self) -> str:
-        a = self.aggregate()
-        lines = [
-            f"{self.task_id}: {self.config.method} / {self.config.probe} probe on {self.card['backbone']['name']}, "
-            f"{a['n_seeds']} seed(s); {self.config.selection_rule}",
-            f"{a['headline_split']}: average {_pm(a['average'])}, worst group {_pm(a['worst_group'])}, "
-            f"adjusted {_pm(a['adjusted_average'])}",
-        ]
-        if a["id"]["mean"] is not None and a["ood"]["mean"] is not None:
-            lines.append(
-                f"ID ({a['id_split']}) {_pm(a['id'])} vs OOD ({a['ood_split']}) {_pm(a['ood'])}, "
-                f"Drop% {_pm(a['drop_pct'], scale=1, unit='')}"
-            )
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        a = self.aggregate()
-        out = [
-            f"# {self.task_id}: {self.config.method}, {self.config.probe} probe",
-            "",
-            self.summary().replace("\n", "  \n"),
-            "",
-            f"Mean ± std over {a['n_seeds']} seeds (ddof 1).",
-            "",
-            "| split | group | n | accuracy |",
-            "|---|---|---:|---:|",
-        ]
-        out += [f"| {g['split']} | {g['group']} | {g['n']} | {_pm(g)} |" for g in a["per_group"]]
-        out += [
-            "",
-            "| seed | selected epoch | validation accuracy | headline average | worst group |",
-            "|---:|---:|---:|---:|---|",
-        ]
-        for r in self.runs:
-            h = r.scores.headline
-            out.append(
-                f"| {r.seed} | {r.selected_epoch} | {100 * r.validation_accuracy:.1f}% | {100 * h.average:.1f}% | "
-                f"{h.worst_group.group} {100 * h.worst_group.accuracy:.1f}% |"
-            )
-        return "\n".join(out) + "\n"
-
-
-def _mean_std(values: list) -> dict[str, Any]:
-    vals = [v for v in values if v is not None]
-    if len(vals) != len(values) or not vals:
-        return {"mean": None, "std": None, "values": values}
-    arr = np.asarray(vals, dtype=np.float64)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if arr.size > 1 else None, "values": vals}
-
-
-def _pm(m: dict, scale: float = 100.0, unit: str = "%") -> str:
-    if m["mean"] is None:
-        return "n/a"
-    std = "" if m["std"] is None else f" ± {scale * m['std']:.1f}"
-    return f"{scale * m['mean']:.1f}{std}{unit}"
 
 
 @dataclass(frozen=True)
@@ -295,311 +118,6 @@ def _task_data(tp: "TaskPlan") -> _Data:
     return _Data(tp, ids, FitData(y, groups, codes(train["group"]), codes(train["context"]), len(tp.classes)))
 
 
-SEED_KIND = "training seed"  # the marker kind of a finished seed kept for resume (core.fsutil)
-
-
-def parse_seeds(spec: "int | str | Sequence[int]") -> tuple[int, ...]:
-    """Training seeds: a count N (0..N-1), ``"a-b"`` (inclusive), ``"0,2,5-7"`` or a list; sorted, distinct.
-
-    Each seed is in [0, 2**32 - 1] (:func:`core.options.seed`) and there are at most
-    :data:`core.options.SEEDS_MAX` of them, both checked before any list is built (``0-1000000000`` is
-    refused at once instead of filling memory)."""
-    if isinstance(spec, bool):
-        raise opt.OptionError(f"seeds {spec!r} is not a seed list", "use a count (3), a range (3-5) or a list (0,2,7)")
-    if isinstance(spec, (int, np.integer)):
-        return tuple(range(opt.seed_count(spec, "seeds")))
-    if isinstance(spec, str):
-        text = spec.strip()
-        if text.isdigit():
-            return tuple(range(opt.seed_count(text, "seeds")))  # the text checked first: int() of 5000 digits raises
-        out: set[int] = set()
-        for part in text.split(","):
-            a, sep, b = part.strip().partition("-")
-            if not (a.isdigit() and (not sep or b.isdigit())):
-                raise opt.OptionError(
-                    f"seeds {spec!r}: {part.strip()!r} is not a seed or a range",
-                    "use a count (3), a range (3-5) or a list (0,2,5-7) of non-negative integers",
-                )
-            lo = opt.seed(a, "seeds")
-            hi = opt.seed(b, "seeds") if sep else lo
-            if hi < lo:
-                raise opt.OptionError(
-                    f"seeds {spec!r}: the range {part.strip()} is empty", "write it low-high, e.g. 3-5"
-                )
-            _bound_seeds(spec, len(out) + hi - lo + 1)  # before the range is built
-            out.update(range(lo, hi + 1))
-        return tuple(sorted(out))
-    if not isinstance(spec, (list, tuple, range, np.ndarray)):  # 1.5, None, a dict: no raw TypeError
-        raise opt.OptionError(
-            f"seeds {spec!r} is not a count, a range or a list of seeds", "use e.g. 3, '3-5' or [0, 2, 7]"
-        )
-    _bound_seeds(spec, len(spec))
-    if not len(spec) or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in spec):
-        raise opt.OptionError(f"seeds {short_repr(spec)} is not a list of non-negative integers", "use e.g. [0, 1, 2]")
-    return tuple(sorted({opt.seed(s, "seeds") for s in spec}))
-
-
-def _bound_seeds(spec: Any, n: int) -> None:
-    if n > opt.SEEDS_MAX:
-        raise opt.OptionError(
-            f"seeds {short_repr(spec)} asks for {n} seeds, more than the maximum {opt.SEEDS_MAX}",
-            f"ask for at most {opt.SEEDS_MAX} seeds per call, e.g. --seeds 5 or --seeds 0-9",
-        )
-
-
-# -- the config file: TOML with the flags' names (tomllib reads it; this small writer writes it) ------
-
-CONFIG_KEYS: tuple[str, ...] = (
-    "method",
-    "probe",
-    "seeds",
-    "device",
-    "epochs",
-    "lr",
-    "batch_size",
-    "weight_decay",
-    "image_size",
-    "select",
-    "sampling",
-    "backbone",
-)
-
-
-def config_toml(cfg: TrainConfig) -> str:
-    """``cfg`` as TOML (keys as :data:`CONFIG_KEYS`, the method's hyper-parameters under ``[hparams]``)."""
-    lines = [
-        "# metashift-hf train configuration: `metashift-hf train --config-file THIS` (flags given on the",
-        "# command line win over it); the same keys as TrainConfig.",
-    ]
-    for key in CONFIG_KEYS:
-        value = getattr(cfg, key)
-        if value is None:
-            continue
-        if isinstance(value, (tuple, list)):
-            value = "[" + ", ".join(str(int(v)) for v in value) + "]"
-        elif isinstance(value, str):
-            value = json.dumps(value)
-        elif isinstance(value, float):
-            value = repr(value)
-        lines.append(f"{key} = {value}")
-    if cfg.hparams:
-        lines += ["", "[hparams]"] + [f"{k} = {float(v)!r}" for k, v in sorted(cfg.hparams.items())]
-    return "\n".join(lines) + "\n"
-
-
-def load_config(path: "str | os.PathLike") -> dict[str, Any]:
-    """TrainConfig keyword arguments from a TOML file; unknown keys and wrong types are refused."""
-    import tomllib  # standard library from Python 3.11
-
-    p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise opt.OptionError(
-            f"config file {p} does not exist", "pass a TOML file written by `train` (config.toml)"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise opt.OptionError(
-            f"config file {p} is not valid TOML: {exc}", "fix the file (key = value lines)"
-        ) from None
-    unknown = sorted(set(raw) - set(CONFIG_KEYS) - {"hparams"})
-    if unknown:
-        raise opt.OptionError(
-            f"config file {p}: unknown key(s) {', '.join(unknown)}", f"use only: {', '.join(CONFIG_KEYS)}, [hparams]"
-        )
-    hp = raw.get("hparams", {})
-    if not isinstance(hp, dict):
-        raise opt.OptionError(f"config file {p}: hparams must be a table", "write [hparams] then name = value lines")
-    for key in ("method", "probe", "device", "select", "sampling", "backbone"):
-        if key in raw and not isinstance(raw[key], str):
-            raise opt.OptionError(f"config file {p}: {key} = {raw[key]!r} must be a string", f'write {key} = "..."')
-    return {**{k: v for k, v in raw.items() if k != "hparams"}, **({"hparams": hp} if hp else {})}
-
-
-# -- one seed on disk: predictions, scores, head (safetensors), run.json, log.jsonl ---------------------
-
-
-def _head_name(probe: str) -> str:
-    return "head.safetensors" if probe == "linear" else "model.safetensors"
-
-
-def _write_seed(
-    d: Path, r: SeedRun, cfg: TrainConfig, classes: Sequence[str], backbone_card: Mapping[str, Any]
-) -> None:
-    from safetensors.numpy import save  # the heads' format: no pickles
-
-    r.predictions.to_csv(d / "predictions.csv", index=False)
-    r.scores.write_into(d)
-    meta = {
-        "format": "metashift-hf head",
-        "probe": cfg.probe,
-        "method": cfg.method,
-        "seed": str(r.seed),
-        "classes": json.dumps(list(classes)),
-        "config": json.dumps(asdict(cfg), default=str),
-        "backbone": json.dumps(dict(backbone_card), default=str),
-        "use": (
-            "logits = ((features - feature_mean) / feature_std) @ weight.T + bias, features from the backbone "
-            "named in 'backbone'"
-            if cfg.probe == "linear"
-            else "the fine-tuned network's state dict"
-        ),
-    }
-    (d / _head_name(cfg.probe)).write_bytes(
-        save({k: np.ascontiguousarray(v) for k, v in r.head.items()}, metadata=meta)
-    )
-    (d / "run.json").write_text(
-        json.dumps(
-            {
-                "seed": r.seed,
-                "selection": cfg.select,
-                "selected_epoch": r.selected_epoch,
-                "selection_value": r.validation_accuracy,
-                "seconds": round(r.seconds, 3),
-                "details": r.details,
-            },
-            indent=2,
-            default=str,
-        )
-        + "\n"
-    )
-    (d / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in r.log))
-
-
-_SEED_DIR = re.compile(r"seed-([0-9]{1,10})")
-
-
-def _seed_dirs(folder: Path) -> dict[int, Path]:
-    """The seed folders of a run (``seed-<n>``); anything else in it (a user's notes, ``seed-old/``) is not ours."""
-    found = {}
-    for d in sorted(Path(folder).iterdir()):
-        m = _SEED_DIR.fullmatch(d.name)
-        if m and d.is_dir() and not d.is_symlink():
-            found[int(m.group(1))] = d
-    return found
-
-
-def _read_seed(d: Path, data: _Data, seed: int, probe: str) -> SeedRun:
-    """Seed ``seed`` as :func:`_write_seed` wrote it into ``d``, scored again from its predictions (the same
-    figures). An earlier run is untrusted input: every file is checked, and a missing, truncated or edited
-    one is an :class:`InputFormatError` naming it (never a traceback, never a seed counted twice)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    def bad(name: str, why: str) -> InputFormatError:
-        return InputFormatError(
-            f"earlier run {d}: {name} {why}",
-            f"delete {d} so that seed {seed} is trained again (the run's other seeds are kept)",
-        )
-
-    meta = _read_json(d / "run.json", bad)
-    types = {
-        "seed": int,
-        "selected_epoch": int,
-        "selection_value": (int, float),
-        "seconds": (int, float),
-        "details": dict,
-    }
-    wrong = [k for k, t in types.items() if isinstance(meta.get(k), bool) or not isinstance(meta.get(k), t)]
-    if wrong:
-        raise bad("run.json", f"lacks or mistypes {', '.join(wrong)}")
-    if meta["seed"] != seed:  # an edited seed would count one model as two seeds
-        raise bad("run.json", f"names seed {meta['seed']}, not the folder's seed {seed}")
-    try:
-        frame = pd.read_csv(d / "predictions.csv", dtype={"image_id": str, "split": str, "prediction": str})
-        scores = score_plan(TaskPredictions.read(frame, data.plan.classes), data.plan)
-    except FileNotFoundError:
-        raise bad("predictions.csv", "is missing") from None
-    except MetashiftError as exc:
-        raise bad("predictions.csv", f"does not fit the task: {exc.what}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise bad("predictions.csv", f"is not a readable CSV ({exc})") from None
-    try:
-        log = tuple(
-            json.loads(line) for line in (d / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()
-        )
-        head = load_file(str(d / _head_name(probe)))
-    except FileNotFoundError as exc:
-        raise bad(Path(exc.filename or "a file").name, "is missing") from None
-    except (OSError, ValueError, SafetensorError) as exc:
-        raise bad("log.jsonl or " + _head_name(probe), f"is damaged ({exc})") from None
-    if not all(isinstance(e, dict) for e in log):
-        raise bad("log.jsonl", "holds a line that is not a JSON object")
-    return SeedRun(
-        seed,
-        scores,
-        meta["selected_epoch"],
-        float(meta["selection_value"]),
-        float(meta["seconds"]),
-        frame,
-        log,
-        head,
-        meta["details"],
-    )
-
-
-def _read_json(path: Path, bad) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise bad(path.name, "is missing") from None
-    except (OSError, ValueError) as exc:
-        raise bad(path.name, f"is not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise bad(path.name, "is not a JSON object")
-    return data
-
-
-def _read_earlier_seeds(folder: Path, data: _Data, probe: str) -> dict[int, SeedRun]:
-    return {s: _read_seed(d, data, s, probe) for s, d in _seed_dirs(folder).items()}
-
-
-def _run_key(spec_hash: str, cfg: TrainConfig, backbone_key: str) -> str:
-    """What makes two runs mergeable: the task, every setting but the seeds, and the backbone."""
-    settings = {k: v for k, v in asdict(cfg).items() if k != "seeds"}
-    return hashlib.sha256(
-        json.dumps(
-            {"task": spec_hash, "config": settings, "backbone": backbone_key, "package": __version__},
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()
-
-
-def run_key(plan: "TaskPlan", config: TrainConfig, backbone: Backbone) -> str:
-    """The key an earlier run in an ``out`` folder must carry for ``config`` on ``plan`` to merge into it."""
-    return _run_key(task_spec_hash(plan.spec), config.resolved(), backbone.key)
-
-
-def earlier_run(out: "str | os.PathLike") -> dict[str, Any] | None:
-    """The run card of an earlier training run in ``out`` (ours, complete), else None; a damaged card is an error."""
-    marker = read_marker(out) if Path(out).is_dir() else None
-    card = Path(out) / "run_card.json"
-    if not marker or marker.get("kind") != TRAIN_KIND or not card.is_file():
-        return None
-    return _read_json(
-        card,
-        lambda name, why: InputFormatError(
-            f"earlier run {out}: {name} {why}", f"name a new output folder, or delete {out} to start that run again"
-        ),
-    )
-
-
-def settings_differ(card: Mapping[str, Any], config: TrainConfig) -> list[str]:
-    """The settings (TrainConfig fields but the seeds) in which an earlier run's card differs from ``config``."""
-    now = json.loads(json.dumps(asdict(config.resolved()), default=str))
-    was = card.get("config") if isinstance(card.get("config"), dict) else {}
-    return sorted(k for k in now if k != "seeds" and was.get(k) != now[k])
-
-
-def check_train_out(out: "str | os.PathLike", *, force: bool = False, inputs: Sequence[Any] = ()) -> bool:
-    """Check ``out`` before any work (core.fsutil.check_out); an earlier training run there is allowed
-    without ``force`` (its seeds are merged). True when ``out`` holds such a run."""
-    merging = not force and earlier_run(out) is not None
-    check_out(out, TRAIN_KIND, force=force or merging, inputs=[i for i in inputs if i is not None])
-    return merging
-
-
 def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_dir, progress: bool):
     """The linear probe on cached features, or the network to fine-tune; plus the feature-cache figures."""
     if cfg.probe == "linear":
@@ -617,7 +135,7 @@ def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_d
     source = open_images(images)
     source.resolve([i for s in data.ids.values() for i in s], "error", verify=False)
     # Lite0 is loaded again with its BatchNorm layers (the backbone's are folded for inference)
-    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.extract is None else bb.classifier
+    base = efficientnet_lite0(cfg.device, fold_batchnorm=False) if bb.pooled_lite0 else bb.classifier
     return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
 
@@ -661,7 +179,7 @@ def train(
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
     ``task``: a loaded ``Dataset``/``DatasetDict``, an exported folder, a Hub dataset repo id, an
-    :func:`metashift_hf.hub.task_source.open_task` result, or a :class:`~metashift_hf.hub.task_source.TaskRef`
+    :func:`metashift_hf.hub.task_open.open_task` result, or a :class:`~metashift_hf.hub.task_data.TaskRef`
     of a task id planned on its ``artifact`` (with its ``images``, ``seed`` and ``options``; a dataset brings
     its own images and spec).
     Training seeds: ``config.seeds`` (a count N = 0..N-1, a range "3-5" or a list). ``backbone``: a loaded
@@ -696,11 +214,11 @@ def train(
         cfg.backbone, image_size=cfg.image_size if cfg.probe == "linear" else None, device=cfg.device
     )
     spec_hash = task_spec_hash(tp.spec)
-    key = _run_key(spec_hash, cfg, bb.key)
+    key = train_run_key(spec_hash, cfg, bb.key)
     earlier: dict[int, SeedRun] = {}
     if merging:
-        _check_same_run(earlier_dir, earlier_card, key, cfg)
-        earlier = _read_earlier_seeds(Path(earlier_dir), data, cfg.probe)
+        check_same_run(earlier_dir, earlier_card, key, cfg)
+        earlier = read_earlier_seeds(Path(earlier_dir), data.plan, cfg.probe)
     work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
     ckpt = Checkpoints(work, torch, resume) if work is not None else None
     if resume and work is not None and work.is_dir():
@@ -719,7 +237,7 @@ def train(
                 continue
             if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
                 try:
-                    runs[s] = _read_seed(work / f"seed-{s}", data, s, cfg.probe)
+                    runs[s] = read_seed(work / f"seed-{s}", tp, s, cfg.probe)
                     continue
                 except InputFormatError as exc:  # our own cache, damaged: train that seed again
                     logger.warning(f"warning: {exc.what}; training seed {s} again")
@@ -747,7 +265,7 @@ def train(
             )
             if work is not None:  # a finished seed survives an interruption of the next one
                 with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
-                    _write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
+                    write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
                 ckpt.drop(s)
     finally:
         torch.set_num_threads(threads)
@@ -798,72 +316,6 @@ def train(
         write_result(result, out, force=force, merge=merge_into_out)
         shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
     return result
-
-
-def _check_same_run(folder: "str | os.PathLike", card: Mapping[str, Any], key: str, cfg: TrainConfig) -> None:
-    if card.get("run_key") != key:
-        differ = settings_differ(card, cfg)
-        raise OutputExistsError(
-            f"{folder} holds a run of another task, config or backbone ({card.get('task_id')}, "
-            f"{card.get('method')}{'; settings that differ: ' + ', '.join(differ) if differ else ''}); "
-            "seeds merge only into the same run",
-            "use another --out, or --force to replace it",
-        )
-
-
-def _top_files(result: TrainResult) -> dict[str, str]:
-    """The run's own files at the top of its folder, run_card.json last (it marks the run complete)."""
-    return {
-        "scores.json": json.dumps(result.aggregate(), indent=2) + "\n",
-        "scores.md": result.markdown(),
-        "config.toml": config_toml(result.config),
-        "log.jsonl": "".join(json.dumps(e) + "\n" for r in result.runs for e in r.log),
-        "run_card.json": json.dumps(result.card, indent=2, default=str) + "\n",
-    }
-
-
-def write_result(result: TrainResult, out: "str | os.PathLike", force: bool = False, merge: bool = False) -> None:
-    """``out/``: scores.json (aggregate), scores.md, run_card.json, config.toml, log.jsonl (every epoch of every
-    seed), seed-<s>/{predictions.csv, scores.json, scores.md, head.safetensors (or model.safetensors), run.json, log.jsonl}.
-
-    ``merge``: ``out`` holds an earlier run of the same run (its card's ``run_key``); only the seed folders
-    it lacks and the files above are written, each atomically, and nothing else in ``out`` is touched
-    (a user's notes and sub-folders stay). Otherwise the folder is written whole (:func:`core.fsutil.atomic_dir`)."""
-    classes = result.card.get("classes")
-    if not merge:
-        with atomic_dir(out, kind=TRAIN_KIND, force=force) as tmp:
-            for r in result.runs:
-                d = tmp / f"seed-{r.seed}"
-                d.mkdir()
-                _write_seed(d, r, result.config, classes or _classes(r), result.card["backbone"])
-            for name, text in _top_files(result).items():
-                (tmp / name).write_text(text)
-        return
-    folder = Path(out)
-    card = earlier_run(folder)
-    if card is None or card.get("run_key") != result.card.get("run_key"):
-        raise OutputExistsError(
-            f"--out {folder} no longer holds an earlier run of this task and config",
-            "run the command again (another run may have written there meanwhile), or name a new folder",
-        )
-    have = _seed_dirs(folder)
-    if set(have) - {r.seed for r in result.runs}:  # seeds another call added meanwhile: they must be read first
-        raise OutputExistsError(
-            f"--out {folder} gained seeds {sorted(set(have) - {r.seed for r in result.runs})} while "
-            "this run was training",
-            "run the command again: it merges them and trains nothing twice",
-        )
-    for r in result.runs:
-        if r.seed not in have:
-            with atomic_dir(folder / f"seed-{r.seed}", kind=SEED_KIND) as tmp:
-                _write_seed(tmp, r, result.config, classes or _classes(r), result.card["backbone"])
-    for name, text in _top_files(result).items():
-        with atomic_file(folder / name, "w") as f:
-            f.write(text)
-
-
-def _classes(r: SeedRun) -> list[str]:
-    return list(r.scores.classes)
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from ..builders.images import open_zip
 from ..core import __version__
 from ..core.errors import ChecksumError, InputFormatError, MetashiftError
 from ..core.fsutil import atomic_file, hash_file, human_size, sha256_file
@@ -351,14 +352,7 @@ def extract_scene_graphs(zip_path: str | os.PathLike, out_dir: str | os.PathLike
     ``SCENE_GRAPH_MEMBERS`` order.
     """
     zip_path, out = Path(zip_path), Path(out_dir)
-    try:
-        zf = zipfile.ZipFile(zip_path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputFormatError(
-            f"{zip_path} is not a readable zip file ({exc})",
-            "delete it and run `metashift-hf download --what scene-graphs` again",
-        ) from exc
-    with zf:
+    with open_zip(zip_path, "delete it and run `metashift-hf download --what scene-graphs` again") as zf:
         by_name = {Path(i.filename).name: i for i in zf.infolist() if not i.is_dir()}
         members = [by_name[n] for n in SCENE_GRAPH_MEMBERS if n in by_name]
         if not members:

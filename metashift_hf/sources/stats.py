@@ -58,6 +58,10 @@ FIGURES = (
     "attribute_contexts",
     "object_contexts",
 )
+
+# the figures that depend on how scene graphs are read into subsets (pairing, kinds)
+PAIRING_FIGURES = tuple(f for f in FIGURES if f != "subjects" and not f.endswith("_contexts"))
+
 # Decimals the published figure is given with; ours is rounded the same way before comparing.
 _DECIMALS = {"subsets_per_class": 1, "images_per_subset": 1}
 
@@ -87,7 +91,7 @@ class CheckRow:
 @dataclass
 class StatsReport:
     artifact: str
-    source: str
+    provenance: str  # core.provenance (manifest.json `source`)
     reference: str  # "full", "attributes" or "none"
     basis: str  # why this reference / which checks apply
     rows: list[CheckRow] = field(default_factory=list)
@@ -99,7 +103,7 @@ class StatsReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "artifact": self.artifact,
-            "source": self.source,
+            "source": self.provenance,
             "reference": self.reference,
             "basis": self.basis,
             "rows": [{**asdict(r), "difference": r.difference} for r in self.rows],
@@ -111,7 +115,7 @@ class StatsReport:
         internal = [r for r in self.rows if r.check == "consistency"]
         lines = [
             f"artifact: {self.artifact}",
-            f"source: {self.source}; compared with: {self.reference}",
+            f"source: {self.provenance}; compared with: {self.reference}",
             f"  ({self.basis})",
             "",
         ]
@@ -185,10 +189,10 @@ def _pinned_inputs(manifest: Manifest) -> tuple[set[str], int]:
     return pinned, other
 
 
-def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, bool]:
+def _reference(provenance: str, pinned: set[str], other: int) -> tuple[str, str, bool]:
     """(published figures to show, why, whether they must match exactly)."""
-    if is_synthetic(source):
-        return "none", f"{describe(source)}: synthetic data, no published GQA/MetaShift figure applies", False
+    if is_synthetic(provenance):
+        return "none", f"{describe(provenance)}: synthetic data, no published GQA/MetaShift figure applies", False
     if pinned == {"subsets"} and not other:
         return (
             "full",
@@ -204,7 +208,7 @@ def _reference(source: str, pinned: set[str], other: int) -> tuple[str, str, boo
             ),
             True,
         )
-    if source == "gqa":
+    if provenance == "gqa":
         return "full", f"built from GQA scene graphs: shown for comparison only; {_UNPUBLISHED_SCRIPT}", False
     if pinned:
         return (
@@ -379,8 +383,8 @@ def _match_rows(root: Path, exact: bool) -> list[CheckRow]:
     return rows
 
 
-def _explain(fig: str, reference: str, source: str, options: BuildOptions) -> str:
-    if reference == "attributes" or is_synthetic(source):
+def _explain(fig: str, reference: str, provenance: str, options: BuildOptions) -> str:
+    if reference == "attributes" or is_synthetic(provenance):
         return ""
     notes = {
         "distinct_contexts": "paper's count (37 general + 114 attribute entries + 1,702 object contexts); "
@@ -391,16 +395,7 @@ def _explain(fig: str, reference: str, source: str, options: BuildOptions) -> st
     }
     if fig in notes:
         return notes[fig]
-    if source == "gqa" and fig in (
-        "candidate_keys",
-        "kept_subsets_any_class",
-        "classes",
-        "subsets",
-        "subsets_per_class",
-        "images_per_subset",
-        "candidate_images",
-        "images",
-    ):
+    if provenance == "gqa" and fig in PAIRING_FIGURES:
         bits = [f"pairing={options.pairing} on GQA scene graphs"]
         if options.pairing == "cooccurrence":
             bits.append(
@@ -421,9 +416,9 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
 
     art = Artifact.load(artifact)
     manifest, stats, options = art.manifest, art.stats, art.options
-    source = art.provenance
+    provenance = art.provenance
     pinned, other = _pinned_inputs(manifest)
-    reference, basis, exact = _reference(source, pinned, other)
+    reference, basis, exact = _reference(provenance, pinned, other)
     published = {"full": PUBLISHED_FULL, "attributes": PUBLISHED_ATTRIBUTES}.get(reference, {})
     measured = measure(art.root, options)
 
@@ -433,14 +428,14 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
         ours = measured[fig]
         if fig in _DECIMALS:
             ours = round(ours, _DECIMALS[fig])
-        row = CheckRow(fig, pub, ours, explanation=_explain(fig, reference, source, options))
+        row = CheckRow(fig, pub, ours, explanation=_explain(fig, reference, provenance, options))
         if (
             exact
             and pub is not None
             and fig not in ("distinct_contexts", "general_contexts", "attribute_contexts", "object_contexts")
         ):
             row.check, row.ok = "exact", ours == pub
-        elif source == "gqa" and fig in ONTOLOGY_BOUNDS:
+        elif provenance == "gqa" and fig in ONTOLOGY_BOUNDS:
             row.check, row.ok = "<=", ours <= ONTOLOGY_BOUNDS[fig]
             row.explanation = f"at most {ONTOLOGY_BOUNDS[fig]} distinct ontology words; " + row.explanation
         if reference == "none":
@@ -453,7 +448,7 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
             ours = getattr(options, key)
             ours_f = float(ours) if isinstance(ours, (int, float)) else None
             row = CheckRow(f"rule {key}", pub, ours_f)
-            if exact or source == "gqa":
+            if exact or provenance == "gqa":
                 if key in ("min_images_per_subset", "min_subsets_per_class"):
                     row.check, row.ok = "rule", ours_f == pub
                     if not row.ok:
@@ -463,4 +458,4 @@ def compare(artifact: str | os.PathLike) -> StatsReport:
             rows.append(row)
     rows += _match_rows(art.root, exact and reference == "full")
     rows += _consistency_rows(art.root, manifest, stats, measured, options)
-    return StatsReport(str(art.root), source, reference, basis, rows)
+    return StatsReport(str(art.root), provenance, reference, basis, rows)

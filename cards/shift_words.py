@@ -1,0 +1,148 @@
+"""What a task shifts, in words and tables, from its ShiftSpec: the sentences, the shift table, the
+measured shift."""
+
+from __future__ import annotations
+
+from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec
+
+from .text import cell, fmt
+
+
+def group_list(groups: "tuple[GroupSpec, ...]") -> str:
+    """Group names (``class(context-group)``); their member contexts are in the groups table."""
+    return ", ".join(g.group for g in groups) or "–"
+
+
+def rule_note(dist: ShiftDistance) -> str:
+    """Which distance rule gave the number (spectral / resistance), when the spec records it."""
+    return f", {dist.metric} distance" if dist.metric else ""
+
+
+def shift_in_words(spec: ShiftSpec) -> str:
+    kind = spec.shift_type
+    groups = spec.groups()
+    classes = ", ".join(f"`{c}`" for c in spec.classes)
+    dist = spec.distance
+    d = (
+        f" The train/test distance is d = {fmt(dist.value)} ({dist.rule} rule{rule_note(dist)})."
+        if dist is not None and dist.value is not None
+        else ""
+    )
+    if kind == "joint":  # paper DG tasks, shift-joint levels: new contexts, and contexts go with labels differently
+        return (
+            f"**Domain generalisation** with a context-label shift (joint shift: P(context) and P(label | context) "
+            f"both change) over {classes}: the model is trained on images of each class in some contexts "
+            f"({group_list(groups.get('train', []))}) and tested in other contexts "
+            f"({group_list(groups.get('test', []))}).{d}"
+        )
+    if kind == "marginal":
+        return (
+            f"**Domain generalisation** (marginal shift of the context distribution) over {classes}: the model is "
+            f"trained on images of each class in some contexts ({group_list(groups.get('train', []))}) and tested in "
+            f"other contexts ({group_list(groups.get('test', []))}) that it never saw in training.{d}"
+        )
+    if kind == "conditional":
+        mf = spec.minority_fraction
+        p = (
+            f" Minority groups make up p = {fmt(mf.achieved)} of the training set (target {fmt(mf.target)})."
+            if mf is not None
+            else ""
+        )
+        return (
+            f"**Subpopulation shift** (conditional shift: which contexts go with which label changes) over {classes}: "
+            f"training and test sets contain the same kinds of groups in different proportions.{p} Train groups: "
+            f"{group_list(groups.get('train', []))}; test groups: {group_list(groups.get('test', []))}.{d}"
+        )
+    return (
+        f"**No designed shift**: classes {classes} with every group in one split "
+        f"({group_list(groups.get('train', []))}); use it as a whole-class collection or an in-distribution reference."
+    )
+
+
+def shift_label(spec: ShiftSpec) -> str:
+    return {
+        "marginal": "domain generalisation",
+        "joint": "domain generalisation (joint shift)",
+        "conditional": "subpopulation shift",
+    }.get(spec.shift_type, "no designed shift")
+
+
+def summary(spec: ShiftSpec) -> str:
+    kind = shift_label(spec)
+    return f"Classify {', '.join(f'`{c}`' for c in spec.classes)} under {kind}."
+
+
+def shift_table(spec: ShiftSpec) -> str:
+    dist, mf = spec.distance, spec.minority_fraction
+    groups = spec.groups()
+    rows = [
+        ("shift type", spec.shift_type),
+        ("train groups", group_list(groups.get("train", ()))),
+        ("test groups", group_list(groups.get("test", ()))),
+        ("distance d", f"{fmt(dist.value)} ({dist.rule}{rule_note(dist)})" if dist is not None else "–"),
+        ("minority fraction p", f"{fmt(mf.achieved)} (target {fmt(mf.target)})" if mf is not None else "–"),
+        ("split sizes", ", ".join(f"{k}: {v}" for k, v in spec.split_sizes.items()) or "–"),
+        ("measured shift (test vs train)", measured_words(spec) or "not measured (spec version 1)"),
+    ]
+    return "\n".join(f"| {a} | {cell(b)} |" for a, b in rows)
+
+
+def measured_words(spec: ShiftSpec) -> str | None:
+    """The shift measured from the rows (builders/measured.py), test split against train, in one line."""
+    m = spec.measured
+    test = None if m is None else (m.split("test") or (m.splits[-1] if m.splits else None))
+    if test is None:
+        return None
+    shared = "" if test.p_y_given_s_tv is not None else "; no context shared, so from the class-context dependence"
+    agree = (
+        "agrees with the declared type"
+        if m.agrees and not m.by_construction
+        else f"declared {spec.shift_type}: {m.note}"
+    )  # by construction: the note says what and shows the figures
+    return (
+        f"{m.type}: P(context) TV {fmt(test.p_s_tv)} (counts above {fmt(test.p_s_threshold)}), P(class | context) "
+        f"shift {fmt(test.conditional)} (counts above {fmt(test.conditional_threshold)}{shared}); {agree}"
+    )
+
+
+def shift_groups_table(spec: ShiftSpec) -> str:
+    """One row per group (its splits listed): the row counts live in the Splits and groups table."""
+    first: dict[str, GroupSpec] = {}
+    splits: dict[str, list[str]] = {}
+    for split, groups in spec.groups().items():
+        for g in groups:
+            first.setdefault(g.group, g)
+            if split not in splits.setdefault(g.group, []):
+                splits[g.group].append(split)
+    rows = [
+        f"| `{cell(name)}` | {cell(g.cls)} | {', '.join(splits[name])} | {cell(', '.join(g.contexts) or '–')} |"
+        for name, g in first.items()
+    ]
+    return "\n".join(rows) or "| – | – | – | – |"
+
+
+def few_groups(groups: "tuple[GroupSpec, ...]", most: int = 6) -> str:
+    """Group names for one sentence: all of a few, else the first ones and how many (the tables list all)."""
+    if len(groups) <= most:
+        return group_list(groups)
+    return f"{group_list(groups[: most - 2])} and {len(groups) - (most - 2)} more groups"
+
+
+def first_sentence(spec: ShiftSpec) -> str:
+    """The one sentence a Hub visitor needs first: train on what, test on what, and what shifts."""
+    groups = spec.groups()
+    train, test = few_groups(groups.get("train", ())), few_groups(groups.get("test", ()))
+    dist = spec.distance
+    d = f", meta-graph distance d = {fmt(dist.value)}" if dist is not None and dist.value is not None else ""
+    what = {
+        "marginal": "new contexts at test time (P(context) shifts)",
+        "joint": "new contexts at test time, and which contexts go with which class changes "
+        "(P(context) and P(class | context) shift)",
+        "conditional": "the same kinds of groups in other proportions (P(class | context) shifts)",
+    }
+    if spec.shift_type not in what:
+        return (
+            f"**Classify {', '.join(f'`{c}`' for c in spec.classes)}: train and test are drawn from the same "
+            "groups; there is no designed shift.**"
+        )
+    return f"**Train on {train}; test on {test}; the shift is {what[spec.shift_type]}{d}.**"

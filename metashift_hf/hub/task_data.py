@@ -1,0 +1,384 @@
+"""A task request and the task it resolves to: :class:`TaskRef` (what every command's task flags and every library
+function's ``task`` argument become; :attr:`TaskRef.form` is the one place that decides a task's form) and
+:class:`TaskData` (one task, whatever form it came in: spec first, rows and images read lazily).
+
+:meth:`TaskData.prepare` is the one materialiser: the one place a resolved task becomes a ``DatasetDict`` of
+rows with their original JPEG bytes (a task id planned on an artifact through the ``metashift`` builder, given
+the plan :func:`metashift_hf.hub.task_open.open_task` made; a folder, repo or dataset as it was read).
+``metashift_hf.prepare``/``load``, export, publish and evaluate all materialise through it
+(tests/test_architecture.py checks that no other module builds rows).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import datasets
+
+from ..builders.artifact import Artifact
+from ..builders.images import ImageSource, open_images
+from ..builders.meta_graph_facts import MetaGraphFacts
+from ..builders.metashift import Metashift, carries_spec, spec_of_dataset
+from ..builders.plan import TaskPlan
+from ..builders.spec import ShiftSpec
+from ..builders.tags import MultiLabelDataset
+from ..core import options as opt
+from ..core.errors import EmptyResultError, InputFormatError, MissingImagesError
+from .specs import looks_like_repo_id
+from .task_listing import hub_commit
+from .task_rows import as_dataset_dict, dataset_images, in_export_order, plan_of_dataset
+
+
+TaskForm = Literal["artifact", "folder", "hub", "dataset"]
+ON_MISSING = ("error", "skip")
+
+
+@dataclass
+class PreparedTask:
+    """A materialised task (:meth:`TaskData.prepare`): its splits with the original JPEG bytes, and its spec."""
+
+    task_id: str
+    dataset: "datasets.DatasetDict"
+    spec: ShiftSpec
+
+
+TASK_FORMS_FIX = (
+    "pass a task id with --artifact ARTIFACT (Python: artifact=), a folder written by "
+    "`metashift-hf export`, a Hub dataset repo id NAMESPACE/NAME, or a loaded Dataset/DatasetDict"
+)
+# The one default of a task's sampling seed: a task id planned on an artifact takes it when no seed is
+# given; a folder or repo keeps the seed its spec records.
+DEFAULT_SEED = 0
+_LOADED = (PreparedTask, datasets.Dataset, datasets.DatasetDict)
+
+
+def frozen_options(options: Any, name: str) -> Mapping[str, Any]:
+    """A task's options as a read-only mapping of option names (``{"scale": 0.5}``); anything else is refused."""
+    if options is None:
+        return types.MappingProxyType({})
+    if not isinstance(options, Mapping):
+        raise opt.OptionError(
+            f"{name} must be a mapping of option names to values, not a {type(options).__name__}",
+            f"pass {name}={{'scale': 0.5}} (CLI: --set scale=0.5)",
+        )
+    bad = [k for k in options if not isinstance(k, str) or not k]
+    if bad:
+        raise opt.OptionError(f"{name} has option name(s) that are not names: {bad[:3]!r}", "name each option")
+    return types.MappingProxyType(dict(options))
+
+
+def options_key(options: Mapping[str, Any]) -> tuple:
+    """A hashable, order-free key of task options (values by their repr: lists are options too)."""
+    return tuple(sorted((k, repr(v)) for k, v in options.items()))
+
+
+def hash_key(value: Any) -> Any:
+    """``value`` when it is hashable, else its identity (a loaded dataset compares by identity too)."""
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One task request: what every command's task flags and every library function's ``task`` mean.
+
+    task: a task id (planned on ``artifact``), an exported repo folder or one of its config folders, a Hub
+        dataset repo id ``NAMESPACE/NAME``, a loaded ``Dataset``/``DatasetDict``, a ``PreparedTask`` or a ``TaskPlan``.
+    artifact: the build a task id is planned on (``metashift-hf build``'s folder or a loaded ``Artifact``); with
+        a loaded dataset or plan, the build it was prepared from (for its meta-graph: communities, distances).
+    images: the image source of a task id planned on ``artifact`` (folder of ``<id>.jpg`` or GQA's images.zip).
+    seed: the sampling seed of a task id (None: :data:`DEFAULT_SEED`); a folder or repo keeps its spec's.
+    config: which config of a folder or Hub repo that holds several tasks.
+    revision: a Hub branch, tag or commit (default: main).
+    options: the task family's options (``{"scale": 0.5}``), parsed once by the family's options dataclass
+        when the task is planned; a folder or repo is planned already and refuses them.
+    """
+
+    task: Any
+    artifact: "str | os.PathLike | Artifact | None" = None
+    images: "str | os.PathLike | ImageSource | None" = None
+    seed: int | None = None
+    config: str | None = None
+    revision: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # every argument checked where the request is made, not deep inside a resolver or the datasets builder
+        if isinstance(self.task, TaskRef):
+            raise InputFormatError("a TaskRef's task is itself a TaskRef", "pass the inner TaskRef as it is")
+        if self.task is None or (isinstance(self.task, str) and not self.task.strip()):
+            raise opt.OptionError(f"TaskRef's task is {'empty' if self.task is not None else 'None'}", TASK_FORMS_FIX)
+        if self.seed is not None:
+            object.__setattr__(self, "seed", opt.seed(self.seed, "seed"))
+        for name in ("config", "revision"):
+            if getattr(self, name) is not None:
+                opt.text(getattr(self, name), name)
+        # read-only, so a request cannot change after it was resolved
+        object.__setattr__(self, "options", frozen_options(self.options, "options"))
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                hash_key(self.task),
+                hash_key(self.artifact),
+                hash_key(self.images),
+                self.seed,
+                self.config,
+                self.revision,
+                options_key(self.options),
+            )
+        )
+
+    @property
+    def form(self) -> TaskForm:
+        """The form of the task (the one place that decides it): a task id with an artifact (or one that is
+        neither a folder nor a repo id) is ``artifact``, an existing folder ``folder``, ``NAMESPACE/NAME``
+        ``hub``, a loaded object ``dataset``."""
+        task = self.task
+        if isinstance(task, TaskData):
+            return task.form
+        if isinstance(task, TaskPlan):
+            return "artifact"
+        if isinstance(task, _LOADED):
+            return "dataset"
+        if self.artifact is not None:
+            return "artifact"
+        if isinstance(task, (str, os.PathLike)) and Path(task).is_dir():
+            return "folder"
+        if isinstance(task, str) and looks_like_repo_id(task):
+            return "hub"
+        return "artifact"
+
+    @property
+    def planning_seed(self) -> int:
+        """The seed a task id is planned with."""
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+
+def task_ref(task: "TaskRef | Any") -> TaskRef:
+    """``task`` as a :class:`TaskRef` (a bare task, folder, repo id or dataset becomes ``TaskRef(task)``)."""
+    return task if isinstance(task, TaskRef) else TaskRef(task)
+
+
+def spec_less_dataset(task: "TaskRef | Any") -> "datasets.DatasetDict | None":
+    """A loaded Dataset/DatasetDict that carries no shift spec (someone's own data, which evaluate scores as
+    task ``custom``), as a DatasetDict; None for anything else, which ``open_task`` resolves."""
+    task = task.task if isinstance(task, TaskRef) else task
+    if isinstance(task, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(task):
+        return as_dataset_dict(task)
+    return None
+
+
+def _image_column_record(artifact: "str | os.PathLike | Artifact") -> dict | None:
+    for record in Artifact.load(artifact).manifest.inputs:
+        if record.get("role") == "hf_dataset" and record.get("image_column"):
+            return record
+    return None
+
+
+def reads_dataset_images(artifact: "str | os.PathLike | Artifact") -> bool:
+    """Whether the artifact's images come from its dataset's image column (then no ``images`` is needed)."""
+    return _image_column_record(artifact) is not None
+
+
+def artifact_images(artifact: "str | os.PathLike | Artifact") -> "ImageSource | None":
+    """An artifact built from a dataset with an image column (``build --hf-dataset ... --image-column``)
+    reads its images from that column; None for other artifacts."""
+    record = _image_column_record(artifact)
+    return MultiLabelDataset.from_record(record).images() if record is not None else None
+
+
+def plan_digest(tp: TaskPlan) -> str:
+    """sha256 of a plan's spec and rows: keys the ``datasets`` cache of a materialised plan, so a plan made
+    elsewhere (an experiment's own rows under a registry task id) never reuses another plan's cache."""
+    h = hashlib.sha256(tp.spec.to_json().encode())
+    for split in sorted(tp.splits):
+        for r in tp.splits[split]:
+            h.update(repr((split, r.image_id, r.label, r.group, r.context, tuple(r.contexts), r.community)).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """One task, whatever form it came in: its spec, rows per split (``plan``) and images, read lazily.
+
+    ``spec`` is known when :func:`open_task` returns (a folder's or repo's ``shift_spec.json``, a dataset's
+    features, the plan of a task id); ``dataset`` (the loaded splits of a folder, repo or dataset, checked
+    against the spec by :func:`check_rows`) and ``plan`` are read the first time they are asked for;
+    pixels only by :meth:`images`.
+    """
+
+    ref: TaskRef
+    form: TaskForm
+    where: str  # for messages: "artifact A", "folder F", "Hub dataset repo NS/NAME", "dataset"
+    spec: ShiftSpec
+    artifact: Artifact | None = None
+    planned: TaskPlan | None = None  # form "artifact": the plan as the planner made it (no images read)
+    load_rows: "Callable[[], datasets.DatasetDict] | None" = field(default=None, repr=False)
+    # a folder's or repo's <config>/meta_graph.parquet, read and checked against (classes, rows) when asked for
+    load_facts: "Callable[[Sequence[str], list], MetaGraphFacts | None] | None" = field(default=None, repr=False)
+
+    @functools.cached_property
+    def dataset(self) -> "datasets.DatasetDict | None":
+        """The loaded splits (folder, Hub repo, dataset), rows checked against the spec; None for a planned task."""
+        return None if self.load_rows is None else self.load_rows()
+
+    @functools.cached_property
+    def plan(self) -> TaskPlan:
+        """The task's rows per split, in export order."""
+        if self.planned is not None:
+            return in_export_order(self.planned)
+        return in_export_order(plan_of_dataset(self.dataset, self.spec, self.where))
+
+    @functools.cached_property
+    def meta_graph(self) -> MetaGraphFacts | None:
+        """The meta-graph facts of a folder or Hub repo (builders.meta_graph_facts: each context subset's community
+        and distance to the largest community), checked against the task's classes and rows; None for other
+        forms (an artifact has the meta-graph itself) or an export made before the file existed."""
+        if self.load_facts is None:
+            return None
+        rows = [(r.label, r.contexts) for split_rows in self.plan.splits.values() for r in split_rows]
+        return self.load_facts(self.classes, rows)
+
+    @property
+    def images_path(self) -> "str | os.PathLike | ImageSource | None":
+        return self.ref.images
+
+    @property
+    def repo_id(self) -> str | None:
+        return str(self.ref.task) if self.form == "hub" else None
+
+    @property
+    def revision(self) -> str | None:
+        return self.ref.revision if self.form == "hub" else None
+
+    def origin(self) -> dict[str, Any]:
+        """Where the task came from, for reports and run cards: form, place and the task options used; for a
+        Hub repo also its id, the revision asked and the commit sha that revision resolves to (None when the
+        Hub cannot be asked, e.g. offline)."""
+        out: dict[str, Any] = {
+            "form": self.form,
+            "where": self.where,
+            "seed": self.spec.seed,
+            "options": dict(self.spec.overrides),
+        }
+        if self.repo_id is not None:
+            out.update(repo_id=self.repo_id, revision=self.revision, sha=hub_commit(self.repo_id, self.revision))
+        return out
+
+    @property
+    def task_id(self) -> str:
+        return self.spec.task_id
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.spec.classes)
+
+    def verify(self) -> None:
+        """Read the rows now and check them against the spec (otherwise read when first needed)."""
+        _ = self.plan
+
+    def images(self) -> ImageSource:
+        """The task's pixels: the dataset's own JPEG bytes, or the image source given with the artifact (else the
+        artifact's dataset image column, ``build --hf-dataset ... --image-column``)."""
+        if self.load_rows is not None:
+            return dataset_images(self.dataset, self.where)
+        if self.images_path is None and self.artifact is not None:
+            from_artifact = artifact_images(self.artifact)
+            if from_artifact is not None:
+                return from_artifact
+        if self.images_path is None:
+            raise MissingImagesError(
+                f"task {self.task_id}: the images are needed, and none were given",
+                "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use the "
+                "exported folder / Hub repo of the task, which carries its images",
+            )
+        return open_images(self.images_path)
+
+    def prepare(
+        self,
+        *,
+        on_missing: str = "error",
+        cache_dir: "str | os.PathLike | None" = None,
+        with_image_metadata: bool = False,
+        verify_images: bool = True,
+    ) -> PreparedTask:
+        """The task materialised: its splits as a ``DatasetDict`` with original JPEG bytes, and its spec (the one
+        materialiser; module docstring).
+
+        A folder, repo or dataset is returned as it was read (its rows checked against its spec). A task id
+        planned on an artifact is built from the plan :func:`open_task` made (never planned again) and the
+        images given with it (or the artifact's dataset image column), through the ``metashift`` builder:
+        ``cache_dir`` is its ``datasets`` cache (a task is reused when plan, artifact content and images are the
+        same), ``on_missing`` "error" stops on a missing or corrupt image, "skip" leaves it out (recorded in the
+        spec), ``with_image_metadata`` adds the scene-graph fields, ``verify_images=False`` skips decoding each
+        image once to check it.
+        """
+        # argument types first: a wrong one is named here, not deep inside the datasets builder
+        if on_missing not in ON_MISSING:
+            raise opt.OptionError(
+                f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'"
+            )
+        if cache_dir is not None:
+            opt.path(cache_dir, "cache_dir")
+        if self.dataset is not None:
+            return PreparedTask(task_id=self.task_id, dataset=self.dataset, spec=self.spec)
+        if self.artifact is None:
+            raise InputFormatError(
+                f"task {self.task_id}: a plan without its artifact cannot be materialised",
+                "pass the build it was planned on (TaskRef(plan, artifact=ARTIFACT, images=IMAGES))",
+            )
+        images = self.images_path if self.images_path is not None else artifact_images(self.artifact)
+        if images is None:
+            raise MissingImagesError(
+                f"task {self.task_id}: prepare/load need images",
+                "pass images= a folder of <id>.jpg files or GQA's images.zip (metashift_hf.plan works without images)",
+            )
+        builder = Metashift(
+            config_name=self.task_id,
+            artifact=self.artifact,
+            images=images,
+            seed=self.spec.seed,
+            on_missing=on_missing,
+            overrides=dict(self.ref.options) or None,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            with_image_metadata=with_image_metadata,
+            verify_images=verify_images,
+            plan=self.planned,
+            plan_digest=plan_digest(self.planned),
+        )
+        builder.download_and_prepare()
+        ds = builder.as_dataset()
+        if not ds or not any(len(split) for split in ds.values()):  # every image dropped by on_missing="skip"
+            raise EmptyResultError(
+                f"task {self.task_id}: no image left to use (all were missing or unusable in {images})",
+                "point --images (Python: images=) at the folder or zip that holds the task's images",
+            )
+        return PreparedTask(task_id=self.task_id, dataset=ds, spec=spec_of_dataset(ds))
+
+
+__all__ = [
+    "TaskRef",
+    "TaskData",
+    "TaskForm",
+    "PreparedTask",
+    "task_ref",
+    "DEFAULT_SEED",
+    "TASK_FORMS_FIX",
+    "spec_less_dataset",
+    "reads_dataset_images",
+    "artifact_images",
+    "plan_digest",
+    "frozen_options",
+    "options_key",
+    "hash_key",
+]

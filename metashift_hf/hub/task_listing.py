@@ -1,0 +1,204 @@
+"""Exported folders and Hub repos as task sources: which config a folder or repo holds, the checks before
+``datasets`` reads one (no loading script, a card declaring the config, a bounded shift spec), the folder's
+``datasets`` cache key (from one listing of its files), the meta-graph facts readers and a repo's commit sha.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import datasets
+
+from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
+from ..builders.spec import ShiftSpec
+from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from ..core.names import terminal_safe
+from .shards import SPEC_FILE
+from .specs import card_configs, check_spec_size, folder_configs, hub_call, pick_config, read_text_file
+from .task_rows import ROWS_FIX
+
+
+logger = logging.getLogger(__name__)
+
+
+class TaskFolderChoiceError(UnknownNameError):
+    """A folder holds several task folders (an export's root, or its collection card beside them) and is no task
+    itself; ``example`` is one of them, for a caller that names its own flag in the fix (the zoo's ``--tasks``)."""
+
+    def __init__(self, what: str, fix: str = "", example: "Path | None" = None) -> None:
+        super().__init__(what, fix)
+        self.example = example
+
+
+def folder_listing(repo: Path) -> dict[str, os.stat_result]:
+    """Every regular file of repo folder ``repo`` and of its config folders (relative path -> stat), listed once."""
+    return {
+        str(p.relative_to(repo)): p.stat()
+        for p in (*repo.glob("*"), *repo.glob("*/*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
+    """(repo folder, config) for a repo folder or one of its config folders."""
+    if (path / SPEC_FILE).is_file():  # the config folder itself
+        if config not in (None, path.name):
+            raise UnknownNameError(
+                f"{path} is config {path.name!r}, not {config!r}", "drop --config, or pass the repo folder"
+            )
+        return path.parent, path.name
+    configs = folder_configs(path)
+    if not configs:
+        tasks = sorted(p.parent.parent.name for p in path.glob(f"*/*/{SPEC_FILE}"))
+        if tasks:  # the export's root: one repo folder per task
+            raise TaskFolderChoiceError(
+                f"{path} is the root of an export holding {len(tasks)} task folder(s): "
+                + ", ".join(terminal_safe(t) for t in sorted(set(tasks))[:10]),
+                f"pass one of them as the task, e.g. --task {path / tasks[0]}",
+                example=path / tasks[0],
+            )
+        if (path / "README.md").is_file():  # export wrote it: say what it lacks, not "pass an exported folder"
+            declared = card_configs(read_text_file(path / "README.md", f"README.md of {path}"), str(path))
+            if declared:
+                raise InputFormatError(
+                    f"{path}: its card declares config(s) {', '.join(map(terminal_safe, declared[:5]))}"
+                    f" but no <config>/{SPEC_FILE} is there",
+                    "the folder is incomplete: download "
+                    "the repo again or export the task again with `metashift-hf export`",
+                )
+            siblings = sorted(p.parent.parent.name for p in path.parent.glob(f"*/*/{SPEC_FILE}"))
+            if siblings:
+                raise TaskFolderChoiceError(
+                    f"{path} is the collection card of an export (a card, no task); the task "
+                    f"folders beside it: {', '.join(map(terminal_safe, siblings[:10]))}",
+                    f"pass one of them as the task, e.g. --task {path.parent / siblings[0]}",
+                    example=path.parent / siblings[0],
+                )
+    return path, pick_config(str(path), configs, config)
+
+
+def check_repo(where: str, files: Mapping[str, "int | None"], config: str, read) -> ShiftSpec:
+    """Before ``datasets`` reads a folder or repo: no loading script (never run), a card of bounded size
+    that declares ``config``, and the config's shift spec file (bounded, strictly parsed)."""
+    scripts = sorted(f for f in files if f.endswith(".py"))
+    if scripts:
+        raise InputFormatError(
+            f"{where} holds a loading script ({', '.join(map(terminal_safe, scripts[:3]))}); "
+            "metashift-hf never runs code from a dataset",
+            "use a repo written by `metashift-hf export`/`publish` (parquet files and a card, no code)",
+        )
+    if "README.md" not in files:
+        raise InputFormatError(f"{where} has no dataset card README.md", "export or publish the task again")
+    check_spec_size(files["README.md"], f"README.md of {where}")
+    declared = card_configs(read("README.md"), where)
+    if config not in declared:
+        raise InputFormatError(
+            f"{where}: config {terminal_safe(config)!r} has a {SPEC_FILE} but the card declares "
+            f"{', '.join(map(terminal_safe, declared)) or 'no config'}",
+            "export or publish the task again (its card lists every config)",
+        )
+    path = f"{config}/{SPEC_FILE}"
+    check_spec_size(files.get(path), f"{path} of {where}")
+    return ShiftSpec.from_json(read(path), where=f"{path} of {where}")
+
+
+def load_shards(where: str, call) -> "datasets.DatasetDict":
+    """``datasets.load_dataset`` of a checked folder or repo; shards it cannot read (empty, missing, sizes
+    unlike the card's) are one error naming the source."""
+    try:
+        return call()
+    except (datasets.exceptions.DatasetsError, ValueError, FileNotFoundError) as exc:
+        causes = [exc]  # datasets wraps the reader's error ("An error occurred while generating the dataset")
+        while (nxt := causes[-1].__cause__ or causes[-1].__context__) is not None and len(causes) < 5:
+            causes.append(nxt)
+        said = "; ".join(
+            f"{type(e).__name__}: {terminal_safe(_first_line(e))}" for e in dict.fromkeys(causes[:1] + causes[-1:])
+        )
+        raise InputFormatError(
+            f"{where}: its parquet shards cannot be read as the card describes them ({said})", ROWS_FIX
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def exported_folder(path: Any) -> bool:
+    """Whether ``path`` is a folder written by export (a repo folder or one of its config folders)."""
+    p = Path(path) if isinstance(path, (str, os.PathLike)) else None
+    return p is not None and p.is_dir() and ((p / SPEC_FILE).is_file() or bool(folder_configs(p)))
+
+
+def folder_cache_dir(repo: Path, stats: Mapping[str, os.stat_result]) -> str:
+    """The ``datasets`` cache of exported folder ``repo``, keyed by the state of its files (``stats``: relative
+    path -> stat, the listing the folder was opened with).
+
+    ``datasets`` (5.2) keys a local folder's cache by paths, not contents: a folder whose shards were rewritten
+    (``export --force``, an edit) would be read as the rows of its first load. The key here is each file's size,
+    mtime and ctime (a rewrite changes ctime even when the mtime is put back), so a changed folder is read again.
+    """
+    state = sorted((f, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for f, st in stats.items())
+    key = hashlib.sha256(json.dumps([str(repo.resolve()), state]).encode()).hexdigest()[:16]
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "metashift-folders" / key)
+
+
+def folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    path, where = repo / name / FACTS_FILE, f"{name}/{FACTS_FILE} of exported folder {repo}"
+    return lambda classes, rows: MetaGraphFacts.read(path, where, classes, rows) if os.path.lexists(path) else None
+
+
+def hub_facts(
+    repo_id: str, files: Mapping[str, "int | None"], name: str, revision: str | None
+) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    from huggingface_hub import hf_hub_download  # heavy optional import, as specs.hub_files
+
+    path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
+
+    def read(classes: Sequence[str], rows: list) -> MetaGraphFacts | None:
+        if path not in files:
+            return None  # exported before the file existed
+        if (files[path] or 0) > FACTS_MAX_BYTES:
+            raise InputFormatError(
+                f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
+                "download the repo again (another --revision) or export the task again",
+            )
+        local = hub_call(
+            repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+        )
+        # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
+        return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)
+
+    return read
+
+
+@functools.lru_cache(maxsize=64)
+def hub_commit(repo_id: str, revision: str | None) -> str | None:
+    """The commit sha ``revision`` (default main) of a Hub dataset repo resolves to; None when it cannot be asked."""
+    from huggingface_hub import HfApi  # heavy optional import, as specs.hub_files
+
+    try:
+        return hub_call(repo_id, None, lambda: HfApi().dataset_info(repo_id, revision=revision).sha, revision)
+    except MetashiftError as exc:
+        logger.warning(f"Hub dataset repo {repo_id}: its commit sha is not known ({exc.what})")
+        return None
+
+
+__all__ = [
+    "TaskFolderChoiceError",
+    "folder_listing",
+    "repo_folder",
+    "check_repo",
+    "load_shards",
+    "exported_folder",
+    "folder_cache_dir",
+    "folder_facts",
+    "hub_facts",
+    "hub_commit",
+]
