@@ -302,7 +302,7 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
     md = (out / "results.md").read_text()
     assert md.count("### Selection:") == 3 and "standard error" in md and "| average | worst |" in md
-    assert "trained once under each rule" in md
+    assert "every rule over the same training" in md
     tex = (out / "results.tex").read_text()
     assert tex.count("\\begin{tabular}") == md.count("| method |") and "$\\pm$" not in tex  # one trial: no spread
     assert "Avg & Worst" in tex and "paper-subpop-cat-dog-p12" in tex

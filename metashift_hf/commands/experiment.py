@@ -94,7 +94,9 @@ def _register_compare(sub) -> None:
     for action in q._actions:  # compare alone may train every rule: --select all
         if action.dest == "select":
             action.choices = (*SELECTIONS, "all")
-            action.help += "; all: train every method under each rule, one table per rule"
+            action.help += (
+                "; all: every rule over one training per method (each keeps its own epoch), one table per rule"
+            )
     q.add_argument(
         "--spread",
         choices=SPREADS,

@@ -61,7 +61,16 @@ from .algorithms import (
 )
 from .features import load_backbone
 from .score import Scores
-from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_key, settings_differ, train
+from .train import (
+    SharedFits,
+    TrainConfig,
+    TrainResult,
+    check_train_out,
+    earlier_run,
+    run_key,
+    settings_differ,
+    train,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -222,7 +231,11 @@ def header(
         f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
         + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
         "Each method keeps the epoch its selection rule prefers"
-        + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"),
+        + (
+            ", every rule over the same training (one per method, seed and draw; a section per rule below):"
+            if rules and len(rules) > 1
+            else ":"
+        ),
         "",
     ]
     if rules and len(rules) > 1:
@@ -551,6 +564,9 @@ def run_compare(
             for a in arms:
                 _check_mergeable(folder, t, a.folder, data[t], a.config, backbone)
         results: dict[tuple[str, str], TrainResult] = {}
+        rules = tuple(dict.fromkeys(a.rule for a in arms))
+        # several rules: each method and draw is trained once per seed, every rule keeping its own epoch
+        shared = {(t, a.method, a.draw): SharedFits(rules) for t in tasks for a in arms} if len(rules) > 1 else {}
         for t in tasks:
             for a in arms:
                 logger.info(f"   training {a.folder} on {t} ...")
@@ -563,6 +579,7 @@ def run_compare(
                         progress=progress,
                         backbone=backbone,
                         resume=resume,
+                        shared=shared.get((t, a.method, a.draw)),
                     )
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
                     raise OutputExistsError(
