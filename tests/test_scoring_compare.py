@@ -101,27 +101,18 @@ def test_select_all_trains_once_per_seed_and_each_rule_equals_its_own_run(tmp_pa
     """--select all used to train every method once per rule (three identical trajectories). Now each seed is
     trained once (as many fits as one rule's comparison) and each rule's arm equals a comparison run under that
     rule alone: the same kept epoch, predictions and scores."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from fixtures.tasks import sample_jpegs
     from fixtures.worlds import matched_cat_dog_artifact
+    from fixtures.zoo import tiny_backbone
     from metashift_hf.hub.task_open import TaskOrigin
-    from metashift_hf.models import Preprocessing, from_module
     from metashift_hf.research import compare, train
     from metashift_hf.research.compare import CompareOptions
-    from metashift_hf.research.features import load_backbone
     from metashift_hf.research.train import TrainConfig
 
     subsets = matched_cat_dog_artifact(tmp_path)
     sample_jpegs(tmp_path / "images", names=sorted({i for v in subsets.values() for i in v}))
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4, 10),
-    )
-    bb = load_backbone(from_module(net, Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3), name="tiny"))
+    bb = tiny_backbone()
     monkeypatch.setattr(compare, "load_backbone", lambda *a, **k: bb)
     fits = []
     real_fit = train.fit_seed
