@@ -30,6 +30,7 @@ _LAZY = {
     "TaskOrigin": "metashift_hf.hub.task_open",
     "score": "metashift_hf.research.score",
     "loader": "metashift_hf.research.loader",
+    "eval_loader": "metashift_hf.research.loader",
 }
 # Evaluation is the subpackage ``metashift_hf.evaluate`` (``from metashift_hf.evaluate import evaluate``);
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
@@ -62,4 +63,5 @@ __all__ = [
     "TaskRef",
     "TaskOrigin",
     "loader",
+    "eval_loader",
 ]

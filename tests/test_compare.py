@@ -302,14 +302,14 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
     md = (out / "results.md").read_text()
     assert md.count("### Selection:") == 3 and "standard error" in md and "| average | worst |" in md
-    assert "trained once under each rule" in md
+    assert "every rule over the same training" in md
     tex = (out / "results.tex").read_text()
     assert tex.count("\\begin{tabular}") == md.count("| method |") and "$\\pm$" not in tex  # one trial: no spread
     assert "Avg & Worst" in tex and "paper-subpop-cat-dog-p12" in tex
 
 
 def test_compare_tables_print_standard_error_by_default_and_std_on_request():
-    """mean ± SE (std / sqrt(n)) unless --spread std; a row per method, the cross-task average and worst beside."""
+    """mean ± SE (DomainBed's np.std(ddof=0) / sqrt(n)) unless --spread se-ddof1 or std; a row per method, the cross-task average and worst beside."""
     from metashift_hf.research.compare import results_latex, results_tables
 
     vals = {("t1", "erm"): [0.5, 0.6, 0.7], ("t2", "erm"): [0.2, 0.2, 0.2]}
@@ -321,6 +321,8 @@ def test_compare_tables_print_standard_error_by_default_and_std_on_request():
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     se = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"})
     std = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"}, spread="std")
-    assert "| erm | 60.0 ± 5.8% | 20.0 ± 0.0% | 40.0% | 20.0% |" in se  # SE = 0.1 / sqrt(3)
+    assert "| erm | 60.0 ± 4.7% | 20.0 ± 0.0% | 40.0% | 20.0% |" in se  # DomainBed's SE = std(ddof 0) / sqrt(3)
     assert "| erm | 60.0 ± 10.0% | 20.0 ± 0.0% | 40.0% | 20.0% |" in std
-    assert "erm & 60.0 $\\pm$ 5.8 & 20.0 $\\pm$ 0.0 & 40.0 & 20.0 \\\\" in results_latex(table, ["erm"], ["t1", "t2"])
+    ddof1 = results_tables(table, ["erm"], ["t1", "t2"], {"erm": "average"}, spread="se-ddof1")
+    assert "| erm | 60.0 ± 5.8% | 20.0 ± 0.0% | 40.0% | 20.0% |" in ddof1  # 0.1 / sqrt(3)
+    assert "erm & 60.0 $\\pm$ 4.7 & 20.0 $\\pm$ 0.0 & 40.0 & 20.0 \\\\" in results_latex(table, ["erm"], ["t1", "t2"])

@@ -24,7 +24,7 @@ def task(exported_task):
 
 
 def _groups_of(dl) -> list[list[int]]:
-    return [g.tolist() for _x, _y, g in dl]
+    return [g.tolist() for _x, _y, g, _i in dl]
 
 
 def test_group_balanced_batches_are_balanced_and_deterministic(task):
@@ -62,7 +62,7 @@ def test_items_are_images_labels_and_the_evaluators_group_ids(task):
     dl = metashift_hf.loader(dd, "test", batch_size=5, seed=0)  # shuffle, ImageNet 224 preprocessing
     ev = Evaluator(dd)
     seen = []
-    for x, y, g in dl:
+    for x, y, g, _i in dl:
         assert tuple(x.shape[1:]) == (3, 224, 224) and str(x.dtype) == "torch.float32"
         seen += list(zip(y.tolist(), g.tolist()))
     truth = list(zip(ev.labels("test").tolist(), ev.grouping("group", "test").ids.tolist()))

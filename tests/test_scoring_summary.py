@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fixtures.zoo import world  # noqa: E402,F401  (world: the module fixture)
+from fixtures.zoo import tiny_backbone, world  # noqa: E402,F401  (world: the module fixture)
 from metashift_hf.evaluate import evaluate  # noqa: E402
 from metashift_hf.evaluate.config import EvalConfig  # noqa: E402
 from metashift_hf.evaluate.coverage import head_coverage  # noqa: E402
@@ -26,7 +26,6 @@ from metashift_hf.models import CacheConfig, Preprocessing, from_module  # noqa:
 from metashift_hf.research import compare as compare_mod  # noqa: E402
 from metashift_hf.research.compare import run_compare  # noqa: E402
 from metashift_hf.research.evaluator import Evaluator  # noqa: E402
-from metashift_hf.research.features import load_backbone  # noqa: E402
 from metashift_hf.research.score import score  # noqa: E402
 from metashift_hf.research.train import TrainConfig, train  # noqa: E402
 from metashift_hf.scoring.groups import GroupScore  # noqa: E402
@@ -66,18 +65,6 @@ def head_for(predicted: dict[str, str], images: Path, classes) -> object:
     for row, i in enumerate(ids):
         logits[row, min(coverage[predicted[i]])] = 5.0
     return from_module(Lookup(keys, logits), PREP, name="lookup")
-
-
-def tiny_backbone():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4, 10),
-    )
-    return load_backbone(from_module(net, PREP, name="tiny-backbone"))
 
 
 def test_balanced_accuracy_is_exact_and_order_free():
@@ -180,8 +167,9 @@ def test_six_entry_points_report_the_same_figures(world, tmp_path, monkeypatch):
         }
         assert got == want
     zoo = evaluate_zoo(
-        [model], [TASK], art, images, out=tmp_path / "zoo", settings=QUIET, cache=CacheConfig(use=False)
-    )
+        [model], [TASK], TaskOrigin(artifact=art, images=images), tmp_path / "zoo", settings=QUIET,
+        cache=CacheConfig(use=False),
+    )  # fmt: skip
     csv = read_csv(tmp_path / "zoo" / "leaderboard.csv")  # written with 10 significant digits (%.10g)
     for board, digits in ((zoo.leaderboard, lambda x: x), (csv, lambda x: float(f"{x:.10g}"))):
         rows = board.set_index("model")

@@ -94,12 +94,15 @@ def _register_compare(sub) -> None:
     for action in q._actions:  # compare alone may train every rule: --select all
         if action.dest == "select":
             action.choices = (*SELECTIONS, "all")
-            action.help += "; all: train every method under each rule, one table per rule"
+            action.help += (
+                "; all: every rule over one training per method (each keeps its own epoch), one table per rule"
+            )
     q.add_argument(
         "--spread",
         choices=SPREADS,
         default="se",
-        help="the ± in results.md/.tex: se (standard error across seeds, default, as DomainBed/SubpopBench) or std",
+        help="the ± in results.md/.tex: se (default: np.std(ddof=0)/sqrt(n) across seeds, DomainBed's and "
+        "SubpopBench's format_mean), se-ddof1 (np.std(ddof=1)/sqrt(n)) or std (ddof 1)",
     )
     q.add_argument("--latex", action="store_true", help="also write results.tex (booktabs tabulars) beside results.md")
     q.add_argument(

@@ -22,6 +22,7 @@ into the same runs, and an interrupted call continues with ``resume=True``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -29,17 +30,23 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import Any, BinaryIO, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from metashift_hf.builders import paper_tasks as pt
 
+
+try:
+    import fcntl  # POSIX advisory locks: released by the kernel when the holder exits, however it ends
+except ImportError:  # Windows: no lock (two comparisons into one --out are not guarded there)
+    fcntl = None  # type: ignore[assignment]
+
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
-from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
+from ..core.fsutil import MARKER, OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
 from ..hub.task_data import TaskData
 from ..hub.task_open import TaskOrigin
@@ -54,7 +61,16 @@ from .algorithms import (
 )
 from .features import load_backbone
 from .score import Scores
-from .train import TrainConfig, TrainResult, check_train_out, earlier_run, run_key, settings_differ, train
+from .train import (
+    SharedFits,
+    TrainConfig,
+    TrainResult,
+    check_train_out,
+    earlier_run,
+    run_key,
+    settings_differ,
+    train,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -73,11 +89,24 @@ COLUMNS: tuple[str, ...] = (
     "ci_low",
     "ci_high",
 )
-SPREADS: tuple[str, ...] = ("se", "std")
+SPREADS: tuple[str, ...] = ("se", "se-ddof1", "std")
 SPREAD_TEXT = {
-    "se": "mean ± standard error across seeds (std / sqrt(n), as DomainBed and SubpopBench print)",
+    "se": "mean ± standard error across seeds (np.std(ddof=0) / sqrt(n), DomainBed's and SubpopBench's "
+    "collect_results format_mean)",
+    "se-ddof1": "mean ± standard error across seeds from the sample standard deviation (np.std(ddof=1) / sqrt(n): "
+    "sqrt(n / (n - 1)) times DomainBed's, 1.22x at 3 seeds)",
     "std": "mean ± standard deviation across seeds (ddof 1)",
 }
+
+
+def domainbed_se(values: Sequence[float]) -> float:
+    """DomainBed's and SubpopBench's ± (``format_mean`` in their scripts/collect_results.py, without the factor
+    100): ``np.std(values / np.sqrt(n))``, the population standard deviation (ddof 0) over sqrt(n), computed
+    in their order of operations so the digits match theirs; NaN for fewer than two values (no spread)."""
+    v = np.asarray(list(values), dtype=np.float64)
+    return float(np.std(v / np.sqrt(len(v)))) if v.size > 1 else float("nan")
+
+
 # metric -> what it is, for results.md; the CI is Wilson 95% over the split's rows (none for a weighted average)
 METRICS: dict[str, str] = {
     "average": "headline split's average accuracy",
@@ -169,14 +198,20 @@ class CompareResult:
 
 
 def summary_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std (ddof 1) and standard error across seeds per task, method, selection rule and metric of a
+    """Mean and each spread of :data:`SPREADS` across seeds (``se``: :func:`domainbed_se`; ``se-ddof1``: std
+    (ddof 1) / sqrt(n); ``std``: ddof 1; NaN with one seed) per task, method, selection rule and metric of a
     results.csv table (the rows a random search selected, when it has the column)."""
     t = table.dropna(subset=["value"])
     if "selected" in t.columns:
         t = t[t["selected"].astype(bool)]
     g = t.groupby(["task", "method", "selection", "metric"], sort=False)["value"]
-    out = g.agg(mean="mean", std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan, n="count").reset_index()
-    out["se"] = out["std"] / np.sqrt(out["n"])
+    out = g.agg(
+        mean="mean",
+        std=lambda v: float(v.std(ddof=1)) if len(v) > 1 else np.nan,
+        se=domainbed_se,
+        n="count",
+    ).reset_index()
+    out["se-ddof1"] = out["std"] / np.sqrt(out["n"])
     return out
 
 
@@ -196,7 +231,11 @@ def header(
         f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
         + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
         "Each method keeps the epoch its selection rule prefers"
-        + (", trained once under each rule (a section per rule below):" if rules and len(rules) > 1 else ":"),
+        + (
+            ", every rule over the same training (one per method, seed and draw; a section per rule below):"
+            if rules and len(rules) > 1
+            else ":"
+        ),
         "",
     ]
     if rules and len(rules) > 1:
@@ -459,7 +498,8 @@ class CompareOptions:
     """How a comparison is tabulated and swept (checked when made, before any training).
 
     ``selections``: every rule to train each method under (None: ``config.select`` or each method's
-    default); ``spread``: ``se`` (standard error, default, as DomainBed/SubpopBench) or ``std`` in
+    default); ``spread`` (:data:`SPREADS`): ``se`` (DomainBed's/SubpopBench's standard error, default),
+    ``se-ddof1`` or ``std`` in
     results.md/.tex; ``latex``: also write results.tex; ``n_hparams`` > 1: a random search of that many
     draws per method, ``n_trials`` seeds each (0..n_trials-1, replacing ``config.seeds``), the draw
     selected per rule as DomainBed's sweep; ``hparams_seed``: the seed of the draws."""
@@ -510,7 +550,7 @@ def run_compare(
         config = replace(config, seeds=n_trials)
     arms = plan_arms(methods, config, selections, n_hparams, hparams_seed)
     t0 = time.perf_counter()
-    with claimed_dir(out, COMPARE_KIND, inputs=origin.inputs) as folder:
+    with claimed_dir(out, COMPARE_KIND, inputs=origin.inputs) as folder, _writer_lock(folder):
         _check_covers_earlier(folder, [a.folder for a in arms], tasks)
         for t in tasks:
             for a in arms:
@@ -524,6 +564,9 @@ def run_compare(
             for a in arms:
                 _check_mergeable(folder, t, a.folder, data[t], a.config, backbone)
         results: dict[tuple[str, str], TrainResult] = {}
+        rules = tuple(dict.fromkeys(a.rule for a in arms))
+        # several rules: each method and draw is trained once per seed, every rule keeping its own epoch
+        shared = {(t, a.method, a.draw): SharedFits(rules) for t in tasks for a in arms} if len(rules) > 1 else {}
         for t in tasks:
             for a in arms:
                 logger.info(f"   training {a.folder} on {t} ...")
@@ -536,6 +579,7 @@ def run_compare(
                         progress=progress,
                         backbone=backbone,
                         resume=resume,
+                        shared=shared.get((t, a.method, a.draw)),
                     )
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
                     raise OutputExistsError(
@@ -617,6 +661,25 @@ def run_compare(
     return result
 
 
+@contextlib.contextmanager
+def _writer_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder`` (a comparison's --out) for this run, before anything is checked or trained: a second
+    comparison into the same folder is refused at once (two writers would race on the same run folders).
+    The lock is an advisory ``flock`` on the folder's marker file, so a killed run leaves no stale lock."""
+    if fcntl is None:
+        yield
+        return
+    with open(folder / MARKER, "rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputExistsError(
+                f"another experiment compare is writing into {folder} right now",
+                "wait until it has finished and run this command again (its runs are merged), or name a new --out",
+            ) from None
+        yield
+
+
 def _sweep_choice(
     results: Mapping[tuple[str, str], TrainResult], arms: Sequence[Arm], tasks: Sequence[str]
 ) -> dict[tuple[str, str, int, int], int]:
@@ -686,6 +749,8 @@ __all__ = [
     "Arm",
     "results_latex",
     "SPREADS",
+    "SPREAD_TEXT",
+    "domainbed_se",
     "method_hparams",
     "summary_frame",
     "header",

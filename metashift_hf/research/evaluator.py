@@ -23,6 +23,7 @@ so an ``eval`` equals ``score`` on the same predictions.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence, get_args
 
@@ -85,6 +86,13 @@ class Evaluator:
     """
 
     def __init__(self, task: "TaskRef | Any") -> None:
+        if isinstance(task, (str, os.PathLike)) and not os.fspath(task).strip():
+            # "" would open the current folder ("." for pathlib): a blank name is a mistake, never a task
+            raise InputFormatError(
+                f"Evaluator({os.fspath(task)!r}) names no task",
+                "pass a Hub dataset repo id (NAMESPACE/metashift-TASK), an exported task folder, a loaded "
+                "Dataset/DatasetDict or a metashift_hf.TaskRef",
+            )
         self.task: TaskData = open_task(task)
         given = _given_keys(self.task)
         self._rows = self.task.plan.splits if given is None else self._in_given_order(given)
@@ -243,6 +251,11 @@ class Evaluator:
     ) -> TaskPredictions:
         """``y_pred`` as the arrays ``score_plan`` scores: class indices, or probabilities/logits in class order."""
         pred = _to_numpy(y_pred, what)
+        if np.iscomplexobj(pred):  # numpy would drop the imaginary part with a warning and score the rest
+            raise InputFormatError(
+                f"{what} holds complex numbers ({pred.dtype})",
+                "pass real class indices, probabilities or logits (e.g. y.real when the imaginary part is 0)",
+            )
         if pred.shape[:1] != (len(split_rows),):
             raise InputFormatError(
                 f"{what} has {pred.shape[0] if pred.ndim else 0} rows, split {split!r} has "

@@ -16,7 +16,7 @@ import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -70,6 +70,9 @@ class FitSettings:
     batch_size: int
     weight_decay: float
     device: str
+    # more rules kept over the same trajectory (experiment compare --select all trains once): each rule's best
+    # epoch is tracked beside ``select``'s and returned in SeedFit.others
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class SeedFit:
     log: tuple[dict[str, Any], ...]
     head: dict[str, np.ndarray]
     details: dict[str, Any]
+    others: Mapping[str, "SeedFit"] = field(default_factory=dict)  # FitSettings.also's rules: rule -> its fit
 
 
 def _epoch_seed(seed: int, epoch: int, stream: int = 0) -> int:
@@ -386,10 +390,20 @@ class _SeedLoop:
     log: list
     ckpt: "Checkpoints | None"
     progress: bool
+    kept: dict = field(default_factory=dict)  # the selecting stage's other rules (s.also): rule -> best dict
 
 
-def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: str | None, resume_state: dict | None):
-    """Train one model for ``epochs``; keep the epoch ``select`` prefers (None: the last). Returns (module, epoch, value)."""
+def _stage(
+    loop: _SeedLoop,
+    algo: Algorithm,
+    stage: str,
+    epochs: int,
+    select: str | None,
+    resume_state: dict | None,
+    also: tuple[str, ...] = (),
+):
+    """Train one model for ``epochs``; keep the epoch ``select`` prefers (None: the last). Returns (module, epoch, value).
+    ``also``: other rules whose best epochs (value, epoch, state) are kept too, in ``loop.kept``."""
     from tqdm.auto import tqdm
 
     torch, learner, data, s, seed, log, ckpt = (
@@ -410,12 +424,15 @@ def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: st
 
     opt = optimiser()
     start, best = 1, {"value": -1.0, "epoch": 0, "state": None}
+    kept = {r: {"value": -1.0, "epoch": 0, "state": None} for r in also}
     if resume_state is not None and resume_state["stage"] == stage:
         module.load_state_dict(resume_state["module"])
         opt.load_state_dict(resume_state["optimiser"])
         algo.load_state(resume_state["algorithm"])
-        best = resume_state["best"]
+        best = dict(resume_state["best"])
+        kept.update(best.pop("also", {}))  # a checkpoint of the same run key kept the same rules
         start = int(resume_state["epoch"]) + 1
+    scored = "oracle" if "oracle" in also else select  # the test split is scored when any kept rule needs it
     y = torch.from_numpy(data.y["train"]).to(s.device)
     g = torch.from_numpy(data.train_groups).to(s.device)
     e = torch.from_numpy(data.train_envs).to(s.device)
@@ -457,14 +474,20 @@ def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: st
         if schedule:  # when each scheduled hyper-parameter switched, and how long the stage is
             entry.update({"schedule": schedule, "total_steps": steps * epochs})
         if select is not None:
-            entry.update(_score_entry(learner, module, data, select))
-            value = entry[_selection_key(select)]
-            if value > best["value"]:  # ties: the earlier epoch
-                best = {
-                    "value": value,
-                    "epoch": epoch,
-                    "state": {k: v.detach().clone() for k, v in module.state_dict().items()},
-                }
+            entry.update(_score_entry(learner, module, data, scored))
+            for rule in (select, *also):
+                value = entry[_selection_key(rule)]
+                now = best if rule == select else kept[rule]
+                if value > now["value"]:  # ties: the earlier epoch
+                    now = {
+                        "value": value,
+                        "epoch": epoch,
+                        "state": {k: v.detach().clone() for k, v in module.state_dict().items()},
+                    }
+                    if rule == select:
+                        best = now
+                    else:
+                        kept[rule] = now
             entry["selected_epoch"] = best["epoch"]
         log.append(entry)
         if ckpt is not None:
@@ -476,12 +499,13 @@ def _stage(loop: _SeedLoop, algo: Algorithm, stage: str, epochs: int, select: st
                     "module": module.state_dict(),
                     "optimiser": opt.state_dict(),
                     "algorithm": algo.state(),
-                    "best": best,
+                    "best": {**best, "also": kept} if kept else best,
                     "log": log,
                 },
             )
     if select is None:
         return module, epochs, float("nan")
+    loop.kept.update(kept)
     module.load_state_dict(best["state"])
     return module, int(best["epoch"]), float(best["value"])
 
@@ -529,23 +553,36 @@ def fit_seed(
             erm = get_algorithm("erm")
             module, epoch, _ = _stage(loop, make(erm, {}), "dfr-base", s.epochs, "average", resume_state)
         feats = {sp: learner.features(module, sp) for sp in splits}
-        oracle = (
-            (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if s.select == "oracle" else None
-        )
-        w, b, info = dfr_fit(
-            feats[SELECTION_SPLIT],
-            data.y[SELECTION_SPLIT],
-            data.groups[SELECTION_SPLIT],
-            data.n_classes,
-            s.hparams,
-            s.select,
-            seed,
-            oracle,
-        )
-        learner.set_head(module, w, b)
-        value = info["C_scores"][str(info["C"])]
+
+        def last_layer(rule: str) -> tuple[float, dict]:
+            """DFR's last layer chosen by ``rule`` (its C), set on ``module``: (selection value, fit info)."""
+            oracle = (
+                (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if rule == "oracle" else None
+            )
+            w, b, info = dfr_fit(
+                feats[SELECTION_SPLIT],
+                data.y[SELECTION_SPLIT],
+                data.groups[SELECTION_SPLIT],
+                data.n_classes,
+                s.hparams,
+                rule,
+                seed,
+                oracle,
+            )
+            learner.set_head(module, w, b)
+            return info["C_scores"][str(info["C"])], info
+
+        others: dict[str, SeedFit] = {}
+        for rule in s.also:  # the same base (the features), one last-layer fit per rule; the primary's last
+            v, info = last_layer(rule)
+            others[rule] = SeedFit(
+                seed, learner.probs(module, splits), epoch, v, (), learner.head(module), {"dfr": info}
+            )
+        value, info = last_layer(s.select)
         details["dfr"] = info
         log.append({"seed": seed, "stage": "dfr-last-layer", "epoch": epoch, "C": info["C"], "selection_value": value})
+        fit = SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
+        return replace(fit, others={r: replace(o, log=fit.log) for r, o in others.items()})
     elif cls.stages == "jtt":
         algo = make(cls, s.hparams)
         assert isinstance(algo, JTT)
@@ -555,7 +592,7 @@ def fit_seed(
             wrong = learner.probs(ident, ["train"])["train"].argmax(1) != data.y["train"]
             algo.set_errors(wrong)
             resume_state = None
-        module, epoch, value = _stage(loop, algo, "jtt-upweight", s.epochs, s.select, resume_state)
+        module, epoch, value = _stage(loop, algo, "jtt-upweight", s.epochs, s.select, resume_state, s.also)
         wrong = algo.weight.cpu().numpy() != 1.0
         train_groups = data.groups["train"]
         details["jtt"] = {
@@ -564,8 +601,21 @@ def fit_seed(
             "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)},
         }
     else:
-        module, epoch, value = _stage(loop, make(cls, s.hparams), "train", s.epochs, s.select, resume_state)
-    return SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
+        module, epoch, value = _stage(loop, make(cls, s.hparams), "train", s.epochs, s.select, resume_state, s.also)
+    fit = SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
+    others = {}
+    for rule, kept in loop.kept.items():  # the same trajectory, each other rule's kept epoch
+        module.load_state_dict(kept["state"])
+        others[rule] = SeedFit(
+            seed,
+            learner.probs(module, splits),
+            int(kept["epoch"]),
+            float(kept["value"]),
+            fit.log,
+            learner.head(module),
+            details,
+        )
+    return replace(fit, others=others)
 
 
 __all__ = [

@@ -1,28 +1,38 @@
-"""A WILDS-style loader for your own training loop: batches of (image tensor, label, group id).
+"""A WILDS-style loader for your own training loop: batches of (image tensor, label, group id, row index).
 
     import metashift_hf
-    dl = metashift_hf.loader(ds, "train", batch_size=32, sampling="group-balanced", seed=0)
+    from torchvision import transforms
+    tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor()])
+    dl = metashift_hf.loader(ds, "train", batch_size=32, sampling="group-balanced", seed=0, transform=tf)
     for epoch in range(10):
-        for x, y, g in dl:   # each pass over ``dl`` is the next epoch (new batches, same for the same seed)
+        for x, y, g, i in dl:   # each pass over ``dl`` is the next epoch (new batches, same for the same seed)
             ...
+    ev = metashift_hf.Evaluator(ds)
+    test = metashift_hf.eval_loader(ds, "test", batch_size=64, transform=tf)   # every row once, in order
+    preds = torch.cat([model(x).argmax(1) for x, _y, _g, _i in test])
+    print(ev.eval(preds, split="test"))
 
-``ds`` is anything :func:`metashift_hf.open_task` accepts. Batches come from the training loop's own
+``ds`` is anything :func:`metashift_hf.open_task` accepts. Training batches come from the training loop's own
 sampler (:func:`metashift_hf.research.fitting.epoch_batches`), so ``train --sampling`` and this loader
 balance the same way. Group ids index ``dl.dataset.group_names`` (every group of the task, sorted;
-``metashift_hf.Evaluator(ds).grouping("group", split)`` gives the same ids).
+``metashift_hf.Evaluator(ds).grouping("group", split)`` gives the same ids). ``i`` is each row's position in
+the split, in the Evaluator's row order (``ev.eval(y, split, rows=i)`` scores those rows; ``dl.dataset.ids[i]``
+is the row's image id). A ``transform`` receives a decoded RGB ``PIL.Image`` (torchvision's and timm's
+transforms take one), or the original image bytes with ``image_input="bytes"``; a
+:class:`~metashift_hf.models.Preprocessing` decodes the bytes itself, as ``evaluate`` does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal, get_args
 
 import numpy as np
 
 from metashift_hf.builders.images import ImageSource
 
 from ..core import options as opt
-from ..core.errors import UnknownNameError
-from ..models import Preprocessing, require_torch
+from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from ..models import Preprocessing, open_rgb, require_torch
 from .algorithms import SAMPLINGS
 from .evaluator import Evaluator
 from .fitting import epoch_batches
@@ -39,8 +49,12 @@ IMAGENET_PREPROCESSING = Preprocessing(
 )
 
 
+ImageInput = Literal["pil", "bytes"]  # what a transform receives: a decoded RGB PIL image, or the original bytes
+
+
 class TaskImages:
-    """A map-style dataset over one split: ``ds[i]`` = (float32 tensor (3, H, W), label, group id)."""
+    """A map-style dataset over one split: ``ds[i]`` = (image tensor, label, group id, i), ``i`` the row's
+    position in the split (``ids[i]`` its image id)."""
 
     def __init__(
         self,
@@ -50,18 +64,37 @@ class TaskImages:
         group_names: list[str],
         classes: list[str],
         source: ImageSource,
-        transform: Callable[[bytes], Any],
+        transform: Callable[[Any], Any],
+        image_input: ImageInput = "pil",
     ) -> None:
         self.ids, self.labels, self.groups = ids, labels, groups
         self.group_names, self.classes, self.source, self.transform = group_names, classes, source, transform
+        self.image_input = image_input
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i: int) -> tuple[Any, int, int]:
+    def _image(self, i: int) -> Any:
+        data = self.source.read(self.ids[i])
+        if self.image_input == "bytes":
+            return data
+        try:
+            return open_rgb(data)
+        except MissingImagesError as exc:  # open_rgb does not know the row: name it here
+            raise MissingImagesError(f"image_id {self.ids[i]}: {exc.what}", exc.fix, image_ids=[self.ids[i]]) from None
+
+    def __getitem__(self, i: int) -> tuple[Any, int, int, int]:
         torch = require_torch()
-        x = torch.as_tensor(np.asarray(self.transform(self.source.read(self.ids[i])), dtype=np.float32))
-        return x, int(self.labels[i]), int(self.groups[i])
+        x = self.transform(self._image(i))
+        if not isinstance(x, torch.Tensor):
+            try:
+                x = torch.as_tensor(np.asarray(x, dtype=np.float32))
+            except (TypeError, ValueError) as exc:
+                raise InputFormatError(
+                    f"the transform returned a {type(x).__name__}, not an image array ({exc})",
+                    "end the transform with a tensor or a (3, H, W) array (torchvision: transforms.ToTensor())",
+                ) from None
+        return x, int(self.labels[i]), int(self.groups[i]), i
 
 
 class EpochBatches:
@@ -83,36 +116,24 @@ class EpochBatches:
         return iter([b.tolist() for b in self.batches(epoch)])
 
 
-def loader(
-    ds: Any,
-    split: str = "train",
-    *,
-    batch_size: int = 32,
-    sampling: str = "shuffle",
-    seed: int = 0,
-    transform: "Preprocessing | Callable[[bytes], Any] | None" = None,
-    num_workers: int = 0,
-) -> Any:
-    """A ``torch.utils.data.DataLoader`` over ``split`` of ``ds`` yielding (images, labels, group ids).
-
-    ``sampling``: ``shuffle``, ``group-balanced`` (equal rows per group in every batch) or
-    ``domain-balanced`` (equal rows per context), as ``train --sampling``. ``transform``: image bytes ->
-    (3, H, W) array (default: ImageNet's resize 256 / crop 224). ``ds``: anything :class:`Evaluator` takes
-    (a :class:`~metashift_hf.hub.task_data.TaskRef` for a task id on an artifact or a repo's config).
-    """
-    if sampling not in SAMPLINGS:
-        raise UnknownNameError(f"unknown sampling {sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
-    batch_size = opt.positive_int(batch_size, "batch_size")
-    seed = opt.seed(seed, "seed")
-    num_workers = opt.non_negative_int(num_workers, "num_workers")
+def _images(ds: Any, split: str, transform: Any, image_input: str) -> tuple[Evaluator, TaskImages, Any]:
+    """The split's rows as a :class:`TaskImages` (checks first: the transform, what it receives, the split)."""
+    if image_input not in get_args(ImageInput):
+        raise UnknownNameError(
+            f"image_input={image_input!r} is not one of {', '.join(get_args(ImageInput))}",
+            "pass image_input='pil' (a decoded RGB PIL image, for torchvision/timm transforms) or 'bytes'",
+        )
     if transform is not None and not callable(transform):
         raise UnknownNameError(
             f"transform {transform!r} is not callable",
-            "pass a Preprocessing or a function image bytes -> (3, H, W) array",
+            "pass a function PIL image -> (3, H, W) tensor or array (e.g. a torchvision transforms.Compose), "
+            "or a metashift_hf.models.Preprocessing",
         )
-    torch = require_torch()
     ev = Evaluator(ds)
     groups = ev.grouping("group", split)
+    transform = transform or IMAGENET_PREPROCESSING
+    # our Preprocessing decodes the original bytes itself (the same pixels as evaluate), whatever image_input says
+    given: ImageInput = "bytes" if isinstance(transform, Preprocessing) else image_input  # type: ignore[assignment]
     data = TaskImages(
         ev.image_ids(split),
         ev.labels(split),
@@ -120,10 +141,61 @@ def loader(
         list(groups.names.names),
         ev.classes,
         ev.task.images(),
-        transform or IMAGENET_PREPROCESSING,
+        transform,
+        given,
     )
+    return ev, data, groups
+
+
+def loader(
+    ds: Any,
+    split: str = "train",
+    *,
+    batch_size: int = 32,
+    sampling: str = "shuffle",
+    seed: int = 0,
+    transform: "Preprocessing | Callable[[Any], Any] | None" = None,
+    image_input: ImageInput = "pil",
+    num_workers: int = 0,
+) -> Any:
+    """A ``torch.utils.data.DataLoader`` over ``split`` of ``ds`` yielding (images, labels, group ids, row indices).
+
+    ``sampling``: ``shuffle``, ``group-balanced`` (equal rows per group in every batch) or
+    ``domain-balanced`` (equal rows per context), as ``train --sampling``. ``transform``: a decoded RGB
+    ``PIL.Image`` -> (3, H, W) tensor or array, e.g. a torchvision ``transforms.Compose`` (``image_input="bytes"``:
+    it gets the original image bytes instead); a :class:`~metashift_hf.models.Preprocessing` (default: ImageNet's
+    resize 256 / crop 224) reads the bytes itself. ``ds``: anything :class:`Evaluator` takes (a
+    :class:`~metashift_hf.hub.task_data.TaskRef` for a task id on an artifact or a repo's config).
+    For evaluation (every row once, in order) use :func:`eval_loader`.
+    """
+    if sampling not in SAMPLINGS:
+        raise UnknownNameError(f"unknown sampling {sampling!r}", f"use one of: {', '.join(SAMPLINGS)}")
+    batch_size = opt.positive_int(batch_size, "batch_size")
+    seed = opt.seed(seed, "seed")
+    num_workers = opt.non_negative_int(num_workers, "num_workers")
+    torch = require_torch()
+    ev, data, groups = _images(ds, split, transform, image_input)
     sampler = EpochBatches(sampling, groups.ids, ev.grouping("context", split).ids, batch_size, seed)
     return torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=num_workers)
 
 
-__all__ = ["loader", "TaskImages", "EpochBatches", "IMAGENET_PREPROCESSING"]
+def eval_loader(
+    ds: Any,
+    split: str = "test",
+    *,
+    batch_size: int = 32,
+    transform: "Preprocessing | Callable[[Any], Any] | None" = None,
+    image_input: ImageInput = "pil",
+    num_workers: int = 0,
+) -> Any:
+    """WILDS' ``get_eval_loader``: a ``DataLoader`` over every row of ``split`` once, in the Evaluator's row order
+    (so the concatenated predictions go straight to ``Evaluator(ds).eval(preds, split)``), batches of
+    (images, labels, group ids, row indices). ``transform``/``image_input``: as :func:`loader`."""
+    batch_size = opt.positive_int(batch_size, "batch_size")
+    num_workers = opt.non_negative_int(num_workers, "num_workers")
+    torch = require_torch()
+    _ev, data, _groups = _images(ds, split, transform, image_input)
+    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+
+
+__all__ = ["loader", "eval_loader", "TaskImages", "EpochBatches", "IMAGENET_PREPROCESSING", "ImageInput"]

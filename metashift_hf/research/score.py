@@ -158,15 +158,18 @@ class Scores:
         return self.summary()
 
     def summary(self) -> str:
-        """A few lines for the terminal: headline split, worst group, worst class, ID/OOD."""
-        h = self.headline
+        """A few lines for the terminal: the headline (HEADLINE_RULE: the headline split's balanced accuracy, worst
+        group), the chance baseline beside it, then the other figures and ID/OOD."""
+        h, c = self.headline, self.headline.chance
         lines = [
-            f"{terminal_safe(self.task_id)}: {self.headline_split} average {_pct(h.average)} (n={h.n}), worst group "
-            f"{h.worst_group.group} {_pct(h.worst_group.accuracy)} [{_pct(h.worst_group.ci_low)}, "
-            f"{_pct(h.worst_group.ci_high)}] n={h.worst_group.n}, worst class {h.worst_class.group} "
-            f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, "
-            f"balanced {_pct(h.balanced_accuracy)}, macro-F1 {h.macro_f1:.3f}"
-            + (f", ECE {h.ece:.3f}" if h.ece is not None else "")
+            f"{terminal_safe(self.task_id)}: headline ({self.headline_split}, n={h.n}): balanced accuracy "
+            f"{_pct(h.balanced_accuracy)}, worst group {h.worst_group.group} {_pct(h.worst_group.accuracy)} "
+            f"[{_pct(h.worst_group.ci_low)}, {_pct(h.worst_group.ci_high)}] n={h.worst_group.n}",
+            f"chance (always {terminal_safe(c.predicts)}, the split's majority class): balanced accuracy "
+            f"{_pct(c.balanced_accuracy)}, worst group {_pct(c.worst_group.accuracy)}, accuracy {_pct(c.whole.accuracy)}",
+            f"average {_pct(h.average)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}], worst class {h.worst_class.group} "
+            f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, macro-F1 {h.macro_f1:.3f}"
+            + (f", ECE {h.ece:.3f}" if h.ece is not None else ""),
         ]
         if self.id is not None and self.ood is not None:
             drop = "n/a" if self.drop_pct is None else f"{self.drop_pct:.1f}%"
@@ -183,14 +186,15 @@ class Scores:
             "",
             "  \n".join(markdown_safe(line) for line in self.summary().split("\n")),
             "",
-            "| split | n | average | worst group | worst class | adjusted | balanced | macro-F1 | ECE |",
-            "|---|---:|---:|---|---|---:|---:|---:|---:|",
+            "| split | n | balanced | chance balanced | average | worst group | worst class | adjusted | macro-F1 | ECE |",
+            "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
         ]
         for s in [*self.splits.values(), self.overall]:
             out.append(
-                f"| {s.split} | {s.n} | {_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
+                f"| {s.split} | {s.n} | {_pct(s.balanced_accuracy)} | {_pct(s.chance.balanced_accuracy)} | "
+                f"{_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
                 f"{s.worst_class.group} {_pct(s.worst_class.accuracy)} | "
-                f"{_pct(s.adjusted_average)} | {_pct(s.balanced_accuracy)} | {s.macro_f1:.3f} | "
+                f"{_pct(s.adjusted_average)} | {s.macro_f1:.3f} | "
                 f"{'-' if s.ece is None else f'{s.ece:.3f}'} |"
             )
         for title, rows in (

@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,7 +166,17 @@ def _learner(torch, data: _Data, cfg: TrainConfig, bb: Backbone, images, cache_d
     return FinetuneLearner(torch, base, source, data.ids, len(data.plan.classes), cfg.device), None
 
 
-def _settings(cfg: TrainConfig) -> FitSettings:
+@dataclass
+class SharedFits:
+    """Selection rules trained together (``experiment compare --select all``): one trajectory per seed, each rule
+    keeping its own epoch. The :func:`train` call that fits a seed under its rule also keeps the other ``rules``'
+    epochs here; the ``train`` calls of those rules take them instead of training the seed again."""
+
+    rules: tuple[str, ...]
+    fits: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rule, seed) -> SeedFit
+
+
+def _settings(cfg: TrainConfig, also: tuple[str, ...] = ()) -> FitSettings:
     return FitSettings(
         cfg.method,
         cfg.hparams,
@@ -177,6 +187,7 @@ def _settings(cfg: TrainConfig) -> FitSettings:
         cfg.batch_size,
         cfg.weight_decay,
         cfg.device,
+        also,
     )
 
 
@@ -202,6 +213,7 @@ def train(
     force: bool = False,
     resume: bool = False,
     merge_from: "str | os.PathLike | None" = None,
+    shared: SharedFits | None = None,
 ) -> TrainResult:
     """Train ``config.seeds`` runs on a task and score each; write everything to ``out`` when given.
 
@@ -215,7 +227,8 @@ def train(
     ``force``, any earlier training run (replaced). ``resume``: reuse what an interrupted run with the
     same task and config left in the cache (finished seeds, the last epoch of the unfinished one).
     ``merge_from``: another earlier run folder whose seeds are kept the same way (an experiment's
-    ``runs/<task>``), when the result is written elsewhere or not at all.
+    ``runs/<task>``), when the result is written elsewhere or not at all. ``shared``: rules trained together
+    (:class:`SharedFits`): a seed another rule's call already trained is taken from it, not trained again.
     """
     earlier_dir = merge_from if merge_from is not None else out if not force else None
     earlier_card = earlier_run(earlier_dir) if earlier_dir is not None else None
@@ -269,7 +282,8 @@ def train(
                         continue
                     except InputFormatError as exc:  # our own cache, damaged: train that seed again
                         logger.warning(f"warning: {exc.what}; training seed {s} again")
-                if learner is None:  # only when some seed needs training (a merge may need none)
+                fit = shared.fits.pop((cfg.select, s), None) if shared is not None else None
+                if fit is None and learner is None:  # only when some seed needs training (a merge may need none)
                     learner, feature_stats = _learner(
                         torch, data, cfg, bb, images if images is not None else source.images(), cache_dir, progress
                     )
@@ -278,7 +292,13 @@ def train(
                         # their synchronisation made each epoch ~10x slower (measured)
                         torch.set_num_threads(1)
                 t_seed = time.perf_counter()
-                fit = fit_seed(torch, learner, data.fit, _settings(cfg), s, ckpt=ckpt, progress=progress)
+                if fit is None:
+                    also = () if shared is None else tuple(r for r in shared.rules if r != cfg.select)
+                    if "test" not in data.ids:
+                        also = tuple(r for r in also if r != "oracle")  # that rule's own call refuses the task
+                    fit = fit_seed(torch, learner, data.fit, _settings(cfg, also), s, ckpt=ckpt, progress=progress)
+                    if shared is not None:
+                        shared.fits.update({(rule, s): other for rule, other in fit.others.items()})
                 frame = _predictions_frame(data, fit.probs)
                 runs[s] = SeedRun(
                     s,
@@ -350,6 +370,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "SeedRun",
+    "SharedFits",
     "train",
     "write_result",
     "parse_seeds",

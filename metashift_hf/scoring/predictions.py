@@ -166,8 +166,11 @@ class TaskPredictions:
             raise InputFormatError(
                 f"{name} lacks {prefix}_ columns for classes {missing}", "give one column per task class"
             )
+        block = df[[f"{prefix}_{c}" for c in classes]]
+        if any(pd.api.types.is_complex_dtype(t) for t in block.dtypes):  # a float cast would drop the imaginary part
+            raise _complex_values(name, prefix)
         try:
-            scores = df[[f"{prefix}_{c}" for c in classes]].to_numpy(dtype=np.float64)
+            scores = block.to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InputFormatError(f"{name}: {prefix}_ columns are not numbers ({exc})", PREDICTIONS_FIX) from exc
         return cls.from_scores(ids, scores, classes, "probabilities" if prefix == "prob" else "logits", name)
@@ -183,8 +186,10 @@ class TaskPredictions:
     ) -> "TaskPredictions":
         """(n, k) probabilities (checked: in [0, 1], rows sum to 1 within PROB_TOLERANCE) or logits (softmax),
         in the task's class order; the prediction is the row's argmax (ties: first class in task order)."""
-        scores = np.asarray(scores, dtype=np.float64)
         prefix = "prob" if kind == "probabilities" else "logit"
+        if np.iscomplexobj(scores):  # a float64 cast would drop the imaginary part (with only a warning)
+            raise _complex_values(name, prefix)
+        scores = np.asarray(scores, dtype=np.float64)
         if not np.isfinite(scores).all():
             raise InputFormatError(
                 f"{name} has NaN or infinite {prefix}_ values", "write finite numbers for every image"
@@ -205,6 +210,12 @@ class TaskPredictions:
             probs = shifted / shifted.sum(axis=1, keepdims=True)
         # argmax takes the first maximum: ties go to the task's class order
         return cls(tuple(ids), probs.argmax(axis=1).astype(np.int64), probs, kind, tuple(classes), name)
+
+
+def _complex_values(name: str, prefix: str) -> InputFormatError:
+    return InputFormatError(
+        f"{name} has complex {prefix}_ values", "write real numbers: probabilities or logits, one per class"
+    )
 
 
 def _read_table(path: Path) -> pd.DataFrame:
