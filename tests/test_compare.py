@@ -278,7 +278,7 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     assert {"balanced_accuracy", "macro_f1", "ece", "worst_class"} <= set(table["metric"])
     # SubpopBench's metrics are the run's own scores of its stored predictions
     run = json.loads(
-        (out / "runs" / "paper-subpop-cat-dog-p12" / "irm-oracle-h1" / "seed-0" / "scores.json").read_text()
+        (out / "runs" / "paper-subpop-cat-dog-p12" / "irm-oracle-h1-t0" / "seed-0" / "scores.json").read_text()
     )
     one = table[
         (table.task == "paper-subpop-cat-dog-p12")
@@ -293,7 +293,7 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
     assert not sel.duplicated(["task", "method", "selection", "seed"]).any() and len(sel) == 2 * 3
     card = json.loads((out / "compare.json").read_text())
     assert card["selections"] == ["average", "worst-group", "oracle"] and card["sweep"]["n_hparams"] == 2
-    d0, d1 = card["sweep"]["draws"]["irm-average-h0"], card["sweep"]["draws"]["irm-average-h1"]
+    d0, d1 = card["sweep"]["draws"]["irm-average-h0"], card["sweep"]["draws"]["irm-average-h1-t0"]
     assert (
         d0["hparams"] == {"lambda": 100.0, "anneal_frac": 0.1}
         and d1["hparams"] != d0["hparams"]

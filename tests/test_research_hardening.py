@@ -181,3 +181,17 @@ def test_a_second_run_of_the_same_task_and_config_stops_before_training_A4_57(bu
     # the lock is released with the run: the same run again merges (nothing to train) instead of being refused
     again = train(task, tmp_path / "first", cfg, cache_dir=tmp_path / "cache", progress=False)
     assert [r.seed for r in again.runs] == [0]
+
+
+def test_compare_gives_each_trial_of_a_draw_its_own_values():
+    """Issue 36: as DomainBed's sweep (seed_hash(hparams_seed, trial_seed)), each trial of a draw k > 0 is its
+    own arm with its own values; draw 0 (the defaults) is one arm over every trial."""
+    arms = plan_arms(["groupdro"], TrainConfig(seeds=3), n_hparams=2, hparams_seed=0)
+    zero = [a for a in arms if a.draw == 0]
+    drawn = [a for a in arms if a.draw == 1]
+    assert len(zero) == 1 and zero[0].config.seeds == (0, 1, 2)
+    assert [a.config.seeds for a in drawn] == [(0,), (1,), (2,)]
+    assert [a.folder for a in drawn] == ["groupdro-h1-t0", "groupdro-h1-t1", "groupdro-h1-t2"]
+    values = [a.config.hparams["eta"] for a in drawn]
+    assert len(set(values)) == 3
+    assert values[1] == sample_hparams("groupdro", 1, 0, trial=1)["eta"]

@@ -474,22 +474,29 @@ def plan_arms(
     """Every (method, rule, draw) to train, its folder name and resolved config (every bad setting refused here).
 
     ``selections``: the rules to train each method under (None: ``config.select`` or the method's default).
-    Draw 0 is ``config`` as given; draw k > 0 takes :func:`sample_hparams` (method's and the loop's lr and
-    weight decay), the hyper-parameters the user fixed (``config.hparams``) winning."""
+    Draw 0 is ``config`` as given, one arm over every seed; draw k > 0 is one arm per seed (trial) ``s``, whose
+    values are :func:`sample_hparams` ``(method, k, hparams_seed, trial=s)`` (method's and the loop's lr and weight
+    decay), the hyper-parameters the user fixed (``config.hparams``) winning. As DomainBed's sweep
+    (``random_hparams(..., seed_hash(hparams_seed, trial_seed))``): each trial of a draw has its own values, so
+    the spread over trials includes the search's variance."""
     arms = []
     several = selections is not None and len(selections) > 1
+    seeds = config.resolved().seeds
     for m in methods:
         base = replace(config, method=m, hparams=method_hparams(config.hparams, m, methods))
         for rule in selections or [None]:
             for k in range(n_hparams):
                 cfg = replace(base, select=rule or base.select)
-                if k > 0:
-                    drawn = sample_hparams(m, k, hparams_seed)
-                    loop = {key: drawn.pop(key) for key in SWEEP_COMMON}
-                    cfg = replace(cfg, hparams={**drawn, **base.hparams}, **loop)
-                cfg = cfg.resolved()
                 folder = m + (f"-{cfg.select}" if several else "") + (f"-h{k}" if n_hparams > 1 else "")
-                arms.append(Arm(m, cfg.select, k, folder, cfg))
+                if k == 0:
+                    cfg = cfg.resolved()
+                    arms.append(Arm(m, cfg.select, k, folder, cfg))
+                    continue
+                for s in seeds:
+                    drawn = sample_hparams(m, k, hparams_seed, trial=s)
+                    loop = {key: drawn.pop(key) for key in SWEEP_COMMON}
+                    trial = replace(cfg, seeds=[s], hparams={**drawn, **base.hparams}, **loop).resolved()
+                    arms.append(Arm(m, trial.select, k, f"{folder}-t{s}", trial))
     return arms
 
 
@@ -630,6 +637,7 @@ def run_compare(
                     a.folder: {
                         "method": a.method,
                         "draw": a.draw,
+                        "trials": list(a.config.seeds),  # a draw k > 0 has its own values per trial
                         "lr": a.config.lr,
                         "weight_decay": a.config.weight_decay,
                         "hparams": dict(a.config.hparams),
