@@ -429,7 +429,7 @@ def build_from_inputs(
     """The ``metashift-hf build`` pipeline: one build input -> artifact.
 
     ``given`` is one of the registered build inputs (``build_inputs.BUILD_INPUTS``): ``SceneGraphs``
-    (GQA scene graphs), ``PublishedPickles``, ``CocoAnnotations``, ``TagsTable`` (CSV/parquet of
+    (GQA scene graphs), ``PublishedPickles``, ``CocoInstances``, ``TagsTable`` (CSV/parquet of
     image_id,tag rows), ``HubMultiLabel`` (a Hub dataset with a multi-label column). The multi-label
     inputs make ``subject(context)`` subsets by co-occurrence (builders/tags.py), restricted by
     ``options.subject_tags/subject_categories``. ``workers=2`` reads large scene-graph files with two

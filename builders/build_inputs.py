@@ -217,7 +217,7 @@ class PublishedPickles(BuildInput):
 
 @BUILD_INPUTS.register
 @dataclass(frozen=True)
-class CocoAnnotations(_Files):
+class CocoInstances(_Files):
     """MS-COCO instances files: categories of one image co-occur as tags (builders/coco.py)."""
 
     name: ClassVar[str] = "coco"
@@ -325,7 +325,7 @@ def input_from_flags(args: Any) -> BuildInput:
 __all__ = [
     "BUILD_INPUTS",
     "BuildInput",
-    "CocoAnnotations",
+    "CocoInstances",
     "HubMultiLabel",
     "InputRecord",
     "PublishedPickles",

@@ -14,7 +14,7 @@ import pytest
 from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.build_inputs import CocoAnnotations
+from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.cards.shift_words import community_words, measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError
@@ -59,7 +59,7 @@ def coco_art(tmp_path_factory) -> Artifact:
     world = write_coco_world(tmp_path_factory.mktemp("declared-coco") / "world", seed=3)
     return build_from_inputs(
         tmp_path_factory.mktemp("declared-coco-art") / "a",
-        CocoAnnotations(sorted((world / "annotations").glob("instances_*.json"))),
+        CocoInstances(sorted((world / "annotations").glob("instances_*.json"))),
         plots=False,
     )
 

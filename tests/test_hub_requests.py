@@ -73,9 +73,11 @@ def test_a_seed_given_as_text_is_the_number_it_spells(exported_task):
     assert open_task(TaskRef(folder, seed="0")).task_id == EXPORTED_TASK
 
 
-@pytest.mark.parametrize("task", ["", "   "])
-def test_an_empty_task_is_named_as_empty(task):
-    """N-T18: Evaluator('') said '. holds 0 configs with a shift_spec.json' (the current folder)."""
+@pytest.mark.parametrize("task", ["", "   ", "\n"])
+def test_an_empty_task_is_named_as_empty(task, tmp_path, monkeypatch):
+    """N-T18: Evaluator('') said '. holds 0 configs with a shift_spec.json' (the current folder); one check, in
+    TaskRef, for the Evaluator, score and open_task alike."""
+    monkeypatch.chdir(tmp_path)  # it used to open the current folder
     with pytest.raises(opt.OptionError, match="empty string: no task is named"):
         metashift_hf.Evaluator(task)
 

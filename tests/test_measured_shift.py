@@ -14,7 +14,7 @@ import pytest
 from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
-from metashift_hf.builders.build_inputs import CocoAnnotations
+from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
 from metashift_hf.cards.shift_words import measured_words
@@ -152,7 +152,7 @@ def test_matched_and_coco_families_are_measured(matched, tmp_path_factory):
     world = write_coco_world(tmp_path_factory.mktemp("measured-coco") / "world", seed=3)
     coco = build_from_inputs(
         tmp_path_factory.mktemp("measured-coco-art") / "a",
-        given=CocoAnnotations(sorted((world / "annotations").glob("instances_*.json"))),
+        given=CocoInstances(sorted((world / "annotations").glob("instances_*.json"))),
         plots=False,
     )
     spec = tasks.plan_task("paper-coco-subpop-cat-dog-p13", coco).spec

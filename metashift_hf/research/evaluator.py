@@ -23,7 +23,6 @@ so an ``eval`` equals ``score`` on the same predictions.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence, get_args
 
@@ -86,13 +85,7 @@ class Evaluator:
     """
 
     def __init__(self, task: "TaskRef | Any") -> None:
-        if isinstance(task, (str, os.PathLike)) and not os.fspath(task).strip():
-            # "" would open the current folder ("." for pathlib): a blank name is a mistake, never a task
-            raise InputFormatError(
-                f"Evaluator({os.fspath(task)!r}) names no task",
-                "pass a Hub dataset repo id (NAMESPACE/metashift-TASK), an exported task folder, a loaded "
-                "Dataset/DatasetDict or a metashift_hf.TaskRef",
-            )
+        # a blank name ("" would be the current folder) is refused where the request is made (TaskRef)
         self.task: TaskData = open_task(task)
         given = _given_keys(self.task)
         self._rows = self.task.plan.splits if given is None else self._in_given_order(given)

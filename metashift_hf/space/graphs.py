@@ -20,7 +20,7 @@ import metashift_hf
 from ..builders.meta_graph_facts import DISTANCE_RULE, MetaGraphFacts
 from ..core.errors import InputFormatError
 from ..core.names import parse_subset_name
-from .index import TaskEntry
+from .index import IndexedTask
 
 
 THUMBNAILS = 6  # images shown per picked subset
@@ -95,11 +95,11 @@ def _task(repo: str, config: str):
     return metashift_hf.open_task(metashift_hf.TaskRef(repo, config=config))
 
 
-def task_data(e: TaskEntry):
+def task_data(e: IndexedTask):
     return _task(e.repo, e.config)
 
 
-def facts(e: TaskEntry) -> MetaGraphFacts:
+def facts(e: IndexedTask) -> MetaGraphFacts:
     mg = task_data(e).meta_graph
     if mg is None:
         raise InputFormatError(
@@ -135,7 +135,7 @@ def _layout(names: list[str], edges: list[tuple[str, str, float]]) -> dict[str, 
     return pos
 
 
-def class_graph(e: TaskEntry, cls: str) -> ClassGraph:
+def class_graph(e: IndexedTask, cls: str) -> ClassGraph:
     """The meta-graph of ``cls`` as task ``e`` publishes it, laid out (seeded: the same picture every time)."""
     if cls not in e.classes:
         raise InputFormatError(f"task {e.task_id} has no class {cls!r}", f"pick one of {', '.join(e.classes)}")
@@ -163,7 +163,7 @@ def _mime(data: bytes) -> str | None:
     return next((m for magic, m in _MIME.items() if data.startswith(magic)), None)
 
 
-def thumbnails(e: TaskEntry, subset: str, k: int = THUMBNAILS) -> list[Thumbnail]:
+def thumbnails(e: IndexedTask, subset: str, k: int = THUMBNAILS) -> list[Thumbnail]:
     """Up to ``k`` images of ``subset`` (rows of its class holding its context), by image id, from the parquet."""
     cls, context = parse_subset_name(subset)
     td = task_data(e)

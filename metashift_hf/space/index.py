@@ -34,7 +34,7 @@ SOURCE_FIX = "pass an export folder (metashift-hf export --out) or a Hub namespa
 
 
 @dataclass(frozen=True)
-class TaskEntry:
+class IndexedTask:
     """One published task, as the Tasks view lists it (from its shift spec alone)."""
 
     task_id: str
@@ -59,10 +59,10 @@ class TaskIndex:
     """Every published task of a source, sorted by task id, and the classes they hold."""
 
     source: str
-    tasks: tuple[TaskEntry, ...]
+    tasks: tuple[IndexedTask, ...]
 
     @functools.cached_property
-    def by_id(self) -> dict[str, TaskEntry]:
+    def by_id(self) -> dict[str, IndexedTask]:
         return {t.task_id: t for t in self.tasks}
 
     @functools.cached_property
@@ -96,7 +96,7 @@ class TaskIndex:
             columns=list(TASK_COLUMNS),
         )
 
-    def task(self, task_id: str) -> TaskEntry:
+    def task(self, task_id: str) -> IndexedTask:
         try:
             return self.by_id[task_id]
         except KeyError:
@@ -120,9 +120,9 @@ def family(spec: ShiftSpec) -> str:
     return spec.task_id.split("-")[0]
 
 
-def entry(spec: ShiftSpec, repo: str, config: str) -> TaskEntry:
+def entry(spec: ShiftSpec, repo: str, config: str) -> IndexedTask:
     """The index row of the task ``spec`` describes, published at ``repo`` (config ``config``)."""
-    return TaskEntry(
+    return IndexedTask(
         task_id=spec.task_id,
         repo=repo,
         config=config,
@@ -144,7 +144,7 @@ def _repo_folders(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
 
 
-def folder_tasks(root: "str | os.PathLike") -> list[TaskEntry]:
+def folder_tasks(root: "str | os.PathLike") -> list[IndexedTask]:
     """Every config with a ``shift_spec.json`` in the repo folders of export folder ``root``."""
     root = Path(root)
     out = []
@@ -176,11 +176,11 @@ def hub_repos(namespace: str) -> list[str]:
     return sorted(r for r in repos if r.split("/")[-1].startswith(REPO_PREFIX))
 
 
-def hub_tasks(namespace: str, workers: int = 8) -> list[TaskEntry]:
+def hub_tasks(namespace: str, workers: int = 8) -> list[IndexedTask]:
     """Every task repo of a Hub namespace, each spec read through ``metashift_hf.shift_spec`` (one repo, one task)."""
     repos = hub_repos(namespace)
 
-    def one(repo: str) -> TaskEntry:
+    def one(repo: str) -> IndexedTask:
         spec = metashift_hf.shift_spec(repo)
         return entry(spec, repo, spec.task_id)
 
@@ -241,7 +241,7 @@ def filter_tasks(
 class TaskPage:
     """What a task's page shows: its sentence, groups, measured shift and the lines that use it."""
 
-    entry: TaskEntry
+    entry: IndexedTask
     sentence: str  # Markdown: **bold** and `code` only
     shift_words: str
     groups: pd.DataFrame  # split, group, class, contexts, n
