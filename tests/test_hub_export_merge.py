@@ -77,7 +77,8 @@ def test_a_second_export_at_once_is_refused_before_it_writes(made, tmp_path):
     origin, a, b = made
     out = tmp_path / "out"
     export_prepared([a], origin, out)
-    fd = os.open(out / LOCK_FILE, os.O_RDWR)
+    assert not (out / LOCK_FILE).exists()  # the lock goes with the export that held it
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another export holds --out
         with pytest.raises(InputFormatError, match="another export is writing into"):

@@ -173,16 +173,22 @@ def exclusive_lock(lock: Path, busy: MetashiftError, *, remove: bool = False) ->
     except ImportError:
         yield
         return
-    with open(lock, "a") as fh:
+    try:  # never through a symbolic link someone left at the lock's name
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, umask_mode("file"))
+    except OSError as exc:
+        raise (write_error(exc, lock) or exc) from None
+    try:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise busy from None
         try:
             yield
         finally:
             if remove:
-                lock.unlink(missing_ok=True)
+                Path(lock).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def read_marker(folder: str | os.PathLike) -> dict | None:

@@ -15,9 +15,7 @@ The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the card
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -31,7 +29,7 @@ from ..builders.spec import ShiftSpec
 from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
-from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, read_marker, write_error
+from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, exclusive_lock, read_marker
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -93,27 +91,15 @@ def repo_name_for(task_id: str, layout: str) -> str:
     return validate_repo_name(f"{REPO_PREFIX}{task_id}", "repo name for task")
 
 
-@contextlib.contextmanager
-def _export_lock(out: Path) -> Iterator[None]:
-    """One export at a time into one ``--out`` (an flock on ``out/.metashift-export.lock``, released when the export
-    ends or its process dies): a second export at once gets a clear error before it writes anything, so no repo is
-    left written but unlisted."""
-    try:
-        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        raise (write_error(exc, out / LOCK_FILE) or exc) from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InputFormatError(
-                f"another export is writing into {out} now",
-                "wait for it to end, then run this export again (it adds "
-                "its tasks to that export), or pass another --out",
-            ) from None
-        yield
-    finally:
-        os.close(fd)
+def _export_lock(out: Path) -> "contextlib.AbstractContextManager[None]":
+    """One export at a time into one ``--out`` (a lock on ``out/.metashift-export.lock``, released when the export
+    ends or its process dies, the file removed with it): a second export at once gets a clear error before it
+    writes anything, so no repo is left written but unlisted."""
+    busy = InputFormatError(
+        f"another export is writing into {out} now",
+        "wait for it to end, then run this export again (it adds its tasks to that export), or pass another --out",
+    )
+    return exclusive_lock(out / LOCK_FILE, busy, remove=True)
 
 
 @contextlib.contextmanager
