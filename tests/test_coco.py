@@ -11,7 +11,7 @@ import pytest
 
 from metashift_hf.builders import coco_tasks
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
-from metashift_hf.builders.build_inputs import CocoAnnotations
+from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.builders.coco import COCO_CATEGORIES, read_coco_annotations
 from metashift_hf.builders.images import open_images
 from metashift_hf.builders.tasks import plan_task
@@ -29,7 +29,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def coco_artifact(world, tmp_path_factory):
     files = sorted((world / "annotations").glob("instances_*.json"))
-    return build_from_inputs(tmp_path_factory.mktemp("art") / "a", given=CocoAnnotations(files), plots=False)
+    return build_from_inputs(tmp_path_factory.mktemp("art") / "a", given=CocoInstances(files), plots=False)
 
 
 def expected_subsets(world) -> dict[str, set[str]]:
@@ -65,7 +65,7 @@ def test_zip_and_json_give_the_same_artifact(world, coco_artifact, tmp_path):
     with zipfile.ZipFile(z, "w") as zf:
         for f in sorted((world / "annotations").glob("*.json")):
             zf.write(f, f"annotations/{f.name}")
-    a = build_from_inputs(tmp_path / "z", given=CocoAnnotations([z]), plots=False)
+    a = build_from_inputs(tmp_path / "z", given=CocoInstances([z]), plots=False)
     assert a.content_hash == coco_artifact.content_hash
 
 
@@ -73,14 +73,14 @@ def test_subject_options(world, tmp_path):
     files = sorted((world / "annotations").glob("instances_*.json"))
     a = build_from_inputs(
         tmp_path / "a",
-        given=CocoAnnotations(files),
+        given=CocoInstances(files),
         plots=False,
         options=BuildOptions(subject_categories=("animal",), subject_tags=("person",)),
     )
     assert set(a.subsets_table()["subject"]) <= {n for _, n, s in COCO_CATEGORIES if s == "animal"} | {"person"}
     with pytest.raises(InputFormatError, match="do not occur"):
         build_from_inputs(
-            tmp_path / "b", given=CocoAnnotations(files), plots=False, options=BuildOptions(subject_tags=("unicorn",))
+            tmp_path / "b", given=CocoInstances(files), plots=False, options=BuildOptions(subject_tags=("unicorn",))
         )
 
 
