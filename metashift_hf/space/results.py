@@ -133,7 +133,7 @@ def _per_group(source: str, report: str) -> tuple[pd.DataFrame | None, str]:
     return df.reindex(columns=list(PER_GROUP_COLUMNS)), ""
 
 
-def _wilson(row: pd.Series) -> tuple[float, float]:
+def _row_interval(row: pd.Series) -> tuple[float, float]:
     n, correct = row["n"], row["correct"]
     if pd.isna(n) or pd.isna(correct):
         return (math.nan, math.nan)
@@ -163,7 +163,7 @@ def drilldown(results: Results, model: str, task: str) -> Drilldown:
     groups = groups[groups["level"].isin(["group", "class", "context"])].reset_index(drop=True)
     # the intervals come from the scoring core, not from the file: a row whose counts do not give its
     # interval is shown with the core's (the counts are what was measured)
-    ci = [_wilson(r) for _, r in groups.iterrows()]
+    ci = [_row_interval(r) for _, r in groups.iterrows()]
     groups = groups.assign(ci_low=[c[0] for c in ci], ci_high=[c[1] for c in ci])
     bug = groups["bug"].astype(str).str.lower().isin(["true", "1"])
     keep = ["split", "level", "class", "name", "n", "correct", "accuracy", "ci_low", "ci_high", "q_value", "bug"]
