@@ -34,8 +34,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import InputFormatError
-from .fsutil import atomic_file
+from .errors import InputFormatError, MetashiftError
+from .fsutil import atomic_file, write_error
 from .names import terminal_safe
 
 
@@ -119,13 +119,22 @@ class PartStore:
             "sha256": part_checksum(keys, block),
         }
         path = self.part_path(keys)
-        with atomic_file(path) as f:
-            np.savez(
-                f,
-                keys=np.array(keys, dtype=str),
-                **{self.array: block},
-                meta=np.array(json.dumps(meta, sort_keys=True)),
-            )
+        try:
+            with atomic_file(path) as f:
+                np.savez(
+                    f,
+                    keys=np.array(keys, dtype=str),
+                    **{self.array: block},
+                    meta=np.array(json.dumps(meta, sort_keys=True)),
+                )
+        except OSError as exc:  # a full or read-only cache disk is the cache's problem, never --out's
+            known = write_error(exc, path)
+            if known is None:
+                raise
+            raise MetashiftError(
+                f"{self.what}: {known.what}",
+                f"free space in {self.folder}, or pass --cache-dir on a disk with room (or --no-cache)",
+            ) from None
         return path
 
     def read(
