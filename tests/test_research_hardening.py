@@ -195,3 +195,11 @@ def test_compare_gives_each_trial_of_a_draw_its_own_values():
     values = [a.config.hparams["eta"] for a in drawn]
     assert len(set(values)) == 3
     assert values[1] == sample_hparams("groupdro", 1, 0, trial=1)["eta"]
+
+
+def test_compare_per_trial_arms_keep_method_scoped_hparams():
+    """A hyper-parameter scoped to one method (groupdro.eta) is not resolved against another while the trials
+    are planned (the slow A4-47 test met this)."""
+    arms = plan_arms(["erm", "groupdro"], TrainConfig(seeds=2, hparams={"groupdro.eta": 0.5}), n_hparams=2)
+    assert {a.config.hparams.get("eta") for a in arms if a.method == "groupdro"} == {0.5}
+    assert len(arms) == 2 * (1 + 2)

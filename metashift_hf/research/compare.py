@@ -481,7 +481,7 @@ def plan_arms(
     the spread over trials includes the search's variance."""
     arms = []
     several = selections is not None and len(selections) > 1
-    seeds = config.resolved().seeds
+    seeds = config.seed_list  # the seeds alone: hparams resolve per method below
     for m in methods:
         base = replace(config, method=m, hparams=method_hparams(config.hparams, m, methods))
         for rule in selections or [None]:
