@@ -51,6 +51,7 @@ def synthetic_export(template: Path, out: Path, n: int, seed: int = 0) -> Path:
         task = f"synthetic-{i:05d}"
         spec = dict(base, task_id=task, shift_type=rng.choice(SHIFTS))
         spec["split_sizes"] = {k: rng.randint(50, 5000) for k in base["split_sizes"]}
+        spec["members"] = None  # the varied sizes have no rows behind them: the first page reads no row
         folder = out / f"metashift-{task}" / task
         folder.mkdir(parents=True)
         (folder / "shift_spec.json").write_text(json.dumps(spec, sort_keys=True, indent=2))
