@@ -508,7 +508,7 @@ def conditional_plan(
         **_level_spec(level, None, dropped, values, labels=labels),
     )
     check_level_plan(plan)
-    return plan
+    return _within_noise(plan, delta)
 
 
 def _inner_split(
@@ -615,6 +615,20 @@ def joint_plan(
             plan.spec,
             "delta = 0 balances the classes over the values s1/s2 of the training contexts, not within each "
             "context, so the type is what the rows measure",
+        )
+    return _within_noise(plan, delta)
+
+
+def _within_noise(plan: TaskPlan, delta: float) -> TaskPlan:
+    """``plan`` declared as measured where its designed P(Y|S) shift (``delta`` > 0) does not exceed the
+    permutation threshold at its size: a type the rows cannot show is not declared (issue 38.2)."""
+    m = plan.spec.measured
+    test = m.split("test") if m is not None else None
+    if delta and test is not None and not m.agrees and test.conditional <= test.conditional_threshold:
+        plan.spec = as_measured(
+            plan.spec,
+            f"the designed P(Y|S) shift (delta = {delta:g}) is within sampling noise at this size "
+            f"(designed {plan.spec.shift_type})",
         )
     return plan
 

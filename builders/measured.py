@@ -37,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .spec import Level, MeasuredShift, ShiftSpec, ShiftType, SplitShift
+from .spec import MeasuredShift, ShiftSpec, ShiftType, SplitShift
 
 
 FLOOR = 0.05
@@ -167,13 +167,10 @@ def measure_split(
     )
 
 
-def measure(
-    splits: Mapping[str, Sequence[_RowLike]], declared: str, level: Level | None = None
-) -> MeasuredShift | None:
-    """Every split against ``train`` (None without a train split). ``by_construction`` and ``note`` name
-    the construction that types the task where the rows may not show it, with the measurement beside
-    it (:func:`_construction`); a declared type that differs from the measured one without such a
-    construction keeps both empty (tests/test_measured_shift.py flags it)."""
+def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str) -> MeasuredShift | None:
+    """Every split against ``train`` (None without a train split). A declared type that differs from the
+    measured one keeps ``by_construction`` and ``note`` empty (tests/test_measured_shift.py flags it); a
+    plan whose design cannot show at its size declares the measured type instead (:func:`as_measured`)."""
     train = splits.get("train")
     if not train:
         return None
@@ -183,7 +180,7 @@ def measure(
     test = next((p for p in parts if p.split == "test"), None)
     measured: ShiftType = test.type if test is not None else "none"
     agrees = declared == measured
-    construction, note = _construction(declared, level, measured, test)
+    construction, note = _construction(declared, measured)
     return MeasuredShift(
         rule=RULE,
         dependence_train=dep_train,
@@ -197,7 +194,8 @@ def measure(
 
 def as_measured(spec: ShiftSpec, why: str) -> ShiftSpec:
     """``spec`` declared as its rows measure (``shift_type`` = ``measured.type``) where the design leaves
-    a part to the data; ``why`` says which, in the measurement's note."""
+    a part to the data or is within sampling noise at this size; ``why`` says which, in the measurement's
+    note, with the figures."""
     m = spec.measured
     if m is None:
         return spec
@@ -212,35 +210,16 @@ def _figures(test: SplitShift) -> str:
     )
 
 
-def _construction(
-    declared: str,
-    level: Level | None,
-    measured: ShiftType,
-    test: SplitShift | None,
-) -> tuple[str, str]:
-    """(construction, note): the design that fixes the declared type and the measurement beside it;
-    ("", "") when the declared type is just what the rows measure (or nothing explains the difference)."""
-    if declared not in COMPARED:
-        return (
-            "clustered OOD sets",
-            f"declared {declared!r} names how the OOD sets were made, not a shift type; "
-            f"measured {measured} on S = the row's context",
-        )
-    if test is None:
+def _construction(declared: str, measured: ShiftType) -> tuple[str, str]:
+    """(construction, note) for a declared value that is not a shift type (``clustered``: it names how the
+    OOD sets were made), with the measurement beside it; ("", "") otherwise."""
+    if declared in COMPARED:
         return "", ""
-    if (
-        level is not None
-        and level.delta
-        and declared in ("conditional", "joint")
-        and measured != declared
-        and test.conditional <= test.conditional_threshold
-    ):
-        return (
-            f"designed P(Y|S) shift delta = {level.delta:g}",
-            f"typed by construction: the designed P(Y|S) shift (delta = {level.delta:g}) is within sampling noise "
-            f"at this size; measured {measured}: {_figures(test)}",
-        )
-    return "", ""
+    return (
+        "clustered OOD sets",
+        f"declared {declared!r} names how the OOD sets were made, not a shift type; "
+        f"measured {measured} on S = the row's context",
+    )
 
 
 def _dependence(rows: Sequence[_RowLike], variable: str = "context") -> float:

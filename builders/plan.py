@@ -253,7 +253,7 @@ def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         spec,
         split_sizes={s: len(rows) for s, rows in splits.items()},
         minority_fraction=mf,
-        measured=measure(splits, spec.shift_type, spec.level),
+        measured=measure(splits, spec.shift_type),
         members=split_members(splits),
         **sized,
     )

@@ -22,13 +22,9 @@ from metashift_hf.sources.coco_world import write_coco_world
 
 
 def _supported(spec: ShiftSpec) -> bool:
-    """Declared = measured, or the one construction whose measurement is within its null: a designed
-    P(Y|S) shift (delta) under the permutation threshold of the conditional part."""
-    m = spec.measured
-    if m.agrees:
-        return True
-    test = m.split("test")
-    return m.by_construction.startswith("designed P(Y|S) shift") and test.conditional <= test.conditional_threshold
+    """Declared = measured (issue 38 done-when: every sampled task of every family). A design the rows
+    cannot show at their size is declared as measured, with its figures in the note."""
+    return spec.measured.agrees
 
 
 def _plan_all(art: Artifact, most: int | None = None) -> dict[str, list[ShiftSpec]]:

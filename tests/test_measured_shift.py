@@ -16,7 +16,7 @@ from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.builders.match_artifact import MatchInputs, run_match
-from metashift_hf.builders.spec import SPEC_VERSION, Level, ShiftSpec
+from metashift_hf.builders.spec import SPEC_VERSION, ShiftSpec
 from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 from metashift_hf.sources.coco_world import write_coco_world
@@ -58,11 +58,11 @@ def test_hand_computed_figures():
 
 def test_declared_type_and_the_design_reasons():
     train = rows({("cat", "sofa"): 20, ("dog", "sofa"): 20})
-    # a delta = 0 level is declared as what it is (the no-shift control: none), so no design reason is left
-    same = measured.measure({"train": train, "test": train}, "conditional", Level("conditional", "delta00", delta=0.0))
-    assert same.type == "none" and not same.agrees and same.note == same.by_construction == ""
+    # a declared shift type the rows do not show keeps no reason: _consistent flags it (plans declare as measured)
     plain = measured.measure({"train": train, "test": train}, "conditional")
-    assert not plain.agrees and plain.note == plain.by_construction == ""  # no design reason: _consistent flags it
+    assert plain.type == "none" and not plain.agrees and plain.note == plain.by_construction == ""
+    clustered = measured.measure({"train": train, "test": train}, "clustered")
+    assert clustered.by_construction == "clustered OOD sets" and "measured none" in clustered.note
     assert measured.measure({"train": train}, "none").splits == ()
     assert measured.measure({"test": train}, "none") is None
 
@@ -89,11 +89,10 @@ def _consistent(spec: ShiftSpec) -> None:
     if "test" in spec.split_sizes:
         assert test is not None and m.type == test.type, spec.task_id
     assert m.agrees == (m.type == spec.shift_type), spec.task_id
-    assert m.agrees or m.by_construction, (
-        f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}, not typed by construction"
-    )
+    # issue 38: declared = measured; only `clustered` (not a shift type) names its construction instead
+    assert m.agrees or spec.shift_type == "clustered", f"{spec.task_id}: declared {spec.shift_type}, measured {m.type}"
     if m.by_construction:  # the construction is shown with the measurement beside it
-        assert f"measured {m.type}" in m.note and "typed by construction" in m.note or spec.shift_type == "clustered"
+        assert spec.shift_type == "clustered" and f"measured {m.type}" in m.note
     else:  # declared as measured (measured.as_measured) says why; otherwise nothing to say
         assert m.note == "" or m.note.startswith("declared as measured: "), spec.task_id
     for s in m.splits:  # label shift: its own part, by the same threshold rule
@@ -260,9 +259,14 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     }
     assert len(planned["paper-dg"]) == 4 and len(planned["paper-subpop"]) == 3 and len(planned["matched"]) > 40
     specs = {s.task_id: s for ss in planned.values() for s in ss}
-    # docs/tasks.md: 139 of the 140 plannable demo tasks agree; the other is a designed delta within its null
+    # docs/tasks.md: all 140 plannable demo tasks declare what they measure; delta10's designed P(Y|S) shift is
+    # within its null at the demo's size, so it declares the measured type with the design in its note
     off = [s.task_id for s in specs.values() if not s.measured.agrees]
-    assert len(specs) == 140 and off == ["shift-conditional-cat-dog-delta10"], off
+    assert len(specs) == 140 and off == [], off
+    d10 = specs["shift-conditional-cat-dog-delta10"]
+    assert (
+        d10.shift_type == d10.measured.type == "none" and "(delta = 0.1) is within sampling noise" in d10.measured.note
+    )
     # the six shift-joint tasks the old null measured `marginal` now measure as designed
     for d in (1, 2, 3):
         for delta in ("10", "20"):
