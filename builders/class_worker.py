@@ -8,7 +8,7 @@ modules (numpy, scipy), not build.py's readers, DuckDB and Arrow: about 45 MiB l
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,8 @@ from .plots import plot_class
 
 @dataclass(frozen=True)
 class AnalysisParams:
-    """The build options a class's analysis reads (``BuildOptions`` itself would import more)."""
+    """The build options a class's analysis reads, named as :func:`metagraph.analyse_class`'s keywords
+    (``BuildOptions`` itself would import more)."""
 
     edge_threshold: int
     community_method: str
@@ -36,14 +37,7 @@ def analyse_one(
     subject: str, members: dict[str, np.ndarray], params: AnalysisParams, plots: Path | None
 ) -> tuple[str, metagraph.ClassAnalysis, int]:
     """One class: its meta-graph analysis, its image count, its picture (in a worker process or here)."""
-    analysis = metagraph.analyse_class(
-        subject,
-        members,
-        edge_threshold=params.edge_threshold,
-        community_method=params.community_method,
-        spectral_dim=params.spectral_dim,
-        seed=params.seed,
-    )
+    analysis = metagraph.analyse_class(subject, members, **asdict(params))  # its fields are the keywords
     if plots is not None:
         plot_class(analysis, members, plots / plot_name(subject))
     return subject, analysis, int(np.unique(np.concatenate(list(members.values()))).size)

@@ -314,12 +314,7 @@ def domain_generalisation(
         _need(task_id, g.name, len(order), n_tr + n_va, f"train {n_tr} + validation {n_va}", ov)
         # id_test is a cap: small training groups (real dog(bag) etc.) still give a task.
         n_id = min(sizes.id_test_per_group, len(order) - n_tr - n_va)
-        splits["train"] += rm.rows(g, order[:n_tr])
-        splits["validation"] += rm.rows(g, order[n_tr : n_tr + n_va])
-        splits["id_test"] += rm.rows(g, order[n_tr + n_va : n_tr + n_va + n_id])
-        found = _found(source, g)
-        for s in ("train", "validation", "id_test"):
-            specs[s].append(_group_spec(g, contexts_found=found))
+        _deal(rm, g, order, (("train", n_tr), ("validation", n_va), ("id_test", n_id)), splits, specs)
     notes = []
     for g, extra in [(g, False) for g in test] + [(g, True) for g in additional_test]:
         ids = (test_sets if not extra else add_sets)[g.name]
@@ -341,6 +336,24 @@ def domain_generalisation(
     return finish_plan(
         task_id, shift_type, classes, seed, splits, specs, removed, notes, distance=distance, **spec_fields
     )
+
+
+def _deal(
+    rm: _RowMaker,
+    g: GroupDef,
+    order: Sequence[str],
+    counts: Sequence[tuple[str, int]],
+    splits: dict[str, list[Row]],
+    specs: dict[str, list[GroupSpec]],
+) -> None:
+    """``g``'s images into consecutive regions of its seeded ``order``, one (split, n) after the other, and
+    its group spec into each of those splits: every split of a group is drawn from one order, so they never overlap."""
+    found = _found(rm.source, g)
+    start = 0
+    for split, n in counts:
+        splits[split] += rm.rows(g, order[start : start + n])
+        specs[split].append(_group_spec(g, contexts_found=found))
+        start += n
 
 
 def _found(source: GroupSource, g: GroupDef) -> list[str]:
@@ -524,12 +537,7 @@ def subpopulation_shift(
                 f"test {t} + train {n_train} + validation {n_val}",
                 ov,
             )
-            splits["test"] += rm.rows(g, order[:t])
-            splits["train"] += rm.rows(g, order[t : t + n_train])
-            splits["validation"] += rm.rows(g, order[t + n_train : t + n_train + n_val])
-            found = _found(source, g)
-            for s in ("train", "validation", "test"):
-                groups[s].append(_group_spec(g, contexts_found=found))
+            _deal(rm, g, order, (("test", t), ("train", n_train), ("validation", n_val)), splits, groups)
     target = round(m / sizes.train_per_class, 6) if sizes.train_per_class else None
     return finish_plan(
         task_id,

@@ -14,6 +14,7 @@ folder, a Hub repo id, a loaded dataset).
 from __future__ import annotations
 
 from .core import __version__
+from .core.lazy import lazy_names
 
 
 # Heavy imports (datasets, pyarrow) only when the API is used, so the CLI starts fast.
@@ -36,18 +37,7 @@ _LAZY = {
 # a lazy attribute of the same name would be shadowed by the subpackage once it is imported.
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'metashift_hf' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    # Without this, dir()/tab completion shows only what is already imported, not the lazy API.
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "__version__",

@@ -84,6 +84,12 @@ def _add_output_options(parser: argparse.ArgumentParser, default: object) -> Non
         help="print only results, warnings and errors (no progress messages or bars)",
     )
     group.add_argument("-v", "--verbose", action="store_true", default=default, help="also print debugging messages")
+    group.add_argument(
+        "--no-progress",
+        action="store_true",
+        default=default,
+        help="no progress bars (messages still print; -q silences both)",
+    )
 
 
 class _StderrHandler(logging.Handler):
@@ -98,10 +104,10 @@ class _StderrHandler(logging.Handler):
 
 
 @contextlib.contextmanager
-def user_output(quiet: bool, verbose: bool) -> Iterator[bool]:
+def user_output(quiet: bool, verbose: bool, bars: bool = True) -> Iterator[bool]:
     """What the user sees while a command runs: the package's log messages as plain lines on stderr
     (warnings only when ``quiet``, debugging too when ``verbose``). Yields whether progress bars are
-    shown: not when quiet, nor when stderr is not a terminal. Everything is put back afterwards, so
+    shown: not when quiet, nor without ``bars`` (``--no-progress``), nor when stderr is not a terminal. Everything is put back afterwards, so
     ``main()`` can run more than once in a process."""
     logger = logging.getLogger("metashift_hf")
     handler = _StderrHandler()
@@ -109,7 +115,7 @@ def user_output(quiet: bool, verbose: bool) -> Iterator[bool]:
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
-    progress = not quiet and sys.stderr.isatty()
+    progress = bars and not quiet and sys.stderr.isatty()
     # datasets and huggingface_hub read these when imported (the command imports them later).
     env = {k: os.environ.get(k) for k in _BAR_SWITCHES}
     if not progress:
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        with user_output(args.quiet, args.verbose) as args.progress:  # commands pass it as progress=
+        # commands pass it as progress= (the one reading of -q and --no-progress)
+        with user_output(args.quiet, args.verbose, bars=not args.no_progress) as args.progress:
             rc = int(args.func(args) or 0)
         sys.stdout.flush()  # here, so a reader that went away (`| head`) is caught below, not at exit
         return rc

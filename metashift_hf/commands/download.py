@@ -68,7 +68,6 @@ def register(subparsers) -> None:
         default=3,
         help="retries per mirror after a connection breaks without progress (default 3)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return _status(man)
     if args.register:
         for role, path in args.register:
-            e = register_input(role, path, manifest=man, progress=args.progress and not args.no_progress)
+            e = register_input(role, path, manifest=man, progress=args.progress)
             state = "sha256 verified" if e.get("known") else "not a known file, shape-checked only"
             print(f"{role}: {e['path']} ({state}) -> {man.path}")
         return 0
@@ -95,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             keys,
             args.dir,
             mirror=args.mirror,
-            progress=args.progress and not args.no_progress,
+            progress=args.progress,
             manifest=man,
             timeout=args.timeout,
             retries=args.retries,

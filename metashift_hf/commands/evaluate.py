@@ -16,6 +16,7 @@ from ..evaluate.options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SU
 from ..evaluate.run import evaluate
 from . import HELP
 from .evaluate_zoo import run_zoo
+from .run_args import add_cache_dir_argument, add_device_argument
 from .task_args import add_splits_argument, add_task_arguments, planning_seed, task_images, task_ref_from_args
 
 
@@ -51,12 +52,7 @@ def register(subparsers) -> None:
         default="float32",
         help="weights and inputs in this type (bfloat16: faster where the CPU supports it; recorded in the run card)",
     )
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        metavar="DIR",
-        help="zoo logits cache root (default: the package cache); logits are keyed by model fingerprint and image sha256",
-    )
+    add_cache_dir_argument(p)
     p.add_argument("--no-cache", action="store_true", help="zoo: neither read nor write the logits cache")
     p.add_argument(
         "--publish",
@@ -94,7 +90,7 @@ def register(subparsers) -> None:
         default=DEFAULT_BATCH_SIZE,
         help=f"images per forward pass (default {DEFAULT_BATCH_SIZE})",
     )
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    add_device_argument(p)
     p.add_argument(
         "--workers",
         type=positive_int,
@@ -143,7 +139,6 @@ def register(subparsers) -> None:
         action="store_true",
         help="replace an earlier evaluation report in --out (nothing else is ever replaced)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--save-logits",
         action="store_true",
@@ -169,7 +164,7 @@ def eval_config(args: argparse.Namespace, zoo: bool) -> EvalConfig:
         on_missing=args.on_missing,
         save_logits=args.save_logits,
         splits=args.splits,
-        progress=args.progress and not args.no_progress,
+        progress=args.progress,
         force=args.force,
         plots=args.charts if zoo else None,
     )

@@ -140,7 +140,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
         args.out,
         config,
         cache_dir=args.cache_dir,
-        progress=args.progress and not args.no_progress,
+        progress=args.progress,
         resume=args.resume,
         options=CompareOptions(
             selections=tuple(SELECTIONS) if every_rule else None,
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         config,
         cache_dir=args.cache_dir,
-        progress=args.progress and not args.no_progress,
+        progress=args.progress,
         force=args.force,
     )
     print(result.summary())

@@ -24,15 +24,9 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
         help="repo-per-task: one repo per task plus the `metashift` index repo (default); "
         "one-repo: every task as a config of the `metashift` repo",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (as for download and evaluate)")
 
 
 def require_task_inputs(args: argparse.Namespace) -> None:
-    if args.no_progress:
-        import datasets  # heavy: imported only by the commands that materialise tasks
-
-        datasets.disable_progress_bars()
-
     if not args.tasks:
         raise MetashiftError(
             "no task named",

@@ -11,7 +11,8 @@ from ..hub.task_open import TaskOrigin
 from ..research.conflicts import STEPS_MAX, ConflictConfig
 from ..research.experiments import EXPERIMENTS, run_experiment
 from ..research.ood_experiments import N_INIT_CHECK, N_INIT_MAX, ClusteredConfig, ConflictsConfig, OodLevelsConfig
-from ..research.train import EPOCHS_MAX, TrainConfig, epoch_count
+from ..research.train import TrainConfig
+from .run_args import add_cache_dir_argument, add_device_argument, add_epochs_argument
 from .task_args import add_task_arguments, parse_overrides, planning_seed, task_images
 
 
@@ -47,10 +48,8 @@ def _common(q: argparse.ArgumentParser, planning: bool = False) -> None:
     q.add_argument(
         "--classes", nargs=2, default=["cat", "dog"], metavar=("A", "B"), help="the class pair (default cat dog)"
     )
-    q.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
-    q.add_argument(
-        "--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)"
-    )
+    add_device_argument(q)
+    add_cache_dir_argument(q)
     q.add_argument("--out", required=True, help="output folder: new, empty, or an earlier experiment with --force")
     q.add_argument("--force", action="store_true", help="replace an earlier experiment in --out")
 
@@ -70,12 +69,7 @@ def add_subcommands(sub) -> None:
         help="models to compare, e.g. erm groupdro erm:finetune (default erm reweight groupdro, linear probe)",
     )
     q.add_argument("--seeds", type=seed_count, default=2, help="training seeds per task (default 2)")
-    q.add_argument(
-        "--epochs",
-        type=epoch_count,
-        default=None,
-        help=f"epochs, at most {EPOCHS_MAX} (default 50 linear, 10 finetune)",
-    )
+    add_epochs_argument(q)
     q.set_defaults(func=run_ood_levels)
     q = _parser(sub, "clustered")
     _common(q)
@@ -86,9 +80,7 @@ def add_subcommands(sub) -> None:
     q.add_argument("--seed", type=seed, default=0, help="k-means and split seed (default 0)")
     q.add_argument("--model", default="erm", metavar="METHOD[:PROBE]", help="model trained on each D_k (default erm)")
     q.add_argument("--seeds", type=seed_count, default=2, help="training seeds per D_k (default 2)")
-    q.add_argument(
-        "--epochs", type=epoch_count, default=None, help=f"epochs, at most {EPOCHS_MAX} (default 50 linear)"
-    )
+    add_epochs_argument(q, default="50 linear")
     q.set_defaults(func=run_clustered)
     q = _parser(sub, "conflicts")
     _common(q)

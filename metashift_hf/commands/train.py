@@ -10,17 +10,16 @@ from ..research.algorithms import HPARAMS, SAMPLINGS, SELECTIONS
 from ..research.features import BACKBONE_FORMS
 from ..research.train import (
     CONFIG_KEYS,
-    EPOCHS_MAX,
     METHODS,
     PROBES,
     TrainConfig,
     check_train_out,
-    epoch_count,
     load_config,
     parse_seeds,
     train,
 )
 from . import HELP
+from .run_args import add_cache_dir_argument, add_device_argument, add_epochs_argument
 from .task_args import add_task_arguments, task_from_args, task_images
 
 
@@ -75,13 +74,8 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
         help=f"linear probe: the model whose pre-logits features are probed, {BACKBONE_FORMS} "
         "(default efficientnet-lite0, offline; --probe finetune trains the same model with a new head)",
     )
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default cpu)")
-    p.add_argument(
-        "--epochs",
-        type=epoch_count,
-        default=None,
-        help=f"epochs, at most {EPOCHS_MAX} (default 50 linear, 10 finetune)",
-    )
+    add_device_argument(p, default=None)
+    add_epochs_argument(p)
     p.add_argument(
         "--lr", type=positive_float, default=None, help="Adam learning rate (default 1e-3 linear, 5e-5 finetune)"
     )
@@ -105,10 +99,7 @@ def add_training_arguments(p: argparse.ArgumentParser, default_seeds: int, metho
         help="continue an interrupted run of the same task and config: finished seeds and the last epoch of "
         "the unfinished one are kept in the cache (train-runs/)",
     )
-    p.add_argument(
-        "--cache-dir", default=None, help="feature cache root (default $METASHIFT_HF_CACHE or the user cache)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_cache_dir_argument(p)
 
 
 def _seeds(text: str) -> str:
@@ -176,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         config,
         cache_dir=args.cache_dir,
-        progress=args.progress and not args.no_progress,
+        progress=args.progress,
         force=args.force,
         resume=args.resume,
     )

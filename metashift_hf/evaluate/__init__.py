@@ -9,6 +9,8 @@ print(report.summary())
 
 from __future__ import annotations
 
+from ..core.lazy import lazy_names
+
 
 # pandas/scipy load only when evaluation is used, so `metashift-hf --help` stays fast
 _LAZY = {
@@ -18,12 +20,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'metashift_hf.evaluate' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 __all__ = ["evaluate", "EvalConfig", "EvalReport"]

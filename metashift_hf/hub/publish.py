@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
@@ -580,16 +580,7 @@ class PushOptions:
 
     def push(self, repos: list[ExportedRepo | str | Path], namespace: str) -> PublishResult:
         """:func:`push_repos` with these options."""
-        return push_repos(
-            repos,
-            namespace,
-            private=self.private,
-            dry_run=self.dry_run,
-            token=self.token,
-            collection_title=self.collection_title,
-            allow_synthetic=self.allow_synthetic,
-            timeout=self.timeout,
-        )
+        return push_repos(repos, namespace, **asdict(self))
 
 
 def publish_tasks(
