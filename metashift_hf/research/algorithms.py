@@ -603,7 +603,10 @@ def dfr_fit(
                     "DFR: a group-balanced subset of the validation split holds a single class",
                     "use a task whose validation split has every class (and more rows)",
                 )
-            clf = LogisticRegression(C=c, solver="liblinear", max_iter=1000, **_L1).fit(x_val[sub], y_val[sub])
+            # liblinear shuffles the rows; without random_state it draws from numpy's global state, so two
+            # identical runs differed by ~1e-5 in the head (the reference leaves it unset)
+            clf = LogisticRegression(C=c, solver="liblinear", max_iter=1000, random_state=seed, **_L1)
+            clf.fit(x_val[sub], y_val[sub])
             w = np.zeros((n_classes, x_val.shape[1]))
             b = np.zeros(n_classes)
             if len(clf.classes_) == 2:  # sklearn's binary model: one row, the logit of classes_[1]
