@@ -207,19 +207,12 @@ def test_a_registry_model_as_the_linear_probe_backbone(builder_world, tmp_path):
     """--backbone takes any model of the evaluation registry: features = the input of its last Linear layer."""
     import torch
 
-    from metashift_hf.models import Preprocessing, from_module
+    from fixtures.zoo import tiny_backbone_net
+    from metashift_hf.models import from_module
     from metashift_hf.research.features import image_features, load_backbone
     from metashift_hf.research.train import TrainConfig, train
 
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4, 10),
-    )
-    prep = Preprocessing(resize=36, crop=32, interpolation="bilinear", mean=(0.5,) * 3, std=(0.5,) * 3)
+    net, prep = tiny_backbone_net()
     bb = load_backbone(from_module(net, prep, name="tiny"))
     assert bb.dim == 4 and bb.card()["feature_dim"] == 4
     one = next(builder_world["folder"].glob("*.jpg"))
