@@ -8,13 +8,16 @@ A quoted figure lives in a marked block of a doc:
 
 Task figures (sizes, distances, removed images, measured shift) come from planning tasks on the demo
 world's artifact (no images needed, a few seconds). Experiment tables (accuracies need training) come
-from an experiment's ``results.json`` stored in ``docs/figures/<experiment>-demo.json``; the check
-re-plans their tasks and fails when the stored run's distances or sizes differ from the code's now
-(re-run the experiment and ``--write`` again).
+from an experiment's ``results.json`` stored in ``docs/figures/<experiment>-demo.json`` (paper-dg, paper-subpop,
+compare; ood-levels as ``ood-levels-<type>``, clustered, conflicts with its matrix, and ``bugs``: a bug report with
+the card and scores of the `train` run whose predictions it tested); the check fails when a stored run's features
+were computed under another crop rule than the code's, and re-plans the tasks a run planned by id and fails when
+their distances or sizes differ from the code's now (re-run the experiment and ``--write`` again).
 
     python scripts/docs_figures.py --check                   # exit 1 with the stale blocks
     python scripts/docs_figures.py --write                   # rewrite every block from a fresh demo build
     python scripts/docs_figures.py --write --results paper-dg=RUN/results.json   # store a new experiment run
+    python scripts/docs_figures.py --write --results ood-levels-joint=RUN/results.json --results bugs=BUGS_FOLDER
 
 tests/test_docs_figures.py runs the check in the default suite (on the session's demo artifact).
 """
@@ -206,16 +209,28 @@ def _stored(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _task_rows(run: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(task id, the run's task options, the stored row) of every task row a stored run carries: an `Experiment`
+    table's rows, ood-levels' levels, the task a bug report's model was trained on; none for clustered or conflicts
+    (their tasks are made from the features, not planned from ids)."""
+    if run.get("experiment") == "ood-levels":
+        return [(r["task_id"], run["options"], r) for r in run["levels"]]
+    if run.get("experiment") == "bugs":
+        return [(run["run"]["task_id"], run["run"]["task_overrides"], run["sizes"])]
+    return [(r["task"], run["run"]["task_overrides"][r["task"]], r) for r in run.get("rows", [])]
+
+
 def _planned_facts(art: Artifact, run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per task of a stored run: its distance and sizes as the code plans them now (with the run's options)."""
     out = {}
-    for row in run["rows"]:
-        spec = tasks.plan_task(row["task"], art, **run["run"]["task_overrides"][row["task"]]).spec
-        out[row["task"]] = {
-            "distance": spec.distance.value if spec.distance else None,
-            "n_train": spec.split_sizes.get("train"),
-            "n_test": spec.split_sizes.get("test"),
-        }
+    for task, options, _ in _task_rows(run):
+        if task not in out:
+            spec = tasks.plan_task(task, art, **options).spec
+            out[task] = {
+                "distance": spec.distance.value if spec.distance else None,
+                "n_train": spec.split_sizes.get("train"),
+                "n_test": spec.split_sizes.get("test"),
+            }
     return out
 
 
@@ -223,16 +238,16 @@ def _stale_run(art: Artifact, run: dict[str, Any]) -> list[str]:
     """What in a stored run no longer matches a fresh plan (empty when it still does)."""
     now = _planned_facts(art, run)
     bad = []
-    for row in run["rows"]:
+    for task, _, row in _task_rows(run):
         for key in ("distance", "n_train", "n_test"):
             if (
                 key in row
                 and row[key] is not None
-                and now[row["task"]][key] is not None
-                and abs(float(row[key]) - float(now[row["task"]][key])) > 1e-6
+                and now[task][key] is not None
+                and abs(float(row[key]) - float(now[task][key])) > 1e-6
             ):
-                bad.append(f"{row['task']}: {key} {row[key]} in the stored run, {now[row['task']][key]} now")
-    return bad
+                bad.append(f"{task}: {key} {row[key]} in the stored run, {now[task][key]} now")
+    return list(dict.fromkeys(bad))  # ood-levels trains every model on the same tasks: one line per task
 
 
 def _run_header(run: dict[str, Any]) -> str:
@@ -331,12 +346,190 @@ def store_compare(folder: Path) -> Path:
     card = json.loads((folder / "compare.json").read_text())
     FIGURES.mkdir(exist_ok=True)
     shutil.copyfile(folder / "results.csv", FIGURES / "compare-demo.csv")
-    keep = {
-        k: v for k, v in card.items() if k not in ("features", "seconds", "task_sources", "task_origins", "algorithms")
-    }
-    out = FIGURES / "compare-demo.json"
-    out.write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
+    return _keep("compare", {k: v for k, v in _card(card).items() if k != "algorithms"})
+
+
+def _no_run(name: str, what: str) -> str:
+    return f"No stored run (`python scripts/docs_figures.py --write --results {name}={what}`).\n"
+
+
+def _features_line(run: dict[str, Any]) -> str:
+    bb = run["backbone"]
+    pre = bb["preprocessing"]
+    return f"{bb['name']} features ({pre['crop']} px crop, crop rule `{pre['crop_rule']}`)"
+
+
+LEVEL_AXES = {"ood": "d", "mix": "mixed"}  # a curve's x; the conditional and joint curves run over delta
+
+
+def levels_block(shift_type: str) -> Callable[[Artifact, Path | None], str]:
+    """Per curve of a stored `experiment ood-levels --type SHIFT_TYPE` run: OOD / ID / worst-group accuracy at each
+    level, slope, AUC and knee; curves over the same x share a table."""
+
+    def block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+        run = _stored(f"ood-levels-{shift_type}")
+        if run is None:
+            return _no_run(f"ood-levels-{shift_type}", "RUN/results.json")
+        at = {(r["model"], r["level"]): r for r in run["levels"]}
+        sizes = sorted({(r["n_train"], r["n_test"]) for r in run["levels"]})
+        lines = [
+            f"{', '.join(run['models'])}: linear probe on {_features_line(run)}, {run['seeds']} seeds per task "
+            f"(mean shown), task seed {run['task_seed']}, task options {json.dumps(run['options'])}; "
+            f"train / test images per task: {', '.join(f'{a} / {b}' for a, b in sizes)}. "
+            "Each cell: OOD / ID / worst group (test) accuracy.",
+        ]
+        tables: dict[tuple[float, ...], list[dict]] = {}
+        for c in run["curves"]:
+            tables.setdefault(tuple(c["x"]), []).append(c)
+        for xs, curves in tables.items():
+            axis = LEVEL_AXES.get(curves[0]["curve"], "δ")
+            lines += [
+                "",
+                "| model, curve | " + " | ".join(f"{axis} = {x:.3g}" for x in xs) + " | slope | AUC | knee |",
+                "|---|" + "---:|" * (len(xs) + 2) + "---|",
+            ]
+            for c in curves:
+                cells = [
+                    " / ".join(_pct({"mean": at[(c["model"], lv)][k]}) for k in ("ood", "id", "worst_group"))
+                    for lv in c["levels"]
+                ]
+                lines.append(
+                    f"| {c['model']}, {c['curve']} | {' | '.join(cells)} | {_f(c['slope'])} | {_f(c['auc'])} | "
+                    f"{c['knee'] or 'none'} |"
+                )
+        return "\n".join(lines) + "\n"
+
+    return block
+
+
+def clustered_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+    run = _stored("clustered")
+    if run is None:
+        return _no_run("clustered", "RUN/results.json")
+    ks = run["per_k"]
+    rows = [
+        ("images", lambda r: f"{r['size']}"),
+        ("training images", lambda r: f"{r['n_train']}"),
+        ("ID accuracy", lambda r: _pct({"mean": r["id"]})),
+        ("mean OOD over the other clusters", lambda r: _pct({"mean": r["ood_mean_over_clusters"]})),
+        ("worst group (test)", lambda r: _pct({"mean": r["worst_group"]})),
+        ("MI(membership; contexts), bits", lambda r: _f(r["mi_membership_bits"])),
+    ]
+    lines = [
+        f"k = {run['k']} per class, k-means seed {run['seed']}, n_init {run['n_init']}; {run['model']}, "
+        f"linear probe on {_features_line(run)}, {run['seeds']} seeds per D_k (mean shown).",
+        "",
+        "| D_k | " + " | ".join(str(r["k"]) for r in ks) + " |",
+        "|---|" + "---:|" * len(ks),
+        *(f"| {name} | " + " | ".join(cell(r) for r in ks) + " |" for name, cell in rows),
+        "",
+        "| class | MI(cluster; contexts) of H(cluster), bits | cluster: size, top contexts (share of its tags, lift) |",
+        "|---|---|---|",
+    ]
+    for c in run["per_class"]:
+        for j, size in enumerate(c["sizes"]):
+            tops = ", ".join(
+                f"{t['context']} ({100 * t['share']:.0f} %, lift {t['lift']:.1f})" for t in c["top_contexts"][str(j)]
+            )
+            mi = f"{_f(c['mi_bits'])} of {_f(c['h_cluster_bits'])}" if j == 0 else ""
+            lines.append(f"| {c['class'] if j == 0 else ''} | {mi} | {j}: {size}, {tops} |")
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(items: list[dict]) -> str:
+    return ", ".join(f"{x['train']} → {x['eval']} {x['value']:+.2f}" for x in items)
+
+
+def conflicts_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+    """The stored conflicts run: its subsets and windows, strongest cells, and the matrix's mean by kind of cell."""
+    run = _stored("conflicts")
+    if run is None:
+        return _no_run("conflicts", "RUN_FOLDER")
+    cfg, m = run["config"], run["matrix"]
+    cells = {"same class": [], "other class": [], "diagonal (a subset on itself)": []}
+    for t, row in m.items():
+        for e, v in row.items():
+            kind = "diagonal (a subset on itself)" if t == e else "same class"
+            cells["other class" if t.split("(")[0] != e.split("(")[0] else kind].append(v)
+    return (
+        f"{len(run['train_subsets'])} training × {len(run['eval_subsets'])} evaluation subsets ("
+        f"{len(run['skipped_train'])} and {len(run['skipped_eval'])} skipped: too few images left after the "
+        f"earlier subsets' draws; listed in the stored run), {_features_line(run)}; {cfg['steps']:,} steps of batch "
+        f"{cfg['batch_size']} = {cfg['steps'] // cfg['every']} windows, lr {cfg['lr']}, seed {cfg['seed']}.\n\n"
+        f"- strongest helps: {_pairs(run['strongest']['helps'])}\n"
+        f"- strongest hurts: {_pairs(run['strongest']['hurts'])}\n"
+        + "".join(
+            f"- {kind} cells ({len(v)}): mean {sum(v) / len(v):+.3f}, "
+            f"{100 * sum(x > 0 for x in v) / len(v):.0f} % positive\n"
+            for kind, v in cells.items()
+        )
+    )
+
+
+def bugs_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
+    run = _stored("bugs")
+    if run is None:
+        return _no_run("bugs", "BUGS_FOLDER")
+    b, r = run["bugs"], run["run"]
+    lines = [
+        f"{r['method']} / {r['probe']} probe on {_features_line(r)} trained on `{r['task_id']}` "
+        f"(seed {', '.join(map(str, r['seeds']))}; ID {_pct(run['scores']['id'])}, test {_pct(run['scores']['ood'])}); "
+        f"`metashift-hf bugs --min-n {b['min_n']}` on its {b['split']} predictions: {b['n_tests']} context subsets "
+        f"tested, {b['n_bugs']} significant (alpha {b['alpha']}). Harmful, nearest the largest community first:",
+        "",
+        "| class | subset | n | accuracy | the class's other images | q | d to the largest community |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for cls, items in b["harmful"].items():
+        lines += [
+            f"| {cls} | {x['subset']} | {x['n']} | {_pct({'mean': x['accuracy']})} | "
+            f"{_pct({'mean': x['rest_accuracy']})} | {x['q_value']:.3g} | {_f(x['distance_to_largest_community'])} |"
+            for x in items
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _card(run: dict[str, Any]) -> dict[str, Any]:
+    """A run card without what is bulky or tied to this machine (per-task feature stats, timings, task sources)."""
+    return {k: v for k, v in run.items() if k not in ("features", "seconds", "task_sources", "task_origins")}
+
+
+def _keep(name: str, data: dict[str, Any]) -> Path:
+    FIGURES.mkdir(exist_ok=True)
+    out = FIGURES / f"{name}-demo.json"
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return out
+
+
+def store_conflicts(folder: Path) -> Path:
+    """Keep a conflicts run's results.json and its matrix (conflicts.csv), which the block summarises."""
+    import pandas as pd  # only the conflicts matrix is a CSV
+
+    data = json.loads((Path(folder) / "results.json").read_text())
+    matrix = pd.read_csv(Path(folder) / "conflicts.csv", index_col=0)
+    return _keep("conflicts", {**data, "matrix": {t: row.to_dict() for t, row in matrix.iterrows()}})
+
+
+def store_bugs(folder: Path) -> Path:
+    """Keep a bug report (bugs.json) with the run card, ID / test scores and split sizes of the `train` run whose
+    predictions it tested (the predictions' folder's parent)."""
+    import pandas as pd  # the predictions table gives the run's split sizes
+
+    bugs = json.loads((Path(folder) / "bugs.json").read_text())
+    predictions = Path(bugs["predictions"])
+    train = predictions.parent.parent
+    card, scores = (json.loads((train / f).read_text()) for f in ("run_card.json", "scores.json"))
+    n = pd.read_csv(predictions)["split"].value_counts()
+    return _keep(
+        "bugs",
+        {
+            "experiment": "bugs",
+            "bugs": {k: v for k, v in bugs.items() if k != "predictions"},
+            "run": _card(card),
+            "scores": {k: scores[k] for k in ("id", "ood")},
+            "sizes": {"n_train": int(n.get("train", 0)), "n_test": int(n.get(bugs["split"], 0))},
+        },
+    )
 
 
 BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
@@ -348,8 +541,17 @@ BLOCKS: dict[str, tuple[str, Callable[[Artifact, Path | None], str]]] = {
     "paper-dg-demo": ("docs/evaluate.md", paper_dg_block),
     "paper-subpop-demo": ("docs/evaluate.md", paper_subpop_block),
     "compare-demo": ("docs/evaluate.md", compare_block),
+    **{f"ood-levels-{t}-demo": ("docs/experiments.md", levels_block(t)) for t in ("marginal", "conditional", "joint")},
+    "clustered-demo": ("docs/experiments.md", clustered_block),
+    "conflicts-demo": ("docs/experiments.md", conflicts_block),
+    "bugs-demo": ("docs/experiments.md", bugs_block),
 }
-RUNS = {"paper-dg-demo": "paper-dg", "paper-subpop-demo": "paper-subpop"}
+# block -> its stored run (checked for the crop rule and, where it planned task ids, the tasks' facts)
+RUNS = {
+    name: name.removesuffix("-demo")
+    for name in BLOCKS
+    if name.startswith(("paper-dg", "paper-subpop", "ood-levels", "clustered", "conflicts", "bugs"))
+}
 
 
 def stale(
@@ -416,27 +618,27 @@ def write(art: Artifact, root: Path = ROOT) -> list[str]:
 
 
 def store_run(name: str, results: Path) -> Path:
-    """Keep an experiment's results.json (rows and run card, not the per-task feature stats) under docs/figures/."""
+    """Keep an experiment's results.json under docs/figures/<name>-demo.json: an `Experiment` table's rows and run
+    card (not the per-task feature stats); a shift experiment's whole result (`ood-levels` as ood-levels-<type>)."""
     data = json.loads(Path(results).read_text())
-    if data.get("experiment") != name:
-        raise SystemExit(f"{results} is experiment {data.get('experiment')!r}, not {name!r}")
-    run = {k: v for k, v in data["run"].items() if k not in ("features", "seconds", "task_sources", "task_origins")}
-    FIGURES.mkdir(exist_ok=True)
-    out = FIGURES / f"{name}-demo.json"
-    out.write_text(
-        json.dumps(
-            {
-                "experiment": name,
-                "rows": data["rows"],
-                "run": run,
-                "differences": data.get("paper", {}).get("differences", []),
-            },
-            indent=1,
-            sort_keys=True,
-        )
-        + "\n"
+    made = data.get("experiment")
+    made = f"{made}-{data['type']}" if made == "ood-levels" else made
+    if made != name:
+        raise SystemExit(f"{results} is experiment {made!r}, not {name!r}")
+    if "run" not in data:
+        return _keep(name, data)
+    return _keep(
+        name,
+        {
+            "experiment": name,
+            "rows": data["rows"],
+            "run": _card(data["run"]),
+            "differences": data.get("paper", {}).get("differences", []),
+        },
     )
-    return out
+
+
+STORE = {"compare": store_compare, "conflicts": store_conflicts, "bugs": store_bugs}  # a run folder, not a file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -449,13 +651,14 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="EXPERIMENT=RESULTS_JSON",
-        help="with --write: store this experiment run (paper-dg, paper-subpop) first",
+        help="with --write: store this experiment run first (paper-dg, paper-subpop, ood-levels-marginal|conditional|"
+        "joint, clustered: RESULTS_JSON; compare, conflicts, bugs: the run's folder)",
     )
     ap.add_argument("--artifact", help="an existing demo artifact (default: build the demo world in a temp folder)")
     args = ap.parse_args(argv)
     for item in args.results:
         name, _, path = item.partition("=")
-        print(f"stored {store_compare(Path(path)) if name == 'compare' else store_run(name, Path(path))}")
+        print(f"stored {STORE[name](Path(path)) if name in STORE else store_run(name, Path(path))}")
     with tempfile.TemporaryDirectory() as tmp:
         art = Artifact.load(args.artifact) if args.artifact else demo_artifact(Path(tmp))
         if args.check:

@@ -103,19 +103,24 @@ def fake_train(ref, *a, config=None, **k):
     ood += 0.05 if cfg.method == "groupdro" else 0
     idv = 0.9 + (0.05 if cfg.method == "groupdro" else 0)
     m = lambda v: {"mean": v, "std": 0.0}  # noqa: E731
+    shifted = ref.plan.spec.shift_type != "none"  # as the scores: no ID/OOD pair where a level declares no shift
     agg = {
-        "id": m(idv),
-        "ood": m(ood),
-        "drop_pct": m(100 * (idv - ood) / idv),
+        "id": m(idv if shifted else None),
+        "ood": m(ood if shifted else None),
+        "drop_pct": m(100 * (idv - ood) / idv if shifted else None),
         "n_seeds": 2,
-        "splits": {"test": {"worst_group": m(ood - 0.1)}},
+        "splits": {"test": {"average": m(ood), "worst_group": m(ood - 0.1)}, "id_test": {"average": m(idv)}},
     }
     return SimpleNamespace(aggregate=lambda: agg)
 
 
+def stand_in_backbone(**k):
+    return SimpleNamespace(card=lambda: {"name": "stand-in"})
+
+
 def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
     monkeypatch.setattr(ood_experiments, "train", fake_train)
-    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
+    monkeypatch.setattr(ood_experiments, "load_backbone", stand_in_backbone)
     out = tmp_path / "ood"
     origin = TaskOrigin(artifact=builder_world["artifact"].root, images=builder_world["folder"])
     r = ood_experiments.ood_levels(
@@ -126,6 +131,7 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
         ),
     )
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "levels.csv", "curves.png"}
+    assert r["backbone"] == {"name": "stand-in"}  # its crop rule dates stored figures (scripts/docs_figures.py)
     curves = {(c["model"], c["curve"]): c for c in r["curves"]}
     main_curve = curves[("erm", "ood")]
     assert main_curve["slope"] == pytest.approx(-1.0)  # accuracy falls one for one with d
@@ -147,7 +153,7 @@ def test_ood_levels_orchestration(builder_world, tmp_path, monkeypatch):
 
 def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ood_experiments, "train", fake_train)
-    monkeypatch.setattr(ood_experiments, "load_backbone", lambda **k: None)
+    monkeypatch.setattr(ood_experiments, "load_backbone", stand_in_backbone)
     out = tmp_path / "cond"
     assert (
         main(
@@ -175,6 +181,9 @@ def test_experiment_cli_conditional(builder_world, tmp_path, monkeypatch, capsys
     bal = next(c for c in r["curves"] if c["model"] == "erm" and c["curve"] == "balanced")
     assert bal["slope"] == pytest.approx(-1.0) and bal["x"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.45, 0.49]
     assert bal["knee"] == "delta10"  # 0.8 < 0.9 * 0.9
+    # the control level declares no shift (issue 38.2) and is still the curve's first point, with ID and OOD
+    control = next(x for x in r["levels"] if x["level"] == "delta00" and x["model"] == "erm")
+    assert control["ood"] == pytest.approx(0.9) and control["id"] == pytest.approx(0.9) and bal["ood"][0] == 0.9
 
 
 def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,33 @@ def test_a_stale_figure_fails_the_check(demo_build, docs_figures, tmp_path):
     run = json.loads((docs_figures.FIGURES / "paper-dg-demo.json").read_text())
     run["rows"][0]["n_train"] += 1
     assert any("n_train" in p for p in docs_figures._stale_run(art, run))
+
+
+def test_stored_experiment_runs_are_checked(demo_build, docs_figures, tmp_path, monkeypatch):
+    """docs/experiments.md's tables come from the stored ood-levels, clustered, conflicts and bug-report runs: a
+    stored run whose tasks the code plans differently, or whose features came from another crop rule, is stale,
+    and a table that no longer matches its stored run is too."""
+    _, art = demo_build
+    levels = json.loads((docs_figures.FIGURES / "ood-levels-conditional-demo.json").read_text())
+    assert docs_figures._stale_run(art, levels) == [] and docs_figures._stale_features(levels) is None
+    levels["levels"][0]["n_test"] += 1  # one line per task, though every model trained on it
+    assert docs_figures._stale_run(art, levels) == [
+        f"{levels['levels'][0]['task_id']}: n_test 89 in the stored run, 88 now"
+    ]
+    bugs = json.loads((docs_figures.FIGURES / "bugs-demo.json").read_text())
+    assert docs_figures._stale_run(art, bugs) == []
+    bugs["sizes"]["n_train"] -= 1
+    assert any("n_train" in p for p in docs_figures._stale_run(art, bugs))
+    for name in ("ood-levels-marginal", "clustered", "conflicts"):
+        run = json.loads((docs_figures.FIGURES / f"{name}-demo.json").read_text())
+        run["backbone"]["preprocessing"]["crop_rule"] = "crop-then-resize"
+        assert "crop-then-resize" in docs_figures._stale_features(run)
+    # a stored result that moved: its table in docs/experiments.md is stale
+    figures = tmp_path / "figures"
+    shutil.copytree(docs_figures.FIGURES, figures)
+    monkeypatch.setattr(docs_figures, "FIGURES", figures)
+    clustered = json.loads((figures / "clustered-demo.json").read_text())
+    clustered["per_k"][0]["id"] = 0.5
+    (figures / "clustered-demo.json").write_text(json.dumps(clustered))
+    problems = docs_figures.stale(art, names=("clustered-demo", "conflicts-demo"))
+    assert len(problems) == 1 and "clustered-demo" in problems[0] and "50.0%" in problems[0]

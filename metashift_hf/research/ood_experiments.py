@@ -271,6 +271,9 @@ def ood_levels(
             )
             a = res.aggregate()
             lev = tp.spec.level
+            # ID and OOD are id_test and test at every level, also where the level declares no shift (the
+            # conditional control, delta = 0) and its scores therefore give no ID/OOD pair: it is still a curve point
+            ood, idv = a["splits"]["test"], a["splits"]["id_test"]["average"]
             rows.append(
                 {
                     "model": m.name,
@@ -283,13 +286,13 @@ def ood_levels(
                     "test": lev.test,
                     "n_train": len(tp.splits["train"]),
                     "n_test": len(tp.splits["test"]),
-                    "id": a["id"]["mean"],
-                    "id_std": a["id"]["std"],
-                    "ood": a["ood"]["mean"],
-                    "ood_std": a["ood"]["std"],
-                    "drop_pct": a["drop_pct"]["mean"],
-                    "worst_group": a["splits"]["test"]["worst_group"]["mean"],
-                    "worst_group_std": a["splits"]["test"]["worst_group"]["std"],
+                    "id": idv["mean"],
+                    "id_std": idv["std"],
+                    "ood": ood["average"]["mean"],
+                    "ood_std": ood["average"]["std"],
+                    "drop_pct": a["drop_pct"]["mean"],  # none where the level declares no shift
+                    "worst_group": ood["worst_group"]["mean"],
+                    "worst_group_std": ood["worst_group"]["std"],
                     "n_seeds": a["n_seeds"],
                 }
             )
@@ -335,6 +338,7 @@ def ood_levels(
         "type": shift_type,
         "models": [m.name for m in specs],
         "seeds": len(config.training.resolved().seeds),
+        "backbone": bb.card(),  # its preprocessing's crop rule tells whether stored figures are stale
         "task_seed": seed,
         "options": options,
         "levels": rows,
