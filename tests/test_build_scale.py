@@ -399,6 +399,8 @@ def test_image_counts_run_under_the_memory_limit_not_the_read_back_limit(tmp_pat
     """The distinct-image counts hash every image: under the 256 MiB read-back limit they failed at 9M images
     (DuckDB out of memory after 24 CPU minutes). Scaled down: a 16 MiB read-back limit and 400k images."""
     monkeypatch.setattr(tag_store, "READ_MEMORY_LIMIT", 16 << 20)
+    # the range reads scaled with the limit: 1M-row batches at 16 MiB sat at the edge (one OOM in ~5 loaded runs)
+    monkeypatch.setattr(tag_store, "_BATCH_ROWS", 1 << 18)
     rng = np.random.default_rng(0)
     n, per = 400_000, 4
     ids = np.repeat(np.char.add("im", np.arange(n).astype(str)), per)
