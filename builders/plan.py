@@ -78,10 +78,10 @@ class TaskPlan:
     def assert_disjoint(self) -> None:
         """Raise when an image sits in two rows of a task plan (two splits or twice in one split).
 
-        Collections (``shift_type == "none"``) may list an image once per class it shows.
+        Collections (``ShiftSpec.collection``) may list an image once per class it shows.
         """
         seen: dict[tuple[str, str], str] = {}
-        per_class = self.spec.shift_type == "none"
+        per_class = self.spec.collection
         for split, rows in self.splits.items():
             for r in rows:
                 key = (r.image_id, r.label if per_class else "")

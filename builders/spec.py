@@ -397,6 +397,13 @@ class ShiftSpec:
     members: tuple[SplitMembers, ...] | None = None  # each split's rows (None: not recorded, a version 1-4 spec)
     spec_version: int = SPEC_VERSION
 
+    @property
+    def collection(self) -> bool:
+        """A whole-class collection: no shift type and no test groups (every group in ``train``); it may list an
+        image once per class it shows. A ``none`` task with a test split (the conditional family's delta = 0
+        control, a level whose designed shift is within sampling noise) is not one."""
+        return self.shift_type == "none" and not self.test_groups
+
     def groups(self) -> dict[str, tuple[GroupSpec, ...]]:
         """Split -> its groups, for the splits that have any (train, validation, test, id_test order)."""
         out = {

@@ -55,10 +55,26 @@ def shift_in_words(spec: ShiftSpec) -> str:
             f"training and test sets contain the same kinds of groups in different proportions.{p} Train groups: "
             f"{group_list(groups.get('train', []))}; test groups: {group_list(groups.get('test', []))}.{d}"
         )
+    if not spec.collection:
+        return (
+            f"**No measured shift** over {classes}: {no_shift_reason(spec)}. Train groups: "
+            f"{group_list(groups.get('train', []))}; test groups: {group_list(groups.get('test', []))}.{d}"
+        )
     return (
         f"**No designed shift**: classes {classes} with every group in one split "
         f"({group_list(groups.get('train', []))}); use it as a whole-class collection or an in-distribution reference."
     )
+
+
+def no_shift_reason(spec: ShiftSpec) -> str:
+    """Why a task with a test split declares no shift: a design within sampling noise, or a no-shift control."""
+    lev = spec.level
+    if lev is not None and lev.delta:
+        return (
+            f"its design shifts P(class | context) (delta = {lev.delta:g}), but at this size the shift is within "
+            "sampling noise, so it declares the type its rows measure (the measured shift below)"
+        )
+    return "train and test hold the same kinds of groups in the same proportions (a no-shift control)"
 
 
 def shift_label(spec: ShiftSpec) -> str:
@@ -66,7 +82,7 @@ def shift_label(spec: ShiftSpec) -> str:
         "marginal": "domain generalisation",
         "joint": "domain generalisation (joint shift)",
         "conditional": "subpopulation shift",
-    }.get(spec.shift_type, "no designed shift")
+    }.get(spec.shift_type, "no designed shift" if spec.collection else "no measured shift")
 
 
 def summary(spec: ShiftSpec) -> str:
@@ -188,6 +204,8 @@ def first_sentence(spec: ShiftSpec) -> str:
         "(P(context) and P(class | context) shift)",
         "conditional": "the same kinds of groups in other proportions (P(class | context) shifts)",
     }
+    if spec.shift_type not in what and not spec.collection:
+        return f"**Train on {train}; test on {test}; no shift is measured: {no_shift_reason(spec)}.**"
     if spec.shift_type not in what:
         return (
             f"**Classify {', '.join(f'`{c}`' for c in spec.classes)}: train and test are drawn from the same "

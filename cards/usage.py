@@ -41,6 +41,11 @@ def recommended_metric(info: CardTask) -> str:
             "else `validation`), the gap between them, and per-group accuracy (`group` field), each with a 95% "
             "interval; name the distance d of the shift."
         )
+    if not info.spec.collection:
+        return (
+            "No measured shift between train and test: report accuracy on `test` and per-group accuracy (`group` "
+            "field) with 95% intervals, as the reference point of its family's shifted levels."
+        )
     return "No designed shift: report per-group accuracy (`group` field) with 95% intervals."
 
 

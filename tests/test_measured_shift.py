@@ -285,3 +285,24 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     for d in range(4):
         m = specs[f"shift-joint-cat-dog-d{d}-delta00"].measured
         assert m.agrees and m.note.startswith("declared as measured: delta = 0")
+
+
+def test_a_no_shift_level_is_not_called_a_collection(demo_build):
+    """A level declared `none` (the delta = 0 control; delta10 within its null on the demo) keeps its train/test
+    splits: cards, `tasks show` and the Space must not call it a collection without a designed shift, and the leak
+    check stays strict (only a collection may list an image once per class)."""
+    from metashift_hf.cards.shift_words import first_sentence, shift_in_words, shift_label
+
+    _, art = demo_build
+    collection = tasks.plan_task("classes", art).spec
+    assert collection.collection and shift_label(collection) == "no designed shift"
+    assert "no designed shift" in first_sentence(collection)
+    for tid, why in (
+        ("shift-conditional-cat-dog-delta10", "(delta = 0.1), but at this size the shift is within sampling noise"),
+        ("shift-conditional-cat-dog-delta00", "a no-shift control"),
+    ):
+        spec = tasks.plan_task(tid, art).spec
+        assert spec.shift_type == "none" and not spec.collection and spec.test_groups, tid
+        words = first_sentence(spec) + shift_in_words(spec)
+        assert "no designed shift" not in words.lower() and "collection" not in words and why in words, tid
+        assert shift_label(spec) == "no measured shift"

@@ -140,7 +140,7 @@ def check_rows(
             ROWS_FIX,
         )
     spec_groups = spec.groups()
-    per_class = spec.shift_type == "none"  # collections list an image once per class it shows
+    per_class = spec.collection  # collections list an image once per class it shows
     seen: dict[tuple[str, str], str] = {}
     names = pa.array(classes, pa.string())
     for split in sorted(have, key=list(sizes).index):
