@@ -55,7 +55,7 @@ def shift_in_words(spec: ShiftSpec) -> str:
             f"training and test sets contain the same kinds of groups in different proportions.{p} Train groups: "
             f"{group_list(groups.get('train', []))}; test groups: {group_list(groups.get('test', []))}.{d}"
         )
-    if not spec.collection:
+    if is_no_shift_level(spec):
         return (
             f"**No measured shift** over {classes}: {no_shift_reason(spec)}. Train groups: "
             f"{group_list(groups.get('train', []))}; test groups: {group_list(groups.get('test', []))}.{d}"
@@ -64,6 +64,12 @@ def shift_in_words(spec: ShiftSpec) -> str:
         f"**No designed shift**: classes {classes} with every group in one split "
         f"({group_list(groups.get('train', []))}); use it as a whole-class collection or an in-distribution reference."
     )
+
+
+def is_no_shift_level(spec: ShiftSpec) -> bool:
+    """Declared ``none`` with train and test splits (a no-shift control, or a design within sampling noise), unlike
+    a collection (``ShiftSpec.collection``): its words say why no shift is measured."""
+    return spec.shift_type == "none" and not spec.collection
 
 
 def no_shift_reason(spec: ShiftSpec) -> str:
@@ -78,11 +84,13 @@ def no_shift_reason(spec: ShiftSpec) -> str:
 
 
 def shift_label(spec: ShiftSpec) -> str:
+    if is_no_shift_level(spec):
+        return "no measured shift"
     return {
         "marginal": "domain generalisation",
         "joint": "domain generalisation (joint shift)",
         "conditional": "subpopulation shift",
-    }.get(spec.shift_type, "no designed shift" if spec.collection else "no measured shift")
+    }.get(spec.shift_type, "no designed shift")
 
 
 def summary(spec: ShiftSpec) -> str:
@@ -204,7 +212,7 @@ def first_sentence(spec: ShiftSpec) -> str:
         "(P(context) and P(class | context) shift)",
         "conditional": "the same kinds of groups in other proportions (P(class | context) shifts)",
     }
-    if spec.shift_type not in what and not spec.collection:
+    if is_no_shift_level(spec):
         return f"**Train on {train}; test on {test}; no shift is measured: {no_shift_reason(spec)}.**"
     if spec.shift_type not in what:
         return (

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 from .card_task import CardTask
+from .shift_words import is_no_shift_level
 
 
 def recommended_metric(info: CardTask) -> str:
@@ -41,7 +42,7 @@ def recommended_metric(info: CardTask) -> str:
             "else `validation`), the gap between them, and per-group accuracy (`group` field), each with a 95% "
             "interval; name the distance d of the shift."
         )
-    if not info.spec.collection:
+    if is_no_shift_level(info.spec):
         return (
             "No measured shift between train and test: report accuracy on `test` and per-group accuracy (`group` "
             "field) with 95% intervals, as the reference point of its family's shifted levels."

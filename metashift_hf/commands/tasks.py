@@ -11,7 +11,7 @@ from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.plan import SPLITS
 from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.tasks import family_of, kinds
-from metashift_hf.cards.shift_words import measured_words, no_shift_reason
+from metashift_hf.cards.shift_words import is_no_shift_level, measured_words, no_shift_reason
 from metashift_hf.core.errors import (
     EmptyResultError,
     MetashiftError,
@@ -234,11 +234,7 @@ _KINDS = {
 
 def spec_summary(spec: ShiftSpec) -> list[str]:
     """A shift spec as a few readable lines (``tasks show``; ``--json`` gives all of it)."""
-    kind = (
-        _KINDS[spec.shift_type]
-        if spec.collection or spec.shift_type != "none"
-        else (f"no measured shift: {no_shift_reason(spec)}")
-    )
+    kind = f"no measured shift: {no_shift_reason(spec)}" if is_no_shift_level(spec) else _KINDS[spec.shift_type]
     lines = [f"shift:    {kind}"]
     measured = measured_words(spec)
     if measured:
