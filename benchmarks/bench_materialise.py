@@ -80,7 +80,7 @@ def plain_copy(zpath: Path, ids: list[str], out: Path) -> tuple[float, float]:
 
 def materialise(zpath: Path, artifact: Path, cache: Path):
     """(wall s, CPU s of this process, rows, the builder) of download_and_prepare."""
-    from metashift_hf.builders.metashift import Metashift
+    from metashift_hf.tasks.metashift import Metashift
 
     t, c = time.perf_counter(), time.process_time()
     b = Metashift(config_name="class-cat", artifact=str(artifact), images=str(zpath), cache_dir=str(cache))

@@ -106,7 +106,7 @@ class MetaGraphFacts:
 
         - a row's ``community`` is one of its context subsets' communities here (the builder takes the group's
           community, which every subset of the group shares, or the one most of the row's contexts are in), and
-          -1 exactly when none of them is kept (builders.shifts.majority_community);
+          -1 exactly when none of them is kept (tasks.shifts.majority_community);
         - a subset's ``n_images`` (its images in the artifact) is at least the task's images that show it;
         - (``spectral_dim``: the build's K) a distance is at most 2 sqrt(K): the embedding scales every coordinate
           into [-1, 1] (builders.metagraph.spectral_embedding), and so does the mean it is measured to.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift_hf.builders.group_distances import TrainTestDistance
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.cards.pictures import TaskPictures
+from metashift_hf.tasks.group_distances import TrainTestDistance
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 @dataclass
@@ -23,9 +23,7 @@ class CardTask:
     group_rows: dict[str, dict[str, int]]
     build: dict[str, Any]
     plots: list[str] = field(default_factory=list)  # classes whose meta-graph picture is copied
-    distances: list[TrainTestDistance] = field(
-        default_factory=list
-    )  # read from the artifact (builders.group_distances)
+    distances: list[TrainTestDistance] = field(default_factory=list)  # read from the artifact (tasks.group_distances)
     differences: list[str] = field(default_factory=list)
     example: dict = field(default_factory=dict)  # the first row without its image bytes (data-instance section)
     pictures: TaskPictures | None = None  # the task's own pictures (cards.pictures), None when not drawn

@@ -19,11 +19,11 @@ from typing import Mapping
 import numpy as np
 
 from metashift_hf.builders import plots
-from metashift_hf.builders.group_distances import group_subsets
-from metashift_hf.builders.plan import SPLITS
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import id_slug
+from metashift_hf.tasks.group_distances import group_subsets
+from metashift_hf.tasks.plan import SPLITS
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 logger = logging.getLogger(__name__)

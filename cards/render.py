@@ -15,14 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from metashift_hf.builders.artifact import ArtifactStats
-from metashift_hf.builders.group_distances import train_test_distances
 from metashift_hf.builders.meta_graph_facts import EDGE_SUBSETS_MAX
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core import __version__
 from metashift_hf.core.names import SubsetName, id_slug
 from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic, license_id
 from metashift_hf.core.published import PUBLISHED_FULL
 from metashift_hf.hub.shards import dataset_infos_yaml
+from metashift_hf.tasks.group_distances import train_test_distances
+from metashift_hf.tasks.spec import ShiftSpec
 
 from .card_task import CardTask
 from .shift_words import (
@@ -39,7 +39,7 @@ from .usage import load_example, recommended_metric, usage
 
 
 TAGS = ["metashift", "distribution-shift", "out-of-distribution", "image-classification", "visual-genome", "gqa"]
-# shift_type as builders/shifts.py defines it: domain generalisation shifts the marginal context
+# shift_type as metashift_hf/tasks/shifts.py defines it: domain generalisation shifts the marginal context
 # distribution; subpopulation shift changes how contexts go with labels (conditional).
 SHIFT_TAGS = {
     "marginal": "domain-generalization",

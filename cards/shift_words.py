@@ -3,7 +3,7 @@ measured shift."""
 
 from __future__ import annotations
 
-from metashift_hf.builders.spec import GroupSpec, ShiftDistance, ShiftSpec, SplitShift
+from metashift_hf.tasks.spec import GroupSpec, ShiftDistance, ShiftSpec, SplitShift
 
 from .text import cell, fmt
 
@@ -114,7 +114,7 @@ def shift_table(spec: ShiftSpec) -> str:
 
 
 def measured_words(spec: ShiftSpec) -> str | None:
-    """The shift measured from the rows (builders/measured.py), test split against train, in one line."""
+    """The shift measured from the rows (metashift_hf/tasks/measured.py), test split against train, in one line."""
     m = spec.measured
     test = None if m is None else (m.split("test") or (m.splits[-1] if m.splits else None))
     if test is None:

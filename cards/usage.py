@@ -57,7 +57,7 @@ def load_example(info: CardTask) -> str:
 
 def score_example(info: CardTask) -> str:
     """The Evaluator snippet: ID and OOD in one call where the task has both (the ID split as
-    ``builders.splits.split_roles`` picks it), else the test split alone."""
+    ``tasks.splits.split_roles`` picks it), else the test split alone."""
     splits = info.split_rows
     iid = next((s for s in ("id_test", "validation") if s in splits), None)
     lines = [

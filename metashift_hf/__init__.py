@@ -24,7 +24,7 @@ _LAZY = {
     "plan": "metashift_hf.hub.api",
     "Artifact": "metashift_hf.builders.artifact",
     "shift_spec": "metashift_hf.hub.task_open",
-    "ShiftSpec": "metashift_hf.builders.spec",
+    "ShiftSpec": "metashift_hf.tasks.spec",
     "Evaluator": "metashift_hf.research.evaluator",
     "open_task": "metashift_hf.hub.task_open",
     "TaskRef": "metashift_hf.hub.task_data",

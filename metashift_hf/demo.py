@@ -17,7 +17,7 @@ from pathlib import Path
 
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import SceneGraphs
-from metashift_hf.builders.match_artifact import MatchInputs, run_match
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 
 from .core.errors import MetashiftError
 from .core.fsutil import claim_dir

@@ -13,7 +13,7 @@ PY=${PYTHON:-python3}
 
 # Missing on the device image (its 'cuda' image has torch, timm, transformers, huggingface_hub 1.33,
 # pyarrow, pandas, xxhash, fsspec, aiohttp, click, joblib, regex, h11, anyio, idna, setuptools):
-#   datasets + dill + multiprocess       tasks are datasets (hub/, builders/metashift.py)
+#   datasets + dill + multiprocess       tasks are datasets (hub/, metashift_hf/tasks/metashift.py)
 #   duckdb                               builders/build.py imports builders/tag_store.py (the demo's build)
 #   nltk + defusedxml                    wordnet_match/wordnet.py (the reader of the dict files)
 #   platformdirs                         core/paths.py

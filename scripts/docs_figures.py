@@ -34,15 +34,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from metashift_hf.builders import tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import SceneGraphs
-from metashift_hf.builders.match_artifact import MatchInputs, run_match
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.models.base import CROP_RULE
 from metashift_hf.sources.demo_world import generate_demo_world
+from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 ROOT = Path(__file__).resolve().parent.parent

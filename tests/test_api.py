@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import metashift_hf
-from metashift_hf.builders import shifts
 from metashift_hf.core.errors import (
     EmptyGroupError,
     EmptyResultError,
@@ -18,6 +17,7 @@ from metashift_hf.hub import api, task_open
 from metashift_hf.hub.api import plan
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks import shifts
 
 
 def test_plan_needs_no_images(builder_world):

@@ -223,7 +223,7 @@ def test_clustered_orchestration(builder_world, tmp_path, monkeypatch):
         assert tp.spec.shift_type == "clustered" and tp.spec.task_id == f"clustered-cat-dog-k{kk}"
         assert {r.group for r in tp.splits["train"]} == {f"cat(cluster-{kk})", f"dog(cluster-{kk})"}
         assert all(not r.group.endswith(f"(cluster-{kk})") for r in tp.splits["test"])
-        rows = [r for v in tp.splits.values() for r in v]  # the group fields' one meaning (builders.shifts.Row)
+        rows = [r for v in tp.splits.values() for r in v]  # the group fields' one meaning (tasks.shifts.Row)
         assert all(r.group == f"{r.label}({r.context})" and (r.community >= 0 or not r.contexts) for r in rows)
         assert sum(tp.spec.split_sizes.values()) == sum(len(v) for v in tp.splits.values())
         assert json.loads(tp.spec.to_json())["shift_type"] == "clustered"

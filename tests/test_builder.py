@@ -11,11 +11,11 @@ import pytest
 
 from fixtures.worlds import ATTRS
 from metashift_hf.builders.build import BuildOptions, build_artifact
-from metashift_hf.builders.metashift import LEGACY_CLASSES, Metashift, describe, features_with_spec, spec_of_features
-from metashift_hf.builders.metashift import spec_of_dataset as shift_spec
 from metashift_hf.builders.subsets import CandidateSubsets
-from metashift_hf.builders.tasks import plan_task
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from metashift_hf.tasks.families import plan_task
+from metashift_hf.tasks.metashift import LEGACY_CLASSES, Metashift, describe, features_with_spec, spec_of_features
+from metashift_hf.tasks.metashift import spec_of_dataset as shift_spec
 
 
 def build(builder_world, task, images=None, cache=None, **kw):

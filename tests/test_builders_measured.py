@@ -1,6 +1,6 @@
 """Declared = measured (issue 38 part 2): every plannable task of every family, sampled on the builder
 world (matched by wordnet_match) and a COCO world, has the shift type its rows measure
-(builders/measured.py), or a declared type the measurement supports within its null: a designed
+(metashift_hf/tasks/measured.py), or a declared type the measurement supports within its null: a designed
 P(Y|S) shift smaller than the permutation threshold at that size. Community-matched tasks are measured
 on S = the class-qualified community and report their label shift P(Y) as its own part."""
 
@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import CocoInstances
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.cards.shift_words import community_words, measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError
 from metashift_hf.sources.coco_world import write_coco_world
+from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks import measured
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 def _supported(spec: ShiftSpec) -> bool:

@@ -14,8 +14,6 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
 from metashift_hf import __version__
 from metashift_hf.builders.distances import Distance
-from metashift_hf.builders.group_distances import TrainTestDistance, train_test_distances
-from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cards import pictures
 from metashift_hf.cards import render as cards
 from metashift_hf.cards import text as card_text
@@ -23,6 +21,8 @@ from metashift_hf.cards import usage as card_usage
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks.group_distances import TrainTestDistance, train_test_distances
+from metashift_hf.tasks.spec import GroupSpec, ShiftSpec
 
 
 # what export draws for the first task of ``exported`` (matplotlib installed): both classes' role graphs, the grid
@@ -136,7 +136,7 @@ def test_body_has_every_section(exported):
 
 
 def test_card_formats_the_distances_it_is_given(exported):
-    """Cards format and do not compute: the distance rows come from builders.group_distances (read from
+    """Cards format and do not compute: the distance rows come from tasks.group_distances (read from
     the artifact when the facts are gathered) and the card prints exactly the rows it holds."""
     art, tasks, _ = exported
     info = cards.task_info(tasks[0], art, repo_id="ns/metashift-paper-dg-cat-dog-1")

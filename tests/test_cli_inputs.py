@@ -11,9 +11,9 @@ import metashift_hf
 from fixtures.tasks import sample_jpegs
 from metashift_hf import cli
 from metashift_hf.builders.build import BuildOptions, build_artifact
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.builders.subsets import CandidateSubsets
 from metashift_hf.sources import manifest as mf
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 pytestmark = pytest.mark.usefixtures("isolated_manifest")

@@ -9,16 +9,16 @@ import zipfile
 
 import pytest
 
-from metashift_hf.builders import coco_tasks
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.builders.coco import COCO_CATEGORIES, read_coco_annotations
 from metashift_hf.builders.images import open_images
-from metashift_hf.builders.tasks import plan_task
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.sources.coco_world import write_coco_world
+from metashift_hf.tasks import coco_tasks
+from metashift_hf.tasks.families import plan_task
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def matched(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalart") / "artifact"
     art = build_artifact(CandidateSubsets.from_dict(subsets), root, BuildOptions(), plots=False)
     try:
-        from metashift_hf.builders.match_artifact import MatchInputs, run_match
+        from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 
         run_match(MatchInputs(artifact=str(root), hierarchy="wordnet"))
     except MetashiftError as exc:  # WordNet dict files absent on this machine

@@ -12,13 +12,13 @@ import pytest
 
 import metashift_hf
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.hub import shards
 from metashift_hf.hub.export import export_prepared, export_tasks, verify_export
 from metashift_hf.hub.shards import write_config
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 @pytest.fixture(scope="module")

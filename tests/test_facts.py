@@ -1,6 +1,6 @@
 """Issue 37 (review round 5, B1/B2): a task's meta-graph facts are checked against themselves and against the
 task's rows (N-R01, N-R13, N-R14, N-R20), and the shift spec records each split's rows, so that rows of another
-split (N-E01) or changed rows are told apart (builders/meta_graph_facts.py, builders/spec.py)."""
+split (N-E01) or changed rows are told apart (builders/meta_graph_facts.py, metashift_hf/tasks/spec.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import math
 import pyarrow as pa
 import pytest
 
-from metashift_hf.builders import tasks
 from metashift_hf.builders.meta_graph_facts import EDGE_TYPE, MetaGraphFacts
-from metashift_hf.builders.spec import (
+from metashift_hf.core.errors import InputFormatError
+from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks.spec import (
     MEMBERS_BITS_MAX,
     MEMBERS_BUDGET_BITS,
     SPEC_VERSION,
@@ -21,7 +22,6 @@ from metashift_hf.builders.spec import (
     SplitMembers,
     row_key,
 )
-from metashift_hf.core.errors import InputFormatError
 
 
 TASK = "shift-conditional-cat-dog-delta30"

@@ -1,6 +1,6 @@
 """Issue 37 (review round 5, B1/B2) end to end: an exported folder whose rows or meta-graph facts were changed is
 refused by `open_task`, `Evaluator`, `bugs` and `evaluate` (N-R01, N-R13, N-R14, N-R20), and a loaded split holding
-another split's rows is not scored as that split (N-E01); builders/spec.py `members`, builders/meta_graph_facts.py
+another split's rows is not scored as that split (N-E01); metashift_hf/tasks/spec.py `members`, builders/meta_graph_facts.py
 `check_rows`, wired where rows are read (metashift_hf/hub) and in the Evaluator's realignment."""
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ torch = pytest.importorskip("torch")
 
 from fixtures.tasks import sample_jpegs  # noqa: E402
 from metashift_hf.builders.build import BuildOptions, build_artifact  # noqa: E402
-from metashift_hf.builders.match_artifact import MatchInputs, run_match  # noqa: E402
 from metashift_hf.builders.subsets import CandidateSubsets  # noqa: E402
 from metashift_hf.core.errors import InputFormatError, MetashiftError  # noqa: E402
 from metashift_hf.core.names import path_component  # noqa: E402
@@ -38,6 +37,7 @@ from metashift_hf.evaluate.zoo import evaluate_zoo  # noqa: E402
 from metashift_hf.hub.task_open import TaskOrigin  # noqa: E402
 from metashift_hf.models import CacheConfig, OutputCache, Preprocessing, from_module, outputs  # noqa: E402
 from metashift_hf.research.features import feature_cache_dir, image_features, load_backbone  # noqa: E402
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match  # noqa: E402
 
 
 PREP = Preprocessing(36, 32, "bilinear", (0.5,) * 3, (0.5,) * 3)

@@ -119,8 +119,9 @@ def test_bad_community_caps_are_bad_values_not_group_sizes(art, value):
     """The matched bin-/multiclass tasks' caps: -5 once read 'group has -5 images'."""
     import json
 
-    from metashift_hf.builders import shifts, tasks
     from metashift_hf.core.errors import InputFormatError
+    from metashift_hf.tasks import families as tasks
+    from metashift_hf.tasks import shifts
 
     name, raw = value.split("=")
     family = next(f for f in tasks.families() if f.options_type is shifts.CommunitySizes)

@@ -15,13 +15,13 @@ import datasets
 import pytest
 from hardening_inputs import assert_one_line_error, run_cli, tiny_artifact
 
-from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.hub.api import PreparedTask
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import push_repos, scrub_token
 from metashift_hf.hub.shards import repo_files
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks.spec import GroupSpec, ShiftSpec
 
 
 TOKEN = "hf_SecretToken1234567890abcdef"

@@ -19,7 +19,6 @@ from PIL import Image
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import BuildOptions, build_from_inputs
 from metashift_hf.builders.build_inputs import TagsTable
-from metashift_hf.builders.metashift import Metashift
 from metashift_hf.cards import render as cards
 from metashift_hf.cards import text as card_text
 from metashift_hf.core.errors import InputFormatError, MetashiftError
@@ -29,6 +28,7 @@ from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.publish import PushOptions, publish_tasks, push_repos
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks.metashift import Metashift
 
 
 N = 60

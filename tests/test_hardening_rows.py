@@ -21,13 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
-from metashift_hf.builders.spec import GroupSpec, ShiftSpec
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MissingImagesError, UnknownNameError
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskOrigin, open_task
 from metashift_hf.hub.task_rows import check_rows
+from metashift_hf.tasks.spec import GroupSpec, ShiftSpec
 
 
 TASK = "paper-dg-cat-dog-1"

@@ -1,10 +1,10 @@
 """Issue 34 part 1: every task request becomes rows in one place.
 
-A task id is planned only by the resolver (``metashift_hf.hub.task_open``, through ``builders.tasks.plan_task``)
+A task id is planned only by the resolver (``metashift_hf.hub.task_open``, through ``tasks.families.plan_task``)
 and materialised only by ``TaskData.prepare`` (``metashift_hf.hub.task_data``, through the ``metashift``
 ArrowBasedBuilder). Any other module that imports the builder or the planner builds rows on its own: a second
-route, where a second set of numbers can appear. The builders package itself (the planner and its families)
-is below both and may plan.
+route, where a second set of numbers can appear. The task-planning package itself (the planner and its
+families, ``metashift_hf/tasks/``) is below both and may plan.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = ("metashift_hf", "builders", "wordnet_match", "cards")
 # name -> the modules (paths from the repo root) that may import it
 ALLOWED = {
-    "Metashift": {"builders/metashift.py", "metashift_hf/hub/task_data.py"},
-    "MetashiftConfig": {"builders/metashift.py"},
+    "Metashift": {"metashift_hf/tasks/metashift.py", "metashift_hf/hub/task_data.py"},
+    "MetashiftConfig": {"metashift_hf/tasks/metashift.py"},
     "plan_task": {"metashift_hf/hub/task_open.py"},
 }
-PLANNER_PACKAGE = "builders/"  # the planner and the task families: plan_task lives here
+PLANNER_PACKAGE = "metashift_hf/tasks/"  # the planner and the task families: plan_task lives here
 
 
 def row_builders(source: str) -> set[str]:
@@ -39,9 +39,9 @@ def row_builders(source: str) -> set[str]:
 
 def test_the_scanner_sees_a_second_route():
     """The check below can fail: a module that imports the builder or the planner is seen, however spelled."""
-    assert row_builders("from metashift_hf.builders.metashift import Metashift") == {"Metashift"}
-    assert row_builders("from ..builders.tasks import plan_task as p") == {"plan_task"}
-    assert row_builders("from metashift_hf.builders import tasks\ntasks.plan_task('t', a)") == {"plan_task"}
+    assert row_builders("from metashift_hf.tasks.metashift import Metashift") == {"Metashift"}
+    assert row_builders("from ..tasks.families import plan_task as p") == {"plan_task"}
+    assert row_builders("from metashift_hf.tasks import families\nfamilies.plan_task('t', a)") == {"plan_task"}
     assert row_builders("from metashift_hf.hub.api import prepare") == set()
 
 

@@ -7,11 +7,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from metashift_hf.builders import level_plans, levels
-from metashift_hf.builders.plan import Row, SetSource, TaskPlan
-from metashift_hf.builders.spec import Factor, Level, ShiftSpec
 from metashift_hf.core.errors import EmptyResultError, MetashiftError, UnknownNameError
 from metashift_hf.core.options import OptionError
+from metashift_hf.tasks import level_plans, levels
+from metashift_hf.tasks.plan import Row, SetSource, TaskPlan
+from metashift_hf.tasks.spec import Factor, Level, ShiftSpec
 
 
 CONTEXTS = [f"c{i:02d}" for i in range(20)]

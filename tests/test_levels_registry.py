@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from metashift_hf.builders import level_plans, levels
-from metashift_hf.builders.tasks import family_of, task_ids
 from metashift_hf.cli import main
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.hub import api
 from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.tasks import level_plans, levels
+from metashift_hf.tasks.families import family_of, task_ids
 
 
 def test_listed_and_planned(builder_world):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from metashift_hf import wordnet_match
-from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.core.errors import EmptyResultError, InputFormatError, UnknownNameError
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 
 
 CONTEXTS = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from metashift_hf import wordnet_match
-from metashift_hf.builders.match_artifact import MatchInputs, run_match
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import match, match_name, read_subset_names, read_vocabulary
 

@@ -1,4 +1,4 @@
-"""ShiftSpec.measured (builders/measured.py): P(S) and P(Y|S) shift figures measured from the rows, a
+"""ShiftSpec.measured (metashift_hf/tasks/measured.py): P(S) and P(Y|S) shift figures measured from the rows, a
 type derived by the documented rule, and the declared type agreeing with it (or the spec saying why),
 over every task family."""
 
@@ -11,15 +11,16 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from metashift_hf.builders import measured, tasks
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.build import build_from_inputs
 from metashift_hf.builders.build_inputs import CocoInstances
-from metashift_hf.builders.match_artifact import MatchInputs, run_match
-from metashift_hf.builders.spec import SPEC_VERSION, ShiftSpec
 from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 from metashift_hf.sources.coco_world import write_coco_world
+from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks import measured
+from metashift_hf.tasks.match_artifact import MatchInputs, run_match
+from metashift_hf.tasks.spec import SPEC_VERSION, ShiftSpec
 
 
 @dataclass(frozen=True)

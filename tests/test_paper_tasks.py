@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fixtures.worlds import paper_world
-from metashift_hf.builders import paper_tasks as pt
-from metashift_hf.builders.plan import SetSource
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
+from metashift_hf.tasks import paper_tasks as pt
+from metashift_hf.tasks.plan import SetSource
 
 
 @pytest.fixture(scope="module")

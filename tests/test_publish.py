@@ -17,11 +17,11 @@ import pytest
 
 from fixtures.fake_hub import client_env, running_hub
 from fixtures.tasks import build_tiny_artifact, make_prepared, sample_jpegs
-from metashift_hf.builders.spec import ShiftSpec
 from metashift_hf.hub import publish as publish_mod
 from metashift_hf.hub import shards as shards_mod
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.task_open import TaskOrigin
+from metashift_hf.tasks.spec import ShiftSpec
 
 
 TOKEN = "hf_test_write_token_123"

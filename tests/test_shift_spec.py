@@ -8,11 +8,11 @@ import json
 import pytest
 
 import metashift_hf
-from metashift_hf.builders.plan import GroupDef, SetSource
-from metashift_hf.builders.shifts import DGGroups, DGSizes, collection, domain_generalisation
-from metashift_hf.builders.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 from metashift_hf.core.errors import InputFormatError, UnknownNameError
 from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.tasks.plan import GroupDef, SetSource
+from metashift_hf.tasks.shifts import DGGroups, DGSizes, collection, domain_generalisation
+from metashift_hf.tasks.spec import SPEC_VERSION, GroupSpec, ShiftDistance, ShiftSpec
 
 
 def _spec() -> ShiftSpec:

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from metashift_hf.builders.distances import DISCONNECTED, Distance
-from metashift_hf.builders.plan import GroupDef, Row, SetSource, TaskPlan
-from metashift_hf.builders.shifts import (
+from metashift_hf.core.errors import EmptyResultError, MetashiftError
+from metashift_hf.core.options import OptionError
+from metashift_hf.tasks.plan import GroupDef, Row, SetSource, TaskPlan
+from metashift_hf.tasks.shifts import (
     CommunitySizes,
     DGGroups,
     DGSizes,
@@ -22,9 +24,7 @@ from metashift_hf.builders.shifts import (
     seeded_order,
     subpopulation_shift,
 )
-from metashift_hf.builders.spec import MinorityFraction, ShiftSpec
-from metashift_hf.core.errors import EmptyResultError, MetashiftError
-from metashift_hf.core.options import OptionError
+from metashift_hf.tasks.spec import MinorityFraction, ShiftSpec
 
 
 def make_world(seed: int = 1, n: int = 3000, contexts=("a", "b", "c", "d", "e", "f"), both: int = 40):

@@ -1,4 +1,4 @@
-"""The task-family registry (builders.tasks): dispatch, typed options, adding a family."""
+"""The task-family registry (tasks.families): dispatch, typed options, adding a family."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from metashift_hf.builders import plan, shifts, tasks
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
 from metashift_hf.core.registry import Registry
+from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks import plan, shifts
 
 
 def test_every_id_has_exactly_one_family(builder_world):
@@ -96,7 +97,7 @@ def test_adding_a_family_is_one_registration(builder_world, monkeypatch):
 
 
 def test_every_family_spec_round_trips_through_json(builder_world):
-    from metashift_hf.builders.spec import ShiftSpec
+    from metashift_hf.tasks.spec import ShiftSpec
 
     art = builder_world["artifact"]
     ids = tasks.task_ids(art)

@@ -124,7 +124,7 @@ def test_task_selection_words_and_cli(world, tmp_path, capsys):
 
 
 def test_match_registry_is_read_once_per_loaded_artifact(world, monkeypatch):
-    import metashift_hf.builders.tasks as tasks_mod
+    import metashift_hf.tasks.families as tasks_mod
     from metashift_hf.builders.artifact import Artifact
 
     calls = []

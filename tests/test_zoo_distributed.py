@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import metashift_hf.builders.tasks as tasks_mod  # noqa: E402
 import metashift_hf.evaluate.zoo as zoo_mod  # noqa: E402
+import metashift_hf.tasks.families as tasks_mod  # noqa: E402
 from fixtures.zoo import TASKS, world  # noqa: E402,F401  (world: the module fixture)
 from fixtures.zoo import tiny_model as _model  # noqa: E402
 from metashift_hf.builders.artifact import Artifact  # noqa: E402

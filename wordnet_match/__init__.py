@@ -3,7 +3,7 @@
 Quick use::
 
     from metashift_hf import wordnet_match
-    # ARTIFACT/match/ is written by metashift_hf.builders.match_artifact.run_match (`metashift-hf match`)
+    # ARTIFACT/match/ is written by metashift_hf.tasks.match_artifact.run_match (`metashift-hf match`)
     tasks = wordnet_match.registry("ARTIFACT")                                    # list[TaskEntry]
     task = wordnet_match.get_task("ARTIFACT", "bin-cat-dog")
 """

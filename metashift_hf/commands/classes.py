@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.tasks import class_task_id
+from metashift_hf.tasks.families import class_task_id
 
 from . import HELP
 from .table import print_table

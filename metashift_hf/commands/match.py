@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from metashift_hf.builders.match_artifact import MatchInputs, explain_names, run_match
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.options import non_negative_int
 from metashift_hf.sources.manifest import paper_tree_path
+from metashift_hf.tasks.match_artifact import MatchInputs, explain_names, run_match
 
 from . import HELP
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from metashift_hf.builders.levels import SHIFT_TYPES
+from metashift_hf.tasks.levels import SHIFT_TYPES
 
 from ..core.options import int_at_least, int_in, positive_float, positive_int, seed, seed_count
 from ..hub.task_open import TaskOrigin

@@ -8,9 +8,6 @@ import json
 import math
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.plan import SPLITS
-from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.builders.tasks import family_of, kinds
 from metashift_hf.cards.shift_words import is_no_shift_level, measured_words, no_shift_reason
 from metashift_hf.core.errors import (
     EmptyResultError,
@@ -22,6 +19,9 @@ from metashift_hf.core.names import terminal_safe
 from metashift_hf.hub.api import available_tasks, plan
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskTooBigError, open_task
+from metashift_hf.tasks.families import family_of, kinds
+from metashift_hf.tasks.plan import SPLITS
+from metashift_hf.tasks.spec import ShiftSpec
 from metashift_hf.wordnet_match import registry
 from metashift_hf.wordnet_match.tasks import find_task
 

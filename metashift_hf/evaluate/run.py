@@ -14,8 +14,8 @@ import pandas as pd
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import cell_bytes
 from metashift_hf.builders.meta_graph_facts import DISTANCE_RULE
-from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.builders.splits import chosen_splits, split_roles
+from metashift_hf.tasks.spec import ShiftSpec
+from metashift_hf.tasks.splits import chosen_splits, split_roles
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from ..core import __version__

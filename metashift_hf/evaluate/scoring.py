@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders.splits import headline_split
+from metashift_hf.tasks.splits import headline_split
 
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError
 from ..scoring.summary import HEADLINE_RULE, split_summary

@@ -34,8 +34,8 @@ import pandas as pd
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import ImageSource
 from metashift_hf.builders.plots import new_figure, save_png
-from metashift_hf.builders.splits import chosen_splits
-from metashift_hf.builders.tasks import match_registry
+from metashift_hf.tasks.families import match_registry
+from metashift_hf.tasks.splits import chosen_splits
 
 from ..core import __version__
 from ..core import options as opt

@@ -25,7 +25,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.tasks import task_ids
+from metashift_hf.tasks.families import task_ids
 
 from .task_data import PreparedTask, TaskRef
 from .task_open import open_task
@@ -34,7 +34,7 @@ from .task_open import open_task
 if TYPE_CHECKING:
     import datasets
 
-    from metashift_hf.builders.plan import TaskPlan
+    from metashift_hf.tasks.plan import TaskPlan
 
 
 def plan(request: "TaskRef | Any") -> "TaskPlan":

@@ -24,12 +24,12 @@ from typing import Iterator
 
 from ..builders.artifact import Artifact
 from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
-from ..builders.metashift import features_with_spec
-from ..builders.spec import ShiftSpec
 from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, exclusive_lock, read_marker
+from ..tasks.metashift import features_with_spec
+from ..tasks.spec import ShiftSpec
 from .shards import (
     INDEX_REPO,
     LAYOUTS,

@@ -21,8 +21,8 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..builders.meta_graph_facts import FACTS_FILE
-from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError
+from ..tasks.spec import ShiftSpec
 
 
 # Writer settings, chosen from benchmarks/bench_storage.py (figures in docs/hub.md), two tasks

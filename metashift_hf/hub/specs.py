@@ -13,8 +13,8 @@ import stat
 from pathlib import Path
 from typing import Mapping
 
-from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from ..tasks.spec import ShiftSpec
 from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
 

@@ -24,12 +24,12 @@ import datasets
 from ..builders.artifact import Artifact
 from ..builders.images import ImageSource, open_images
 from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
-from ..builders.metashift import Metashift, carries_spec, spec_of_dataset
-from ..builders.plan import TaskPlan
-from ..builders.spec import ShiftSpec
 from ..builders.tags import MultiLabelDataset
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MissingImagesError
+from ..tasks.metashift import Metashift, carries_spec, spec_of_dataset
+from ..tasks.plan import TaskPlan
+from ..tasks.spec import ShiftSpec
 from .specs import looks_like_repo_id
 from .task_listing import hub_commit
 from .task_rows import as_dataset_dict, dataset_images, in_export_order, plan_of_dataset

@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 import datasets
 
 from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
-from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
+from ..tasks.spec import ShiftSpec
 from .shards import SPEC_FILE
 from .specs import (
     cached_snapshot,

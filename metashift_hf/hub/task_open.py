@@ -29,12 +29,12 @@ import datasets
 
 from ..builders.artifact import Artifact
 from ..builders.images import ImageSource
-from ..builders.plan import TaskPlan
-from ..builders.spec import ShiftSpec
-from ..builders.tasks import plan_task
 from ..core import options as opt
 from ..core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
+from ..tasks.families import plan_task
+from ..tasks.plan import TaskPlan
+from ..tasks.spec import ShiftSpec
 from .shards import REPO_PREFIX, validate_repo_name
 from .specs import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
 from .task_data import (

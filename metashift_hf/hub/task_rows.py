@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..builders.images import DatasetImages, ImageSource
-from ..builders.metashift import spec_of_features
-from ..builders.plan import Row, TaskPlan
-from ..builders.spec import ShiftSpec, row_key
 from ..core.errors import InputFormatError, MissingImagesError
 from ..core.names import terminal_safe
+from ..tasks.metashift import spec_of_features
+from ..tasks.plan import Row, TaskPlan
+from ..tasks.spec import ShiftSpec, row_key
 from .shards import SORT_KEYS, SPEC_FILE
 
 

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders import paper_tasks as pt
+from metashift_hf.tasks import paper_tasks as pt
 
 
 try:

@@ -29,12 +29,12 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 import datasets
 import numpy as np
 
-from ..builders.plan import Row, TaskPlan
-from ..builders.spec import ShiftSpec
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
 from ..hub.task_data import TaskData, TaskRef
 from ..hub.task_open import open_task
 from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
+from ..tasks.plan import Row, TaskPlan
+from ..tasks.spec import ShiftSpec
 from .score import Scores, score_plan
 
 

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from ..builders import paper_tasks as pt
-from ..builders.spec import ShiftSpec
 from ..core import __version__
 from ..core import options as opt
 from ..core.fsutil import atomic_dir, check_out, read_marker
 from ..core.registry import Registry
 from ..hub.task_data import TaskData
 from ..hub.task_open import TaskOrigin
+from ..tasks import paper_tasks as pt
+from ..tasks.spec import ShiftSpec
 from . import ood_experiments as oe
 from .algorithms import PAPER_SAMPLING, SAMPLING_TEXT
 from .features import load_backbone

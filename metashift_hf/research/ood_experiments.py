@@ -1,6 +1,6 @@
 """Experiments on shifts by type and level, clustered OOD sets and training conflicts (docs/experiments.md).
 
-* :func:`ood_levels` - train each model on every level task of a shift family (builders.levels),
+* :func:`ood_levels` - train each model on every level task of a shift family (tasks.levels),
   per (model, level) ID/OOD accuracy, Drop%, worst group; per curve slope, AUC, knee
   (metashift_hf.research.level_curves); Kendall's tau / Spearman's rho between ID and OOD accuracy across
   models; for marginal shift the mixed-to-test control.
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders import levels as lv
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.plan import SPLITS, ArtifactSource, Row, TaskPlan
-from metashift_hf.builders.shifts import (
+from metashift_hf.tasks import levels as lv
+from metashift_hf.tasks.plan import SPLITS, ArtifactSource, Row, TaskPlan
+from metashift_hf.tasks.shifts import (
     ambiguous_images,
     finish_plan,
     majority_community,
     seeded_order,
 )
-from metashift_hf.builders.spec import GroupSpec
+from metashift_hf.tasks.spec import GroupSpec
 
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
@@ -113,7 +113,7 @@ class OodLevelsConfig:
     options, e.g. ``{"levels": 4}``).
 
     classes: the class pair the family is built on.
-    shift_type: ``marginal`` | ``conditional`` | ``joint`` (builders.levels.SHIFT_TYPES).
+    shift_type: ``marginal`` | ``conditional`` | ``joint`` (tasks.levels.SHIFT_TYPES).
     models: ``method[:probe]`` each (:class:`ModelSpec`), trained on every level task.
     training: seeds, device, epochs, ... of every model (its ``method``/``probe`` come from ``models``).
     """
@@ -453,7 +453,7 @@ def _class_pool(
     art: Artifact, classes: Sequence[str]
 ) -> tuple[dict[str, list[str]], dict[tuple[str, str], tuple[str, ...]], dict[tuple[str, str], int]]:
     """Per class its unambiguous images (sorted); each image's kept contexts, and the community
-    holding most of them (a cluster spans communities: the rows' ``community``, builders.shifts)."""
+    holding most of them (a cluster spans communities: the rows' ``community``, tasks.shifts)."""
     source = ArtifactSource(art)
     amb = ambiguous_images(source, classes)
     ids, tags = {}, {}

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders.spec import ShiftSpec
-from metashift_hf.builders.splits import ID_OOD_RULE, chosen_splits, headline_split, split_roles
+from metashift_hf.tasks.spec import ShiftSpec
+from metashift_hf.tasks.splits import ID_OOD_RULE, chosen_splits, headline_split, split_roles
 
 from ..core import __version__
 from ..core.errors import InputFormatError, MissingImagesError
@@ -40,7 +40,7 @@ from ..scoring.summary import CHANCE_RULE, Chance, split_summary
 Predictions = TaskPredictions  # the name the docs used before issue 25 (the same class)
 
 if TYPE_CHECKING:
-    from metashift_hf.builders.plan import TaskPlan
+    from metashift_hf.tasks.plan import TaskPlan
 
 ECE_BINS = 15  # equal-width confidence bins, as in Guo et al. (2017)
 ADJUSTED_RULE = (

@@ -90,7 +90,7 @@ from .train_runs import (
 
 
 if TYPE_CHECKING:
-    from metashift_hf.builders.plan import TaskPlan
+    from metashift_hf.tasks.plan import TaskPlan
 
 SELECTION_SPLIT = "validation"
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from .train_config import TrainConfig, config_toml
 
 
 if TYPE_CHECKING:
-    from metashift_hf.builders.plan import TaskPlan
+    from metashift_hf.tasks.plan import TaskPlan
 
 TRAIN_KIND = "training run"  # the marker kind of a train --out folder (core.fsutil)
 SEED_KIND = "training seed"  # the marker kind of a finished seed kept for resume (core.fsutil)

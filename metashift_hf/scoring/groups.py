@@ -13,7 +13,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from metashift_hf.builders.splits import split_order
+from metashift_hf.tasks.splits import split_order
 
 from ..core.errors import EmptyResultError
 from .stats import wilson_interval

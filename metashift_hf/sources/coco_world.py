@@ -24,8 +24,8 @@ import numpy as np
 from PIL import Image
 
 from metashift_hf.builders.coco import COCO_CATEGORIES
-from metashift_hf.builders.coco_tasks import INDOOR, OUTDOOR
 from metashift_hf.core.fsutil import atomic_dir
+from metashift_hf.tasks.coco_tasks import INDOOR, OUTDOOR
 
 
 # (subject, where, images): where = indoor | outdoor | both

@@ -20,11 +20,11 @@ import pandas as pd
 
 import metashift_hf
 
-from ..builders.spec import ShiftSpec
 from ..cards.shift_words import first_sentence, shift_label
 from ..core.errors import InputFormatError, MetashiftError
 from ..hub.publish import COLLECTION_TITLE
 from ..hub.shards import REPO_PREFIX, SPEC_FILE
+from ..tasks.spec import ShiftSpec
 
 
 logger = logging.getLogger(__name__)

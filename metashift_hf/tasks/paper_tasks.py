@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from metashift_hf.builders.metagraph import group_distance_code
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import (
     EmptyResultError,
@@ -21,7 +22,6 @@ from metashift_hf.core.errors import (
     did_you_mean,
 )
 
-from .metagraph import group_distance_code
 from .plan import GroupDef, GroupSource, TaskPlan
 from .shifts import (
     DGGroups,
@@ -79,7 +79,7 @@ DG_PAPER_SIZES = {"train_total": 400, "test_dog_shelf": 129}
 # Declared joint, not marginal: the training groups are class-specific (cat(sofa), cat(bed) vs the dog
 # groups: the group context tells the class in training) while cat(shelf) and dog(shelf) share the test
 # context, so P(Y|S) shifts as well as P(S); in -4 every training cat is indoor and no training dog is,
-# and the test is all indoor. ShiftSpec.measured gives the figures (builders/measured.py).
+# and the test is all indoor. ShiftSpec.measured gives the figures (metashift_hf/tasks/measured.py).
 DG_SHIFT_TYPE = "joint"
 
 # ---- subpopulation shift ---------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A family's options arrive as a flat mapping (Python keywords, ``--set KEY=VALUE``, builder config
 fields); :func:`option_value` converts one value to its field's type or raises an
 :class:`InputFormatError` naming the option and the fix. Name checks against the registered families
-(did-you-mean, "applies to another family") are in :func:`builders.tasks.parse_options`.
+(did-you-mean, "applies to another family") are in :func:`tasks.families.parse_options`.
 """
 
 from __future__ import annotations

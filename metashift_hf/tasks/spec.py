@@ -23,13 +23,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from metashift_hf.builders.jsontypes import decode, encode
 from metashift_hf.core.errors import InputFormatError
-
-from .jsontypes import decode, encode
 
 
 SPEC_VERSION = 5
-# 2: ``measured`` (the shift measured from the rows, builders/measured.py) added; paper-dg tasks are
+# 2: ``measured`` (the shift measured from the rows, metashift_hf/tasks/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
 # 3: ``measured.by_construction`` (the construction that fixes the declared type where the rows may not
 # show it); a version-2 spec reads with it "" (its note was not checked against that rule).
@@ -150,7 +149,7 @@ class PaperFacts:
 
 @dataclass(frozen=True)
 class Level:
-    """One level of a shift family (builders.levels), as in the task id: ``shift-marginal-cat-dog-d3``."""
+    """One level of a shift family (tasks.levels), as in the task id: ``shift-marginal-cat-dog-d3``."""
 
     type: LevelType
     name: str
@@ -204,7 +203,7 @@ class MixedFraction:
 
 @dataclass(frozen=True)
 class SplitShift:
-    """One split against ``train``: total-variation figures over S = the row's context (builders/measured.py)."""
+    """One split against ``train``: total-variation figures over S = the row's context (metashift_hf/tasks/measured.py)."""
 
     split: str
     n: int
@@ -353,7 +352,7 @@ class SplitMembers:
 
 
 def split_members(splits: Mapping[str, Sequence[Any]]) -> tuple[SplitMembers, ...]:
-    """The record of each split's rows (rows as :class:`builders.plan.Row`: image_id, label, group, context,
+    """The record of each split's rows (rows as :class:`tasks.plan.Row`: image_id, label, group, context,
     contexts, community), in the splits' order."""
     return tuple(
         SplitMembers.of(

@@ -1,5 +1,5 @@
 """Shift tasks by type and level, the vocabulary: ids, level names, sizes and the checks every plan passes
-(the generators are in builders/level_plans.py).
+(the generators are in metashift_hf/tasks/level_plans.py).
 
 The three types: marginal (P(S) shifts), conditional (P(Y|S) shifts), joint (both).
 
@@ -227,7 +227,7 @@ def check_level_plan(plan: TaskPlan, tol: float = 1e-9) -> None:
 
 
 def paper_level(spec: ShiftSpec) -> Level:
-    """The paper tasks in this vocabulary: DG = its declared type (joint: builders/paper_tasks.py
+    """The paper tasks in this vocabulary: DG = its declared type (joint: metashift_hf/tasks/paper_tasks.py
     DG_SHIFT_TYPE) with level d (its distance) and no designed delta, subpopulation = conditional with
     delta = 1/2 - p (p the minority fraction of training) and a balanced test."""
     if spec.shift_type in ("marginal", "joint") and spec.minority_fraction is None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from metashift_hf.builders.distances import Distance
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import SubsetName
 
-from .distances import Distance
 from .spec import GroupSpec, ShiftSpec
 
 

@@ -2,15 +2,15 @@
 
 ``datasets`` no longer runs loading scripts, so the package ships the builder class::
 
-    from metashift_hf.builders.metashift import Metashift
+    from metashift_hf.tasks.metashift import Metashift
     b = Metashift(config_name="paper-dg-cat-dog-1", artifact="ARTIFACT", images="images.zip",
                   cache_dir="cache")
     b.download_and_prepare()
     ds = b.as_dataset()          # DatasetDict: train / validation / test / id_test
 
 (``metashift_hf.load``/``prepare`` do exactly this.) Config names are task ids (see
-``builders.tasks.task_ids``); ``builders.tasks.plan_task`` turns one into a
-:class:`builders.plan.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
+``tasks.families.task_ids``); ``tasks.families.plan_task`` turns one into a
+:class:`tasks.plan.TaskPlan` without touching images. Images are carried as their original bytes (``{"bytes", "path": "<id>.jpg"}``),
 never decoded and re-encoded.
 """
 
@@ -27,6 +27,7 @@ import pyarrow as pa
 from datasets.arrow_writer import get_arrow_writer_batch_size_from_features
 from datasets.builder import Key
 
+from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import DatasetImages, jpeg_problem, open_images, sniff_image
 from metashift_hf.core.errors import (
     InputFormatError,
@@ -36,11 +37,10 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.provenance import license_statement
 
-from .artifact import Artifact
+from .families import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 from .plan import TaskPlan
 from .spec import ShiftSpec
 from .task_options import CollectionOptions
-from .tasks import OLD_LOADER_ATTRIBUTES_FLAG, plan_task
 
 
 # The old HF loader's default classes (kept for reference in docs; our default is every class).

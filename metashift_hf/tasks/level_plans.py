@@ -1,6 +1,6 @@
 """The three shift-level generators (marginal, conditional, joint) and the entry point per task id.
 
-The vocabulary (ids, level names, sizes, the checks every plan passes) is builders/levels.py, whose
+The vocabulary (ids, level names, sizes, the checks every plan passes) is metashift_hf/tasks/levels.py, whose
 docstring defines the three types; this module draws the images.
 """
 

@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from metashift_hf import wordnet_match
+from metashift_hf.builders.artifact import Artifact
+from metashift_hf.builders.distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
+from metashift_hf.builders.distances import Distance
 from metashift_hf.core.errors import (
     EmptyResultError,
     InputFormatError,
@@ -54,9 +57,6 @@ from metashift_hf.core.options import text as text_option
 from metashift_hf.core.registry import Registry
 
 from . import coco_tasks, level_plans, levels, paper_tasks, shifts
-from .artifact import Artifact
-from .distances import RULE_SPECTRAL as DISTANCE_RULE_SPECTRAL
-from .distances import Distance
 from .plan import ArtifactSource, GroupDef, TaskPlan
 from .spec import CollectionFilters, RegistryFacts, Rules
 from .task_options import (  # the options dataclasses stay importable from here, as docs/tasks.md shows
@@ -528,7 +528,7 @@ def _embedded_contexts(artifact: Artifact, classes) -> list[str]:
 
 
 class ShiftFamily(TaskFamily):
-    """``shift-<type>-<A>-<B>-<level>``: one family per shift type (builders.levels). Any pair of
+    """``shift-<type>-<A>-<B>-<level>``: one family per shift type (tasks.levels). Any pair of
     classes plans; the pair cat/dog is listed when the artifact has it and it supplies the family."""
 
     kind, options_type = "shift", levels.LevelSizes

@@ -37,7 +37,7 @@ from metashift_hf.core.errors import (
 )
 from metashift_hf.core.names import subset_name
 
-# The plan data model was defined here before builders/plan.py: its names stay importable from here.
+# The plan data model was defined here before metashift_hf/tasks/plan.py: its names stay importable from here.
 from .plan import SPLITS, ArtifactSource, GroupDef, GroupSource, Row, SetSource, TaskPlan, with_sizes  # noqa: F401
 from .spec import DistanceRule, GroupSpec, MinorityFraction, Removed, ShiftDistance, ShiftSpec, ShiftType
 
