@@ -205,17 +205,17 @@ def test_offline_without_a_cached_copy_says_what_to_do(tmp_path, monkeypatch):
     """Issue 36 "Offline": a repo the cache does not hold is one clear error, not 'unset HF_HUB_OFFLINE' only."""
     from huggingface_hub import constants
 
-    from metashift_hf.hub import specs
+    from metashift_hf.hub import repo_files
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(MetashiftError, match="does not hold it"):
-        specs.hub_files("tester/metashift-x")
+        repo_files.hub_files("tester/metashift-x")
     snap = tmp_path / "hub" / "datasets--tester--metashift-x"
     sha = "a" * 40
     (snap / "refs").mkdir(parents=True)
     (snap / "refs" / "main").write_text(sha)
     (snap / "snapshots" / sha / "cfg").mkdir(parents=True)
     (snap / "snapshots" / sha / "cfg" / "shift_spec.json").write_text("{}")
-    assert specs.hub_files("tester/metashift-x") == {"cfg/shift_spec.json": 2}
-    assert specs.cached_snapshot("tester/metashift-x", None)[0] == sha
+    assert repo_files.hub_files("tester/metashift-x") == {"cfg/shift_spec.json": 2}
+    assert repo_files.cached_snapshot("tester/metashift-x", None)[0] == sha

@@ -203,7 +203,7 @@ def test_zoo_task_entries_folders_and_multi_config_repos(world, tmp_path):
     """Review cases A3-30 (a folder among artifact task ids is read as a folder, not 'unknown task') and A3-36
     (a multi-config repo: the fix names what a zoo takes, not --config, which a zoo refuses)."""
     from metashift_hf.builders.artifact import Artifact
-    from metashift_hf.hub.specs import SPEC_FILE
+    from metashift_hf.hub.repo_files import SPEC_FILE
 
     for c in ("a", "b"):
         (tmp_path / "multi" / c).mkdir(parents=True)

@@ -13,7 +13,7 @@ TOKEN = "hf_test_write_token_123"
 SCRIPT = """
 import json, sys
 from huggingface_hub import HfApi
-from metashift_hf.hub.task_listing import hub_commit
+from metashift_hf.hub.task_repo import hub_commit
 api = HfApi()
 api.create_repo("tester/metashift-x", repo_type="dataset")
 first = api.upload_file(path_or_fileobj=b"a", path_in_repo="a.txt", repo_id="tester/metashift-x", repo_type="dataset").oid

@@ -19,7 +19,7 @@ from ..core.errors import InputFormatError
 from ..core.fsutil import read_marker
 from ..core.names import markdown_safe, terminal_safe
 from ..hub.publish import DEFAULT_TIMEOUT, writable_hub
-from ..hub.specs import looks_like_repo_id
+from ..hub.repo_files import looks_like_repo_id
 from .zoo import BASELINE, ZOO_KIND, leaderboard_markdown, public_model_name, public_model_names
 
 

@@ -42,10 +42,10 @@ from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MetashiftError, MissingImagesError
 from ..core.fsutil import atomic_dir, check_out
 from ..core.names import id_slug, markdown_safe, terminal_safe
-from ..hub.specs import ConfigChoiceError
+from ..hub.repo_files import ConfigChoiceError
 from ..hub.task_data import TaskData
-from ..hub.task_listing import TaskFolderChoiceError
 from ..hub.task_open import TaskOrigin, open_task
+from ..hub.task_repo import TaskFolderChoiceError
 from ..models import CacheConfig, Classifier, RunConfig, runtime_card
 from . import distributed, pool
 from .config import EvalConfig

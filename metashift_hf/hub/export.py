@@ -30,6 +30,7 @@ from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, exclusive_lock, read_marker
 from ..tasks.metashift import features_with_spec
 from ..tasks.spec import ShiftSpec
+from .repo_files import folder_configs, read_spec_file
 from .shards import (
     INDEX_REPO,
     LAYOUTS,
@@ -46,7 +47,6 @@ from .shards import (
     validate_split_name,
     write_config,
 )
-from .specs import folder_configs, read_spec_file
 from .task_data import TaskRef
 from .task_open import TaskOrigin, open_task
 

@@ -30,8 +30,8 @@ from ..core.errors import EmptyResultError, InputFormatError, MissingImagesError
 from ..tasks.metashift import Metashift, carries_spec, spec_of_dataset
 from ..tasks.plan import TaskPlan
 from ..tasks.spec import ShiftSpec
-from .specs import looks_like_repo_id
-from .task_listing import hub_commit
+from .repo_files import looks_like_repo_id
+from .task_repo import hub_commit
 from .task_rows import as_dataset_dict, dataset_images, in_export_order, plan_of_dataset
 
 

@@ -35,8 +35,8 @@ from ..core.names import terminal_safe
 from ..tasks.families import plan_task
 from ..tasks.plan import TaskPlan
 from ..tasks.spec import ShiftSpec
+from .repo_files import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
 from .shards import REPO_PREFIX, validate_repo_name
-from .specs import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
 from .task_data import (
     DEFAULT_SEED,
     TASK_FORMS_FIX,
@@ -48,7 +48,7 @@ from .task_data import (
     options_key,
     task_ref,
 )
-from .task_listing import (
+from .task_repo import (
     check_repo,
     exported_folder,
     folder_cache_dir,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core.errors import InputFormatError
 from ..evaluate.zoo import BASELINE
-from ..hub.specs import looks_like_repo_id
+from ..hub.repo_files import looks_like_repo_id
 from ..scoring.per_group import PER_GROUP_COLUMNS
 from ..scoring.stats import wilson_interval
 

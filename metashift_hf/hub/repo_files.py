@@ -1,4 +1,4 @@
-"""Reading what an exported folder or Hub dataset repo holds, safely: its configs, its card's declared configs,
+"""Reading the files of an exported folder or Hub dataset repo, safely: its configs, its card's declared configs,
 its ``<config>/shift_spec.json`` (:data:`metashift_hf.hub.shards.SPEC_FILE`) and small text files, each bounded
 in size and never a FIFO or device; Hub failures as one error naming the repo. The task resolver
 (:mod:`metashift_hf.hub.task_open`) puts these together.

@@ -19,8 +19,7 @@ from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFa
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.names import terminal_safe
 from ..tasks.spec import ShiftSpec
-from .shards import SPEC_FILE
-from .specs import (
+from .repo_files import (
     cached_snapshot,
     card_configs,
     check_spec_size,
@@ -30,6 +29,7 @@ from .specs import (
     pick_config,
     read_text_file,
 )
+from .shards import SPEC_FILE
 from .task_rows import ROWS_FIX
 
 
@@ -178,7 +178,7 @@ def folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], Meta
 def hub_facts(
     repo_id: str, files: Mapping[str, "int | None"], name: str, revision: str | None
 ) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
-    from huggingface_hub import hf_hub_download  # heavy optional import, as specs.hub_files
+    from huggingface_hub import hf_hub_download  # heavy optional import, as repo_files.hub_files
 
     path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
 
@@ -202,9 +202,9 @@ def hub_facts(
 @functools.lru_cache(maxsize=64)
 def hub_commit(repo_id: str, revision: str | None) -> str | None:
     """The commit sha ``revision`` (default main) of a Hub dataset repo resolves to; None when it cannot be asked."""
-    from huggingface_hub import HfApi  # heavy optional import, as specs.hub_files
+    from huggingface_hub import HfApi  # heavy optional import, as repo_files.hub_files
 
-    if hub_offline():  # the commit the cached copy is (specs.hub_files reads that copy)
+    if hub_offline():  # the commit the cached copy is (repo_files.hub_files reads that copy)
         found = cached_snapshot(repo_id, revision)
         return None if found is None else found[0]
     try:
