@@ -3,6 +3,9 @@ measured shift."""
 
 from __future__ import annotations
 
+from metashift_hf.tasks import subpopbench
+from metashift_hf.tasks.design_check import POWER, DesignCheck, design_check
+from metashift_hf.tasks.measured import CONTEXT_TAGS
 from metashift_hf.tasks.spec import GroupSpec, ShiftDistance, ShiftSpec, SplitShift
 
 from .text import cell, fmt
@@ -67,19 +70,16 @@ def shift_in_words(spec: ShiftSpec) -> str:
 
 
 def is_no_shift_level(spec: ShiftSpec) -> bool:
-    """Declared ``none`` with train and test splits (a no-shift control, or a design within sampling noise), unlike
-    a collection (``ShiftSpec.collection``): its words say why no shift is measured."""
+    """Declared ``none`` with train and test splits (the conditional family's delta = 0 control), unlike a
+    collection (``ShiftSpec.collection``): its words say it is a no-shift control."""
     return spec.shift_type == "none" and not spec.collection
 
 
 def no_shift_reason(spec: ShiftSpec) -> str:
-    """Why a task with a test split declares no shift: a design within sampling noise, or a no-shift control."""
-    lev = spec.level
-    if lev is not None and lev.delta:
-        return (
-            f"its design shifts P(class | context) (delta = {lev.delta:g}), but at this size the shift is within "
-            "sampling noise, so it declares the type its rows measure (the measured shift below)"
-        )
+    """Why a task with a test split declares no shift: its design shifts nothing (a declared type is the design,
+    never the measurement: tasks/design_check.py)."""
+    if spec.task_id == subpopbench.TASK_ID:
+        return subpopbench.DESIGN_WORDS
     return "train and test hold the same kinds of groups in the same proportions (a no-shift control)"
 
 
@@ -120,16 +120,36 @@ def measured_words(spec: ShiftSpec) -> str | None:
     if test is None:
         return None
     shared = "" if test.p_y_given_s_tv is not None else "; no context shared, so from the class-context dependence"
-    agree = (
-        "agrees with the declared type" + (f" ({m.note})" if m.note else "")
-        if m.agrees and not m.by_construction
-        else f"declared {spec.shift_type}: {m.note}"
-    )  # by construction: the note says what and shows the figures
+    check = design_check(spec)
+    # by construction (clustered OOD sets): the note says what and shows the figures
+    agree = f"declared {spec.shift_type}: {m.note}" if m.by_construction or check is None else verdict_words(check)
+    if m.note.startswith(CONTEXT_TAGS):  # community-matched tasks: the paper's context tags beside the communities
+        agree += f"; measured {m.note}"
     return (
         f"{m.type}: P(context) TV {fmt(test.p_s_tv)} (counts above {fmt(test.p_s_threshold)}), P(class | context) "
         f"shift {fmt(test.conditional)} (counts above {fmt(test.conditional_threshold)}{shared}){_label(test)}; "
         f"{agree}"
     )
+
+
+def verdict_words(check: DesignCheck) -> str:
+    """The declared type (the design) and the measurement's verdict on it, with its p-values and, where it is
+    underpowered, the rows a test of the designed delta needs (tasks/design_check.py)."""
+    p = f"p = {_p(check.p_value_p_s)} for P(context), {_p(check.p_value_conditional)} for P(class | context)"
+    head = f"declared {check.declared} (the design); verdict: {check.verdict}"
+    if check.verdict == "underpowered":
+        return (
+            f"{head} ({p}; the designed P(class | context) shift is within sampling noise at {check.rows:,} train + "
+            f"test rows, power {POWER:g} at the designed delta needs about {check.rows_needed:,}: two-proportion "
+            "approximation)"
+        )
+    if check.verdict == "contradicts":
+        return f"{head} ({check.why.split(':')[0]}; {p})"
+    return f"{head} ({p})"
+
+
+def _p(p: float | None) -> str:
+    return "not recoverable from the groups" if p is None else f"{p:.3g}"
 
 
 def _label(test: SplitShift) -> str:
@@ -167,13 +187,18 @@ def community_words(spec: ShiftSpec) -> str:
         if test.label_shift is not None
         else ""
     )
+    tags = (
+        f"Measured {m.note}"
+        if m.note.startswith(CONTEXT_TAGS)
+        else "Not measured on the paper's context tags (the rows carry none)"
+    )
     return (
         "**What a community-matched task shifts.** Each class is trained on its largest meta-graph community "
         f"({few_groups(spec.train_groups)}) and tested on its other communities ({few_groups(spec.test_groups)}). "
         "A community is one class's set of contexts, so the context is measured as the class-qualified community: "
         f"P(context) shifts (TV {fmt(test.p_s_tv)}), P(class | context) does not (each community belongs to one "
         f"class: class-context dependence {fmt(m.dependence_train)} in train, {fmt(test.dependence)} in test; "
-        f"shift {fmt(test.conditional)}){label}. Measured type: {m.type} (declared {spec.shift_type}).{env}"
+        f"shift {fmt(test.conditional)}){label}. Measured type: {m.type} (declared {spec.shift_type}). {tags}.{env}"
     )
 
 

@@ -8,6 +8,8 @@ import shlex
 from importlib import resources
 from typing import Any
 
+from metashift_hf.tasks import subpopbench
+
 from .card_task import CardTask
 from .shift_words import is_no_shift_level
 
@@ -42,10 +44,18 @@ def recommended_metric(info: CardTask) -> str:
             "else `validation`), the gap between them, and per-group accuracy (`group` field), each with a 95% "
             "interval; name the distance d of the shift."
         )
+    if info.spec.task_id == subpopbench.TASK_ID:
+        return (
+            "Report **worst-group and average accuracy on `test`** (groups: the `group` field) with 95% intervals, "
+            "as SubpopBench does; its `adjusted_accuracy` is the unweighted mean of the group accuracies "
+            "(`metashift-hf score` prints it as `SubpopBench adjusted_accuracy`, beside our adjusted average, which "
+            "weights each group by its share of train)."
+        )
     if is_no_shift_level(info.spec):
         return (
-            "No measured shift between train and test: report accuracy on `test` and per-group accuracy (`group` "
-            "field) with 95% intervals, as the reference point of its family's shifted levels."
+            "No shift by design between train and test (a no-shift control): report accuracy on `test` next to "
+            "in-distribution accuracy (`id_test`) and the gap, and per-group accuracy (`group` field), with 95% "
+            "intervals, as the reference point of its family's shifted levels."
         )
     return "No designed shift: report per-group accuracy (`group` field) with 95% intervals."
 
@@ -67,7 +77,7 @@ def score_example(info: CardTask) -> str:
         "",
         "ev = metashift_hf.Evaluator(ds)  # rows are matched by image_id: ds may be shuffled or select()-ed",
     ]
-    if iid and "test" in splits and info.spec.shift_type != "none":
+    if iid and "test" in splits and not info.spec.collection:
         lines += [
             f'y_id = np.zeros(len(ds["{iid}"]), dtype=np.int64)  # your model\'s class indices, in ds["{iid}"] row order',
             'y_ood = np.zeros(len(ds["test"]), dtype=np.int64)  # the same for ds["test"]',

@@ -41,6 +41,7 @@ from metashift_hf.core.errors import MetashiftError
 from metashift_hf.models.base import CROP_RULE
 from metashift_hf.sources.demo_world import generate_demo_world
 from metashift_hf.tasks import families as tasks
+from metashift_hf.tasks.design_check import design_check
 from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 from metashift_hf.tasks.spec import ShiftSpec
 
@@ -69,6 +70,8 @@ LEVEL_TASKS = (
     "shift-conditional-cat-dog-delta49",
     "shift-conditional-cat-dog-delta49-rev",
     "shift-joint-cat-dog-d0-delta00",
+    "shift-joint-cat-dog-d1-delta00",
+    "shift-joint-cat-dog-d3-delta10",
     "shift-joint-cat-dog-d0-delta49",
 )
 MATCHED_TASKS = ("imagenet-5", "bin-cat-dog")
@@ -124,15 +127,17 @@ def paper_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
 
 def level_tasks_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     lines = [
-        "| task | train / validation / test / id_test | d | declared | measured | P(S) TV | P(Y\\|S) shift | "
-        "the measurement's note |",
-        "|---|---|---:|---|---|---:|---|---|",
+        "| task | train / validation / test / id_test | d | declared (the design) | measured | P(S) TV | "
+        "P(Y\\|S) shift | verdict | p (P(S), P(Y\\|S)) | rows needed for power 0.8 |",
+        "|---|---|---:|---|---|---:|---|---|---|---:|",
     ]
     for tid in LEVEL_TASKS:
         spec = tasks.plan_task(tid, art).spec
         d = spec.level.distance if spec.level else None
-        note = (spec.measured.note if spec.measured and spec.measured.note else "").replace("|", "\\|")  # a table cell
-        lines.append(f"| `{tid}` | {_sizes(spec)} | {_f(d)} | {_shift(spec)} | {note} |")
+        c = design_check(spec)
+        verdict = "-" if c is None else f"{c.verdict} | {_f(c.p_value_p_s)}, {_f(c.p_value_conditional)}"
+        needed = "-" if c is None or c.rows_needed is None else f"{c.rows_needed:,} (has {c.rows:,})"
+        lines.append(f"| `{tid}` | {_sizes(spec)} | {_f(d)} | {_shift(spec)} | {verdict} | {needed} |")
     return "\n".join(lines) + "\n"
 
 
@@ -202,6 +207,10 @@ def _pct(m: dict | None) -> str:
     if not m or m.get("mean") is None:
         return "n/a"
     return f"{100 * m['mean']:.1f}" + ("" if m.get("std") is None else f" ± {100 * m['std']:.1f}") + "%"
+
+
+def _drop(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
 
 
 def _stored(name: str) -> dict[str, Any] | None:
@@ -376,7 +385,9 @@ def levels_block(shift_type: str) -> Callable[[Artifact, Path | None], str]:
             f"{', '.join(run['models'])}: linear probe on {_features_line(run)}, {run['seeds']} seeds per task "
             f"(mean shown), task seed {run['task_seed']}, task options {json.dumps(run['options'])}; "
             f"train / test images per task: {', '.join(f'{a} / {b}' for a, b in sizes)}. "
-            "Each cell: OOD / ID / worst group (test) accuracy.",
+            "Each cell: OOD / ID accuracy / Drop% (per seed 100 (ID - OOD) / ID, then the mean) / worst group (test) "
+            "accuracy; every designed level has its ID/OOD pair"
+            + (", the δ = 0 control too." if shift_type == "conditional" else "."),
         ]
         tables: dict[tuple[float, ...], list[dict]] = {}
         for c in run["curves"]:
@@ -390,7 +401,8 @@ def levels_block(shift_type: str) -> Callable[[Artifact, Path | None], str]:
             ]
             for c in curves:
                 cells = [
-                    " / ".join(_pct({"mean": at[(c["model"], lv)][k]}) for k in ("ood", "id", "worst_group"))
+                    f"{_pct({'mean': at[(c['model'], lv)]['ood']})} / {_pct({'mean': at[(c['model'], lv)]['id']})} / "
+                    f"{_drop(at[(c['model'], lv)].get('drop_pct'))} / {_pct({'mean': at[(c['model'], lv)]['worst_group']})}"
                     for lv in c["levels"]
                 ]
                 lines.append(
@@ -471,11 +483,20 @@ def bugs_block(art: Artifact, wordnet_cache: Path | None = None) -> str:
     if run is None:
         return _no_run("bugs", "BUGS_FOLDER")
     b, r = run["bugs"], run["run"]
+    harmful: dict[str, int] = {}
+    for x in b["tested"]:  # every significant subset below the class's other images, before bugs.json's top per class
+        if x["bug"] and x["accuracy"] < x["rest_accuracy"]:
+            harmful[x["class"]] = harmful.get(x["class"], 0) + 1
+    listed = {c: len(v) for c, v in b["harmful"].items()}
+    top = max(listed.values(), default=0)
     lines = [
         f"{r['method']} / {r['probe']} probe on {_features_line(r)} trained on `{r['task_id']}` "
         f"(seed {', '.join(map(str, r['seeds']))}; ID {_pct(run['scores']['id'])}, test {_pct(run['scores']['ood'])}); "
         f"`metashift-hf bugs --min-n {b['min_n']}` on its {b['split']} predictions: {b['n_tests']} context subsets "
-        f"tested, {b['n_bugs']} significant (alpha {b['alpha']}). Harmful, nearest the largest community first:",
+        f"tested, {b['n_bugs']} significant (alpha {b['alpha']}), of them harmful (below the class's other images) "
+        + ", ".join(f"{c} {n}" for c, n in sorted(harmful.items()))
+        + f". Listed: the top {top} per class that `bugs` keeps (`--top`, default 5), nearest the largest community "
+        f"first ({', '.join(f'{c} {listed.get(c, 0)} of {n}' for c, n in sorted(harmful.items()))}):",
         "",
         "| class | subset | n | accuracy | the class's other images | q | d to the largest community |",
         "|---|---|---:|---:|---:|---:|---:|",

@@ -1,7 +1,7 @@
 """Declared = measured (issue 38 part 2): every plannable task of every family, sampled on the builder
 world (matched by wordnet_match) and a COCO world, has the shift type its rows measure
-(metashift_hf/tasks/measured.py), or a declared type the measurement supports within its null: a designed
-P(Y|S) shift smaller than the permutation threshold at that size. Community-matched tasks are measured
+(metashift_hf/tasks/measured.py); a designed level declares its design and the measurement's verdict stands
+beside it (issue 45: tasks/design_check.py). Community-matched tasks are measured
 on S = the class-qualified community and report their label shift P(Y) as its own part."""
 
 from __future__ import annotations
@@ -19,13 +19,27 @@ from metashift_hf.core.errors import EmptyGroupError, EmptyResultError
 from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.tasks import families as tasks
 from metashift_hf.tasks import measured
+from metashift_hf.tasks.design_check import design_check
 from metashift_hf.tasks.spec import ShiftSpec
 
 
 def _supported(spec: ShiftSpec) -> bool:
-    """Declared = measured (issue 38 done-when: every sampled task of every family). A design the rows
-    cannot show at their size is declared as measured, with its figures in the note."""
-    return spec.measured.agrees
+    """Issue 45: a designed level declares its design (whatever its size) and the measurement's verdict stands
+    beside it: consistent, underpowered (a designed delta within its null), or contradicts only where the design
+    leaves a part to the data (a joint level at delta = 0 balances the classes over s1/s2, not within each training
+    context). Every other task declares what its rows measure."""
+    check = design_check(spec)
+    lev = spec.level
+    if lev is None or spec.paper is not None:
+        return spec.measured.agrees
+    design = {"marginal": "marginal", "conditional": "conditional" if lev.delta else "none"}.get(
+        lev.type, "joint" if lev.delta else "marginal"
+    )
+    if spec.shift_type != design or check is None:
+        return False
+    if check.verdict == "contradicts":
+        return lev.type == "joint" and not lev.delta and check.measured == "joint"
+    return check.verdict == "consistent" or (check.verdict == "underpowered" and bool(lev.delta))
 
 
 def _plan_all(art: Artifact, most: int | None = None) -> dict[str, list[ShiftSpec]]:
@@ -107,7 +121,9 @@ def test_community_matched_tasks_measure_class_qualified_communities(matched):
     art = Artifact.load(matched)
     spec = tasks.plan_task("bin-cat-dog", art).spec
     m, test = spec.measured, spec.measured.split("test")
-    assert spec.shift_type == m.type == "marginal" and m.agrees and m.by_construction == "" and m.note == ""
+    assert spec.shift_type == m.type == "marginal" and m.agrees and m.by_construction == ""
+    # issue 45: the same measurement on the paper's context tags (one pair per image and tag), beside it
+    assert m.note.startswith(measured.CONTEXT_TAGS) and "(image, tag) pairs" in m.note
     assert "class-qualified community" in m.rule
     # each community belongs to one class: S tells Y completely on both sides, P(Y|S) does not move
     assert m.dependence_train == 1.0 and test.dependence == 1.0 and test.conditional == 0.0
@@ -122,6 +138,9 @@ def test_community_matched_tasks_measure_class_qualified_communities(matched):
     assert "label shift" in words and f"{test.p_y_tv:.3f}" in words
     text = community_words(spec)
     assert "largest meta-graph community" in text and f"{test.p_y_tv:.3f}" in text
+    assert f"Measured {measured.CONTEXT_TAGS}" in text and measured.CONTEXT_TAGS in words  # the card says both
+    tags = [t for r in plan.splits["train"] for t in r.contexts]
+    assert f"over {len(tags):,} train" in m.note
 
 
 def test_label_shift_alone_is_not_a_context_shift():

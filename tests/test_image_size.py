@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -56,14 +57,40 @@ def test_eval_config_checks_image_size(bad):
     assert EvalConfig(image_size="128").image_size == 128 == image_size(128)
 
 
-def test_preprocessing_keeps_its_resize_to_crop_ratio():
-    lite0 = Preprocessing(256, 224, "bicubic", (0.5,) * 3, (0.5,) * 3)  # Lite0: crop padding 32
-    small = lite0.at_crop(128)
-    assert (small.resize, small.crop) == (146, 128) and small.interpolation == "bicubic" and small.mean == lite0.mean
-    assert "crop 128 instead of 224" in small.source
-    timm_like = Preprocessing(235, 224, "bicubic", (0.5,) * 3, (0.5,) * 3)  # crop_pct 0.95
-    assert (timm_like.at_crop(128).resize, timm_like.at_crop(128).crop) == (134, 128)
+def test_preprocessing_scales_as_each_family_does():
+    plain = Preprocessing(256, 224, "bicubic", (0.5,) * 3, (0.5,) * 3)  # torchvision presets: the ratio is kept
+    small = plain.at_crop(128)
+    assert (small.resize, small.crop) == (146, 128) and small.interpolation == "bicubic" and small.mean == plain.mean
+    assert "crop 128 instead of 224, resize 146 = the same resize-to-crop ratio" in small.source
+    # Lite0: TensorFlow's eval at image_size N crops N / (N + 32) of the shorter side: resize N + 32 (issue 45.3)
+    lite0 = Preprocessing(256, 224, "bicubic", (0.5,) * 3, (0.5,) * 3, crop_padding=32)
+    assert (lite0.at_crop(128).resize, lite0.at_crop(128).crop) == (160, 128)
     assert (lite0.at_crop(224).resize, lite0.at_crop(224).crop) == (256, 224)  # its own size: the same transform
+    timm_like = Preprocessing(235, 224, "bicubic", (0.5,) * 3, (0.5,) * 3, crop_pct=0.95)
+    assert (timm_like.at_crop(128).resize, timm_like.at_crop(128).crop) == (134, 128)
+    # the pixels are set by resize, crop, interpolation, mean and std: the rule is not in the card (fingerprints stay)
+    assert timm_like.as_dict() == Preprocessing(235, 224, "bicubic", (0.5,) * 3, (0.5,) * 3).as_dict()
+    assert "floor(128 / crop_pct 0.95)" in timm_like.at_crop(128).source
+    for bad in ({"crop_pct": 0}, {"crop_pct": 1.5}, {"crop_pct": True}, {"crop_padding": -1}, {"crop_padding": 3.5}):
+        with pytest.raises(OptionError, match="crop_p"):
+            Preprocessing(256, 224, "bicubic", (0.5,) * 3, (0.5,) * 3, **bad)
+
+
+def test_timm_at_image_size_equals_timm_create_transform():
+    """``timm:`` at --image-size N resizes as timm's own create_transform(N, crop_pct) (transforms_imagenet_eval:
+    scale_size = math.floor(img_size / crop_pct)), for many sizes and crop fractions (issue 45.3: round was off by
+    one pixel in 13 of 40 cases, e.g. 208 at 0.875: 238 vs timm's 237)."""
+    timm_data = pytest.importorskip("timm.data")
+    torchvision_t = pytest.importorskip("torchvision.transforms")
+    for crop_pct in (0.8, 0.875, 0.9, 0.95, 0.96, 1.0, 0.854, 0.922):
+        base = Preprocessing(math.floor(224 / crop_pct), 224, "bicubic", (0.5,) * 3, (0.5,) * 3, crop_pct=crop_pct)
+        for side in (64, 96, 112, 128, 160, 192, 208, 224, 240, 256, 288, 320, 384, 448, 512):
+            tf = timm_data.create_transform(input_size=side, crop_pct=crop_pct, interpolation="bicubic")
+            resize = next(t for t in tf.transforms if isinstance(t, torchvision_t.Resize))
+            crop = next(t for t in tf.transforms if isinstance(t, torchvision_t.CenterCrop))
+            size = resize.size if isinstance(resize.size, int) else resize.size[0]
+            ours = base.at_crop(side)
+            assert (ours.resize, ours.crop) == (size, crop.size[0]), (side, crop_pct)
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
@@ -152,7 +179,8 @@ def test_lite0_at_128_px(tmp_path):
     from metashift_hf.evaluate.predictions import load_scorer
 
     clf = load_scorer("efficientnet-lite0", image_size=128)
-    assert (clf.preprocessing.resize, clf.preprocessing.crop) == (146, 128)
+    # TensorFlow's Lite0 eval at image_size 128: a centre crop of 128 / (128 + 32) of the shorter side (issue 45.3)
+    assert (clf.preprocessing.resize, clf.preprocessing.crop) == (160, 128)
     data = sample_jpegs(tmp_path / "img", 2)[0].read_bytes()
     x = clf.prepare(data)
     assert x.shape == (3, 128, 128)

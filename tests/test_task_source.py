@@ -246,7 +246,7 @@ def test_cards_and_tasks_show_state_the_measured_shift(demo_build, tmp_path, cap
     assert spec.measured is not None and spec.measured.type == "joint" and spec.measured.agrees
     card = (repo / "README.md").read_text()
     row = next(line for line in card.splitlines() if line.startswith("| measured shift (test vs train) |"))
-    assert "joint: P(context) TV 1.000" in row and "agrees with the declared type" in row
+    assert "joint: P(context) TV 1.000" in row and "declared joint (the design); verdict: consistent" in row
     capsys.readouterr()
     assert main(["tasks", "show", str(repo)]) == 0
     assert "measured: joint: P(context) TV 1.000" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from metashift_hf.core.names import terminal_safe
 from metashift_hf.hub.api import available_tasks, plan
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskTooBigError, open_task
+from metashift_hf.tasks.design_check import design_check
 from metashift_hf.tasks.families import family_of, kinds
 from metashift_hf.tasks.plan import SPLITS
 from metashift_hf.tasks.spec import ShiftSpec
@@ -260,6 +261,12 @@ def spec_summary(spec: ShiftSpec) -> list[str]:
     return lines
 
 
+def _check_json(spec: ShiftSpec) -> dict | None:
+    """The declared type's verdict from the spec (tasks/design_check.py), beside the spec in ``--json``."""
+    check = design_check(spec)
+    return None if check is None else dataclasses.asdict(check)
+
+
 def _show_exported(args: argparse.Namespace, ref: TaskRef) -> int:
     """``tasks show FOLDER|NS/REPO``: the shift spec an exported task carries (no artifact needed), after its
     rows and both copies of the spec (``shift_spec.json`` and the parquet's features) were checked to agree."""
@@ -269,7 +276,11 @@ def _show_exported(args: argparse.Namespace, ref: TaskRef) -> int:
     if args.json:
         print(
             json.dumps(
-                {"task": {"task_id": spec.task_id, "source": args.task_id}, "shift_spec": json.loads(spec.to_json())},
+                {
+                    "task": {"task_id": spec.task_id, "source": args.task_id},
+                    "shift_spec": json.loads(spec.to_json()),
+                    "design_check": _check_json(spec),
+                },
                 indent=2,
                 sort_keys=True,
                 default=str,
@@ -314,7 +325,9 @@ def run_show(args: argparse.Namespace) -> int:
         spec = open_task(ref).spec
     if args.json:
         shift_spec = None if spec is None else json.loads(spec.to_json())
-        print(json.dumps({"task": facts, "shift_spec": shift_spec}, indent=2, sort_keys=True, default=str))
+        check = None if spec is None else _check_json(spec)
+        out = {"task": facts, "shift_spec": shift_spec, "design_check": check}
+        print(json.dumps(out, indent=2, sort_keys=True, default=str))
         return 0
     print(terminal_safe(f"task {args.task_id}: {facts['kind']}, classes {', '.join(facts['classes'])}"))
     if entry is not None:

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import io
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
@@ -86,6 +87,13 @@ class Preprocessing:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     source: str = ""  # where these numbers come from
+    # How :meth:`at_crop` scales the resize with the crop, as the model family's own eval transform does at another
+    # size (None: keep the resize-to-crop ratio, torchvision's presets): timm's crop_pct (create_transform:
+    # floor(side / crop_pct)); TensorFlow Lite0's crop padding (image_size / (image_size + padding) of the shorter
+    # side: side + padding). Not in the card (as_dict): they decide only what at_crop makes, and the pixels a
+    # preprocessing gives are set by resize, crop, interpolation, mean and std, so fingerprints and caches stay.
+    crop_pct: float | None = None
+    crop_padding: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.interpolation, str) or not hasattr(Image.Resampling, self.interpolation.upper()):
@@ -99,6 +107,16 @@ class Preprocessing:
                 f"Preprocessing.crop={crop} is larger than Preprocessing.resize={resize}",
                 "the centre crop is taken from the resized image: use crop <= resize",
             )
+        pct, pad = self.crop_pct, self.crop_padding
+        if pct is not None and (isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1):
+            raise opt.OptionError(
+                f"Preprocessing.crop_pct={pct!r} is not a number in (0, 1]",
+                "pass the crop's share of the resized side",
+            )
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad < 0):
+            raise opt.OptionError(
+                f"Preprocessing.crop_padding={pad!r} is not a whole number of pixels >= 0", "pass e.g. 32 (Lite0)"
+            )
         for key, positive in (("mean", False), ("std", True)):
             values = getattr(self, key)
             if not isinstance(values, (tuple, list)) or len(values) != 3:
@@ -111,17 +129,25 @@ class Preprocessing:
             object.__setattr__(self, key, checked)  # a std of 0 would turn every input into NaN
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "crop_rule": CROP_RULE}
+        d = {k: v for k, v in asdict(self).items() if k not in ("crop_pct", "crop_padding")}
+        return {**d, "crop_rule": CROP_RULE}
 
     def at_crop(self, side: int) -> "Preprocessing":
-        """The same transform with a ``side``-px centre crop: the resize keeps its ratio to the crop (Lite0's
-        crop padding, timm's crop_pct, torchvision's resize/crop), as each family evaluates other input sizes."""
-        resize = max(side, round(side * self.resize / self.crop))
+        """The same transform with a ``side``-px centre crop, scaled as the family's own eval transform at that size:
+        timm's ``create_transform`` resizes to floor(side / crop_pct) (transforms_imagenet_eval), TensorFlow's
+        Lite0 eval to side + 32 (its crop padding: a crop of side / (side + 32) of the shorter side); otherwise
+        (torchvision's resize/crop presets) the resize keeps its ratio to the crop."""
+        if self.crop_pct is not None:
+            resize, how = max(side, math.floor(side / self.crop_pct)), f"floor({side} / crop_pct {self.crop_pct:g})"
+        elif self.crop_padding is not None:
+            resize, how = side + self.crop_padding, f"{side} + crop padding {self.crop_padding}"
+        else:
+            resize, how = max(side, round(side * self.resize / self.crop)), "the same resize-to-crop ratio"
         return replace(
             self,
             resize=resize,
             crop=side,
-            source=f"{self.source}; crop {side} instead of {self.crop}, same crop fraction",
+            source=f"{self.source}; crop {side} instead of {self.crop}, resize {resize} = {how}",
         )
 
     def __call__(self, data: bytes) -> np.ndarray:

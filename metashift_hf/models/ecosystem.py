@@ -503,6 +503,7 @@ def _timm_preprocessing(cfg: Mapping[str, Any], pretrained: Mapping[str, Any], w
         return Preprocessing(
             resize=math.floor(size / crop_pct),
             crop=size,
+            crop_pct=float(crop_pct),  # --image-size N: floor(N / crop_pct), as timm's create_transform
             interpolation=str(cfg.get("interpolation", "bicubic")),
             mean=tuple(cfg["mean"]),
             std=tuple(cfg["std"]),

@@ -73,6 +73,7 @@ def efficientnet_lite0(
     prep = Preprocessing(
         resize=size + TF_CROP_PADDING,
         crop=size,
+        crop_padding=TF_CROP_PADDING,  # --image-size N: N + 32, as TensorFlow's eval at image_size N
         interpolation="bicubic",
         mean=TF_LITE_MEAN,
         std=TF_LITE_STD,

@@ -271,8 +271,8 @@ def ood_levels(
             )
             a = res.aggregate()
             lev = tp.spec.level
-            # ID and OOD are id_test and test at every level, also where the level declares no shift (the
-            # conditional control, delta = 0) and its scores therefore give no ID/OOD pair: it is still a curve point
+            # ID and OOD are id_test and test at every designed level, the conditional control (delta = 0, declared
+            # none) too: its Drop% is the curve's no-shift reference (tasks.splits.split_roles)
             ood, idv = a["splits"]["test"], a["splits"]["id_test"]["average"]
             rows.append(
                 {
@@ -290,7 +290,7 @@ def ood_levels(
                     "id_std": idv["std"],
                     "ood": ood["average"]["mean"],
                     "ood_std": ood["average"]["std"],
-                    "drop_pct": a["drop_pct"]["mean"],  # none where the level declares no shift
+                    "drop_pct": a["drop_pct"]["mean"],
                     "worst_group": ood["worst_group"]["mean"],
                     "worst_group_std": ood["worst_group"]["std"],
                     "n_seeds": a["n_seeds"],

@@ -34,7 +34,15 @@ from ..hub.task_open import open_task
 from ..scoring.groups import WORST_RULE, GroupScore, group_scores, worst
 from ..scoring.per_group import per_group_frame, score_row, write_per_group
 from ..scoring.predictions import PredictionKind, TaskPredictions
-from ..scoring.summary import CHANCE_RULE, Chance, split_summary
+from ..scoring.summary import (
+    ADJUSTED_RULE,
+    CHANCE_RULE,
+    GROUP_MEAN_RULE,
+    Chance,
+    adjusted_average,
+    group_mean_accuracy,
+    split_summary,
+)
 
 
 Predictions = TaskPredictions  # the name the docs used before issue 25 (the same class)
@@ -43,10 +51,6 @@ if TYPE_CHECKING:
     from metashift_hf.tasks.plan import TaskPlan
 
 ECE_BINS = 15  # equal-width confidence bins, as in Guo et al. (2017)
-ADJUSTED_RULE = (
-    "adjusted average: each group's accuracy weighted by that group's share of the train split "
-    "(groups absent from train get weight 0; null when the split shares no group with train)"
-)
 COUNTING = (
     "each image counts once in its split, group and class; it counts once in every context subset "
     "it belongs to (context rows overlap)"
@@ -66,7 +70,8 @@ class SplitScores:
     ci_high: float
     worst_group: GroupScore
     worst_class: GroupScore
-    adjusted_average: float | None
+    adjusted_average: float | None  # ours: train-share weighted (ADJUSTED_RULE)
+    subpopbench_adjusted_accuracy: float | None  # SubpopBench's: unweighted group mean (GROUP_MEAN_RULE)
     balanced_accuracy: float
     macro_f1: float
     ece: float | None
@@ -123,6 +128,7 @@ class Scores:
             "worst_group": asdict(h.worst_group),
             "worst_class": asdict(h.worst_class),
             "adjusted_average": h.adjusted_average,
+            "subpopbench_adjusted_accuracy": h.subpopbench_adjusted_accuracy,
             "per_group": [asdict(g) for s in self.splits.values() for g in s.per_group],
             "id": self.id,
             "ood": self.ood,
@@ -143,6 +149,7 @@ class Scores:
             "overall": self.overall.to_dict(),
             "notes": {
                 "adjusted_average": ADJUSTED_RULE,
+                "subpopbench_adjusted_accuracy": GROUP_MEAN_RULE,
                 "counting": COUNTING,
                 "ece": f"{ECE_BINS} equal-width bins of top-1 confidence"
                 + ("; probabilities from softmax of the logits" if self.prediction_kind == "logits" else ""),
@@ -168,8 +175,9 @@ class Scores:
             f"chance (always {terminal_safe(c.predicts)}, the split's majority class): balanced accuracy "
             f"{_pct(c.balanced_accuracy)}, worst group {_pct(c.worst_group.accuracy)}, accuracy {_pct(c.whole.accuracy)}",
             f"average {_pct(h.average)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}], worst class {h.worst_class.group} "
-            f"{_pct(h.worst_class.accuracy)}, adjusted {_pct(h.adjusted_average)}, macro-F1 {h.macro_f1:.3f}"
-            + (f", ECE {h.ece:.3f}" if h.ece is not None else ""),
+            f"{_pct(h.worst_class.accuracy)}, adjusted (ours, train-share weighted) {_pct(h.adjusted_average)}, "
+            f"SubpopBench adjusted_accuracy (unweighted group mean) {_pct(h.subpopbench_adjusted_accuracy)}, "
+            f"macro-F1 {h.macro_f1:.3f}" + (f", ECE {h.ece:.3f}" if h.ece is not None else ""),
         ]
         if self.id is not None and self.ood is not None:
             drop = "n/a" if self.drop_pct is None else f"{self.drop_pct:.1f}%"
@@ -186,15 +194,16 @@ class Scores:
             "",
             "  \n".join(markdown_safe(line) for line in self.summary().split("\n")),
             "",
-            "| split | n | balanced | chance balanced | average | worst group | worst class | adjusted | macro-F1 | ECE |",
-            "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
+            "| split | n | balanced | chance balanced | average | worst group | worst class | adjusted (ours, "
+            "train-share weighted) | SubpopBench adjusted_accuracy (unweighted group mean) | macro-F1 | ECE |",
+            "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
         ]
         for s in [*self.splits.values(), self.overall]:
             out.append(
                 f"| {s.split} | {s.n} | {_pct(s.balanced_accuracy)} | {_pct(s.chance.balanced_accuracy)} | "
                 f"{_pct(s.average)} | {s.worst_group.group} {_pct(s.worst_group.accuracy)} | "
                 f"{s.worst_class.group} {_pct(s.worst_class.accuracy)} | "
-                f"{_pct(s.adjusted_average)} | {s.macro_f1:.3f} | "
+                f"{_pct(s.adjusted_average)} | {_pct(s.subpopbench_adjusted_accuracy)} | {s.macro_f1:.3f} | "
                 f"{'-' if s.ece is None else f'{s.ece:.3f}'} |"
             )
         for title, rows in (
@@ -278,9 +287,6 @@ def _split_scores(
         for ctx in sorted(set(ctxs))
     ]
     contexts = group_scores([p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=bool), split)
-    weights = {g.group: train_share.get(g.group, 0.0) for g in head.per_group}
-    total = sum(weights.values())
-    adjusted = (sum(weights[g.group] * g.accuracy for g in head.per_group) / total) if total > 0 else None
     y, p = rows["y"].to_numpy(), rows["pred"].to_numpy()
     whole = head.whole
     return SplitScores(
@@ -292,7 +298,8 @@ def _split_scores(
         ci_high=whole.ci_high,
         worst_group=head.worst_group,
         worst_class=worst(head.per_class),
-        adjusted_average=adjusted,
+        adjusted_average=adjusted_average(head.per_group, train_share),
+        subpopbench_adjusted_accuracy=group_mean_accuracy(head.per_group),
         balanced_accuracy=head.balanced_accuracy,
         macro_f1=float(f1_score(y, p, labels=list(range(len(classes))), average="macro", zero_division=0)),
         ece=None if probs is None else expected_calibration_error(probs, y),

@@ -32,6 +32,32 @@ CHANCE_RULE = (
 )
 
 
+# Two "adjusted" accuracies, each defined once, here, and labelled wherever shown (issue 45 part 2):
+ADJUSTED_RULE = (
+    "adjusted average (ours): each group's accuracy weighted by that group's share of the train split "
+    "(groups absent from train get weight 0; null when the split shares no group with train)"
+)
+GROUP_MEAN_RULE = (
+    "SubpopBench adjusted_accuracy: the unweighted mean of the split's group accuracies "
+    "(subpopbench/utils/eval_helper.py: sum(per_group accuracy) / number of groups in the split)"
+)
+
+
+def adjusted_average(per_group: Sequence[GroupScore], train_share: "dict[str, float]") -> float | None:
+    """Ours (:data:`ADJUSTED_RULE`): the group accuracies weighted by the groups' shares of train."""
+    weights = {g.group: train_share.get(g.group, 0.0) for g in per_group}
+    total = sum(weights.values())
+    return (sum(weights[g.group] * g.accuracy for g in per_group) / total) if total > 0 else None
+
+
+def group_mean_accuracy(per_group: Sequence[GroupScore]) -> float | None:
+    """SubpopBench's ``adjusted_accuracy`` (:data:`GROUP_MEAN_RULE`): every group of the split counts the same,
+    computed exactly from the counts (fractions) like :func:`balanced_accuracy`; None without groups."""
+    if not per_group:
+        return None
+    return float(sum(Fraction(g.correct, g.n) for g in per_group) / len(per_group))
+
+
 def balanced_accuracy(per_class: Sequence[GroupScore]) -> float:
     """Mean of the per-class accuracies (= mean recall) over the classes with rows.
 

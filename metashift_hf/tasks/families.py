@@ -56,7 +56,7 @@ from metashift_hf.core.options import seed as seed_option
 from metashift_hf.core.options import text as text_option
 from metashift_hf.core.registry import Registry
 
-from . import coco_tasks, level_plans, levels, paper_tasks, shifts
+from . import coco_tasks, level_plans, levels, paper_tasks, shifts, subpopbench
 from .plan import ArtifactSource, GroupDef, TaskPlan
 from .spec import CollectionFilters, RegistryFacts, Rules
 from .task_options import (  # the options dataclasses stay importable from here, as docs/tasks.md shows
@@ -66,6 +66,7 @@ from .task_options import (  # the options dataclasses stay importable from here
     CollectionOptions,
     PaperDGOptions,
     PaperSubpopOptions,
+    SubpopBenchOptions,
     given_options,
     given_sizes,
     option_docs,
@@ -154,6 +155,15 @@ def parse_options(family: TaskFamily, task_id: str, raw: Mapping[str, Any]) -> A
     return family.options_type(**values)
 
 
+def _need_cat_dog(artifact: Artifact, task_id: str) -> None:
+    """The paper's tasks and SubpopBench's are cat vs dog: refused by name on an artifact without both."""
+    if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
+        raise UnknownNameError(
+            f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
+            "build the artifact from GQA scene graphs (or the demo world), which has both",
+        )
+
+
 class _PaperFamily(TaskFamily):
     task_ids: ClassVar[tuple[str, ...]]
 
@@ -169,11 +179,7 @@ class _PaperFamily(TaskFamily):
         return paper_tasks.CLASSES
 
     def plan(self, artifact: Artifact, task_id: str, options: Any, seed: int) -> TaskPlan:
-        if not set(paper_tasks.CLASSES) <= set(artifact.classes()):
-            raise UnknownNameError(
-                f"task {task_id} needs the classes cat and dog; artifact {artifact.root} lacks them",
-                "build the artifact from GQA scene graphs (or the demo world), which has both",
-            )
+        _need_cat_dog(artifact, task_id)
         plan = paper_tasks.plan(
             task_id, group_source(artifact), seed=seed, scale=options.scale, overrides=given_sizes(options)
         )
@@ -211,6 +217,29 @@ class CocoSubpopFamily(TaskFamily):
         plan = coco_tasks.plan(task_id, group_source(artifact), sizes=sizes, seed=seed)
         plan.spec = replace(plan.spec, level=levels.paper_level(plan.spec))
         return plan
+
+
+class SubpopBenchFamily(TaskFamily):
+    """SubpopBench's MetaShift (``subpopbench-cat-dog``): the four indoor/outdoor groups pooled and split at random
+    by SubpopBench's rule, or by a SubpopBench metadata file (metashift_hf/tasks/subpopbench.py)."""
+
+    name, kind = "subpopbench", "paper"
+    title = "SubpopBench's MetaShift (subpopbench-cat-dog)"
+    options_type = SubpopBenchOptions
+
+    def owns(self, artifact: Artifact, task_id: str) -> bool:
+        return task_id == subpopbench.TASK_ID
+
+    def ids(self, artifact: Artifact) -> list[str]:
+        # the paper subpopulation tasks' groups are SubpopBench's four: planable where those are
+        return [subpopbench.TASK_ID] if paper_tasks.SUBPOP_IDS[0] in PaperSubpopFamily().ids(artifact) else []
+
+    def classes(self, artifact: Artifact, task_id: str) -> tuple[str, ...]:
+        return subpopbench.CLASSES
+
+    def plan(self, artifact: Artifact, task_id: str, options: SubpopBenchOptions, seed: int) -> TaskPlan:
+        _need_cat_dog(artifact, task_id)
+        return subpopbench.plan(group_source(artifact), metadata=options.metadata, seed=seed)
 
 
 def _collection_contexts(
@@ -594,6 +623,7 @@ for _family in (
     PaperDGFamily(),
     PaperSubpopFamily(),
     CocoSubpopFamily(),
+    SubpopBenchFamily(),
     CollectionFamily(),
     ClassFamily(),
     MatchedFamily(),

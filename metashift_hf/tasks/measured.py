@@ -32,12 +32,11 @@ measured type is its ``test`` split's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
 
-from .spec import MeasuredShift, ShiftSpec, ShiftType, SplitShift
+from .spec import MeasuredShift, ShiftType, SplitShift
 
 
 FLOOR = 0.05
@@ -54,6 +53,8 @@ RULE = (
     "same threshold rule"
 )
 COMPARED: tuple[ShiftType, ...] = ("marginal", "conditional", "joint", "none")
+# community-matched tasks: the measurement on the paper's context tags, in MeasuredShift.note (starts with this)
+CONTEXT_TAGS = "on the paper's context tags (S = each of an image's context tags)"
 
 
 class _RowLike(Protocol):
@@ -118,6 +119,29 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
+def observed_and_null(
+    code: np.ndarray, n_a: int, n_contexts: int, n_labels: int
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """The figures of the rows coded ``code`` (context index * n_labels + class index; the first ``n_a`` are
+    train), and of :data:`PERMUTATIONS` random re-splits of them. The re-splits permute the codes in sorted order,
+    so the null depends only on the two splits' (context, class) counts, not on the rows' order: the counts a spec
+    records reproduce it (:func:`design_check`)."""
+    k = n_contexts * n_labels
+
+    def tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(batch, context, class) counts of train (first n_a rows) and the other split, per row of codes."""
+        off = np.arange(codes.shape[0])[:, None] * k
+        a = np.bincount((codes[:, :n_a] + off).ravel(), minlength=k * len(codes))
+        b = np.bincount((codes[:, n_a:] + off).ravel(), minlength=k * len(codes))
+        shape = (len(codes), n_contexts, n_labels)
+        return a.reshape(shape).astype(np.float64), b.reshape(shape).astype(np.float64)
+
+    f = {key: float(v[0]) for key, v in _batch(*tables(code[None, :])).items()}
+    rng = np.random.default_rng(0)  # fixed: the same rows always give the same thresholds
+    null = _batch(*tables(rng.permuted(np.tile(np.sort(code), (PERMUTATIONS, 1)), axis=1)))
+    return f, null
+
+
 def measure_split(
     train: Sequence[_RowLike], other: Sequence[_RowLike], split: str, variable: str = "context"
 ) -> SplitShift:
@@ -129,19 +153,8 @@ def measure_split(
     labels = sorted({r.label for r in rows})
     s_idx, y_idx = {c: i for i, c in enumerate(contexts)}, {c: i for i, c in enumerate(labels)}
     code = np.array([s_idx[v] * len(labels) + y_idx[r.label] for v, r in zip(values, rows)], dtype=np.int64)
-    k, n_a = len(contexts) * len(labels), len(train)
-
-    def tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(batch, context, class) counts of train (first n_a rows) and the other split, per row of codes."""
-        off = np.arange(codes.shape[0])[:, None] * k
-        a = np.bincount((codes[:, :n_a] + off).ravel(), minlength=k * len(codes))
-        b = np.bincount((codes[:, n_a:] + off).ravel(), minlength=k * len(codes))
-        shape = (len(codes), len(contexts), len(labels))
-        return a.reshape(shape).astype(np.float64), b.reshape(shape).astype(np.float64)
-
-    f = {key: v[0] for key, v in _batch(*tables(code[None, :])).items()}
-    rng = np.random.default_rng(0)  # fixed: the same rows always give the same thresholds
-    null = _batch(*tables(rng.permuted(np.tile(code, (PERMUTATIONS, 1)), axis=1)))
+    n_a = len(train)
+    f, null = observed_and_null(code, n_a, len(contexts), len(labels))
     pys = None if np.isnan(f["p_y_given_s"]) else float(f["p_y_given_s"])
     # like with like: without shared contexts the figure is |Δ dependence| alone, so its null is too
     # (a re-split always shares contexts, and its shared-context TV would inflate the threshold)
@@ -168,9 +181,8 @@ def measure_split(
 
 
 def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str) -> MeasuredShift | None:
-    """Every split against ``train`` (None without a train split). A declared type that differs from the
-    measured one keeps ``by_construction`` and ``note`` empty (tests/test_measured_shift.py flags it); a
-    plan whose design cannot show at its size declares the measured type instead (:func:`as_measured`)."""
+    """Every split against ``train`` (None without a train split). The declared type is the design; where the
+    measured one differs, ``agrees`` is False and the plan's note gives the verdict (tasks/design_check.py)."""
     train = splits.get("train")
     if not train:
         return None
@@ -181,6 +193,8 @@ def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str) -> Measured
     measured: ShiftType = test.type if test is not None else "none"
     agrees = declared == measured
     construction, note = _construction(declared, measured)
+    if variable == "group" and test is not None and not note:
+        note = _on_context_tags(train, splits["test"])
     return MeasuredShift(
         rule=RULE,
         dependence_train=dep_train,
@@ -192,21 +206,32 @@ def measure(splits: Mapping[str, Sequence[_RowLike]], declared: str) -> Measured
     )
 
 
-def as_measured(spec: ShiftSpec, why: str) -> ShiftSpec:
-    """``spec`` declared as its rows measure (``shift_type`` = ``measured.type``) where the design leaves
-    a part to the data or is within sampling noise at this size; ``why`` says which, in the measurement's
-    note, with the figures."""
-    m = spec.measured
-    if m is None:
-        return spec
-    note = f"declared as measured: {why}; {_figures(m.split('test'))}" if m.split("test") else why
-    return replace(spec, shift_type=m.type, measured=replace(m, agrees=True, note=note, by_construction=""))
+class _Tag:
+    """One (image, context tag) pair of a row: the paper's subsets ``class(tag)`` overlap, an image is in one per tag."""
+
+    __slots__ = ("label", "group", "context")
+
+    def __init__(self, label: str, tag: str) -> None:
+        self.label, self.group, self.context = label, f"{label}({tag})", tag
 
 
-def _figures(test: SplitShift) -> str:
+def _tags(rows: Sequence[_RowLike]) -> list[_Tag]:
+    return [_Tag(r.label, t) for r in rows for t in (getattr(r, "contexts", None) or ())]
+
+
+def _on_context_tags(train: Sequence[_RowLike], test: Sequence[_RowLike]) -> str:
+    """Community-matched tasks (S = the class-qualified community, where a P(Y|S) shift cannot show): the same
+    measurement with S = the paper's context tags, one (image, tag) pair per tag of a row ("" without tags). The
+    pairs of one image are not independent, so its re-split thresholds are a lower bound."""
+    a, b = _tags(train), _tags(test)
+    if not a or not b:
+        return ""
+    t = measure_split(a, b, "test")
+    cond = f"{t.conditional:.3f} (threshold {t.conditional_threshold:.3f})"
     return (
-        f"P(S) TV {test.p_s_tv:.3f} (threshold {test.p_s_threshold:.3f}), P(Y|S) shift {test.conditional:.3f} "
-        f"(threshold {test.conditional_threshold:.3f})"
+        f"{CONTEXT_TAGS}: {t.type}: P(S) TV {t.p_s_tv:.3f} (threshold {t.p_s_threshold:.3f}), P(Y|S) shift {cond}, "
+        f"over {len(a):,} train and {len(b):,} test (image, tag) pairs; an image's pairs are not independent, "
+        "so these thresholds are a lower bound"
     )
 
 
@@ -232,4 +257,13 @@ def _dependence(rows: Sequence[_RowLike], variable: str = "context") -> float:
     return float(_batch(t, t)["dep_a"])
 
 
-__all__ = ["FLOOR", "PERMUTATIONS", "RULE", "as_measured", "context_variable", "measure", "measure_split"]
+__all__ = [
+    "CONTEXT_TAGS",
+    "FLOOR",
+    "PERMUTATIONS",
+    "RULE",
+    "context_variable",
+    "measure",
+    "measure_split",
+    "observed_and_null",
+]

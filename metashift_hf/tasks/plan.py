@@ -15,6 +15,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import parse_subset_name
 
+from .design_check import with_verdict
 from .measured import measure
 from .spec import ShiftSpec, SkippedImages, split_members
 
@@ -249,7 +250,7 @@ def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         minority = set(spec.minority_groups)
         train = splits["train"]
         mf = replace(mf, achieved=round(sum(r.group in minority for r in train) / len(train), 6) if train else None)
-    return replace(
+    sized_spec = replace(
         spec,
         split_sizes={s: len(rows) for s, rows in splits.items()},
         minority_fraction=mf,
@@ -257,3 +258,4 @@ def with_sizes(spec: ShiftSpec, splits: Mapping[str, list[Row]]) -> ShiftSpec:
         members=split_members(splits),
         **sized,
     )
+    return with_verdict(sized_spec)

@@ -400,7 +400,7 @@ class ShiftSpec:
     def collection(self) -> bool:
         """A whole-class collection: no shift type and no test groups (every group in ``train``); it may list an
         image once per class it shows. A ``none`` task with a test split (the conditional family's delta = 0
-        control, a level whose designed shift is within sampling noise) is not one."""
+        control, SubpopBench's random split) is not one."""
         return self.shift_type == "none" and not self.test_groups
 
     def groups(self) -> dict[str, tuple[GroupSpec, ...]]:

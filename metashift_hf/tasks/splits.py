@@ -52,9 +52,11 @@ def headline_split(splits: Iterable[str]) -> str | None:
 
 
 def split_roles(splits: Iterable[str], spec: ShiftSpec | None) -> tuple[str, str] | None:
-    """(ID split, OOD split) by :data:`ID_OOD_RULE`; None without a shift or without both splits."""
+    """(ID split, OOD split) by :data:`ID_OOD_RULE`; None for a collection (every group in one split) or without both
+    splits. Every designed level has the pair, the conditional family's delta = 0 control (declared ``none``) too:
+    its Drop% is the no-shift reference of its curve."""
     splits = set(splits)
-    if spec is not None and spec.shift_type == "none":
+    if spec is not None and spec.collection:
         return None
     ood = "test" if "test" in splits else None
     iid = "id_test" if "id_test" in splits else ("validation" if "validation" in splits else None)

@@ -97,6 +97,19 @@ class CollectionOptions(ClassOptions):
     )
 
 
+@dataclass(frozen=True)
+class SubpopBenchOptions:
+    """Options of ``subpopbench-cat-dog`` (SubpopBench's MetaShift: metashift_hf/tasks/subpopbench.py)."""
+
+    metadata: str | None = field(
+        default=None,
+        metadata=_doc(
+            "a SubpopBench metadata_metashift.csv: its split column as it is (image ids from the file names); "
+            "None = SubpopBench's rule over this build's folders sorted by file name"
+        ),
+    )
+
+
 def option_docs(options_type: type) -> dict[str, str]:
     """Option name -> its documentation (for CLI help and docs)."""
     return {f.name: f.metadata.get("doc", "") for f in fields(options_type)}
