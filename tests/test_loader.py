@@ -45,10 +45,11 @@ def test_group_balanced_batches_are_balanced_and_deterministic(task):
     for batch in first:  # every batch draws equally from each training group (within one row)
         counts = Counter(batch)
         assert set(counts) == train_groups and max(counts.values()) - min(counts.values()) <= 1
-    # the same seed gives the same batches (row indices); the next pass over the loader is the next epoch
+    # the same seed gives the same batches (row indices); set_epoch picks the next epoch's
     again = metashift_hf.loader(folder, "train", batch_size=8, sampling="group-balanced", seed=3)
     assert list(again.batch_sampler) == list(_epoch(dl, 0))
-    assert list(again.batch_sampler) != list(_epoch(dl, 0))
+    again.set_epoch(1)
+    assert list(again.batch_sampler) == list(_epoch(dl, 1)) != list(_epoch(dl, 0))
     other = metashift_hf.loader(dd, "train", batch_size=8, sampling="group-balanced", seed=4)
     assert list(other.batch_sampler) != list(_epoch(dl, 0))
 

@@ -5,7 +5,8 @@
     tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor()])
     dl = metashift_hf.loader(ds, "train", batch_size=32, sampling="group-balanced", seed=0, transform=tf)
     for epoch in range(10):
-        for x, y, g, i in dl:   # each pass over ``dl`` is the next epoch (new batches, same for the same seed)
+        dl.set_epoch(epoch)     # the epoch is explicit, as DistributedSampler's: same seed and epoch, same batches
+        for x, y, g, i in dl:
             ...
     ev = metashift_hf.Evaluator(ds)
     test = metashift_hf.eval_loader(ds, "test", batch_size=64, transform=tf)   # every row once, in order
@@ -19,11 +20,16 @@ balance the same way. Group ids index ``dl.dataset.group_names`` (every group of
 the split, in the Evaluator's row order (``ev.eval(y, split, rows=i)`` scores those rows; ``dl.dataset.ids[i]``
 is the row's image id). A ``transform`` receives a decoded RGB ``PIL.Image`` (torchvision's and timm's
 transforms take one), or the original image bytes with ``image_input="bytes"``; a
-:class:`~metashift_hf.models.Preprocessing` decodes the bytes itself, as ``evaluate`` does.
+:class:`~metashift_hf.models.Preprocessing` decodes the bytes itself, as ``evaluate`` does. It must return a
+(C, H, W) tensor (or array), C 1 or 3, every image at one size: anything else (a PIL image, None, a list, an
+HWC array) is refused with the transform and what it returned named, the first row when the loader is made.
+Batches depend on (seed, epoch) alone, never on ``num_workers`` or on how often the loader was iterated:
+``dl.set_epoch(e)`` chooses the epoch (0 until set).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator, Literal, get_args
 
 import numpy as np
@@ -31,7 +37,7 @@ import numpy as np
 from metashift_hf.builders.images import ImageSource
 
 from ..core import options as opt
-from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError
+from ..core.errors import InputFormatError, MissingImagesError, UnknownNameError, short_repr
 from ..models import Preprocessing, open_rgb, require_torch
 from .algorithms import SAMPLINGS
 from .evaluator import Evaluator
@@ -70,6 +76,7 @@ class TaskImages:
         self.ids, self.labels, self.groups = ids, labels, groups
         self.group_names, self.classes, self.source, self.transform = group_names, classes, source, transform
         self.image_input = image_input
+        self.shape: tuple[int, ...] | None = None  # the first image's (C, H, W): every later one must match
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -84,25 +91,76 @@ class TaskImages:
             raise MissingImagesError(f"image_id {self.ids[i]}: {exc.what}", exc.fix, image_ids=[self.ids[i]]) from None
 
     def __getitem__(self, i: int) -> tuple[Any, int, int, int]:
-        torch = require_torch()
-        x = self.transform(self._image(i))
-        if not isinstance(x, torch.Tensor):
-            try:
-                x = torch.as_tensor(np.asarray(x, dtype=np.float32))
-            except (TypeError, ValueError) as exc:
-                raise InputFormatError(
-                    f"the transform returned a {type(x).__name__}, not an image array ({exc})",
-                    "end the transform with a tensor or a (3, H, W) array (torchvision: transforms.ToTensor())",
-                ) from None
+        x = self.transformed(i)
+        shape = tuple(x.shape)
+        if self.shape is None:
+            self.shape = shape
+        elif shape != self.shape:  # torch's collate would fail with a bare 'stack expects each tensor...'
+            raise InputFormatError(
+                f"the transform {_name(self.transform)} returned a {shape} tensor for image_id {self.ids[i]} "
+                f"after a {self.shape} one: a batch needs every image at one size",
+                "end the transform with a fixed size (torchvision: transforms.Resize(256), "
+                "transforms.CenterCrop(224), transforms.ToTensor())",
+            )
         return x, int(self.labels[i]), int(self.groups[i]), i
+
+    def transformed(self, i: int) -> Any:
+        """Row ``i``'s image through the transform, checked: a (C, H, W) tensor, C 1 or 3 (D8)."""
+        image = self._image(i)
+        try:
+            x = self.transform(image)
+        except (TypeError, AttributeError, ValueError) as exc:
+            raise InputFormatError(
+                f"the transform {_name(self.transform)} failed on image_id {self.ids[i]} "
+                f"given {'the image bytes' if self.image_input == 'bytes' else 'a decoded RGB PIL image'}: "
+                f"{type(exc).__name__}: {exc}",
+                "a torchvision or timm transform takes a PIL image: pass image_input='pil' (the default)"
+                if self.image_input == "bytes"
+                else "pass a transform that takes a PIL image (image_input='bytes' gives it the original bytes)",
+            ) from exc
+        return _checked_tensor(x, self.transform, self.ids[i])
+
+
+def _name(transform: Any) -> str:
+    return short_repr(transform, 80)
+
+
+CHANNELS = (1, 3)  # an image tensor's channels: grey or RGB
+
+
+def _checked_tensor(x: Any, transform: Any, image_id: str) -> Any:
+    """``x`` as a (C, H, W) float or uint8 tensor, or an error naming the transform and what it returned (L-05..L-13):
+    a PIL image, None, a list, a 2-D or HWC array would otherwise be batched into something that is no image."""
+    torch = require_torch()
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiu":
+        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    if isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[0] in CHANNELS and min(x.shape[1:]) > 0:
+        return x
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        got = f"a {type(x).__name__} of shape {tuple(x.shape)} ({x.dtype})"
+    else:
+        got = f"{short_repr(x)} (a {type(x).__name__})" if x is not None else "None"
+    raise InputFormatError(
+        f"the transform {_name(transform)} returned {got} for image_id {image_id}; "
+        f"the loader needs a (C, H, W) image tensor with C one of {', '.join(map(str, CHANNELS))}",
+        "end the transform with transforms.ToTensor() (a PIL image -> a (3, H, W) float tensor), or return a "
+        "(3, H, W) tensor or array (an HWC array: arr.transpose(2, 0, 1))",
+    )
 
 
 class EpochBatches:
-    """The batch sampler: each iteration is the next epoch's batches, drawn from (seed, epoch)."""
+    """The batch sampler: the batches of epoch ``epoch``, drawn from (seed, epoch) alone.
+
+    The epoch is explicit, as ``torch.utils.data.DistributedSampler``'s: :meth:`set_epoch` before each pass.
+    Iterating never advances it (torch iterates a batch sampler once per single-process pass but twice per
+    multi-worker one, and a ``next(iter(dl))`` peek is a pass too), so any ``num_workers`` gives the same batches."""
 
     def __init__(self, sampling: str, groups: np.ndarray, envs: np.ndarray, batch_size: int, seed: int) -> None:
         self.sampling, self.groups, self.envs, self.batch_size, self.seed = sampling, groups, envs, batch_size, seed
         self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = opt.non_negative_int(epoch, "epoch")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
@@ -112,8 +170,7 @@ class EpochBatches:
         return -(-len(self.groups) // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return iter([b.tolist() for b in self.batches(epoch)])
+        return iter([b.tolist() for b in self.batches(self.epoch)])
 
 
 def _images(ds: Any, split: str, transform: Any, image_input: str) -> tuple[Evaluator, TaskImages, Any]:
@@ -144,6 +201,8 @@ def _images(ds: Any, split: str, transform: Any, image_input: str) -> tuple[Eval
         transform,
         given,
     )
+    if len(data):  # the first row through the transform now: a wrong output is refused before any batch
+        data.shape = tuple(data.transformed(0).shape)
     return ev, data, groups
 
 
@@ -164,7 +223,8 @@ def loader(
     ``domain-balanced`` (equal rows per context), as ``train --sampling``. ``transform``: a decoded RGB
     ``PIL.Image`` -> (3, H, W) tensor or array, e.g. a torchvision ``transforms.Compose`` (``image_input="bytes"``:
     it gets the original image bytes instead); a :class:`~metashift_hf.models.Preprocessing` (default: ImageNet's
-    resize 256 / crop 224) reads the bytes itself. ``ds``: anything :class:`Evaluator` takes (a
+    resize 256 / crop 224) reads the bytes itself. ``dl.set_epoch(e)`` before each pass: the batches are epoch
+    ``e``'s, the same for any ``num_workers`` (0 until set; iterating never advances it). ``ds``: anything :class:`Evaluator` takes (a
     :class:`~metashift_hf.hub.task_data.TaskRef` for a task id on an artifact or a repo's config).
     For evaluation (every row once, in order) use :func:`eval_loader`.
     """
@@ -176,7 +236,20 @@ def loader(
     torch = require_torch()
     ev, data, groups = _images(ds, split, transform, image_input)
     sampler = EpochBatches(sampling, groups.ids, ev.grouping("context", split).ids, batch_size, seed)
-    return torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=num_workers)
+    return _epoch_loader(torch)(data, batch_sampler=sampler, num_workers=num_workers)
+
+
+@functools.cache
+def _epoch_loader(torch: Any) -> type:
+    """torch's DataLoader with ``set_epoch`` (torch is imported lazily, so the class is made on first use)."""
+
+    class EpochLoader(torch.utils.data.DataLoader):
+        """A DataLoader whose batches are those of the epoch last set (:meth:`EpochBatches.set_epoch`)."""
+
+        def set_epoch(self, epoch: int) -> None:
+            self.batch_sampler.set_epoch(epoch)
+
+    return EpochLoader
 
 
 def eval_loader(
