@@ -24,6 +24,7 @@ from metashift_hf.core.fsutil import (
     sha256_file,
     write_parquet,
 )
+from metashift_hf.core.names import terminal_safe
 from metashift_hf.core.options import byte_size, positive_int
 from metashift_hf.core.provenance import (
     PROVENANCES,
@@ -38,6 +39,7 @@ from . import distances, metagraph
 from .build_inputs import BUILD_INPUTS, BuildInput, InputRecord, ReadSettings
 from .build_options import BuildOptions
 from .class_worker import AnalysisParams, analyse_one
+from .plots import plot_name
 from .subsets import KINDS, CandidateSubsets, KeptSubsets, apply_rules
 from .tag_store import TagCandidates
 
@@ -398,6 +400,12 @@ def _write_tables(
             emb_w.add(emb_t)
             dist_w.add(_distances_rows(subject, analysis))
     logger.info(f"meta-graphs: analysed {len(class_rows)} classes in {clock}")
+    for row in class_rows if plot else ():  # a class whose name is no safe file name: say where its picture is
+        if plot_name(row["subject"]) != f"{row['subject']}.png":
+            logger.warning(
+                f"class '{terminal_safe(row['subject'])}' is no safe file name: its meta-graph is "
+                f"plots/{plot_name(row['subject'])}"
+            )
 
     clock = _Clock()
     files += ["edges.parquet", "embeddings.parquet", "distances.parquet"]

@@ -7,14 +7,13 @@ modules (numpy, scipy), not build.py's readers, DuckDB and Arrow: about 45 MiB l
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import metagraph
-from .plots import plot_class
+from .plots import plot_class, plot_name
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,6 @@ class AnalysisParams:
     community_method: str
     spectral_dim: int
     seed: int
-
-
-def plot_name(subject: str) -> str:
-    # class names are free text ('living room', 't-shirt'); keep file names portable
-    return re.sub(r"[^\w.\- ]", "_", subject) + ".png"
 
 
 def analyse_one(

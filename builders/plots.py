@@ -19,11 +19,18 @@ import numpy as np
 
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.fsutil import atomic_file
-from metashift_hf.core.names import SubsetName
+from metashift_hf.core.names import SubsetName, file_stem
 
 
 LAYOUT_SEED = 1234  # the original code's spring_layout seed
 GRID_STEP = 0.5  # distance between neighbouring isolated subsets, in layout units (the spring part spans [-1, 1])
+
+
+def plot_name(cls: str) -> str:
+    """A class's meta-graph picture in an artifact's ``plots/``: the one rule the build writes by and cards read by.
+    A class named ``..`` or ``../../pwn`` is drawn under a safe name (``core.names.file_stem``), never a hidden file
+    or a path outside ``plots/``; the build says which classes were renamed."""
+    return file_stem(cls) + ".png"
 
 
 def have_matplotlib() -> bool:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from metashift_hf.core.errors import InputFormatError, short_repr
 from metashift_hf.core.fsutil import sha256_file
-from metashift_hf.core.names import usable_image_id
+from metashift_hf.core.names import control_char, terminal_safe, usable_image_id
 
 from .ontology import ATTRIBUTE_CATEGORY
 
@@ -319,6 +319,15 @@ class _Extractor:
                     image_id,
                     f"{where} is {word!r}, which cannot be part of a subset name",
                     "names must be non-empty strings without parentheses or surrounding spaces",
+                )
+            bad = control_char(word)  # once per new word: 'so fa' and 'so\u00a0fa' would print alike (D9)
+            if bad is not None:
+                raise _missing(
+                    path,
+                    image_id,
+                    f"{where} is '{terminal_safe(word)[:80]}', which holds the invisible, control or look-alike space "
+                    f"character {terminal_safe(bad)}",
+                    "write names with plain letters, digits, punctuation and ' ' as the only space",
                 )
             c = self.codes[word] = len(self.vocab)
             self.vocab.append(word)

@@ -105,9 +105,10 @@ def check_tag_names(tags: Iterable[str], what: str) -> None:
         if c is not None:
             raise InputFormatError(
                 f"{what}: tag '{terminal_safe(t)[:80]}' contains the {_INVISIBLE} "
-                f"{terminal_safe(c)} (an escape sequence, newline, tab, text-direction mark or zero-width character)",
-                "remove control and invisible characters from the tags (plain letters, digits, spaces and punctuation "
-                "only)",
+                f"{terminal_safe(c)} (an escape sequence, newline, tab, text-direction mark, zero-width character, or a "
+                "space other than ' ', e.g. a no-break space: two such tags print alike)",
+                "remove control and invisible characters from the tags and write every space as ' ' (plain letters, "
+                "digits, spaces and punctuation only)",
             )
         size = len(t.encode("utf-8", "surrogatepass"))
         if size > MAX_TAG_BYTES:

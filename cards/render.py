@@ -16,6 +16,7 @@ from pathlib import Path
 
 from metashift_hf.builders.artifact import ArtifactStats
 from metashift_hf.builders.meta_graph_facts import EDGE_SUBSETS_MAX
+from metashift_hf.builders.plots import plot_name
 from metashift_hf.core import __version__
 from metashift_hf.core.names import SubsetName, id_slug
 from metashift_hf.core.provenance import SourceInfo, describe, is_synthetic, license_id
@@ -417,7 +418,7 @@ def task_info(prepared, art, config_files=None, *, repo_id: str) -> CardTask:
         "seed": spec.seed,
         "rules": asdict(spec.rules) if spec.rules is not None else art.options.to_dict(),
     }
-    plots = [c for c in spec.classes if (Path(art.root) / "plots" / f"{c}.png").is_file()]
+    plots = [c for c in spec.classes if (Path(art.root) / "plots" / plot_name(c)).is_file()]
     stats = art.stats
     example = first.select_columns([c for c in first.column_names if c != "image"])[0] if len(first) else {}
     return CardTask(
@@ -448,7 +449,7 @@ def copy_plots(info: CardTask, art, repo_dir: Path) -> list[str]:
     for cls in info.plots:
         dst = Path(repo_dir) / "images" / plot_file(cls)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(art.root) / "plots" / f"{cls}.png", dst)
+        shutil.copyfile(Path(art.root) / "plots" / plot_name(cls), dst)
         copied.append(dst.relative_to(repo_dir).as_posix())
     return copied
 

@@ -82,7 +82,24 @@ def path_component(name: str, limit: int = 48) -> str:
     of it (no ``:``, ``/``, ``\\``, control characters or spaces), without leading/trailing dots, cut to
     ``limit`` characters, plus 8 hex of the name's sha256 whenever it had to change, so two names never
     share a folder. ``efficientnet-lite0`` stays ``efficientnet-lite0``."""
-    slug = id_slug(name).strip("._-")[:limit] or "name"
+    return _hashed_if_changed(name, id_slug(name).strip("._-")[:limit] or "name")
+
+
+_NOT_IN_FILE = re.compile(r"[^\w.\- ]")
+
+
+def file_stem(name: str, limit: int = 120) -> str:
+    """A class name (free text: ``living room``, ``t-shirt``, ``自転車``) as one file name without its suffix
+    (``plots/<stem>.png``): letters, digits, ``.``, ``-``, ``_`` and spaces kept, anything else (``/``, ``\\``,
+    ``:``) as ``_``, never a leading dot (no hidden file, no ``..``), cut to ``limit`` characters, plus 8 hex of
+    the name's sha256 whenever it had to change, so ``../../pwn``, ``.._.._pwn`` and ``a/b``, ``a_b`` never
+    share a file (issue 46 D14)."""
+    stem = _NOT_IN_FILE.sub("_", name)
+    stem = ("_" + stem[1:] if stem.startswith(".") else stem)[:limit]
+    return _hashed_if_changed(name, stem or "name")
+
+
+def _hashed_if_changed(name: str, slug: str) -> str:
     if slug == name:
         return slug
     return f"{slug}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
@@ -94,12 +111,15 @@ def path_component(name: str, limit: int = 48) -> str:
 # and joiners, soft hyphen, BOM, word joiner, tag characters) and the other default-ignorable code points (variation
 # selectors, Hangul fillers, combining grapheme joiner), with which two different names print alike ('cat' and
 # 'cat\u200b'). Category Cf of Unicode 14 (Python 3.11) is covered whole: tests/test_tag_names.py checks it.
+# Last, every space but ' ' (Unicode category Zs: no-break, ogham, en/em/thin/hair, narrow no-break, medium
+# mathematical, ideographic): 'so fa' and 'so\u00a0fa' were two subsets printed alike (issue 46 D9, case T-09).
 CONTROL_RANGES = (
     (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C),
     (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x115F, 0x1160), (0x17B4, 0x17B5),
     (0x180B, 0x180F), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
     (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
     (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+    (0x00A0, 0x00A0), (0x1680, 0x1680), (0x2000, 0x200A), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
 )  # fmt: skip
 _CONTROL = re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in CONTROL_RANGES) + "]")
 # The same class in RE2 syntax, for Arrow's regex kernels (pyarrow.compute.match_substring_regex) over whole columns.
@@ -119,8 +139,9 @@ def _escape(m: re.Match) -> str:
 
 def terminal_safe(text: object) -> str:
     """``text`` for a terminal: every control character written as an escape (``\\x1b``, ``\\n``
-    as ``\\x0a``, ``\\u202e``, a zero-width space as ``\\u200b``), so a name can neither move the cursor,
-    recolour nor split a line, and two names that differ only by an invisible character do not print alike.
+    as ``\\x0a``, ``\\u202e``, a zero-width space as ``\\u200b``, a no-break space as ``\\xa0``), so a name
+    can neither move the cursor, recolour nor split a line, and two names that differ only by an invisible
+    character or a look-alike space do not print alike.
     Every name a listing command prints goes through it; files (CSV, JSON) keep names as they are."""
     return _CONTROL.sub(_escape, str(text))
 

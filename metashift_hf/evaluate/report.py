@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.fsutil import atomic_dir, write_parquet
-from ..core.names import markdown_safe, terminal_safe
+from ..core.names import file_stem, markdown_safe, terminal_safe
 from ..scoring.per_group import from_group_table, write_per_group
 
 
@@ -329,7 +329,7 @@ def write_report(
         plots: dict[str, str] = {}
         (tmp / "plots").mkdir()
         for cls, c in metrics["classes"].items() if pictures else ():
-            name = f"plots/{_safe(cls)}.png"
+            name = f"plots/{file_stem(cls)}.png"  # the one safe name of a class's file
             if plot_class(per_group, cls, c["accuracy"], tmp / name, metrics["min_subset_size"]):
                 plots[cls] = name
         metrics = {**metrics, "plots": plots}
@@ -341,7 +341,3 @@ def write_report(
         (tmp / "report.json").write_text(json.dumps(report.metrics, indent=2, sort_keys=False, allow_nan=False) + "\n")
         (tmp / "report.md").write_text(render_markdown(report, per_group))
     return report
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
