@@ -8,7 +8,8 @@ small class whose :meth:`Algorithm.loss` turns one minibatch into the loss to mi
 ``forward(x) -> (representation, logits)``; the training loop (:mod:`metashift_hf.research.train`) owns
 optimiser, sampling, epochs and model selection. Two algorithms are staged: JTT (train twice, the
 second time with the first model's training errors up-weighted) and DFR (re-train the last layer on
-group-balanced held-out data); the loop runs their stages through the hooks below.
+group-balanced held-out data): each runs its own stages in :meth:`Algorithm.fit`, composed of the loop's
+steps (:class:`StageLoop`, implemented by :class:`metashift_hf.research.fitting.SeedLoop`).
 
 Vocabulary: a *group* is ``class(context)`` (the task's ``group`` column); an *environment* (DomainBed's
 domain, SubpopBench's attribute ``a``) is the row's ``context``. Each class states its definition
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal, Mapping
+from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 from sklearn import __version__ as _sklearn_version
@@ -30,6 +31,8 @@ from ..core.registry import Registry
 from ..scoring.groups import group_scores, worst
 
 
+SELECTION_SPLIT = "validation"  # the split the average and worst-group rules select on
+ORACLE_SPLIT = "test"  # the split the oracle rule peeks at
 Selection = Literal["average", "worst-group", "oracle"]
 SELECTIONS: tuple[str, ...] = ("average", "worst-group", "oracle")
 SELECTION_TEXT: dict[str, str] = {
@@ -96,6 +99,47 @@ HPARAM_DRAWS_MAX = 100
 hparam_draws = opt.int_in(1, HPARAM_DRAWS_MAX)
 # the loop's own settings searched beside each algorithm's (DomainBed's lr and weight decay, around our probe defaults)
 SWEEP_COMMON: dict[str, Dist] = {"lr": Dist("log10", -4, -2), "weight_decay": Dist("log10", -6, -2)}
+
+
+class StageLoop(Protocol):
+    """One seed's training loop as an algorithm's :meth:`Algorithm.fit` sees it (``fitting.SeedLoop``): the
+    settings ``s`` (``epochs``, ``select``, ``also``: more rules kept over the same trajectory, ``hparams``), the
+    data (``y``, ``groups`` per split, ``n_classes``), the learner (``kind``, ``set_head``), the seed and the log,
+    and the steps that train and report."""
+
+    s: Any
+    data: Any
+    learner: Any
+    seed: int
+    log: list
+
+    def make(self, method: str, hp: Mapping[str, float] | None = None) -> "Algorithm": ...
+
+    def resumes_at(self, stage: str) -> bool: ...
+
+    def stage(
+        self, algo: "Algorithm", stage: str, epochs: int, select: str | None, also: tuple[str, ...] = ()
+    ) -> tuple[Any, int, float]: ...
+
+    def new_module(self) -> Any: ...
+
+    def features(self, module: Any) -> dict[str, np.ndarray]: ...
+
+    def train_errors(self, module: Any) -> np.ndarray: ...
+
+    def seed_fit(
+        self,
+        module: Any,
+        epoch: int,
+        value: float,
+        details: dict[str, Any],
+        log: Sequence[dict[str, Any]] | None = None,
+        others: Mapping[str, Any] | None = None,
+    ) -> Any: ...
+
+    def finish(self, module: Any, epoch: int, value: float, details: dict[str, Any]) -> Any: ...
+
+
 # The one table of algorithms: `@ALGORITHMS.register` on each class below (core.registry).
 ALGORITHMS: Registry[type["Algorithm"]] = Registry("method", "")
 
@@ -114,7 +158,6 @@ class Algorithm:
     definition: ClassVar[str]
     differs: ClassVar[str]
     default_selection: ClassVar[str]
-    stages: ClassVar[str] = "one"  # "one" | "jtt" (identify, then up-weight) | "last-layer" (DFR)
     tensors: ClassVar[tuple[str, ...]] = ()  # attributes a checkpoint keeps besides the step count
     # every hyper-parameter of the algorithm, in one place: default, range check, search distribution
     hparams: ClassVar[Mapping[str, HParam]] = {}
@@ -135,6 +178,12 @@ class Algorithm:
         self.rng = np.random.default_rng(0)
         self.step = 0
         self.total_steps = 0  # updates in this training stage; the loop sets it (set_run) before the first
+
+    def fit(self, loop: StageLoop) -> Any:
+        """Train one seed (its stages, through ``loop``'s steps) and return its ``SeedFit``: one stage, the epoch
+        the selection rule prefers kept. JTT and DFR run their own stages."""
+        module, epoch, value = loop.stage(self, "train", loop.s.epochs, loop.s.select, loop.s.also)
+        return loop.finish(module, epoch, value, {})
 
     def set_run(self, total_steps: int) -> None:
         """The number of updates this stage will make: schedules are fractions of it (DomainBed's are step
@@ -372,13 +421,27 @@ class JTT(Algorithm):
         "lambda_up": HParam(10.0, opt.positive_float, Dist("log10", 0, 2.5)),
     }
     default_selection = "worst-group"
-    stages = "jtt"
     tensors = ("weight",)
 
     def __init__(self, torch, hp, groups, n_groups, envs, n_envs, device) -> None:
         super().__init__(torch, hp, groups, n_groups, envs, n_envs, device)
         self.weight = torch.ones(len(groups), device=device)
         self.error_set: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    def fit(self, loop: StageLoop) -> Any:
+        """Stage 1 (ERM for T epochs; skipped when resuming stage 2) finds the error set; stage 2 up-weights it."""
+        first = max(1, round(self.hp["first_stage_frac"] * loop.s.epochs))
+        if not loop.resumes_at("jtt-upweight"):  # a checkpoint in stage 2 holds the error set (``weight``)
+            identify, _, _ = loop.stage(loop.make("erm"), "jtt-identify", first, None)
+            self.set_errors(loop.train_errors(identify))
+        module, epoch, value = loop.stage(self, "jtt-upweight", loop.s.epochs, loop.s.select, loop.s.also)
+        wrong = self.weight.cpu().numpy() != 1.0
+        groups = loop.data.groups["train"]
+        by_group = {str(g): int(wrong[groups == g].sum()) for g in np.unique(groups)}
+        details = {
+            "jtt": {"identification_epochs": first, "error_set": int(wrong.sum()), "error_set_by_group": by_group}
+        }
+        return loop.finish(module, epoch, value, details)
 
     def set_errors(self, wrong: np.ndarray) -> None:
         """The training rows stage 1 got wrong (boolean per training row)."""
@@ -417,10 +480,38 @@ class DFR(Algorithm):
         "val_fraction": HParam(0.5, opt.proper_fraction, FIXED),
     }
     default_selection = "worst-group"
-    stages = "last-layer"
 
     def loss(self, forward, x, y, g, e, idx):  # stage 0 (finetune only): the ERM base model
         return self._ce(forward(x)[1], y).mean()
+
+    def fit(self, loop: StageLoop) -> Any:
+        """The base model (an ERM stage kept by validation average; none on a linear probe, whose head is the last
+        layer), then one last-layer fit per selection rule on its features: each rule's fit has its own C and log."""
+        if loop.learner.kind == "linear":
+            module, epoch = loop.new_module(), 0
+        else:
+            module, epoch, _ = loop.stage(loop.make("erm"), "dfr-base", loop.s.epochs, "average")
+        feats, d = loop.features(module), loop.data
+
+        def last_layer(rule: str) -> Any:
+            """DFR's last layer chosen by ``rule`` (its C), set on ``module``, as a seed's outcome."""
+            oracle = (feats[ORACLE_SPLIT], d.y[ORACLE_SPLIT], d.groups[ORACLE_SPLIT]) if rule == "oracle" else None
+            val = (feats[SELECTION_SPLIT], d.y[SELECTION_SPLIT], d.groups[SELECTION_SPLIT])
+            w, b, info = dfr_fit(*val, d.n_classes, loop.s.hparams, rule, loop.seed, oracle)
+            loop.learner.set_head(module, w, b)
+            value = info["C_scores"][str(info["C"])]
+            entry = {
+                "seed": loop.seed,
+                "stage": "dfr-last-layer",
+                "epoch": epoch,
+                "C": info["C"],
+                "selection_value": value,
+            }
+            return loop.seed_fit(module, epoch, value, {"dfr": info}, [*loop.log, entry])
+
+        others = {rule: last_layer(rule) for rule in loop.s.also}
+        mine = last_layer(loop.s.select)
+        return loop.seed_fit(module, mine.selected_epoch, mine.selection_value, mine.details, mine.log, others)
 
 
 DFR_C_GRID: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)  # the DFR code's C_OPTIONS
@@ -644,6 +735,9 @@ def dfr_fit(
 
 __all__ = [
     "ALGORITHMS",
+    "StageLoop",
+    "SELECTION_SPLIT",
+    "ORACLE_SPLIT",
     "METHODS",
     "HPARAMS",
     "DFR_C_GRID",

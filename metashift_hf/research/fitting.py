@@ -1,9 +1,10 @@
 """The training loop every algorithm and both probes share: batches, epochs, model selection, the
-per-epoch log, checkpoints (resume) and the staged algorithms (JTT, DFR).
+per-epoch log, checkpoints (resume).
 
 :mod:`metashift_hf.research.train` builds a learner (:class:`LinearLearner` on cached features, or
 :class:`FinetuneLearner` on images) and calls :func:`fit_seed` once per seed; the algorithm's update
-rule comes from :mod:`metashift_hf.research.algorithms`. Randomness is drawn per (seed, epoch) — batch order,
+rule and its stages come from :mod:`metashift_hf.research.algorithms` (``Algorithm.fit`` is run on a
+:class:`SeedLoop`: one training stage, or JTT's and DFR's own stages, through the loop's steps). Randomness is drawn per (seed, epoch) — batch order,
 Mixup coefficients, dropout, augmentation — so a run resumed from an epoch checkpoint continues
 exactly as the uninterrupted run would have (tested).
 """
@@ -18,7 +19,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from PIL import Image, ImageEnhance
@@ -29,15 +30,21 @@ from ..core.errors import MetashiftError
 from ..core.fsutil import atomic_file
 from ..models import Preprocessing, open_rgb
 from ..models.outputs import head_linear
-from .algorithms import JTT, Algorithm, balanced_batches, dead_schedules, dfr_fit, get_algorithm, selection_score
+from .algorithms import (
+    ORACLE_SPLIT,
+    SELECTION_SPLIT,
+    Algorithm,
+    balanced_batches,
+    dead_schedules,
+    get_algorithm,
+    selection_score,
+)
 
 
 logger = logging.getLogger(__name__)
 
 COLOR_JITTER = 0.4  # brightness, contrast and saturation factors drawn from [0.6, 1.4]
 GREYSCALE_P = 0.1
-SELECTION_SPLIT = "validation"
-ORACLE_SPLIT = "test"
 
 
 @dataclass(frozen=True)
@@ -377,24 +384,108 @@ def _selection_key(select: str) -> str:
     }[select]
 
 
-@dataclass(frozen=True)
-class _SeedLoop:
-    """What every stage of one seed's training shares: the learner, the data, the settings, the seed, the
-    per-epoch log (appended to), the checkpoints and whether to show progress."""
+@dataclass
+class SeedLoop:
+    """One seed's training, as the steps an algorithm's :meth:`~metashift_hf.research.algorithms.Algorithm.fit`
+    composes (the ``StageLoop`` protocol): ``stage`` (train a model, keep the epoch a rule prefers), ``make``,
+    ``new_module``, ``features``, ``train_errors``, ``seed_fit`` and ``finish``. It holds what every stage shares:
+    the learner, the data, the settings ``s``, the seed, the per-epoch log (appended to), the checkpoints and the
+    checkpoint to resume from (used by the stage it belongs to, then dropped)."""
 
     torch: Any
     learner: "LinearLearner | FinetuneLearner"
     data: FitData
     s: FitSettings
     seed: int
-    log: list
     ckpt: "Checkpoints | None"
     progress: bool
+    resume: dict | None = None
+    log: list = field(default_factory=list)
     kept: dict = field(default_factory=dict)  # the selecting stage's other rules (s.also): rule -> best dict
+
+    def __post_init__(self) -> None:
+        if self.resume is not None:
+            self.log = list(self.resume["log"])
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.data.y)
+
+    def make(self, method: str, hp: Mapping[str, float] | None = None) -> Algorithm:
+        """A fresh ``method`` on this seed's training rows (its defaults unless ``hp``)."""
+        d = self.data
+        cls = get_algorithm(method)
+        return cls(self.torch, hp or {}, d.train_groups, d.n_groups, d.train_envs, d.n_envs, self.s.device)
+
+    def resumes_at(self, stage: str) -> bool:
+        """Whether the checkpoint to resume from is in ``stage`` (the stages before it are done)."""
+        return self.resume is not None and self.resume["stage"] == stage
+
+    def stage(
+        self, algo: Algorithm, stage: str, epochs: int, select: str | None, also: tuple[str, ...] = ()
+    ) -> tuple[Any, int, float]:
+        """Train one model for ``epochs`` (continuing the checkpoint when it is this stage's); keep the epoch
+        ``select`` prefers (None: the last) and, for each rule of ``also``, that rule's. (module, epoch, value)."""
+        resume = self.resume if self.resumes_at(stage) else None
+        self.resume = None
+        return _stage(self, algo, stage, epochs, select, resume, also)
+
+    def new_module(self) -> Any:
+        """An untrained model, seeded by the seed (DFR's last layer on a linear probe: no base to train)."""
+        self.torch.manual_seed(self.seed)
+        return self.learner.new_module()
+
+    def features(self, module: Any) -> dict[str, np.ndarray]:
+        return {sp: self.learner.features(module, sp) for sp in self.splits}
+
+    def train_errors(self, module: Any) -> np.ndarray:
+        """Which training rows ``module`` gets wrong (boolean per row)."""
+        return self.learner.probs(module, ["train"])["train"].argmax(1) != self.data.y["train"]
+
+    def seed_fit(
+        self,
+        module: Any,
+        epoch: int,
+        value: float,
+        details: dict[str, Any],
+        log: "Sequence[dict[str, Any]] | None" = None,
+        others: Mapping[str, "SeedFit"] | None = None,
+    ) -> SeedFit:
+        """``module`` as it is now, as this seed's outcome: every split's probabilities and the head."""
+        probs, head = self.learner.probs(module, self.splits), self.learner.head(module)
+        return SeedFit(
+            self.seed, probs, epoch, value, tuple(self.log if log is None else log), head, details, others or {}
+        )
+
+    def finish(self, module: Any, epoch: int, value: float, details: dict[str, Any]) -> SeedFit:
+        """The selecting stage's outcome, and each other rule's (``s.also``) from its own kept epoch of the same
+        trajectory, with a log that records that rule's selected epoch (issue 46: each run folder its own)."""
+        mine = self.seed_fit(module, epoch, value, details, _rule_log(self.log, None))
+        others = {}
+        for rule, kept in self.kept.items():
+            module.load_state_dict(kept["state"])
+            log = _rule_log(self.log, rule)
+            others[rule] = self.seed_fit(module, int(kept["epoch"]), float(kept["value"]), details, log)
+        return replace(mine, others=others)
+
+
+RULE_EPOCHS = "selected_epoch_by_rule"  # a log entry's other rules' kept epochs (s.also), resolved by _rule_log
+
+
+def _rule_log(log: Sequence[dict[str, Any]], rule: str | None) -> list[dict[str, Any]]:
+    """The log as ``rule``'s run records it (None: the selecting rule's): its own ``selected_epoch``."""
+    out = []
+    for entry in log:
+        entry = dict(entry)
+        by_rule = entry.pop(RULE_EPOCHS, None)
+        if rule is not None and by_rule is not None:
+            entry["selected_epoch"] = by_rule[rule]
+        out.append(entry)
+    return out
 
 
 def _stage(
-    loop: _SeedLoop,
+    loop: SeedLoop,
     algo: Algorithm,
     stage: str,
     epochs: int,
@@ -489,6 +580,8 @@ def _stage(
                     else:
                         kept[rule] = now
             entry["selected_epoch"] = best["epoch"]
+            if also:
+                entry[RULE_EPOCHS] = {r: kept[r]["epoch"] for r in also}
         log.append(entry)
         if ckpt is not None:
             ckpt.save(
@@ -534,94 +627,18 @@ def fit_seed(
     ckpt: Checkpoints | None = None,
     progress: bool = False,
 ) -> SeedFit:
-    """Train one seed with ``s.method`` and return its predictions on every split."""
-    cls = get_algorithm(s.method)
-    resume_state = ckpt.load(seed) if ckpt is not None else None
-    log: list[dict[str, Any]] = list(resume_state["log"]) if resume_state is not None else []
-    splits = list(data.y)
-    loop = _SeedLoop(torch, learner, data, s, seed, log, ckpt, progress)
-
-    def make(c: type[Algorithm], hp: Mapping[str, float]) -> Algorithm:
-        return c(torch, hp, data.train_groups, data.n_groups, data.train_envs, data.n_envs, s.device)
-
-    details: dict[str, Any] = {}
-    if cls.stages == "last-layer":
-        if learner.kind == "linear":  # the head is the last layer: no base model to train
-            torch.manual_seed(seed)
-            module, epoch = learner.new_module(), 0
-        else:
-            erm = get_algorithm("erm")
-            module, epoch, _ = _stage(loop, make(erm, {}), "dfr-base", s.epochs, "average", resume_state)
-        feats = {sp: learner.features(module, sp) for sp in splits}
-
-        def last_layer(rule: str) -> tuple[float, dict]:
-            """DFR's last layer chosen by ``rule`` (its C), set on ``module``: (selection value, fit info)."""
-            oracle = (
-                (feats[ORACLE_SPLIT], data.y[ORACLE_SPLIT], data.groups[ORACLE_SPLIT]) if rule == "oracle" else None
-            )
-            w, b, info = dfr_fit(
-                feats[SELECTION_SPLIT],
-                data.y[SELECTION_SPLIT],
-                data.groups[SELECTION_SPLIT],
-                data.n_classes,
-                s.hparams,
-                rule,
-                seed,
-                oracle,
-            )
-            learner.set_head(module, w, b)
-            return info["C_scores"][str(info["C"])], info
-
-        others: dict[str, SeedFit] = {}
-        for rule in s.also:  # the same base (the features), one last-layer fit per rule; the primary's last
-            v, info = last_layer(rule)
-            others[rule] = SeedFit(
-                seed, learner.probs(module, splits), epoch, v, (), learner.head(module), {"dfr": info}
-            )
-        value, info = last_layer(s.select)
-        details["dfr"] = info
-        log.append({"seed": seed, "stage": "dfr-last-layer", "epoch": epoch, "C": info["C"], "selection_value": value})
-        fit = SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
-        return replace(fit, others={r: replace(o, log=fit.log) for r, o in others.items()})
-    elif cls.stages == "jtt":
-        algo = make(cls, s.hparams)
-        assert isinstance(algo, JTT)
-        first = max(1, round(s.hparams["first_stage_frac"] * s.epochs))
-        if resume_state is None or resume_state["stage"] == "jtt-identify":
-            ident, _, _ = _stage(loop, make(get_algorithm("erm"), {}), "jtt-identify", first, None, resume_state)
-            wrong = learner.probs(ident, ["train"])["train"].argmax(1) != data.y["train"]
-            algo.set_errors(wrong)
-            resume_state = None
-        module, epoch, value = _stage(loop, algo, "jtt-upweight", s.epochs, s.select, resume_state, s.also)
-        wrong = algo.weight.cpu().numpy() != 1.0
-        train_groups = data.groups["train"]
-        details["jtt"] = {
-            "identification_epochs": first,
-            "error_set": int(wrong.sum()),
-            "error_set_by_group": {str(gn): int(wrong[train_groups == gn].sum()) for gn in np.unique(train_groups)},
-        }
-    else:
-        module, epoch, value = _stage(loop, make(cls, s.hparams), "train", s.epochs, s.select, resume_state, s.also)
-    fit = SeedFit(seed, learner.probs(module, splits), epoch, value, tuple(log), learner.head(module), details)
-    others = {}
-    for rule, kept in loop.kept.items():  # the same trajectory, each other rule's kept epoch
-        module.load_state_dict(kept["state"])
-        others[rule] = SeedFit(
-            seed,
-            learner.probs(module, splits),
-            int(kept["epoch"]),
-            float(kept["value"]),
-            fit.log,
-            learner.head(module),
-            details,
-        )
-    return replace(fit, others=others)
+    """Train one seed with ``s.method`` (its own stages: :meth:`Algorithm.fit`) and return its predictions on every
+    split."""
+    resume = ckpt.load(seed) if ckpt is not None else None
+    loop = SeedLoop(torch, learner, data, s, seed, ckpt, progress, resume)
+    return loop.make(s.method, s.hparams).fit(loop)
 
 
 __all__ = [
     "FitData",
     "FitSettings",
     "SeedFit",
+    "SeedLoop",
     "LinearLearner",
     "FinetuneLearner",
     "Checkpoints",
