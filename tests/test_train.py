@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(
 SMALL = 32  # the fixture's JPEGs are tiny; 32-pixel crops keep the backbone fast
 
 
-def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
+def test_train_cli_seeds_scores_and_card(builder_world, tmp_path, capsys):
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert (
         cli.main(
@@ -65,6 +65,11 @@ def test_train_cli_seeds_scores_and_card(builder_world, tmp_path):
     )
     agg = json.loads((out / "scores.json").read_text())
     assert agg["n_seeds"] == 2 and agg["std_ddof"] == 1 and "validation" in agg["model_selection"]
+    # issue 46 (new-user round): the summary had no chance line; it is the scoring core's Chance, as score prints it
+    chance = agg["chance"]
+    printed = capsys.readouterr().out
+    assert f"chance (always {chance['predicts']}, the split's majority class): balanced accuracy " in printed
+    assert f"{100 * chance['balanced_accuracy']:.1f}%" in printed and "balanced accuracy" in printed.splitlines()[1]
     values = agg["average"]["values"]
     assert agg["average"]["std"] == pytest.approx(float(np.std(values, ddof=1)))
     card = json.loads((out / "run_card.json").read_text())

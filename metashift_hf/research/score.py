@@ -172,8 +172,7 @@ class Scores:
             f"{terminal_safe(self.task_id)}: headline ({self.headline_split}, n={h.n}): balanced accuracy "
             f"{_pct(h.balanced_accuracy)}, worst group {h.worst_group.group} {_pct(h.worst_group.accuracy)} "
             f"[{_pct(h.worst_group.ci_low)}, {_pct(h.worst_group.ci_high)}] n={h.worst_group.n}",
-            f"chance (always {terminal_safe(c.predicts)}, the split's majority class): balanced accuracy "
-            f"{_pct(c.balanced_accuracy)}, worst group {_pct(c.worst_group.accuracy)}, accuracy {_pct(c.whole.accuracy)}",
+            chance_line(c),
             f"average {_pct(h.average)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}], worst class {h.worst_class.group} "
             f"{_pct(h.worst_class.accuracy)}, adjusted (ours, train-share weighted) {_pct(h.adjusted_average)}, "
             f"SubpopBench adjusted_accuracy (unweighted group mean) {_pct(h.subpopbench_adjusted_accuracy)}, "
@@ -257,6 +256,15 @@ class Scores:
         (folder / "scores.json").write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
         (folder / "scores.md").write_text(self.markdown())
         write_per_group(self.per_group_frame(), folder / "per_group.csv")
+
+
+def chance_line(c: Chance) -> str:
+    """The chance baseline (scoring.summary's :class:`Chance`: always the split's majority class) in one line, as
+    ``score``, the Evaluator and ``train`` print it."""
+    return (
+        f"chance (always {terminal_safe(c.predicts)}, the split's majority class): balanced accuracy "
+        f"{_pct(c.balanced_accuracy)}, worst group {_pct(c.worst_group.accuracy)}, accuracy {_pct(c.whole.accuracy)}"
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -408,6 +416,7 @@ def score_plan(
 
 
 __all__ = [
+    "chance_line",
     "Predictions",
     "TaskPredictions",
     "GroupScore",

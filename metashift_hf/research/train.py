@@ -45,7 +45,7 @@ from ..hub.task_data import TaskData, TaskRef, task_ref
 from ..hub.task_open import open_task
 from ..models import efficientnet_lite0, require_torch
 from ..scoring.predictions import TaskPredictions
-from .algorithms import METHODS, SAMPLING_TEXT, algorithm_info
+from .algorithms import METHODS, SAMPLING_TEXT, SELECTION_SPLIT, algorithm_info
 from .features import Backbone, image_features, load_backbone
 from .fitting import (
     COLOR_JITTER,
@@ -92,7 +92,6 @@ from .train_runs import (
 if TYPE_CHECKING:
     from metashift_hf.tasks.plan import TaskPlan
 
-SELECTION_SPLIT = "validation"
 logger = logging.getLogger(__name__)
 
 
@@ -202,6 +201,203 @@ def _predictions_frame(data: _Data, probs: dict[str, np.ndarray]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
+@dataclass(frozen=True)
+class _RunOptions:
+    """How a :func:`train` call runs and where its earlier seeds come from (its keyword arguments)."""
+
+    cache_dir: "str | os.PathLike | None" = None
+    progress: bool = True
+    force: bool = False
+    resume: bool = False
+    merge_from: "str | os.PathLike | None" = None
+    shared: SharedFits | None = None
+
+
+class TrainRun:
+    """One :func:`train` call as named steps: :meth:`open` (everything checked and read before any training: the
+    output, the task, the backbone, the run key, the earlier seeds), :meth:`fit_missing_seeds` (each seed not
+    already finished: trained, taken from a rule trained beside it, or read back from an interrupted run),
+    :meth:`result` (the run card) and :meth:`write`."""
+
+    def __init__(self, task: Any, out: "str | os.PathLike | None", config: TrainConfig, opts: _RunOptions) -> None:
+        self.task, self.out, self.opts = task, out, opts
+        self.cfg = config.resolved()
+        self.t0 = time.perf_counter()
+        self.runs: dict[int, SeedRun] = {}
+        self.earlier: dict[int, SeedRun] = {}
+        self.feature_stats: dict[str, Any] | None = None
+        self._learner: Any = None
+
+    # -- before any training ------------------------------------------------------------------------------------
+    def open(self, backbone: Backbone | None) -> None:
+        """Check ``out`` (a refused --out costs nothing), open the task, load the backbone, find the run key and
+        read the earlier run's seeds."""
+        opts, cfg = self.opts, self.cfg
+        self.earlier_dir = opts.merge_from if opts.merge_from is not None else self.out if not opts.force else None
+        self.earlier_card = earlier_run(self.earlier_dir) if self.earlier_dir is not None else None
+        if self.out is not None:
+            ref = self.task.ref if isinstance(self.task, TaskData) else task_ref(self.task)
+            inputs = [i for i in (ref.artifact, ref.images, ref.task) if isinstance(i, (str, os.PathLike))]
+            check_train_out(self.out, force=opts.force, inputs=inputs)
+        self.source = open_task(self.task)
+        self.tp = self.source.plan
+        # the parquet's own bytes; an artifact's images are opened only when a seed needs training
+        self.images = self.source.images_path if self.source.form == "artifact" else self.source.images()
+        self.data = _task_data(self.tp)
+        if cfg.select == "oracle" and "test" not in self.data.ids:
+            raise EmptyResultError(
+                f"task {self.tp.task_id} has no test split for the oracle selection",
+                "use --select average or worst-group",
+            )
+        self.torch = require_torch()
+        image_size = cfg.image_size if cfg.probe == "linear" else None
+        self.bb = backbone or load_backbone(cfg.backbone, image_size=image_size, device=cfg.device)
+        self.spec_hash = task_spec_hash(self.tp.spec)
+        self.key = train_run_key(self.spec_hash, cfg, self.bb.key)
+        if self.earlier_card is not None:
+            check_same_run(self.earlier_dir, self.earlier_card, self.key, cfg)
+            self.earlier = read_earlier_seeds(Path(self.earlier_dir), self.data.plan, cfg.probe)
+        self.runs = dict(self.earlier)
+        self.work = cache_root(opts.cache_dir) / "train-runs" / self.key[:16] if self.out is not None else None
+
+    @property
+    def backbone_card(self) -> dict[str, Any]:
+        if self.cfg.probe == "linear":
+            return self.bb.card()
+        return {**self.bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
+
+    # -- training -----------------------------------------------------------------------------------------------
+    def fit_missing_seeds(self) -> None:
+        """Every seed of the config not in the earlier run: read back from the interrupted run (``resume``), taken
+        from a rule trained beside it (``shared``) or trained; each finished seed kept in the cache at once."""
+        torch, work = self.torch, self.work
+        self.ckpt = Checkpoints(work, torch, self.opts.resume) if work is not None else None
+        if self.opts.resume and work is not None and work.is_dir():
+            logger.info(f"   resuming from {work}")
+        threads = torch.get_num_threads()
+        try:
+            for s in self.cfg.seeds:
+                if s in self.runs:
+                    continue
+                resumed = self._resumed(s)
+                if resumed is not None:
+                    self.runs[s] = resumed
+                    continue
+                self.runs[s] = self._fitted(s)
+                self._keep(s)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _resumed(self, s: int) -> SeedRun | None:
+        """Seed ``s`` as an interrupted run of this key finished it (``resume``), or None."""
+        done = self.work / f"seed-{s}" if self.work is not None else None
+        if not (self.opts.resume and done is not None and (done / "run.json").is_file()):
+            return None
+        try:
+            return read_seed(done, self.tp, s, self.cfg.probe)
+        except InputFormatError as exc:  # our own cache, damaged: train that seed again
+            logger.warning(f"warning: {exc.what}; training seed {s} again")
+            return None
+
+    def _fitted(self, s: int) -> SeedRun:
+        """Seed ``s`` trained here, or taken from the rule trained beside it (``shared``), and scored."""
+        shared, cfg, data = self.opts.shared, self.cfg, self.data
+        fit = shared.fits.pop((cfg.select, s), None) if shared is not None else None
+        learner = self.learner() if fit is None else None  # the features are computed once, not in a seed's time
+        t_seed = time.perf_counter()
+        if fit is None:
+            also = () if shared is None else tuple(r for r in shared.rules if r != cfg.select)
+            if "test" not in data.ids:
+                also = tuple(r for r in also if r != "oracle")  # that rule's own call refuses the task
+            settings = _settings(cfg, also)
+            fit = fit_seed(self.torch, learner, data.fit, settings, s, ckpt=self.ckpt, progress=self.opts.progress)
+            if shared is not None:
+                shared.fits.update({(rule, s): other for rule, other in fit.others.items()})
+        frame = _predictions_frame(data, fit.probs)
+        scores = score_plan(TaskPredictions.read(frame, self.tp.classes), self.tp)
+        seconds = time.perf_counter() - t_seed
+        return SeedRun(
+            s, scores, fit.selected_epoch, fit.selection_value, seconds, frame, fit.log, fit.head, fit.details
+        )
+
+    def learner(self) -> Any:
+        """The learner, made when a seed first needs training (a merge or a resume may need none)."""
+        if self._learner is None:
+            cfg = self.cfg
+            images = self.images if self.images is not None else self.source.images()
+            self._learner, self.feature_stats = _learner(
+                self.torch, self.data, cfg, self.bb, images, self.opts.cache_dir, self.opts.progress
+            )
+            if cfg.probe == "linear" and cfg.device == "cpu":
+                # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine
+                # their synchronisation made each epoch ~10x slower (measured)
+                self.torch.set_num_threads(1)
+        return self._learner
+
+    def _keep(self, s: int) -> None:
+        """A finished seed survives an interruption of the next one (kept in the cache under the run key)."""
+        if self.work is None:
+            return
+        with atomic_dir(self.work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
+            write_seed(tmp, self.runs[s], self.cfg, self.tp.classes, self.backbone_card)
+        self.ckpt.drop(s)
+
+    # -- the result ---------------------------------------------------------------------------------------------
+    def card(self) -> dict[str, Any]:
+        """The run card (run.json): what was trained, on what, how, and how long it took."""
+        cfg, tp, bb = self.cfg, self.tp, self.bb
+        augmentation = None
+        if cfg.probe != "linear":
+            augmentation = (
+                f"random resized crop {augment_size(bb.classifier)[0]} (area 0.08-1, aspect 3/4-4/3), horizontal "
+                f"flip 0.5, colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"
+            )
+        return {
+            "package_version": __version__,
+            "task_id": tp.task_id,
+            "task_spec_hash": self.spec_hash,
+            "task_seed": tp.spec.seed,
+            "task_source": self.source.where,
+            "task_origin": self.source.origin(),
+            "task_overrides": dict(tp.spec.overrides),
+            "artifact_hash": tp.spec.artifact_hash,
+            "method": cfg.method,
+            "probe": cfg.probe,
+            "seeds": sorted(self.runs),
+            "config": asdict(cfg),
+            "run_key": self.key,
+            "algorithm": asdict(algorithm_info(cfg.method, cfg.hparams)),
+            "selection": cfg.select,
+            "sampling": cfg.sampling,
+            "sampling_rule": SAMPLING_TEXT[cfg.sampling],
+            "backbone": self.backbone_card,
+            "device": cfg.device,
+            "torch_version": getattr(self.torch, "__version__", None),
+            "model_selection": cfg.selection_rule,
+            "augmentation": augmentation,
+            "merged_from_earlier_run": sorted(self.earlier),
+            "features": self.feature_stats,
+            "seconds": round(time.perf_counter() - self.t0, 3),
+        }
+
+    def result(self) -> TrainResult:
+        runs = tuple(self.runs[s] for s in sorted(self.runs))
+        out = None if self.out is None else Path(self.out)
+        return TrainResult(self.tp.task_id, replace(self.cfg, seeds=tuple(sorted(self.runs))), runs, self.card(), out)
+
+    def write(self, result: TrainResult) -> None:
+        """``out``, when given: an earlier run of this config there (found at the start, or written meanwhile by
+        another call) gains only the new seeds and the run's own files; whatever else the user keeps stays. The
+        cached seeds go: nothing is left to resume."""
+        if self.out is None:
+            return
+        opts = self.opts
+        merging = self.earlier_card is not None
+        merge_into_out = not opts.force and (opts.merge_from is None and merging or earlier_run(self.out) is not None)
+        write_result(result, self.out, force=opts.force, merge=merge_into_out)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def train(
     task: "TaskRef | Any",
     out: "str | os.PathLike | None" = None,
@@ -229,141 +425,15 @@ def train(
     ``merge_from``: another earlier run folder whose seeds are kept the same way (an experiment's
     ``runs/<task>``), when the result is written elsewhere or not at all. ``shared``: rules trained together
     (:class:`SharedFits`): a seed another rule's call already trained is taken from it, not trained again.
+    The steps: :class:`TrainRun`.
     """
-    earlier_dir = merge_from if merge_from is not None else out if not force else None
-    earlier_card = earlier_run(earlier_dir) if earlier_dir is not None else None
-    merging = earlier_card is not None
-    if out is not None:  # before any training: a refused --out costs nothing
-        ref = task.ref if isinstance(task, TaskData) else task_ref(task)
-        inputs = [ref.artifact, ref.images, ref.task]
-        check_train_out(out, force=force, inputs=[i for i in inputs if isinstance(i, (str, os.PathLike))])
-    cfg = config.resolved()
-    t0 = time.perf_counter()
-    source = open_task(task)
-    tp = source.plan
-    images = source.images_path
-    if source.form != "artifact":  # the parquet's own bytes; an artifact's images are opened only when needed
-        images = source.images()
-    data = _task_data(tp)
-    if cfg.select == "oracle" and "test" not in data.ids:
-        raise EmptyResultError(
-            f"task {tp.task_id} has no test split for the oracle selection", "use --select average or worst-group"
-        )
-    torch = require_torch()
-    bb = backbone or load_backbone(
-        cfg.backbone, image_size=cfg.image_size if cfg.probe == "linear" else None, device=cfg.device
-    )
-    spec_hash = task_spec_hash(tp.spec)
-    key = train_run_key(spec_hash, cfg, bb.key)
-    earlier: dict[int, SeedRun] = {}
-    if merging:
-        check_same_run(earlier_dir, earlier_card, key, cfg)
-        earlier = read_earlier_seeds(Path(earlier_dir), data.plan, cfg.probe)
-    work = cache_root(cache_dir) / "train-runs" / key[:16] if out is not None else None
-    with _exclusive_run(work):  # before any training: a second run of this key stops here
-        ckpt = Checkpoints(work, torch, resume) if work is not None else None
-        if resume and work is not None and work.is_dir():
-            logger.info(f"   resuming from {work}")
-        learner, feature_stats = None, None
-        backbone_card = (
-            bb.card()
-            if cfg.probe == "linear"
-            else {**bb.card(), "features": "whole network fine-tuned (BatchNorm trained, not folded)"}
-        )
-        runs: dict[int, SeedRun] = {s: r for s, r in earlier.items()}
-        threads = torch.get_num_threads()
-        try:
-            for s in cfg.seeds:
-                if s in runs:
-                    continue
-                if resume and work is not None and (work / f"seed-{s}" / "run.json").is_file():
-                    try:
-                        runs[s] = read_seed(work / f"seed-{s}", tp, s, cfg.probe)
-                        continue
-                    except InputFormatError as exc:  # our own cache, damaged: train that seed again
-                        logger.warning(f"warning: {exc.what}; training seed {s} again")
-                fit = shared.fits.pop((cfg.select, s), None) if shared is not None else None
-                if fit is None and learner is None:  # only when some seed needs training (a merge may need none)
-                    learner, feature_stats = _learner(
-                        torch, data, cfg, bb, images if images is not None else source.images(), cache_dir, progress
-                    )
-                    if cfg.probe == "linear" and cfg.device == "cpu":
-                        # a 1280 x k head on batches of 64 is too small for threads to help; on a busy machine
-                        # their synchronisation made each epoch ~10x slower (measured)
-                        torch.set_num_threads(1)
-                t_seed = time.perf_counter()
-                if fit is None:
-                    also = () if shared is None else tuple(r for r in shared.rules if r != cfg.select)
-                    if "test" not in data.ids:
-                        also = tuple(r for r in also if r != "oracle")  # that rule's own call refuses the task
-                    fit = fit_seed(torch, learner, data.fit, _settings(cfg, also), s, ckpt=ckpt, progress=progress)
-                    if shared is not None:
-                        shared.fits.update({(rule, s): other for rule, other in fit.others.items()})
-                frame = _predictions_frame(data, fit.probs)
-                runs[s] = SeedRun(
-                    s,
-                    score_plan(TaskPredictions.read(frame, tp.classes), tp),
-                    fit.selected_epoch,
-                    fit.selection_value,
-                    time.perf_counter() - t_seed,
-                    frame,
-                    fit.log,
-                    fit.head,
-                    fit.details,
-                )
-                if work is not None:  # a finished seed survives an interruption of the next one
-                    with atomic_dir(work / f"seed-{s}", kind=SEED_KIND, force=True) as tmp:
-                        write_seed(tmp, runs[s], cfg, tp.classes, backbone_card)
-                    ckpt.drop(s)
-        finally:
-            torch.set_num_threads(threads)
-        info = algorithm_info(cfg.method, cfg.hparams)
-        card = {
-            "package_version": __version__,
-            "task_id": tp.task_id,
-            "task_spec_hash": spec_hash,
-            "task_seed": tp.spec.seed,
-            "task_source": source.where,
-            "task_origin": source.origin(),
-            "task_overrides": dict(tp.spec.overrides),
-            "artifact_hash": tp.spec.artifact_hash,
-            "method": cfg.method,
-            "probe": cfg.probe,
-            "seeds": sorted(runs),
-            "config": asdict(cfg),
-            "run_key": key,
-            "algorithm": asdict(info),
-            "selection": cfg.select,
-            "sampling": cfg.sampling,
-            "sampling_rule": SAMPLING_TEXT[cfg.sampling],
-            "backbone": backbone_card,
-            "device": cfg.device,
-            "torch_version": getattr(torch, "__version__", None),
-            "model_selection": cfg.selection_rule,
-            "augmentation": (
-                None
-                if cfg.probe == "linear"
-                else f"random resized crop {augment_size(bb.classifier)[0]} (area 0.08-1, aspect 3/4-4/3), horizontal flip 0.5, "
-                f"colour jitter {COLOR_JITTER} (brightness, contrast, saturation), greyscale p={GREYSCALE_P}"
-            ),
-            "merged_from_earlier_run": sorted(earlier),
-            "features": feature_stats,
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        result = TrainResult(
-            tp.task_id,
-            replace(cfg, seeds=tuple(sorted(runs))),
-            tuple(runs[s] for s in sorted(runs)),
-            card,
-            None if out is None else Path(out),
-        )
-        if out is not None:
-            # out holds an earlier run of this config (found at the start, or written meanwhile by another call):
-            # only the new seeds and the run's own files are written, whatever else the user keeps there stays
-            merge_into_out = not force and (merge_from is None and merging or earlier_run(out) is not None)
-            write_result(result, out, force=force, merge=merge_into_out)
-            shutil.rmtree(work, ignore_errors=True)  # the run is complete: nothing left to resume
-        return result
+    run = TrainRun(task, out, config, _RunOptions(cache_dir, progress, force, resume, merge_from, shared))
+    run.open(backbone)
+    with _exclusive_run(run.work):  # before any training: a second run of this key stops here
+        run.fit_missing_seeds()
+        result = run.result()
+        run.write(result)
+    return result
 
 
 __all__ = [
@@ -371,6 +441,7 @@ __all__ = [
     "TrainResult",
     "SeedRun",
     "SharedFits",
+    "TrainRun",
     "train",
     "write_result",
     "parse_seeds",

@@ -21,7 +21,7 @@ from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import OutputExistsError, atomic_dir, atomic_file, check_out, read_marker
 from ..scoring.predictions import TaskPredictions
 from .features import Backbone
-from .score import Scores, score_plan, task_spec_hash
+from .score import Scores, chance_line, score_plan, task_spec_hash
 from .train_config import TrainConfig, config_toml
 
 
@@ -99,6 +99,7 @@ class TrainResult:
             "selection": self.config.select,
             "model_selection": self.config.selection_rule,
             "selected_epochs": [r.selected_epoch for r in self.runs],
+            "chance": asdict(self.runs[0].scores.headline.chance),
             **metrics,
         }
 
@@ -107,8 +108,10 @@ class TrainResult:
         lines = [
             f"{self.task_id}: {self.config.method} / {self.config.probe} probe on {self.card['backbone']['name']}, "
             f"{a['n_seeds']} seed(s); {self.config.selection_rule}",
-            f"{a['headline_split']}: average {_pm(a['average'])}, worst group {_pm(a['worst_group'])}, "
-            f"adjusted {_pm(a['adjusted_average'])}",
+            f"{a['headline_split']}: balanced accuracy {_pm(a['balanced_accuracy'])}, average {_pm(a['average'])}, "
+            f"worst group {_pm(a['worst_group'])}, adjusted {_pm(a['adjusted_average'])}",
+            # the split's majority class: the same for every seed (it reads the truth alone)
+            chance_line(self.runs[0].scores.headline.chance),
         ]
         if a["id"]["mean"] is not None and a["ood"]["mean"] is not None:
             lines.append(
