@@ -22,7 +22,6 @@ into the same runs, and an interrupted call continues with ``resume=True``.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import logging
@@ -30,23 +29,17 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from metashift_hf.tasks import paper_tasks as pt
 
-
-try:
-    import fcntl  # POSIX advisory locks: released by the kernel when the holder exits, however it ends
-except ImportError:  # Windows: no lock (two comparisons into one --out are not guarded there)
-    fcntl = None  # type: ignore[assignment]
-
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean, short_repr
-from ..core.fsutil import MARKER, OutputExistsError, atomic_file, claimed_dir
+from ..core.fsutil import OutputExistsError, atomic_file, claimed_dir
 from ..core.names import id_slug
 from ..hub.task_data import TaskData
 from ..hub.task_open import TaskOrigin
@@ -59,6 +52,7 @@ from .algorithms import (
     algorithm_info,
     sample_hparams,
 )
+from .compare_runs import check_covers_earlier, check_mergeable, writer_lock
 from .features import load_backbone
 from .score import Scores
 from .train import (
@@ -66,9 +60,6 @@ from .train import (
     TrainConfig,
     TrainResult,
     check_train_out,
-    earlier_run,
-    run_key,
-    settings_differ,
     train,
 )
 
@@ -177,7 +168,7 @@ class CompareResult:
             self.spread,
             self.card.get("sampling"),
             self.card.get("sweep"),
-            self.card.get("selections"),
+            rule_sections(self.table),
         )
 
     def markdown(self) -> str:
@@ -226,21 +217,23 @@ def header(
     sweep: Mapping[str, Any] | None = None,
     rules: Sequence[str] | None = None,
 ) -> str:
-    """What a comparison ran: probe, backbone, seeds, sampling, each method's selection rule, what the paper column is."""
+    """What a comparison ran: probe, backbone, seeds, sampling, each method's selection rule, what the paper column
+    is. ``rules``: the rules of the sections that follow (:func:`rule_sections`: every method trained under each);
+    None or one rule: one table, each method under its own rule ``selection[m]``, which the header names."""
     lines = [
         f"{probe} probe on {backbone}, seeds {', '.join(map(str, seeds))}; {SPREAD_TEXT[spread]}."
         + (f" Sampling: {sampling} ({SAMPLING_TEXT[sampling]})." if sampling in SAMPLING_TEXT else ""),
-        "Each method keeps the epoch its selection rule prefers"
-        + (
-            ", every rule over the same training (one per method, seed and draw; a section per rule below):"
-            if rules and len(rules) > 1
-            else ":"
-        ),
-        "",
     ]
     if rules and len(rules) > 1:
-        lines += [f"- **{m}** ({algorithm_info(m).title})" for m in methods]
+        names = ", ".join(f"**{m}** ({algorithm_info(m).title})" for m in methods)
+        lines += [
+            f"Every method ({names}) keeps the epoch each selection rule prefers, every rule over the same training "
+            "(one per method, seed and draw). A section per rule follows, in this order:",
+            "",
+        ]
+        lines += [f"- {SELECTION_TEXT[r]}" for r in rules]
     else:
+        lines += ["Each method keeps the epoch its own selection rule prefers (one table below):", ""]
         lines += [f"- **{m}** ({algorithm_info(m).title}): {SELECTION_TEXT[selection[m]]}" for m in methods]
     if sweep and sweep.get("n_hparams", 1) > 1:
         lines += [
@@ -259,6 +252,14 @@ def header(
     return "\n".join(lines)
 
 
+def rule_sections(table: pd.DataFrame) -> list[str] | None:
+    """The rules results.md has a section for: every rule present when some method was trained under several
+    (``--select all``); None when each method was trained under one rule (its own: one table holds them all)."""
+    summ = summary_frame(table)
+    one_each = bool(len(summ)) and bool((summ.groupby("method")["selection"].nunique() == 1).all())
+    return None if one_each else [r for r in SELECTIONS if (summ.selection == r).any()]
+
+
 DEFAULT_TABLE_METRICS: tuple[str, ...] = ("worst_group", "average", GROUP_METRIC + "dog(shelf)")
 
 
@@ -274,9 +275,7 @@ def _grid(table: pd.DataFrame, methods: Sequence[str], tasks: Sequence[str], met
     """(rule, metric, task columns, rows) for each table: rows (method, [per-task summary row or None], avg, worst).
     ``rule`` None: every method was trained under one rule (its own), so one table holds them all."""
     summ = summary_frame(table)
-    one_each = bool(len(summ)) and bool((summ.groupby("method")["selection"].nunique() == 1).all())
-    rules = [None] if one_each else [r for r in SELECTIONS if (summ.selection == r).any()]
-    for rule in rules:
+    for rule in rule_sections(table) or [None]:
         for metric in metrics:
             part = summ[(summ.metric == metric) & ((summ.selection == rule) if rule is not None else True)]
             cols = [t for t in tasks if (part.task == t).any()]
@@ -548,102 +547,136 @@ def run_compare(
     method's default selection, or every rule of ``options.selections``) and write the table. The tasks come
     from ``origin`` (a build, or an export folder / Hub namespace: :class:`TaskOrigin`). ``out`` is new,
     empty, or an earlier comparison (its runs gain the new seeds; a run of other settings there is refused).
-    ``options``: tables and sweep (:class:`CompareOptions`)."""
-    selections, spread, latex = options.selections, options.spread, options.latex
-    n_hparams, n_trials, hparams_seed = options.n_hparams, options.n_trials, options.hparams_seed
-    methods, tasks = tuple(methods), tuple(tasks)
-    _check_names(methods, tasks)
-    if n_trials is not None:
-        config = replace(config, seeds=n_trials)
-    arms = plan_arms(methods, config, selections, n_hparams, hparams_seed)
-    t0 = time.perf_counter()
-    with claimed_dir(out, COMPARE_KIND, inputs=origin.inputs) as folder, _writer_lock(folder):
-        _check_covers_earlier(folder, [a.folder for a in arms], tasks)
-        for t in tasks:
-            for a in arms:
-                check_train_out(folder / "runs" / t / a.folder, inputs=origin.inputs)
-        data: dict[str, TaskData] = origin.open(tasks)
-        first = arms[0].config
-        backbone = load_backbone(
-            first.backbone, image_size=first.image_size if first.probe == "linear" else None, device=first.device
-        )  # loaded once; features shared by every method and task
-        for t in tasks:  # every earlier run merges, checked before any run is modified
-            for a in arms:
-                _check_mergeable(folder, t, a.folder, data[t], a.config, backbone)
+    ``options``: tables and sweep (:class:`CompareOptions`). The steps: :class:`Comparison`."""
+    run = Comparison.plan(methods, tasks, origin, config, options)
+    with claimed_dir(out, COMPARE_KIND, inputs=origin.inputs) as folder, writer_lock(folder):
+        run.open(folder)
+        results = run.train_arms(cache_dir=cache_dir, progress=progress, resume=resume)
+        table = run.table(results)
+        result = CompareResult(
+            run.methods, run.tasks, table, run.first, run.card(results, table), folder, options.spread
+        )
+        _write(result, folder, latex=options.latex)
+    return result
+
+
+@dataclass
+class Comparison:
+    """One :func:`run_compare` call as named steps: :meth:`plan` (names and every arm's config checked, before any
+    folder is touched), :meth:`open` (the --out folder's earlier runs, every run folder, the tasks and the backbone
+    checked before any training), :meth:`train_arms`, :meth:`table` (results.csv's rows) and :meth:`card`."""
+
+    methods: tuple[str, ...]
+    tasks: tuple[str, ...]
+    origin: TaskOrigin
+    arms: list[Arm]
+    options: CompareOptions
+    t0: float = field(default_factory=time.perf_counter)
+    folder: Path | None = None
+    data: dict[str, TaskData] = field(default_factory=dict)
+    backbone: Any = None
+
+    @classmethod
+    def plan(
+        cls,
+        methods: Sequence[str],
+        tasks: Sequence[str],
+        origin: TaskOrigin,
+        config: TrainConfig,
+        options: CompareOptions,
+    ) -> "Comparison":
+        methods, tasks = tuple(methods), tuple(tasks)
+        _check_names(methods, tasks)
+        if options.n_trials is not None:
+            config = replace(config, seeds=options.n_trials)
+        arms = plan_arms(methods, config, options.selections, options.n_hparams, options.hparams_seed)
+        return cls(methods, tasks, origin, arms, options)
+
+    @property
+    def first(self) -> TrainConfig:
+        return self.arms[0].config
+
+    def open(self, folder: Path) -> None:
+        """Everything checked before any training: the earlier comparison in ``folder`` is covered, every run
+        folder may be written, the tasks open, the backbone loads (once: features shared by every method and
+        task) and every earlier run merges."""
+        self.folder = folder
+        check_covers_earlier(folder, [(a.method, a.folder) for a in self.arms], self.tasks)
+        for t in self.tasks:
+            for a in self.arms:
+                check_train_out(folder / "runs" / t / a.folder, inputs=self.origin.inputs)
+        self.data = self.origin.open(self.tasks)
+        first = self.first
+        image_size = first.image_size if first.probe == "linear" else None
+        self.backbone = load_backbone(first.backbone, image_size=image_size, device=first.device)
+        for t in self.tasks:
+            for a in self.arms:
+                check_mergeable(folder, t, a.folder, self.data[t], a.config, self.backbone)
+
+    def train_arms(
+        self, *, cache_dir: "str | os.PathLike | None", progress: bool, resume: bool
+    ) -> dict[tuple[str, str], TrainResult]:
+        """Every arm on every task: (task, arm folder) -> its run. Under several rules each method and draw is
+        trained once per seed, every rule keeping its own epoch (:class:`SharedFits`)."""
+        rules = tuple(dict.fromkeys(a.rule for a in self.arms))
+        several = len(rules) > 1
+        shared = {(t, a.method, a.draw): SharedFits(rules) for t in self.tasks for a in self.arms} if several else {}
         results: dict[tuple[str, str], TrainResult] = {}
-        rules = tuple(dict.fromkeys(a.rule for a in arms))
-        # several rules: each method and draw is trained once per seed, every rule keeping its own epoch
-        shared = {(t, a.method, a.draw): SharedFits(rules) for t in tasks for a in arms} if len(rules) > 1 else {}
-        for t in tasks:
-            for a in arms:
+        for t in self.tasks:
+            for a in self.arms:
                 logger.info(f"   training {a.folder} on {t} ...")
                 try:
                     results[t, a.folder] = train(
-                        data[t],
-                        folder / "runs" / t / a.folder,
+                        self.data[t],
+                        self.folder / "runs" / t / a.folder,
                         a.config,
                         cache_dir=cache_dir,
                         progress=progress,
-                        backbone=backbone,
+                        backbone=self.backbone,
                         resume=resume,
                         shared=shared.get((t, a.method, a.draw)),
                     )
                 except OutputExistsError as exc:  # another comparison wrote there meanwhile
                     raise OutputExistsError(
                         exc.what,
-                        f"run the same command again once the other comparison into {folder} "
+                        f"run the same command again once the other comparison into {self.folder} "
                         "has finished (its runs are merged), or name a new --out",
                     ) from None
-        chosen = _sweep_choice(results, arms, tasks)
+        return results
+
+    def table(self, results: Mapping[tuple[str, str], TrainResult]) -> pd.DataFrame:
+        """results.csv: a row per task, arm, seed and metric, ``selected`` marking the draw the sweep keeps."""
+        chosen = _sweep_choice(results, self.arms, self.tasks)
         rows = []
-        for t in tasks:
-            for a in arms:
+        for t in self.tasks:
+            for a in self.arms:
                 for run in results[t, a.folder].runs:
+                    kept = chosen[t, a.method, a.rule, run.seed] == a.draw
                     for metric, value, lo, hi in seed_metrics(run.scores):
                         rows.append(
-                            (
-                                t,
-                                a.method,
-                                run.seed,
-                                a.rule,
-                                a.draw,
-                                chosen[t, a.method, a.rule, run.seed] == a.draw,
-                                a.config.sampling,
-                                metric,
-                                value,
-                                lo,
-                                hi,
-                            )
+                            (t, a.method, run.seed, a.rule, a.draw, kept, a.config.sampling, metric, value, lo, hi)
                         )
-        table = pd.DataFrame(rows, columns=list(COLUMNS))
-        any_run = next(iter(results.values()))
-        own_rule = {m: next(a.rule for a in arms if a.method == m) for m in methods}
-        card = {
+        return pd.DataFrame(rows, columns=list(COLUMNS))
+
+    def card(self, results: Mapping[tuple[str, str], TrainResult], table: pd.DataFrame) -> dict[str, Any]:
+        """compare.json: what was compared, how, on what, and how long it took."""
+        arms, methods, first, data = self.arms, self.methods, self.first, self.data
+        return {
             "package_version": __version__,
             "methods": list(methods),
-            "tasks": list(tasks),
+            "tasks": list(self.tasks),
             "seeds": sorted(set(table["seed"])),
             "probe": first.probe,
-            "backbone": any_run.card["backbone"],
-            "selection": own_rule,
+            "backbone": next(iter(results.values())).card["backbone"],
+            "selection": {m: next(a.rule for a in arms if a.method == m) for m in methods},
             "selections": sorted({a.rule for a in arms}, key=SELECTIONS.index),
             "sampling": first.sampling,
             "sampling_rule": SAMPLING_TEXT[first.sampling],
-            "spread": spread,
+            "spread": self.options.spread,
             "sweep": {
-                "n_hparams": n_hparams,
-                "hparams_seed": hparams_seed,
-                "draws": {
-                    a.folder: {
-                        "method": a.method,
-                        "draw": a.draw,
-                        "trials": list(a.config.seeds),  # a draw k > 0 has its own values per trial
-                        "lr": a.config.lr,
-                        "weight_decay": a.config.weight_decay,
-                        "hparams": dict(a.config.hparams),
-                    }
-                    for a in arms
-                },
+                "n_hparams": self.options.n_hparams,
+                "hparams_seed": self.options.hparams_seed,
+                "draws": {a.folder: _draw_card(a) for a in arms},
             },
             "algorithms": {
                 m: asdict(algorithm_info(m, next(a.config.hparams for a in arms if a.method == m))) for m in methods
@@ -653,39 +686,33 @@ def run_compare(
             "task_overrides": {t: dict(d.spec.overrides) for t, d in data.items()},
             "config": {k: v for k, v in asdict(first).items() if k not in ("method", "select", "hparams")},
             "features": {f"{t}/{f}": r.card["features"] for (t, f), r in results.items()},
-            "seconds": round(time.perf_counter() - t0, 3),
+            "seconds": round(time.perf_counter() - self.t0, 3),
         }
-        result = CompareResult(methods, tasks, table, first, card, folder, spread)
-        with atomic_file(folder / "results.csv", "w") as f:
-            table.to_csv(f, index=False)
-        with atomic_file(folder / "results.md", "w") as f:
-            f.write(result.markdown())
-        if latex:
-            with atomic_file(folder / "results.tex", "w") as f:
-                f.write(result.latex())
-        with atomic_file(folder / "compare.json", "w") as f:
-            f.write(json.dumps(card, indent=2, default=str) + "\n")
-        _plot_atomic(result, folder / "compare.png")
-    return result
 
 
-@contextlib.contextmanager
-def _writer_lock(folder: Path) -> Iterator[None]:
-    """Hold ``folder`` (a comparison's --out) for this run, before anything is checked or trained: a second
-    comparison into the same folder is refused at once (two writers would race on the same run folders).
-    The lock is an advisory ``flock`` on the folder's marker file, so a killed run leaves no stale lock."""
-    if fcntl is None:
-        yield
-        return
-    with open(folder / MARKER, "rb") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputExistsError(
-                f"another experiment compare is writing into {folder} right now",
-                "wait until it has finished and run this command again (its runs are merged), or name a new --out",
-            ) from None
-        yield
+def _draw_card(a: Arm) -> dict[str, Any]:
+    return {
+        "method": a.method,
+        "draw": a.draw,
+        "trials": list(a.config.seeds),  # a draw k > 0 has its own values per trial
+        "lr": a.config.lr,
+        "weight_decay": a.config.weight_decay,
+        "hparams": dict(a.config.hparams),
+    }
+
+
+def _write(result: CompareResult, folder: Path, *, latex: bool) -> None:
+    """results.csv, results.md (results.tex), compare.json and compare.png, each written atomically."""
+    with atomic_file(folder / "results.csv", "w") as f:
+        result.table.to_csv(f, index=False)
+    with atomic_file(folder / "results.md", "w") as f:
+        f.write(result.markdown())
+    if latex:
+        with atomic_file(folder / "results.tex", "w") as f:
+            f.write(result.latex())
+    with atomic_file(folder / "compare.json", "w") as f:
+        f.write(json.dumps(result.card, indent=2, default=str) + "\n")
+    _plot_atomic(result, folder / "compare.png")
 
 
 def _sweep_choice(
@@ -704,44 +731,6 @@ def _sweep_choice(
     return {k: -v[1] for k, v in best.items()}
 
 
-def _earlier_pairs(folder: Path) -> set[tuple[str, str]]:
-    """(task, method) of every run folder an earlier comparison left under ``folder/runs/``."""
-    runs = folder / "runs"
-    if not runs.is_dir():
-        return set()
-    return {(t.name, m.name) for t in runs.iterdir() if t.is_dir() for m in t.iterdir() if m.is_dir()}
-
-
-def _check_covers_earlier(folder: Path, methods: Sequence[str], tasks: Sequence[str]) -> None:
-    """results.csv/md/png cover every run in the folder: a call naming fewer methods or tasks than the
-    earlier comparison is refused (it would drop their rows while their runs stay)."""
-    left_out = sorted(p for p in _earlier_pairs(folder) if p[0] not in tasks or p[1] not in methods)
-    if left_out:
-        all_m = list(methods) + sorted({m for _, m in left_out} - set(methods))
-        all_t = list(tasks) + sorted({t for t, _ in left_out} - set(tasks))
-        shown = ", ".join(f"{m} on {t}" for t, m in left_out[:4]) + (" ..." if len(left_out) > 4 else "")
-        raise OutputExistsError(
-            f"--out {folder} holds earlier runs this call does not name ({shown}); its results "
-            "always cover every run in the folder",
-            f"add to the earlier comparison with --methods {','.join(all_m)} --tasks {','.join(all_t)}, "
-            "or name a new --out to start a new comparison",
-        )
-
-
-def _check_mergeable(folder: Path, task: str, method: str, data: TaskData, config: TrainConfig, backbone) -> None:
-    """An earlier run of ``method`` on ``task`` in ``folder`` must have the same settings (its seeds merge)."""
-    run = folder / "runs" / task / method
-    card = earlier_run(run)
-    if card is not None and card.get("run_key") != run_key(data.plan, config, backbone):
-        differ = settings_differ(card, config)
-        raise OutputExistsError(
-            f"--out {folder} holds a run of {method} on {task} with other settings"
-            + (f" ({', '.join(differ)} differ)" if differ else " (task, backbone or package version differ)"),
-            f"repeat the earlier comparison's settings (see {folder / 'compare.json'}) to add seeds to it, "
-            "or name a new --out to start a new comparison",
-        )
-
-
 def _plot_atomic(result: CompareResult, path: Path) -> None:
     """compare.png through the one atomic write (a killed run's temporary is cleaned as every other's);
     no figure without matplotlib (an optional extra)."""
@@ -753,6 +742,7 @@ def _plot_atomic(result: CompareResult, path: Path) -> None:
 
 __all__ = [
     "run_compare",
+    "Comparison",
     "plan_arms",
     "Arm",
     "results_latex",
@@ -762,6 +752,7 @@ __all__ = [
     "method_hparams",
     "summary_frame",
     "header",
+    "rule_sections",
     "results_tables",
     "GROUP_METRIC",
     "CompareResult",
