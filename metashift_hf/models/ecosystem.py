@@ -318,10 +318,23 @@ def verify_checkpoint(path: Path, ref: str) -> str:
         raise ChecksumError(
             f"{ref}: the cached weights {path} have sha256 {digest[:16]}…, but the file name says {found.group(1)}… "
             "(torchvision's own check): not the file torchvision published",
-            f'delete {path} and download it again where the internet is reachable: python -c "import torchvision; '
-            f"torchvision.models.get_model('{ref.split(':')[1]}', weights='DEFAULT')\"",
+            f"delete {path} and download it again where the internet is reachable",
         )
     return digest
+
+
+def _tv_members(family: Any) -> str:
+    """A weights enum's members, each once (``DEFAULT`` is an alias in ``__members__``), DEFAULT saying which it is."""
+    members = getattr(family, "__members__", {})
+    default = getattr(members.get("DEFAULT"), "name", None)
+    names = [m for m in members if m != "DEFAULT"]
+    return ", ".join([f"DEFAULT (= {default})" if default else "DEFAULT", *names])
+
+
+def _tv_download(name: str, weights: Any) -> str:
+    """The command that downloads ``weights`` (the resolved enum member, e.g. ``ResNet50_Weights.IMAGENET1K_V1``) of
+    torchvision model ``name`` into the torch hub cache."""
+    return f"python -c \"import torchvision; torchvision.models.get_model('{name}', weights='{weights}')\""
 
 
 def _tv_weights(tv, name: str, enum: str):
@@ -336,8 +349,9 @@ def _tv_weights(tv, name: str, enum: str):
     member = enum.rpartition(".")[2] if enum.startswith(f"{family_name}.") else enum
     found = getattr(family, member, None) if member == "DEFAULT" else getattr(family, "__members__", {}).get(member)
     if found is None:
-        valid = ", ".join(["DEFAULT", *getattr(family, "__members__", {})])
-        raise UnknownNameError(f"torchvision:{name}: {family_name} has no weights {enum!r}", f"use one of: {valid}")
+        raise UnknownNameError(
+            f"torchvision:{name}: {family_name} has no weights {enum!r}", f"use one of: {_tv_members(family)}"
+        )
     return found
 
 
@@ -351,13 +365,17 @@ def torchvision_model(ref: str, device: str = "cpu", dtype: Dtype = "float32") -
     weights = _tv_weights(tv, name, enum or "DEFAULT")
     label = f"torchvision:{ref}"
     cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+    download = _tv_download(name, weights)
     if not cached.is_file():
         raise MetashiftError(
             f"weights {weights} for {label} are not cached at {cached} (evaluation never downloads)",
-            f"download them once where the internet is reachable: python -c \"import torchvision; torchvision.models.get_model('{name}', weights='{weights}')\"",
+            f"download them once where the internet is reachable: {download}",
         )
-    digest = verify_checkpoint(cached, label)
-    fix = f"delete {cached} and download it again: python -c \"import torchvision; torchvision.models.get_model('{name}', weights='{weights}')\""
+    fix = f"delete {cached} and download it again where the internet is reachable: {download}"
+    try:
+        digest = verify_checkpoint(cached, label)
+    except ChecksumError as exc:  # the fix names the weights asked for (not DEFAULT when another member was)
+        raise ChecksumError(exc.what, fix) from None
     model = tv.models.get_model(name)
     try:
         # weights_only: plain tensors, never code; a pickle payload is an UnpicklingError here
