@@ -583,19 +583,10 @@ def _stage(
             if also:
                 entry[RULE_EPOCHS] = {r: kept[r]["epoch"] for r in also}
         log.append(entry)
-        if ckpt is not None:
-            ckpt.save(
-                seed,
-                {
-                    "stage": stage,
-                    "epoch": epoch,
-                    "module": module.state_dict(),
-                    "optimiser": opt.state_dict(),
-                    "algorithm": algo.state(),
-                    "best": {**best, "also": kept} if kept else best,
-                    "log": log,
-                },
-            )
+        if ckpt is not None:  # what _CKPT_KEYS names: the run continues from here bit for bit
+            best_now = {**best, "also": kept} if kept else best
+            state = {"stage": stage, "epoch": epoch, "module": module.state_dict(), "optimiser": opt.state_dict()}
+            ckpt.save(seed, {**state, "algorithm": algo.state(), "best": best_now, "log": log})
     if select is None:
         return module, epochs, float("nan")
     loop.kept.update(kept)
