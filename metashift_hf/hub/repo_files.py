@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Mapping
 
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from ..core.fsutil import open_input
 from ..tasks.spec import ShiftSpec
 from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
@@ -38,15 +38,12 @@ def read_text_file(path: str | os.PathLike, where: str | None = None) -> str:
     """A small regular file as text: a FIFO, device or folder is refused (never opened), a large one
     refused by its size (:func:`check_spec_size`)."""
     path, where = Path(path), where or str(path)
-    try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise InputFormatError(f"{where} is not a regular file", "export the task again")
-            check_spec_size(st.st_size, where)
+    with open_input(path, where, "export the task again") as f:
+        check_spec_size(os.fstat(f.fileno()).st_size, where)
+        try:
             data = f.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", "export the task again") from None
+        except OSError as exc:
+            raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", "export the task again") from None
     check_spec_size(len(data), where)
     try:
         return data.decode("utf-8")
@@ -89,8 +86,9 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
 
 
 def folder_configs(folder: Path) -> list[str]:
-    """The configs of an exported repo folder: its subfolders holding a shift spec."""
-    return configs_of([f"{p.parent.name}/{p.name}" for p in Path(folder).glob(f"*/{SPEC_FILE}")])
+    """The configs of an exported repo folder: its subfolders holding a shift spec (whatever it is: a spec that is a
+    FIFO or a dangling link is refused by name when read, not taken for a missing config)."""
+    return configs_of([f"{p.name}/{SPEC_FILE}" for p in Path(folder).glob("*/") if os.path.lexists(p / SPEC_FILE)])
 
 
 def hub_call(repo_id: str, config: str | None, call, revision: str | None = None):

@@ -31,12 +31,13 @@ from ..builders.artifact import Artifact
 from ..builders.images import ImageSource
 from ..core import options as opt
 from ..core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
+from ..core.fsutil import describe_path
 from ..core.names import terminal_safe
 from ..tasks.families import plan_task
 from ..tasks.plan import TaskPlan
 from ..tasks.spec import ShiftSpec
 from .repo_files import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
-from .shards import REPO_PREFIX, validate_repo_name
+from .shards import REPO_PREFIX, SPEC_FILE, validate_repo_name
 from .task_data import (
     DEFAULT_SEED,
     TASK_FORMS_FIX,
@@ -100,8 +101,12 @@ def _open_artifact(ref: TaskRef) -> TaskData:
             f"pass {terminal_safe(task.strip())!r} (without the spaces)",
         )
     if ref.artifact is None:
-        if isinstance(task, (str, os.PathLike)) and Path(task).exists():
-            raise InputFormatError(f"{task} is a file, not a task", TASK_FORMS_FIX)
+        if isinstance(task, (str, os.PathLike)) and os.path.lexists(task):  # a file, a FIFO, a link to nowhere
+            what, name = describe_path(task), Path(task).name
+            raise InputFormatError(
+                f"{terminal_safe(str(task))} is {terminal_safe(what)}, not a task",
+                f"pass the task folder that holds it ({Path(task).parent})" if name == SPEC_FILE else TASK_FORMS_FIX,
+            )
         if isinstance(task, os.PathLike) or (isinstance(task, str) and task.startswith(("/", "./", "../", "~"))):
             raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):

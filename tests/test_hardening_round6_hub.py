@@ -1,0 +1,141 @@
+"""Issue 46 (hardening round 6), the Hub/export/inputs room: D12 links and special files named as what they are,
+D7 parts of an input dropped without a word, D4 export layouts, D13 offline caches, and the new-user findings.
+
+Each test names the review case ids (../shared/reviews/hardening-round6-cases.tsv) it covers; the checks use
+variants of these cases (a FIFO, a folder, a dangling link, a link to a valid file), not only the listed input.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fixtures.tasks import EXPORTED_TASK
+from metashift_hf import cli
+from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.fsutil import check_input_file, describe_path
+from metashift_hf.evaluate.predictions import PrecomputedPredictions
+from metashift_hf.hub.task_open import open_task, shift_spec
+from metashift_hf.scoring.predictions import TaskPredictions
+
+
+def _copy(folder, tmp_path):
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    return copy, copy / EXPORTED_TASK
+
+
+def _special(path, kind: str, tmp_path) -> None:
+    """Replace ``path`` by a FIFO, a folder, a dangling link, a link to a valid file outside, or a link loop."""
+    outside = tmp_path / "outside"
+    if os.path.lexists(path):
+        if kind == "outside":
+            shutil.move(path, outside)
+        else:
+            os.remove(path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        os.mkdir(path)
+    elif kind == "dangling":
+        os.symlink(tmp_path / "nowhere", path)
+    elif kind == "outside":
+        os.symlink(outside, path)
+    elif kind == "passwd":
+        os.symlink("/etc/passwd", path)
+    elif kind == "loop":
+        os.symlink(path, path)
+
+
+SAID = {
+    "fifo": "is a FIFO (named pipe)",
+    "folder": "is a folder",
+    "dangling": "is a dangling symbolic link",
+    "outside": "is a symbolic link (to",
+    "passwd": "is a symbolic link (to /etc/passwd",
+    "loop": "that loops back on itself",
+}
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("shift_spec.json", "fifo"),  # S-75
+        ("shift_spec.json", "dangling"),
+        ("shift_spec.json", "folder"),
+        ("meta_graph.parquet", "passwd"),  # S-83
+        ("meta_graph.parquet", "outside"),  # S-84
+        ("meta_graph.parquet", "fifo"),
+        ("test-00000-of-00001.parquet", "passwd"),  # S-86
+        ("train-00000-of-00001.parquet", "loop"),
+    ],
+)
+def test_a_task_folder_file_that_is_not_a_regular_file_says_what_it_is(exported_task, tmp_path, name, kind, capsys):
+    """S-75, S-83, S-84, S-86: a spec FIFO was 'a file, not a task' or '0 configs', a meta_graph link 'Too many
+    levels of symbolic links', a dangling spec link 'not there', a shard link a parquet error naming no link."""
+    folder, _ = exported_task
+    repo, config = _copy(folder, tmp_path)
+    _special(config / name, kind, tmp_path)
+    for given in (repo, config):  # the repo folder and its config folder: one wording
+        with pytest.raises(InputFormatError) as err:
+            open_task(given)
+        assert f"{name} of exported folder" in err.value.what and SAID[kind] in err.value.what, err.value.what
+        assert err.value.fix
+    assert cli.main(["tasks", "show", str(config)]) == 2
+    assert SAID[kind] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling"])
+def test_a_spec_file_given_as_the_task_says_what_it_is(exported_task, tmp_path, kind):
+    """S-75: `tasks show FOLDER/CONFIG/shift_spec.json` with a FIFO said 'is a file, not a task'; a dangling
+    link was 'made from an artifact, and none was given'."""
+    folder, _ = exported_task
+    _, config = _copy(folder, tmp_path)
+    spec = config / "shift_spec.json"
+    _special(spec, kind, tmp_path)
+    with pytest.raises(InputFormatError) as err:
+        shift_spec(str(spec))
+    assert SAID[kind] in err.value.what and "not a task" in err.value.what
+    assert str(config) in err.value.fix
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling", "loop"])
+def test_a_predictions_file_that_is_not_a_file_says_what_it_is(tmp_path, kind):
+    """Z-19, Z-20: a predictions FIFO or folder 'does not exist'; both readers (score's and predictions:)."""
+    path = tmp_path / "preds.csv"
+    _special(path, kind, tmp_path)
+    for read in (lambda: TaskPredictions.read(path, ("cat", "dog")), lambda: PrecomputedPredictions.read(path)):
+        with pytest.raises(InputFormatError) as err:
+            read()
+        assert SAID[kind] in err.value.what and "does not exist" not in err.value.what, err.value.what
+    assert "does not exist" in str(
+        pytest.raises(InputFormatError, check_input_file, tmp_path / "no.csv", "x", "f").value
+    )
+
+
+def test_describe_path_follows_a_link_to_say_what_it_points_to(tmp_path):
+    (tmp_path / "f").write_text("x")
+    os.symlink(tmp_path / "f", tmp_path / "l")
+    assert describe_path(tmp_path / "l") == f"a symbolic link (to {tmp_path / 'f'}, a file)"
+    assert describe_path(tmp_path / "none") == "nothing"
+
+
+def test_predictions_with_both_logits_and_an_index_are_refused(tmp_path):
+    """Z-28: a logits column and an imagenet_index column: the logits were used, the index dropped without a word."""
+    logits = np.zeros((2, 1000), dtype=np.float32)
+    logits[:, 404] = 1.0
+    frame = pd.DataFrame({"image_id": ["a", "b"], "logits": list(logits), "imagenet_index": [0, 0]})
+    frame.to_parquet(tmp_path / "both.parquet")
+    with pytest.raises(InputFormatError, match="imagenet_index, logits") as err:
+        PrecomputedPredictions.read(tmp_path / "both.parquet")
+    assert "keep exactly one" in err.value.fix
+    wide = pd.DataFrame({"image_id": ["a"], "imagenet_index": [3], **{f"logit_{i}": [0.0] for i in range(1000)}})
+    wide.to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(InputFormatError, match="ambiguous"):
+        PrecomputedPredictions.read(tmp_path / "wide.csv")
+    frame.drop(columns="imagenet_index").to_parquet(tmp_path / "one.parquet")
+    assert PrecomputedPredictions.read(tmp_path / "one.parquet").predictions.top1.tolist() == [404, 404]
