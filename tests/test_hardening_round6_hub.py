@@ -7,8 +7,10 @@ variants of these cases (a FIFO, a folder, a dangling link, a link to a valid fi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -19,8 +21,9 @@ from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import check_input_file, describe_path
 from metashift_hf.evaluate.predictions import PrecomputedPredictions
-from metashift_hf.hub.task_open import open_task, shift_spec
+from metashift_hf.hub.task_open import open_task, shift_spec, warn_unrecorded_members
 from metashift_hf.scoring.predictions import TaskPredictions
+from metashift_hf.tasks.spec import split_members
 
 
 def _copy(folder, tmp_path):
@@ -139,3 +142,29 @@ def test_predictions_with_both_logits_and_an_index_are_refused(tmp_path):
         PrecomputedPredictions.read(tmp_path / "wide.csv")
     frame.drop(columns="imagenet_index").to_parquet(tmp_path / "one.parquet")
     assert PrecomputedPredictions.read(tmp_path / "one.parquet").predictions.top1.tolist() == [404, 404]
+
+
+def test_a_spec_downgraded_to_version_4_says_its_rows_are_unchecked(exported_task, tmp_path, caplog):
+    """X-16: a spec (and the card's copy) edited down to spec_version 4 without members was read and scored with
+    no word that its rows are no longer checked against their splits; a version 5 spec gives no such warning."""
+    folder, _ = exported_task
+    data = open_task(folder)
+    members = split_members(data.plan.splits)  # (the fixture's spec records none: its rows load with the warning)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metashift_hf.hub.task_open"):  # members recorded: nothing to say
+        warn_unrecorded_members(replace(data.spec, members=members), "spec")
+    assert "records no split members" not in caplog.text
+    repo, config = _copy(folder, tmp_path)
+    spec = json.loads((config / "shift_spec.json").read_text())
+    spec.pop("members")
+    assert spec["spec_version"] == 5
+    (config / "shift_spec.json").write_text(json.dumps({**spec, "spec_version": 4}))
+    card = (repo / "README.md").read_text()
+    (repo / "README.md").write_text(
+        card.replace('"members":null,', "").replace('"spec_version":5', '"spec_version":4')
+    )
+    with caplog.at_level("WARNING", logger="metashift_hf.hub.task_open"):
+        open_task(repo).verify()
+    said = [r.getMessage() for r in caplog.records if "records no split members" in r.getMessage()]
+    assert said and f"{EXPORTED_TASK}/shift_spec.json of exported folder {repo}" in said[0]
+    assert "spec_version 4" in said[0] and "export or publish the task again" in said[0]
