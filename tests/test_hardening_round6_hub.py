@@ -168,3 +168,52 @@ def test_a_spec_downgraded_to_version_4_says_its_rows_are_unchecked(exported_tas
     said = [r.getMessage() for r in caplog.records if "records no split members" in r.getMessage()]
     assert said and f"{EXPORTED_TASK}/shift_spec.json of exported folder {repo}" in said[0]
     assert "spec_version 4" in said[0] and "export or publish the task again" in said[0]
+
+
+@pytest.mark.parametrize(
+    "name, args, kwargs, shown",
+    [
+        ("plan", ("paper-dg-cat-dog-1",), {"artifact": "ART"}, "plan(TaskRef('paper-dg-cat-dog-1', artifact='ART'))"),
+        (
+            "plan",
+            ("paper-dg-cat-dog-1", "ART"),
+            {"seed": 3, "scale": 0.5},
+            "plan(TaskRef('paper-dg-cat-dog-1', artifact='ART', seed=3, options={'scale': 0.5}))",
+        ),
+        (
+            "prepare",
+            ("t", "ART", "img.zip"),
+            {"cache_dir": "c"},
+            "prepare(TaskRef('t', artifact='ART', images='img.zip'), cache_dir='c')",
+        ),
+        (
+            "load",
+            ("t",),
+            {"artifact": "A", "images": "i", "on_missing": "skip"},
+            "load(TaskRef('t', artifact='A', images='i'), on_missing='skip')",
+        ),
+    ],
+)
+def test_the_old_call_form_is_answered_with_the_new_call(name, args, kwargs, shown):
+    """New-user finding: plan("id", artifact=...) (0.1's form) was a bare TypeError; it names the 0.2 call."""
+    import metashift_hf
+    from metashift_hf.hub.api import OldCallError
+
+    with pytest.raises(TypeError) as err:  # still a TypeError, as before: code that caught it keeps working
+        getattr(metashift_hf, name)(*args, **kwargs)
+    assert isinstance(err.value, OldCallError) and "since 0.2.0" in err.value.what
+    assert f"metashift_hf.{shown}" in err.value.fix
+
+
+def test_the_changelog_names_the_package_version():
+    """New-user finding: the loader's batch and the API changed with no changelog and the version still 0.1.0."""
+    import tomllib
+    from pathlib import Path
+
+    import metashift_hf
+
+    root = Path(__file__).resolve().parent.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert version != "0.1.0" and metashift_hf.__version__ == version
+    headings = [line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
+    assert headings[0] == f"## {version}"
