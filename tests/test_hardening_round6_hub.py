@@ -11,16 +11,20 @@ import json
 import os
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 
+import metashift_hf
 from fixtures.tasks import EXPORTED_TASK
 from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import check_input_file, describe_path
 from metashift_hf.evaluate.predictions import PrecomputedPredictions
+from metashift_hf.hub.api import OldCallError
 from metashift_hf.hub.task_open import open_task, shift_spec, warn_unrecorded_members
 from metashift_hf.scoring.predictions import TaskPredictions
 from metashift_hf.tasks.spec import split_members
@@ -196,9 +200,6 @@ def test_a_spec_downgraded_to_version_4_says_its_rows_are_unchecked(exported_tas
 )
 def test_the_old_call_form_is_answered_with_the_new_call(name, args, kwargs, shown):
     """New-user finding: plan("id", artifact=...) (0.1's form) was a bare TypeError; it names the 0.2 call."""
-    import metashift_hf
-    from metashift_hf.hub.api import OldCallError
-
     with pytest.raises(TypeError) as err:  # still a TypeError, as before: code that caught it keeps working
         getattr(metashift_hf, name)(*args, **kwargs)
     assert isinstance(err.value, OldCallError) and "since 0.2.0" in err.value.what
@@ -207,11 +208,6 @@ def test_the_old_call_form_is_answered_with_the_new_call(name, args, kwargs, sho
 
 def test_the_changelog_names_the_package_version():
     """New-user finding: the loader's batch and the API changed with no changelog and the version still 0.1.0."""
-    import tomllib
-    from pathlib import Path
-
-    import metashift_hf
-
     root = Path(__file__).resolve().parent.parent
     version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     assert version != "0.1.0" and metashift_hf.__version__ == version
