@@ -21,10 +21,11 @@ import tomllib
 import metashift_hf
 from fixtures.tasks import EXPORTED_TASK
 from metashift_hf import cli
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import check_input_file, describe_path
 from metashift_hf.evaluate.predictions import PrecomputedPredictions
 from metashift_hf.hub.api import OldCallError
+from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import open_task, shift_spec, warn_unrecorded_members
 from metashift_hf.scoring.predictions import TaskPredictions
 from metashift_hf.tasks.spec import split_members
@@ -213,3 +214,133 @@ def test_the_changelog_names_the_package_version():
     assert version != "0.1.0" and metashift_hf.__version__ == version
     headings = [line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
     assert headings[0] == f"## {version}"
+
+
+def _cache_copy(folder, cache, repo: str, sha: str, *, refs=("main",), drop=()) -> Path:
+    """The exported ``folder`` as the local Hub cache holds a repo's snapshot (files linked to blobs, as
+    huggingface_hub writes them), at commit ``sha`` named by ``refs``; ``drop``: files the copy lacks."""
+    root = cache / f"datasets--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / sha
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        rel = str(path.relative_to(folder))
+        if any(rel.endswith(d) for d in drop):
+            continue
+        blob = root / "blobs" / f"{sha[:8]}-{rel.replace('/', '_')}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, blob)
+        (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, (snap / rel).parent), snap / rel)
+    for ref in refs:
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / ref).write_text(sha)
+    return snap
+
+
+@pytest.fixture()
+def offline_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+REPO = f"tester/metashift-{EXPORTED_TASK}"
+OLD, NEW = "0123456789abcdef" * 2 + "01234567", "fedcba9876543210" * 2 + "fedcba98"
+
+
+def test_offline_a_cached_snapshot_is_read_as_it_is_and_a_pinned_revision_too(exported_task, offline_cache):
+    """New-user findings: offline, a repo fetched with `hf download` / snapshot_download was read through
+    `datasets`, which cannot load it offline ('no answer from the Hub'); `--revision OLD` with a newer revision
+    cached (a short sha: 'has no None/shift_spec.json') blamed the repo. The snapshot is read as a folder."""
+    folder, _ = exported_task
+    _cache_copy(folder, offline_cache, REPO, OLD, refs=())
+    _cache_copy(folder, offline_cache, REPO, NEW)
+    for revision, sha in ((None, NEW), (OLD, OLD), (OLD[:8], OLD)):
+        data = open_task(TaskRef(REPO, revision=revision))
+        data.verify()
+        assert data.origin()["sha"] == sha and data.meta_graph is not None
+        assert sum(len(r) for r in data.plan.splits.values()) == 48
+    with pytest.raises(MetashiftError) as err:  # a revision the cache does not hold: what it holds, how to fetch
+        open_task(TaskRef(REPO, revision="v2"))
+    assert "does not hold it at revision v2: it holds revision(s) main = commit fedcba987654" in err.value.what
+    assert f"hf download {REPO} --repo-type dataset --revision v2" in err.value.fix
+    assert "repo itself was not asked" in err.value.what
+
+
+@pytest.mark.parametrize(
+    "drop, lacks",
+    [
+        (("shift_spec.json", "meta_graph.parquet"), f"{EXPORTED_TASK}/shift_spec.json"),  # what load_dataset fetches
+        (("shift_spec.json",), f"{EXPORTED_TASK}/shift_spec.json"),  # Z-62
+        (("-00000-of-00001.parquet",), f"{EXPORTED_TASK}/*.parquet"),
+        (("meta_graph.parquet",), f"{EXPORTED_TASK}/meta_graph.parquet"),
+    ],
+)
+def test_offline_a_partial_cached_copy_names_what_it_lacks(exported_task, offline_cache, drop, lacks):
+    """Z-62 (D13) and the new-user finding: offline, a task fetched only with `load_dataset` (the card and the
+    shards), or a snapshot missing its shift_spec.json, was 'holds 0 configs with a shift_spec.json' with a fix
+    blaming the repo; the error names what the cache lacks and how to fetch it."""
+    folder, _ = exported_task
+    _cache_copy(folder, offline_cache, REPO, NEW, drop=drop)
+    for request in (REPO, TaskRef(REPO, config=EXPORTED_TASK)):
+        with pytest.raises(MetashiftError) as err:
+            data = open_task(request)
+            data.meta_graph  # noqa: B018 -- the facts are read when first asked for
+        assert f"local Hub cache's copy (revision main = commit {NEW}) lacks {lacks}" in err.value.what
+        assert "holds 0 configs" not in err.value.what and "repo itself was not asked" in err.value.what
+        assert f"hf download {REPO} --repo-type dataset" in err.value.fix and "snapshot_download" in err.value.fix
+
+
+ONLINE = """
+import sys
+from huggingface_hub import HfApi, snapshot_download
+import datasets
+repo, step = sys.argv[1], sys.argv[2]
+if step == "push":
+    HfApi().create_repo(repo, repo_type="dataset")
+    print(HfApi().upload_folder(folder_path=sys.argv[3], repo_id=repo, repo_type="dataset").oid)
+elif step == "load_dataset":  # the README's first step: the card and the shards land in the Hub cache
+    datasets.load_dataset(repo, sys.argv[3])
+else:
+    snapshot_download(repo, repo_type="dataset")
+"""
+OFFLINE_EVALUATOR = """
+import sys, metashift_hf
+ev = metashift_hf.Evaluator(sys.argv[1])
+print(ev.spec.task_id)
+"""
+
+
+@pytest.mark.slow  # subprocess clients against the loopback Hub (~30 s)
+def test_offline_after_load_dataset_names_the_fetch_then_reads_the_snapshot(exported_task, tmp_path):
+    """New-user finding: a Hub task fetched only with `load_dataset` was refused offline by Evaluator("REPO"),
+    evaluate and score with a message that blamed the repo; it names what the cache lacks and the fetch, and after
+    that fetch (snapshot_download, no `datasets` cache of it) the task is read offline."""
+    import subprocess
+    import sys
+
+    from fixtures.fake_hub import client_env, running_hub
+
+    folder, _ = exported_task
+    env = {**client_env("http://127.0.0.1:9", str(tmp_path / "home"), None), "METASHIFT_HF_CACHE": str(tmp_path / "c")}
+    offline = {**env, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # and an endpoint nothing answers on
+
+    def run(args, env):
+        return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
+
+    with running_hub() as (endpoint, _):
+        env = {**env, "HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_write_token_123"}
+        assert run(["-c", ONLINE, REPO, "push", str(folder)], env).returncode == 0
+        assert run(["-c", ONLINE, REPO, "load_dataset", EXPORTED_TASK], env).returncode == 0
+        refused = [
+            run(["-c", OFFLINE_EVALUATOR, REPO], offline),
+            run(["-m", "metashift_hf", "score", "--task", REPO, "--predictions", "p.csv", "--out", "o"], offline),
+        ]
+        for r in refused:
+            assert r.returncode != 0 and "lacks " + f"{EXPORTED_TASK}/shift_spec.json" in r.stderr, r.stderr[-2000:]
+            assert f"hf download {REPO} --repo-type dataset" in r.stderr and "holds 0 configs" not in r.stderr
+        assert run(["-c", ONLINE, REPO, "snapshot"], env).returncode == 0
+    shutil.rmtree(tmp_path / "home" / "datasets", ignore_errors=True)  # no `datasets` cache: the snapshot alone
+    read = run(["-c", OFFLINE_EVALUATOR, REPO], offline)
+    assert read.returncode == 0 and read.stdout.strip() == EXPORTED_TASK, read.stderr[-2000:]

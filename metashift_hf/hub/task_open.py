@@ -37,7 +37,18 @@ from ..core.names import terminal_safe
 from ..tasks.families import plan_task
 from ..tasks.plan import TaskPlan
 from ..tasks.spec import SPEC_VERSION, ShiftSpec
-from .repo_files import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
+from .repo_files import (
+    cached_snapshot,
+    configs_of,
+    hub_call,
+    hub_files,
+    hub_offline,
+    hub_text,
+    offline_task_files,
+    pick_config,
+    read_spec_file,
+    read_text_file,
+)
 from .shards import REPO_PREFIX, SPEC_FILE, validate_repo_name
 from .task_data import (
     DEFAULT_SEED,
@@ -225,25 +236,34 @@ def _open_folder(ref: TaskRef) -> TaskData:
 
 
 def _open_hub(ref: TaskRef) -> TaskData:
+    """A Hub dataset repo; offline (``HF_HUB_OFFLINE``) its snapshot in the local Hub cache is read as a folder
+    (card, spec, shards and facts from the cached files: ``datasets`` alone cannot load a repo offline that only
+    ``hf download`` fetched), and a partial copy is named as the cache's gap, not as the repo's."""
     repo_id, revision = str(ref.task), ref.revision
     files = hub_files(repo_id, revision)
+    snapshot = None
+    if hub_offline():
+        offline_task_files(repo_id, revision, files, ref.config)
+        snapshot = cached_snapshot(repo_id, revision)[1]
     name = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), ref.config)
     where = f"Hub dataset repo {repo_id} (config {name}" + (f", revision {revision})" if revision else ")")
-    spec = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
-    load = _checked_rows(
-        lambda: hub_call(
+    if snapshot is None:
+        spec = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
+        rows = lambda: hub_call(  # noqa: E731 -- one of two row loaders
             repo_id,
             name,
             lambda: load_shards(where, lambda: datasets.load_dataset(repo_id, name, revision=revision)),
             revision,
-        ),
-        where,
-        spec,
-        file_spec=True,
-        whole=True,
-        config=name,
-    )
-    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=hub_facts(repo_id, files, name, revision))
+        )
+    else:
+        spec = check_repo(where, files, name, lambda f: read_text_file(snapshot / f, f"{f} of {where}"))
+        cache = folder_cache_dir(snapshot, {f: (snapshot / f).stat() for f in files})
+        rows = lambda: load_shards(  # noqa: E731 -- one of two row loaders
+            where, lambda: datasets.load_dataset(str(snapshot), name, cache_dir=cache)
+        )
+    load = _checked_rows(rows, where, spec, file_spec=True, whole=True, config=name)
+    facts = hub_facts(repo_id, files, name, revision, snapshot=snapshot, spec_version=spec.spec_version)
+    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=facts)
 
 
 def _open_loaded(ref: TaskRef) -> TaskData:

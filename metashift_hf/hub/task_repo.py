@@ -21,6 +21,7 @@ from ..core.fsutil import input_file_error
 from ..core.names import terminal_safe
 from ..tasks.spec import ShiftSpec
 from .repo_files import (
+    cache_lacks,
     cached_snapshot,
     card_configs,
     check_spec_size,
@@ -35,6 +36,9 @@ from .task_rows import ROWS_FIX
 
 
 logger = logging.getLogger(__name__)
+# Every export since spec_version 4 carries <config>/meta_graph.parquet (the facts file came first): offline, a
+# cached copy of such a task without it is a partial copy, not an older export.
+FACTS_SINCE_SPEC = 4
 
 
 class TaskFolderChoiceError(UnknownNameError):
@@ -179,22 +183,35 @@ def folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], Meta
 
 
 def hub_facts(
-    repo_id: str, files: Mapping[str, "int | None"], name: str, revision: str | None
+    repo_id: str,
+    files: Mapping[str, "int | None"],
+    name: str,
+    revision: str | None,
+    *,
+    snapshot: Path | None = None,
+    spec_version: int = 0,
 ) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    """The facts reader of config ``name`` of a Hub repo (``snapshot``: offline, its folder in the local Hub cache)."""
     from huggingface_hub import hf_hub_download  # heavy optional import, as repo_files.hub_files
 
     path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
 
     def read(classes: Sequence[str], rows: list) -> MetaGraphFacts | None:
         if path not in files:
+            if snapshot is not None and spec_version >= FACTS_SINCE_SPEC:  # the repo has it, the cache copy not
+                raise cache_lacks(repo_id, revision, files, [path])
             return None  # exported before the file existed
         if (files[path] or 0) > FACTS_MAX_BYTES:
             raise InputFormatError(
                 f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
                 "download the repo again (another --revision) or export the task again",
             )
-        local = hub_call(
-            repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+        local = (
+            snapshot / path
+            if snapshot is not None
+            else hub_call(
+                repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+            )
         )
         # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
         return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)
