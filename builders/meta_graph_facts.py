@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Mapping
@@ -34,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metashift_hf.core.errors import InputFormatError, MetashiftError
-from metashift_hf.core.fsutil import write_parquet
+from metashift_hf.core.fsutil import open_input, write_parquet
 
 from .artifact import Artifact
 
@@ -356,14 +355,8 @@ def _distance_to_largest(art: Artifact, cls: str, subset: str, communities: Mapp
 
 def _read_table(path: Path, where: str) -> pa.Table:
     """A facts file: a regular file (never a link, FIFO or device), bounded in size, read as parquet."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", _FIX) from None
-    with os.fdopen(fd, "rb") as f:
+    with open_input(path, where, _FIX, follow_links=False) as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise InputFormatError(f"{where} is not a regular file", _FIX)
         if st.st_size > FACTS_MAX_BYTES:
             raise InputFormatError(
                 f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}", _FIX

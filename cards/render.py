@@ -9,6 +9,7 @@ error instead of a card with a hole in it.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from dataclasses import asdict
@@ -277,27 +278,52 @@ def render_task_card(info: CardTask, configs) -> str:
     return _card(card_data([info], configs, f"MetaShift: {info.task_id}", provenance, source_info), body)
 
 
-def _task_link(info: CardTask) -> str:
+def _task_link(task_id: str, repo_id: str) -> str:
     """The task id as a link to its repo: the Hub page for ``ns/repo``, else the local folder."""
-    if info.repo_id.count("/") == 1 and not info.repo_id.startswith((".", "/")):
-        return f"[`{info.task_id}`](https://huggingface.co/datasets/{info.repo_id})"
-    return f"[`{info.task_id}`](../{Path(info.repo_id).name})"
+    if repo_id.count("/") == 1 and not repo_id.startswith((".", "/")):
+        return f"[`{task_id}`](https://huggingface.co/datasets/{repo_id})"
+    return f"[`{task_id}`](../{Path(repo_id).name})"
+
+
+def index_row(task_id: str, repo_id: str, spec: ShiftSpec, rows: int) -> str:
+    """A task's row in the ``metashift`` overview's table (from its spec and its number of rows)."""
+    groups = spec.groups()
+    dist = spec.distance.value if spec.distance is not None else None
+    mf = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
+    return (
+        f'| {_task_link(task_id, repo_id)} | `load_dataset("{repo_id}", "{task_id}")` | {", ".join(spec.classes)} | '
+        f"{shift_label(spec)} ({spec.shift_type}) | {cell(group_list(groups.get('train', ())))} | "
+        f"{cell(group_list(groups.get('test', ())))} | {fmt(dist)} | {fmt(mf)} | {rows:,} |"
+    )
+
+
+_ROW_TASK = re.compile(r"^\| \[`([^`]+)`\]")
+
+
+def add_index_rows(card: str, extra: "list[tuple[str, str, ShiftSpec]]") -> str:
+    """The ``metashift`` overview ``card`` (repo-per-task layout) with the rows of tasks published beside it before
+    (``extra``: task id, repo id, spec) added to its table, every task once in task-id order, and their shift tags
+    added to its YAML; a task the card lists already keeps its row."""
+    from huggingface_hub import DatasetCard
+
+    lines = card.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("| task | load |")) + 2  # after the separator
+    end = next((i for i in range(at, len(lines)) if not lines[i].startswith("|")), len(lines))
+    rows = {m.group(1): line for line in lines[at:end] if (m := _ROW_TASK.match(line))}
+    for task_id, repo_id, spec in extra:
+        rows.setdefault(task_id, index_row(task_id, repo_id, spec, sum(spec.split_sizes.values())))
+    merged = DatasetCard("\n".join([*lines[:at], *(rows[t] for t in sorted(rows)), *lines[end:]]))
+    tags = list(merged.data.tags or [])
+    merged.data.tags = tags + sorted(
+        {SHIFT_TAGS[s.shift_type] for *_, s in extra if s.shift_type in SHIFT_TAGS} - set(tags)
+    )
+    return str(merged)
 
 
 def render_index_card(infos: list[CardTask], art, *, configs=None, repo_id: str) -> str:
     """The ``metashift`` overview. With ``configs`` (one-repo layout) it also holds every task."""
 
-    rows = []
-    for i in infos:
-        spec = i.spec
-        groups = spec.groups()
-        dist = spec.distance.value if spec.distance is not None else None
-        mf = spec.minority_fraction.achieved if spec.minority_fraction is not None else None
-        rows.append(
-            f'| {_task_link(i)} | `load_dataset("{i.repo_id}", "{i.task_id}")` | {", ".join(spec.classes)} | '
-            f"{shift_label(spec)} ({spec.shift_type}) | {cell(group_list(groups.get('train', ())))} | "
-            f"{cell(group_list(groups.get('test', ())))} | {fmt(dist)} | {fmt(mf)} | {sum(i.split_rows.values()):,} |"
-        )
+    rows = [index_row(i.task_id, i.repo_id, i.spec, sum(i.split_rows.values())) for i in infos]
     sections = "\n\n".join(render_task_section(i) for i in infos) if configs else ""
     body = render_template(
         "index_card.md",

@@ -98,3 +98,19 @@ def test_publish_never_pushes_a_card_that_omits_a_repo_it_pushes(made, tmp_path)
     repos = [tmp_path / "one" / "metashift-paper-dg-cat-dog-1", tmp_path / "two" / "metashift-paper-dg-cat-dog-2"]
     with pytest.raises(InputFormatError, match="does not list metashift-paper-dg-cat-dog-2"):
         push_repos([*repos, tmp_path / "one" / "metashift"], "tester", dry_run=True, allow_synthetic=True)
+
+
+@pytest.mark.parametrize("first, then", [("repo-per-task", "one-repo"), ("one-repo", "repo-per-task")])
+def test_a_layout_change_into_an_earlier_export_is_refused(made, tmp_path, first, then):
+    """X-06 (issue 46 D4): `export B --layout one-repo` into a repo-per-task export turned the collection folder
+    into a one-repo dataset of B only (A unlisted, B held twice, rc 0); the reverse replaced the one repo's configs.
+    Refused before anything is written, naming the layout there and the fix; the same layout still adds."""
+    origin, a, b = made
+    out = tmp_path / "out"
+    export_prepared([a], origin, out, layout=first)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    with pytest.raises(InputFormatError, match=f"in the {first} layout") as err:
+        export_prepared([b], origin, out, layout=then)
+    assert a.task_id in err.value.what and f"--layout {first}" in err.value.fix
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing written
+    export_prepared([b], origin, out, layout=first)

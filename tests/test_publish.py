@@ -59,6 +59,10 @@ def local_cli(monkeypatch, capsys):
 
     def run(args: list[str], endpoint: str, home: Path, token: str | None = TOKEN, extra_env: dict | None = None):
         monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+        )
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(Path(home) / "hub"))  # downloads (publish reads specs)
         monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(Path(home) / "token"))  # no stored login
         for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
@@ -458,3 +462,27 @@ def test_published_card_is_the_exported_card(exported, tmp_path):
         assert not any(".card-target" in f for (_, _), repo in state.repos.items() for f in repo.head.files)
         again = cli(publish_args(exported["out"]), endpoint, tmp_path / "home")
         assert again.returncode == 0 and "up to date, no commit" in again.stderr
+
+
+def test_publishing_one_task_keeps_the_tasks_published_before_on_the_card(exported, tmp_path, local_cli):
+    """Issue 46 (new-user finding): publishing one task rewrote the namespace's collection card with that task only
+    (the tasks published before, from other export folders, went unlisted). The pushed card lists every task repo
+    of the namespace, once, in task order, with their shift tags; pushing it again makes no commit."""
+    from huggingface_hub import DatasetCard
+
+    a, b = exported["tasks"]
+    for task, folder in ((a, "out-a"), (b, "out-b")):
+        export_prepared([task], TaskOrigin(artifact=exported["art"]), tmp_path / folder, namespace=NS)
+    with running_hub() as (endpoint, state):
+        for folder, listed in (("out-a", CONFIGS[:1]), ("out-b", CONFIGS), ("out-a", CONFIGS)):
+            r = local_cli(publish_args(tmp_path / folder), endpoint, tmp_path / "h")
+            assert r.returncode == 0, r.stderr[-3000:]
+            card = state.repos[("dataset", f"{NS}/metashift")].head.files["README.md"].content.decode()
+            rows = [line for line in card.splitlines() if line.startswith("| [`")]
+            assert [line.split("`")[1] for line in rows] == list(listed), card
+            assert all(f'load_dataset("{NS}/metashift-{c}", "{c}")' in card for c in listed)
+        assert "subpopulation-shift" in DatasetCard(card).data.tags  # b's (conditional) shift tag, pushed from out-a
+        commits = commit_counts(state)
+        again = local_cli(publish_args(tmp_path / "out-a"), endpoint, tmp_path / "h")
+        assert again.returncode == 0 and commit_counts(state) == commits
+    assert (tmp_path / "out-a" / "metashift" / "README.md").read_text().count("| [`") == 1  # export folder as written

@@ -27,13 +27,13 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from .errors import MetashiftError
+from .errors import InputFormatError, MetashiftError
 
 
 MARKER = ".metashift-hf.json"
@@ -577,3 +577,87 @@ def atomic_out_file(
         if write_error(exc, final) is not None:
             raise write_error(exc, final) from None
         raise
+
+
+# ------------------------------------------------------------------------------------------------
+# input files: a regular file, or an error that says what is there
+# ------------------------------------------------------------------------------------------------
+def describe_path(path: str | os.PathLike) -> str:
+    """What is at ``path``, for messages: ``nothing``, ``a folder``, ``a FIFO (named pipe)``, ... and for a link what
+    it points to (``a dangling symbolic link (to X: nothing is there)``, ``a symbolic link (to X, a folder)``)."""
+    return _described(path)[0]
+
+
+def _described(path: str | os.PathLike) -> tuple[str, str]:
+    """(:func:`describe_path`'s words, what a reader finds there: nothing, dangling, file, folder, special, other)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "nothing", "nothing"
+    except OSError as exc:
+        return f"unreadable ({os.strerror(exc.errno) if exc.errno else exc})", "other"
+    if not stat.S_ISLNK(st.st_mode):
+        return _what(path, st), _reader_kind(st)
+    target = os.readlink(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"a dangling symbolic link (to {target}: nothing is there)", "dangling"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a symbolic link (to {target}) that loops back on itself", "other"
+        return f"a symbolic link (to {target}) that cannot be followed ({os.strerror(exc.errno)})", "other"
+    return f"a symbolic link (to {target}, {_what(path, st)})", _reader_kind(st)
+
+
+def _reader_kind(st: os.stat_result) -> str:
+    return "file" if stat.S_ISREG(st.st_mode) else "folder" if stat.S_ISDIR(st.st_mode) else "special"
+
+
+def input_file_error(
+    path: str | os.PathLike, where: str, fix: str, *, follow_links: bool = True, exc: OSError | None = None
+) -> InputFormatError:
+    """The error for input ``where`` (naming ``path``) that is not a readable regular file, saying what is there
+    (nothing, a folder, a FIFO, a device, a link and where it points) and the fix for that, then ``fix``."""
+    what, kind = _described(path)
+    if kind == "nothing":
+        return InputFormatError(f"{where} does not exist", fix)
+    if what.startswith(("a symbolic link", "a dangling symbolic link")) and not follow_links:
+        return InputFormatError(
+            f"{where} is {what}; metashift-hf follows no link here (it could point anywhere)",
+            f"put the file itself in place of the link; {fix}",
+        )
+    if kind == "dangling":
+        return InputFormatError(f"{where} is {what}", f"point the link at the file, or pass the file itself; {fix}")
+    if kind == "folder":
+        return InputFormatError(f"{where} is {what}, not a file", f"name the file itself, not a folder; {fix}")
+    if kind == "special":
+        return InputFormatError(
+            f"{where} is {what}, not a regular file",
+            f"name a regular file (FIFOs, devices and sockets are never read); {fix}",
+        )
+    why = os.strerror(exc.errno) if exc is not None and exc.errno else "it cannot be opened"
+    return InputFormatError(f"cannot read {where}: it is {what} ({why})", f"make it a readable regular file; {fix}")
+
+
+def open_input(path: str | os.PathLike, where: str, fix: str, *, follow_links: bool = True) -> BinaryIO:
+    """Open input file ``path`` for reading in binary: a regular file only, never a wait on a FIFO nor a read of a
+    device; ``follow_links=False`` (the files of a task folder) refuses a symbolic link too. Anything else is an
+    :class:`InputFormatError` naming ``where``, what is there, and the fix (:func:`input_file_error`). The one
+    check of every input file a user names or a task folder holds."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise input_file_error(path, where, fix, follow_links=follow_links, exc=exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise input_file_error(path, where, fix, follow_links=follow_links)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def check_input_file(path: str | os.PathLike, where: str, fix: str, *, follow_links: bool = True) -> Path:
+    """``path`` when it is a readable regular file (:func:`open_input`'s rule), for readers that take a path."""
+    open_input(path, where, fix, follow_links=follow_links).close()
+    return Path(path)

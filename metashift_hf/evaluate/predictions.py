@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.errors import InputFormatError, MissingImagesError
-from ..core.fsutil import sha256_file
+from ..core.fsutil import check_input_file, sha256_file
 from ..core.options import OptionError
 from ..models import Classifier, LabelMap, ModelSource, extended, find_source, load_model, tune_allocator
 
@@ -82,8 +82,7 @@ class PrecomputedPredictions:
             "write a .csv or .parquet with a string column image_id and either imagenet_index (int 0-999), "
             "a list column logits (1000 floats) or columns logit_0..logit_999"
         )
-        if not path.is_file():
-            raise InputFormatError(f"predictions file {path} does not exist", fix)
+        check_input_file(path, f"predictions file {path}", fix)
         suffix = path.suffix.lower()
         try:
             if suffix == ".csv":
@@ -104,6 +103,7 @@ class PrecomputedPredictions:
         dup = sorted(i for i, k in Counter(ids).items() if k > 1)
         if dup:
             raise InputFormatError(f"predictions file {path} repeats image_id {dup[:5]}", "keep one row per image")
+        _one_kind_of_output(df, path)
         logits = _read_logits(df, path, fix)
         if logits is not None:
             top1 = logits.argmax(axis=1).astype(np.int64)
@@ -119,6 +119,27 @@ class PrecomputedPredictions:
         else:
             raise InputFormatError(f"predictions file {path} has neither imagenet_index nor logits", fix)
         return cls(path, HeadOutputs(ids, top1, logits), sha256_file(path))
+
+
+def _one_kind_of_output(df, path: Path) -> None:
+    """Refuse a file that gives the outputs twice (imagenet_index and logits, or logits both as a list column and as
+    logit_<i> columns): one would be used and the other dropped without a word, and they may disagree (Z-28)."""
+    given = [
+        name
+        for name, present in (
+            ("imagenet_index", "imagenet_index" in df.columns),
+            ("logits", "logits" in df.columns),
+            ("logit_0..logit_999", any(str(c).startswith("logit_") for c in df.columns)),
+        )
+        if present
+    ]
+    if len(given) > 1:
+        raise InputFormatError(
+            f"predictions file {path} gives the model's outputs {len(given)} ways ({', '.join(given)} columns); "
+            "which to score is ambiguous (one would be dropped without a word)",
+            f"keep exactly one of them: imagenet_index (top-1 only) or the logits (top-1 is their argmax); "
+            f"e.g. drop the {given[0]} column",
+        )
 
 
 def _read_logits(df, path: Path, fix: str) -> np.ndarray | None:

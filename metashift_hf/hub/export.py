@@ -110,6 +110,7 @@ def _claim_out(out_dir, task_ids: list[str], layout: str, origin: TaskOrigin, fo
     An earlier export in it is added to: a task's repo folder (or, one-repo layout, its config) already there is
     replaced only with ``force``; the collection repo ``metashift`` is rebuilt from every repo present (ours only)."""
     with claimed_dir(out_dir, EXPORT_KIND, inputs=list(origin.inputs)) as out, _export_lock(out):
+        _refuse_layout_change(out, layout)
         if layout == "repo-per-task":
             for name in (repo_name_for(t, layout) for t in task_ids):
                 check_out(out / name, REPO_KIND, force=force, flag=f"--out (repo {name})")
@@ -124,6 +125,39 @@ def _claim_out(out_dir, task_ids: list[str], layout: str, origin: TaskOrigin, fo
                 )
         check_out(out / INDEX_REPO, REPO_KIND, force=True, flag=f"--out (repo {INDEX_REPO})")  # ours, or refused
         yield out
+
+
+def _layout_found(out: Path) -> "tuple[str, list[str]] | None":
+    """(layout, task ids) of the earlier export in ``out``: ``one-repo`` when its collection repo holds configs,
+    ``repo-per-task`` when task repo folders of ours are there; None for a folder holding no task yet."""
+    index = out / INDEX_REPO
+    if index.is_dir() and not index.is_symlink() and folder_configs(index):
+        return "one-repo", folder_configs(index)
+    repos = [
+        d
+        for d in sorted(out.iterdir())
+        if d.name != INDEX_REPO
+        and d.is_dir()
+        and not d.is_symlink()
+        and (read_marker(d) or {}).get("kind") == REPO_KIND
+    ]
+    tasks = [c for d in repos for c in folder_configs(d)]
+    return ("repo-per-task", tasks) if tasks else None
+
+
+def _refuse_layout_change(out: Path, layout: str) -> None:
+    """One export folder, one layout (X-06): a one-repo export into a repo-per-task export would turn its collection
+    folder into a repo of the new tasks only (the earlier tasks unlisted, a task held twice), and the reverse would
+    replace the one repo's configs by a card. Refused, naming the layout there, before anything is written."""
+    found = _layout_found(out)
+    if found is not None and found[0] != layout:
+        there, tasks = found
+        shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        raise InputFormatError(
+            f"--out {out} holds an earlier export in the {there} layout (task(s) {shown}); --layout {layout} into it "
+            f"would replace its collection folder {INDEX_REPO!r} and unlist those tasks",
+            f"export with --layout {there} to add tasks to it, or name another --out for the {layout} layout",
+        )
 
 
 def export_prepared(

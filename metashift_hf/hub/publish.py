@@ -12,20 +12,34 @@ and is never printed, logged or put in an error message. ``HF_ENDPOINT`` is hono
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, NoReturn
+from typing import Callable, Iterable, Iterator, NoReturn
 
+from ..cards.render import add_index_rows
 from ..core import __version__
 from ..core import options as opt
 from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import human_size, sha256_file
 from ..core.provenance import is_synthetic
-from .export import card_target, export_tasks, read_note
-from .shards import INDEX_REPO, ExportedRepo, repo_files, validate_config_name, validate_repo_name, validate_split_name
+from .export import CARD_TARGET_FILE, card_target, export_tasks, read_note
+from .repo_files import configs_of, read_spec_file
+from .shards import (
+    INDEX_REPO,
+    REPO_PREFIX,
+    SPEC_FILE,
+    ExportedRepo,
+    repo_files,
+    validate_config_name,
+    validate_repo_name,
+    validate_split_name,
+)
 from .task_open import TaskOrigin
 
 
@@ -399,8 +413,6 @@ def push_repos(
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` (huggingface_hub's setting), normally https://huggingface.co.
     """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-
     validate_repo_name(namespace, "namespace")
     items = [_as_repo(r) for r in repos]
     if not items:
@@ -418,6 +430,26 @@ def push_repos(
     for r in items:  # after the token check: a namespace the token cannot write is the first thing to fix
         check_card_target(r, namespace)
     _check_collection_lists(items, configs)
+    with _with_published_tasks(hub, namespace, items, configs) as pushed:
+        result = _push_planned(hub, namespace, pushed, configs, private, dry_run, collection_title)
+    for plan, r in zip(result.plans, items):  # the folders as exported (a merged card's copy is gone)
+        plan.local_dir = r.path
+    return result
+
+
+def _push_planned(
+    hub: _Hub,
+    namespace: str,
+    items: list[ExportedRepo],
+    configs: dict,
+    private: bool,
+    dry_run: bool,
+    collection_title: str,
+) -> PublishResult:
+    """Plan each repo against its remote tree, commit what changed (one commit per repo), update the collection."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    token = hub.token
     plans = []
     for r in items:
         repo_id = f"{namespace}/{r.name}"
@@ -474,6 +506,82 @@ def push_repos(
     slug = update_collection(hub, namespace, collection_title, plans, private=private)
     logger.info(f"collection: {hub.endpoint}/collections/{slug}")
     return PublishResult(plans, commits, slug, False)
+
+
+@contextlib.contextmanager
+def _with_published_tasks(
+    hub: _Hub, namespace: str, items: list[ExportedRepo], configs: dict
+) -> Iterator[list[ExportedRepo]]:
+    """``items`` with the collection card (repo-per-task layout) listing the task repos published in ``namespace``
+    before, too: an export folder's card lists its own tasks only, and pushing it as it is rewrote the namespace's
+    card with those alone. The merged card is written to a temporary copy of the card's folder (the export folder
+    stays as exported); the tasks are found by listing the namespace's dataset repos (not by trusting its old card)."""
+    index = next((r for r in items if r.name == INDEX_REPO), None)
+    if index is None or configs[index.name] or not hub.token:  # no card, the one-repo layout, or no Hub to ask
+        yield items
+        return
+    extra = _published_tasks(hub, namespace, items, configs)
+    if not extra:
+        yield items
+        return
+    with tempfile.TemporaryDirectory(prefix="metashift-card-") as tmp:
+        folder = Path(tmp) / INDEX_REPO
+        folder.mkdir()
+        for rel in repo_files(index.path):  # the card's folder: the card and what export wrote beside it
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(index.path / rel, folder / rel)
+        if (index.path / CARD_TARGET_FILE).is_file():
+            shutil.copy2(index.path / CARD_TARGET_FILE, folder / CARD_TARGET_FILE)
+        card = (index.path / "README.md").read_text(encoding="utf-8")
+        (folder / "README.md").write_text(add_index_rows(card, extra), encoding="utf-8")
+        logger.info(
+            f"{namespace}/{INDEX_REPO}: the collection card also lists the task repos published there before: "
+            + ", ".join(repo for _, repo, _ in extra)
+        )
+        yield [replace(index, path=folder, files=repo_files(folder)) if r is index else r for r in items]
+
+
+def _published_tasks(hub: _Hub, namespace: str, items: list[ExportedRepo], configs: dict) -> list:
+    """(task id, repo id, spec) of each task repo already in ``namespace`` and not pushed now, made from the same
+    build as the tasks pushed now (one card names one build: another build's repo is left out, with a warning)."""
+    from huggingface_hub import hf_hub_download
+
+    pushed = {r.name for r in items}
+    builds = {
+        read_spec_file(r.path / c / SPEC_FILE).artifact_hash
+        for r in items
+        if r.name != INDEX_REPO
+        for c in configs[r.name]
+    }
+    names = hub.call(
+        f"listing the dataset repos of {namespace}",
+        lambda: sorted(d.id for d in hub.api.list_datasets(author=namespace)),
+    )
+    found = []
+    for repo_id in names:
+        name = repo_id.split("/", 1)[1]
+        if not name.startswith(REPO_PREFIX) or name in pushed:
+            continue
+        files = hub.call(f"listing {repo_id}", hub.api.list_repo_files, repo_id, repo_type="dataset")
+        for config in configs_of(files):
+            local = hub.call(
+                f"reading {config}/{SPEC_FILE} of {repo_id}",
+                hf_hub_download,
+                repo_id,
+                f"{config}/{SPEC_FILE}",
+                repo_type="dataset",
+                endpoint=hub.endpoint,  # the Hub pushed to (also when not HF_ENDPOINT)
+                token=hub.token,
+            )
+            spec = read_spec_file(local)
+            if builds and spec.artifact_hash not in builds:
+                logger.warning(
+                    f"{repo_id}: made from another build (artifact {str(spec.artifact_hash)[:12]}), so the collection "
+                    f"card of {namespace} (one build) does not list it"
+                )
+                continue
+            found.append((config, repo_id, spec))
+    return found
 
 
 def update_collection(hub: _Hub, namespace: str, title: str, plans: list[RepoPlan], *, private: bool = False) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Mapping
 
+from ..builders.meta_graph_facts import FACTS_FILE
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
+from ..core.fsutil import open_input
 from ..tasks.spec import ShiftSpec
 from .http import bound_hub_timeouts
 from .shards import SPEC_FILE
@@ -38,15 +39,12 @@ def read_text_file(path: str | os.PathLike, where: str | None = None) -> str:
     """A small regular file as text: a FIFO, device or folder is refused (never opened), a large one
     refused by its size (:func:`check_spec_size`)."""
     path, where = Path(path), where or str(path)
-    try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise InputFormatError(f"{where} is not a regular file", "export the task again")
-            check_spec_size(st.st_size, where)
+    with open_input(path, where, "export the task again") as f:
+        check_spec_size(os.fstat(f.fileno()).st_size, where)
+        try:
             data = f.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", "export the task again") from None
+        except OSError as exc:
+            raise InputFormatError(f"cannot read {where} ({exc.strerror or exc})", "export the task again") from None
     check_spec_size(len(data), where)
     try:
         return data.decode("utf-8")
@@ -89,8 +87,9 @@ def pick_config(where: str, configs: list[str], config: str | None) -> str:
 
 
 def folder_configs(folder: Path) -> list[str]:
-    """The configs of an exported repo folder: its subfolders holding a shift spec."""
-    return configs_of([f"{p.parent.name}/{p.name}" for p in Path(folder).glob(f"*/{SPEC_FILE}")])
+    """The configs of an exported repo folder: its subfolders holding a shift spec (whatever it is: a spec that is a
+    FIFO or a dangling link is refused by name when read, not taken for a missing config)."""
+    return configs_of([f"{p.name}/{SPEC_FILE}" for p in Path(folder).glob("*/") if os.path.lexists(p / SPEC_FILE)])
 
 
 def hub_call(repo_id: str, config: str | None, call, revision: str | None = None):
@@ -149,23 +148,69 @@ def hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def cached_snapshot(repo_id: str, revision: str | None) -> "tuple[str, Path] | None":
-    """(commit sha, snapshot folder) of Hub dataset repo ``repo_id`` at ``revision`` (default main) in the local
-    Hub cache, as huggingface_hub resolves it offline (``refs/<revision>``, or a commit sha with its snapshot);
-    None when the cache does not hold it."""
+def _cache_root(repo_id: str) -> Path:
     from huggingface_hub import constants
 
-    root = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+    return Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+
+
+def _cached_refs(root: Path) -> dict[str, str]:
+    """The cache's refs of a repo (``main``, a tag, a branch) -> commit sha."""
+    refs = {}
+    for ref in sorted((root / "refs").rglob("*")) if (root / "refs").is_dir() else ():
+        if ref.is_file() and not ref.is_symlink() and ref.stat().st_size <= 256:
+            sha = ref.read_text(encoding="ascii", errors="replace").strip()
+            if re.fullmatch(r"[0-9a-f]{40}", sha):
+                refs[str(ref.relative_to(root / "refs"))] = sha
+    return refs
+
+
+def _cached_commits(root: Path) -> list[str]:
+    snapshots = root / "snapshots"
+    found = snapshots.iterdir() if snapshots.is_dir() else ()
+    return sorted(p.name for p in found if p.is_dir() and re.fullmatch(r"[0-9a-f]{40}", p.name))
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> "tuple[str, Path] | None":
+    """(commit sha, snapshot folder) of Hub dataset repo ``repo_id`` at ``revision`` (default main) in the local
+    Hub cache, as huggingface_hub resolves it offline (``refs/<revision>``, or a commit sha with its snapshot; also
+    a short sha, 7 or more hex digits, that begins exactly one cached snapshot's); None when the cache lacks it."""
+    root = _cache_root(repo_id)
     rev = revision or "main"
-    ref = root / "refs" / rev
-    if ref.is_file() and not ref.is_symlink() and ref.stat().st_size <= 256:
-        sha = ref.read_text(encoding="ascii", errors="replace").strip()
-    elif re.fullmatch(r"[0-9a-f]{40}", rev):
-        sha = rev
-    else:
-        return None
-    snapshot = root / "snapshots" / sha
-    return (sha, snapshot) if re.fullmatch(r"[0-9a-f]{40}", sha) and snapshot.is_dir() else None
+    commits = _cached_commits(root)
+    sha = _cached_refs(root).get(rev)
+    if sha is None and re.fullmatch(r"[0-9a-f]{7,40}", rev):
+        matches = [c for c in commits if c.startswith(rev)]
+        sha = matches[0] if len(matches) == 1 else None
+    return (sha, root / "snapshots" / sha) if sha in commits else None
+
+
+def cache_fetch_fix(repo_id: str, revision: str | None) -> str:
+    """How to put the whole repo (at ``revision``) into the local Hub cache: the one wording of that fix."""
+    flag, kw = (f" --revision {revision}", f", revision={revision!r}") if revision else ("", "")
+    return (
+        f"with the Hub reachable, fetch the whole repo once: `hf download {repo_id} --repo-type dataset{flag}` "
+        f"(Python: huggingface_hub.snapshot_download({repo_id!r}, repo_type='dataset'{kw})), then run again with "
+        "HF_HUB_OFFLINE set; or pass the task's exported folder"
+    )
+
+
+def _cache_holds(repo_id: str) -> str:
+    """What the local Hub cache holds of a repo, for messages: its refs and the commits it has snapshots of."""
+    root = _cache_root(repo_id)
+    refs, commits = _cached_refs(root), _cached_commits(root)
+    if not commits:
+        return "holds no copy of it"
+    named = [f"{name} = commit {sha[:12]}" for name, sha in refs.items() if sha in commits]
+    other = [c[:12] for c in commits if c not in refs.values()]
+    return "holds " + "; ".join(
+        part
+        for part in (
+            f"revision(s) {', '.join(named)}" if named else "",
+            f"commit(s) {', '.join(other)} (no branch or tag names them)" if other else "",
+        )
+        if part
+    )
 
 
 def _cached_files(repo_id: str, revision: str | None) -> dict[str, int | None]:
@@ -176,8 +221,10 @@ def _cached_files(repo_id: str, revision: str | None) -> dict[str, int | None]:
     found = cached_snapshot(repo_id, revision)
     if found is None:
         raise MetashiftError(
-            f"{where}: HF_HUB_OFFLINE is set and the local Hub cache ({constants.HF_HUB_CACHE}) does not hold it",
-            "load the task once with the Hub reachable (unset HF_HUB_OFFLINE), or pass its exported folder as --task",
+            f"{where}: HF_HUB_OFFLINE is set and the local Hub cache ({constants.HF_HUB_CACHE}) does not hold it "
+            f"at revision {revision or 'main'}: it {_cache_holds(repo_id)} (the repo itself was not asked)",
+            cache_fetch_fix(repo_id, revision)
+            + ("" if revision is None else "; or drop --revision (Python: revision=) to read the cached main"),
         )
     sha, snapshot = found
     logger.warning(
@@ -189,6 +236,43 @@ def _cached_files(repo_id: str, revision: str | None) -> dict[str, int | None]:
         for p in snapshot.rglob("*")
         if p.is_file()
     }
+
+
+def cache_lacks(
+    repo_id: str, revision: str | None, files: Mapping[str, "int | None"], missing: list[str]
+) -> MetashiftError:
+    """Offline: the cached snapshot of a repo lacks files a task needs (``missing``): the cache is partial (what
+    ``datasets.load_dataset`` fetches is the card and the shards, not the task's files), not the repo. Names what
+    it lacks, what it holds and the fetch (D13, Z-62)."""
+    found = cached_snapshot(repo_id, revision)
+    commit = f" = commit {found[0]}" if found else ""
+    held = sorted(files)
+    shown = ", ".join(held[:6]) + (f" and {len(held) - 6} more" if len(held) > 6 else "") if held else "no file"
+    return MetashiftError(
+        f"Hub dataset repo {repo_id}: HF_HUB_OFFLINE is set and the local Hub cache's copy (revision "
+        f"{revision or 'main'}{commit}) lacks {', '.join(missing)}; it holds {shown} (a copy fetched by "
+        "`datasets.load_dataset` has the card and the shards only). The repo itself was not asked",
+        cache_fetch_fix(repo_id, revision),
+    )
+
+
+def offline_task_files(
+    repo_id: str, revision: str | None, files: Mapping[str, "int | None"], config: str | None
+) -> None:
+    """Offline: refuse a cached snapshot that lacks the task's spec (for ``config``, or any: a copy fetched by
+    ``datasets.load_dataset``) or its parquet shards, naming what it lacks (:func:`cache_lacks`)."""
+    configs = configs_of(files)
+    sharded = sorted(
+        {f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(".parquet") and not f.endswith(FACTS_FILE)}
+    )
+    if config is None and not configs:
+        wanted = sharded or ["CONFIG"]
+        raise cache_lacks(repo_id, revision, files, [f"{c}/{SPEC_FILE}" for c in wanted])
+    if config is not None and config not in configs and (config in sharded or not configs):
+        raise cache_lacks(repo_id, revision, files, [f"{config}/{SPEC_FILE}"])
+    for name in [config] if config is not None else configs[:1] if len(configs) == 1 else []:
+        if name not in sharded:
+            raise cache_lacks(repo_id, revision, files, [f"{name}/*.parquet (the task's rows)"])
 
 
 def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
@@ -259,6 +343,9 @@ def looks_like_repo_id(text: str) -> bool:
 __all__ = [
     "hub_offline",
     "cached_snapshot",
+    "cache_fetch_fix",
+    "cache_lacks",
+    "offline_task_files",
     "read_spec_file",
     "read_text_file",
     "check_spec_size",

@@ -19,6 +19,7 @@ its ``open(tasks)`` resolves each through :func:`open_task`. :func:`shift_spec` 
 
 from __future__ import annotations
 
+import logging
 import os
 import types
 from dataclasses import dataclass, field
@@ -31,12 +32,24 @@ from ..builders.artifact import Artifact
 from ..builders.images import ImageSource
 from ..core import options as opt
 from ..core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError, UnknownNameError
+from ..core.fsutil import describe_path
 from ..core.names import terminal_safe
 from ..tasks.families import plan_task
 from ..tasks.plan import TaskPlan
-from ..tasks.spec import ShiftSpec
-from .repo_files import configs_of, hub_call, hub_files, hub_text, pick_config, read_spec_file, read_text_file
-from .shards import REPO_PREFIX, validate_repo_name
+from ..tasks.spec import SPEC_VERSION, ShiftSpec
+from .repo_files import (
+    cached_snapshot,
+    configs_of,
+    hub_call,
+    hub_files,
+    hub_offline,
+    hub_text,
+    offline_task_files,
+    pick_config,
+    read_spec_file,
+    read_text_file,
+)
+from .shards import REPO_PREFIX, SPEC_FILE, validate_repo_name
 from .task_data import (
     DEFAULT_SEED,
     TASK_FORMS_FIX,
@@ -61,6 +74,9 @@ from .task_repo import (
 from .task_rows import as_dataset_dict, check_rows, dataset_spec
 
 
+logger = logging.getLogger(__name__)
+
+
 def _checked_rows(
     load: "Callable[[], datasets.DatasetDict]",
     where: str,
@@ -75,12 +91,28 @@ def _checked_rows(
 
     def rows() -> "datasets.DatasetDict":
         dd = load()
+        warn_unrecorded_members(
+            spec, f"{config}/{SPEC_FILE} of {where}" if file_spec else f"the shift spec of {where}"
+        )
         if file_spec:  # the parquet's copy of the spec (its features) must equal the file's
             dataset_spec(dd, where, spec)
         check_rows(dd, spec, where, config, whole=whole)
         return dd
 
     return rows
+
+
+def warn_unrecorded_members(spec: ShiftSpec, where: str) -> None:
+    """Say what is not checked when a spec records no split members (spec_version 1-4; also a newer spec edited
+    down to 4, X-16): its rows are checked for groups, sizes and duplicates, not for the split they were planned
+    in, so a row moved between splits or changed would pass without a word."""
+    if spec.members is None:
+        logger.warning(
+            f"{where} is spec_version {spec.spec_version} and records no split members: the rows are not checked "
+            "against the rows each split was exported with (a row moved to another split, or changed, would go "
+            f"unnoticed). Fix: export or publish the task again with this package (spec_version {SPEC_VERSION} "
+            "records them), or use a repo revision exported since"
+        )
 
 
 def _open_artifact(ref: TaskRef) -> TaskData:
@@ -100,8 +132,12 @@ def _open_artifact(ref: TaskRef) -> TaskData:
             f"pass {terminal_safe(task.strip())!r} (without the spaces)",
         )
     if ref.artifact is None:
-        if isinstance(task, (str, os.PathLike)) and Path(task).exists():
-            raise InputFormatError(f"{task} is a file, not a task", TASK_FORMS_FIX)
+        if isinstance(task, (str, os.PathLike)) and os.path.lexists(task):  # a file, a FIFO, a link to nowhere
+            what, name = describe_path(task), Path(task).name
+            raise InputFormatError(
+                f"{terminal_safe(str(task))} is {terminal_safe(what)}, not a task",
+                f"pass the task folder that holds it ({Path(task).parent})" if name == SPEC_FILE else TASK_FORMS_FIX,
+            )
         if isinstance(task, os.PathLike) or (isinstance(task, str) and task.startswith(("/", "./", "../", "~"))):
             raise UnknownNameError(f"there is no folder {terminal_safe(str(task))}", TASK_FORMS_FIX)
         if not isinstance(task, (str, os.PathLike)):
@@ -200,25 +236,34 @@ def _open_folder(ref: TaskRef) -> TaskData:
 
 
 def _open_hub(ref: TaskRef) -> TaskData:
+    """A Hub dataset repo; offline (``HF_HUB_OFFLINE``) its snapshot in the local Hub cache is read as a folder
+    (card, spec, shards and facts from the cached files: ``datasets`` alone cannot load a repo offline that only
+    ``hf download`` fetched), and a partial copy is named as the cache's gap, not as the repo's."""
     repo_id, revision = str(ref.task), ref.revision
     files = hub_files(repo_id, revision)
+    snapshot = None
+    if hub_offline():
+        offline_task_files(repo_id, revision, files, ref.config)
+        snapshot = cached_snapshot(repo_id, revision)[1]
     name = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), ref.config)
     where = f"Hub dataset repo {repo_id} (config {name}" + (f", revision {revision})" if revision else ")")
-    spec = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
-    load = _checked_rows(
-        lambda: hub_call(
+    if snapshot is None:
+        spec = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
+        rows = lambda: hub_call(  # noqa: E731 -- one of two row loaders
             repo_id,
             name,
             lambda: load_shards(where, lambda: datasets.load_dataset(repo_id, name, revision=revision)),
             revision,
-        ),
-        where,
-        spec,
-        file_spec=True,
-        whole=True,
-        config=name,
-    )
-    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=hub_facts(repo_id, files, name, revision))
+        )
+    else:
+        spec = check_repo(where, files, name, lambda f: read_text_file(snapshot / f, f"{f} of {where}"))
+        cache = folder_cache_dir(snapshot, {f: (snapshot / f).stat() for f in files})
+        rows = lambda: load_shards(  # noqa: E731 -- one of two row loaders
+            where, lambda: datasets.load_dataset(str(snapshot), name, cache_dir=cache)
+        )
+    load = _checked_rows(rows, where, spec, file_spec=True, whole=True, config=name)
+    facts = hub_facts(repo_id, files, name, revision, snapshot=snapshot, spec_version=spec.spec_version)
+    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=facts)
 
 
 def _open_loaded(ref: TaskRef) -> TaskData:

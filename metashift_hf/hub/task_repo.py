@@ -17,9 +17,11 @@ import datasets
 
 from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
+from ..core.fsutil import input_file_error
 from ..core.names import terminal_safe
 from ..tasks.spec import ShiftSpec
 from .repo_files import (
+    cache_lacks,
     cached_snapshot,
     card_configs,
     check_spec_size,
@@ -34,6 +36,9 @@ from .task_rows import ROWS_FIX
 
 
 logger = logging.getLogger(__name__)
+# Every export since spec_version 4 carries <config>/meta_graph.parquet (the facts file came first): offline, a
+# cached copy of such a task without it is a partial copy, not an older export.
+FACTS_SINCE_SPEC = 4
 
 
 class TaskFolderChoiceError(UnknownNameError):
@@ -48,27 +53,29 @@ class TaskFolderChoiceError(UnknownNameError):
 def folder_listing(repo: Path) -> dict[str, os.stat_result]:
     """Every regular file of repo folder ``repo`` and of its config folders (relative path -> stat), listed once.
 
-    A card or shift spec that is a symbolic link is refused by name (a link could point anywhere; it is not
-    "missing"): a folder is read only through its own regular files."""
+    A file the task is read from (the card, a shift spec, the meta-graph facts, a parquet shard) that is not a
+    regular file is refused by name, saying what it is (a symbolic link and where it points, a FIFO, a folder:
+    never "missing", never opened): a folder is read only through its own regular files."""
     listed = {}
     for p in (*repo.glob("*"), *repo.glob("*/*")):
         rel = str(p.relative_to(repo))
-        if p.is_symlink():
-            if rel == "README.md" or p.name == SPEC_FILE:
-                raise InputFormatError(
-                    f"{rel} of exported folder {repo} is a symbolic link; metashift-hf follows no link in a task folder",
-                    "put the file itself in place of the link (e.g. download with `hf download REPO --repo-type "
-                    "dataset --local-dir DIR`, which writes files, not links)",
-                )
-            continue
-        if p.is_file():
+        task_file = rel == "README.md" or p.name in (SPEC_FILE, FACTS_FILE) or p.suffix == ".parquet"
+        if task_file and (p.is_symlink() or not p.is_file()):
+            raise input_file_error(
+                p,
+                f"{rel} of exported folder {repo}",
+                "export the task again, or download it with `hf download REPO --repo-type dataset --local-dir DIR` "
+                "(files, not links)",
+                follow_links=False,
+            )
+        if p.is_file() and not p.is_symlink():
             listed[rel] = p.stat()
     return listed
 
 
 def repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
     """(repo folder, config) for a repo folder or one of its config folders."""
-    if (path / SPEC_FILE).is_file():  # the config folder itself
+    if os.path.lexists(path / SPEC_FILE):  # the config folder itself (its spec checked when read: a FIFO, a link)
         if config not in (None, path.name):
             raise UnknownNameError(
                 f"{path} is config {path.name!r}, not {config!r}", "drop --config, or pass the repo folder"
@@ -176,22 +183,35 @@ def folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], Meta
 
 
 def hub_facts(
-    repo_id: str, files: Mapping[str, "int | None"], name: str, revision: str | None
+    repo_id: str,
+    files: Mapping[str, "int | None"],
+    name: str,
+    revision: str | None,
+    *,
+    snapshot: Path | None = None,
+    spec_version: int = 0,
 ) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
+    """The facts reader of config ``name`` of a Hub repo (``snapshot``: offline, its folder in the local Hub cache)."""
     from huggingface_hub import hf_hub_download  # heavy optional import, as repo_files.hub_files
 
     path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
 
     def read(classes: Sequence[str], rows: list) -> MetaGraphFacts | None:
         if path not in files:
+            if snapshot is not None and spec_version >= FACTS_SINCE_SPEC:  # the repo has it, the cache copy not
+                raise cache_lacks(repo_id, revision, files, [path])
             return None  # exported before the file existed
         if (files[path] or 0) > FACTS_MAX_BYTES:
             raise InputFormatError(
                 f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
                 "download the repo again (another --revision) or export the task again",
             )
-        local = hub_call(
-            repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+        local = (
+            snapshot / path
+            if snapshot is not None
+            else hub_call(
+                repo_id, None, lambda: hf_hub_download(repo_id, path, repo_type="dataset", revision=revision), revision
+            )
         )
         # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
         return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..core.fsutil import check_input_file
 
 
 PredictionKind = Literal["labels", "probabilities", "logits"]
@@ -219,8 +220,7 @@ def _complex_values(name: str, prefix: str) -> InputFormatError:
 
 
 def _read_table(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise InputFormatError(f"predictions file {path} does not exist", PREDICTIONS_FIX)
+    check_input_file(path, f"predictions file {path}", PREDICTIONS_FIX)
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".parquet", ".pq"):
         raise InputFormatError(f"predictions file {path} is neither .csv nor .parquet", PREDICTIONS_FIX)
