@@ -53,7 +53,10 @@ def test_each_image_runs_once_per_model_and_the_cache_serves_the_second_run(worl
     again = evaluate_zoo(
         [_model(1, seen), _model(2)], TASKS, out=tmp_path / "zoo", settings=replace(QUIET, force=True), **kw
     )
-    assert seen == [] and again.cached == {"module:tiny1": distinct, "module:tiny2": distinct}
+    # the cached rows served, a seeded sample of 8 recomputed as a check (issue 46 D2): one batch of 8, not a pass
+    assert seen == [8] and again.cached == {"module:tiny1": distinct, "module:tiny2": distinct}
+    check = json.loads((tmp_path / "zoo" / "zoo.json").read_text())["cache_check"]["module:tiny1"]
+    assert check["checked"] == 8 and check["of"] == distinct and check["rtol"] == 1e-3 and check["device"] == "cpu"
     pd.testing.assert_frame_equal(again.leaderboard, first.leaderboard)
 
     # the zoo's report for a task is the single evaluate's report on the same model

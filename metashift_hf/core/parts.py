@@ -15,7 +15,9 @@ computed again by the caller's normal path and the bad file is never read again.
 The checks catch damage, not intent: whoever can write the cache folder can write a part with other
 values and a recomputed checksum, so **a cache is trusted input** (docs/evaluate.md). What a reader can
 still see is two valid parts that disagree on a key (one forged, or two models under one owner): that is
-refused (:class:`CacheConflictError`, naming both parts), never settled silently by file-name order.
+refused (:class:`CacheConflictError`, naming both parts), never settled silently by file-name order. And the
+zoo recomputes a seeded sample of the rows it reads (``models/outputs.py`` :func:`check_cached`): a part whose
+values the model does not give is refused (:class:`PartMismatchError`, naming it).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class BadPart(Exception):
 
 class CacheConflictError(InputFormatError):
     """Two valid parts of one owner hold different values for one key."""
+
+
+class PartMismatchError(CacheConflictError):
+    """A valid part holds values its owner does not give when recomputed (a forged part, or another model's)."""
 
 
 # Two honest runs may compute a row in batches of different composition, which can move the last bits of a
@@ -138,14 +144,15 @@ class PartStore:
         return path
 
     def read(
-        self, width: int | None = None, wanted: Iterable[str] | None = None
+        self, width: int | None = None, wanted: Iterable[str] | None = None, origin: dict[str, Path] | None = None
     ) -> tuple[dict[str, np.ndarray], int | None]:
         """Rows of every good part (only the ``wanted`` keys when given) and their width.
 
         ``width``: the width every part must have; None: the first good part's (sorted by name) sets it.
+        ``origin``: filled with key -> the part its row came from (to name the part a check refuses).
         """
         rows: dict[str, np.ndarray] = {}
-        origin: dict[str, Path] = {}  # key -> the part its row came from (to name both sides of a conflict)
+        origin = {} if origin is None else origin  # key -> its part (to name both sides of a conflict)
         if not self.folder.is_dir():
             return rows, width
         keep = None if wanted is None else set(wanted)
@@ -248,4 +255,4 @@ class PartStore:
         )
 
 
-__all__ = ["CacheConflictError", "PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]
+__all__ = ["CacheConflictError", "PartMismatchError", "PartStore", "PART_FORMAT", "PART_VERSION", "part_checksum"]

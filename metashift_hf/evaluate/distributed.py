@@ -275,53 +275,110 @@ class Images:
 
 @dataclass
 class ModelLogits:
-    """One model's logits for the zoo's images in this process: computed here, or read from the cache."""
+    """One model's logits for the zoo's images, for scoring: every row (from this process's pass or the cache) and,
+    when rows came from the cache, what :func:`~metashift_hf.models.outputs.check_cached` recomputed of them."""
 
-    computed: int  # images run through the model in this process
-    cached: int  # images whose logits were in the cache when this process looked
-    rows: dict[str, np.ndarray]  # sha -> logits (empty in a process that does not score)
+    rows: dict[str, np.ndarray]  # sha -> logits
     cache: OutputCache | None
+    check: outputs.CacheCheck | None = None
 
     def block(self, shas: Sequence[str]) -> np.ndarray:
         return np.stack([self.rows[s] for s in shas]).astype(np.float32)
 
 
-def model_logits(
-    clf: Classifier, images: Images, part: Part, group: Group, settings: outputs.RunConfig, cache: outputs.CacheConfig
-) -> ModelLogits:
-    """This process's share of ``clf`` over the zoo's images, through the one model-output path
-    (:mod:`metashift_hf.models.outputs`: its cache key and :func:`~metashift_hf.models.outputs.compute`);
-    every row when this process scores."""
-    run = outputs.logits(clf)
-    store = OutputCache(run, cache.folder, wanted=images.wanted) if (cache.use and run.key) else None
-    shas = sorted(images.wanted)
-    have = [s for s in shas if store is not None and s in store]
-    if part.how == SHARD:  # no common view of the cache: whole batches of all images, those with a gap
-        mine = [b for b in share(shas, settings.batch_size, part) if store is None or any(s not in store for s in b)]
+@dataclass
+class ZooPass:
+    """What this process's model passes did: per model, the images it ran (``mine``) and those the cache held when
+    it looked (``cached``); ``fresh`` holds the computed rows only when there is no cache to put them in."""
+
+    mine: dict[str, list[str]]
+    cached: dict[str, int]
+    fresh: dict[str, dict[str, np.ndarray]]
+
+    @property
+    def computed(self) -> dict[str, int]:
+        return {name: len(shas) for name, shas in self.mine.items()}
+
+
+def _plan(run: outputs.ModelOutputs, store: OutputCache | None, shas: list[str], part: Part, batch_size: int) -> list:
+    """This process's images of ``run``: whole batches of the images the cache lacks (a shard: of all the images,
+    those batches with a gap, as it has no common view of the cache)."""
+    if part.how == SHARD:
+        mine = [b for b in share(shas, batch_size, part) if store is None or any(s not in store for s in b)]
     else:
+        mine = share([s for s in shas if store is None or s not in store], batch_size, part)
+    return [s for b in mine for s in b]
+
+
+def compute_logits(
+    clfs: Sequence[Classifier],
+    images: Images,
+    part: Part,
+    group: Group,
+    settings: outputs.RunConfig,
+    cache: outputs.CacheConfig,
+) -> ZooPass:
+    """This process's share of every model over the zoo's images, image-major: the models that need the same images
+    share passes (:func:`~metashift_hf.models.outputs.passes`) in which each image is decoded once and resized and
+    cropped once per distinct preprocessing (:func:`~metashift_hf.models.outputs.compute_together`); a model whose
+    logits are all cached runs no pass and decodes nothing. Each model's batches are those of a one-model run (its
+    images sorted by sha256, cut in ``batch_size``), so its logits are the same bit for bit. What a process computes
+    goes into the cache as one part per model."""
+    runs = [outputs.logits(c) for c in clfs]
+    stores = {
+        r.name: OutputCache(r, cache.folder, wanted=images.wanted) if (cache.use and r.key) else None for r in runs
+    }
+    shas = sorted(images.wanted)
+    if part.how != SHARD:
         group.barrier()  # every rank has read the cache before any rank writes a part: all plan the same gaps
-        todo = [s for s in shas if store is None or s not in store]
-        mine = share(todo, settings.batch_size, part)
-    todo_mine = [s for b in mine for s in b]
-    rows: dict[str, np.ndarray] = {}
-    if todo_mine:
-        desc = f"zoo {clf.name}" + ("" if part.how == SINGLE else f" ({part.label()})")
-        new = outputs.compute(run, todo_mine, images.read, replace(settings, desc=desc))
-        if store is not None:
-            store.add(todo_mine, new)
-        rows.update(zip(todo_mine, new))
+    mine = {r.name: _plan(r, stores[r.name], shas, part, settings.batch_size) for r in runs}
+    cached = {r.name: sum(1 for s in shas if stores[r.name] is not None and s in stores[r.name]) for r in runs}
+    fresh: dict[str, dict[str, np.ndarray]] = {r.name: {} for r in runs}
+    same: dict[tuple[str, ...], list[outputs.ModelOutputs]] = {}  # the models that need the same images
+    for r in runs:
+        if mine[r.name]:
+            same.setdefault(tuple(mine[r.name]), []).append(r)
+    for todo, together in same.items():
+        for chunk in outputs.passes(together, settings.batch_size):
+            where = "" if part.how == SINGLE else f" ({part.label()})"
+            desc = f"zoo {', '.join(r.name for r in chunk)}{where}"
+            values = outputs.compute_together(chunk, list(todo), images.read, replace(settings, desc=desc))
+            for r, v in zip(chunk, values):
+                store = stores[r.name]
+                if store is not None:
+                    store.add(list(todo), v)
+                else:
+                    fresh[r.name] = dict(zip(todo, v))
     if part.how == TORCH:
-        group.barrier()  # every rank's part is on disk
-        if part.scores:  # the other ranks' rows, read back (and checked) from their parts
-            store = OutputCache(run, cache.folder, wanted=images.wanted)
-            absent = [s for s in shas if s not in store]
-            if absent:
-                raise MetashiftError(
-                    f"{len(absent)} image(s) of model {clf.name} are in no rank's cache part",
-                    "put --cache-dir on a file system every node sees (all ranks write their parts there)",
-                )
-    if not part.scores:
-        rows = {}
-    elif store is not None:  # holds what was cached, what this process added and (rank 0) the other ranks' parts
-        rows = dict(zip(shas, store.get(shas)))
-    return ModelLogits(len(todo_mine), len(have), rows, store)
+        group.barrier()  # every rank's parts are on disk
+    return ZooPass(mine, cached, fresh)
+
+
+def scoring_logits(
+    clf: Classifier,
+    images: Images,
+    done: ZooPass,
+    settings: outputs.RunConfig,
+    cache: outputs.CacheConfig,
+    *,
+    seed: int,
+    check_sample: int = outputs.CHECK_SAMPLE,
+) -> ModelLogits:
+    """Every row of ``clf`` for scoring (rank 0 or a single process), read back from the cache (and checked: the
+    parts of other ranks and runs) when there is one. The rows this process did not compute are the cache's word:
+    a seeded sample of ``check_sample`` of them is recomputed (:func:`~metashift_hf.models.outputs.check_cached`)."""
+    run = outputs.logits(clf)
+    shas = sorted(images.wanted)
+    if not (cache.use and run.key):
+        return ModelLogits(done.fresh[clf.name], None)
+    store = OutputCache(run, cache.folder, wanted=images.wanted)
+    absent = [s for s in shas if s not in store]
+    if absent:
+        raise MetashiftError(
+            f"{len(absent)} image(s) of model {clf.name} are in no rank's cache part",
+            "put --cache-dir on a file system every node sees (all ranks write their parts there)",
+        )
+    ours = set(done.mine[clf.name])
+    theirs = [s for s in shas if s not in ours]
+    check = outputs.check_cached(run, store, theirs, images.read, settings, seed=seed, sample=check_sample)
+    return ModelLogits(dict(zip(shas, store.get(shas))), store, check)

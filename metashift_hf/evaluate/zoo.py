@@ -215,6 +215,23 @@ def _model_slug(name: str, taken: set[str]) -> str:
     return slug
 
 
+@dataclass
+class _ZooPlan:
+    """What a zoo run works on, settled before any model pass: settings, this process's part, the loaded models, the
+    opened tasks with their scored splits and settings, the distinct images and each model's report folder."""
+
+    cfg: EvalConfig
+    part: distributed.Part
+    loaded: list[Any]  # Classifiers and predictions files, in --model order
+    runs: list[Classifier]  # the models run over the images
+    opened: dict[str, TaskData]
+    scored_splits: dict[str, list[str]]
+    per_task: dict[str, EvalConfig]
+    found: _Images
+    slugs: dict[str, str]
+    seconds: dict[str, Any]
+
+
 def evaluate_zoo(
     models: Sequence[Any],
     tasks: str | Sequence[Any],
@@ -236,22 +253,67 @@ def evaluate_zoo(
     Its ``plots`` (None here: off) draws each task report's per-class charts too (at ~0.2 s per chart they
     cost more than scoring; the zoo draws one leaderboard picture); its ``splits`` are scored in every task
     (the headline is never train whatever is scored); ``on_missing="skip"`` is refused (every image is read once
-    for all models).
+    for all models). Its ``seed`` also draws the cached rows that are recomputed as a check (``zoo.json``
+    ``cache_check``: :func:`metashift_hf.models.outputs.check_cached`).
     ``cache``: where the logits are cached (:class:`metashift_hf.models.outputs.CacheConfig`; ``use=False`` neither
     reads nor writes the cache: models are still run once per image).
     ``shard``: ``"i/n"`` computes only this job's share of the model passes into the cache and scores nothing
     (a later plain run assembles the leaderboard); under torchrun / accelerate launch the ranks share the
     passes and rank 0 scores (:mod:`.distributed`).
+
+    The steps: plan (:func:`_plan_zoo`) -> compute the logits, image-major (:func:`.distributed.compute_logits`)
+    -> score every task per model (:func:`_score_models`) -> write the leaderboard (:func:`_write_leaderboard`).
     """
     t0 = time.perf_counter()
     cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
+    plan = _plan_zoo(models, tasks, origin, out, cfg, cache, shard, t0)
+    part, found = plan.part, plan.found
+    writes = out is not None and part.scores
+    with (
+        distributed.Group(part) as group,
+        atomic_dir(out, kind=ZOO_KIND, force=cfg.force) if writes else _no_dir() as tmp,
+    ):
+        group.agree("images, models or batches", distributed.plan_digest(found.where, plan.runs, cfg.batch_size))
+        t_pass = time.perf_counter()
+        images = distributed.Images(found.where, found.read)
+        done = distributed.compute_logits(plan.runs, images, part, group, _run_config(cfg), cache)
+        computed = {m.name: done.computed.get(m.name, 0) for m in plan.loaded}
+        cached = {m.name: done.cached.get(m.name, 0) for m in plan.loaded}
+        plan.seconds["model_passes"] = round(time.perf_counter() - t_pass, 3)
+        if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
+            seconds = {**plan.seconds, "total": round(time.perf_counter() - t0, 3)}
+            board = pd.DataFrame(columns=LEADERBOARD_COLUMNS)
+            return ZooResult(None, board, {}, len(found.where), computed, cached, seconds, part.label())
+        rows, reports, checks = _score_models(plan, done, images, cache, tmp)
+        board = rank(pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS))
+        plan.seconds["total"] = round(time.perf_counter() - t0, 3)
+        if tmp is not None:
+            _write_leaderboard(tmp, board, _zoo_card(plan, cache, computed, cached, checks))
+    where = Path(out) if out is not None else None
+    return ZooResult(where, board, reports, len(found.where), computed, cached, plan.seconds)
+
+
+def _run_config(cfg: EvalConfig) -> RunConfig:
+    return RunConfig(cfg.batch_size, cfg.workers, cfg.progress)
+
+
+def _plan_zoo(
+    models: Sequence[Any],
+    tasks: str | Sequence[Any],
+    origin: TaskOrigin | None,
+    out: str | Path | None,
+    cfg: EvalConfig,
+    cache: CacheConfig,
+    shard: Any,
+    t0: float,
+) -> _ZooPlan:
+    """Every check and every load before a model pass: the options, the models (each once), the tasks (each once,
+    planned with the zoo's seed) and their distinct images (read and hashed once)."""
     if cfg.on_missing != "error":
         raise opt.OptionError(
             f"on_missing={cfg.on_missing!r} applies to a single evaluate, not to a zoo",
             "leave on_missing='error' (a zoo reads every image of every task)",
         )
-    hierarchy, mode, seed, force, splits = cfg.hierarchy, cfg.mode, cfg.seed, cfg.force, cfg.splits
-    batch_size, workers, progress = cfg.batch_size, cfg.workers, cfg.progress
     part = distributed.choose_part(shard)
     device = distributed.rank_device(cfg.device, part)
     if not models:
@@ -259,16 +321,16 @@ def evaluate_zoo(
     _refuse_repeated([m for m in models if isinstance(m, str)])  # before any model loads
     if cache.use and cache.folder is not None:
         check_cache_dir(cache.folder)
-    if origin is not None and origin.seed is not None and origin.seed != seed:
+    if origin is not None and origin.seed is not None and origin.seed != cfg.seed:
         raise opt.OptionError(
-            f"the zoo's tasks are planned with settings.seed {seed}, and the origin says seed {origin.seed}",
+            f"the zoo's tasks are planned with settings.seed {cfg.seed}, and the origin says seed {origin.seed}",
             "give the seed once: EvalConfig(seed=...) (CLI: --seed)",
         )
     if out is not None and part.scores:  # before any model loads: a refused --out costs nothing
-        check_out(out, ZOO_KIND, force=force, inputs=list(origin.inputs) if origin is not None else [])
+        check_out(out, ZOO_KIND, force=cfg.force, inputs=list(origin.inputs) if origin is not None else [])
     art = Artifact.load(origin.artifact) if origin is not None and origin.artifact is not None else None
     if origin is not None:  # the build loaded once; task ids planned with the zoo's seed
-        origin = replace(origin, seed=seed) if art is None else replace(origin, artifact=art, seed=seed)
+        origin = replace(origin, seed=cfg.seed) if art is None else replace(origin, artifact=art, seed=cfg.seed)
     names = (
         select_tasks(tasks, art) if isinstance(tasks, str) or all(isinstance(t, str) for t in tasks) else list(tasks)
     )
@@ -288,7 +350,7 @@ def evaluate_zoo(
                 f"task {terminal_safe(td.task_id)} is given twice", "name each task once in --tasks"
             )
         opened[td.task_id] = td
-    scored_splits = {t: chosen_splits(splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
+    scored_splits = {t: chosen_splits(cfg.splits, set(td.plan.table()["split"]), t) for t, td in opened.items()}
     # the zoo's settings, each task's own splits; a report folder is new inside the zoo's, no bar per task
     per_task = {
         t: replace(cfg, progress=False, force=False, plots=bool(cfg.plots), splits=scored_splits[t]) for t in opened
@@ -303,103 +365,91 @@ def evaluate_zoo(
 
     t_plan = time.perf_counter()
     found = _collect_images(list(opened.values()), source_for, scored_splits)
-    t_read = time.perf_counter()
     logger.info("zoo: %d task(s), %d distinct images, %d model(s)", len(opened), len(found.where), len(loaded))
-
-    computed, cached, seconds_model = {}, {}, {}
-    rows: list[dict] = []
-    reports: dict[tuple[str, str], Any] = {}
     taken: set[str] = set()
     public = public_model_names(m.name for m in loaded)  # report folders never spell a local absolute path
+    seconds = {
+        "load_models": round(t_models - t0, 3),
+        "plan_tasks": round(t_plan - t_models, 3),
+        "read_and_hash_images": round(time.perf_counter() - t_plan, 3),
+        "per_model": {},
+    }
     slugs = {m.name: _model_slug(public[m.name], taken) for m in loaded}
-    writes = out is not None and part.scores
-    with distributed.Group(part) as group, atomic_dir(out, kind=ZOO_KIND, force=force) if writes else _no_dir() as tmp:
-        group.agree("images, models or batches", distributed.plan_digest(found.where, runs, batch_size))
-        for clf in loaded:
-            tm = time.perf_counter()
-            if not isinstance(clf, Classifier):  # a predictions file: each task reads its rows by image id
-                computed[clf.name], cached[clf.name] = 0, 0
-                if part.scores:
-                    _score_tasks(clf, opened, per_task, tmp, slugs, clf is loaded[0], reports, rows)
-                seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
-                continue
-            got = distributed.model_logits(
-                clf,
-                distributed.Images(found.where, found.read),
-                part,
-                group,
-                RunConfig(batch_size, workers, progress),
-                cache,
-            )
-            computed[clf.name], cached[clf.name] = got.computed, got.cached
-            if not part.scores:  # a shard or a rank > 0: its share is in the cache; rank 0 / a plain run scores
-                seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
-                continue
-            fp, store = clf.fingerprint(), got.cache
-            card = clf.card()
+    return _ZooPlan(cfg, part, loaded, runs, opened, scored_splits, per_task, found, slugs, seconds)
 
-            def score(task_id: str, td: TaskData, rel: Path) -> Any:
-                id_sha = found.of_task[task_id]
-                ids = list(id_sha)
-                block = got.block([id_sha[i] for i in ids])
-                preds = PrecomputedPredictions(
-                    path=store.folder if store is not None else Path("(memory)"),
-                    predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
-                    sha256=fp,
-                    model_card=card,
-                    labels=clf.labels,
-                )
-                # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
-                return evaluate(preds, td, (tmp / rel) if tmp is not None else None, settings=per_task[task_id])
 
-            _score_tasks(score, opened, per_task, tmp, slugs, clf is loaded[0], reports, rows, name=clf.name)
-            seconds_model[clf.name] = round(time.perf_counter() - tm, 3)
-        if not part.scores:
-            return ZooResult(
-                None,
-                pd.DataFrame(columns=LEADERBOARD_COLUMNS),
-                {},
-                len(found.where),
-                computed,
-                cached,
-                {"per_model": seconds_model, "total": round(time.perf_counter() - t0, 3)},
-                part.label(),
-            )
-        board = rank(pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS))
-        seconds = {
-            "load_models": round(t_models - t0, 3),
-            "plan_tasks": round(t_plan - t_models, 3),
-            "read_and_hash_images": round(t_read - t_plan, 3),
-            "per_model": seconds_model,
-            "total": round(time.perf_counter() - t0, 3),
-        }
-        if tmp is not None:
-            _write_leaderboard(
-                tmp,
-                board,
-                {
-                    "package_version": __version__,
-                    "models": [m.card() for m in loaded],
-                    "tasks": list(opened),
-                    "images": len(found.where),
-                    "computed": computed,
-                    "cached": cached,
-                    "seconds": seconds,
-                    "cache": "off" if not cache.use else "logits/<model>-<output key[:16]> under the cache folder",
-                    "runtime": runtime_card(),
-                    "hierarchy": hierarchy,
-                    "mode": mode,
-                    "seed": seed,
-                    "min_subset_size": cfg.min_subset_size,
-                    "alpha": cfg.alpha,
-                    "splits": scored_splits,
-                    "image_size": cfg.image_size,
-                    "headline": HEADLINE_RULE,
-                },
-            )
-    return ZooResult(
-        Path(out) if out is not None else None, board, reports, len(found.where), computed, cached, seconds
-    )
+def _score_models(
+    plan: _ZooPlan, done: distributed.ZooPass, images: distributed.Images, cache: CacheConfig, tmp: Path | None
+) -> tuple[list[dict], dict[tuple[str, str], Any], dict[str, dict]]:
+    """Every model's reports on every task (one model's logits in memory at a time), its leaderboard rows, and with
+    the first model a baseline row per task; what was recomputed of each model's cached rows (its check)."""
+    rows: list[dict] = []
+    reports: dict[tuple[str, str], Any] = {}
+    checks: dict[str, dict] = {}
+    for clf in plan.loaded:
+        tm = time.perf_counter()
+        first = clf is plan.loaded[0]
+        if not isinstance(clf, Classifier):  # a predictions file: each task reads its rows by image id
+            _score_tasks(clf, plan.opened, plan.per_task, tmp, plan.slugs, first, reports, rows)
+            plan.seconds["per_model"][clf.name] = round(time.perf_counter() - tm, 3)
+            continue
+        got = distributed.scoring_logits(clf, images, done, _run_config(plan.cfg), cache, seed=plan.cfg.seed)
+        if got.check is not None:
+            checks[clf.name] = got.check.card()
+        score = _logits_scorer(clf, got, plan, tmp)
+        _score_tasks(score, plan.opened, plan.per_task, tmp, plan.slugs, first, reports, rows, name=clf.name)
+        plan.seconds["per_model"][clf.name] = round(time.perf_counter() - tm, 3)
+    return rows, reports, checks
+
+
+def _logits_scorer(
+    clf: Classifier, got: distributed.ModelLogits, plan: _ZooPlan, tmp: Path | None
+) -> Callable[[str, TaskData, Path], Any]:
+    """A function (task id, task, report folder) -> the report of ``evaluate`` on ``clf``'s logits for that task."""
+    fp, store, card = clf.fingerprint(), got.cache, clf.card()
+
+    def score(task_id: str, td: TaskData, rel: Path) -> Any:
+        id_sha = plan.found.of_task[task_id]
+        ids = list(id_sha)
+        block = got.block([id_sha[i] for i in ids])
+        preds = PrecomputedPredictions(
+            path=store.folder if store is not None else Path("(memory)"),
+            predictions=HeadOutputs(ids, block.argmax(axis=1).astype(np.int64), block),
+            sha256=fp,
+            model_card=card,
+            labels=clf.labels,
+        )
+        # the loaded Artifact itself: loading it again per task costs ~0.5 s at full scale
+        return evaluate(preds, td, (tmp / rel) if tmp is not None else None, settings=plan.per_task[task_id])
+
+    return score
+
+
+def _zoo_card(
+    plan: _ZooPlan, cache: CacheConfig, computed: dict[str, int], cached: dict[str, int], checks: dict[str, dict]
+) -> dict[str, Any]:
+    """zoo.json: what ran, on what, under which settings (rows of the leaderboard are in leaderboard.csv)."""
+    cfg = plan.cfg
+    return {
+        "package_version": __version__,
+        "models": [m.card() for m in plan.loaded],
+        "tasks": list(plan.opened),
+        "images": len(plan.found.where),
+        "computed": computed,
+        "cached": cached,
+        "cache_check": checks,
+        "seconds": plan.seconds,
+        "cache": "off" if not cache.use else "logits/<model>-<output key[:16]> under the cache folder",
+        "runtime": runtime_card(),
+        "hierarchy": cfg.hierarchy,
+        "mode": cfg.mode,
+        "seed": cfg.seed,
+        "min_subset_size": cfg.min_subset_size,
+        "alpha": cfg.alpha,
+        "splits": plan.scored_splits,
+        "image_size": cfg.image_size,
+        "headline": HEADLINE_RULE,
+    }
 
 
 def _score_tasks(
@@ -684,6 +734,7 @@ def _write_leaderboard(folder: Path, board: pd.DataFrame, card: dict) -> None:
         return {names.get(name) or public_model_name(name): v for name, v in per_model.items()}
 
     card["computed"], card["cached"] = public(card["computed"]), public(card["cached"])
+    card["cache_check"] = public(card.get("cache_check") or {})
     card["seconds"] = {**card["seconds"], "per_model": public(card["seconds"]["per_model"])}
     (folder / "zoo.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
 

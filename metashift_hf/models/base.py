@@ -154,23 +154,26 @@ class Preprocessing:
         """Original image bytes -> float32 array (3, crop, crop)."""
         # JPEG draft mode would decode at a reduced scale: faster, but different pixels, so it is not used
         with open_rgb(data) as im:
-            w, h = im.size
-            # The whole image resized, then cropped, as torchvision's Resize(int) + CenterCrop and timm's eval
-            # transform do (CROP_RULE). Resampling only the crop box (PIL's resize(box=...)) is cheaper but not the
-            # same pixels: PIL's vertical pass over a box is off by up to 3/255 on portrait images (issue 38 part 1).
-            big_w, big_h = (
-                (self.resize, int(self.resize * h / w)) if w <= h else (int(self.resize * w / h), self.resize)
+            return self.from_rgb(im)
+
+    def from_rgb(self, im: Image.Image) -> np.ndarray:
+        """A decoded RGB image -> float32 array (3, crop, crop); ``im`` is left as it is (a zoo decodes an image
+        once and gives it to every preprocessing of its models)."""
+        w, h = im.size
+        # The whole image resized, then cropped, as torchvision's Resize(int) + CenterCrop and timm's eval
+        # transform do (CROP_RULE). Resampling only the crop box (PIL's resize(box=...)) is cheaper but not the
+        # same pixels: PIL's vertical pass over a box is off by up to 3/255 on portrait images (issue 38 part 1).
+        big_w, big_h = (self.resize, int(self.resize * h / w)) if w <= h else (int(self.resize * w / h), self.resize)
+        if big_w * big_h > MAX_IMAGE_PIXELS:  # a 1 x 100,000 strip would be resized to 256 x 25,600,000
+            raise MissingImagesError(
+                f"image of {w}x{h} pixels would be resized to {big_w}x{big_h} for the model "
+                f"(more than {MAX_IMAGE_PIXELS:,} pixels)",
+                "replace or drop this image: its sides are too unequal for a shorter-side resize",
             )
-            if big_w * big_h > MAX_IMAGE_PIXELS:  # a 1 x 100,000 strip would be resized to 256 x 25,600,000
-                raise MissingImagesError(
-                    f"image of {w}x{h} pixels would be resized to {big_w}x{big_h} for the model "
-                    f"(more than {MAX_IMAGE_PIXELS:,} pixels)",
-                    "replace or drop this image: its sides are too unequal for a shorter-side resize",
-                )
-            left, top = int(round((big_w - self.crop) / 2.0)), int(round((big_h - self.crop) / 2.0))
-            resample = getattr(Image.Resampling, self.interpolation.upper())
-            im = im.resize((big_w, big_h), resample).crop((left, top, left + self.crop, top + self.crop))
-            arr = np.asarray(im, dtype=np.float32) / 255.0
+        left, top = int(round((big_w - self.crop) / 2.0)), int(round((big_h - self.crop) / 2.0))
+        resample = getattr(Image.Resampling, self.interpolation.upper())
+        im = im.resize((big_w, big_h), resample).crop((left, top, left + self.crop, top + self.crop))
+        arr = np.asarray(im, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         return np.ascontiguousarray(arr.transpose(2, 0, 1))
 
@@ -207,7 +210,13 @@ class Classifier:
         """Decode + preprocess one image (runs in worker threads, overlapped with inference)."""
         if isinstance(self.preprocessing, Preprocessing):
             return self.preprocessing(data)
-        rgb = open_rgb(data)
+        return self.prepare_rgb(open_rgb(data))
+
+    def prepare_rgb(self, rgb: Image.Image) -> Any:
+        """Preprocess one decoded RGB image (what :meth:`prepare` does after decoding): a zoo decodes each image
+        once for all its models (:func:`metashift_hf.models.outputs.compute_together`)."""
+        if isinstance(self.preprocessing, Preprocessing):
+            return self.preprocessing.from_rgb(rgb)
         if self.preprocessing is None:
             return rgb
         arr = _numeric(self.preprocessing(rgb), f"the preprocessing of model {self.name!r}", _PREP_FIX)

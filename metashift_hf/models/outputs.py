@@ -26,11 +26,12 @@ import numpy as np
 
 from ..core.errors import InputFormatError, MetashiftError
 from ..core.fsutil import atomic_file
-from ..core.names import path_component
-from ..core.parts import PartStore
+from ..core.names import path_component, terminal_safe
+from ..core.parts import AGREE_ATOL, AGREE_RTOL, PartMismatchError, PartStore
 from ..core.paths import cache_root
-from .base import Classifier, require_torch
-from .batches import RunConfig, map_batches
+from . import base
+from .base import Classifier, Preprocessing, require_torch
+from .batches import PREFETCH_BATCHES, RunConfig, map_batches
 
 
 # 3: the key covers the model's code and configuration (class, structure, config files; issue 37); caches made
@@ -201,13 +202,18 @@ class OutputCache:
         else:  # a bare key: a folder of its own (tests, tools)
             self.folder, self._card = cache_root(cache_dir) / "outputs" / key[:16], {}
         self._store = PartStore(self.folder, "part", "values", key, f"outputs cache {self.folder.name}")
-        self._rows, self.width = self._store.read(width, wanted)
+        self._origin: dict[str, Path] = {}  # sha -> the part its row was read from
+        self._rows, self.width = self._store.read(width, wanted, self._origin)
 
     def __contains__(self, sha: str) -> bool:
         return sha in self._rows
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def part_of(self, sha: str) -> Path | None:
+        """The part ``sha``'s row was read from (None: added by this process)."""
+        return self._origin.get(sha)
 
     def get(self, shas: Iterable[str]) -> np.ndarray:
         rows = [self._rows[s] for s in shas]
@@ -252,6 +258,156 @@ def compute(
     )
 
 
+# What the prepared inputs of one pass may hold in memory: every distinct preprocessing keeps (PREFETCH_BATCHES + 1)
+# batches of float32 (3, crop, crop) arrays in flight (19 MB at 224 px in batches of 32), so 1 GiB lets ~50 distinct
+# preprocessings share a decode. The models themselves are loaded anyway (a zoo loads each once) and run one after
+# another on each batch: the activations of one model at a time, as in a one-model run.
+PASS_INPUT_BYTES = 1 << 30
+_UNKNOWN_SIDE = 224  # a preprocessing callable does not say its output size: counted as a 224 px crop
+
+
+def preparation(run: ModelOutputs) -> Any:
+    """What decides ``run``'s prepared input from the decoded image: equal keys give identical arrays, so the models
+    that share one are fed one resize + crop. A :class:`Preprocessing` by value; any other callable by identity."""
+    prep = run.classifier.preprocessing
+    return prep if isinstance(prep, Preprocessing) else ("rgb",) if prep is None else ("callable", id(prep))
+
+
+def passes(runs: Sequence[ModelOutputs], batch_size: int) -> list[list[ModelOutputs]]:
+    """``runs`` cut into passes, each decoding every image once for all its models: in order, a new pass when one
+    more distinct preprocessing would put more than :data:`PASS_INPUT_BYTES` of prepared inputs in flight."""
+    groups: list[list[ModelOutputs]] = []
+    held: set = set()
+    spent = 0
+    for run in runs:
+        key = preparation(run)
+        prep = run.classifier.preprocessing
+        side = prep.crop if isinstance(prep, Preprocessing) else _UNKNOWN_SIDE
+        cost = 0 if key in held else (PREFETCH_BATCHES + 1) * batch_size * 3 * side * side * 4
+        if groups and spent + cost > PASS_INPUT_BYTES:
+            groups, held, spent = [*groups, []], set(), 0
+            cost = (PREFETCH_BATCHES + 1) * batch_size * 3 * side * side * 4
+        if not groups:
+            groups.append([])
+        groups[-1].append(run)
+        held.add(key)
+        spent += cost
+    return groups
+
+
+def compute_together(
+    runs: Sequence[ModelOutputs], keys: Sequence[str], read: Callable[[str], bytes], settings: RunConfig = RunConfig()
+) -> list[np.ndarray]:
+    """Each of ``runs``' outputs over the images ``keys``, image-major: each image is decoded once
+    (:func:`~metashift_hf.models.base.open_rgb`), resized and cropped once per distinct :func:`preparation`, and every
+    model is fed the batch of its preparation. Batches are cut as in :func:`compute`, and each model runs its own
+    :attr:`ModelOutputs.run` on them, so its values are those of a one-model :func:`compute`, bit for bit."""
+    if len(runs) == 1:
+        return [compute(runs[0], keys, read, settings)]
+    order = list(dict.fromkeys(preparation(r) for r in runs))
+    first = {k: next(r for r in runs if preparation(r) == k) for k in order}  # the model whose preprocessing runs
+    slot = [order.index(preparation(r)) for r in runs]
+    edges = np.cumsum([0] + [r.width for r in runs])
+
+    def prepare(data: bytes) -> tuple:
+        rgb = base.open_rgb(data)
+        try:
+            return tuple(first[k].classifier.prepare_rgb(rgb) for k in order)
+        finally:
+            rgb.close()
+
+    def run_all(prepared: list) -> np.ndarray:
+        return np.concatenate([r.run([p[s] for p in prepared]) for r, s in zip(runs, slot)], axis=1)
+
+    names = ", ".join(r.name for r in runs)
+    values = map_batches(
+        prepare,
+        run_all,
+        keys,
+        read,
+        width=int(edges[-1]),
+        settings=replace(settings, desc=settings.desc or f"{runs[0].output} {names}"),
+        device=runs[0].classifier.device,
+    )
+    return [np.ascontiguousarray(values[:, edges[i] : edges[i + 1]]) for i in range(len(runs))]
+
+
+CHECK_SAMPLE = 8  # cached rows recomputed per model and read (issue 46 D2): a forged part is unlikely to pass
+
+
+def check_tolerance(device: str, dtype: str) -> tuple[float, float]:
+    """(rtol, atol) within which a recomputed row must equal its cached one. An honest row recomputed in another
+    batch moves in its last bits on a CPU in float32 (batch-dependent kernels: :data:`~metashift_hf.core.parts.
+    AGREE_RTOL`); a GPU's kernels (TF32 convolutions, algorithms chosen per batch size) and bfloat16 move more."""
+    if dtype == "bfloat16":
+        return 1e-1, 1e-1
+    return (AGREE_RTOL, AGREE_ATOL) if device == "cpu" else (1e-2, 1e-2)
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """What :func:`check_cached` recomputed: ``checked`` cached rows (a sample drawn with ``seed``), agreeing within
+    ``rtol``/``atol`` (:func:`check_tolerance` for ``device``); ``max_abs_diff`` the largest difference seen."""
+
+    checked: int
+    of: int  # cached rows read
+    seed: int
+    device: str
+    rtol: float
+    atol: float
+    max_abs_diff: float
+
+    def card(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked,
+            "of": self.of,
+            "seed": self.seed,
+            "device": self.device,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "max_abs_diff": self.max_abs_diff,
+        }
+
+
+def check_cached(
+    outputs: ModelOutputs,
+    cache: OutputCache,
+    shas: Sequence[str],
+    read: Callable[[str], bytes],
+    settings: RunConfig = RunConfig(),
+    *,
+    seed: int = 0,
+    sample: int = CHECK_SAMPLE,
+) -> CacheCheck:
+    """Recompute ``sample`` of the cached rows ``shas`` (drawn with ``seed`` from the sorted keys) and compare them
+    with the cache: a part whose rows the model does not give (every image "airliner", its checksum recomputed) is
+    refused with :class:`PartMismatchError` naming it. A part forging a fraction f of the rows read passes with
+    probability about (1 - f) ** sample."""
+    rtol, atol = check_tolerance(outputs.classifier.device, outputs.classifier.dtype)
+    pool = sorted(set(shas))
+    if not pool or sample < 1:
+        return CacheCheck(0, len(pool), seed, outputs.classifier.device, rtol, atol, 0.0)
+    rng = np.random.default_rng(seed)
+    picked = [pool[i] for i in sorted(rng.choice(len(pool), size=min(sample, len(pool)), replace=False))]
+    fresh = compute(outputs, picked, read, replace(settings, batch_size=len(picked), progress=False))
+    held = cache.get(picked)
+    diff = np.abs(fresh.astype(np.float64) - held)
+    bad = np.flatnonzero((diff > atol + rtol * np.abs(fresh)).any(axis=1))
+    if len(bad):
+        sha = picked[int(bad[0])]
+        part = cache.part_of(sha)
+        raise PartMismatchError(
+            f"outputs cache {terminal_safe(cache.folder)}: the part {terminal_safe(part.name if part else '?')} "
+            f"holds values for image {sha[:16]}… that model {terminal_safe(outputs.name)} does not give when "
+            f"recomputed (largest difference {float(diff[bad[0]].max()):.4g}; the tolerance on "
+            f"{outputs.classifier.device} {outputs.classifier.dtype} is rtol {rtol:g}, atol {atol:g}): "
+            f"{len(bad)} of {len(picked)} rows checked disagree",
+            "a cache is trusted input: remove that part (its rows are computed again), or use a cache folder "
+            "only you write (--cache-dir)",
+        )
+    return CacheCheck(len(picked), len(pool), seed, outputs.classifier.device, rtol, atol, float(diff.max()))
+
+
 @dataclass(frozen=True)
 class Counts:
     """Distinct images run through the model by this call, and those whose outputs came from the cache."""
@@ -292,6 +448,8 @@ def cached(
 __all__ = [
     "OUTPUT_FORMAT",
     "LAYERS",
+    "CHECK_SAMPLE",
+    "CacheCheck",
     "CacheConfig",
     "Counts",
     "ModelOutputs",
@@ -299,9 +457,14 @@ __all__ = [
     "RunConfig",
     "cache_folder",
     "cached",
+    "check_cached",
+    "check_tolerance",
     "compute",
+    "compute_together",
     "features",
     "head_linear",
     "logits",
     "output_key",
+    "passes",
+    "preparation",
 ]
