@@ -3,6 +3,7 @@
     python benchmarks/bench_eval.py pipeline [--n 512] [--batch-size 32] [--images DIR]
     python benchmarks/bench_eval.py lite0 [--rounds 3]
     python benchmarks/bench_eval.py zoo --artifact ART --images IMG [--tasks a,b,c]
+    python benchmarks/bench_eval.py models [--n 256] [--k 3] [--repeat 3]
     python benchmarks/bench_eval.py cost [--n 128] [--rounds 2] [--write]
     python benchmarks/bench_eval.py prep [--n 512] [--repeat 5]
 
@@ -19,6 +20,10 @@ cost: seconds per image of evaluate's model pass (decode, preprocess, forward; p
 prep: images/s of decoding alone (open_rgb) against decode + Lite0's preprocessing (the whole image resized to
   256 on the shorter side, then cropped to 224: models/base.py CROP_RULE), round-robin, best of --repeat rounds,
   over the reference photographs (GQA's 500x333-like shapes); what the resize costs on top of the decode.
+models: the zoo's image-major model pass (one decode per image, one resize + crop per distinct preprocessing) with
+  Lite0 and K-1 random-weight timm models (two preprocessings) over the reference photographs, against the models'
+  summed forward-only time on prepared tensors, with docs/evaluate.md's ceiling beside it; round-robin, best of
+  --repeat rounds.
 zoo: K overlapping tasks through evaluate_zoo (fresh logits cache) against one predict pass over the
   union of their images, then the same zoo again (cache warm).
 """
@@ -83,10 +88,23 @@ def _task(blobs: list[bytes], n: int):
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows, features=feats)})
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _ceiling(forward_s: float, decode_s: float) -> float:
+    """docs/evaluate.md's ceiling in images/s: forward-only keeps every core busy (``forward_s`` wall per image on
+    all cores = cores * forward_s of CPU), decode + preprocess costs ``decode_s`` of CPU per image (one thread);
+    with every core busy all the time, cores / (cores * forward_s + decode_s)."""
+    cores = _cores()
+    return cores / (cores * forward_s + decode_s)
+
+
 def pipeline(args) -> dict:
     from metashift_hf.evaluate import EvalConfig, evaluate
     from metashift_hf.evaluate.predict import predict
-    from metashift_hf.models import load_model
+    from metashift_hf.models import load_model, outputs
+    from metashift_hf.models.runtime import overlap_rule
 
     blobs = _blobs(args.images)
     ids = [str(i) for i in range(args.n)]
@@ -103,6 +121,10 @@ def pipeline(args) -> dict:
         "decode": lambda: [model.prepare(read(i)) for i in ids],
         "forward": lambda: [model.logits(prepared[s : s + bs]) for s in range(0, len(ids), bs)],
         "pipelined": lambda: predict(model, ids, read, batch_size=bs, workers=args.workers, progress=False),
+        # the other schedule than the rule's for this machine (models/runtime.py overlap_rule), for comparison
+        "other_schedule": lambda: outputs.compute(
+            outputs.logits(model), ids, read, outputs.RunConfig(bs, args.workers, False, overlap=not overlap_rule())
+        ),
         "evaluate": lambda: evaluate(
             model, task, settings=EvalConfig(progress=False, batch_size=bs, workers=args.workers)
         ),
@@ -115,13 +137,20 @@ def pipeline(args) -> dict:
             times[name].append(time.perf_counter() - t)
     best = {k: min(v) for k, v in times.items()}
     n = len(ids)
+    ceiling = _ceiling(best["forward"] / n, best["decode"] / n)
     return {
         "images": n,
         "batch_size": bs,
         "dtype": args.dtype,
         **_machine(),
         **{f"{k}_img_s": round(n / t, 1) for k, t in best.items()},
+        "schedule": "overlapped" if overlap_rule() else "phased (decode on every core, then forward)",
         "pipelined_vs_forward": round(best["forward"] / best["pipelined"], 3),
+        "other_schedule_vs_forward": round(best["forward"] / best["other_schedule"], 3),
+        # docs/evaluate.md: every core busy in both phases -> cores / (forward CPU s + decode CPU s) per image
+        "ceiling_img_s": round(ceiling, 1),
+        "ceiling_vs_forward": round(ceiling * best["forward"] / n, 3),
+        "evaluate_vs_ceiling": round(n / best["evaluate"] / ceiling, 3),
         "evaluate_vs_forward": round(best["forward"] / best["evaluate"], 3),
         "load_average_1min_after": round(os.getloadavg()[0], 2),
     }
@@ -253,6 +282,83 @@ def zoo(args) -> dict:
     }
 
 
+ZOO_TIMM = ("mobilenetv3_small_050", "regnetx_002")  # random weights from their configs: one timm preprocessing
+
+
+def models(args) -> dict:
+    """A zoo of EfficientNet-Lite0 and random-weight timm models (two distinct preprocessings) over the reference
+    photographs: the image-major pass (models.outputs.compute_together: one decode per image, one resize + crop per
+    preprocessing) against the models' summed forward-only time on prepared tensors, interleaved rounds."""
+    import timm
+    import torch
+
+    from metashift_hf.models import load_model, open_rgb, outputs
+    from metashift_hf.models.runtime import overlap_rule
+
+    blobs = _blobs(args.images)
+    ids = [str(i) for i in range(args.n)]
+    read = lambda iid: blobs[int(iid) % len(blobs)]  # noqa: E731
+    tmp = Path(tempfile.mkdtemp(prefix="bench-models-"))
+    names = ["efficientnet-lite0"]
+    for i, arch in enumerate(ZOO_TIMM[: args.k - 1]):
+        torch.manual_seed(i)
+        timm.models.save_for_hf(timm.create_model(arch, pretrained=False), tmp / arch, safe_serialization=True)
+        names.append(f"timm:local-dir:{tmp / arch}")
+    runs = [outputs.logits(load_model(m)) for m in names]
+    preps = list(dict.fromkeys(outputs.preparation(r) for r in runs))
+    firsts = [next(r for r in runs if outputs.preparation(r) == p) for p in preps]
+    bs = args.batch_size
+    prepared = {r.name: [r.prepare(read(i)) for i in ids] for r in runs}
+    for r in runs:
+        r.run(prepared[r.name][:bs])  # warm-up (first forward allocates, picks kernels)
+    rgbs = [open_rgb(read(i)) for i in ids]
+    modes = {
+        "decode": lambda: [open_rgb(read(i)) for i in ids],
+        **{f"prep{j}": (lambda r=r: [r.classifier.prepare_rgb(im) for im in rgbs]) for j, r in enumerate(firsts)},
+        **{
+            f"forward:{r.name.rsplit('/', 1)[-1]}": (
+                lambda r=r: [r.run(prepared[r.name][s : s + bs]) for s in range(0, len(ids), bs)]
+            )
+            for r in runs
+        },
+        "zoo": lambda: outputs.compute_together(runs, ids, read, outputs.RunConfig(bs, args.workers, False)),
+    }
+    times = {k: [] for k in modes}
+    for _ in range(args.repeat):  # round-robin, best of each
+        for name, fn in modes.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    shutil.rmtree(tmp, ignore_errors=True)
+    n = len(ids)
+    best = {k: min(v) for k, v in times.items()}
+    forward_s = (
+        sum(best[f"forward:{r.name.rsplit('/', 1)[-1]}"] for r in runs) / n
+    )  # every model once per image, all cores
+    cpu_decode = (best["decode"] + sum(best[f"prep{j}"] for j in range(len(firsts)))) / n  # one thread
+    cores = _cores()
+    ceiling = cores / (cores * forward_s + cpu_decode)
+    zoo_img_s = n / best["zoo"]
+    return {
+        "images": n,
+        "distinct_photographs": min(n, len(blobs)),
+        "models": [r.name.split("/")[-1] for r in runs],
+        "distinct_preprocessings": len(preps),
+        "batch_size": bs,
+        **_machine(),
+        "schedule": "overlapped" if overlap_rule() else "phased (decode on every core, then forward)",
+        "rounds": args.repeat,
+        **{f"{k}_img_s": round(n / t, 1) for k, t in best.items()},
+        "summed_forward_only_img_s": round(1 / forward_s, 1),
+        "zoo_img_s": round(zoo_img_s, 1),
+        "zoo_vs_summed_forward": round(zoo_img_s * forward_s, 3),
+        "ceiling_img_s": round(ceiling, 1),
+        "ceiling_vs_summed_forward": round(ceiling * forward_s, 3),
+        "zoo_vs_ceiling": round(zoo_img_s / ceiling, 3),
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
+
+
 def prep(args) -> dict:
     from metashift_hf.models import efficientnet_lite0, open_rgb
     from metashift_hf.models.base import CROP_RULE
@@ -347,7 +453,8 @@ def cost(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("pipeline", "lite0", "zoo", "cost", "prep"))
+    ap.add_argument("what", choices=("pipeline", "lite0", "zoo", "models", "cost", "prep"))
+    ap.add_argument("--k", type=int, default=3, choices=(2, 3), help="models: Lite0 and K-1 random-weight timm models")
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=None)
@@ -364,7 +471,9 @@ def main() -> None:
         "--write", action="store_true", help=f"cost: write the result to {EVAL_COST_FILE} (the cards' estimates)"
     )
     args = ap.parse_args()
-    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "cost": cost, "prep": prep}[args.what](args)
+    result = {"pipeline": pipeline, "lite0": lite0, "zoo": zoo, "models": models, "cost": cost, "prep": prep}[
+        args.what
+    ](args)
     text = json.dumps(result, indent=2, default=str)
     print(text)
     if args.write and args.what == "cost":

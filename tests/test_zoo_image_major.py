@@ -53,6 +53,8 @@ def test_a_3_model_zoo_decodes_each_image_once_and_gives_the_one_model_logits(wo
     3-model zoo decodes at most 1.2x the images of the 1-model zoo (it decoded 3.0x), and every model's logits are
     those of its one-model run, bit for bit."""
     models = ["efficientnet-lite0", *timm_zoo]
+    runs = [outputs.logits(load_model(m)) for m in models]
+    assert len({outputs.preparation(r) for r in runs}) == 2 and outputs.passes(runs, 32) == [runs]
     one = evaluate_zoo(models[:1], ONE, _origin(world), settings=SMALL, cache=CacheConfig(tmp_path / "one"))
     one_model = len(decodes)
     assert one_model == one.images  # each distinct image decoded once

@@ -12,7 +12,7 @@ from PIL import UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from ..core.errors import MissingImagesError
-from .runtime import decode_workers
+from .runtime import _cores, decode_workers, overlap_rule
 
 
 PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
@@ -27,6 +27,9 @@ class RunConfig:
     workers: int | None = None
     progress: bool = True
     desc: str = ""
+    # decode the next batches while the model runs (True), or decode each batch with every core while the model
+    # waits (False); None: :func:`overlap_rule` for the device
+    overlap: bool | None = None
 
 
 def map_batches(
@@ -70,6 +73,17 @@ def map_batches(
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     out = np.empty((len(ids), width), dtype=np.float32)
     bar = tqdm(total=len(ids), desc=settings.desc or "images", unit="img", disable=not settings.progress)
+    overlap = overlap_rule(device) if settings.overlap is None else settings.overlap
+    if not overlap:  # phases: every core decodes a batch, then every core runs the model on it; no thread waits
+        with ThreadPoolExecutor(max_workers=settings.workers or _cores(), thread_name_prefix="decode") as pool:
+            try:
+                for start, batch in enumerate(batches):
+                    prepared = list(pool.map(load, batch))
+                    out[start * batch_size : start * batch_size + len(prepared)] = run(prepared)
+                    bar.update(len(prepared))
+            finally:
+                bar.close()
+        return out
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
         queue: deque[list[Future]] = deque()
         next_batch = 0

@@ -268,9 +268,12 @@ _UNKNOWN_SIDE = 224  # a preprocessing callable does not say its output size: co
 
 def preparation(run: ModelOutputs) -> Any:
     """What decides ``run``'s prepared input from the decoded image: equal keys give identical arrays, so the models
-    that share one are fed one resize + crop. A :class:`Preprocessing` by value; any other callable by identity."""
+    that share one are fed one resize + crop. A :class:`Preprocessing` by its numbers (not the ``source`` note that
+    says where they were read); any other callable by identity."""
     prep = run.classifier.preprocessing
-    return prep if isinstance(prep, Preprocessing) else ("rgb",) if prep is None else ("callable", id(prep))
+    if isinstance(prep, Preprocessing):
+        return replace(prep, source="")
+    return ("rgb",) if prep is None else ("callable", id(prep))
 
 
 def passes(runs: Sequence[ModelOutputs], batch_size: int) -> list[list[ModelOutputs]]:

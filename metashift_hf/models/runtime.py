@@ -93,6 +93,18 @@ def decode_workers(requested: int | None = None, device: str = "cpu") -> int:
     return max(1, min(4, _cores() - torch_threads))
 
 
+def overlap_rule(device: str = "cpu") -> bool:
+    """Whether decoding overlaps the forward pass. On a GPU it does (the forward pass leaves the CPU free). On a
+    CPU whose cores torch's threads all use, decode threads running beside the forward pass take a core from one
+    torch thread while the others wait for it at every operator's barrier; decoding each batch on every core, then
+    running the model on every core, keeps all cores busy in both phases (the ceiling docs/evaluate.md computes).
+    With cores to spare (fewer torch threads than cores) the spare cores decode while the model runs."""
+    if device.startswith(("cuda", "mps")):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is None or torch.get_num_threads() < _cores()
+
+
 def runtime_card() -> dict[str, Any]:
     """What the run card records about the process: allocator, threads, cores."""
     torch = sys.modules.get("torch")
