@@ -12,7 +12,7 @@ from PIL import UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from ..core.errors import MissingImagesError
-from .runtime import _cores, decode_workers, overlap_rule
+from .runtime import decode_workers, overlap_rule, phase_workers
 
 
 PREFETCH_BATCHES = 2  # batches decoded ahead of the one being run: enough to hide decode time
@@ -44,9 +44,12 @@ def map_batches(
 ) -> np.ndarray:
     """``run`` over the ``prepare``d images, ``settings.batch_size`` at a time -> float32 (n, ``width``), in order.
 
-    A thread pool decodes and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs
-    (PIL and torch both release the GIL), so the model rarely waits for JPEG decoding. Decode threads:
-    ``settings.workers``, default :func:`decode_workers`' rule for ``device`` (the device ``run`` computes on).
+    Overlapped (a GPU, or a CPU with cores torch's threads leave free: :func:`overlap_rule`): a thread pool decodes
+    and preprocesses the next ``PREFETCH_BATCHES`` batches while the model runs (PIL and torch both release the
+    GIL), so the model rarely waits for JPEG decoding; decode threads ``settings.workers``, default
+    :func:`decode_workers`' rule for ``device`` (the device ``run`` computes on). In phases (a CPU whose every core
+    runs a torch thread): every core decodes a batch, then the model runs on it (no thread steals a core from the
+    forward pass's threads, which wait for each other at every operator); ``settings.overlap`` overrides the rule.
     Called by :func:`metashift_hf.models.outputs.compute`, the one model pass.
     """
     batch_size = settings.batch_size
@@ -75,7 +78,7 @@ def map_batches(
     bar = tqdm(total=len(ids), desc=settings.desc or "images", unit="img", disable=not settings.progress)
     overlap = overlap_rule(device) if settings.overlap is None else settings.overlap
     if not overlap:  # phases: every core decodes a batch, then every core runs the model on it; no thread waits
-        with ThreadPoolExecutor(max_workers=settings.workers or _cores(), thread_name_prefix="decode") as pool:
+        with ThreadPoolExecutor(max_workers=phase_workers(settings.workers), thread_name_prefix="decode") as pool:
             try:
                 for start, batch in enumerate(batches):
                     prepared = list(pool.map(load, batch))

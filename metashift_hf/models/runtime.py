@@ -105,6 +105,11 @@ def overlap_rule(device: str = "cpu") -> bool:
     return torch is None or torch.get_num_threads() < _cores()
 
 
+def phase_workers(requested: int | None = None) -> int:
+    """Decode threads when decoding does not overlap the model (:func:`overlap_rule`): as asked, else every core."""
+    return requested if requested is not None else _cores()
+
+
 def runtime_card() -> dict[str, Any]:
     """What the run card records about the process: allocator, threads, cores."""
     torch = sys.modules.get("torch")
