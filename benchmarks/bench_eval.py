@@ -322,6 +322,9 @@ def models(args) -> dict:
             for r in runs
         },
         "zoo": lambda: outputs.compute_together(runs, ids, read, outputs.RunConfig(bs, args.workers, False)),
+        "zoo_other_schedule": lambda: outputs.compute_together(
+            runs, ids, read, outputs.RunConfig(bs, args.workers, False, overlap=not overlap_rule())
+        ),
     }
     times = {k: [] for k in modes}
     for _ in range(args.repeat):  # round-robin, best of each
@@ -355,6 +358,7 @@ def models(args) -> dict:
         "ceiling_img_s": round(ceiling, 1),
         "ceiling_vs_summed_forward": round(ceiling * forward_s, 3),
         "zoo_vs_ceiling": round(zoo_img_s / ceiling, 3),
+        "zoo_other_schedule_vs_summed_forward": round(n / best["zoo_other_schedule"] * forward_s, 3),
         "load_average_1min_after": round(os.getloadavg()[0], 2),
     }
 
