@@ -199,7 +199,7 @@ def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
     args = ["space", "--from", str(space_world.export), "--results", str(space_world.results), "--out", str(out)]
     assert cli.main(args) == 0
     assert "3 task(s), 2 class(es), 6 result row(s)" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(repo.SPACE_FILES)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted([*repo.SPACE_FILES, "wheels"])
     text = (out / "README.md").read_text()
     meta = _front_matter(text)
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and (out / meta["app_file"]).is_file()
@@ -211,6 +211,7 @@ def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
     reqs = (out / "requirements.txt").read_text().split()
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["space"]
     assert f"gradio=={repo.GRADIO_VERSION}" in reqs and extra == [f"gradio=={repo.GRADIO_VERSION}"]
+    assert reqs[1] == "./wheels/metashift_hf-0.1.0-py3-none-any.whl" and (out / reqs[1]).is_file()
     app_text = (out / "app.py").read_text()
     assert json.dumps(str(space_world.export)) in app_text and "from metashift_hf.space.app import main" in app_text
     compile(app_text, "app.py", "exec")
@@ -243,7 +244,8 @@ def test_push_is_one_commit_then_none(space_world, tmp_path, monkeypatch):
         first = repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
         space = state.repos[("space", "tester/metashift-space")]
         assert first and space.head.oid == first and len(space.commits) == 2  # create + ours
-        assert set(space.head.files) == {".gitattributes", *repo.SPACE_FILES}
+        assert set(space.head.files) == {".gitattributes", *repo.space_files(folder)}
+        assert any(f.startswith("wheels/metashift_hf-") for f in space.head.files)
         assert repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint) is None
         assert len(space.commits) == 2
         (folder / "app.py").write_text((folder / "app.py").read_text() + "\n")
@@ -306,3 +308,108 @@ def test_space_from_a_hub_namespace_end_to_end(tmp_path):
         (collection,) = state.collections.values()
         kinds = {(i["id"], i["type"]) for i in collection["items"]}
         assert ("tester/metashift-space", "space") in kinds and (f"tester/metashift-{TASKS[0]}", "dataset") in kinds
+
+
+def test_the_written_requirements_resolve_from_the_space_folder(space_world, tmp_path):
+    """Issue 44 part 1: the package's own wheel is in the folder, named by relative path, and what the Space's build
+    asks pip for downloads (`pip download --no-deps -r requirements.txt` from the folder; the wheel is local)."""
+    import subprocess
+    import sys
+
+    out = repo.write_space(tmp_path / "S", str(space_world.export), [])
+    (wheel,) = (out / "wheels").glob("metashift_hf-*.whl")
+    assert (out / "requirements.txt").read_text().splitlines()[1] == f"./wheels/{wheel.name}"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp_path / "dl"), "-r"]
+        + ["requirements.txt"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "dl" / wheel.name).is_file()
+
+
+def test_a_package_line_with_a_newline_is_refused(space_world, tmp_path, capsys):
+    """Case S-11: a --package holding a newline added its own requirements.txt line (an extra index URL)."""
+    out = tmp_path / "S"
+    base = ["space", "--from", str(space_world.export), "--out", str(out)]
+    with pytest.raises(SystemExit, match="2"):
+        cli.main([*base, "--package", "metashift-hf\n--extra-index-url http://evil.example/simple"])
+    assert "is not one requirement line" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit, match="2"):
+        cli.main([*base, "--package=--extra-index-url=http://evil.example/simple"])
+    assert "a pip option" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(MetashiftError, match="not one requirement line"):
+        repo.write_space(out, str(space_world.export), [], package="metashift-hf\r\n-e .")
+    assert not out.exists()
+
+
+def test_push_refuses_requirements_pip_cannot_resolve(space_world, tmp_path, monkeypatch):
+    """Issue 44 part 1: the review's `metashift-hf==0.1.0` (no index holds it) is refused before any Hub call."""
+    folder = repo.write_space(tmp_path / "S", "tester", [], package="metashift-hf==0.0.0.dev424242")
+    with running_hub() as (endpoint, state):
+        with pytest.raises(InputFormatError, match="pip cannot install .*requirements.txt") as refused:
+            repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
+        assert "metashift-hf" in refused.value.what and not state.repos
+
+
+def test_space_force_keeps_the_files_the_user_added(space_world, tmp_path, monkeypatch):
+    """Case S-104: `space --force` over a Space folder deleted the user's notes.txt and .env; they are kept (as export
+    keeps them) and never pushed."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    out = tmp_path / "S"
+    args = ["space", "--from", "tester", "--out", str(out)]
+    monkeypatch.setattr(app, "load", lambda *a: app.load(str(space_world.export)))
+    folder = repo.write_space(out, "tester", [])
+    (folder / "notes.txt").write_text("my notes")
+    (folder / ".env").write_text("HF_TOKEN=hf_secret")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "more.md").write_text("more")
+    (folder / "wheels" / "stale-0.0.1-py3-none-any.whl").write_bytes(b"old")
+    assert cli.main([*args, "--force"]) == 0
+    assert (folder / "notes.txt").read_text() == "my notes" and (folder / ".env").read_text() == "HF_TOKEN=hf_secret"
+    assert (folder / "sub" / "more.md").read_text() == "more"
+    assert not (folder / "wheels" / "stale-0.0.1-py3-none-any.whl").exists()  # the wheels folder is ours
+    assert ".env" not in repo.space_files(folder) and "notes.txt" not in repo.space_files(folder)
+    with running_hub() as (endpoint, state):
+        repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
+        files = set(state.repos[("space", "tester/metashift-space")].head.files)
+        assert ".env" not in files and "notes.txt" not in files and "README.md" in files
+
+
+@pytest.mark.slow
+def test_the_written_requirements_install_into_a_fresh_venv(space_world, tmp_path):
+    """~15 s. Issue 44 part 1: a fresh virtual environment (`venv --system-site-packages`: gradio and the
+    dependencies come from the system site, offline) installs the Space's requirements.txt from the Space folder
+    (`pip install --no-deps -r requirements.txt`), and the Space's app.py then runs from the installed wheel, not
+    from this checkout. This proves the wheel is complete and named right; it does not prove the index holds
+    every dependency's pinned version (the push's `pip install --dry-run` asks the index for that)."""
+    import subprocess
+    import sys
+
+    out = repo.write_space(tmp_path / "S", str(space_world.export), [])
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run(
+        [py, "-m", "pip", "install", "--no-deps", "-q", "-r", "requirements.txt"],
+        cwd=out,
+        env=env,
+        text=True,
+        capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr
+    where = subprocess.run(
+        [py, "-c", "import metashift_hf.space.app as a, metashift_hf.cards as c; print(a.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert where.returncode == 0 and where.stdout.startswith(str(venv)), where.stderr
+    helped = subprocess.run([py, str(out / "app.py"), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert helped.returncode == 0 and "--from" in helped.stdout, helped.stderr

@@ -9,7 +9,7 @@ from ..core import options as opt
 from ..core.errors import InputFormatError
 from ..core.fsutil import check_out
 from ..hub.publish import COLLECTION_TITLE, DEFAULT_TIMEOUT
-from ..space import app, repo
+from ..space import app, package, repo
 from . import HELP
 
 
@@ -45,11 +45,17 @@ def register(subparsers) -> None:
     p.add_argument("--title", type=lambda v: opt.text(v, "--title"), default=repo.DEFAULT_TITLE, help="Space title")
     p.add_argument(
         "--package",
+        type=package.check_package,
         default=None,
         metavar="REQUIREMENT",
-        help="requirements.txt line for metashift-hf (default metashift-hf==<this version>), e.g. a git URL",
+        help="requirements.txt line for metashift-hf, e.g. a wheel URL or 'metashift-hf @ git+https://...' "
+        "(default: this package's own wheel, built into DIR/wheels/ and named by relative path)",
     )
-    p.add_argument("--force", action="store_true", help="replace an earlier Space folder written by this command")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier Space folder written by this command (files you added to it are kept)",
+    )
     p.add_argument("--push", default=None, metavar="NAMESPACE/NAME", help="push the folder as this Space repo")
     p.add_argument("--private", action="store_true", help="create the Space private")
     p.add_argument("--collection", default=COLLECTION_TITLE, help="collection the Space is added to")
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         args.out, args.source, args.results, title=args.title, package=args.package, force=args.force
     )
     print(
-        f"wrote {out}: README.md, app.py, requirements.txt ({len(data.index.tasks)} task(s), "
+        f"wrote {out}: {', '.join(repo.space_files(out))} ({len(data.index.tasks)} task(s), "
         f"{len(data.index.classes)} class(es), {len(data.results.board)} result row(s))"
     )
     print(f"serve it offline: python {out / 'app.py'} --from {args.source} --port 7860")

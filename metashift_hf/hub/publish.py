@@ -351,12 +351,12 @@ def check_repo_dir(repo: ExportedRepo) -> list[str]:
     return names
 
 
-def _remote_tree(hub: _Hub, repo_id: str) -> dict[str, tuple[str, int, bool]]:
+def remote_tree(hub: _Hub, repo_id: str, repo_type: str = "dataset") -> dict[str, tuple[str, int, bool]]:
     """path -> (oid to compare, size, is_lfs) for every file on main."""
     from huggingface_hub.hf_api import RepoFile
 
     entries = hub.call(
-        f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type="dataset", recursive=True))
+        f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type=repo_type, recursive=True))
     )
     out = {}
     for e in entries:
@@ -456,7 +456,7 @@ def _push_planned(
         remote = None
         if token:
             exists = hub.call(f"looking up {repo_id}", hub.api.repo_exists, repo_id, repo_type="dataset")
-            remote = _remote_tree(hub, repo_id) if exists else {}
+            remote = remote_tree(hub, repo_id) if exists else {}
         plans.append(plan_repo(r, repo_id, remote, configs[r.name]))
     if dry_run:  # the caller shows plan_lines(result.plans)
         return PublishResult(plans, {}, None, True)
@@ -475,7 +475,7 @@ def _push_planned(
         )
         if plan.exists is False:
             # create_repo made a first commit (.gitattributes): plan against the real tree.
-            plan = plans[i] = plan_repo(r, plan.repo_id, _remote_tree(hub, plan.repo_id), configs[r.name])
+            plan = plans[i] = plan_repo(r, plan.repo_id, remote_tree(hub, plan.repo_id), configs[r.name])
         if not plan.changed:
             logger.info(f"{plan.repo_id}: up to date, no commit")
             commits[plan.repo_id] = None

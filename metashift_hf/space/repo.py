@@ -21,18 +21,21 @@ from typing import Sequence
 
 from ..core import __version__
 from ..core.errors import InputFormatError
-from ..core.fsutil import atomic_dir
+from ..core.fsutil import atomic_dir, sha256_file
 from ..core.names import markdown_safe
+from ..hub.export import keep_user_files
 from ..hub.publish import (
     COLLECTION_TITLE,
     DEFAULT_TIMEOUT,
     FilePlan,
     RepoPlan,
     git_blob_sha1,
+    remote_tree,
     update_collection,
     writable_hub,
 )
 from ..hub.shards import validate_repo_name
+from .package import WHEELS, build_wheel, check_package, check_requirements, requirement_for
 
 
 logger = logging.getLogger(__name__)
@@ -96,10 +99,10 @@ def app_py(source: str, results: Sequence[str]) -> str:
     )
 
 
-def requirements(package: str | None = None) -> str:
-    """requirements.txt: gradio pinned (as ``sdk_version``) and the package (``package``: another requirement
-    line for it, e.g. a wheel URL or ``metashift-hf @ git+https://...``)."""
-    return f"gradio=={GRADIO_VERSION}\n{package or f'metashift-hf=={__version__}'}\n"
+def requirements(package: str) -> str:
+    """requirements.txt: gradio pinned (as ``sdk_version``) and the package's line (its wheel in the folder by
+    relative path, or ``--package``: e.g. a wheel URL or ``metashift-hf @ git+https://...``)."""
+    return f"gradio=={GRADIO_VERSION}\n{package}\n"
 
 
 def write_space(
@@ -111,35 +114,44 @@ def write_space(
     package: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the Space repo folder ``out`` (atomically: our marker, refused over someone else's folder)."""
-    files = {
-        "README.md": readme(source, results, title=title),
-        "app.py": app_py(source, results),
-        "requirements.txt": requirements(package),
-    }
+    """Write the Space repo folder ``out`` (atomically: our marker, refused over someone else's folder). Without
+    ``package`` the package's own wheel is built into ``out/wheels/``; files the user added to an earlier folder
+    (``--force``) are kept, as export keeps them (the wheels folder is ours, rewritten whole)."""
+    package = check_package(package)
     inputs = [source, *results] if Path(source).is_dir() else list(results)
     with atomic_dir(Path(out), kind=SPACE_KIND, force=force, inputs=inputs) as tmp:
+        tmp = Path(tmp)
+        line = package or requirement_for(build_wheel(tmp / WHEELS), tmp)
+        files = {
+            "README.md": readme(source, results, title=title),
+            "app.py": app_py(source, results),
+            "requirements.txt": requirements(line),
+        }
         for name, text in files.items():
-            (Path(tmp) / name).write_text(text, encoding="utf-8")
+            (tmp / name).write_text(text, encoding="utf-8")
+        keep_user_files(Path(out), tmp, {WHEELS})
     return Path(out)
 
 
-def _remote_files(hub, repo_id: str) -> dict[str, str]:
-    from huggingface_hub.hf_api import RepoFile  # heavy optional import, as hub.publish
-
-    entries = hub.call(
-        f"listing {repo_id}", lambda: list(hub.api.list_repo_tree(repo_id, repo_type="space", recursive=True))
-    )
-    return {e.path: e.blob_id for e in entries if isinstance(e, RepoFile)}
+def space_files(folder: Path) -> list[str]:
+    """The files of the Space folder that are the Space's (never a file the user added, e.g. ``.env``)."""
+    wheels = sorted(p for p in (folder / WHEELS).glob("*.whl") if p.is_file() and not p.is_symlink())
+    return [*SPACE_FILES, *(p.relative_to(folder).as_posix() for p in wheels)]
 
 
-def plan_space(folder: Path, repo_id: str, remote: dict[str, str] | None) -> RepoPlan:
-    """Each Space file: upload or unchanged (git blob sha1 against the remote tree); nothing else is touched."""
+def plan_space(folder: Path, repo_id: str, remote: dict[str, tuple[str, int, bool]] | None) -> RepoPlan:
+    """Each Space file: upload or unchanged (git blob sha1, or sha256 for an LFS file, against the remote tree);
+    an earlier wheel no longer in the folder is deleted; nothing else is touched."""
     plan = RepoPlan(repo_id, folder, None if remote is None else bool(remote), repo_type="space")
-    for name in SPACE_FILES:
+    local = space_files(folder)
+    for name in local:
         path = folder / name
-        same = remote is not None and remote.get(name) == git_blob_sha1(path)
+        old = (remote or {}).get(name)
+        same = old is not None and old[0] == (sha256_file(path) if old[2] else git_blob_sha1(path))
         plan.files.append(FilePlan(name, path.stat().st_size, "unchanged" if same else "upload"))
+    for name, (_, size, _) in sorted((remote or {}).items()):
+        if name.startswith(f"{WHEELS}/") and name not in local:
+            plan.files.append(FilePlan(name, size, "delete"))
     return plan
 
 
@@ -166,9 +178,10 @@ def push_space(
 ) -> str | None:
     """Push the Space folder as Space repo ``repo_id`` (one commit when something changed, else none; returns the
     commit id or None) and add it to the namespace's collection."""
-    from huggingface_hub import CommitOperationAdd  # heavy optional import, as hub.publish
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete  # heavy optional import, as hub.publish
 
     folder = check_space_folder(folder)
+    check_requirements(folder)  # before any Hub call: a Space whose requirements pip cannot resolve never builds
     if repo_id.count("/") != 1:
         raise InputFormatError(f"--push {repo_id!r} is not NAMESPACE/NAME", "e.g. --push my-org/metashift-space")
     namespace, name = repo_id.split("/")
@@ -184,7 +197,7 @@ def push_space(
         private=private,
         exist_ok=True,
     )
-    plan = plan_space(folder, repo_id, _remote_files(hub, repo_id))
+    plan = plan_space(folder, repo_id, remote_tree(hub, repo_id, repo_type="space"))
     commit = None
     if plan.changed:
         readme_path = folder / "README.md"
@@ -192,8 +205,10 @@ def push_space(
             hub.validate_card(readme_path, readme_path.read_text(encoding="utf-8"), repo_id, repo_type="space")
         ops = [
             CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(folder / f.path))
-            for f in plan.files
             if f.action == "upload"
+            else CommitOperationDelete(path_in_repo=f.path)
+            for f in plan.files
+            if f.action != "unchanged"
         ]
         info = hub.call(
             f"committing to {repo_id}",
