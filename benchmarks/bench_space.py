@@ -8,7 +8,7 @@ nothing else (no row, no image). Then, pinned to 2 cores (cores 0 and 1, with ev
   app's start-up work, best of ``--repeat``;
 - ``first page (python)``: the tasks table's first page as HTML (what the page carries), best of ``--repeat``;
 - ``first page (chromium)``: the app serving the root (``python S/app.py`` written by ``metashift-hf space``, pinned
-  to 2 cores), headless Chromium (metashift_hf.space.browser: Playwright, Debian's chromium): seconds from the
+  to 2 cores), headless Chromium (tests/fixtures/browser.py: Playwright, Debian's chromium): seconds from the
   navigation's start to the tasks table in the DOM, in a fresh browser context each time (no page state kept;
   the HTTP cache of the one browser process is warm after a first load), median of ``--repeat``; and a task's
   page (``?view=task&task=...``) once.
@@ -34,8 +34,10 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the browser helper is the tests'
 
-from metashift_hf.space import app, browser, index, repo  # noqa: E402
+from fixtures import browser  # noqa: E402
+from metashift_hf.space import app, index, repo  # noqa: E402
 
 
 SHIFTS = ("marginal", "conditional", "joint", "none")

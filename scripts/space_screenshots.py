@@ -2,7 +2,7 @@
 that `metashift-hf space` writes, serving an export folder (and a zoo's results) on 127.0.0.1.
 
 Each view is shot once its marker is in the DOM (so the picture shows the view, not a spinner; headless Chromium
-through Playwright, metashift_hf.space.browser). ``docs/figures/space-screenshots.json`` records each figure: the view's query, its marker,
+through Playwright, tests/fixtures/browser.py). ``docs/figures/space-screenshots.json`` records each figure: the view's query, its marker,
 the PNG's size and sha256; ``--check`` (tests/test_space.py runs it, no browser needed) fails when a figure is
 missing or differs from the record, or when no doc shows it.
 
@@ -70,7 +70,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def write(source: str, results: list[str], width: int, height: int) -> None:
-    from metashift_hf.space import browser  # only --write drives the browser: --check stays a quick test
+    sys.path.insert(0, str(ROOT / "tests"))  # the browser helper is the tests' (tests/fixtures/browser.py)
+    from fixtures import browser  # only --write drives the browser: --check stays a quick test
 
     root = Path(tempfile.mkdtemp(prefix="space-shots-"))
     try:

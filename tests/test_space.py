@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from metashift_hf import cli
 from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.scoring.stats import wilson_interval
 from metashift_hf.space import app, graphs, index, render, repo, results
+from metashift_hf.tasks.families import TASK_FAMILIES
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +43,11 @@ def test_index_lists_every_task_from_its_spec_alone(space_world, data):
     frame = ix.frame
     assert list(frame.columns) == list(index.TASK_COLUMNS)
     sub = frame.set_index("task").loc["paper-subpop-cat-dog-p12"]
-    assert (sub["shift"], sub["family"], sub["rows"]) == ("conditional", "paper", 36)
+    assert (sub["shift"], sub["family"], sub["rows"]) == ("conditional", "paper-subpop", 36)
+    # the family labels are the task-family registry's names (issue 42: no second list)
+    assert set(frame["family"]) <= {*TASK_FAMILIES.names(), "other"} and index.families(ix) == sorted(
+        {"paper-dg", "paper-subpop", "other"} & set(frame["family"])
+    )
     assert list(index.filter_tasks(ix, shift="conditional")["task"]) == ["paper-subpop-cat-dog-p12"]
     assert list(index.filter_tasks(ix, text="DG")["task"]) == ["paper-dg-cat-dog-1"]
     assert len(index.filter_tasks(ix, cls="cat")) == 3 and index.filter_tasks(ix, cls="bird").empty
@@ -129,10 +135,14 @@ def test_task_page(data):
 
 def test_leaderboard_headline_and_drilldown(data, space_world):
     r = data.results
-    table = results.headline_table(r)
-    assert table["model"].iloc[0] == results.BASELINE  # the baseline beside every model, first
-    assert list(table.columns) == ["model", *sorted(TASKS)]
-    assert list(results.headline_table(r, sort_by=TASKS[0])["model"]) == [results.BASELINE, "tiny-net", HOSTILE_MODEL]
+    table, cut = results.board_by_task(r)
+    assert list(table.columns)[:2] == ["task", results.BASELINE] and cut == 0  # the baseline first, every model
+    assert list(table["task"]) == sorted(TASKS) and set(table.columns[2:]) == {"tiny-net", HOSTILE_MODEL}
+    means = table[table.columns[2:]].mean()
+    assert list(means) == sorted(means, reverse=True)  # the models by their mean over tasks, best first
+    one, cut = results.board_by_task(r, search=TASKS[0][-4:], models="tiny", max_models=1)
+    assert list(one["task"]) == [TASKS[0]] and list(one.columns) == ["task", results.BASELINE, "tiny-net"]
+    assert results.board_by_task(r, max_models=1)[1] == 2  # two models matched, one shown
     dd = results.drilldown(r, "tiny-net", TASKS[0])
     per_group = pd.read_csv(space_world.results / "tiny-net" / TASKS[0] / "per_group.csv")
     assert len(dd.groups) == len(per_group)
@@ -165,15 +175,15 @@ def test_every_name_from_the_data_is_shown_as_text(data):
     v = app.Views(data)
     page = v.task(EVIL_TASK)  # the spec reads (its rows would be refused): its hostile context is text
     assert render.esc(HOSTILE) in page and HOSTILE not in page and "<img src=x" not in page
-    board = v.leaderboard()
-    assert render.esc(HOSTILE_MODEL) in board and "<script>" not in board
+    board, _ = v.board()
+    assert HOSTILE_MODEL in board.columns  # a Dataframe header: text in Gradio's table, never markup
     drill = v.drilldown(HOSTILE_MODEL, TASKS[0])
     assert "<script>" not in drill and render.esc(HOSTILE_MODEL) in drill
     assert render.href(view="task", task='"><script>') == "?view=task&amp;task=%22%3E%3Cscript%3E"
     # every tag in the views is one the renderer writes
     ours = {"style", "p", "table", "thead", "tbody", "tr", "th", "td", "a", "h3", "h4", "strong", "code", "caption"}
     ours |= {"br", "em", "small", "span"}
-    for html in (page, board, drill, v.tasks()):
+    for html in (page, drill, v.tasks()[1]):
         assert set(re.findall(r"<([a-z0-9]+)", html)) <= ours
 
 
@@ -213,7 +223,10 @@ def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
     assert f"gradio=={repo.GRADIO_VERSION}" in reqs and extra == [f"gradio=={repo.GRADIO_VERSION}"]
     assert reqs[1] == "./wheels/metashift_hf-0.1.0-py3-none-any.whl" and (out / reqs[1]).is_file()
     app_text = (out / "app.py").read_text()
-    assert json.dumps(str(space_world.export)) in app_text and "from metashift_hf.space.app import main" in app_text
+    assert "from metashift_hf.space.app import main" in app_text
+    # the folder source is written relative to the Space folder and resolved against app.py's folder
+    rel = Path(os.path.relpath(space_world.export, out)).as_posix()
+    assert f"SOURCE = str(HERE / {json.dumps(rel)})" in app_text and meta["fullWidth"] is True
     compile(app_text, "app.py", "exec")
     # written again only with --force; another tool's folder is never replaced
     assert cli.main(args) == 2
@@ -362,17 +375,21 @@ def test_space_force_keeps_the_files_the_user_added(space_world, tmp_path, monke
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     out = tmp_path / "S"
     args = ["space", "--from", "tester", "--out", str(out)]
-    monkeypatch.setattr(app, "load", lambda *a: app.load(str(space_world.export)))
+    real_load = app.load  # the Hub namespace "tester" is not served here: the app reads the export instead
+    monkeypatch.setattr(app, "load", lambda *a: real_load(str(space_world.export)))
     folder = repo.write_space(out, "tester", [])
     (folder / "notes.txt").write_text("my notes")
     (folder / ".env").write_text("HF_TOKEN=hf_secret")
     (folder / "sub").mkdir()
     (folder / "sub" / "more.md").write_text("more")
+    before = hashlib.sha256(next((folder / "wheels").glob("*.whl")).read_bytes()).hexdigest()
     (folder / "wheels" / "stale-0.0.1-py3-none-any.whl").write_bytes(b"old")
     assert cli.main([*args, "--force"]) == 0
     assert (folder / "notes.txt").read_text() == "my notes" and (folder / ".env").read_text() == "HF_TOKEN=hf_secret"
     assert (folder / "sub" / "more.md").read_text() == "more"
     assert not (folder / "wheels" / "stale-0.0.1-py3-none-any.whl").exists()  # the wheels folder is ours
+    (wheel,) = (folder / "wheels").glob("*.whl")
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == before  # the same source, the same wheel bytes
     assert ".env" not in repo.space_files(folder) and "notes.txt" not in repo.space_files(folder)
     with running_hub() as (endpoint, state):
         repo.push_space(folder, "tester/metashift-space", token=TOKEN, endpoint=endpoint)
@@ -413,3 +430,40 @@ def test_the_written_requirements_install_into_a_fresh_venv(space_world, tmp_pat
     assert where.returncode == 0 and where.stdout.startswith(str(venv)), where.stderr
     helped = subprocess.run([py, str(out / "app.py"), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert helped.returncode == 0 and "--from" in helped.stdout, helped.stderr
+
+
+@pytest.mark.parametrize("port, said", [("99999", "not a port number"), ("-5", "not a port number")])
+def test_app_refuses_a_bad_port_before_reading_anything(port, said, tmp_path, capsys):
+    """Cases S-26 / S-28 (D11): app.py --port 99999 or -5 ended in Gradio's OverflowError traceback."""
+    assert app.main(["--from", str(tmp_path / "absent"), "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --port '{port}' is {said}" in err and "fix: pass --port 1-65535" in err
+
+
+def test_app_refuses_a_busy_port(space_world, capsys):
+    """Case S-29 (D11): a port something listens on ended in Gradio's OSError traceback."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert app.main(["--from", str(space_world.export), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port} on 127.0.0.1 cannot be served" in err and "pick a free port" in err
+
+
+def test_a_blank_source_is_refused_as_blank(capsys, tmp_path):
+    """Case S-02: --from '' was read as the working folder ('holds no exported task')."""
+    assert cli.main(["space", "--from", "", "--out", str(tmp_path / "S")]) == 2
+    assert "--from is blank" in capsys.readouterr().err and not (tmp_path / "S").exists()
+
+
+def test_a_large_image_is_not_inlined(data, monkeypatch):
+    """Issue 44 part 7: inlined thumbnails are capped in bytes."""
+    e = data.index.task(TASKS[0])
+    node = graphs.class_graph(e, "dog").nodes[0].subset
+    shown = graphs.thumbnails(e, node)
+    assert shown and all(len(t.data) <= graphs.MAX_INLINE_BYTES for t in shown)
+    monkeypatch.setattr(graphs, "MAX_INLINE_BYTES", min(len(t.data) for t in shown) - 1)
+    assert graphs.thumbnails(e, node) == []

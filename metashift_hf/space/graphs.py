@@ -24,6 +24,7 @@ from .index import IndexedTask
 
 
 THUMBNAILS = 6  # images shown per picked subset
+MAX_INLINE_BYTES = 256 * 1024  # an image larger than this is not inlined into the page (a page stays small)
 _MIME = {b"\xff\xd8\xff": "image/jpeg", b"\x89PNG": "image/png", b"GIF8": "image/gif"}
 
 
@@ -177,7 +178,7 @@ def thumbnails(e: IndexedTask, subset: str, k: int = THUMBNAILS) -> list[Thumbna
     for image_id in ids:
         data = source.read(image_id)
         mime = _mime(data)
-        if mime is not None:  # bytes a browser would not show as an image are never inlined
+        if mime is not None and len(data) <= MAX_INLINE_BYTES:  # never inlined: non-images, huge images
             out.append(Thumbnail(image_id, mime, data))
     return out
 

@@ -24,6 +24,7 @@ from ..cards.shift_words import first_sentence, shift_label
 from ..core.errors import InputFormatError, MetashiftError
 from ..hub.publish import COLLECTION_TITLE
 from ..hub.shards import REPO_PREFIX, SPEC_FILE
+from ..tasks.families import TASK_FAMILIES
 from ..tasks.spec import ShiftSpec
 
 
@@ -106,18 +107,17 @@ class TaskIndex:
 
 
 def family(spec: ShiftSpec) -> str:
-    """A task's family in a word or two, from the typed parts its spec carries."""
-    if spec.paper is not None:
-        return "paper"
-    if spec.level is not None:
-        return f"level ({spec.level.type})"
+    """A task's family: the name of the task-family registry's family that owns its id (``TASK_FAMILIES``, the one
+    list of families). A matched task's id is owned through the artifact's match registry, which a published task
+    does not carry: its spec's registry facts say it is one. An id no family owns (a task from another tool) is
+    ``other``."""
     if spec.registry is not None:
-        return f"matched {spec.registry.kind}"
-    if spec.filters is not None:
-        return "collection"
-    if spec.family is not None or spec.factor is not None:
-        return "shift family"
-    return spec.task_id.split("-")[0]
+        return TASK_FAMILIES.get("matched").name
+    for fam in TASK_FAMILIES.values():
+        # every family but the matched one owns ids by their name alone ("valid on this artifact or not")
+        if fam.name != "matched" and fam.owns(None, spec.task_id):
+            return fam.name
+    return "other"
 
 
 def entry(spec: ShiftSpec, repo: str, config: str) -> IndexedTask:
@@ -191,6 +191,8 @@ def hub_tasks(namespace: str, workers: int = 8) -> list[IndexedTask]:
 def load_index(source: "str | os.PathLike") -> TaskIndex:
     """The index of an export folder or a Hub namespace; an empty one or two tasks of one id are refused."""
     text = str(source)
+    if not text.strip():  # Path("") is the working directory: a blank --from is a mistake, not "here"
+        raise InputFormatError("--from is blank", SOURCE_FIX)
     if Path(text).is_dir():
         tasks = folder_tasks(text)
     elif "/" not in text and text:

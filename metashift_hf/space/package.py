@@ -11,6 +11,7 @@ will ask for, each line's metadata only; a local wheel resolves without network)
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ PROJECT = "metashift-hf"
 # what setuptools reads to build the wheel (pyproject's packages and package-dir); caches never copied
 SOURCE_PARTS = ("pyproject.toml", "README.md", "LICENSE", "metashift_hf", "builders", "wordnet_match", "cards")
 PIP_TIMEOUT_S = 600
+SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip entry holds
 PACKAGE_FIX = "give --package one requirement line, e.g. 'metashift-hf @ https://example.org/metashift_hf.whl'"
 
 
@@ -74,7 +76,11 @@ def build_wheel(dest: Path) -> Path:
                 shutil.copy2(path, src / part)
         out = Path(tmp) / "wheel"
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
-        done = subprocess.run([*cmd, "-w", str(out), str(src)], capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        # a fixed zip timestamp: the same source gives the same wheel bytes (a second push makes no commit)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+        done = subprocess.run(
+            [*cmd, "-w", str(out), str(src)], capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=env
+        )
         wheels = sorted(out.glob("*.whl"))
         if done.returncode != 0 or len(wheels) != 1:
             raise InputFormatError(

@@ -17,7 +17,6 @@ from urllib.parse import urlencode
 import pandas as pd
 
 from ..core.errors import MetashiftError
-from ..evaluate.zoo import BASELINE
 from .graphs import ClassGraph, SubsetDistance, Thumbnail
 from .index import TaskPage
 from .results import Drilldown
@@ -25,18 +24,24 @@ from .results import Drilldown
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 NO_COMMUNITY = "#b0b0b0"
+# Gradio's theme variables, so a table header or a note stays readable in the dark theme (?__theme=dark)
 CSS = """
 <style>
-.ms-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-.ms-table th,.ms-table td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
-.ms-table th{background:#f3f4f6}
-.ms-note{color:#555;font-size:13px}
-.ms-error{color:#b00020}
-.ms-thumbs img{height:96px;margin:3px;border:1px solid #ccc}
-.ms-code{font-family:monospace;background:#f6f8fa;padding:2px 5px;display:block;white-space:pre-wrap;margin:3px 0}
-.ms-bug{color:#b00020;font-weight:bold}
+.ms-table{border-collapse:collapse;font-size:13px;margin:6px 0;color:var(--body-text-color)}
+.ms-table th,.ms-table td{border:1px solid var(--border-color-primary);padding:3px 7px;text-align:left;vertical-align:top}
+.ms-table th{background:var(--background-fill-secondary);color:var(--body-text-color)}
+.ms-note{color:var(--body-text-color-subdued);font-size:13px}
+.ms-error{color:var(--error-text-color)}
+.ms-thumbs img{height:96px;margin:3px;border:1px solid var(--border-color-primary)}
+.ms-code{font-family:monospace;background:var(--code-background-fill);color:var(--body-text-color);padding:2px 5px;
+display:block;white-space:pre-wrap;margin:3px 0}
+.ms-bug{color:var(--error-text-color);font-weight:bold}
+.ms-about{display:flex;gap:14px;align-items:center;flex-wrap:wrap}
+.ms-about svg{flex:0 0 auto;max-width:100%}
 </style>
 """
+NO_RESULTS = '<p class="ms-note">No results: run the Space with --results (a zoo folder or results repo).</p>'
+CITATION = "https://arxiv.org/abs/2202.06523"
 
 
 def esc(value: object) -> str:
@@ -96,18 +101,16 @@ def _task_link(task: object) -> str:
     return href(view="task", task=task)
 
 
-def tasks_html(df: pd.DataFrame, *, page: int = 1, per_page: int = 50, total: int | None = None) -> str:
-    """One page of the (filtered) tasks table; task names link to their page."""
+def page(df: pd.DataFrame, *, page: int = 1, per_page: int = 50, total: int | None = None, what: str = "row"):
+    """One page of a table (floats rounded for reading) and the note saying which rows it shows."""
     n = len(df)
     pages = max(1, math.ceil(n / per_page))
     page = min(max(1, int(page)), pages)
-    part = df.iloc[(page - 1) * per_page : page * per_page]
-    shown = f"{(page - 1) * per_page + 1 if n else 0}–{min(page * per_page, n)} of {n:,} task(s)"
+    part = df.iloc[(page - 1) * per_page : page * per_page].round(3).reset_index(drop=True)
+    shown = f"{(page - 1) * per_page + 1 if n else 0}–{min(page * per_page, n)} of {n:,} {what}(s)"
     if total is not None and total != n:
         shown += f" (filtered from {total:,})"
-    return (
-        CSS + f'<p class="ms-note">{esc(shown)}, page {page} of {pages}</p>' + table(part, links={"task": _task_link})
-    )
+    return part, CSS + f'<p class="ms-note">{esc(shown)}, page {page} of {pages}</p>'
 
 
 def _markdown_inline(text: str) -> str:
@@ -246,31 +249,6 @@ def distance_html(d: SubsetDistance) -> str:
     )
 
 
-def leaderboard_html(table_df: pd.DataFrame, sources: Iterable[str]) -> str:
-    if table_df.empty or len(table_df.columns) <= 1:
-        return CSS + '<p class="ms-note">No results: run the Space with --results (a zoo folder or results repo).</p>'
-    tasks = [c for c in table_df.columns if c != "model"]
-    head = "<tr><th>model</th>" + "".join(f'<th><a href="{_task_link(t)}">{esc(t)}</a></th>' for t in tasks) + "</tr>"
-    body = []
-    for row in table_df.itertuples(index=False):
-        model = row[0]
-        cells = []
-        for t, v in zip(tasks, row[1:]):
-            text = fmt(v)
-            if model != BASELINE and text != "–":
-                text = f'<a href="{href(view="leaderboard", model=model, task=t)}">{text}</a>'
-            cells.append(f"<td>{text}</td>")
-        name = f"<em>{esc(model)}</em>" if model == BASELINE else esc(model)
-        body.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
-    return (
-        CSS
-        + '<p class="ms-note">Headline: balanced accuracy on each task\'s test split (out of distribution); '
-        + f"<em>{esc(BASELINE)}</em> always predicts the majority class. Pick a cell for its per-group accuracy. "
-        + f"Results from: {esc(', '.join(sources))}</p>"
-        + f'<table class="ms-table"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
-    )
-
-
 def drilldown_html(dd: Drilldown) -> str:
     row = dd.row
     head = (
@@ -297,10 +275,34 @@ def drilldown_html(dd: Drilldown) -> str:
     )
 
 
+# One picture for the About paragraph: a class's context subsets, the training ones and a test one at a distance
+ABOUT_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 230 110" width="230" height="110" role="img" '
+    'aria-label="MetaShift: subsets of one class by context; train on some, test on another at a distance">'
+    '<g font-size="10" text-anchor="middle" fill="currentColor">'
+    '<line x1="45" y1="40" x2="100" y2="30" stroke="#888" stroke-width="2"/>'
+    '<line x1="45" y1="40" x2="70" y2="85" stroke="#888" stroke-width="2"/>'
+    '<line x1="100" y1="30" x2="185" y2="60" stroke="#888" stroke-dasharray="4 3"/>'
+    '<circle cx="45" cy="40" r="16" fill="#1f77b4"/><text x="45" y="70">cat(sofa)</text>'
+    '<circle cx="100" cy="30" r="12" fill="#1f77b4"/><text x="100" y="12">cat(bed)</text>'
+    '<circle cx="70" cy="85" r="10" fill="#1f77b4"/><text x="70" y="106">cat(couch)</text>'
+    '<circle cx="185" cy="60" r="14" fill="#ff7f0e"/><text x="185" y="90">cat(grass)</text>'
+    '<text x="150" y="38">distance d</text></g></svg>'
+)
+
+
 def header_html(source: str, n_tasks: int, n_classes: int, n_results: int) -> str:
+    """The title, what this Space serves, and the About paragraph (one picture, the linked citation)."""
     return (
         CSS
         + "<h2>MetaShift: tasks, meta-graphs and leaderboards</h2>"
+        + f'<div class="ms-about">{ABOUT_SVG}<p><strong>About MetaShift.</strong> MetaShift groups the images of '
+        + "each class by their context (<em>cat(sofa)</em>, <em>cat(grass)</em>): each group is a subset, and "
+        + "subsets sharing images are joined in the class's meta-graph. Training on some contexts and testing "
+        + "on another gives a distribution shift whose size is the distance <em>d</em> between them; the paper "
+        + "finds accuracy falls as <em>d</em> grows. "
+        + f'<a href="{CITATION}" target="_blank" rel="noopener">Liang &amp; Zou, MetaShift: A Dataset of Datasets '
+        + "for Evaluating Contextual Distribution Shifts and Training Conflicts, ICLR 2022</a>.</p></div>"
         + f'<p class="ms-note">{n_tasks:,} task(s) and {n_classes:,} class(es) from {esc(source)}; '
-        + f"{n_results:,} result row(s). MetaShift: Liang &amp; Zou, ICLR 2022 (arXiv 2202.06523).</p>"
+        + f"{n_results:,} result row(s).</p>"
     )

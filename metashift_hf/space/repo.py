@@ -61,6 +61,7 @@ def readme(source: str, results: Sequence[str], *, title: str = DEFAULT_TITLE, l
             f'sdk_version: "{GRADIO_VERSION}"',
             "app_file: app.py",
             "pinned: false",
+            "fullWidth: true",
             f"license: {license}",
             "short_description: MetaShift tasks, meta-graphs, leaderboards and distances",
             "tags:",
@@ -86,14 +87,25 @@ def readme(source: str, results: Sequence[str], *, title: str = DEFAULT_TITLE, l
     )
 
 
-def app_py(source: str, results: Sequence[str]) -> str:
-    """app.py: the package's app, with the source this Space was written for as its default."""
+def app_py(source: str, results: Sequence[str], folder: "str | os.PathLike | None" = None) -> str:
+    """app.py: the package's app, with the source this Space was written for as its default. A local folder is
+    written relative to the Space folder ``folder`` and resolved against app.py's own folder when it runs (the
+    app finds it from any working directory); a Hub id stays as given."""
+
+    def where(s: str) -> str:
+        if folder is None or not Path(s).is_dir():
+            return json.dumps(str(s))
+        rel = os.path.relpath(Path(s).resolve(), Path(folder).resolve())
+        return f"str(HERE / {json.dumps(Path(rel).as_posix())})"
+
     return (
         '"""The MetaShift Space (written by `metashift-hf space`): python app.py [--from SOURCE] [--port P]."""\n\n'
-        "import sys\n\n"
+        "import sys\n"
+        "from pathlib import Path\n\n"
         "from metashift_hf.space.app import main\n\n\n"
-        f"SOURCE = {json.dumps(str(source))}\n"
-        f"RESULTS = {json.dumps([str(r) for r in results])}\n\n"
+        "HERE = Path(__file__).resolve().parent\n"
+        f"SOURCE = {where(source)}\n"
+        f"RESULTS = [{', '.join(where(str(r)) for r in results)}]\n\n"
         'if __name__ == "__main__":\n'
         "    sys.exit(main(default_source=SOURCE, default_results=RESULTS))\n"
     )
@@ -124,7 +136,7 @@ def write_space(
         line = package or requirement_for(build_wheel(tmp / WHEELS), tmp)
         files = {
             "README.md": readme(source, results, title=title),
-            "app.py": app_py(source, results),
+            "app.py": app_py(source, results, out),
             "requirements.txt": requirements(line),
         }
         for name, text in files.items():

@@ -88,20 +88,22 @@ def load_results(sources: Sequence[str]) -> Results:
     return Results(board, tuple(str(s) for s in sources))
 
 
-def headline_table(results: Results, *, sort_by: str = "") -> pd.DataFrame:
-    """Models x tasks of the headline (test balanced accuracy), the majority baseline as its own row first;
-    rows sorted by ``sort_by`` (a task: best first) or by their mean over tasks."""
+def board_by_task(
+    results: Results, *, search: str = "", models: str = "", max_models: int = 30
+) -> tuple[pd.DataFrame, int]:
+    """The headline (test balanced accuracy) with tasks as rows (``search`` in the task id) and models as columns
+    (``models`` in the name), the majority baseline first, then the models by their mean over tasks (best first);
+    at most ``max_models`` model columns. Returns the table and how many models matched (0 when all are shown)."""
     board = results.board
-    if board.empty:
-        return pd.DataFrame(columns=["model"])
-    table = board.pivot_table(index="model", columns="task", values="balanced_accuracy", aggfunc="first")
-    table = table.reindex(columns=sorted(table.columns))
-    key = table[sort_by] if sort_by in table.columns else table.mean(axis=1)
-    order = key.sort_values(ascending=False, kind="stable", na_position="last").index
-    order = [m for m in order if m == BASELINE] + [m for m in order if m != BASELINE]
-    out = table.loc[order].reset_index()
+    table = board.pivot_table(index="task", columns="model", values="balanced_accuracy", aggfunc="first")
+    if search.strip():
+        table = table[table.index.str.contains(search.strip(), case=False, regex=False)]
+    order = table.mean(axis=0).sort_values(ascending=False, kind="stable", na_position="last").index
+    wanted = [m for m in order if m != BASELINE and models.strip().casefold() in str(m).casefold()]
+    columns = ([BASELINE] if BASELINE in table.columns else []) + wanted[:max_models]
+    out = table.reindex(columns=columns).sort_index().round(3).reset_index()
     out.columns.name = None
-    return out
+    return out, (len(wanted) if len(wanted) > max_models else 0)
 
 
 @dataclass(frozen=True)
