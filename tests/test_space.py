@@ -467,3 +467,37 @@ def test_a_large_image_is_not_inlined(data, monkeypatch):
     assert shown and all(len(t.data) <= graphs.MAX_INLINE_BYTES for t in shown)
     monkeypatch.setattr(graphs, "MAX_INLINE_BYTES", min(len(t.data) for t in shown) - 1)
     assert graphs.thumbnails(e, node) == []
+
+
+def test_a_task_in_place_states_its_data(data, space_world, tmp_path):
+    """Issue 44 part 5: a task's page says its data's licence and attribution (the card's), says when the data is
+    synthetic, links its Hub pages for a Hub source; its card's figures and a few images per group are shown."""
+    from dataclasses import replace
+
+    from metashift_hf.space import task_view
+
+    v = app.Views(data)
+    page = v.task(TASKS[0])
+    assert "Licence: cc-by-4.0" in page and "provenance: published" in page and "Synthetic data" not in page
+    assert '<a href="https://homes.cs.washington.edu/~ranjay/visualgenome/"' in page  # the card's attribution
+    figures, gallery = v.task_images(TASKS[0])
+    assert [c for _, c in figures][0].startswith("example images of each group")
+    assert all(Path(f).read_bytes().startswith(b"\x89PNG") for f, _ in figures)
+    groups = {c.split(" · ")[1] for _, c in gallery}
+    assert len(groups) >= 2 and len(gallery) <= task_view.MAX_GALLERY
+    for f, caption in gallery:  # the parquet's own bytes, never re-encoded
+        e = data.index.task(TASKS[0])
+        assert Path(f).read_bytes() == graphs.task_data(e).images().read(caption.split(" · ")[2])
+    assert v.task_images(EVIL_TASK) == ([], [])  # its rows are refused: its page says why
+    # a synthetic source is said to be synthetic (core.provenance decides)
+    repo_dir = tmp_path / "demo-repo"
+    shutil.copytree(Path(data.index.task(TASKS[0]).repo), repo_dir)
+    card = repo_dir / "README.md"
+    card.write_text(card.read_text().replace("| provenance | published |", "| provenance | demo |"))
+    facts = task_view.card_facts(replace(data.index.task(TASKS[0]), repo=str(repo_dir)))
+    assert facts.synthetic and "Synthetic data" in render.task_data_html(facts, {})
+    # a Hub source links its dataset page, viewer and card
+    hub = replace(data.index.task(TASKS[0]), repo="tester/metashift-paper-dg-cat-dog-1")
+    links = task_view.hub_links(hub)
+    assert links["viewer"].endswith(f"/datasets/tester/metashift-paper-dg-cat-dog-1/viewer/{TASKS[0]}")
+    assert links["card"].endswith("/blob/main/README.md") and task_view.hub_links(data.index.task(TASKS[0])) == {}

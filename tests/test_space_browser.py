@@ -84,9 +84,15 @@ def test_every_view_renders_in_chromium_and_hostile_names_stay_text(served):
     assert results_in(board.html, TASKS) and "baseline:majority" in board.html
     assert "&lt;script&gt;document.title=" in board.html and "<script>document" not in board.html  # hostile model
     assert "pwned" not in board.title
+    task = b.view(f"{url}?view=task&task={TASKS[0]}", "gradio_api/file=", evaluate=GALLERIES).found
+    assert task["ms-gallery"] >= 4 and task["ms-figures"] >= 2, task  # a few images per group, the card's figures
     page = b.view(f"{url}?view=task&task={EVIL_TASK}", f"Task {EVIL_TASK}")
     assert "&lt;img src=x onerror=" in page.html and HOSTILE not in page.html  # the hostile context is text
     assert page.images_from_x == 0 and "pwned" not in page.title  # no element was made of it, nothing ran
+
+
+# Images each gallery of the Task tab shows (served by Gradio from the app's temporary folder)
+GALLERIES = "() => Object.fromEntries(['ms-gallery', 'ms-figures'].map(id => [id, document.querySelectorAll(`#${id} img`).length]))"
 
 
 def results_in(html: str, tasks) -> bool:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..core.errors import MetashiftError
 from ..core.options import OptionError
-from . import graphs, index, render, results
+from . import graphs, index, render, results, task_view
 
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,28 @@ class Views:
         return render.page(df, page=int(page or 1), per_page=PER_PAGE, total=len(self.data.index.tasks), what="task")
 
     def task(self, task_id: str) -> str:
+        """The task's page: the card's sentence, groups, measured shift, its data's licence and Hub pages."""
         if not task_id:
             return ""
-        return _safe(lambda t: render.task_page_html(index.task_page(self.data.index, t)))(task_id.strip())
+
+        def view(t):
+            page = index.task_page(self.data.index, t)
+            e = page.entry
+            return render.task_page_html(page) + render.task_data_html(task_view.card_facts(e), task_view.hub_links(e))
+
+        return _safe(view)(task_id.strip())
+
+    def task_images(self, task_id: str) -> tuple[list, list]:
+        """(the card's figures, a few images of each group) of a task, each (file or URL, caption); none when the
+        task cannot be read (its page says why)."""
+        try:
+            e = self.data.index.task((task_id or "").strip())
+            return task_view.figures(e, task_view.card_facts(e)), task_view.gallery(e)
+        except MetashiftError:
+            return [], []
+
+    def open_task(self, task_id: str) -> tuple[str, list, list]:
+        return (self.task(task_id), *self.task_images(task_id))
 
     def class_tasks(self, cls: str) -> list[str]:
         return list(index.class_tasks(self.data.index, cls)) if cls in self.data.index.classes else []
@@ -168,7 +187,17 @@ def build(data: SpaceData):
 class _UI:
     """The app's components, named (each build step fills its tab's)."""
 
-    LOADED = ("task_id", "task_out", "class_pick", "class_task", "node_pick", "graph_out", "node_out")
+    LOADED = (
+        "task_id",
+        "task_out",
+        "task_figures",
+        "task_gallery",
+        "class_pick",
+        "class_task",
+        "node_pick",
+        "graph_out",
+        "node_out",
+    )
     LOADED += ("board_note", "board_out", "model_pick", "lb_task", "drill_out")
     LOADED += ("d_class", "d_task", "d_a", "d_b", "d_out")
 
@@ -198,6 +227,10 @@ def _task_tab(gr, ui: _UI) -> None:
     with gr.Tab("Task", id="task"):
         ui.task_id = gr.Textbox(label="task id", placeholder="a task id, or pick a row of the Tasks table")
         ui.task_out = gr.HTML("", elem_id="ms-task")
+        ui.task_figures = gr.Gallery(label="the card's figures", columns=3, height="auto", elem_id="ms-figures")
+        ui.task_gallery = gr.Gallery(
+            label="images of each group (split · group · image id)", columns=6, height="auto", elem_id="ms-gallery"
+        )
 
 
 def _classes_tab(gr, v: Views, ui: _UI) -> None:
@@ -246,10 +279,11 @@ def _wire_tasks(gr, v: Views, ui: _UI) -> None:
     def open_row(evt: gr.SelectData):
         """A row of the tasks table picked: its task opens in the Task tab."""
         task_id = str(evt.row_value[0]) if evt.row_value else ""
-        return gr.Tabs(selected="task"), task_id, v.task(task_id)
+        return gr.Tabs(selected="task"), task_id, *v.open_task(task_id)
 
-    ui.tasks_out.select(open_row, None, [ui.tabs, ui.task_id, ui.task_out])
-    ui.task_id.submit(v.task, ui.task_id, ui.task_out)
+    task_view_out = [ui.task_out, ui.task_figures, ui.task_gallery]
+    ui.tasks_out.select(open_row, None, [ui.tabs, ui.task_id, *task_view_out])
+    ui.task_id.submit(v.open_task, ui.task_id, task_view_out)
 
 
 def _wire_classes(gr, v: Views, ui: _UI) -> None:
@@ -326,7 +360,8 @@ def _on_load(gr, v: Views, ui: _UI, request) -> dict:
     tab = view if view in VIEWS else "tasks"
     ix = v.data.index
     if view == "task" and q.get("task") in ix.by_id:
-        out[ui.task_id], out[ui.task_out] = gr.update(value=q["task"]), v.task(q["task"])
+        out[ui.task_id] = gr.update(value=q["task"])
+        out[ui.task_out], out[ui.task_figures], out[ui.task_gallery] = v.open_task(q["task"])
     cls = q.get("cls", "")
     if view in ("classes", "distances") and cls in ix.classes:
         tasks = v.class_tasks(cls)

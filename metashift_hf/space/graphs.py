@@ -160,7 +160,7 @@ def class_graph(e: IndexedTask, cls: str) -> ClassGraph:
     return ClassGraph(cls, e.task_id, nodes, tuple(edges), published)
 
 
-def _mime(data: bytes) -> str | None:
+def mime_of(data: bytes) -> str | None:
     return next((m for magic, m in _MIME.items() if data.startswith(magic)), None)
 
 
@@ -177,7 +177,7 @@ def thumbnails(e: IndexedTask, subset: str, k: int = THUMBNAILS) -> list[Thumbna
     out = []
     for image_id in ids:
         data = source.read(image_id)
-        mime = _mime(data)
+        mime = mime_of(data)
         if mime is not None and len(data) <= MAX_INLINE_BYTES:  # never inlined: non-images, huge images
             out.append(Thumbnail(image_id, mime, data))
     return out

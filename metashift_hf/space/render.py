@@ -20,6 +20,7 @@ from ..core.errors import MetashiftError
 from .graphs import ClassGraph, SubsetDistance, Thumbnail
 from .index import TaskPage
 from .results import Drilldown
+from .task_view import CardFacts
 
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -138,6 +139,35 @@ def task_page_html(page: TaskPage) -> str:
         + "<h4>Use it</h4>"
         + f'<code class="ms-code">from datasets import load_dataset\nds = {esc(page.load_line)}</code>'
         + f'<code class="ms-code">{esc(page.evaluate_line)}</code>'
+    )
+
+
+def _markdown_links(text: str) -> str:
+    """A card paragraph's Markdown as HTML, escaped first: ``[text](https://...)`` links, ``**bold**`` and
+    ```code``` only."""
+    out = esc(text)
+    out = re.sub(r"\[([^\]]+)\]\((https?://[^)\s]+)\)", r'<a href="\2" target="_blank" rel="noopener">\1</a>', out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+
+
+def task_data_html(facts: "CardFacts", links: Mapping[str, str]) -> str:
+    """The task's data as its card states it: licence, whether it is synthetic, attribution; its Hub pages."""
+    synthetic = (
+        '<p class="ms-error"><strong>Synthetic data:</strong> these images and scene graphs were generated '
+        f"({esc(facts.provenance)}), not photographed: no figure from them is a MetaShift result.</p>"
+        if facts.synthetic
+        else ""
+    )
+    pages = " · ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(k)}</a>' for k, u in links.items())
+    return (
+        CSS
+        + "<h4>Data</h4>"
+        + synthetic
+        + f"<p>Licence: {esc(facts.license_words)} · provenance: {esc(facts.provenance or 'not stated')}"
+        + (f" · on the Hub: {pages}" if pages else "")
+        + "</p>"
+        + (f'<p class="ms-note">{_markdown_links(facts.attribution)}</p>' if facts.attribution else "")
     )
 
 
