@@ -501,3 +501,32 @@ def test_a_task_in_place_states_its_data(data, space_world, tmp_path):
     links = task_view.hub_links(hub)
     assert links["viewer"].endswith(f"/datasets/tester/metashift-paper-dg-cat-dog-1/viewer/{TASKS[0]}")
     assert links["card"].endswith("/blob/main/README.md") and task_view.hub_links(data.index.task(TASKS[0])) == {}
+
+
+def test_models_summary_flags_models_at_or_below_the_baseline(data, space_world, tmp_path):
+    """Issue 44 part 6: headline, worst group, ID, OOD and gap, mean rank; a model at or below the majority
+    baseline on a task is counted; the drill-down draws each context's accuracy with the scoring core's interval."""
+    out = tmp_path / "results"
+    shutil.copytree(space_world.results, out)
+    board = pd.read_csv(out / "leaderboard.csv")
+    board["id_accuracy"], board["ood_accuracy"] = 0.9, board["balanced_accuracy"]
+    board.loc[(board["model"] == HOSTILE_MODEL) & (board["task"] == TASKS[0]), "balanced_accuracy"] = 0.5
+    board.to_csv(out / "leaderboard.csv", index=False)
+    summary = results.models_summary(results.load_results([str(out)])).set_index("model")
+    assert list(summary.columns) == list(results.SUMMARY_COLUMNS[1:])
+    assert summary.loc["tiny-net", "mean rank"] == 1.0 and summary.loc["tiny-net", "≤ baseline"] == 0
+    assert summary.loc[HOSTILE_MODEL, "≤ baseline"] == 1  # 0.5 on TASKS[0]: the baseline's 0.5
+    assert (
+        summary.loc[HOSTILE_MODEL, "mean rank"] == 2.0
+    )  # tied with the baseline on TASKS[0] (rank 2), 2 on the other
+    assert summary.loc["tiny-net", "gap"] == round(0.9 - 0.75, 3) and summary.loc["tiny-net", "headline"] == 0.75
+    v = app.Views(data)
+    table, csv = v.models()
+    assert list(table["model"])[0] == "tiny-net" and Path(csv).read_text().startswith("task,rank,model")
+    dd = results.drilldown(data.results, "tiny-net", TASKS[0])
+    chart = render.interval_chart(dd.groups)
+    ctx = dd.groups[dd.groups["level"] == "context"].iloc[0]
+    low, high = wilson_interval(int(ctx["correct"]), int(ctx["n"]))
+    x = lambda v: 190 + (640 - 190 - 20) * v  # noqa: E731  (the chart's scale)
+    assert f'x1="{x(low):.1f}"' in chart and f'x2="{x(high):.1f}"' in chart and chart.count('class="ms-ci"') == 1
+    assert "ms-chart" in v.drilldown("tiny-net", TASKS[0])

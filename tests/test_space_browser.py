@@ -84,6 +84,8 @@ def test_every_view_renders_in_chromium_and_hostile_names_stay_text(served):
     assert results_in(board.html, TASKS) and "baseline:majority" in board.html
     assert "&lt;script&gt;document.title=" in board.html and "<script>document" not in board.html  # hostile model
     assert "pwned" not in board.title
+    assert "mean rank" in board.html and "≤ baseline" in board.html  # the models' summary
+    assert 'id="ms-board-csv"' in board.html  # the CSV download (its file: tests/test_space.py)
     task = b.view(f"{url}?view=task&task={TASKS[0]}", "gradio_api/file=", evaluate=GALLERIES).found
     assert task["ms-gallery"] >= 4 and task["ms-figures"] >= 2, task  # a few images per group, the card's figures
     page = b.view(f"{url}?view=task&task={EVIL_TASK}", f"Task {EVIL_TASK}")
@@ -151,6 +153,7 @@ def test_leaderboard_drilldown_distances_and_refusals_in_chromium(served):
     url, b = served
     drill = b.view(f"{url}?view=leaderboard&model=tiny-net&task={TASKS[0]}", "tiny-net on").html
     assert "Wilson 95% intervals" in drill and "context bugs" in drill and "dog(grass0)" in drill
+    assert 'class="ms-chart"' in drill and 'class="ms-ci"' in drill  # the per-context chart with its intervals
     dist = b.view(f"{url}?view=distances&cls=cat&task={TASKS[0]}", "Overlap edge").html
     assert "disconnected" in dist
     bad = b.view(f"{url}?view=classes&cls=cat&task={EVIL_TASK}", "error: ").html

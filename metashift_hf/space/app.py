@@ -146,6 +146,15 @@ class Views:
         df, note = render.page(table, page=int(page or 1), per_page=PER_PAGE, total=len(r.tasks()), what="task")
         return df, note + (f" Showing {MAX_MODEL_COLUMNS} of {cut} models: filter them by name." if cut else "")
 
+    def models(self) -> tuple[pd.DataFrame, str | None]:
+        """The models' summary (headline, worst group, ID, OOD, gap, mean rank, tasks at or below the baseline)
+        and the whole leaderboard as a CSV file to download (None without results)."""
+        r = self.data.results
+        if r.empty:
+            return pd.DataFrame(), None
+        csv = r.board.drop(columns=["source"]).to_csv(index=False).encode()
+        return results.models_summary(r), task_view.serve_bytes(csv, ".csv")
+
     def drilldown(self, model: str, task_id: str) -> str:
         if not (model and task_id):
             return ""
@@ -198,7 +207,7 @@ class _UI:
         "graph_out",
         "node_out",
     )
-    LOADED += ("board_note", "board_out", "model_pick", "lb_task", "drill_out")
+    LOADED += ("models_out", "board_csv", "board_note", "board_out", "model_pick", "lb_task", "drill_out")
     LOADED += ("d_class", "d_task", "d_a", "d_b", "d_out")
 
     def load_outputs(self) -> list:
@@ -250,6 +259,13 @@ def _leaderboard_tab(gr, ui: _UI) -> None:
             ui.lb_search = gr.Textbox(label="task contains")
             ui.lb_models = gr.Textbox(label="model name contains")
             ui.lb_page = gr.Number(value=1, precision=0, minimum=1, label="page")
+        ui.models_out = gr.Dataframe(
+            None,
+            elem_id="ms-models",
+            label="models over the tasks (≤ baseline: tasks at or below the majority class)",
+            **_TABLE,
+        )
+        ui.board_csv = gr.DownloadButton("leaderboard.csv", value=None, elem_id="ms-board-csv")
         ui.board_note = gr.HTML("", elem_id="ms-board-note")
         ui.board_out = gr.Dataframe(None, elem_id="ms-board", label="test balanced accuracy (pick a cell)", **_TABLE)
         with gr.Row():
@@ -314,6 +330,7 @@ def _wire_leaderboard(gr, v: Views, ui: _UI) -> None:
         return note, df
 
     ui.lb_tab.select(board, inputs, [ui.board_note, ui.board_out])
+    ui.lb_tab.select(v.models, None, [ui.models_out, ui.board_csv])
     for c in inputs:
         c.input(board, inputs, [ui.board_note, ui.board_out])
 
@@ -382,6 +399,7 @@ def _on_load(gr, v: Views, ui: _UI, request) -> dict:
             out[ui.d_out] = v.distance(cls, task_id, a or "", b or "")
     if view == "leaderboard":  # a tab selected by the link fires no select event: the board is read here
         out[ui.board_out], out[ui.board_note] = v.board()
+        out[ui.models_out], out[ui.board_csv] = v.models()
     if view == "leaderboard" and q.get("model") and q.get("task"):
         out[ui.model_pick], out[ui.lb_task] = gr.update(value=q["model"]), gr.update(value=q["task"])
         out[ui.drill_out] = v.drilldown(q["model"], q["task"])

@@ -279,6 +279,56 @@ def distance_html(d: SubsetDistance) -> str:
     )
 
 
+MAX_CHART_ROWS = 60  # contexts drawn in a drill-down chart (the table below lists them all)
+
+
+def interval_chart(groups: pd.DataFrame, *, level: str = "context", width: int = 640) -> str:
+    """Accuracy per ``level`` row as an SVG chart: a bar to the accuracy and the Wilson 95% interval as a whisker
+    (the intervals of :func:`metashift_hf.scoring.stats.wilson_interval`, computed by the data layer); bugs red."""
+    rows = groups[groups["level"] == level].head(MAX_CHART_ROWS)
+    if rows.empty:
+        return ""
+    label_w, row_h, top = 190, 18, 22
+    plot_w = width - label_w - 20
+    x = lambda v: label_w + plot_w * float(v)  # noqa: E731
+    height = top + row_h * len(rows) + 8
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="accuracy per {esc(level)} with Wilson 95% intervals" class="ms-chart" '
+        'font-size="11" fill="currentColor">'
+    ]
+    for t in (0, 0.25, 0.5, 0.75, 1):
+        parts.append(
+            f'<line x1="{x(t):.1f}" y1="{top - 4}" x2="{x(t):.1f}" y2="{height - 6}" stroke="#999" '
+            f'stroke-opacity="0.4"/><text x="{x(t):.1f}" y="{top - 8}" text-anchor="middle">{t:g}</text>'
+        )
+    for i, r in enumerate(rows.itertuples(index=False)):
+        y = top + i * row_h
+        bug = str(r.bug).lower() in ("true", "1")
+        fill = "#d62728" if bug else "#1f77b4"
+        acc = 0.0 if pd.isna(r.accuracy) else float(r.accuracy)
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{esc(r.name)} (n={fmt(r.n)})</text>'
+            f'<rect x="{label_w}" y="{y + 3}" width="{plot_w * acc:.1f}" height="{row_h - 7}" fill="{fill}" '
+            f'fill-opacity="0.75"><title>{esc(r.name)}: {fmt(r.accuracy)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]'
+            "</title></rect>"
+        )
+        if not (pd.isna(r.ci_low) or pd.isna(r.ci_high)):
+            yc = y + row_h / 2
+            parts.append(
+                f'<line x1="{x(r.ci_low):.1f}" y1="{yc:.1f}" x2="{x(r.ci_high):.1f}" y2="{yc:.1f}" '
+                f'stroke="currentColor" stroke-width="1.5" class="ms-ci"/>'
+            )
+    parts.append("</svg>")
+    more = len(groups[groups["level"] == level]) - len(rows)
+    note = f'<p class="ms-note">{more} more {esc(level)}(s) in the table below.</p>' if more > 0 else ""
+    return (
+        f"<h4>Accuracy per {esc(level)} (bars) with Wilson 95% intervals (lines); red: a context bug</h4>"
+        + "".join(parts)
+        + note
+    )
+
+
 def drilldown_html(dd: Drilldown) -> str:
     row = dd.row
     head = (
@@ -296,6 +346,7 @@ def drilldown_html(dd: Drilldown) -> str:
     return (
         CSS
         + head
+        + interval_chart(dd.groups)
         + bugs
         + table(
             dd.groups,

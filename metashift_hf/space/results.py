@@ -106,6 +106,43 @@ def board_by_task(
     return out, (len(wanted) if len(wanted) > max_models else 0)
 
 
+SUMMARY_COLUMNS = ("model", "tasks", "headline", "worst group", "ID", "OOD", "gap", "mean rank", "≤ baseline")
+
+
+def _mean(board: pd.DataFrame, column: str) -> pd.Series:
+    if column not in board.columns:
+        return pd.Series(dtype=float)
+    return pd.to_numeric(board[column], errors="coerce").groupby(board["model"]).mean()
+
+
+def models_summary(results: Results) -> pd.DataFrame:
+    """One row per model over the tasks it ran: the headline (mean test balanced accuracy), the mean worst-group
+    accuracy, ID and OOD accuracy and their gap (ID - OOD), the mean rank over tasks (1 = best on a task; the
+    baseline ranked too) and on how many tasks it is at or below ``baseline:majority`` (flagged: not better than
+    predicting the majority class). Sorted by mean rank."""
+    board = results.board
+    if board.empty:
+        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    acc = pd.to_numeric(board["balanced_accuracy"], errors="coerce")
+    ranks = acc.groupby(board["task"]).rank(ascending=False, method="min")
+    base = acc[board["model"] == BASELINE].groupby(board["task"][board["model"] == BASELINE]).first()
+    below = (acc <= board["task"].map(base)) & (board["model"] != BASELINE)
+    out = pd.DataFrame(
+        {
+            "tasks": board.groupby("model")["task"].nunique(),
+            "headline": acc.groupby(board["model"]).mean(),
+            "worst group": _mean(board, "worst_group_accuracy"),
+            "ID": _mean(board, "id_accuracy"),
+            "OOD": _mean(board, "ood_accuracy"),
+            "mean rank": ranks.groupby(board["model"]).mean(),
+            "≤ baseline": below.groupby(board["model"]).sum().astype(int),
+        }
+    )
+    out["gap"] = out["ID"] - out["OOD"]
+    out = out.sort_values(["mean rank", "headline"], ascending=[True, False], kind="stable")
+    return out.rename_axis("model").reset_index()[list(SUMMARY_COLUMNS)].round(3)
+
+
 @dataclass(frozen=True)
 class Drilldown:
     """One model on one task: its leaderboard row, per-group accuracy with Wilson intervals, its context bugs."""

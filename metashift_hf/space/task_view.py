@@ -100,8 +100,9 @@ def _served() -> Path:
     return Path(tempfile.mkdtemp(prefix="metashift-space-"))
 
 
-def _serve(data: bytes, mime: str) -> str:
-    path = _served() / (hashlib.sha256(data).hexdigest()[:32] + _EXT.get(mime, ".img"))
+def serve_bytes(data: bytes, suffix: str) -> str:
+    """``data`` as a file Gradio may serve (this process's temporary folder), named by its hash."""
+    path = _served() / (hashlib.sha256(data).hexdigest()[:32] + suffix)
     if not path.exists():
         path.write_bytes(data)
     return str(path)
@@ -121,7 +122,7 @@ def figures(e: IndexedTask, facts: CardFacts) -> list[tuple[str, str]]:
             continue  # never followed, and a figure the card names but the folder lacks is not shown
         data = path.read_bytes()
         if mime_of(data) == "image/png":
-            out.append((_serve(data, "image/png"), alt))
+            out.append((serve_bytes(data, ".png"), alt))
     return out
 
 
@@ -142,5 +143,5 @@ def gallery(e: IndexedTask, per_group: int = PER_GROUP, limit: int = MAX_GALLERY
         data = source.read(image_id)
         mime = mime_of(data)
         if mime is not None:
-            out.append((_serve(data, mime), f"{split} · {group} · {image_id}"))
+            out.append((serve_bytes(data, _EXT.get(mime, ".img")), f"{split} · {group} · {image_id}"))
     return out
