@@ -91,9 +91,13 @@ def synthetic_results(out: Path, tasks: list[str], models: int, seed: int = 0) -
     return out
 
 
-def fetch_bytes(url: str) -> int:
+def fetch_bytes(url: str, json_with: str | None = None) -> int:
+    """Bytes served at ``url`` (``json_with``: the body must be JSON holding that key, e.g. Gradio's config)."""
     with urllib.request.urlopen(url, timeout=120) as r:
-        return len(r.read())
+        body = r.read()
+    if json_with is not None:
+        assert json_with in json.loads(body), f"{url} is not the app's config"
+    return len(body)
 
 
 def best(fn, repeat: int) -> float:
@@ -175,7 +179,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{number}/"
         try:
             t_start = wait_up(url, proc)
-            root_bytes, config_bytes = fetch_bytes(url), fetch_bytes(f"{url}config")
+            root_bytes, config_bytes = fetch_bytes(url), fetch_bytes(f"{url}config", json_with="components")
             shown = in_browser(url, args.tasks, args.repeat)
         finally:
             proc.terminate()

@@ -50,8 +50,8 @@ def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
     node = max(g.nodes, key=lambda n: (n.n_images, n.subset)).subset
     first = ix.tasks[0].task_id
     out = [
-        ("space-tasks", {}, 'id="ms-tasks"'),
-        ("space-task", {"view": "task", "task": first}, f"Task {first}"),
+        ("space-tasks", {}, first),
+        ("space-task", {"view": "task", "task": first}, "gradio_api/file="),
         ("space-classes", {"view": "classes", "cls": cls, "task": task, "node": node}, "data:image/"),
         ("space-distances", {"view": "distances", "cls": cls, "task": task}, "Overlap edge"),
     ]
@@ -60,6 +60,7 @@ def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
         board_task = sorted(set(data.results.board["task"]))[0]
         drill = {"view": "leaderboard", "model": models[0], "task": board_task}
         out.append(("space-leaderboard", drill, "Wilson 95%"))
+        out.append(("space-leaderboard-dark", {**drill, "__theme": "dark"}, "Wilson 95%"))
     return out
 
 
