@@ -77,6 +77,8 @@ def test_every_view_renders_in_chromium_and_hostile_names_stay_text(served):
     for task in (*TASKS, EVIL_TASK):  # the tasks table (a gr.Dataframe) names every exported task
         assert task in first
     assert 'href="https://arxiv.org/abs/2202.06523"' in first and "<svg" in first  # About: citation, picture
+    phone = b.view(url, TASKS[0], size=(390, 844), evaluate=FITS).found  # the first page on a phone
+    assert phone["page"] <= phone["window"], phone
     dom = b.view(f"{url}?view=classes&cls=dog&task={TASKS[0]}&node=dog(sofa0)", "data:image/jpeg").html
     assert "Meta-graph of dog" in dom and dom.count('class="ms-node"') >= 2 and "<svg" in dom  # the meta-graph
     assert "<h4>dog(sofa0)</h4>" in dom and dom.count('src="data:image/jpeg;base64,') >= 1  # a node's images
@@ -95,6 +97,10 @@ def test_every_view_renders_in_chromium_and_hostile_names_stay_text(served):
 
 # Images each gallery of the Task tab shows (served by Gradio from the app's temporary folder)
 GALLERIES = "() => Object.fromEntries(['ms-gallery', 'ms-figures'].map(id => [id, document.querySelectorAll(`#${id} img`).length]))"
+
+
+# The page's own width against the window's (a table scrolls inside its own frame, the page does not)
+FITS = "() => ({page: document.documentElement.scrollWidth, window: window.innerWidth})"
 
 
 def results_in(html: str, tasks) -> bool:
