@@ -530,3 +530,26 @@ def test_models_summary_flags_models_at_or_below_the_baseline(data, space_world,
     x = lambda v: 190 + (640 - 190 - 20) * v  # noqa: E731  (the chart's scale)
     assert f'x1="{x(low):.1f}"' in chart and f'x2="{x(high):.1f}"' in chart and chart.count('class="ms-ci"') == 1
     assert "ms-chart" in v.drilldown("tiny-net", TASKS[0])
+
+
+def test_a_board_of_thousands_of_models_stays_one_page(data):
+    """Issue 44 / D3: a results file of 3,000 rows, each a new model and a new task, gave 90 MB of HTML (the whole
+    models x tasks table). The leaderboard view is one page of tasks and at most MAX_MODEL_COLUMNS models."""
+    n = 3000
+    board = pd.DataFrame(
+        {
+            "task": [f"t{i:04d}" for i in range(n)],
+            "model": [f"m{i:04d}" for i in range(n)],
+            "split": "test",
+            "balanced_accuracy": [i / n for i in range(n)],
+            "worst_group": "x",
+            "worst_group_accuracy": 0.1,
+            "report": "",
+            "source": "x",
+        }
+    )
+    v = app.Views(app.SpaceData(data.index, results.Results(board, ("x",))))
+    page, note = v.board()
+    assert page.shape == (app.PER_PAGE, 1 + app.MAX_MODEL_COLUMNS)
+    assert list(page.columns[1:3]) == ["m2999", "m2998"]  # the best models first
+    assert f"Showing {app.MAX_MODEL_COLUMNS} of 3000 models" in note and "of 3,000 task(s)" in note

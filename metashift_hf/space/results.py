@@ -95,13 +95,16 @@ def board_by_task(
     (``models`` in the name), the majority baseline first, then the models by their mean over tasks (best first);
     at most ``max_models`` model columns. Returns the table and how many models matched (0 when all are shown)."""
     board = results.board
-    table = board.pivot_table(index="task", columns="model", values="balanced_accuracy", aggfunc="first")
     if search.strip():
-        table = table[table.index.str.contains(search.strip(), case=False, regex=False)]
-    order = table.mean(axis=0).sort_values(ascending=False, kind="stable", na_position="last").index
+        board = board[board["task"].str.contains(search.strip(), case=False, regex=False)]
+    # the columns are chosen before the pivot: a board of thousands of models never becomes a wide table (D3)
+    means = pd.to_numeric(board["balanced_accuracy"], errors="coerce").groupby(board["model"]).mean()
+    order = means.sort_values(ascending=False, kind="stable", na_position="last").index
     wanted = [m for m in order if m != BASELINE and models.strip().casefold() in str(m).casefold()]
-    columns = ([BASELINE] if BASELINE in table.columns else []) + wanted[:max_models]
-    out = table.reindex(columns=columns).sort_index().round(3).reset_index()
+    columns = ([BASELINE] if BASELINE in means.index else []) + wanted[:max_models]
+    shown = board[board["model"].isin(columns)]
+    table = shown.pivot_table(index="task", columns="model", values="balanced_accuracy", aggfunc="first")
+    out = table.reindex(index=sorted(set(board["task"])), columns=columns).round(3).reset_index()
     out.columns.name = None
     return out, (len(wanted) if len(wanted) > max_models else 0)
 
