@@ -37,8 +37,8 @@ RECORD = FIGURES / "space-screenshots.json"
 DOCS = (ROOT / "README.md", ROOT / "docs" / "hub.md")
 
 
-def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
-    """(figure name, query, marker) per view, the subjects picked from the data (most edges, largest subset)."""
+def views(source: str, results: list[str]) -> list[tuple]:
+    """(figure name, query, marker or markers[, height]) per view, the subjects picked from the data (most edges, largest subset)."""
     from metashift_hf.space import app, graphs, index  # only --write needs the app: --check stays a quick test
 
     data = app.load(source, results)
@@ -49,9 +49,11 @@ def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
     cls, task = g.cls, g.task_id
     node = max(g.nodes, key=lambda n: (n.n_images, n.subset)).subset
     first = ix.tasks[0].task_id
+    # the task page with the fewest groups: its gallery and figures fit the picture
+    fewest = min(ix.tasks, key=lambda t: (sum(len(g) for g in t.spec.groups().values()), t.task_id)).task_id
     out = [
         ("space-tasks", {}, first),
-        ("space-task", {"view": "task", "task": first}, "gradio_api/file="),
+        ("space-task", {"view": "task", "task": fewest}, "gradio_api/file=", 2000),
         ("space-classes", {"view": "classes", "cls": cls, "task": task, "node": node}, "data:image/"),
         ("space-distances", {"view": "distances", "cls": cls, "task": task}, "Overlap edge"),
     ]
@@ -59,8 +61,9 @@ def views(source: str, results: list[str]) -> list[tuple[str, dict, str]]:
     if models:
         board_task = sorted(set(data.results.board["task"]))[0]
         drill = {"view": "leaderboard", "model": models[0], "task": board_task}
-        out.append(("space-leaderboard", drill, "Wilson 95%"))
-        out.append(("space-leaderboard-dark", {**drill, "__theme": "dark"}, "Wilson 95%"))
+        ready = ("Wilson 95%", "mean rank")  # the drill-down and the models summary both in
+        out.append(("space-leaderboard", drill, ready, 2200))
+        out.append(("space-leaderboard-dark", {**drill, "__theme": "dark"}, ready, 2200))
     return out
 
 
@@ -99,10 +102,10 @@ def write(source: str, results: list[str], width: int, height: int) -> None:
                     time.sleep(0.2)
             record = []
             with browser.browser() as b:
-                for name, query, marker in views(source, results):
+                for name, query, marker, *tall in views(source, results):
                     page = url + ("?" + urllib.parse.urlencode(query) if query else "")
                     png = FIGURES / f"{name}.png"
-                    b.view(page, marker, screenshot=str(png), size=(width, height))
+                    b.view(page, marker, screenshot=str(png), size=(width, tall[0] if tall else height))
                     w, h = png_size(png)
                     digest = hashlib.sha256(png.read_bytes()).hexdigest()
                     record.append(

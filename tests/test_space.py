@@ -226,7 +226,7 @@ def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
     assert "from metashift_hf.space.app import main" in app_text
     # the folder source is written relative to the Space folder and resolved against app.py's folder
     rel = Path(os.path.relpath(space_world.export, out)).as_posix()
-    assert f"SOURCE = str(HERE / {json.dumps(rel)})" in app_text and meta["fullWidth"] is True
+    assert f"SOURCE = str((HERE / {json.dumps(rel)}).resolve())" in app_text and meta["fullWidth"] is True
     compile(app_text, "app.py", "exec")
     # written again only with --force; another tool's folder is never replaced
     assert cli.main(args) == 2

@@ -96,7 +96,7 @@ def app_py(source: str, results: Sequence[str], folder: "str | os.PathLike | Non
         if folder is None or not Path(s).is_dir():
             return json.dumps(str(s))
         rel = os.path.relpath(Path(s).resolve(), Path(folder).resolve())
-        return f"str(HERE / {json.dumps(Path(rel).as_posix())})"
+        return f"str((HERE / {json.dumps(Path(rel).as_posix())}).resolve())"
 
     return (
         '"""The MetaShift Space (written by `metashift-hf space`): python app.py [--from SOURCE] [--port P]."""\n\n'
