@@ -221,7 +221,8 @@ def test_space_command_writes_the_folder(space_world, tmp_path, capsys):
     reqs = (out / "requirements.txt").read_text().split()
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["space"]
     assert f"gradio=={repo.GRADIO_VERSION}" in reqs and extra == [f"gradio=={repo.GRADIO_VERSION}"]
-    assert reqs[1] == f"./wheels/metashift_hf-{repo.__version__}-py3-none-any.whl" and (out / reqs[1]).is_file()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]  # what the wheel is built as
+    assert reqs[1] == f"./wheels/metashift_hf-{version}-py3-none-any.whl" and (out / reqs[1]).is_file()
     app_text = (out / "app.py").read_text()
     assert "from metashift_hf.space.app import main" in app_text
     # the folder source is written relative to the Space folder and resolved against app.py's folder
