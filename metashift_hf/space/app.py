@@ -242,13 +242,20 @@ def _task_tab(gr, ui: _UI) -> None:
         )
 
 
+def _pickers(gr, first: list[str], *labels: str) -> list:
+    """A row of filterable pickers: the first lists ``first`` (the classes), the others fill when it is picked."""
+    with gr.Row():
+        return [
+            gr.Dropdown(first if i == 0 else [], value=None, label=t, filterable=True) for i, t in enumerate(labels)
+        ]
+
+
 def _classes_tab(gr, v: Views, ui: _UI) -> None:
     classes = list(v.data.index.classes)
     with gr.Tab("Classes and meta-graphs", id="classes"):
-        with gr.Row():
-            ui.class_pick = gr.Dropdown(classes, value=None, label="class", filterable=True)
-            ui.class_task = gr.Dropdown([], value=None, label="task (the meta-graph it publishes)", filterable=True)
-            ui.node_pick = gr.Dropdown([], value=None, label="subset (node)", filterable=True)
+        ui.class_pick, ui.class_task, ui.node_pick = _pickers(
+            gr, classes, "class", "task (the meta-graph it publishes)", "subset (node)"
+        )
         ui.graph_out = gr.HTML("", elem_id="ms-graph")
         ui.node_out = gr.HTML("", elem_id="ms-node")
 
@@ -277,11 +284,7 @@ def _leaderboard_tab(gr, ui: _UI) -> None:
 def _distances_tab(gr, v: Views, ui: _UI) -> None:
     classes = list(v.data.index.classes)
     with gr.Tab("Distances", id="distances"):
-        with gr.Row():
-            ui.d_class = gr.Dropdown(classes, value=None, label="class", filterable=True)
-            ui.d_task = gr.Dropdown([], value=None, label="task", filterable=True)
-            ui.d_a = gr.Dropdown([], value=None, label="subset A", filterable=True)
-            ui.d_b = gr.Dropdown([], value=None, label="subset B", filterable=True)
+        ui.d_class, ui.d_task, ui.d_a, ui.d_b = _pickers(gr, classes, "class", "task", "subset A", "subset B")
         ui.d_out = gr.HTML("", elem_id="ms-distance")
 
 
