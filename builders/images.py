@@ -22,11 +22,13 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
 import pyarrow as pa
 
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
+from metashift_hf.core.options import OnMissing
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -36,7 +38,6 @@ MAX_IMAGE_BYTES = 64 * 1024 * 1024
 # Pixels: PIL refuses to open an image of more than twice its MAX_IMAGE_PIXELS (89.5 M) and warns
 # above it; what exports must also decode, so the check uses PIL's own limit.
 MAX_IMAGE_PIXELS = 89_478_485
-OnMissing = Literal["error", "skip"]
 _SHOW_IDS = 10  # how many ids an error message lists before "..."
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, 30 bytes
 _FIX_IMAGES = (
@@ -288,11 +289,7 @@ class ImageSource(abc.ABC):
         self, image_ids: Iterable[str], on_missing: OnMissing = "error", *, verify: bool = True
     ) -> tuple[list[str], ImageCheck]:
         """Sorted usable ids and the check report; ``on_missing='error'`` raises when any is bad."""
-        if on_missing not in ("error", "skip"):
-            raise InputFormatError(
-                f"on_missing must be 'error' or 'skip', got {on_missing!r}",
-                "use --on-missing error (default: stop on the first report) or --on-missing skip",
-            )
+        opt.on_missing(on_missing)
         ids = sorted({str(i) for i in image_ids})
         report = self.check(ids, verify=verify)
         if on_missing == "error":
@@ -598,10 +595,20 @@ class DatasetImages(ImageSource):
         for row, image_id in enumerate(ids):
             index.setdefault(str(image_id), row)
         super().__init__(Path(name), index)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}  # a lock does not pickle (DataLoader workers)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _read(self, image_id: str, where: object) -> bytes:
+        with self._lock:  # one reader at a time into the Arrow table (decode threads); decoding is outside it
+            cell = self._ds[int(where)][self._column]
         return cell_bytes(
-            self._ds[int(where)][self._column],
+            cell,
             f"image {image_id!r} (row {where} of {self.describe()})",
             image_id,
             paths=self._paths,

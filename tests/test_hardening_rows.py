@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -463,13 +464,18 @@ def test_a1_46_fifo_path_does_not_hang(repo, tmp_path):  # A1-46
     assert "MissingImagesError" in r.stdout, r.stderr[-2000:]
 
 
-def test_a1_45_evaluate_reader_names_the_row(repo, tmp_path):  # A1-45
-    from metashift_hf.evaluate.run import _task_rows
+def test_a1_45_evaluate_reads_pixels_through_the_task_and_names_the_row(repo):  # A1-45
+    """evaluate has no byte reader of its own (issue 42): it reads a folder's pixels through TaskData.images(),
+    whose message names the image and its row."""
+    from metashift_hf.evaluate import EvalConfig, evaluate
 
     iid = set_first_image(repo, {"bytes": None, "path": None})
-    *_, read = _task_rows(str(repo), True)
-    with pytest.raises(MissingImagesError, match=rf"image '{iid}' \(split 'test' row 0\)"):
-        read(iid)
+
+    def model(images):
+        return np.zeros((len(images), 1000), np.float32)
+
+    with pytest.raises(MissingImagesError, match=rf"image '{iid}' \(row \d+ of .*neither bytes nor a path"):
+        evaluate(model, str(repo), settings=EvalConfig(progress=False, plots=False))
 
 
 def test_a1_50_train_message_names_no_refused_flag(repo):  # A1-50

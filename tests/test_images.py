@@ -14,6 +14,7 @@ import pytest
 from fixtures.tasks import sample_jpegs
 from metashift_hf.builders.images import FolderImages, ZipImages, open_images, sniff_image
 from metashift_hf.core.errors import InputFormatError, MissingImagesError
+from metashift_hf.core.options import OptionError
 
 
 # The shared reference folder's layout and ids (gqa/ and vg/ subfolders), as generated JPEGs.
@@ -151,7 +152,7 @@ def test_on_missing_skip_drops_bad_ids(damaged_folder):
         # without verification only absence counts
         present, report = src.resolve(["4", "999", "77"], on_missing="skip", verify=False)
         assert present == ["4", "77"] and report.missing == ["999"]
-        with pytest.raises(InputFormatError):
+        with pytest.raises(OptionError, match="neither 'error' nor 'skip'"):  # the one check (core.options)
             src.resolve(["4"], on_missing="ignore")  # type: ignore[arg-type]
 
 

@@ -11,8 +11,8 @@ import json
 from typing import Literal
 
 from ..core.errors import MetashiftError, did_you_mean
-from ..core.options import seed
-from ..hub.task_data import DEFAULT_SEED, TaskData, TaskRef
+from ..core.options import ON_MISSING, seed
+from ..hub.task_data import DEFAULT_SEED, TaskData, TaskRef, reads_dataset_images
 from ..hub.task_open import TaskOrigin, open_task
 from ..sources.manifest import resolve_input
 
@@ -82,7 +82,7 @@ def add_task_arguments(
     if on_missing:
         p.add_argument(
             "--on-missing",
-            choices=("error", "skip"),
+            choices=ON_MISSING,
             default="error",
             help="images missing or corrupt in --images: error (default; lists them) or skip them",
         )
@@ -90,10 +90,21 @@ def add_task_arguments(
 
 def task_images(args: argparse.Namespace) -> str | None:
     """--images, else, for task ids planned on --artifact, the image source registered once with
-    `metashift-hf download` (None when there is none: a folder or repo carries its own images)."""
+    `metashift-hf download` (None when there is none: a folder or repo carries its own images, and an artifact
+    built with `--hf-dataset ... --image-column` reads its dataset's image column)."""
     if getattr(args, "images", None):
         return args.images
-    return resolve_input("images", required=False) if getattr(args, "artifact", None) else None
+    artifact = getattr(args, "artifact", None)
+    if not artifact or _reads_own_images(artifact):
+        return None
+    return resolve_input("images", required=False)
+
+
+def _reads_own_images(artifact: str) -> bool:
+    try:
+        return reads_dataset_images(artifact)
+    except MetashiftError:
+        return False  # not a readable build: the resolver refuses it with its own message, after this
 
 
 def planning_seed(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import argparse
 import math
 import os
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 import numpy as np
 
@@ -34,6 +34,10 @@ SEEDS_MAX = 1000
 # past 1024 px a typo (2240 for 224) costs ~20x the compute per image before anything is shown.
 IMAGE_SIZE_MIN, IMAGE_SIZE_MAX = 32, 1024
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
+# What to do with a task image that is missing or corrupt in its image source (materialising a task, export,
+# evaluate): stop and list them, or leave them out (the spec records what was skipped).
+OnMissing = Literal["error", "skip"]
+ON_MISSING: tuple[OnMissing, ...] = ("error", "skip")
 
 
 class OptionError(MetashiftError, argparse.ArgumentTypeError):
@@ -254,6 +258,17 @@ def int_in(low: int, high: int) -> Callable[..., int]:
 def optional(check: Callable[..., Any], value: Any, name: str | None = None) -> Any:
     """``None`` (the default) or ``check(value)``."""
     return None if value is None else check(value, name)
+
+
+def on_missing(value: Any, name: str | None = "on_missing") -> OnMissing:
+    """``"error"`` or ``"skip"`` (:data:`ON_MISSING`): the one check of ``on_missing`` / ``--on-missing``."""
+    if not isinstance(value, str) or value not in ON_MISSING:
+        raise OptionError(
+            f"{_label(name)}{short_repr(value)} is neither 'error' nor 'skip'",
+            "pass 'error' (stop on a missing or corrupt image, listing them) or 'skip' (leave them out, recorded in "
+            "the task's spec); CLI: --on-missing error|skip",
+        )
+    return value  # type: ignore[return-value]
 
 
 def text(value: Any, name: str) -> str:

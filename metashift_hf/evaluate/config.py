@@ -21,9 +21,6 @@ from .options import DEFAULT_ALPHA, DEFAULT_BATCH_SIZE, DEFAULT_MIN_SUBSET_SIZE
 from .scoring import MODES
 
 
-ON_MISSING = ("error", "skip")
-
-
 @dataclass(frozen=True)
 class EvalConfig:
     """The run settings of ``evaluate`` / ``evaluate_zoo`` (the task and the model are their arguments)."""
@@ -58,11 +55,8 @@ class EvalConfig:
             "sample": opt.optional(opt.positive_int, self.sample, "sample"),
             "image_size": opt.optional(opt.image_size, self.image_size, "image_size"),
             "splits": None if self.splits is None else opt.names(self.splits, "splits"),  # a bare 'test' is refused
+            "on_missing": opt.on_missing(self.on_missing),
         }
-        if self.on_missing not in ON_MISSING:
-            raise opt.OptionError(
-                f"on_missing={self.on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'"
-            )
         if self.mode not in MODES:
             raise UnknownNameError(f"unknown scoring mode {self.mode!r}", f"use one of {', '.join(MODES)}")
         for name, value in checked.items():  # the checked (normalised) values replace the given ones

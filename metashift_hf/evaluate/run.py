@@ -4,64 +4,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from metashift_hf.builders.artifact import Artifact
-from metashift_hf.builders.images import cell_bytes
 from metashift_hf.builders.meta_graph_facts import DISTANCE_RULE
 from metashift_hf.tasks.spec import ShiftSpec
 from metashift_hf.tasks.splits import chosen_splits, split_roles
 from metashift_hf.wordnet_match.imagenet import imagenet_classes
 
 from ..core import __version__
-from ..core.errors import EmptyResultError, InputFormatError, MetashiftError
+from ..core.errors import EmptyResultError, InputFormatError
 from ..core.fsutil import check_out
-from ..hub.task_data import TaskData, TaskRef, spec_less_dataset, task_ref
+from ..hub.task_data import OwnDataset, TaskData, TaskRef, own_dataset, task_ref
 from ..hub.task_open import open_task
-from ..hub.task_rows import dataset_classes
 from ..models import runtime_card
 from ..scoring.bugs import BUG_COLUMNS, BUG_TEST, context_bugs, meta_graph_facts
 from ..scoring.groups import group_table, id_vs_ood, worst_subsets
 from .config import EvalConfig
 from .coverage import head_coverage
 from .predict import predict
-from .predictions import PrecomputedPredictions, load_scorer
+from .predictions import HeadOutputs, PrecomputedPredictions, load_scorer
 from .report import REPORT_KIND, EvalReport, write_report
 from .scoring import COUNTING_RULE, headline_metrics, score_images
 
 
-def _task_rows(task: Any, need_images: bool, on_missing: str = "error"):
-    """(TaskData or None, task_id, spec or None, per-image table, class names, byte reader or None).
-
-    The task is resolved by :func:`open_task` (every form); a planned task id gives its rows without images
-    when predictions come from a file, else it is materialised by ``TaskData.prepare`` (``on_missing``).
-    A folder, repo or dataset is read as it is, its images from its own bytes; a loaded dataset without a
-    shift spec is scored as task ``custom``.
-    """
-    own = spec_less_dataset(task)
-    if own is not None:
-        return (None, "custom", None) + _from_dataset(own)
-    data = open_task(task)
-    if data.dataset is not None:
-        return (data, data.task_id, data.spec) + _from_dataset(data.dataset)
-    if not need_images:
-        return data, data.task_id, data.spec, _checked(data.plan.table(), data.task_id), data.classes, None
-    if data.images_path is None:
-        raise MetashiftError(
-            f"task {data.task_id!r}: the model needs the images, and --images was not given",
-            "pass --images SRC (a folder of <id>.jpg or GQA images.zip), use the task's exported "
-            "folder or Hub repo (it carries its images), or --model predictions:FILE",
-        )
-    # the same plan, materialised by the one materialiser (never planned again)
-    prepared = data.prepare(on_missing=on_missing)
-    return (data, prepared.task_id, prepared.spec) + _from_dataset(prepared.dataset)
-
-
+# The per-image rows evaluate scores, and predictions.csv's first columns (docs/evaluate.md "Outputs")
+ROW_TABLE = ("split", "image_id", "label", "contexts", "group", "community")
 SAMPLE_RULE = (
     "at most N images per split, stratified by class: each class keeps its share of the split "
     "(largest remainders, ties by class name), drawn with the seed; every row of a drawn image is kept"
@@ -99,58 +71,6 @@ def _stratified_quota(sizes: Mapping[str, int], total: int) -> dict[str, int]:
     for c in sorted(sizes, key=lambda c: (-(exact[c] - quota[c]), c))[: total - sum(quota.values())]:
         quota[c] += 1
     return quota
-
-
-def _checked(table: pd.DataFrame, where: str) -> pd.DataFrame:
-    """Normalise contexts to lists and refuse a repeated (image, class) row.
-
-    An image may appear once per class it shows (collections); never twice for the same class.
-    """
-    table = table.reset_index(drop=True)
-    table["contexts"] = [list(c) if c is not None else [] for c in table["contexts"]]
-    if "community" not in table:
-        table["community"] = -1
-    dup = table.duplicated(["image_id", "label"], keep=False)
-    if dup.any():
-        ids = sorted(set(table.loc[dup, "image_id"]))[:5]
-        raise InputFormatError(
-            f"{where}: image(s) {ids} appear more than once for the same class",
-            "a task lists each image at most once per class (no image in two splits)",
-        )
-    return table
-
-
-def _from_dataset(dd) -> tuple[pd.DataFrame, list[str], Callable[[str], bytes]]:
-    """Per-image table (split, image_id, label name, contexts, group, community), class names, byte reader."""
-    import datasets
-
-    frames, where = [], {}
-    classes = dataset_classes(dd, "task dataset", ("image_id", "label", "contexts"))
-    for split in sorted(dd):
-        ds = dd[split]
-        cols = [c for c in ("image_id", "label", "contexts", "group", "community") if c in ds.column_names]
-        df = ds.select_columns(cols).to_pandas()
-        df["label"] = [classes[i] for i in df["label"]]
-        df.insert(0, "split", split)
-        frames.append(df)
-        for row, iid in enumerate(df["image_id"]):
-            where.setdefault(iid, (split, row))
-    table = _checked(pd.concat(frames, ignore_index=True), "task dataset")
-    lock = threading.Lock()
-    raw = {s: dd[s].cast_column("image", datasets.Image(decode=False)) for s in dd if "image" in dd[s].column_names}
-
-    def read(iid: str) -> bytes:
-        split, row = where[iid]
-        if split not in raw:
-            raise InputFormatError(
-                f"task split {split!r} has no image column",
-                "prepare the task with images, or use --model predictions:FILE",
-            )
-        with lock:  # one reader at a time into the Arrow table; decoding happens outside the lock
-            cell = raw[split][row]["image"]
-        return cell_bytes(cell, f"image {iid!r} (split {split!r} row {row})", iid)  # bytes only, never its path
-
-    return table, classes, read
 
 
 def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
@@ -255,48 +175,87 @@ def evaluate(
     The report's ``headline`` (scoring.HEADLINE_RULE) is the test split's balanced and worst-group
     accuracy with the majority-class baseline beside it; it never includes train.
     """
-
     cfg = settings if settings is not None else EvalConfig()  # its numbers were checked when it was made
-    hierarchy, mode, coverage, seed, sample = cfg.hierarchy, cfg.mode, cfg.coverage, cfg.seed, cfg.sample
-    min_subset_size, alpha, force = cfg.min_subset_size, cfg.alpha, cfg.force
-    if out is not None:  # before the model loads: a refused --out costs nothing
-        model_file = (
-            model[len("predictions:") :] if isinstance(model, str) and model.startswith("predictions:") else None
-        )
-        tree = hierarchy[len("tree:") :] if hierarchy.startswith("tree:") else None
-        ref = task.ref if isinstance(task, TaskData) else task_ref(task)
-        art_path = (
-            ref.artifact.root if isinstance(ref.artifact, Artifact) else ref.artifact
-        )  # a loaded one (the zoo) too
-        images = ref.images if isinstance(ref.images, (str, Path)) else None
-        check_out(out, REPORT_KIND, force=force, inputs=[art_path, images, model_file, tree])
+    if out is not None:
+        _check_out(out, model, task, cfg)  # before the model loads: a refused --out costs nothing
     # the model first: a wrong name or a missing extra fails before any task is materialised
     loaded = load_scorer(model, cfg.device, cfg.dtype, cfg.image_size)
-    data, task_id, spec, table, classes, read = _task_rows(
-        task, not isinstance(loaded, PrecomputedPredictions), cfg.on_missing
-    )
-    facts = None if data is None else data.meta_graph  # a folder's or repo's, checked against its rows
-    scored_splits = chosen_splits(cfg.splits, set(table["split"]), task_id)  # before any image is read
+    data = open_scored(task, pixels=not isinstance(loaded, PrecomputedPredictions), on_missing=cfg.on_missing)
+    facts = data.meta_graph  # a folder's or repo's, checked against its rows (before any image is read)
+    table, scored_splits = _scored_rows(data, cfg)
+    coverage, hierarchy_card = _coverage(data.classes, cfg, getattr(loaded, "labels", None))
+    preds = _predictions(loaded, data, table, cfg)
+    scored = score_images(table, preds, coverage, cfg.mode, data.classes)
+    groups, tested, bug_rows = _groups(scored, data, facts, cfg.min_subset_size, cfg.alpha)
+    run = _run_card(data, table, loaded, hierarchy_card, scored_splits, cfg)
+    metrics = _metrics(run, scored, groups, tested, bug_rows, coverage, data, cfg)
+    if out is None:
+        return EvalReport(metrics)
+    return _write(out, metrics, groups, scored, preds, getattr(loaded, "labels", None), cfg)
+
+
+def _check_out(out: str | Path, model: Any, task: Any, cfg: EvalConfig) -> None:
+    """Refuse an ``out`` that would replace something not ours or hold one of the run's inputs."""
+    model_file = model[len("predictions:") :] if isinstance(model, str) and model.startswith("predictions:") else None
+    tree = cfg.hierarchy[len("tree:") :] if cfg.hierarchy.startswith("tree:") else None
+    ref = task.ref if isinstance(task, TaskData) else task_ref(task)
+    art_path = ref.artifact.root if isinstance(ref.artifact, Artifact) else ref.artifact  # a loaded one (the zoo) too
+    images = ref.images if isinstance(ref.images, (str, Path)) else None
+    check_out(out, REPORT_KIND, force=cfg.force, inputs=[art_path, images, model_file, tree])
+
+
+def open_scored(task: Any, *, pixels: bool, on_missing: str = "error") -> "TaskData | OwnDataset":
+    """The task to score, read only through the hub's readers: a dataset without a shift spec as it is
+    (task ``custom``), any other form through :func:`open_task`. A task id planned on an artifact, when the model
+    reads ``pixels``, is materialised by the one materialiser (``TaskData.prepare``: the same plan, never planned
+    again; ``on_missing``) and read back as that dataset, so it is scored as its export is."""
+    own = own_dataset(task)
+    if own is not None:
+        return own
+    data = open_task(task)
+    if pixels and data.form == "artifact":
+        return open_task(TaskRef(data.prepare(on_missing=on_missing), artifact=data.artifact))
+    return data
+
+
+def _scored_rows(data: "TaskData | OwnDataset", cfg: EvalConfig) -> tuple[pd.DataFrame, list[str]]:
+    """The per-image rows to score (:data:`ROW_TABLE` columns): the chosen splits, sampled when asked; the splits."""
+    table = data.rows() if isinstance(data, OwnDataset) else data.plan.table()
+    table = table[[c for c in ROW_TABLE if c in table]]
+    scored_splits = chosen_splits(cfg.splits, set(table["split"]), data.task_id)  # before any image is read
     table = table[table["split"].isin(scored_splits)].reset_index(drop=True)
-    if sample is not None:
-        table = sample_rows(table, sample, seed)
+    if cfg.sample is not None:
+        table = sample_rows(table, cfg.sample, cfg.seed)
     if table.empty:
-        raise EmptyResultError(f"task {task_id!r} has no images", "check the task id and the artifact")
-    art = None if data is None else data.artifact
-    labels = getattr(loaded, "labels", None)  # the head's label map (None: ImageNet-1k predictions file)
-    if coverage is None:
-        coverage, hierarchy_card = head_coverage(classes, hierarchy, labels)
-    else:
-        hierarchy_card = {"name": "custom coverage", "classes": {c: len(list(coverage.get(c, ()))) for c in classes}}
+        raise EmptyResultError(f"task {data.task_id!r} has no images", "check the task id and the artifact")
+    return table, scored_splits
 
-    ids = list(dict.fromkeys(table["image_id"]))  # each image once, even when it shows two classes
+
+def _coverage(classes: list[str], cfg: EvalConfig, labels: Any) -> tuple[Mapping[str, Any], dict]:
+    """Each class's ImageNet-1k leaves under the hierarchy (or the given coverage), and the hierarchy's card."""
+    if cfg.coverage is None:
+        return head_coverage(classes, cfg.hierarchy, labels)
+    return cfg.coverage, {
+        "name": "custom coverage",
+        "classes": {c: len(list(cfg.coverage.get(c, ()))) for c in classes},
+    }
+
+
+def _predictions(loaded: Any, data: "TaskData | OwnDataset", table: pd.DataFrame, cfg: EvalConfig) -> HeadOutputs:
+    """The head's outputs for each image of ``table`` once (an image of two classes is predicted once)."""
+    ids = list(dict.fromkeys(table["image_id"]))
     if isinstance(loaded, PrecomputedPredictions):
-        preds = loaded.predictions.for_ids(ids, source=str(loaded.path))
-    else:
-        preds = predict(loaded, ids, read, batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
+        return loaded.predictions.for_ids(ids, source=str(loaded.path))
+    read = data.images().read
+    return predict(loaded, ids, read, batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
 
-    scored = score_images(table, preds, coverage, mode, classes)
-    facts = meta_graph_facts(art, facts, scored)
+
+def _groups(
+    scored: pd.DataFrame, data: "TaskData | OwnDataset", facts: Any, min_subset_size: int, alpha: float
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """per_group rows with the context-bug test's columns; the tested rows; the bugs, with their distances."""
+    facts = meta_graph_facts(data.artifact, facts, scored)
+    classes = data.classes
     groups = group_table(scored, classes, facts.community_map() if facts is not None else None)
     tested = context_bugs(scored, groups, min_subset_size, alpha)
     for col in BUG_COLUMNS:
@@ -305,36 +264,62 @@ def evaluate(
     if facts is not None:
         for i in bug_rows.index:
             groups.loc[i, "distance_to_largest_community"] = facts.distance_to_largest(groups.at[i, "subset"])
-    bug_rows = groups.loc[bug_rows.index]
+    return groups, tested, groups.loc[bug_rows.index]
 
-    worst = worst_subsets(groups, min_subset_size)
-    roles = split_roles(sorted(set(table["split"])), spec)
+
+def _run_card(
+    data: "TaskData | OwnDataset",
+    table: pd.DataFrame,
+    loaded: Any,
+    hierarchy_card: dict,
+    scored_splits: list[str],
+    cfg: EvalConfig,
+) -> dict[str, Any]:
+    """report.json's ``run``: what was scored, with which model and settings."""
+    spec, art = data.spec, data.artifact
     model_card = loaded.card()
-    metrics: dict[str, Any] = {
-        "run": {
-            "package_version": __version__,
-            "task_id": task_id,
-            "task_content_hash": task_content_hash(spec, table),
-            "artifact_hash": (art.content_hash if art is not None else spec.artifact_hash if spec else None),
-            "model": model_card,
-            "mode": mode,
-            "hierarchy": hierarchy_card.get("name", hierarchy),
-            "hierarchy_detail": hierarchy_card,
-            "seed": seed,
-            "classes": classes,
-            "min_subset_size": min_subset_size,
-            "shift_type": spec.shift_type if spec else None,
-            "splits": scored_splits,
-            "sample_per_split": sample,
-            "sample_rule": SAMPLE_RULE if sample is not None else None,
-            "task_options": dict(spec.overrides) if spec else {},
-            "dtype": model_card.get("dtype", cfg.dtype),
-            "runtime": runtime_card(),
-            # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)
-            "image_size": model_card.get("image_size", cfg.image_size),
-        },
+    return {
+        "package_version": __version__,
+        "task_id": data.task_id,
+        "task_content_hash": task_content_hash(spec, table),
+        "artifact_hash": (art.content_hash if art is not None else spec.artifact_hash if spec else None),
+        "model": model_card,
+        "mode": cfg.mode,
+        "hierarchy": hierarchy_card.get("name", cfg.hierarchy),
+        "hierarchy_detail": hierarchy_card,
+        "seed": cfg.seed,
+        "classes": data.classes,
+        "min_subset_size": cfg.min_subset_size,
+        "shift_type": spec.shift_type if spec else None,
+        "splits": scored_splits,
+        "sample_per_split": cfg.sample,
+        "sample_rule": SAMPLE_RULE if cfg.sample is not None else None,
+        "task_options": dict(spec.overrides) if spec else {},
+        "dtype": model_card.get("dtype", cfg.dtype),
+        "runtime": runtime_card(),
+        # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)
+        "image_size": model_card.get("image_size", cfg.image_size),
+    }
+
+
+def _metrics(
+    run: dict[str, Any],
+    scored: pd.DataFrame,
+    groups: pd.DataFrame,
+    tested: pd.DataFrame,
+    bug_rows: pd.DataFrame,
+    coverage: Mapping[str, Any],
+    data: "TaskData | OwnDataset",
+    cfg: EvalConfig,
+) -> dict[str, Any]:
+    """report.json: the run card, the headline, overall / split / class scores, ID vs OOD and the context bugs."""
+    classes = data.classes
+    worst = worst_subsets(groups, cfg.min_subset_size)
+    roles = split_roles(sorted(set(scored["split"])), data.spec)
+    return {
+        "run": run,
         "counting": COUNTING_RULE,
-        "min_subset_size": min_subset_size,
+        "min_subset_size": cfg.min_subset_size,
         "headline": headline_metrics(scored, classes),
         "overall": _summary(groups[groups.level == "overall"].iloc[0]),
         "splits": {r["group"]: _summary(r) for _, r in groups[groups.level == "split"].iterrows()},
@@ -343,15 +328,25 @@ def evaluate(
         "id_vs_ood": _gap_metrics(groups, classes, roles),
         "bug_test": {
             "description": BUG_TEST,
-            "alpha": alpha,
+            "alpha": cfg.alpha,
             "n_tests": int(tested["p_value"].notna().sum()),
-            "min_n": min_subset_size,
+            "min_n": cfg.min_subset_size,
             "distance": DISTANCE_RULE,
         },
         "context_bugs": _bug_list(bug_rows),
     }
-    if out is None:
-        return EvalReport(metrics)
+
+
+def _write(
+    out: str | Path,
+    metrics: dict[str, Any],
+    groups: pd.DataFrame,
+    scored: pd.DataFrame,
+    preds: HeadOutputs,
+    labels: Any,
+    cfg: EvalConfig,
+) -> EvalReport:
+    """The report folder: report.json/md, per_group.csv, predictions.csv, logits (``save_logits``), charts."""
     logits = None
     if cfg.save_logits:
         if preds.logits is None:
@@ -362,5 +357,5 @@ def evaluate(
         logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
     names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
     return write_report(
-        out, metrics, groups, _per_image(scored, names), logits, force=force, pictures=cfg.plots is not False
+        out, metrics, groups, _per_image(scored, names), logits, force=cfg.force, pictures=cfg.plots is not False
     )  # None: a single evaluate draws its charts

@@ -17,7 +17,7 @@ import os
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import datasets
 
@@ -32,11 +32,22 @@ from ..tasks.plan import TaskPlan
 from ..tasks.spec import ShiftSpec
 from .repo_files import looks_like_repo_id
 from .task_repo import hub_commit
-from .task_rows import as_dataset_dict, dataset_images, in_export_order, plan_of_dataset
+
+
+if TYPE_CHECKING:
+    import pandas as pd
+from .task_rows import (
+    OWN_COLUMNS,
+    as_dataset_dict,
+    dataset_classes,
+    dataset_images,
+    in_export_order,
+    own_rows,
+    plan_of_dataset,
+)
 
 
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
-ON_MISSING = ("error", "skip")
 
 
 @dataclass
@@ -172,12 +183,38 @@ def task_ref(task: "TaskRef | Any") -> TaskRef:
     return task if isinstance(task, TaskRef) else TaskRef(task)
 
 
-def spec_less_dataset(task: "TaskRef | Any") -> "datasets.DatasetDict | None":
-    """A loaded Dataset/DatasetDict that carries no shift spec (someone's own data, which evaluate scores as
-    task ``custom``), as a DatasetDict; None for anything else, which ``open_task`` resolves."""
+@dataclass(frozen=True, eq=False)
+class OwnDataset:
+    """A loaded Dataset/DatasetDict that carries no shift spec: someone's own data, which evaluate scores as task
+    ``custom`` (:func:`own_dataset`). Read here, beside :class:`TaskData`, by the same readers: its rows
+    (:func:`~metashift_hf.hub.task_rows.own_rows`) and its pixels (its own JPEG bytes). No spec, no artifact, no
+    meta-graph."""
+
+    dataset: "datasets.DatasetDict"
+    task_id: str = "custom"
+    where: str = "task dataset"
+    spec: None = None
+    artifact: None = None
+    meta_graph: None = None
+
+    @functools.cached_property
+    def classes(self) -> list[str]:
+        return dataset_classes(self.dataset, self.where, OWN_COLUMNS)
+
+    def rows(self) -> "pd.DataFrame":
+        """One row per (split, image, class): split, image_id, label name, contexts, group (if given), community."""
+        return own_rows(self.dataset, self.where)
+
+    def images(self) -> ImageSource:
+        return dataset_images(self.dataset, self.where)
+
+
+def own_dataset(task: "TaskRef | Any") -> OwnDataset | None:
+    """A loaded Dataset/DatasetDict that carries no shift spec, as an :class:`OwnDataset`; None for anything
+    else, which :func:`~metashift_hf.hub.task_open.open_task` resolves."""
     task = task.task if isinstance(task, TaskRef) else task
     if isinstance(task, (datasets.Dataset, datasets.DatasetDict)) and not carries_spec(task):
-        return as_dataset_dict(task)
+        return OwnDataset(as_dataset_dict(task))
     return None
 
 
@@ -303,17 +340,22 @@ class TaskData:
         artifact's dataset image column, ``build --hf-dataset ... --image-column``)."""
         if self.load_rows is not None:
             return dataset_images(self.dataset, self.where)
-        if self.images_path is None and self.artifact is not None:
-            from_artifact = artifact_images(self.artifact)
-            if from_artifact is not None:
-                return from_artifact
-        if self.images_path is None:
+        return open_images(self._image_source())
+
+    def _image_source(self) -> "str | os.PathLike | ImageSource":
+        """The images given with the artifact, else its dataset image column; the one "images are needed" error
+        (``images()``, ``prepare()`` and so every command that reads pixels) when there are neither."""
+        if self.images_path is not None:
+            return self.images_path
+        from_artifact = None if self.artifact is None else artifact_images(self.artifact)
+        if from_artifact is None:
             raise MissingImagesError(
                 f"task {self.task_id}: the images are needed, and none were given",
-                "pass --images SRC (a folder of <id>.jpg or GQA images.zip), or use the "
-                "exported folder / Hub repo of the task, which carries its images",
+                "pass --images SRC (Python: images=; a folder of <id>.jpg files or GQA's images.zip), use the "
+                "task's exported folder or Hub repo (it carries its images), or score predictions "
+                "(--model predictions:FILE; metashift_hf.plan needs no images)",
             )
-        return open_images(self.images_path)
+        return from_artifact
 
     def prepare(
         self,
@@ -335,10 +377,7 @@ class TaskData:
         image once to check it.
         """
         # argument types first: a wrong one is named here, not deep inside the datasets builder
-        if on_missing not in ON_MISSING:
-            raise opt.OptionError(
-                f"on_missing={on_missing!r} is neither 'error' nor 'skip'", "pass on_missing='error' or 'skip'"
-            )
+        opt.on_missing(on_missing)
         if cache_dir is not None:
             opt.path(cache_dir, "cache_dir")
         if self.dataset is not None:
@@ -348,12 +387,7 @@ class TaskData:
                 f"task {self.task_id}: a plan without its artifact cannot be materialised",
                 "pass the build it was planned on (TaskRef(plan, artifact=ARTIFACT, images=IMAGES))",
             )
-        images = self.images_path if self.images_path is not None else artifact_images(self.artifact)
-        if images is None:
-            raise MissingImagesError(
-                f"task {self.task_id}: prepare/load need images",
-                "pass images= a folder of <id>.jpg files or GQA's images.zip (metashift_hf.plan works without images)",
-            )
+        images = self._image_source()
         builder = Metashift(
             config_name=self.task_id,
             artifact=self.artifact,
@@ -385,7 +419,8 @@ __all__ = [
     "task_ref",
     "DEFAULT_SEED",
     "TASK_FORMS_FIX",
-    "spec_less_dataset",
+    "OwnDataset",
+    "own_dataset",
     "reads_dataset_images",
     "artifact_images",
     "plan_digest",

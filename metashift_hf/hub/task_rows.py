@@ -3,7 +3,8 @@
 Every dataset-backed task (an exported folder, a Hub repo, a loaded or prepared dataset) goes through
 :func:`check_rows` before its rows are used; :func:`plan_of_dataset` reads them back as a ``TaskPlan``,
 :func:`in_export_order` puts any plan's rows in the order export writes them, :func:`dataset_images` gives
-the pixels of a dataset (its own JPEG bytes) and :func:`dataset_spec` the one shift spec its features carry.
+the pixels of a dataset (its own JPEG bytes) and :func:`dataset_spec` the one shift spec its features carry;
+:func:`own_rows` reads the rows of a dataset that carries no spec (someone's own data, scored as ``custom``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Sequence
 
 import datasets
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -245,6 +247,37 @@ def check_rows(
             seen[k] = split
 
 
+OWN_COLUMNS = ("image_id", "label", "contexts")  # what a dataset without a shift spec needs to be scored
+
+
+def own_rows(dd: "datasets.DatasetDict", where: str) -> pd.DataFrame:
+    """The rows of a dataset that carries no shift spec (someone's own data, scored as task ``custom``): one
+    per-image table (split, image_id, label name, contexts as lists, group where given, community; -1 when not
+    given), splits in name order. With no spec to check them against, only its columns, one ClassLabel and one
+    rule are checked: an image appears at most once per class (collections list it once per class it shows)."""
+    classes = dataset_classes(dd, where, OWN_COLUMNS)
+    frames = []
+    for split in sorted(dd):
+        ds = dd[split]
+        cols = [c for c in (*OWN_COLUMNS, "group", "community") if c in ds.column_names]
+        df = ds.select_columns(cols).to_pandas()
+        df["label"] = [classes[i] for i in df["label"]]
+        df.insert(0, "split", split)
+        frames.append(df)
+    table = pd.concat(frames, ignore_index=True)
+    table["contexts"] = [list(c) if c is not None else [] for c in table["contexts"]]
+    if "community" not in table:
+        table["community"] = -1
+    dup = table.duplicated(["image_id", "label"], keep=False)
+    if dup.any():
+        ids = sorted(set(table.loc[dup, "image_id"]))[:5]
+        raise InputFormatError(
+            f"{where}: image(s) {ids} appear more than once for the same class",
+            "a task lists each image at most once per class (no image in two splits)",
+        )
+    return table
+
+
 def plan_of_dataset(dd: "datasets.DatasetDict", spec: ShiftSpec, where: str) -> TaskPlan:
     """The task's rows as the planner wrote them, read back from a prepared or exported dataset."""
     classes = dataset_classes(dd, where)
@@ -303,6 +336,7 @@ __all__ = [
     "dataset_classes",
     "check_rows",
     "plan_of_dataset",
+    "own_rows",
     "in_export_order",
     "as_dataset_dict",
     "dataset_spec",

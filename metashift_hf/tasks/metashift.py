@@ -29,6 +29,7 @@ from datasets.builder import Key
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.images import DatasetImages, jpeg_problem, open_images, sniff_image
+from metashift_hf.core import options as opt
 from metashift_hf.core.errors import (
     InputFormatError,
     MetashiftError,
@@ -281,11 +282,7 @@ class Metashift(datasets.ArrowBasedBuilder):
     def plan(self) -> TaskPlan:
         if self._plan is None:
             c = self.config
-            if c.on_missing not in ("error", "skip"):
-                raise InputFormatError(
-                    f"on_missing must be 'error' or 'skip', got {c.on_missing!r}",
-                    "use --on-missing error (default) or --on-missing skip",
-                )
+            opt.on_missing(c.on_missing)
             options = dict(c.overrides or {})
             options.update({k: getattr(c, k) for k in TASK_OPTION_FIELDS if getattr(c, k) is not None})
             if c.attributes_dataset:
