@@ -14,13 +14,13 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
 from metashift_hf.builders import plots
 from metashift_hf.core.errors import MetashiftError
 from metashift_hf.core.names import id_slug
+from metashift_hf.hub.task_rows import dataset_images
 from metashift_hf.tasks.group_distances import group_subsets
 from metashift_hf.tasks.plan import SPLITS
 from metashift_hf.tasks.spec import ShiftSpec
@@ -207,16 +207,11 @@ def pick_examples(indices: list[int], k: int, seed: int, split: str, group: str)
     return [indices[i] for i in sorted(rng.choice(len(indices), size=k, replace=False).tolist())]
 
 
-def _thumbnail(image: Mapping | None):
+def _thumbnail(data: bytes):
     """A small RGB copy of the row's ORIGINAL image bytes (decoded for the picture only; the stored
-    bytes are never touched), or None when the row holds no image."""
+    bytes are never touched)."""
     from PIL import Image  # Pillow comes with datasets' Image feature; only needed to draw
 
-    data = (image or {}).get("bytes")
-    if not data and (image or {}).get("path"):
-        data = Path(image["path"]).read_bytes()
-    if not data:
-        return None
     with Image.open(io.BytesIO(data)) as im:
         rgb = im.convert("RGB")
     rgb.thumbnail((THUMB_PIXELS, THUMB_PIXELS))
@@ -225,8 +220,6 @@ def _thumbnail(image: Mapping | None):
 
 def draw_examples(prepared, repo_dir: Path, *, per_group: int = EXAMPLES_PER_GROUP) -> Picture | None:
     """One PNG: a row per group (labelled with split, group and rows), ``per_group`` thumbnails each."""
-    import datasets  # heavy; only to read the image column undecoded
-
     spec = prepared.spec
     ds = prepared.dataset
     rows = _rows_of(ds)
@@ -234,11 +227,11 @@ def draw_examples(prepared, repo_dir: Path, *, per_group: int = EXAMPLES_PER_GRO
         return None
     total = len(rows)
     rows = rows[:MAX_EXAMPLE_ROWS]
+    pixels = dataset_images(ds, f"task {prepared.task_id}")  # the hub's reader: the stored bytes, never a path
     cells = []
     for split, group, indices in rows:
         chosen = pick_examples(indices, per_group, spec.seed, split, group)
-        raw = ds[split].select(chosen).cast_column("image", datasets.Image(decode=False))
-        cells.append([_thumbnail(img) for img in raw.with_format("arrow")[:].column("image").to_pylist()])
+        cells.append([_thumbnail(pixels.read(str(i))) for i in ds[split].select(chosen)["image_id"]])
     height = 0.6 + 1.35 * len(rows)
     fig = plots.new_figure((2.6 + 1.45 * per_group, height))
     grid = fig.add_gridspec(

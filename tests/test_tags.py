@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -174,3 +175,27 @@ def test_every_pair_of_tags_is_a_subset():
     c = candidates_from_tags(t)
     assert c.names == [f"{s}({o})" for s, o in itertools.permutations("abc", 2)]
     assert all(c.images(n) == frozenset({"1"}) for n in c.names)
+
+
+def test_evaluate_of_a_dataset_artifact_equals_its_export(sources, tmp_path, capsys, monkeypatch):
+    """Issue 42: a task whose artifact reads its images from a dataset column was accepted by prepare, images()
+    and export, but `evaluate --task class-cat --artifact ART` exited 2 ('the model needs the images, and --images
+    was not given'): evaluate had its own row table and byte reader. It now reads the task through TaskData and
+    gives what export + evaluate of the exported folder give, byte for byte."""
+    art = build_from_inputs(
+        tmp_path / "hf",
+        plots=False,
+        given=HubMultiLabel(MultiLabelDataset(str(sources["repo"]), "labels", image_column="image")),
+    )
+    monkeypatch.setenv("METASHIFT_HF_IMAGES", str(tmp_path / "registered-gqa-images"))  # never used for it
+    quick = ["--model", "efficientnet-lite0", "--image-size", "64", "--quiet", "--no-progress"]
+    rc = main(["evaluate", "--task", "class-cat", "--artifact", str(art.root), "--out", str(tmp_path / "a"), *quick])
+    assert rc == 0, capsys.readouterr().err
+    assert main(["export", "class-cat", "--artifact", str(art.root), "--out", str(tmp_path / "x"), "--quiet"]) == 0
+    folder = tmp_path / "x" / "metashift-class-cat"
+    assert main(["evaluate", "--task", str(folder), "--out", str(tmp_path / "f"), *quick]) == 0, capsys.readouterr()
+    a, f = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("a", "f"))
+    assert a["run"]["task_id"] == "class-cat" and a["overall"]["n"] == 200
+    assert a == f
+    for name in ("per_group.csv", "predictions.csv", "report.md"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "f" / name).read_bytes(), name
