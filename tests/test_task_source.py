@@ -14,7 +14,7 @@ import metashift_hf
 from fixtures.tasks import build_tiny_artifact, sample_jpegs, three_split_task
 from metashift_hf.cli import main
 from metashift_hf.core.errors import InputFormatError, MetashiftError, UnknownNameError
-from metashift_hf.evaluate.run import _stratified_quota, sample_rows
+from metashift_hf.evaluate.scored_task import _stratified_quota, sample_rows
 from metashift_hf.hub.export import export_prepared
 from metashift_hf.hub.task_data import TaskRef
 from metashift_hf.hub.task_open import TaskOrigin, open_task

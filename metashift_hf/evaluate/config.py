@@ -35,7 +35,9 @@ class EvalConfig:
     min_subset_size: int = DEFAULT_MIN_SUBSET_SIZE  # smaller context subsets are neither ranked worst nor tested
     alpha: float = DEFAULT_ALPHA  # Benjamini-Hochberg level of the context-bug test
     dtype: str = "float32"  # float32 | bfloat16: the model's weights and inputs (recorded in the run card)
-    sample: int | None = None  # score at most this many images per split, stratified by class (run.SAMPLE_RULE)
+    sample: int | None = (
+        None  # score at most this many images per split, stratified by class (scored_task.SAMPLE_RULE)
+    )
     on_missing: str = "error"  # error | skip: task images absent or corrupt in the image source (a single evaluate)
     save_logits: bool = False  # also write logits.parquet into the report folder
     plots: bool | None = None  # per-class charts in each report; None: evaluate draws them, the zoo does not

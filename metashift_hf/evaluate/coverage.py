@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from metashift_hf.wordnet_match.hierarchy import load_hierarchy
 from metashift_hf.wordnet_match.match import match_name
@@ -108,6 +108,15 @@ def head_coverage(
         "classes": {c: {"senses": sorted(senses[c]), "outputs_covered": len(out[c])} for c in sorted(classes)},
     }
     return out, card
+
+
+def task_coverage(
+    classes: Sequence[str], hierarchy: str, labels: LabelMap | None, given: Mapping[str, Any] | None = None
+) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """``given`` (class -> head indices, ``EvalConfig.coverage``) with its card, else :func:`head_coverage`."""
+    if given is None:
+        return head_coverage(classes, hierarchy, labels)
+    return given, {"name": "custom coverage", "classes": {c: len(list(given.get(c, ()))) for c in classes}}
 
 
 def _refuse_empty(coverage: dict[str, frozenset[int]], hierarchy: str) -> None:

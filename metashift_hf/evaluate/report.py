@@ -11,9 +11,15 @@ from typing import Any, Iterator
 import pandas as pd
 import pyarrow as pa
 
+from metashift_hf.wordnet_match.imagenet import imagenet_classes
+
+from ..core.errors import InputFormatError
 from ..core.fsutil import atomic_dir, write_parquet
 from ..core.names import file_stem, markdown_safe, terminal_safe
+from ..models import LabelMap
 from ..scoring.per_group import from_group_table, write_per_group
+from .config import EvalConfig
+from .predictions import HeadOutputs
 
 
 REPORT_KIND = "evaluation report"  # the marker kind of an evaluate --out folder (core.fsutil)
@@ -341,3 +347,38 @@ def write_report(
         (tmp / "report.json").write_text(json.dumps(report.metrics, indent=2, sort_keys=False, allow_nan=False) + "\n")
         (tmp / "report.md").write_text(render_markdown(report, per_group))
     return report
+
+
+def write_evaluation(
+    out: str | Path,
+    metrics: dict[str, Any],
+    groups: pd.DataFrame,
+    scored: pd.DataFrame,
+    preds: HeadOutputs,
+    labels: LabelMap | None,
+    cfg: EvalConfig,
+) -> EvalReport:
+    """One evaluate's report folder (:func:`write_report`): predictions.csv from the scored rows, logits.parquet
+    when ``cfg.save_logits``, the per-class charts unless ``cfg.plots`` is False."""
+    logits = None
+    if cfg.save_logits:
+        if preds.logits is None:
+            raise InputFormatError(
+                "save_logits: these predictions hold only top-1 indices, no logits",
+                "drop --save-logits, or give a predictions file with logits",
+            )
+        logits = pd.DataFrame({"image_id": preds.image_ids, "logits": list(preds.logits)})
+    names = None if labels is None or labels.is_imagenet_1k else list(labels.names)
+    return write_report(
+        out, metrics, groups, _per_image(scored, names), logits, force=cfg.force, pictures=cfg.plots is not False
+    )  # None: a single evaluate draws its charts
+
+
+def _per_image(scored: pd.DataFrame, labels: list[str] | None = None) -> pd.DataFrame:
+    """predictions.csv rows: contexts joined by '|', name of the top-1 class (ImageNet-1k or the head's), sorted."""
+
+    names = [c.name.split(",")[0] for c in imagenet_classes()] if labels is None else labels
+    per_image = scored.assign(
+        contexts=["|".join(sorted(c)) for c in scored["contexts"]], pred_name=[names[i] for i in scored["pred_index"]]
+    )
+    return per_image.sort_values(["split", "image_id"], kind="stable").reset_index(drop=True)
