@@ -9,7 +9,8 @@ the pixels of a dataset (its own JPEG bytes) and :func:`dataset_spec` the one sh
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import datasets
 import numpy as np
@@ -22,7 +23,7 @@ from ..core.errors import InputFormatError, MissingImagesError
 from ..core.names import terminal_safe
 from ..tasks.metashift import spec_of_features
 from ..tasks.plan import Row, TaskPlan
-from ..tasks.spec import ShiftSpec, row_key
+from ..tasks.spec import ShiftSpec, SplitMembers, row_key
 from .shards import SORT_KEYS, SPEC_FILE
 
 
@@ -120,6 +121,34 @@ def check_rows(
     One place for every dataset-backed form (:func:`open_task`, evaluate's reader); vectorised over the
     arrow columns, no image decoded. Raises one :class:`InputFormatError` naming the split and first bad rows.
     """
+    classes, sizes, have = _check_splits(dd, spec, where, config, whole)
+    spec_groups = spec.groups()
+    seen: dict[tuple[str, str], str] = {}  # (image, class if a collection) -> the split it is in
+    for split in sorted(have, key=list(sizes).index):
+        ds = dd[split]
+        if len(ds) != sizes[split] and (whole or len(ds) > sizes[split]):
+            raise InputFormatError(
+                f"{where}: split {split!r} has {len(ds)} rows, its shift spec records {sizes[split]}", ROWS_FIX
+            )
+        rows = _SplitRows.read(ds, split, where, classes, spec.collection)
+        group_cls = {g.group: g.cls for g in spec_groups.get(split, ())}
+        members = spec.members_of(split)  # the spec's record of the split's rows (spec_version 5)
+        _refuse_bad_rows(rows, _row_checks(rows, split, group_cls, members, seen), where, split)
+        if members is not None and len(ds) == members.n and not members.same_rows(rows.row_keys):
+            raise InputFormatError(
+                f"{terminal_safe(where)}: split {split!r} has the {members.n} rows its shift spec records, "
+                "but not the same ones (their digest differs)",
+                ROWS_FIX,
+            )
+        for k in rows.keys:
+            seen[k] = split
+
+
+def _check_splits(
+    dd: "datasets.DatasetDict", spec: ShiftSpec, where: str, config: str | None, whole: bool
+) -> tuple[list[str], dict[str, int], set[str]]:
+    """The checks before any row is read: the config is the spec's task, the classes are the spec's, the splits
+    the spec records (``whole``: all of them). Returns the classes, the spec's split sizes and the splits held."""
     if config is not None and spec.task_id != config:
         raise InputFormatError(
             f"{where}: its shift spec is for task {terminal_safe(spec.task_id)!r}, not for config "
@@ -141,16 +170,29 @@ def check_rows(
             + (f" (not in the spec: {extra})" if extra else ""),
             ROWS_FIX,
         )
-    spec_groups = spec.groups()
-    per_class = spec.collection  # collections list an image once per class it shows
-    seen: dict[tuple[str, str], str] = {}
-    names = pa.array(classes, pa.string())
-    for split in sorted(have, key=list(sizes).index):
-        ds = dd[split]
-        if len(ds) != sizes[split] and (whole or len(ds) > sizes[split]):
-            raise InputFormatError(
-                f"{where}: split {split!r} has {len(ds)} rows, its shift spec records {sizes[split]}", ROWS_FIX
-            )
+    return classes, sizes, have
+
+
+@dataclass
+class _SplitRows:
+    """One split's row columns as arrays (read once from arrow, no image decoded), in row order."""
+
+    ids: np.ndarray  # image ids (object)
+    label: np.ndarray  # class index, -1 where empty
+    null: dict[str, np.ndarray]  # column -> which rows are empty
+    in_range: np.ndarray  # label in 0..k-1
+    cls_text: np.ndarray  # the label's class name (the first class where out of range)
+    expected: np.ndarray  # class(context), the group each row should name
+    group: np.ndarray
+    gid: np.ndarray  # group_id, where the split has that ClassLabel
+    gid_group: np.ndarray  # the group its group_id names (its own group where there is no group_id)
+    community: np.ndarray  # -1 where empty
+    row_keys: list[str]  # tasks.spec.row_key of each row
+    keys: list[tuple[str, str]]  # (image, class if a collection): an image may appear once per key
+    n_classes: int
+
+    @classmethod
+    def read(cls, ds: "datasets.Dataset", split: str, where: str, classes: list[str], per_class: bool) -> "_SplitRows":
         # group_id is optional (the library groups by `group`), but a user's own loop reads it: it must agree
         group_ids = ds.features.get("group_id")
         group_ids = group_ids if isinstance(group_ids, datasets.ClassLabel) else None
@@ -170,8 +212,10 @@ def check_rows(
             for c in ("image_id", "label", "group", "context", "community")
         }
         in_range = (label >= 0) & (label < len(classes))
-        cls = names.take(pa.array(np.where(in_range, label, 0)))
-        expected = np.asarray(pc.binary_join_element_wise(cls, "(", col["context"], ")", "").to_pylist(), dtype=object)
+        names = pa.array(classes, pa.string()).take(pa.array(np.where(in_range, label, 0)))
+        expected = np.asarray(
+            pc.binary_join_element_wise(names, "(", col["context"], ")", "").to_pylist(), dtype=object
+        )
         group = np.asarray(col["group"].to_pylist(), dtype=object)
         if group_ids is not None:
             gid = np.asarray(col["group_id"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -179,72 +223,98 @@ def check_rows(
             gid_group = gid_names[np.where((gid >= 0) & (gid < group_ids.num_classes), gid, group_ids.num_classes)]
         else:
             gid, gid_group = np.zeros(len(ds), np.int64), group
-        group_cls = {g.group: g.cls for g in spec_groups.get(split, ())}
-        known = np.asarray([group_cls.get(g) for g in group], dtype=object)
-        cls_text = np.asarray(cls.to_pylist(), dtype=object)
-        keys = [(str(i), str(c) if per_class else "") for i, c in zip(ids, cls_text)]
-        first_at: dict[tuple[str, str], int] = {}
-        dup_here, dup_other = np.zeros(len(ds), bool), np.zeros(len(ds), bool)
-        for n, k in enumerate(keys):
-            if k in first_at:
-                dup_here[n] = True
-            elif k in seen:
-                dup_other[n] = True
-            first_at.setdefault(k, n)
-        # the spec's record of the split's rows (spec_version 5): a row of another split, or a changed one
-        members = spec.members_of(split)
+        cls_text = np.asarray(names.to_pylist(), dtype=object)
         row_keys = [row_key(*r) for r in zip(ids, cls_text, group, *(col[c].to_pylist() for c in ROW_COLUMNS[3:]))]
-        foreign = np.zeros(len(ds), bool) if members is None else members.foreign(row_keys)
-        community = np.asarray(col["community"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        checks = [
-            (
-                null["image_id"] | null["label"] | null["group"] | null["context"] | null["community"],
-                lambda n: "empty " + "/".join(c for c in null if null[c][n]),
-            ),
-            (~null["label"] & ~in_range, lambda n: f"label {label[n]} outside 0..{len(classes) - 1}"),
-            (
-                in_range & ~null["group"] & ~null["context"] & (group != expected),
-                lambda n: f"group {group[n]!r} is not class(context) {expected[n]!r}",
-            ),
-            (
-                ~null["group"] & (known == None) & in_range,  # noqa: E711 (elementwise)
-                lambda n: f"group {group[n]!r} is not one of the spec's {split} groups",
-            ),
-            (
-                in_range & (known != None) & (known != cls_text),  # noqa: E711 (elementwise)
-                lambda n: f"group {group[n]!r} is of class {known[n]!r} in the spec, the label says {cls_text[n]!r}",
-            ),
-            (
-                ~null["group"] & (gid_group != group),
-                lambda n: f"group_id {gid[n]} names {gid_group[n]!r}, not its group {group[n]!r}",
-            ),
-            (dup_here, lambda n: f"image listed twice in {split!r}"),
-            (dup_other, lambda n: f"image also in split {seen.get(keys[n])!r}"),
-            (community < -1, lambda n: f"community {community[n]} is not a community id (-1 or more)"),
-            (foreign, lambda n: f"not one of the {split} rows the spec records (another split's, or changed)"),
-        ]
-        bad = np.zeros(len(ds), bool)
-        for mask, _ in checks:
-            bad |= mask
-        if bad.any():
-            rows = np.flatnonzero(bad)
-            shown = "; ".join(
-                f"row {n} image {terminal_safe(ids[n])}: " + ", ".join(why(n) for mask, why in checks if mask[n])
-                for n in rows[:_SHOWN]
-            )
-            raise InputFormatError(
-                f"{terminal_safe(where)}: split {split!r} does not match its shift spec, "
-                f"{len(rows)} bad row(s): {terminal_safe(shown)}",
-                ROWS_FIX,
-            )
-        if members is not None and len(ds) == members.n and not members.same_rows(row_keys):
-            raise InputFormatError(
-                f"{terminal_safe(where)}: split {split!r} has the {members.n} rows its shift spec records, "
-                "but not the same ones (their digest differs)",
-                ROWS_FIX,
-            )
-        for k in keys:
-            seen[k] = split
+        return cls(
+            ids=ids,
+            label=label,
+            null=null,
+            in_range=in_range,
+            cls_text=cls_text,
+            expected=expected,
+            group=group,
+            gid=gid,
+            gid_group=gid_group,
+            community=np.asarray(col["community"].fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64),
+            row_keys=row_keys,
+            keys=[(str(i), str(c) if per_class else "") for i, c in zip(ids, cls_text)],
+            n_classes=len(classes),
+        )
+
+
+def _duplicates(keys: list[tuple[str, str]], seen: Mapping[tuple[str, str], str]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose key came earlier in this split, and rows whose key is in an earlier split (``seen``)."""
+    first_at: dict[tuple[str, str], int] = {}
+    dup_here, dup_other = np.zeros(len(keys), bool), np.zeros(len(keys), bool)
+    for n, k in enumerate(keys):
+        if k in first_at:
+            dup_here[n] = True
+        elif k in seen:
+            dup_other[n] = True
+        first_at.setdefault(k, n)
+    return dup_here, dup_other
+
+
+def _row_checks(
+    r: _SplitRows,
+    split: str,
+    group_cls: Mapping[str, str],
+    members: SplitMembers | None,
+    seen: Mapping[tuple[str, str], str],
+) -> list[tuple[np.ndarray, Callable[[int], str]]]:
+    """Each row check as (the rows that fail it, what to say of row n)."""
+    null, group, known = r.null, r.group, np.asarray([group_cls.get(g) for g in r.group], dtype=object)
+    dup_here, dup_other = _duplicates(r.keys, seen)
+    # a row of another split, or a changed one (the spec's record of the split's rows)
+    foreign = np.zeros(len(r.ids), bool) if members is None else members.foreign(r.row_keys)
+    return [
+        (
+            null["image_id"] | null["label"] | null["group"] | null["context"] | null["community"],
+            lambda n: "empty " + "/".join(c for c in null if null[c][n]),
+        ),
+        (~null["label"] & ~r.in_range, lambda n: f"label {r.label[n]} outside 0..{r.n_classes - 1}"),
+        (
+            r.in_range & ~null["group"] & ~null["context"] & (group != r.expected),
+            lambda n: f"group {group[n]!r} is not class(context) {r.expected[n]!r}",
+        ),
+        (
+            ~null["group"] & (known == None) & r.in_range,  # noqa: E711 (elementwise)
+            lambda n: f"group {group[n]!r} is not one of the spec's {split} groups",
+        ),
+        (
+            r.in_range & (known != None) & (known != r.cls_text),  # noqa: E711 (elementwise)
+            lambda n: f"group {group[n]!r} is of class {known[n]!r} in the spec, the label says {r.cls_text[n]!r}",
+        ),
+        (
+            ~null["group"] & (r.gid_group != group),
+            lambda n: f"group_id {r.gid[n]} names {r.gid_group[n]!r}, not its group {group[n]!r}",
+        ),
+        (dup_here, lambda n: f"image listed twice in {split!r}"),
+        (dup_other, lambda n: f"image also in split {seen.get(r.keys[n])!r}"),
+        (r.community < -1, lambda n: f"community {r.community[n]} is not a community id (-1 or more)"),
+        (foreign, lambda n: f"not one of the {split} rows the spec records (another split's, or changed)"),
+    ]
+
+
+def _refuse_bad_rows(
+    r: _SplitRows, checks: list[tuple[np.ndarray, Callable[[int], str]]], where: str, split: str
+) -> None:
+    """One InputFormatError naming how many rows fail and what is wrong with the first :data:`_SHOWN`."""
+    bad = np.zeros(len(r.ids), bool)
+    for mask, _ in checks:
+        bad |= mask
+    if not bad.any():
+        return
+    rows = np.flatnonzero(bad)
+    shown = "; ".join(
+        f"row {n} image {terminal_safe(r.ids[n])}: " + ", ".join(why(n) for mask, why in checks if mask[n])
+        for n in rows[:_SHOWN]
+    )
+    raise InputFormatError(
+        f"{terminal_safe(where)}: split {split!r} does not match its shift spec, "
+        f"{len(rows)} bad row(s): {terminal_safe(shown)}",
+        ROWS_FIX,
+    )
 
 
 OWN_COLUMNS = ("image_id", "label", "contexts")  # what a dataset without a shift spec needs to be scored
