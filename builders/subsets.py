@@ -288,73 +288,126 @@ def candidates_from_scene_graphs(
       (``general_context_as='context'`` writes ``dog(ocean)``).
     - attribute contexts ``subject(attribute)``: attributes in the 27-category ontology.
     """
-    V = len(sg.vocab)
-    N = len(sg.image_ids)
-    if N == 0:
+    if len(sg.image_ids) == 0:
         raise InputFormatError(
             f"scene-graph files {', '.join(sg.files)} hold no images",
             "pass GQA train_sceneGraphs.json / val_sceneGraphs.json",
         )
-    vocab = sg.vocab
-    order = np.argsort(np.asarray(sg.image_ids, dtype=object), kind="stable")
-    rank = np.empty(N, dtype=np.int64)
-    rank[order] = np.arange(N, dtype=np.int64)
-    image_ids = [sg.image_ids[i] for i in order.tolist()]
-    is_scene = np.fromiter((w in SCENE_WORDS for w in vocab), dtype=bool, count=V)
-    drop_ctx = is_scene & ~np.fromiter((w in SCENE_WORDS_ALSO_OBJECT_CONTEXTS for w in vocab), dtype=bool, count=V)
-    field_word = np.fromiter((GENERAL_CATEGORY.get(w) in ("location", "weather") for w in vocab), dtype=bool, count=V)
-    img_of = np.arange(N, dtype=np.int64)
-
-    # unique (image, name) rows, sorted by image then name
-    obj_img = np.repeat(img_of, sg.obj_counts)
-    ukey, ucount = np.unique(obj_img * V + sg.obj_names, return_counts=True)
-    u_img, u_name = ukey // V, ukey % V
-    del obj_img, ukey
-    bounds = np.searchsorted(u_img, np.arange(N + 1, dtype=np.int64))
-    row_start, row_stop = bounds[u_img], bounds[u_img + 1]
-
+    V = len(sg.vocab)
+    rows = _NameRows.of(sg)
     streams: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in _KIND_PRECEDENCE}
+    if "object" in kinds:
+        streams["object"] = _object_pairs(sg, rows, pairing)
+    if "general" in kinds:
+        streams["general"] = _general_pairs(sg, rows, general_context_as)
+    if "attribute" in kinds:
+        streams["attribute"] = [(sg.attr_objects * V + sg.attr_words, np.repeat(rows.img_of, sg.attr_counts))]
+    pairs, kind_idx, seen_in = _present_pairs(streams, V)
+    subj, ctx = (pairs // V).tolist(), (pairs % V).tolist()
+    names = [f"{sg.vocab[s]}({sg.vocab[c]})" for s, c in zip(subj, ctx)]
+    name_order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    indptr, members = _membership(streams, pairs, name_order, sg.image_ids)
+    kinds_out, cats_out = [], []
+    for r in name_order.tolist():
+        kinds_out.append(_KIND_PRECEDENCE[kind_idx[r]])
+        word = sg.vocab[subj[r]] if general_context_as == "subject" else sg.vocab[ctx[r]]
+        cats_out.append(_category(kinds_out[-1], word, sg.vocab[ctx[r]]))
+    return CandidateSubsets(
+        names=[names[r] for r in name_order.tolist()],
+        kinds=kinds_out,
+        categories=cats_out,
+        image_ids=sorted(sg.image_ids),
+        indptr=indptr,
+        indices=members,
+        collisions=int((seen_in > 1).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class _NameRows:
+    """The unique (image, object name) rows of a scene-graph table, sorted by image then name, with each image's
+    range of rows (``row_start``/``row_stop`` per row) and how often the name occurs in the image."""
+
+    img_of: np.ndarray  # 0..N-1: image positions in the table
+    u_img: np.ndarray
+    u_name: np.ndarray
+    ucount: np.ndarray
+    row_start: np.ndarray
+    row_stop: np.ndarray
+
+    @classmethod
+    def of(cls, sg: "SceneGraphTable") -> "_NameRows":
+        V, N = len(sg.vocab), len(sg.image_ids)
+        img_of = np.arange(N, dtype=np.int64)
+        ukey, ucount = np.unique(np.repeat(img_of, sg.obj_counts) * V + sg.obj_names, return_counts=True)
+        u_img, u_name = ukey // V, ukey % V
+        del ukey
+        bounds = np.searchsorted(u_img, np.arange(N + 1, dtype=np.int64))
+        return cls(img_of, u_img, u_name, ucount, bounds[u_img], bounds[u_img + 1])
+
+
+def _dropped_contexts(vocab: Sequence[str]) -> np.ndarray:
+    """Place/room words, which are general contexts, not object contexts (except 'grass')."""
+    is_scene = np.fromiter((w in SCENE_WORDS for w in vocab), dtype=bool, count=len(vocab))
+    also = np.fromiter((w in SCENE_WORDS_ALSO_OBJECT_CONTEXTS for w in vocab), dtype=bool, count=len(vocab))
+    return is_scene & ~also
+
+
+def _object_pairs(sg: "SceneGraphTable", rows: _NameRows, pairing: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(subject * V + context, image) of the object contexts: each relation, or every two names of an image."""
+    V, drop_ctx = len(sg.vocab), _dropped_contexts(sg.vocab)
+    if pairing == "relation":
+        rel_img = np.repeat(rows.img_of, sg.rel_counts)
+        keep = ~drop_ctx[sg.rel_targets]
+        return [(sg.rel_subjects[keep] * V + sg.rel_targets[keep], rel_img[keep])]
+    if pairing != "cooccurrence":
+        raise InputFormatError(f"unknown pairing {pairing!r}", "use 'relation' or 'cooccurrence'")
+    out = []
+    n = rows.u_img.size
+    cum = np.cumsum(rows.row_stop - rows.row_start)
+    lo = 0
+    while lo < n:  # in blocks of about _PAIR_BLOCK pairs, so memory stays bounded
+        hi = max(int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _PAIR_BLOCK, side="right")), lo + 1)
+        j, other = _pairs_within_images(
+            np.arange(lo, min(hi, n), dtype=np.int64), rows.row_start[lo:hi], rows.row_stop[lo:hi]
+        )
+        s, c = rows.u_name[j], rows.u_name[other]
+        keep = ((j != other) | (rows.ucount[j] >= 2)) & ~drop_ctx[c]
+        out.append((s[keep] * V + c[keep], rows.u_img[j[keep]]))
+        lo = hi
+    return out
+
+
+def _general_pairs(
+    sg: "SceneGraphTable", rows: _NameRows, general_context_as: str
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(pair, image) of the general contexts: the image's location/weather values and place/room words among its
+    objects, over every object name in the image (``general_context_as`` says which side the word is on)."""
+    vocab, V = sg.vocab, len(sg.vocab)
+    is_scene = np.fromiter((w in SCENE_WORDS for w in vocab), dtype=bool, count=V)
+    field_word = np.fromiter((GENERAL_CATEGORY.get(w) in ("location", "weather") for w in vocab), dtype=bool, count=V)
 
     def general_pair(word: np.ndarray, name: np.ndarray) -> np.ndarray:
         return word * V + name if general_context_as == "subject" else name * V + word
 
-    if "object" in kinds:
-        if pairing == "relation":
-            rel_img = np.repeat(img_of, sg.rel_counts)
-            keep = ~drop_ctx[sg.rel_targets]
-            streams["object"].append((sg.rel_subjects[keep] * V + sg.rel_targets[keep], rel_img[keep]))
-        elif pairing == "cooccurrence":
-            n = u_img.size
-            per_row = row_stop - row_start
-            cum = np.cumsum(per_row)
-            lo = 0
-            while lo < n:
-                hi = int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _PAIR_BLOCK, side="right"))
-                hi = max(hi, lo + 1)
-                j, other = _pairs_within_images(
-                    np.arange(lo, min(hi, n), dtype=np.int64), row_start[lo:hi], row_stop[lo:hi]
-                )
-                s, c = u_name[j], u_name[other]
-                keep = ((j != other) | (ucount[j] >= 2)) & ~drop_ctx[c]
-                streams["object"].append((s[keep] * V + c[keep], u_img[j[keep]]))
-                lo = hi
-        else:
-            raise InputFormatError(f"unknown pairing {pairing!r}", "use 'relation' or 'cooccurrence'")
-    if "general" in kinds:
-        for field_codes in (sg.location, sg.weather):
-            g = field_codes[u_img]
-            m = g >= 0
-            m[m] = field_word[g[m]]
-            streams["general"].append((general_pair(g[m], u_name[m]), u_img[m]))
-        scene_rows = np.flatnonzero(is_scene[u_name])
-        j, other = _pairs_within_images(scene_rows, row_start[scene_rows], row_stop[scene_rows])
-        keep = j != other
-        streams["general"].append((general_pair(u_name[j[keep]], u_name[other[keep]]), u_img[j[keep]]))
-    if "attribute" in kinds:
-        attr_img = np.repeat(img_of, sg.attr_counts)
-        streams["attribute"].append((sg.attr_objects * V + sg.attr_words, attr_img))
+    out = []
+    for field_codes in (sg.location, sg.weather):
+        g = field_codes[rows.u_img]
+        m = g >= 0
+        m[m] = field_word[g[m]]
+        out.append((general_pair(g[m], rows.u_name[m]), rows.u_img[m]))
+    scene_rows = np.flatnonzero(is_scene[rows.u_name])
+    j, other = _pairs_within_images(scene_rows, rows.row_start[scene_rows], rows.row_stop[scene_rows])
+    keep = j != other
+    out.append((general_pair(rows.u_name[j[keep]], rows.u_name[other[keep]]), rows.u_img[j[keep]]))
+    return out
 
-    # which (subject, context) pairs exist, per kind
+
+def _present_pairs(
+    streams: Mapping[str, list[tuple[np.ndarray, np.ndarray]]], V: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (subject, context) pair that exists (sorted), the kind each is kept as (the first of
+    :data:`_KIND_PRECEDENCE` it appears in) and in how many kinds it appears."""
     present: dict[str, np.ndarray] = {}
     for kind in _KIND_PRECEDENCE:
         ps = [p for p, _ in streams[kind]]
@@ -372,12 +425,23 @@ def candidates_from_scene_graphs(
         has = np.isin(pairs, present[kind], assume_unique=True)
         seen_in += has
         kind_idx[(kind_idx < 0) & has] = i
-    subj, ctx = (pairs // V).tolist(), (pairs % V).tolist()
-    names = [f"{vocab[s]}({vocab[c]})" for s, c in zip(subj, ctx)]
-    name_order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    return pairs, kind_idx, seen_in
+
+
+def _membership(
+    streams: Mapping[str, list[tuple[np.ndarray, np.ndarray]]],
+    pairs: np.ndarray,
+    name_order: np.ndarray,
+    image_ids: Sequence[str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each subset's images as CSR (``indptr``, image positions in sorted id order), subsets in name order; the
+    streams are emptied as they are read (memory)."""
+    N = len(image_ids)
+    order = np.argsort(np.asarray(image_ids, dtype=object), kind="stable")
+    rank = np.empty(N, dtype=np.int64)
+    rank[order] = np.arange(N, dtype=np.int64)
     name_rank = np.empty(pairs.size, dtype=np.int64)
     name_rank[name_order] = np.arange(pairs.size, dtype=np.int64)
-
     # one sorted key per (subset, image): subset rank * N + image rank
     chunks = []
     for kind in _KIND_PRECEDENCE:
@@ -392,24 +456,13 @@ def candidates_from_scene_graphs(
     counts = np.bincount(keys // N, minlength=pairs.size)
     indptr = np.zeros(pairs.size + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
+    return indptr, keys % N
 
-    kinds_out, cats_out = [], []
-    for r in name_order.tolist():
-        kind = _KIND_PRECEDENCE[kind_idx[r]]
-        kinds_out.append(kind)
-        if kind == "general":
-            word = vocab[subj[r]] if general_context_as == "subject" else vocab[ctx[r]]
-            cats_out.append(GENERAL_CATEGORY.get(word))
-        elif kind == "attribute":
-            cats_out.append(ATTRIBUTE_CATEGORY.get(vocab[ctx[r]]))
-        else:
-            cats_out.append(None)
-    return CandidateSubsets(
-        names=[names[r] for r in name_order.tolist()],
-        kinds=kinds_out,
-        categories=cats_out,
-        image_ids=image_ids,
-        indptr=indptr,
-        indices=keys % N,
-        collisions=int((seen_in > 1).sum()),
-    )
+
+def _category(kind: str, general_word: str, context: str) -> str | None:
+    """A subset's category: a general context's (location, weather, place...), an attribute's, none for objects."""
+    if kind == "general":
+        return GENERAL_CATEGORY.get(general_word)
+    if kind == "attribute":
+        return ATTRIBUTE_CATEGORY.get(context)
+    return None
