@@ -105,113 +105,16 @@ def _scan(f, path: Path) -> None:
     """
     import pickletools
 
-    def refuse(why: str) -> NoReturn:
-        raise UnsafePickleError(
-            f"{path}: {why}; loading it is refused",
-            "use the published candidate-subset pickle, or a pickle of a dict of name -> set of image-id strings",
-        )
-
-    stack: list[_Obj] = []
-    memo: dict = {}
-
-    def pop_mark() -> list[_Obj]:
-        items = []
-        while stack and stack[-1] is not _MARK:
-            items.append(stack.pop())
-        if not stack:
-            refuse("a malformed opcode stream (no MARK)")
-        stack.pop()
-        return items[::-1]
-
-    def make(kind: str, items: list[_Obj], hashed: list[_Obj], base: _Obj | None = None) -> _Obj:
-        if any(i.kind != "atom" for i in hashed):
-            refuse("a key or set member that is not a string or number")
-        depth = max([1 + i.depth for i in items] + [base.depth if base else 1])
-        if depth > MAX_DEPTH:
-            refuse(f"nesting deeper than {MAX_DEPTH} levels")
-        atoms = (base.atoms_only if base else True) and all(i.kind == "atom" for i in items)
-        return _Obj(kind, depth, atoms, tuple(items) if kind == "tuple" and len(items) <= 3 else ())
-
-    def add_to(kind: str, items: list[_Obj], hashed: list[_Obj]) -> None:
-        if not stack or stack[-1].kind != kind:
-            refuse(f"items added to something that is not a {kind}")
-        stack.append(make(kind, items, hashed, stack.pop()))
-
+    scan = _Scanner(path)
     try:
         for n, (op, arg, _) in enumerate(pickletools.genops(f)):
-            name = op.name
             if n > MAX_OPCODES:
-                refuse(f"more than {MAX_OPCODES:,} opcodes")
-            if name in ("PROTO", "FRAME"):
-                continue
-            if name == "STOP":
+                scan.refuse(f"more than {MAX_OPCODES:,} opcodes")
+            if op.name == "STOP":
                 return
-            if name in _ATOMS:
-                stack.append(_Obj("atom"))
-            elif name == "MARK":
-                stack.append(_MARK)
-            elif name in _EMPTY:
-                stack.append(_Obj(_EMPTY[name], 1))
-            elif name in _FROM_MARK:
-                items = pop_mark()
-                hashed = items[0::2] if name == "DICT" else items if name == "FROZENSET" else []
-                stack.append(make(_FROM_MARK[name], items, hashed))
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                k = int(name[-1])
-                if len(stack) < k or _MARK in stack[-k:]:
-                    refuse("a malformed opcode stream")
-                items = stack[-k:]
-                del stack[-k:]
-                stack.append(make("tuple", items, []))
-            elif name in ("APPEND", "APPENDS"):
-                add_to("list", [stack.pop()] if name == "APPEND" else pop_mark(), [])
-            elif name in ("SETITEM", "SETITEMS"):
-                items = stack[-2:] if name == "SETITEM" else pop_mark()
-                if name == "SETITEM":
-                    del stack[-2:]
-                add_to("dict", items, items[0::2])
-            elif name == "ADDITEMS":
-                items = pop_mark()
-                add_to("set", items, items)
-            elif name in ("GLOBAL", "STACK_GLOBAL"):
-                if name == "STACK_GLOBAL":
-                    del stack[-2:]  # the two names: find_class checks them when loading
-                else:
-                    module, _, attr = str(arg).partition(" ")
-                    if (module, attr) not in ALLOWED_GLOBALS:
-                        refuse(
-                            f"the global {module[:80]}.{attr[:80]} is not allowed "
-                            "(only builtins.set and collections.defaultdict)"
-                        )
-                stack.append(_Obj("global"))
-            elif name == "REDUCE":
-                args, fn = stack.pop(), stack.pop()
-                if fn.kind != "global" or args.kind != "tuple" or len(args.items) > 1:
-                    refuse("a call that is not set(...) or defaultdict(...)")
-                inner = args.items[0] if args.items else None
-                if inner is None or inner.kind == "global":  # defaultdict() / defaultdict(set)
-                    stack.append(_Obj("dict", 1))
-                elif inner.kind in ("list", "tuple", "set") and inner.atoms_only:  # set([...]) of strings
-                    stack.append(_Obj("set", inner.depth))
-                else:
-                    refuse("set(...) of something other than strings or numbers")
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-                memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                got = memo.get(arg)
-                if got is None:
-                    refuse("a memo fetch of nothing")
-                if got.kind not in ("atom", "global"):
-                    refuse("a shared reference to a container (a structure that grows exponentially when walked)")
-                stack.append(got)
-            elif name == "POP":
-                stack.pop()
-            elif name == "POP_MARK":
-                pop_mark()
-            else:
-                refuse(f"the opcode {name}, which the candidate-subset format does not use")
+            scan.step(op.name, arg)
     except IndexError:
-        refuse("a malformed opcode stream")
+        scan.refuse("a malformed opcode stream")
     except ValueError as exc:  # pickletools: truncated stream or unknown opcode
         raise InputFormatError(
             f"{path}: not a readable pickle ({str(exc)[:200]})",
@@ -220,6 +123,142 @@ def _scan(f, path: Path) -> None:
     raise InputFormatError(
         f"{path}: not a readable pickle (no STOP opcode)", "re-download the file; it may be truncated or not a pickle"
     )
+
+
+class _Scanner:
+    """The unpickling stack and memo of :func:`_scan`, as what each object is (:class:`_Obj`), one opcode at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stack: list[_Obj] = []
+        self.memo: dict = {}
+        on = {"PROTO": self._skip, "FRAME": self._skip, "MARK": self._mark, "POP": self._pop}
+        on |= {"POP_MARK": self._pop_mark, "REDUCE": self._reduce, "ADDITEMS": self._add_items}
+        on |= dict.fromkeys(_ATOMS, self._atom) | dict.fromkeys(_EMPTY, self._empty)
+        on |= dict.fromkeys(_FROM_MARK, self._from_mark) | dict.fromkeys(("TUPLE1", "TUPLE2", "TUPLE3"), self._tuple)
+        on |= dict.fromkeys(("APPEND", "APPENDS"), self._append) | dict.fromkeys(
+            ("SETITEM", "SETITEMS"), self._set_items
+        )
+        on |= dict.fromkeys(("GLOBAL", "STACK_GLOBAL"), self._global)
+        on |= dict.fromkeys(("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"), self._put)
+        on |= dict.fromkeys(("GET", "BINGET", "LONG_BINGET"), self._get)
+        self._on = on
+
+    def refuse(self, why: str) -> NoReturn:
+        raise UnsafePickleError(
+            f"{self.path}: {why}; loading it is refused",
+            "use the published candidate-subset pickle, or a pickle of a dict of name -> set of image-id strings",
+        )
+
+    def step(self, name: str, arg) -> None:
+        handler = self._on.get(name)
+        if handler is None:
+            self.refuse(f"the opcode {name}, which the candidate-subset format does not use")
+        handler(name, arg)
+
+    # -- the stack ----------------------------------------------------------------------------------
+    def pop_mark(self) -> list[_Obj]:
+        stack, items = self.stack, []
+        while stack and stack[-1] is not _MARK:
+            items.append(stack.pop())
+        if not stack:
+            self.refuse("a malformed opcode stream (no MARK)")
+        stack.pop()
+        return items[::-1]
+
+    def make(self, kind: str, items: list[_Obj], hashed: list[_Obj], base: _Obj | None = None) -> _Obj:
+        if any(i.kind != "atom" for i in hashed):
+            self.refuse("a key or set member that is not a string or number")
+        depth = max([1 + i.depth for i in items] + [base.depth if base else 1])
+        if depth > MAX_DEPTH:
+            self.refuse(f"nesting deeper than {MAX_DEPTH} levels")
+        atoms = (base.atoms_only if base else True) and all(i.kind == "atom" for i in items)
+        return _Obj(kind, depth, atoms, tuple(items) if kind == "tuple" and len(items) <= 3 else ())
+
+    def add_to(self, kind: str, items: list[_Obj], hashed: list[_Obj]) -> None:
+        if not self.stack or self.stack[-1].kind != kind:
+            self.refuse(f"items added to something that is not a {kind}")
+        self.stack.append(self.make(kind, items, hashed, self.stack.pop()))
+
+    # -- one handler per opcode family (name, argument) ----------------------------------------------
+    def _skip(self, name: str, arg) -> None:
+        pass
+
+    def _atom(self, name: str, arg) -> None:
+        self.stack.append(_Obj("atom"))
+
+    def _mark(self, name: str, arg) -> None:
+        self.stack.append(_MARK)
+
+    def _empty(self, name: str, arg) -> None:
+        self.stack.append(_Obj(_EMPTY[name], 1))
+
+    def _from_mark(self, name: str, arg) -> None:
+        items = self.pop_mark()
+        hashed = items[0::2] if name == "DICT" else items if name == "FROZENSET" else []
+        self.stack.append(self.make(_FROM_MARK[name], items, hashed))
+
+    def _tuple(self, name: str, arg) -> None:
+        k, stack = int(name[-1]), self.stack
+        if len(stack) < k or _MARK in stack[-k:]:
+            self.refuse("a malformed opcode stream")
+        items = stack[-k:]
+        del stack[-k:]
+        stack.append(self.make("tuple", items, []))
+
+    def _append(self, name: str, arg) -> None:
+        self.add_to("list", [self.stack.pop()] if name == "APPEND" else self.pop_mark(), [])
+
+    def _set_items(self, name: str, arg) -> None:
+        items = self.stack[-2:] if name == "SETITEM" else self.pop_mark()
+        if name == "SETITEM":
+            del self.stack[-2:]
+        self.add_to("dict", items, items[0::2])
+
+    def _add_items(self, name: str, arg) -> None:
+        items = self.pop_mark()
+        self.add_to("set", items, items)
+
+    def _global(self, name: str, arg) -> None:
+        if name == "STACK_GLOBAL":
+            del self.stack[-2:]  # the two names: find_class checks them when loading
+        else:
+            module, _, attr = str(arg).partition(" ")
+            if (module, attr) not in ALLOWED_GLOBALS:
+                self.refuse(
+                    f"the global {module[:80]}.{attr[:80]} is not allowed "
+                    "(only builtins.set and collections.defaultdict)"
+                )
+        self.stack.append(_Obj("global"))
+
+    def _reduce(self, name: str, arg) -> None:
+        args, fn = self.stack.pop(), self.stack.pop()
+        if fn.kind != "global" or args.kind != "tuple" or len(args.items) > 1:
+            self.refuse("a call that is not set(...) or defaultdict(...)")
+        inner = args.items[0] if args.items else None
+        if inner is None or inner.kind == "global":  # defaultdict() / defaultdict(set)
+            self.stack.append(_Obj("dict", 1))
+        elif inner.kind in ("list", "tuple", "set") and inner.atoms_only:  # set([...]) of strings
+            self.stack.append(_Obj("set", inner.depth))
+        else:
+            self.refuse("set(...) of something other than strings or numbers")
+
+    def _put(self, name: str, arg) -> None:
+        self.memo[len(self.memo) if name == "MEMOIZE" else arg] = self.stack[-1]
+
+    def _get(self, name: str, arg) -> None:
+        got = self.memo.get(arg)
+        if got is None:
+            self.refuse("a memo fetch of nothing")
+        if got.kind not in ("atom", "global"):
+            self.refuse("a shared reference to a container (a structure that grows exponentially when walked)")
+        self.stack.append(got)
+
+    def _pop(self, name: str, arg) -> None:
+        self.stack.pop()
+
+    def _pop_mark(self, name: str, arg) -> None:
+        self.pop_mark()
 
 
 def restricted_load(path: str | os.PathLike, *, trusted: bool = False):
