@@ -9,6 +9,7 @@ import pytest
 
 from fixtures.worlds import paper_world
 from metashift_hf.core.errors import EmptyResultError, UnknownNameError
+from metashift_hf.core.options import OptionError
 from metashift_hf.tasks import paper_tasks as pt
 from metashift_hf.tasks.plan import SetSource
 
@@ -113,5 +114,19 @@ def test_scale_and_overrides():
         pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_grup": 3})
     with pytest.raises(UnknownNameError, match="did you mean"):
         pt.plan("paper-dg-cat-dog-7", small)
-    with pytest.raises(EmptyResultError, match="non-negative"):
+    with pytest.raises(OptionError, match="non-negative"):  # a bad value is an option error (issue 42)
         pt.plan("paper-dg-cat-dog-1", small, overrides={"train_per_group": -5})
+    with pytest.raises(OptionError, match="minority_fraction"):
+        pt.plan("paper-subpop-cat-dog-p12", small, scale=0.1, overrides={"minority_fraction": "a fifth"})
+
+
+def test_a_bad_size_is_an_option_error_not_a_task_too_big(builder_world):
+    """Issue 42: a negative size raised EmptyResultError, which the resolver read as 'the artifact is too small'
+    and answered with a --set scale= fix; it is an option error naming the value."""
+    from metashift_hf.hub import api
+    from metashift_hf.hub.task_data import TaskRef
+
+    ref = TaskRef("paper-dg-cat-dog-1", artifact=builder_world["artifact"], options={"train_per_group": -5})
+    with pytest.raises(OptionError, match="train_per_group=-5") as exc:
+        api.plan(ref)
+    assert not isinstance(exc.value, EmptyResultError) and "scale" not in exc.value.fix

@@ -16,7 +16,6 @@ from typing import Mapping
 from metashift_hf.builders.metagraph import group_distance_code
 from metashift_hf.core import options as opt
 from metashift_hf.core.errors import (
-    EmptyResultError,
     MetashiftError,
     UnknownNameError,
     did_you_mean,
@@ -357,7 +356,7 @@ def sized(
     from dataclasses import fields, replace
 
     if scale is not None:
-        if not 0 < float(scale) <= 1:
+        if not 0 < opt.finite_float(scale, "scale") <= 1:
             raise opt.OptionError(
                 f"scale must lie in (0, 1], got {scale}",
                 "pass e.g. scale=0.1 to build a tenth-size version of the paper task",
@@ -365,7 +364,7 @@ def sized(
         sizes = sizes.scaled(float(scale))
     overrides = dict(overrides or {})
     if "minority_fraction" in overrides and isinstance(sizes, SubpopSizes):
-        sizes = sizes.with_fraction(float(overrides.pop("minority_fraction")))
+        sizes = sizes.with_fraction(opt.finite_float(overrides.pop("minority_fraction"), "minority_fraction"))
     names = {f.name for f in fields(sizes)}
     bad = sorted(set(overrides) - names)
     if bad:
@@ -376,7 +375,8 @@ def sized(
         )
     for k, v in overrides.items():
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0):
-            raise EmptyResultError(
+            # a bad value, not a task too big for the artifact: the resolver must not answer it with a --set scale=
+            raise opt.OptionError(
                 f"override {k}={v!r} for task {task_id} is not a non-negative integer",
                 f"pass {k}=<count>, e.g. {k}=20",
             )
