@@ -178,7 +178,7 @@ def render_template(name: str, **values: Any) -> str:
     except KeyError as exc:
         raise InputFormatError(
             f"card template {name} uses ${exc.args[0]}, which the renderer does not fill",
-            "fix the template or cards.py so every placeholder is provided",
+            "fix the template (cards/templates/) or the values cards/render.py passes, so every placeholder is filled",
         ) from exc
 
 

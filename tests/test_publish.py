@@ -301,6 +301,7 @@ def test_metadata_the_hub_refuses(exported, tmp_path, local_cli):
     with running_hub() as (endpoint, state):
         r = local_cli(publish_args(bad), endpoint, tmp_path / "h")
         assert r.returncode == 2 and "refuses the README metadata" in r.stderr and "license" in r.stderr
+        assert "`metashift-hf export`" in r.stderr and "cards.py" not in r.stderr  # names no file that is gone
         assert state.count("POST", "/commit/") == 1  # only the index repo (sorted first) was committed
 
 

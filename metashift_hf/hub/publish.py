@@ -178,7 +178,9 @@ class _Hub:
             if response.status_code == 400:
                 raise MetashiftError(
                     f"the Hub refuses the README metadata of {readme.parent}: {self._scrub(response.text)}",
-                    "fix the card metadata (cards.py) and export again",
+                    "the README was edited after metashift-hf wrote it, or its YAML is at fault: write it again "
+                    "(`metashift-hf export` for a task, `metashift-hf space` for the Space) and push that; if the Hub "
+                    "refuses a fresh one, report it with this message",
                 )
             hf_raise_for_status(response)
 
