@@ -1,5 +1,6 @@
-"""No library function takes 15 or more parameters (issue 25): a long run is a config type (``EvalConfig``,
-``TrainConfig``, ``PushOptions``), not a row of keywords copied from caller to callee."""
+"""No library function takes more than 10 parameters, and at most 2 take 10 (issues 25, 42): a long run is a config
+type (``EvalConfig``, ``TrainConfig``, ``PushOptions``, ``ShardSettings``), not a row of keywords copied from caller
+to callee."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 import tomllib
 
 
-MAX_PARAMETERS = 14  # 15 or more fails
+MAX_PARAMETERS = 10  # the widest library function when issue 42 set it; 11 or more fails
+WIDE, MAX_WIDE = 10, 2  # at most 2 library functions take 10 parameters
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,18 +57,19 @@ def _public_callables(mod: ModuleType):
                     yield f"{mod.__name__}.{name}.{attr}", func
 
 
-def too_long(modules: list[ModuleType]) -> list[str]:
-    """'module.function (n parameters)' for each public function or method over the limit (self/cls not counted)."""
+def too_long(modules: list[ModuleType], limit: int = MAX_PARAMETERS) -> list[str]:
+    """'module.function (n parameters)' for each public function or method with more than ``limit`` parameters
+    (self/cls not counted)."""
     found = []
     for mod in modules:
         for qualname, func in _public_callables(mod):
             params = [p for p in inspect.signature(func).parameters if p not in ("self", "cls")]
-            if len(params) > MAX_PARAMETERS:
+            if len(params) > limit:
                 found.append(f"{qualname} ({len(params)} parameters: {', '.join(params)})")
     return found
 
 
-def test_no_public_function_takes_15_or_more_parameters():
+def test_no_public_function_takes_more_than_10_parameters():
     modules = _modules()
     names = {m.__name__ for m in modules}
     assert {
@@ -78,25 +81,33 @@ def test_no_public_function_takes_15_or_more_parameters():
     assert too_long(modules) == []
 
 
-def test_the_rule_sees_a_long_function_and_method(tmp_path):
-    """The check itself can fail: a module with a 15-parameter function and method is named."""
+def test_at_most_two_functions_take_10_parameters():
+    wide = too_long(_modules(), WIDE - 1)
+    assert len(wide) <= MAX_WIDE, (
+        f"{len(wide)} functions take {WIDE} or more parameters (group some into a config): {wide}"
+    )
 
-    def wide(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o):
+
+def test_the_rule_sees_a_long_function_and_method(tmp_path):
+    """The check itself can fail: an 11-parameter function is named; a 10-parameter method passes the limit but
+    counts among the wide ones (self not counted)."""
+
+    def wide(a, b, c, d, e, f, g, h, i, j, k):
         pass
 
     def narrow(a, *, b=1, **kw):
         pass
 
     class C:
-        def run(self, a, b, c, d, e, f, g, h, i, j, k, l, m, n, *rest):
+        def run(self, a, b, c, d, e, f, g, h, i, *rest):
             pass
 
     mod = ModuleType("long_one")
     for obj in (wide, narrow, C, C.run):
         obj.__module__ = "long_one"
     mod.wide, mod.narrow, mod.C = wide, narrow, C
-    found = too_long([mod])
-    assert [f.split(" (")[0] for f in found] == ["long_one.wide", "long_one.C.run"]
+    assert [f.split(" (")[0] for f in too_long([mod])] == ["long_one.wide"]
+    assert [f.split(" (")[0] for f in too_long([mod], WIDE - 1)] == ["long_one.wide", "long_one.C.run"]
 
 
 @pytest.mark.parametrize(

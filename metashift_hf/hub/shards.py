@@ -118,6 +118,18 @@ def validate_split_name(name: str, config: str = "") -> str:
 
 
 @dataclass(frozen=True)
+class ShardSettings:
+    """How a split is written as parquet (the defaults are the measured choices above; other values are for the
+    storage benchmark and tests)."""
+
+    max_shard_bytes: int | None = None  # None: MAX_SHARD_BYTES; a new shard starts before one would pass it
+    row_group_rows: int | None = None  # None: ROW_GROUP_ROWS
+    compression: str = COMPRESSION
+    content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING
+    sort_by_id: bool = True  # export order (SORT_KEYS); unsorted only for the storage benchmark
+
+
+@dataclass(frozen=True)
 class SplitFiles:
     name: str
     num_examples: int
@@ -206,11 +218,7 @@ def write_split(
     config: str,
     split: str,
     *,
-    max_shard_bytes: int | None = None,
-    row_group_rows: int | None = None,
-    compression: str = COMPRESSION,
-    content_defined_chunking: bool = CONTENT_DEFINED_CHUNKING,
-    sort_by_id: bool = True,
+    settings: ShardSettings = ShardSettings(),
     features=None,
 ) -> SplitFiles:
     """Write one split as parquet shards with the image bytes embedded in the file.
@@ -221,9 +229,9 @@ def write_split(
     dataset's in the schema metadata.
     """
     validate_split_name(split, config)
-    limit = max_shard_bytes or MAX_SHARD_BYTES
-    row_group_rows = row_group_rows or ROW_GROUP_ROWS
-    ordered = export_order(dataset) if sort_by_id else dataset  # unsorted only for the storage benchmark
+    limit = settings.max_shard_bytes or MAX_SHARD_BYTES
+    row_group_rows = settings.row_group_rows or ROW_GROUP_ROWS
+    ordered = export_order(dataset) if settings.sort_by_id else dataset  # unsorted only for the storage benchmark
     metadata = _schema_metadata(features or dataset.features)
     folder = Path(repo_dir) / config
     folder.mkdir(parents=True, exist_ok=True)
@@ -240,8 +248,8 @@ def write_split(
                 writer = pq.ParquetWriter(
                     parts[-1],
                     batch.schema,
-                    compression=compression,
-                    use_content_defined_chunking=content_defined_chunking,
+                    compression=settings.compression,
+                    use_content_defined_chunking=settings.content_defined_chunking,
                     write_page_index=True,
                 )
                 shard_bytes = 0
@@ -266,8 +274,10 @@ def write_split(
 
 
 def write_config(dataset_dict, repo_dir: Path, config: str, *, features=None, **settings) -> ConfigFiles:
-    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``; ``features``: see :func:`write_split`."""
+    """Write every split of ``dataset_dict`` under ``repo_dir/<config>/``; ``features``: see :func:`write_split`;
+    ``settings``: the fields of :class:`ShardSettings`."""
     validate_config_name(config)
+    shard_settings = ShardSettings(**settings)
     if not len(dataset_dict):
         raise InputFormatError(
             f"config {config!r} has no splits", "prepare the task again; every task has at least one split"
@@ -283,7 +293,7 @@ def write_config(dataset_dict, repo_dir: Path, config: str, *, features=None, **
                 f"split {split!r} of config {config!r} has different features from the other splits",
                 "give every split of a task the same features",
             )
-        splits.append(write_split(ds, repo_dir, config, split, features=written, **settings))
+        splits.append(write_split(ds, repo_dir, config, split, settings=shard_settings, features=written))
     size = sum((repo_dir / f).stat().st_size for s in splits for f in s.files)
     return ConfigFiles(config, written or features, tuple(splits), size)
 
