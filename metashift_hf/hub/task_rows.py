@@ -118,7 +118,7 @@ def check_rows(
     every split must be one the spec records and hold at most its recorded rows; fewer rows and absent
     splits are the user's choice (the Evaluator warns about a partial split), more are refused.
 
-    One place for every dataset-backed form (:func:`open_task`, evaluate's reader); vectorised over the
+    One place for every dataset-backed form (:func:`open_task`: every command, evaluate included); vectorised over the
     arrow columns, no image decoded. Raises one :class:`InputFormatError` naming the split and first bad rows.
     """
     classes, sizes, have = _check_splits(dd, spec, where, config, whole)
