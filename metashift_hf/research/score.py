@@ -276,9 +276,10 @@ def _md_row(g: GroupScore) -> str:
 
 
 def task_spec_hash(spec: ShiftSpec) -> str:
+    """The task's identity: its unpublished spec (the same from the artifact, a folder or the Hub)."""
     import hashlib
 
-    return hashlib.sha256(spec.to_json(compact=True).encode()).hexdigest()
+    return hashlib.sha256(spec.unpublished().to_json(compact=True).encode()).hexdigest()
 
 
 def _split_scores(
