@@ -346,8 +346,14 @@ class TaskData:
         data = self.facts_files.get(FACTS_FILE)
         if data is None:
             return None
-        every = [r for split_rows in self.plan.splits.values() for r in split_rows]
         where = f"{FACTS_FILE} of {self.where}"
+        # the file against itself (and every pair's distance) before any row is read: a refusal never follows a
+        # load. Exiting right after `datasets` read the shards could abort the process (exit 134, issue 46 D10):
+        # pyarrow reads the Python file objects datasets gives it on its I/O threads, and one still releasing a
+        # Python buffer when the interpreter shuts down is ended by pthread_exit inside a noexcept destructor.
+        MetaGraphFacts.from_bytes(data, where, self.classes)
+        pairs = self.distances if PAIRS_FILE in self.facts_files else None
+        every = [r for split_rows in self.plan.splits.values() for r in split_rows]
         facts = MetaGraphFacts.from_bytes(data, where, self.classes, [(r.label, r.contexts) for r in every])
         # the file and the rows must agree (communities, sizes); the file with itself on read
         rules = self.spec.rules
@@ -357,7 +363,6 @@ class TaskData:
             spectral_dim=None if rules is None else rules.spectral_dim,
             min_images=None if rules is None else rules.min_images_per_subset,
         )
-        pairs = self.distances if PAIRS_FILE in self.facts_files else None
         return dataclasses.replace(facts, distances=pairs)
 
     @property
