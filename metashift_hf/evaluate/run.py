@@ -328,6 +328,7 @@ def evaluate(
             "sample_per_split": sample,
             "sample_rule": SAMPLE_RULE if sample is not None else None,
             "task_options": dict(spec.overrides) if spec else {},
+            "task_origin": None if data is None else data.origin(),  # hub/task_data.TaskProvenance
             "dtype": model_card.get("dtype", cfg.dtype),
             "runtime": runtime_card(),
             # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)

@@ -245,7 +245,8 @@ class TaskProvenance:
     options: Mapping[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        """The JSON object reports record (options as a plain dict; asdict cannot copy a read-only mapping)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["options"] = dict(self.options)
         return out
 
