@@ -232,3 +232,90 @@ def test_pair_file_checks_itself(demo_export):
             PairDistances.from_arrow(t, "F", ["cat", "dog"], 5)
     with pytest.raises(InputFormatError, match="not a class of the task"):
         PairDistances.from_arrow(table, "F", ["cat"], 5)
+
+
+def _evaluate_script(task: str, preds: str, out: str) -> str:
+    """evaluate's Python API on ``task`` with an ImageNet-index predictions file (a custom coverage: no WordNet)."""
+    return (
+        "from metashift_hf.evaluate import evaluate\n"
+        "from metashift_hf.evaluate.config import EvalConfig\n"
+        "cfg = EvalConfig(coverage={'cat': [281], 'dog': [207]}, min_subset_size=5, plots=False, progress=False)\n"
+        f"evaluate('predictions:{preds}', {task!r}, {out!r}, settings=cfg)\n"
+    )
+
+
+def test_evaluate_report_records_the_folder_origin(demo_export, tmp_path):
+    """report.json of an evaluation on a folder: task_origin with the sha256 of the published shift_spec.json."""
+    import hashlib
+    import json
+
+    import pandas as pd
+
+    from metashift_hf.evaluate import evaluate
+    from metashift_hf.evaluate.config import EvalConfig
+
+    _, repos, preds = demo_export
+    index = tmp_path / "index.csv"
+    p = pd.read_csv(preds)
+    p.assign(imagenet_index=p["prediction"].map({"cat": 281, "dog": 207}))[["image_id", "imagenet_index"]].to_csv(
+        index, index=False
+    )
+    cfg = EvalConfig(coverage={"cat": [281], "dog": [207]}, min_subset_size=5, plots=False, progress=False)
+    evaluate(f"predictions:{index}", str(repos[P12]), tmp_path / "eval", settings=cfg)
+    origin = json.loads((tmp_path / "eval" / "report.json").read_text())["run"]["task_origin"]
+    published = hashlib.sha256((repos[P12] / P12 / "shift_spec.json").read_bytes()).hexdigest()
+    assert origin["kind"] == "folder" and origin["folder"] == str(repos[P12]) and origin["spec_sha256"] == published
+    assert published in (tmp_path / "eval" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_from_a_hub_repo_and_offline_from_its_cache(demo_build, demo_export, tmp_path):
+    """`distance --task NS/REPO` equals --artifact on every pair, online and offline from the cache; the card's
+    block runs verbatim from a fresh HF_HOME; report.json of an evaluation on the repo records its commit."""
+    import hashlib
+    import json
+    import re
+
+    import pandas as pd
+
+    from fixtures.fake_hub import client_env, running_hub
+    from metashift_hf.commands.distance import matrix_csv
+
+    world, art = demo_build
+    _, _, preds = demo_export
+    out = tmp_path / "export"
+    origin = TaskOrigin(artifact=art.root, images=world.images_dir, task_options=DEMO_TASKS)
+    export_tasks([P12], origin, out, namespace="tester")
+    repo_id = f"tester/metashift-{P12}"
+    index = tmp_path / "index.csv"
+    p = pd.read_csv(preds)
+    p.assign(imagenet_index=p["prediction"].map({"cat": 281, "dog": 207}))[["image_id", "imagenet_index"]].to_csv(
+        index, index=False
+    )
+
+    def run(args, env):
+        r = subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout
+
+    with running_hub() as (endpoint, state):
+        env = client_env(endpoint, str(tmp_path / "home"), "hf_test_write_token_123")
+        publish = ["-m", "metashift_hf", "publish", "--from-export", str(out), "--namespace", "tester"]
+        run([*publish, "--allow-synthetic"], env)
+        for cls in ("cat", "dog"):
+            want = matrix_csv(art.distance_matrix(cls), terminal=True)
+            assert run(["-m", "metashift_hf", "distance", "--task", repo_id, "--class", cls, "--matrix"], env) == want
+            offline = {**env, "HF_HUB_OFFLINE": "1"}
+            assert (
+                run(["-m", "metashift_hf", "distance", "--task", repo_id, "--class", cls, "--matrix"], offline) == want
+            )
+        card = state.repos[("dataset", repo_id)].head.files["README.md"].content.decode()
+        block = re.search(r"### Pairwise distances.*?```python\n(.*?)```", card, re.S).group(1)
+        fresh = client_env(endpoint, str(tmp_path / "fresh-home"), None)
+        assert "kept subsets; d(" in run(["-c", block], fresh)
+        run(["-c", _evaluate_script(repo_id, str(index), str(tmp_path / "eval"))], fresh)
+        commit = state.repos[("dataset", repo_id)].head.oid
+    task_origin = json.loads((tmp_path / "eval" / "report.json").read_text())["run"]["task_origin"]
+    published = hashlib.sha256((out / f"metashift-{P12}" / P12 / "shift_spec.json").read_bytes()).hexdigest()
+    assert task_origin["kind"] == "hub" and task_origin["repo_id"] == repo_id
+    assert task_origin["spec_sha256"] == published and task_origin["commit"] == commit
