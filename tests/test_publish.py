@@ -157,6 +157,7 @@ def test_publish_load_back_then_republish_makes_no_commit(exported, tmp_path):
                 "README.md",
                 f"{CONFIGS[0]}/shift_spec.json",
                 f"{CONFIGS[0]}/meta_graph.parquet",  # the task's meta-graph facts
+                f"{CONFIGS[0]}/meta_graph_distances.parquet",  # every pair's distance
                 f"{CONFIGS[0]}/test-00000-of-00001.parquet",
                 f"{CONFIGS[0]}/train-00000-of-00001.parquet",
                 *pictures,

@@ -196,6 +196,14 @@ def test_evaluate_of_a_dataset_artifact_equals_its_export(sources, tmp_path, cap
     assert main(["evaluate", "--task", str(folder), "--out", str(tmp_path / "f"), *quick]) == 0, capsys.readouterr()
     a, f = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("a", "f"))
     assert a["run"]["task_id"] == "class-cat" and a["overall"]["n"] == 200
+    # only where the task came from differs (issue 43: every report records its task_origin)
+    origins = a["run"].pop("task_origin"), f["run"].pop("task_origin")
+    assert [o["kind"] for o in origins] == ["artifact", "folder"]
     assert a == f
-    for name in ("per_group.csv", "predictions.csv", "report.md"):
+    for name in ("per_group.csv", "predictions.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "f" / name).read_bytes(), name
+    md = [
+        [line for line in (tmp_path / d / "report.md").read_text().splitlines() if "task origin" not in line]
+        for d in "af"
+    ]
+    assert md[0] == md[1]

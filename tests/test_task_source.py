@@ -59,7 +59,8 @@ def test_folder_dataset_and_prepared_task_give_the_same_rows(exported):
     assert from_folder.form == "folder" and from_loaded.form == "dataset"
     for other in (from_config_folder, from_prepared, from_loaded):
         assert other.plan.table().equals(from_folder.plan.table())
-        assert other.spec == from_folder.spec == prepared.spec
+        # the folder's spec is the prepared one plus the digests of the facts export published
+        assert other.spec.unpublished() == from_folder.spec.unpublished() == prepared.spec
     # rows in export order: the parquet's own order, so ds["test"][i] is Evaluator row i
     assert list(loaded["test"]["image_id"]) == [r.image_id for r in from_folder.plan.splits["test"]]
     # the images are the parquet's bytes, by image id
@@ -74,11 +75,25 @@ def test_score_is_the_same_from_every_form(exported):
     folder = exported["out"] / "metashift-paper-dg-cat-dog-1"
     prepared = exported["tasks"]["paper-dg-cat-dog-1"]
     preds = random_predictions(open_task(folder).plan)
-    ref = score(preds, folder).to_dict()
-    assert score(preds, prepared).to_dict() == ref
-    assert score(preds, datasets.load_dataset(str(folder), "paper-dg-cat-dog-1")).to_dict() == ref
-    assert score({c: preds[c].to_numpy() for c in preds}, folder).to_dict() == ref  # a dict of arrays
+
+    def scores(task, p=preds):  # the numbers; where the task came from is each form's own task_origin
+        d = score(p, task).to_dict()
+        return {k: v for k, v in d.items() if k != "task_origin"}, d["task_origin"]
+
+    ref, origin = scores(folder)
+    assert origin["kind"] == "folder" and origin["folder"] == str(folder)
+    assert scores(prepared)[0] == ref
+    loaded, from_loaded = scores(datasets.load_dataset(str(folder), "paper-dg-cat-dog-1"))
+    assert loaded == ref and from_loaded["kind"] == "dataset"
+    # issue 43: the dataset's spec is the published one, byte for byte
+    assert from_loaded["spec_sha256"] == origin["spec_sha256"]
+    assert scores(folder, {c: preds[c].to_numpy() for c in preds})[0] == ref  # a dict of arrays
     assert ref["worst_class"]["group"] in ("cat", "dog")
+
+
+def _numbers(scores) -> dict:
+    """scores.json without its task_origin (which says which form the task came in)."""
+    return {k: v for k, v in scores.to_dict().items() if k != "task_origin"}
 
 
 @pytest.mark.parametrize("probabilities", [False, True])
@@ -95,11 +110,13 @@ def test_evaluator_equals_score(exported, probabilities):
         y = np.array([tp.classes.index(c) for c in by_id["prediction"]])
     got = ev.eval(y, split="test")
     want = score(preds[preds["image_id"].isin(test_ids)], folder, splits=["test"])
-    assert got.to_dict() == want.to_dict()
+    assert _numbers(got) == _numbers(want)
+    assert got.task_origin["kind"] == "dataset" and want.task_origin["kind"] == "folder"
+    assert got.task_origin["spec_sha256"] == want.task_origin["spec_sha256"]  # the published spec, either way
     assert str(got) == want.summary() and "worst group" in str(got)
     # a torch tensor works the same; a subset of rows is scored as that subset
     torch = pytest.importorskip("torch")
-    assert ev.eval(torch.from_numpy(y), split="test").to_dict() == want.to_dict()
+    assert _numbers(ev.eval(torch.from_numpy(y), split="test")) == _numbers(want)
     rows = np.arange(0, len(test_ids), 2)
     sub = ev.eval(y[rows], split="test", rows=rows)
     assert sub.splits["test"].n == len(rows)

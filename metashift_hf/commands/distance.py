@@ -10,11 +10,15 @@ import numpy as np
 
 from metashift_hf.builders.artifact import Artifact
 from metashift_hf.builders.distances import RULE_HELP, DistanceMatrix
+from metashift_hf.builders.pair_distances import PAIRS_FILE, PairDistances
 from metashift_hf.core.errors import InputFormatError
 from metashift_hf.core.fsutil import FileKind, atomic_out_file, check_out_file
 from metashift_hf.core.names import SubsetName, terminal_safe
+from metashift_hf.hub.task_data import TaskRef
+from metashift_hf.hub.task_open import open_task
 
 from . import HELP
+from .task_args import add_task_arguments
 
 
 def register(subparsers) -> None:
@@ -25,11 +29,12 @@ def register(subparsers) -> None:
         description="Distance between two kept subsets of the same class, e.g. metashift-hf distance --artifact ARTIFACT "
         "'dog(shelf)' 'dog(bed)'; prints the number, the rule that gave it and its place among the class's pairs, or 'disconnected' when "
         f"no path joins them in the meta-graph. Rules: {rules}. With --class C --matrix: every pair of "
-        "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out.",
+        "C's kept subsets as CSV (source,target,distance,rule,status), printed or written to --out. "
+        "--task FOLDER_OR_REPO answers from an exported folder or Hub dataset repo alone (its published "
+        f"{PAIRS_FILE}, checked against the sha256 its shift spec records; no artifact, rows or images needed), "
+        "with the same numbers as --artifact.",
     )
-    p.add_argument(
-        "--artifact", required=True, metavar="ARTIFACT", help="artifact folder written by `metashift-hf build`"
-    )
+    add_task_arguments(p, task="optional", planning=False)
     p.add_argument("a", nargs="?", help="subset name 'subject(context)' (list them with `metashift-hf subsets CLASS`)")
     p.add_argument("b", nargs="?", help="subset name of the same subject")
     p.add_argument("--class", dest="subject", metavar="C", help="class whose whole matrix --matrix prints")
@@ -73,7 +78,37 @@ def matrix_csv(m: DistanceMatrix, *, terminal: bool = False) -> str:
     return buf.getvalue()
 
 
+class _Source:
+    """Where the distances come from: the build (--artifact) or a task's published pairs (--task)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        if args.task is None and args.artifact is None:
+            raise InputFormatError(
+                "distance needs --artifact ARTIFACT (the build) or --task FOLDER_OR_REPO (an exported task)",
+                "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)', or "
+                "metashift-hf distance --task NAMESPACE/metashift-TASK 'dog(shelf)' 'dog(bed)'",
+            )
+        self.inputs = tuple(x for x in (args.artifact, args.task) if x is not None)
+        self.args = args
+
+    def open(self) -> "Artifact | PairDistances":
+        args = self.args
+        if args.task is None:
+            art = Artifact.load(args.artifact)
+            self.edge_threshold = art.options.edge_threshold
+            return art
+        data = open_task(TaskRef(args.task, artifact=args.artifact, config=args.config, revision=args.revision))
+        rules = data.spec.rules
+        self.edge_threshold = None if rules is None else rules.edge_threshold
+        return data.distances
+
+    @staticmethod
+    def matrix(where: "Artifact | PairDistances", subject: str) -> DistanceMatrix:
+        return where.distance_matrix(subject) if isinstance(where, Artifact) else where.matrix(subject)
+
+
 def run(args: argparse.Namespace) -> int:
+    source = _Source(args)
     if args.matrix:
         if not args.subject or args.a or args.b:
             raise InputFormatError(
@@ -81,11 +116,10 @@ def run(args: argparse.Namespace) -> int:
                 "run metashift-hf distance --artifact ARTIFACT --class dog --matrix [--out FILE]",
             )
         if args.out:  # before the artifact is read
-            check_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,))
-        artifact = Artifact.load(args.artifact)
-        m = artifact.distance_matrix(args.subject)
+            check_out_file(args.out, MATRIX_CSV, force=args.force, inputs=source.inputs)
+        m = source.matrix(source.open(), args.subject)
         if args.out:  # the file keeps the names as they are; the terminal gets them escaped
-            with atomic_out_file(args.out, MATRIX_CSV, force=args.force, inputs=(args.artifact,)) as f:
+            with atomic_out_file(args.out, MATRIX_CSV, force=args.force, inputs=source.inputs) as f:
                 f.write(matrix_csv(m))
             covered, total = m.coverage()
             print(
@@ -108,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
             "give two subset names, or --class C --matrix",
             "run metashift-hf distance --artifact ARTIFACT 'dog(shelf)' 'dog(bed)'",
         )
-    artifact = Artifact.load(args.artifact)
-    d = artifact.distance(args.a, args.b)
+    where = source.open()
+    d = where.distance(args.a, args.b)
     if args.value:
         print(terminal_safe(d))
         return 0
@@ -123,14 +157,15 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print(terminal_safe(f"d({args.a}, {args.b}) = {d.value:.3f}"))
+    threshold = "" if source.edge_threshold is None else f" (overlap >= {source.edge_threshold})"
     print(
         terminal_safe(
             f"  rule: {d.rule}, the {RULE_HELP.get(d.rule, d.rule)}, in the meta-graph of class {subject!r}, "
-            f"whose edges join subsets sharing images (overlap >= {artifact.options.edge_threshold}); "
+            f"whose edges join subsets sharing images{threshold}; "
             "0 = same place, larger = more different contexts."
         )
     )
-    m = artifact.distance_matrix(subject)
+    m = source.matrix(where, subject)
     upper = m.values[np.triu_indices(len(m.names), 1)]
     pairs = upper[np.isfinite(upper)]
     if len(pairs):

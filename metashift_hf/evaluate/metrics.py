@@ -25,9 +25,10 @@ from .scoring import COUNTING_RULE, headline_metrics
 
 
 def task_content_hash(spec: ShiftSpec | None, table: pd.DataFrame) -> str:
-    """sha256 over the shift spec and the sorted (split, image_id, label, contexts, group) rows."""
+    """sha256 over the shift spec as planned (:meth:`ShiftSpec.unpublished`: the same task from an artifact, a folder or
+    the Hub hashes alike) and the sorted (split, image_id, label, contexts, group) rows."""
     h = hashlib.sha256()
-    h.update((spec.to_json(compact=True) if spec is not None else "{}").encode())
+    h.update((spec.unpublished().to_json(compact=True) if spec is not None else "{}").encode())
     cols = [c for c in ("split", "image_id", "label", "group") if c in table]
     for rec in table.sort_values(["split", "image_id"]).itertuples(index=False):
         d = rec._asdict()
@@ -140,6 +141,8 @@ def run_card(
         "sample_per_split": cfg.sample,
         "sample_rule": SAMPLE_RULE if cfg.sample is not None else None,
         "task_options": dict(spec.overrides) if spec else {},
+        # where the task came from (hub/task_data.TaskProvenance); an own dataset without a spec has none
+        "task_origin": data.origin() if isinstance(data, TaskData) else None,
         "dtype": model_card.get("dtype", cfg.dtype),
         "runtime": runtime_card(),
         # None: the model's own input size; else the side it was fed (a quick run, not its full-resolution score)

@@ -158,6 +158,7 @@ def render_markdown(report: EvalReport, per_group: pd.DataFrame) -> str:
         ("package version", run["package_version"]),
         ("task", run["task_id"]),
         ("task content hash", run["task_content_hash"]),
+        ("task origin", origin_words(run.get("task_origin"))),
         ("artifact hash", run.get("artifact_hash")),
         ("model", model["name"]),
         ("weights sha256", model.get("weights_sha256") or model.get("file_sha256")),
@@ -312,6 +313,15 @@ def plot_class(
     fig.savefig(path, dpi=100, metadata={"Software": None}, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
     return True
+
+
+def origin_words(origin: "Mapping[str, Any] | None") -> str | None:
+    """A report's ``task_origin`` (hub/task_data.TaskProvenance) in one line: where, commit and spec digest."""
+    if not origin:
+        return None
+    place = origin.get("repo_id") or origin.get("folder") or origin.get("where")
+    commit = f", commit {origin['commit']}" if origin.get("commit") else ""
+    return f"{origin.get('kind')} {place}{commit}; shift_spec.json sha256 {origin.get('spec_sha256')}"
 
 
 def write_report(

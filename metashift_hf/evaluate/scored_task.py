@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -71,7 +72,8 @@ def open_scored(task: Any, *, pixels: bool, on_missing: str = "error") -> "TaskD
         return own
     data = open_task(task)
     if pixels and data.form == "artifact":
-        return open_task(TaskRef(data.prepare(on_missing=on_missing), artifact=data.artifact))
+        prepared = open_task(TaskRef(data.prepare(on_missing=on_missing), artifact=data.artifact))
+        return dataclasses.replace(prepared, materialised_from=data.provenance)
     return data
 
 

@@ -86,6 +86,10 @@ LEADERBOARD_COLUMNS = [
     "worst_context_accuracy",
     "context_bugs",
     "report",
+    "task_origin",  # where each row's task came from (report.json's task_origin): kind, repo or folder name,
+    "task_source",  # the Hub commit and the sha256 of the published shift_spec.json
+    "task_commit",
+    "task_spec_sha256",
 ]
 HOW_TO_READ = (
     "How to read it: the headline is the balanced accuracy (mean of per-class accuracies) on each task's "
@@ -434,6 +438,9 @@ def _zoo_card(
         "package_version": __version__,
         "models": [m.card() for m in plan.loaded],
         "tasks": list(plan.opened),
+        "task_origins": {
+            t: _public_origin(d.origin()) for t, d in plan.opened.items()
+        },  # hub/task_data.TaskProvenance
         "images": len(plan.found.where),
         "computed": computed,
         "cached": cached,
@@ -581,6 +588,17 @@ def _leaderboard_row(model: str, task: str, rep, rel: Path) -> dict:
         "id_accuracy": gap.get("id", {}).get("accuracy") if gap else None,
         "ood_accuracy": gap.get("ood", {}).get("accuracy") if gap else None,
         "report": str(rel),
+        **_origin_cells(run.get("task_origin") or {}),
+    }
+
+
+def _origin_cells(origin: Mapping[str, Any]) -> dict:
+    """A row's task origin (report.json's ``task_origin``) in flat columns."""
+    return {
+        "task_origin": origin.get("kind"),
+        "task_source": origin.get("repo_id") or (Path(origin["folder"]).name if origin.get("folder") else None),
+        "task_commit": origin.get("commit"),
+        "task_spec_sha256": origin.get("spec_sha256"),
     }
 
 
@@ -617,6 +635,7 @@ def _baseline_row(task: str, rep) -> dict:
         "leaves_per_class": None,
         "all_splits": None,
         "report": said,
+        **_origin_cells(run.get("task_origin") or {}),
     }
 
 
@@ -703,6 +722,17 @@ def public_model_names(names: Iterable[str]) -> dict[str, str]:
     short = {n: public_model_name(n) for n in dict.fromkeys(names)}
     count = Counter(short.values())
     return {n: f"{p}#{hashlib.sha256(n.encode()).hexdigest()[:8]}" if count[p] > 1 else p for n, p in short.items()}
+
+
+def _public_origin(origin: Mapping[str, Any]) -> dict:
+    """A task's ``task_origin`` (hub/task_data.TaskProvenance) for zoo.json: a local folder by its name only."""
+    out = dict(origin)
+    if out.get("folder"):
+        out["folder"] = Path(out["folder"]).name
+        out["where"] = f"exported folder {out['folder']}"
+    elif out.get("kind") == "artifact":
+        out["where"] = "artifact"
+    return out
 
 
 def _public_card(card: Mapping[str, Any], public: Mapping[str, str] | None = None) -> dict:

@@ -15,21 +15,24 @@ The shard writer and repo layout are in :mod:`metashift_hf.hub.shards`; the card
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from ..builders.artifact import Artifact
 from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
+from ..builders.pair_distances import PAIRS_FILE, PairDistances
 from ..cards import pictures
 from ..cards import render as cards
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import atomic_dir, atomic_file, check_out, claimed_dir, exclusive_lock, read_marker
 from ..tasks.metashift import features_with_spec
-from ..tasks.spec import ShiftSpec
+from ..tasks.spec import SPEC_VERSION, ShiftSpec
 from .repo_files import folder_configs, read_spec_file
 from .shards import (
     INDEX_REPO,
@@ -47,7 +50,7 @@ from .shards import (
     validate_split_name,
     write_config,
 )
-from .task_data import TaskRef
+from .task_data import PreparedTask, TaskRef
 from .task_open import TaskOrigin, open_task
 
 
@@ -213,12 +216,16 @@ def _write_repos(
         return f"{namespace}/{repo}" if namespace else str(out_dir / repo)
 
     def write_task(p, tmp: Path, repo: str):
+        facts = published_facts(p, art)  # first: the spec (also in the shards' features) records their digests
+        p = PreparedTask(p.task_id, p.dataset, with_facts_digests(p.spec, facts))
         cfg = write_config(p.dataset, tmp, p.task_id, features=_spec_features(p))
         info = cards.task_info(p, art, cfg, repo_id=load_target(repo))
         cards.copy_plots(info, art, tmp)
         info.pictures = pictures.draw_task_pictures(p, art, tmp)
         write_spec(tmp / p.task_id / SPEC_FILE, p.spec)
-        write_meta_graph(tmp / p.task_id / FACTS_FILE, p, art)
+        for name, data in facts.items():
+            with atomic_file(tmp / p.task_id / name, "wb") as f:
+                f.write(data)
         return cfg, info
 
     exported: list[ExportedRepo] = []
@@ -331,9 +338,11 @@ def write_spec(path: Path, spec: ShiftSpec) -> None:
         f.write(spec.to_json())
 
 
-def write_meta_graph(path: Path, prepared, art: Artifact) -> None:
-    """The task's meta-graph facts beside its shards (builders.meta_graph_facts): what ``evaluate`` and ``bugs``
-    read for a context subset's community and distance when there is no artifact."""
+def published_facts(prepared, art: Artifact) -> dict[str, bytes]:
+    """The task's meta-graph facts files, written beside its shards (file name -> bytes): each context subset's
+    community and distance to the largest community (builders.meta_graph_facts), what ``evaluate`` and ``bugs`` read
+    when there is no artifact, and every pair of each class's kept subsets (builders.pair_distances), what
+    ``distance --task`` reads."""
     rows = []
     for ds in prepared.dataset.values():
         if "contexts" not in ds.column_names:
@@ -341,9 +350,15 @@ def write_meta_graph(path: Path, prepared, art: Artifact) -> None:
         names = ds.features["label"].names
         cols = ds.select_columns(["label", "contexts"]).to_dict()
         rows += [(names[y], cs) for y, cs in zip(cols["label"], cols["contexts"])]
-    facts = MetaGraphFacts.of_artifact(art, rows)
-    with atomic_file(path, "wb") as f:
-        facts.write(f)
+    buf = io.BytesIO()
+    MetaGraphFacts.of_artifact(art, rows).write(buf)
+    return {FACTS_FILE: buf.getvalue(), PAIRS_FILE: PairDistances.of_artifact(art, prepared.spec.classes).to_bytes()}
+
+
+def with_facts_digests(spec: ShiftSpec, facts: Mapping[str, bytes]) -> ShiftSpec:
+    """``spec`` recording the sha256 of each published facts file (spec_version 6), so no edit passes unseen."""
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(facts.items())}
+    return replace(spec, facts_sha256=digests, spec_version=SPEC_VERSION)
 
 
 def read_note(repo_dir: Path) -> str:

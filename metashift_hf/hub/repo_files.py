@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..builders.meta_graph_facts import FACTS_FILE
+from ..builders.pair_distances import PAIRS_FILE
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError, did_you_mean
 from ..core.fsutil import open_input
 from ..tasks.spec import ShiftSpec
@@ -263,7 +264,11 @@ def offline_task_files(
     ``datasets.load_dataset``) or its parquet shards, naming what it lacks (:func:`cache_lacks`)."""
     configs = configs_of(files)
     sharded = sorted(
-        {f.split("/")[0] for f in files if f.count("/") == 1 and f.endswith(".parquet") and not f.endswith(FACTS_FILE)}
+        {
+            f.split("/")[0]
+            for f in files
+            if f.count("/") == 1 and f.endswith(".parquet") and not f.endswith((FACTS_FILE, PAIRS_FILE))
+        }
     )
     if config is None and not configs:
         wanted = sharded or ["CONFIG"]

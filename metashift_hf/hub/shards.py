@@ -21,6 +21,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..builders.meta_graph_facts import FACTS_FILE
+from ..builders.pair_distances import PAIRS_FILE
 from ..core.errors import InputFormatError
 from ..tasks.spec import ShiftSpec
 
@@ -42,8 +43,9 @@ MAX_SHARD_BYTES = 500 * 1024 * 1024  # same bound as datasets' push_to_hub defau
 
 INDEX_REPO = "metashift"
 SPEC_FILE = "shift_spec.json"  # the task's shift spec, machine-readable, beside the shards
-# <config>/FACTS_FILE (builders.meta_graph_facts), the task's meta-graph facts, also sits beside the shards: no
-# split's data_files pattern (<config>/<split>-*) matches it, so it is never read as rows of the task's config.
+# <config>/FACTS_FILE (builders.meta_graph_facts), the task's meta-graph facts, and <config>/PAIRS_FILE
+# (builders.pair_distances), every pair's distance, also sit beside the shards: no split's data_files pattern
+# (<config>/<split>-*) matches them, so they are never read as rows of the task's config (nor shown by the viewer).
 REPO_PREFIX = "metashift-"
 LAYOUTS = ("repo-per-task", "one-repo")
 
@@ -331,6 +333,8 @@ _LAYOUT_FILE_RE = re.compile(
     + re.escape(SPEC_FILE)
     + "|"
     + re.escape(FACTS_FILE)
+    + "|"
+    + re.escape(PAIRS_FILE)
     + ")"
 )
 

@@ -11,19 +11,22 @@ the plan :func:`metashift_hf.hub.task_open.open_task` made; a folder, repo or da
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import logging
 import os
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 import datasets
 
 from ..builders.artifact import Artifact
 from ..builders.images import ImageSource, open_images
 from ..builders.meta_graph_facts import FACTS_FILE, MetaGraphFacts
+from ..builders.pair_distances import NO_PAIRS_FIX, PAIRS_FILE, PairDistances
 from ..builders.tags import MultiLabelDataset
 from ..core import options as opt
 from ..core.errors import EmptyResultError, InputFormatError, MissingImagesError
@@ -31,11 +34,7 @@ from ..tasks.metashift import Metashift, carries_spec, spec_of_dataset
 from ..tasks.plan import TaskPlan
 from ..tasks.spec import ShiftSpec
 from .repo_files import looks_like_repo_id
-from .task_repo import hub_commit
-
-
-if TYPE_CHECKING:
-    import pandas as pd
+from .task_repo import FACTS_FILES, FactsReader, hub_commit
 from .task_rows import (
     OWN_COLUMNS,
     as_dataset_dict,
@@ -47,7 +46,17 @@ from .task_rows import (
 )
 
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+logger = logging.getLogger(__name__)
+
 TaskForm = Literal["artifact", "folder", "hub", "dataset"]
+FACTS_FIX = (
+    "download the repo again (another --revision) or export the task again with `metashift-hf export`; the "
+    "published facts are written from the build and checked by the sha256 the shift spec records"
+)
 
 
 @dataclass
@@ -247,6 +256,38 @@ def plan_digest(tp: TaskPlan) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class TaskProvenance:
+    """The origin of every number a report gives about a task (its ``task_origin``), made once per task by
+    :attr:`TaskData.provenance` and serialised as it is by every report (evaluate, score, bugs, train, the zoo,
+    compare).
+
+    kind: the task's form (artifact, folder, hub, dataset); where: the same in words; folder: the folder as given;
+    repo_id, revision, commit: a Hub repo, the revision asked (None: main) and the commit sha it resolved to
+    (None when the Hub could not be asked); config: the config read from a folder or repo; spec_sha256: sha256 of
+    the published ``shift_spec.json`` bytes (a folder or repo), else of the spec as ``ShiftSpec.to_json`` writes
+    it (a dataset's equals its repo's; a task id's is its spec before export adds the facts digests); seed and
+    options: the task's sampling seed and options.
+    """
+
+    kind: TaskForm
+    where: str
+    folder: str | None
+    repo_id: str | None
+    revision: str | None
+    commit: str | None
+    config: str | None
+    spec_sha256: str
+    seed: int
+    options: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object reports record (options as a plain dict; asdict cannot copy a read-only mapping)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["options"] = dict(self.options)
+        return out
+
+
 @dataclass(frozen=True, eq=False)
 class TaskData:
     """One task, whatever form it came in: its spec, rows per split (``plan``) and images, read lazily.
@@ -264,8 +305,12 @@ class TaskData:
     artifact: Artifact | None = None
     planned: TaskPlan | None = None  # form "artifact": the plan as the planner made it (no images read)
     load_rows: "Callable[[], datasets.DatasetDict] | None" = field(default=None, repr=False)
-    # a folder's or repo's <config>/meta_graph.parquet, read and checked against (classes, rows) when asked for
-    load_facts: "Callable[[Sequence[str], list], MetaGraphFacts | None] | None" = field(default=None, repr=False)
+    # a folder's or repo's <config>/<facts file> bytes by file name (None: no such file), read when first asked for
+    load_facts: "FactsReader | None" = field(default=None, repr=False)
+    spec_sha256: str | None = None  # sha256 of the published shift_spec.json bytes (folder, Hub repo)
+    # a dataset materialised from a task of another form (evaluate's pixels of an artifact task): that task's origin,
+    # so a report names where the task came from, not the in-memory copy
+    materialised_from: "TaskProvenance | None" = None
 
     @functools.cached_property
     def dataset(self) -> "datasets.DatasetDict | None":
@@ -280,22 +325,86 @@ class TaskData:
         return in_export_order(plan_of_dataset(self.dataset, self.spec, self.where))
 
     @functools.cached_property
+    def facts_files(self) -> Mapping[str, bytes]:
+        """The published meta-graph facts files of a folder or Hub repo (file name -> bytes; empty for other forms).
+
+        The one check of published facts before any use: a spec that records their sha256 (``facts_sha256``,
+        spec_version 6) has every file it names, each with that digest, or the task is refused naming the file
+        (an edit, however plausible, cannot pass unseen). An older spec records none: its files are read with
+        the structural checks of their readers only, and a warning says the facts are unverified."""
+        if self.load_facts is None:
+            return {}
+        recorded = self.spec.facts_sha256
+        out: dict[str, bytes] = {}
+        for name in FACTS_FILES:
+            data = self.load_facts(name)
+            where = f"{name} of {self.where}"
+            if recorded is not None and name in recorded:
+                if data is None:
+                    raise InputFormatError(f"{where} is missing; the task's shift spec records its sha256", FACTS_FIX)
+                digest = hashlib.sha256(data).hexdigest()
+                if digest != recorded[name]:
+                    raise InputFormatError(
+                        f"{where} has sha256 {digest[:16]}..., not the {recorded[name][:16]}... its shift spec "
+                        "records: the file was changed after export",
+                        FACTS_FIX,
+                    )
+            elif data is not None:
+                logger.warning(
+                    f"{where}: its shift spec (spec_version {self.spec.spec_version}) records no sha256 of it, so "
+                    "its facts are unverified (only checked for consistency); export the task again to publish them "
+                    "with their digest"
+                )
+            if data is not None:
+                out[name] = data
+        return types.MappingProxyType(out)
+
+    @functools.cached_property
+    def distances(self) -> PairDistances:
+        """Every pair of each class's kept subsets, as the folder or Hub repo publishes them
+        (builders.pair_distances; ``distances.distance(a, b)``, ``distances.matrix(cls)`` answer as
+        ``Artifact.distance``/``distance_matrix``): read from the repo alone, rows and images never loaded."""
+        if self.form == "artifact" and self.artifact is not None:
+            return PairDistances.of_artifact(self.artifact, self.classes)
+        data = self.facts_files.get(PAIRS_FILE)
+        if data is None:
+            raise InputFormatError(
+                f"{self.where} publishes no pairwise distances ({PAIRS_FILE}): "
+                + ("it was exported before they were published" if self.load_facts else f"a {self.form} carries none"),
+                NO_PAIRS_FIX,
+            )
+        rules = self.spec.rules
+        return PairDistances.from_bytes(
+            data, f"{PAIRS_FILE} of {self.where}", self.classes, None if rules is None else rules.spectral_dim
+        )
+
+    @functools.cached_property
     def meta_graph(self) -> MetaGraphFacts | None:
         """The meta-graph facts of a folder or Hub repo (builders.meta_graph_facts: each context subset's community
-        and distance to the largest community), checked against the task's classes and rows; None for other
-        forms (an artifact has the meta-graph itself) or an export made before the file existed."""
-        if self.load_facts is None:
+        and distance to the largest community; ``meta_graph.distance(a, b)`` / ``.matrix(cls)``: every pair's
+        distance), checked against the task's classes and rows; None for other forms (an artifact has the
+        meta-graph itself) or an export made before the file existed."""
+        data = self.facts_files.get(FACTS_FILE)
+        if data is None:
             return None
+        where = f"{FACTS_FILE} of {self.where}"
+        # the file against itself (and every pair's distance) before any row is read: a refusal never follows a
+        # load. Exiting right after `datasets` read the shards could abort the process (exit 134, issue 46 D10):
+        # pyarrow reads the Python file objects datasets gives it on its I/O threads, and one still releasing a
+        # Python buffer when the interpreter shuts down is ended by pthread_exit inside a noexcept destructor.
+        MetaGraphFacts.from_bytes(data, where, self.classes)
+        pairs = self.distances if PAIRS_FILE in self.facts_files else None
         every = [r for split_rows in self.plan.splits.values() for r in split_rows]
-        facts = self.load_facts(self.classes, [(r.label, r.contexts) for r in every])
-        if facts is not None:  # the file and the rows must agree (communities, sizes); the file with itself on read
-            rules = self.spec.rules
-            facts.check_rows(
-                [(r.image_id, r.label, r.group, r.contexts, r.community) for r in every],
-                f"{FACTS_FILE} of {self.where}",
-                spectral_dim=None if rules is None else rules.spectral_dim,
-            )
-        return facts
+        facts = MetaGraphFacts.from_bytes(data, where, self.classes, [(r.label, r.contexts) for r in every])
+        # the file and the rows must agree (communities, sizes); the file with itself on read
+        rules = self.spec.rules
+        facts.check_rows(
+            [(r.image_id, r.label, r.group, r.contexts, r.community) for r in every],
+            where,
+            spectral_dim=None if rules is None else rules.spectral_dim,
+            min_images=None if rules is None else rules.min_images_per_subset,
+        )
+        return dataclasses.replace(facts, distances=pairs)
 
     @property
     def images_path(self) -> "str | os.PathLike | ImageSource | None":
@@ -309,19 +418,30 @@ class TaskData:
     def revision(self) -> str | None:
         return self.ref.revision if self.form == "hub" else None
 
+    @functools.cached_property
+    def provenance(self) -> TaskProvenance:
+        """Where the task came from (:class:`TaskProvenance`), built once; every report records it as
+        ``task_origin``."""
+        if self.materialised_from is not None:
+            return self.materialised_from
+        spec_sha = self.spec_sha256 or hashlib.sha256(self.spec.to_json().encode("utf-8")).hexdigest()
+        repo_id = self.repo_id
+        return TaskProvenance(
+            kind=self.form,
+            where=self.where,
+            folder=str(self.ref.task) if self.form == "folder" else None,
+            repo_id=repo_id,
+            revision=self.revision,
+            commit=None if repo_id is None else hub_commit(repo_id, self.revision),
+            config=self.task_id if self.form in ("folder", "hub") else None,
+            spec_sha256=spec_sha,
+            seed=self.spec.seed,
+            options=types.MappingProxyType(dict(self.spec.overrides)),
+        )
+
     def origin(self) -> dict[str, Any]:
-        """Where the task came from, for reports and run cards: form, place and the task options used; for a
-        Hub repo also its id, the revision asked and the commit sha that revision resolves to (None when the
-        Hub cannot be asked, e.g. offline)."""
-        out: dict[str, Any] = {
-            "form": self.form,
-            "where": self.where,
-            "seed": self.spec.seed,
-            "options": dict(self.spec.overrides),
-        }
-        if self.repo_id is not None:
-            out.update(repo_id=self.repo_id, revision=self.revision, sha=hub_commit(self.repo_id, self.revision))
-        return out
+        """:attr:`provenance` as the JSON object reports record under ``task_origin``."""
+        return self.provenance.as_dict()
 
     @property
     def task_id(self) -> str:
@@ -415,6 +535,8 @@ __all__ = [
     "TaskRef",
     "TaskData",
     "TaskForm",
+    "TaskProvenance",
+    "FACTS_FIX",
     "PreparedTask",
     "task_ref",
     "DEFAULT_SEED",

@@ -222,7 +222,7 @@ def _open_folder(ref: TaskRef) -> TaskData:
     where = f"exported folder {repo} (config {name})"
     stats = folder_listing(repo)
     files = {f: st.st_size for f, st in stats.items()}
-    spec = check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
+    spec, spec_sha = check_repo(where, files, name, lambda f: read_text_file(repo / f, f"{f} of {where}"))
     cache = folder_cache_dir(repo, stats)
     load = _checked_rows(
         lambda: load_shards(where, lambda: datasets.load_dataset(str(repo), name, cache_dir=cache)),
@@ -232,7 +232,9 @@ def _open_folder(ref: TaskRef) -> TaskData:
         whole=True,
         config=name,
     )
-    return TaskData(ref, "folder", where, spec, load_rows=load, load_facts=folder_facts(repo, name))
+    return TaskData(
+        ref, "folder", where, spec, load_rows=load, load_facts=folder_facts(repo, name), spec_sha256=spec_sha
+    )
 
 
 def _open_hub(ref: TaskRef) -> TaskData:
@@ -248,7 +250,7 @@ def _open_hub(ref: TaskRef) -> TaskData:
     name = pick_config(f"Hub dataset repo {repo_id}", configs_of(files), ref.config)
     where = f"Hub dataset repo {repo_id} (config {name}" + (f", revision {revision})" if revision else ")")
     if snapshot is None:
-        spec = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
+        spec, spec_sha = check_repo(where, files, name, lambda f: hub_text(repo_id, f, revision, files.get(f)))
         rows = lambda: hub_call(  # noqa: E731 -- one of two row loaders
             repo_id,
             name,
@@ -256,14 +258,14 @@ def _open_hub(ref: TaskRef) -> TaskData:
             revision,
         )
     else:
-        spec = check_repo(where, files, name, lambda f: read_text_file(snapshot / f, f"{f} of {where}"))
+        spec, spec_sha = check_repo(where, files, name, lambda f: read_text_file(snapshot / f, f"{f} of {where}"))
         cache = folder_cache_dir(snapshot, {f: (snapshot / f).stat() for f in files})
         rows = lambda: load_shards(  # noqa: E731 -- one of two row loaders
             where, lambda: datasets.load_dataset(str(snapshot), name, cache_dir=cache)
         )
     load = _checked_rows(rows, where, spec, file_spec=True, whole=True, config=name)
     facts = hub_facts(repo_id, files, name, revision, snapshot=snapshot, spec_version=spec.spec_version)
-    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=facts)
+    return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=facts, spec_sha256=spec_sha)
 
 
 def _open_loaded(ref: TaskRef) -> TaskData:

@@ -11,11 +11,12 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import datasets
 
-from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, MetaGraphFacts
+from ..builders.meta_graph_facts import FACTS_FILE, FACTS_MAX_BYTES, read_bounded
+from ..builders.pair_distances import PAIRS_FILE, PAIRS_MAX_BYTES
 from ..core.errors import InputFormatError, MetashiftError, UnknownNameError
 from ..core.fsutil import input_file_error
 from ..core.names import terminal_safe
@@ -111,9 +112,10 @@ def repo_folder(path: Path, config: str | None) -> tuple[Path, str]:
     return path, pick_config(str(path), configs, config)
 
 
-def check_repo(where: str, files: Mapping[str, "int | None"], config: str, read) -> ShiftSpec:
+def check_repo(where: str, files: Mapping[str, "int | None"], config: str, read) -> tuple[ShiftSpec, str]:
     """Before ``datasets`` reads a folder or repo: no loading script (never run), a card of bounded size
-    that declares ``config``, and the config's shift spec file (bounded, strictly parsed)."""
+    that declares ``config``, and the config's shift spec file (bounded, strictly parsed). Returns the spec and
+    the sha256 of the file's bytes (``read`` decodes strict UTF-8, so encoding the text gives them back)."""
     scripts = sorted(f for f in files if f.endswith(".py"))
     if scripts:
         raise InputFormatError(
@@ -133,7 +135,8 @@ def check_repo(where: str, files: Mapping[str, "int | None"], config: str, read)
         )
     path = f"{config}/{SPEC_FILE}"
     check_spec_size(files.get(path), f"{path} of {where}")
-    return ShiftSpec.from_json(read(path), where=f"{path} of {where}")
+    text = read(path)
+    return ShiftSpec.from_json(text, where=f"{path} of {where}"), hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_shards(where: str, call) -> "datasets.DatasetDict":
@@ -177,9 +180,26 @@ def folder_cache_dir(repo: Path, stats: Mapping[str, os.stat_result]) -> str:
     return str(Path(datasets.config.HF_DATASETS_CACHE) / "metashift-folders" / key)
 
 
-def folder_facts(repo: Path, name: str) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
-    path, where = repo / name / FACTS_FILE, f"{name}/{FACTS_FILE} of exported folder {repo}"
-    return lambda classes, rows: MetaGraphFacts.read(path, where, classes, rows) if os.path.lexists(path) else None
+# The meta-graph facts files an export publishes beside a config's shards, with their size bounds: a reader
+# below returns one's bytes (bounded, a regular file), and TaskData checks them against the spec's digests.
+FACTS_FILES = {FACTS_FILE: FACTS_MAX_BYTES, PAIRS_FILE: PAIRS_MAX_BYTES}
+FactsReader = Callable[[str], "bytes | None"]
+
+
+def folder_facts(repo: Path, name: str) -> FactsReader:
+    """A reader of config ``name``'s facts files in exported folder ``repo``: a file's bytes, None when absent."""
+
+    def read(file: str) -> bytes | None:
+        path = repo / name / file
+        if not os.path.lexists(path):
+            return None
+        return read_bounded(path, f"{name}/{file} of exported folder {repo}", FACTS_FILES[file])
+
+    return read
+
+
+# the spec_version since which an export publishes each facts file (an offline cache copy without it lacks it)
+_PUBLISHED_SINCE = {FACTS_FILE: FACTS_SINCE_SPEC, PAIRS_FILE: 6}
 
 
 def hub_facts(
@@ -190,20 +210,20 @@ def hub_facts(
     *,
     snapshot: Path | None = None,
     spec_version: int = 0,
-) -> "Callable[[Sequence[str], list], MetaGraphFacts | None]":
-    """The facts reader of config ``name`` of a Hub repo (``snapshot``: offline, its folder in the local Hub cache)."""
+) -> FactsReader:
+    """A reader of config ``name``'s facts files in a Hub dataset repo (downloaded into the Hub cache; ``snapshot``:
+    offline, its folder in the local Hub cache): a file's bytes, None when the repo has no such file."""
     from huggingface_hub import hf_hub_download  # heavy optional import, as repo_files.hub_files
 
-    path, where = f"{name}/{FACTS_FILE}", f"{name}/{FACTS_FILE} of Hub dataset repo {repo_id}"
-
-    def read(classes: Sequence[str], rows: list) -> MetaGraphFacts | None:
+    def read(file: str) -> bytes | None:
+        path, where = f"{name}/{file}", f"{name}/{file} of Hub dataset repo {repo_id}"
         if path not in files:
-            if snapshot is not None and spec_version >= FACTS_SINCE_SPEC:  # the repo has it, the cache copy not
+            if snapshot is not None and spec_version >= _PUBLISHED_SINCE[file]:  # the repo has it, the cache copy not
                 raise cache_lacks(repo_id, revision, files, [path])
             return None  # exported before the file existed
-        if (files[path] or 0) > FACTS_MAX_BYTES:
+        if (files[path] or 0) > FACTS_FILES[file]:
             raise InputFormatError(
-                f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_MAX_BYTES}",
+                f"{where} is {files[path]} bytes; a task's meta-graph facts are at most {FACTS_FILES[file]}",
                 "download the repo again (another --revision) or export the task again",
             )
         local = (
@@ -214,7 +234,7 @@ def hub_facts(
             )
         )
         # the Hub cache links snapshots to blobs: read the blob (the facts reader follows no link)
-        return MetaGraphFacts.read(os.path.realpath(local), where, classes, rows)
+        return read_bounded(os.path.realpath(local), where, FACTS_FILES[file])
 
     return read
 
@@ -242,6 +262,8 @@ __all__ = [
     "load_shards",
     "exported_folder",
     "folder_cache_dir",
+    "FACTS_FILES",
+    "FactsReader",
     "folder_facts",
     "hub_facts",
     "hub_commit",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,7 @@ class BugReport:
     tested: pd.DataFrame  # one row per tested context subset
     source: str
     groups: pd.DataFrame | None = None  # the split's group table with the test's columns (per_group.csv)
+    task_origin: Mapping[str, Any] | None = None  # where the task came from (hub/task_data.TaskProvenance)
 
     def harmful(self, top: int | None = None) -> dict[str, list[dict]]:
         """class -> significant, below-the-rest subsets, nearest to the largest community first."""
@@ -66,6 +67,7 @@ class BugReport:
             "order": "per class by meta-graph distance ('paper' rule, spectral) from the class's largest "
             "community, nearest first; subsets without a spectral distance last",
             "tested": [bug_entry(r) for _, r in self.tested.iterrows()],
+            "task_origin": None if self.task_origin is None else dict(self.task_origin),
         }
 
     def markdown(self, top: int = 5) -> str:
@@ -145,7 +147,9 @@ def find_bugs(
     ]
     for col in (*BUG_COLUMNS, "distance_to_largest_community"):
         groups.loc[tested.index, col] = tested[col]
-    return BugReport(tp.task_id, split, int(min_n), float(alpha), tested.reset_index(drop=True), preds.source, groups)
+    return BugReport(
+        tp.task_id, split, int(min_n), float(alpha), tested.reset_index(drop=True), preds.source, groups, data.origin()
+    )
 
 
 __all__ = ["BugReport", "find_bugs", "BUGS_KIND"]

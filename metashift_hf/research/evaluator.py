@@ -23,7 +23,7 @@ so an ``eval`` equals ``score`` on the same predictions.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence, get_args
 
 import datasets
@@ -200,7 +200,7 @@ class Evaluator:
         plan = self.task.plan
         if rows is not None:  # the same plan with this split cut to the chosen rows (train shares unchanged)
             plan = TaskPlan(plan.task_id, plan.classes, {**plan.splits, split: split_rows}, plan.spec)
-        return score_plan(preds, plan, splits=[split])
+        return replace(score_plan(preds, plan, splits=[split]), task_origin=self.task.origin())
 
     def _eval_splits(self, y_pred: Mapping[str, Any], split: str, rows: Any) -> Scores:
         if rows is not None or split != "test":
@@ -213,7 +213,8 @@ class Evaluator:
                 "y_pred is an empty dict", "pass {split: predictions}, e.g. {'validation': y_val, 'test': y_test}"
             )
         parts = [self._predictions(v, s, self._split(s), f"y_pred[{s!r}]") for s, v in y_pred.items()]
-        return score_plan(TaskPredictions.concat(parts, "y_pred"), self.task.plan, splits=list(y_pred))
+        scores = score_plan(TaskPredictions.concat(parts, "y_pred"), self.task.plan, splits=list(y_pred))
+        return replace(scores, task_origin=self.task.origin())
 
     @staticmethod
     def _positions(rows: Any, split: str, n: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -101,6 +101,7 @@ class Scores:
     id_split: str | None
     ood_split: str | None
     task_spec_hash: str
+    task_origin: Mapping[str, Any] | None = None  # where the task came from (hub/task_data.TaskProvenance)
 
     @property
     def headline(self) -> SplitScores:
@@ -139,6 +140,7 @@ class Scores:
             "headline_split": self.headline_split,
             "task_id": self.task_id,
             "task_spec_hash": self.task_spec_hash,
+            "task_origin": None if self.task_origin is None else dict(self.task_origin),
             "classes": list(self.classes),
             "prediction_kind": self.prediction_kind,
             "balanced_accuracy": h.balanced_accuracy,
@@ -276,9 +278,10 @@ def _md_row(g: GroupScore) -> str:
 
 
 def task_spec_hash(spec: ShiftSpec) -> str:
+    """The task's identity: its unpublished spec (the same from the artifact, a folder or the Hub)."""
     import hashlib
 
-    return hashlib.sha256(spec.to_json(compact=True).encode()).hexdigest()
+    return hashlib.sha256(spec.unpublished().to_json(compact=True).encode()).hexdigest()
 
 
 def _split_scores(
@@ -347,8 +350,8 @@ def score(
     Every image of the scored splits needs exactly one prediction; predictions for images outside
     the task are refused (a wrong task or seed would otherwise pass unnoticed).
     """
-    tp = open_task(task).plan
-    return score_plan(predictions, tp, splits=splits)
+    data = open_task(task)
+    return replace(score_plan(predictions, data.plan, splits=splits), task_origin=data.origin())
 
 
 def score_plan(

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,7 +29,7 @@ from metashift_hf.builders.jsontypes import decode, encode
 from metashift_hf.core.errors import InputFormatError
 
 
-SPEC_VERSION = 5
+SPEC_VERSION = 6
 # 2: ``measured`` (the shift measured from the rows, metashift_hf/tasks/measured.py) added; paper-dg tasks are
 # declared ``joint``. A version-1 spec still reads (``measured`` None: not measured).
 # 3: ``measured.by_construction`` (the construction that fixes the declared type where the rows may not
@@ -37,7 +39,10 @@ SPEC_VERSION = 5
 # (``p_y_threshold``, ``label_shift``); a version 2-3 spec reads with those two None (not measured).
 # 5: ``members`` (each split's rows, :class:`SplitMembers`: a digest of the whole split and a filter for a part of
 # it); a version 1-4 spec reads with ``members`` None (not recorded: rows are not checked for membership).
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# 6: ``facts_sha256`` (file name -> sha256 of each meta-graph facts file an export publishes beside the shards:
+# ``meta_graph.parquet``, ``meta_graph_distances.parquet``), checked before the facts are used
+# (metashift_hf.hub.task_data); a version 1-5 spec reads with it None (facts unverified: structural checks only).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 # marginal: DG / community / shift-marginal; conditional: subpopulation / shift-conditional;
 # joint: both at once (shift-joint); none: collections
 # clustered: OOD sets from image clusters when contexts are unknown (metashift_hf.research.ood_experiments)
@@ -394,6 +399,8 @@ class ShiftSpec:
     mixed_fraction: MixedFraction | None = None
     measured: MeasuredShift | None = None
     members: tuple[SplitMembers, ...] | None = None  # each split's rows (None: not recorded, a version 1-4 spec)
+    # the published meta-graph facts files' sha256 by file name (None: not published yet, or a version 1-5 spec)
+    facts_sha256: Mapping[str, str] | None = None
     spec_version: int = SPEC_VERSION
 
     @property
@@ -417,6 +424,11 @@ class ShiftSpec:
         """The record of ``split``'s rows (None: the spec records none, or no such split)."""
         return next((m for m in self.members or () if m.split == split), None)
 
+    def unpublished(self) -> "ShiftSpec":
+        """The task's spec without what export adds when it publishes it (the facts' digests): the same task,
+        planned or exported, has one unpublished spec (a run's task hash, tests comparing forms)."""
+        return dataclasses.replace(self, facts_sha256=None)
+
     def to_dict(self) -> dict:
         return encode(self)
 
@@ -436,6 +448,10 @@ class ShiftSpec:
                 f"{where}: spec_version {version!r}, this package reads {', '.join(map(str, READABLE_VERSIONS))}",
                 "read it with the metashift-hf version that wrote it, or export/prepare the task again",
             )
+        if version in (1, 2, 3, 4, 5):  # written before `facts_sha256` existed: the facts are unverified
+            if "facts_sha256" in data:
+                raise InputFormatError(f"{where}: spec_version {version} has no 'facts_sha256' key", _FIX)
+            data = {**data, "facts_sha256": None}
         if version in (1, 2, 3, 4):  # written before `members` existed: rows are not checked for membership
             if "members" in data:
                 raise InputFormatError(f"{where}: spec_version {version} has no 'members' key", _FIX)
@@ -457,6 +473,7 @@ class ShiftSpec:
                 data = {**data, "measured": {**data["measured"], "splits": new}}
         spec = decode(cls, data, where, _FIX)
         _check_members(spec, where)
+        _check_facts_digests(spec, where)
         return spec
 
     @classmethod
@@ -484,6 +501,20 @@ def _check_members(spec: ShiftSpec, where: str) -> None:
         why = m.problem()
         if why:
             raise InputFormatError(f"{where}: members of split {m.split!r}: {why}", _FIX)
+
+
+_FACTS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\.parquet")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_facts_digests(spec: ShiftSpec, where: str) -> None:
+    """``facts_sha256`` names plain parquet files of the config folder, each with a sha256 hex digest."""
+    for name, digest in (spec.facts_sha256 or {}).items():
+        if not (_FACTS_NAME.fullmatch(name) and _SHA256.fullmatch(digest)):
+            raise InputFormatError(
+                f"{where}: facts_sha256 entry {name[:100]!r}: {digest[:100]!r} is not a file name with its sha256",
+                _FIX,
+            )
 
 
 _FIX = "write it with ShiftSpec.to_json() (export the task again with `metashift-hf export`)"
