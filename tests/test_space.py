@@ -554,3 +554,49 @@ def test_a_board_of_thousands_of_models_stays_one_page(data):
     assert page.shape == (app.PER_PAGE, 1 + app.MAX_MODEL_COLUMNS)
     assert list(page.columns[1:3]) == ["m2999", "m2998"]  # the best models first
     assert f"Showing {app.MAX_MODEL_COLUMNS} of 3000 models" in note and "of 3,000 task(s)" in note
+
+
+def test_the_distances_tab_answers_with_the_published_pair_distance(data, capsys):
+    """Issue 44 part 6: the Distances tab never showed a distance between the two subsets it asked for. It shows
+    the task repo's published pairwise d, equal to `metashift-hf distance --task REPO --value A B`."""
+    e = data.index.task(TASKS[0])
+    subs = app.Views(data).subsets("dog", TASKS[0])
+    for a, b in [(subs[0], subs[1]), (subs[1], subs[-1])]:
+        assert cli.main(["distance", "--task", e.repo, "--value", a, b]) == 0
+        printed = capsys.readouterr().out.strip()
+        html = app.Views(data).distance("dog", TASKS[0], a, b)
+        assert f"= <strong>{render.esc(printed)}</strong>" in html, (printed, html[:600])
+
+
+def test_accuracy_against_distance_to_training(space_world, tmp_path):
+    """Issue 44 part 6: for a task and a model, each test context's accuracy (Wilson interval) against its distance
+    to the nearest training subset of its class (the repo's published pairs), with Spearman's rho (scipy)."""
+    from scipy.stats import spearmanr
+
+    from metashift_hf.space import relation
+
+    out = tmp_path / "results"
+    shutil.copytree(space_world.results, out)
+    folder = out / "tiny-net" / TASKS[0]
+    contexts = [("cat", "cat(grass0)", 7), ("cat", "cat(grass1)", 5), ("dog", "dog(grass0)", 2)]
+    contexts += [("dog", "dog(grass1)", 4), ("dog", "dog(sofa0)", 8)]  # a training context: not a test point
+    rows = [
+        {"split": "overall", "level": "context", "class": c, "name": s, "n": 8, "correct": k} for c, s, k in contexts
+    ]
+    pg = pd.DataFrame(rows, columns=list(results.PER_GROUP_COLUMNS))
+    pg["accuracy"] = pg["correct"] / pg["n"]
+    pg.to_csv(folder / "per_group.csv", index=False)
+    d = app.load(str(space_world.clean), [str(out)])
+    e = d.index.task(TASKS[0])
+    rel = relation.relation(e, results.drilldown(d.results, "tiny-net", TASKS[0]))
+    assert list(rel.points["context"]) == ["cat(grass0)", "cat(grass1)", "dog(grass0)", "dog(grass1)"]
+    pairs = graphs.task_data(e).distances
+    for p in rel.points.to_dict("records"):
+        train = [f"{p['class']}(sofa0)", f"{p['class']}(sofa1)"]
+        ds = [pairs.distance(p["context"], t).value for t in train]
+        assert p["distance"] == min(v for v in ds if v is not None)
+        assert (p["ci_low"], p["ci_high"]) == wilson_interval(int(p["accuracy"] * 8), 8)
+    expected = spearmanr(rel.points["distance"], rel.points["accuracy"])
+    assert rel.rho == pytest.approx(expected.statistic) and rel.p_value == pytest.approx(expected.pvalue)
+    html = app.Views(d).drilldown("tiny-net", TASKS[0])
+    assert html.count('class="ms-point"') == 4 and f"ρ = <strong>{rel.rho:.3f}</strong>" in html

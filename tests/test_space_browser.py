@@ -160,7 +160,8 @@ def test_leaderboard_drilldown_distances_and_refusals_in_chromium(served):
     drill = b.view(f"{url}?view=leaderboard&model=tiny-net&task={TASKS[0]}", "tiny-net on").html
     assert "Wilson 95% intervals" in drill and "context bugs" in drill and "dog(grass0)" in drill
     assert 'class="ms-chart"' in drill and 'class="ms-ci"' in drill  # the per-context chart with its intervals
+    assert 'class="ms-relation"' in drill  # accuracy against distance to training
     dist = b.view(f"{url}?view=distances&cls=cat&task={TASKS[0]}", "Overlap edge").html
-    assert "disconnected" in dist
+    assert "disconnected" in dist and 'class="ms-d"' in dist  # the published pair's d, then the facts
     bad = b.view(f"{url}?view=classes&cls=cat&task={EVIL_TASK}", "error: ").html
     assert "the card declares" in bad and "fix: " in bad

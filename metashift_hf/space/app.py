@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..core.errors import MetashiftError
 from ..core.options import OptionError
-from . import graphs, index, render, results, task_view
+from . import graphs, index, relation, render, results, task_view
 
 
 logger = logging.getLogger(__name__)
@@ -131,8 +131,10 @@ class Views:
             return ""
 
         def view(cls, task_id, a, b):
-            g = graphs.class_graph(self.data.index.task(task_id), cls)
-            return render.distance_html(graphs.subset_distance(g, a, b))
+            e = self.data.index.task(task_id)
+            g = graphs.class_graph(e, cls)
+            pair, why = graphs.pair_distance(e, a, b)
+            return render.distance_html(graphs.subset_distance(g, a, b), pair, why, e.repo)
 
         return _safe(view)(cls, task_id, a, b)
 
@@ -158,9 +160,16 @@ class Views:
     def drilldown(self, model: str, task_id: str) -> str:
         if not (model and task_id):
             return ""
-        return _safe(lambda m, t: render.drilldown_html(results.drilldown(self.data.results, m, t)))(
-            model.strip(), task_id.strip()
-        )
+        return _safe(self._drilldown)(model.strip(), task_id.strip())
+
+    def _drilldown(self, model: str, task_id: str) -> str:
+        """The per-group drill-down, then (for a published task with per-context results) accuracy against
+        distance to training."""
+        dd = results.drilldown(self.data.results, model, task_id)
+        out = render.drilldown_html(dd)
+        if task_id in self.data.index.by_id and not dd.groups.empty:
+            out += _safe(lambda: render.relation_html(relation.relation(self.data.index.task(task_id), dd)))()
+        return out
 
 
 def build(data: SpaceData):

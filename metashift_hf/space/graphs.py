@@ -18,7 +18,7 @@ import numpy as np
 import metashift_hf
 
 from ..builders.meta_graph_facts import DISTANCE_RULE, MetaGraphFacts
-from ..core.errors import InputFormatError
+from ..core.errors import InputFormatError, MetashiftError
 from ..core.names import parse_subset_name
 from .index import IndexedTask
 
@@ -181,6 +181,15 @@ def thumbnails(e: IndexedTask, subset: str, k: int = THUMBNAILS) -> list[Thumbna
         if mime is not None and len(data) <= MAX_INLINE_BYTES:  # never inlined: non-images, huge images
             out.append(Thumbnail(image_id, mime, data))
     return out
+
+
+def pair_distance(e: IndexedTask, a: str, b: str) -> tuple[str | None, str]:
+    """d between two subsets as the task repo publishes it (``TaskData.distances``; what ``metashift-hf distance
+    --task REPO A B --value`` prints: the number and its rule, or ``disconnected``), or None and why not."""
+    try:
+        return str(task_data(e).distances.distance(a, b)), ""
+    except MetashiftError as exc:
+        return None, f"{exc.what} ({exc.fix})"
 
 
 def subset_distance(graph: ClassGraph, a: str, b: str) -> SubsetDistance:

@@ -19,6 +19,7 @@ import pandas as pd
 from ..core.errors import MetashiftError
 from .graphs import ClassGraph, SubsetDistance, Thumbnail
 from .index import TaskPage
+from .relation import Relation
 from .results import Drilldown
 from .task_view import CardFacts
 
@@ -259,10 +260,20 @@ def node_html(graph: ClassGraph, subset: str, images: Iterable[Thumbnail], rows:
     )
 
 
-def distance_html(d: SubsetDistance) -> str:
+def distance_html(d: SubsetDistance, pair: str | None = None, why: str = "", repo: str = "") -> str:
+    """Two subsets: d between them (the repo's published pairwise distance, ``pair``), then what the meta-graph
+    facts say about each (community, distance to the largest community) and the overlap edges."""
+    answer = (
+        f'<p class="ms-d">d({esc(d.a)}, {esc(d.b)}) = <strong>{esc(pair)}</strong></p>'
+        f'<p class="ms-note">The task repo\'s published pairwise distance: what <code>metashift-hf distance --task '
+        f"{esc(repo)} --value {esc(repr(d.a))} {esc(repr(d.b))}</code> prints.</p>"
+        if pair is not None
+        else f'<p class="ms-note">No pairwise distance: {esc(why)}</p>'
+    )
     return (
         CSS
         + f"<h4>{esc(d.a)} and {esc(d.b)}</h4>"
+        + answer
         + table(
             pd.DataFrame(
                 [
@@ -273,9 +284,7 @@ def distance_html(d: SubsetDistance) -> str:
         )
         + f"<p>Overlap edge: {fmt(d.overlap)} · path of overlap edges: <strong>{esc(d.status)}</strong> · "
         + f"same community: {'yes' if d.community_a == d.community_b and d.community_a >= 0 else 'no'}</p>"
-        + f"<p class=\"ms-note\">Rule: {esc(d.rule)}. The repos publish each subset's distance to its class's "
-        + "largest community and the overlap edges, not a distance for every pair; the build's "
-        + "<code>metashift-hf distance</code> gives that.</p>"
+        + f'<p class="ms-note">Distances to the largest community: rule {esc(d.rule)}.</p>'
     )
 
 
@@ -327,6 +336,53 @@ def interval_chart(groups: pd.DataFrame, *, level: str = "context", width: int =
         + "".join(parts)
         + note
     )
+
+
+def relation_html(rel: "Relation", *, width: int = 560, height: int = 300) -> str:
+    """Each test context's accuracy (Wilson 95% interval) against its distance to the training subsets, as an
+    SVG scatter, with Spearman's rank correlation and the points as a table."""
+    pts = rel.points.dropna(subset=["distance", "accuracy"])
+    head = "<h4>Accuracy against distance to training (test contexts)</h4>"
+    corr = (
+        f'<p class="ms-rho">Spearman rank correlation ρ = <strong>{rel.rho:.3f}</strong> (p = {rel.p_value:.3g}, '
+        f"{len(pts)} contexts); the paper: farther test contexts score lower (ρ &lt; 0).</p>"
+        if rel.rho is not None
+        else ""
+    )
+    note = f'<p class="ms-note">{esc(rel.note)}</p>' if rel.note else ""
+    if pts.empty:
+        return head + corr + note
+    pad = 40
+    lo, hi = float(pts["distance"].min()), float(pts["distance"].max())
+    if hi == lo:  # one distance: the points in the middle
+        lo, hi = lo - 0.5, hi + 0.5
+    span = hi - lo
+    x = lambda v: pad + (width - 2 * pad) * (float(v) - lo) / span  # noqa: E731
+    y = lambda v: height - pad - (height - 2 * pad) * float(v)  # noqa: E731
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        'role="img" aria-label="accuracy against distance to training" class="ms-relation" font-size="11" '
+        'fill="currentColor">',
+        f'<line x1="{pad}" y1="{y(0)}" x2="{width - pad}" y2="{y(0)}" stroke="#999"/>',
+        f'<line x1="{pad}" y1="{y(0)}" x2="{pad}" y2="{y(1)}" stroke="#999"/>',
+        f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">distance to the nearest training subset '
+        f"({lo:.3f} – {hi:.3f})</text>",
+        f'<text x="12" y="{height / 2}" transform="rotate(-90 12 {height / 2})" text-anchor="middle">accuracy</text>',
+    ]
+    for r in pts.to_dict("records"):
+        cx, cy = x(r["distance"]), y(r["accuracy"])
+        if not (pd.isna(r["ci_low"]) or pd.isna(r["ci_high"])):
+            parts.append(
+                f'<line x1="{cx:.1f}" y1="{y(r["ci_low"]):.1f}" x2="{cx:.1f}" y2="{y(r["ci_high"]):.1f}" '
+                'stroke="currentColor" class="ms-ci"/>'
+            )
+        parts.append(
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="#1f77b4" class="ms-point"><title>{esc(r["context"])}: '
+            f"accuracy {fmt(r['accuracy'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}], d {fmt(r['distance'])} to "
+            f"{esc(r['nearest'])}</title></circle>"
+        )
+    parts.append("</svg>")
+    return head + corr + "".join(parts) + note + table(rel.points)
 
 
 def drilldown_html(dd: Drilldown) -> str:
