@@ -177,13 +177,17 @@ def test_n_e01_training_rows_passed_as_the_test_split_are_refused(exported):
 def test_evaluate_cli_refuses_a_changed_export(repo, exported, wn, tmp_path, capsys):
     """`evaluate --task FOLDER` (N-R13, then N-R01 on top): exit 2, one error naming what disagrees, no output."""
     assert _evaluate_cli(capsys, repo, exported[2], tmp_path / "pristine")[0] == 0
+    rows_changed = shutil.copytree(repo, tmp_path / "rows-copy" / repo.name)  # facts intact, rows changed
     _change_facts(repo, "community", lambda c: c + 5)
     code, err = _evaluate_cli(capsys, repo, exported[2], tmp_path / "facts")
     assert_one_line_error(code, err, FACTS_FILE, "changed after export")
-    _shift_rows_community(repo, 7)
-    code, err = _evaluate_cli(capsys, repo, exported[2], tmp_path / "rows")
+    _shift_rows_community(repo, 7)  # both changed: the facts, checked first, are named
+    code, err = _evaluate_cli(capsys, repo, exported[2], tmp_path / "both")
+    assert_one_line_error(code, err, FACTS_FILE, "changed after export")
+    _shift_rows_community(rows_changed, 7)
+    code, err = _evaluate_cli(capsys, rows_changed, exported[2], tmp_path / "rows")
     assert_one_line_error(code, err, "rows the spec records")
-    assert not (tmp_path / "facts").exists() and not (tmp_path / "rows").exists()
+    assert not any((tmp_path / out).exists() for out in ("facts", "both", "rows"))
 
 
 def test_a_partial_split_warning_says_whether_its_rows_were_checked(exported, exported_task, caplog):

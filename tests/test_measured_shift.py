@@ -17,6 +17,7 @@ from metashift_hf.builders.build_inputs import CocoInstances
 from metashift_hf.cards.shift_words import measured_words
 from metashift_hf.core.errors import EmptyGroupError, EmptyResultError, InputFormatError, MetashiftError
 from metashift_hf.sources.coco_world import write_coco_world
+from metashift_hf.space import index as space_index
 from metashift_hf.tasks import families as tasks
 from metashift_hf.tasks import measured
 from metashift_hf.tasks.design_check import design_check
@@ -286,6 +287,9 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     # docs/tasks.md and docs/experiments.md quote these: p about 0.08 at 244 rows, about 839 needed
     assert round(c10.p_value_conditional, 2) == 0.08 and c10.rows == 244 and c10.rows_needed == 839
     assert d10.measured.note.startswith("underpowered: ")
+    # the Space shows the same verdict and sentence (its tasks table and the task page)
+    assert space_index.entry(d10, "repo", d10.task_id).verdict == "underpowered"
+    assert space_index._measured_note(d10, c10).startswith("declared conditional (the design); verdict: underpowered")
     for t in [t for t in specs if t.startswith("shift-")]:  # the design, by level name
         level = specs[t].level
         want = {"marginal": "marginal", "conditional": "conditional" if level.delta else "none"}.get(

@@ -44,6 +44,9 @@ def test_index_lists_every_task_from_its_spec_alone(space_world, data):
     assert list(frame.columns) == list(index.TASK_COLUMNS)
     sub = frame.set_index("task").loc["paper-subpop-cat-dog-p12"]
     assert (sub["shift"], sub["family"], sub["rows"]) == ("conditional", "paper-subpop", 36)
+    # issue 45: the design check's verdict beside the declared and measured types (none here: these specs carry no
+    # measurement; test_measured_shift checks the demo's underpowered level)
+    assert set(frame["verdict"]) == {""}
     # the family labels are the task-family registry's names (issue 42: no second list)
     assert set(frame["family"]) <= {*TASK_FAMILIES.names(), "other"} and index.families(ix) == sorted(
         {"paper-dg", "paper-subpop", "other"} & set(frame["family"])

@@ -24,13 +24,14 @@ from ..cards.shift_words import first_sentence, shift_label
 from ..core.errors import InputFormatError, MetashiftError
 from ..hub.publish import COLLECTION_TITLE
 from ..hub.shards import REPO_PREFIX, SPEC_FILE
+from ..tasks.design_check import DesignCheck, design_check
 from ..tasks.families import TASK_FAMILIES
 from ..tasks.spec import ShiftSpec
 
 
 logger = logging.getLogger(__name__)
 
-TASK_COLUMNS = ("task", "family", "classes", "shift", "measured", "level", "train", "test", "rows", "d")
+TASK_COLUMNS = ("task", "family", "classes", "shift", "measured", "verdict", "level", "train", "test", "rows", "d")
 SOURCE_FIX = "pass an export folder (metashift-hf export --out) or a Hub namespace that `metashift-hf publish` filled"
 
 
@@ -45,6 +46,7 @@ class IndexedTask:
     classes: tuple[str, ...]
     shift_type: str  # declared by the design
     measured: str  # the type measured from the rows ("" when the spec has no measurement)
+    verdict: str  # the design check's verdict on the declared type (tasks.design_check; "" where none applies)
     level: str  # the level's name for level families ("" otherwise)
     split_sizes: Mapping[str, int]
     distance: float | None
@@ -86,6 +88,7 @@ class TaskIndex:
                     "classes": ", ".join(t.classes),
                     "shift": t.shift_type,
                     "measured": t.measured,
+                    "verdict": t.verdict,
                     "level": t.level,
                     "train": int(t.split_sizes.get("train", 0)),
                     "test": int(t.split_sizes.get("test", 0)),
@@ -130,6 +133,7 @@ def entry(spec: ShiftSpec, repo: str, config: str) -> IndexedTask:
         classes=tuple(spec.classes),
         shift_type=spec.shift_type,
         measured=spec.measured.type if spec.measured is not None else "",
+        verdict=check.verdict if (check := design_check(spec)) is not None else "",
         level=spec.level.name if spec.level is not None else "",
         split_sizes=dict(spec.split_sizes),
         distance=spec.distance.value if spec.distance is not None else None,
@@ -265,6 +269,7 @@ def task_page(index: TaskIndex, task_id: str) -> TaskPage:
         columns=["split", "group", "class", "contexts", "n"],
     )
     m = spec.measured
+    check = design_check(spec)
     measured = pd.DataFrame(
         [
             {
@@ -285,10 +290,20 @@ def task_page(index: TaskIndex, task_id: str) -> TaskPage:
         shift_words=shift_label(spec),
         groups=groups,
         measured=measured,
-        measured_note=(m.note if m is not None else "no measurement in this spec (an export before spec version 2)"),
+        measured_note=_measured_note(spec, check),
         load_line=f'load_dataset("{repo}", "{e.config}")',
         evaluate_line=f"metashift-hf evaluate --model efficientnet-lite0 --task {repo} --out eval/",
     )
+
+
+def _measured_note(spec: ShiftSpec, check: DesignCheck | None) -> str:
+    """The task page's words under the measured shift: the design check's verdict (declared vs measured, p-values,
+    rows needed for power 0.8 where underpowered), then the spec's own note."""
+    m = spec.measured
+    if m is None:
+        return "no measurement in this spec (an export before spec version 2)"
+    head = f"declared {check.declared} (the design); verdict: {check.verdict}. {check.why}" if check else ""
+    return " ".join(part for part in (head, m.note) if part)
 
 
 def families(index: TaskIndex) -> list[str]:
