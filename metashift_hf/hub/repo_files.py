@@ -261,23 +261,25 @@ def offline_task_files(
     repo_id: str, revision: str | None, files: Mapping[str, "int | None"], config: str | None
 ) -> None:
     """Offline: refuse a cached snapshot that lacks the task's spec (for ``config``, or any: a copy fetched by
-    ``datasets.load_dataset``) or its parquet shards, naming what it lacks (:func:`cache_lacks`)."""
+    ``datasets.load_dataset``), naming what it lacks (:func:`cache_lacks`). Its shards are asked for only when its
+    rows are read (:func:`offline_task_rows`): a spec and facts answer ``distance --task`` alone."""
     configs = configs_of(files)
-    sharded = sorted(
-        {
-            f.split("/")[0]
-            for f in files
-            if f.count("/") == 1 and f.endswith(".parquet") and not f.endswith((FACTS_FILE, PAIRS_FILE))
-        }
-    )
+    sharded = sorted({f.split("/")[0] for f in files if _is_shard(f)})
     if config is None and not configs:
         wanted = sharded or ["CONFIG"]
         raise cache_lacks(repo_id, revision, files, [f"{c}/{SPEC_FILE}" for c in wanted])
     if config is not None and config not in configs and (config in sharded or not configs):
         raise cache_lacks(repo_id, revision, files, [f"{config}/{SPEC_FILE}"])
-    for name in [config] if config is not None else configs[:1] if len(configs) == 1 else []:
-        if name not in sharded:
-            raise cache_lacks(repo_id, revision, files, [f"{name}/*.parquet (the task's rows)"])
+
+
+def offline_task_rows(repo_id: str, revision: str | None, files: Mapping[str, "int | None"], config: str) -> None:
+    """Offline, before a task's rows are read: refuse a cached snapshot without ``config``'s parquet shards."""
+    if not any(f.startswith(f"{config}/") and f.endswith(".parquet") and _is_shard(f) for f in files):
+        raise cache_lacks(repo_id, revision, files, [f"{config}/*.parquet (the task's rows)"])
+
+
+def _is_shard(path: str) -> bool:
+    return path.count("/") == 1 and path.endswith(".parquet") and not path.endswith((FACTS_FILE, PAIRS_FILE))
 
 
 def hub_files(repo_id: str, revision: str | None = None) -> dict[str, int | None]:
@@ -351,6 +353,7 @@ __all__ = [
     "cache_fetch_fix",
     "cache_lacks",
     "offline_task_files",
+    "offline_task_rows",
     "read_spec_file",
     "read_text_file",
     "check_spec_size",

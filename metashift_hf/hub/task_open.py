@@ -45,6 +45,7 @@ from .repo_files import (
     hub_offline,
     hub_text,
     offline_task_files,
+    offline_task_rows,
     pick_config,
     read_spec_file,
     read_text_file,
@@ -260,9 +261,11 @@ def _open_hub(ref: TaskRef) -> TaskData:
     else:
         spec, spec_sha = check_repo(where, files, name, lambda f: read_text_file(snapshot / f, f"{f} of {where}"))
         cache = folder_cache_dir(snapshot, {f: (snapshot / f).stat() for f in files})
-        rows = lambda: load_shards(  # noqa: E731 -- one of two row loaders
-            where, lambda: datasets.load_dataset(str(snapshot), name, cache_dir=cache)
-        )
+
+        def rows() -> "datasets.DatasetDict":  # the shards are asked for only here: spec and facts need none
+            offline_task_rows(repo_id, revision, files, name)
+            return load_shards(where, lambda: datasets.load_dataset(str(snapshot), name, cache_dir=cache))
+
     load = _checked_rows(rows, where, spec, file_spec=True, whole=True, config=name)
     facts = hub_facts(repo_id, files, name, revision, snapshot=snapshot, spec_version=spec.spec_version)
     return TaskData(ref, "hub", where, spec, load_rows=load, load_facts=facts, spec_sha256=spec_sha)
