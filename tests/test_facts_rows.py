@@ -18,7 +18,7 @@ from hardening_inputs import assert_one_line_error, run_cli
 from spec_versions import as_spec_version
 
 from metashift_hf.builders.meta_graph_facts import FACTS_FILE
-from metashift_hf.core.errors import InputFormatError
+from metashift_hf.core.errors import EmptyResultError, InputFormatError
 from metashift_hf.evaluate import evaluate
 from metashift_hf.evaluate.config import EvalConfig
 from metashift_hf.hub.export import export_tasks
@@ -202,3 +202,13 @@ def test_a_partial_split_warning_says_whether_its_rows_were_checked(exported, ex
     with caplog.at_level(logging.WARNING, logger="metashift_hf"):
         Evaluator(old["test"].select(range(2)))
     assert "cannot be checked to be that split's" in caplog.text
+
+
+def test_l17_a_split_given_with_no_rows_names_the_split_not_an_empty_list(exported):
+    """L-17: a DatasetDict whose test split has 0 rows said 'task has no split test', fix 'use one of: ' (empty)."""
+    ds = datasets.load_dataset(str(exported[0]), TASK)
+    ev = Evaluator(datasets.DatasetDict({"validation": ds["validation"], "test": ds["test"].select([])}))
+    with pytest.raises(EmptyResultError) as exc:
+        ev.labels("test")
+    assert "split 'test' has no rows in the data given" in exc.value.what
+    assert "validation" in exc.value.fix

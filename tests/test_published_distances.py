@@ -105,6 +105,12 @@ def _self_edge(rows):
     rows[0]["edges"] = [*rows[0]["edges"], {"target": rows[0]["subset"], "weight": 0.5}]
 
 
+def _halve_distances(rows):
+    for row in rows:
+        if row["distance_to_largest_community"] is not None:
+            row["distance_to_largest_community"] /= 2
+
+
 def _first(key, change):
     def edit(rows):
         rows[0][key] = change(rows[0][key])
@@ -121,6 +127,7 @@ EDITS = {
     "edge weight - 0.01": (FACTS_FILE, _weight_down),
     "a self-edge": (FACTS_FILE, _self_edge),
     "a pair's distance x1.01": (PAIRS_FILE, _first("distance", lambda d: d * 1.01)),
+    "X-37 every distance halved": (FACTS_FILE, _halve_distances),
 }
 
 

@@ -537,7 +537,7 @@ def test_models_summary_flags_models_at_or_below_the_baseline(data, space_world,
 
 
 def test_a_board_of_thousands_of_models_stays_one_page(data):
-    """Issue 44 / D3: a results file of 3,000 rows, each a new model and a new task, gave 90 MB of HTML (the whole
+    """Issue 44 / D3 (S-60): a results file of 3,000 rows, each a new model and a new task, gave 90 MB of HTML (the whole
     models x tasks table). The leaderboard view is one page of tasks and at most MAX_MODEL_COLUMNS models."""
     n = 3000
     board = pd.DataFrame(

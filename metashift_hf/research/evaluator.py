@@ -29,7 +29,7 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 import datasets
 import numpy as np
 
-from ..core.errors import InputFormatError, UnknownNameError, did_you_mean
+from ..core.errors import EmptyResultError, InputFormatError, UnknownNameError, did_you_mean
 from ..hub.task_data import TaskData, TaskRef
 from ..hub.task_open import open_task
 from ..scoring.predictions import PROB_TOLERANCE, TaskPredictions
@@ -144,9 +144,15 @@ class Evaluator:
                 " (several splits: eval({'validation': y_val, 'test': y_test}))",
             )
         if split not in self._rows:
+            if self.task.spec.split_sizes.get(split):  # L-17: the task has the split, the data given no rows of it
+                raise EmptyResultError(
+                    f"task {self.task.task_id}'s split {split!r} has no rows in the data given "
+                    f"(the task holds {self.task.spec.split_sizes[split]:,})",
+                    f"pass data that holds the split's rows (scorable here: {', '.join(self.splits) or 'none'})",
+                )
             raise UnknownNameError(
                 f"task {self.task.task_id} has no split {split!r}{did_you_mean(split, self.splits)}",
-                f"use one of: {', '.join(self.splits)}",
+                f"use one of: {', '.join(self.splits)}" if self.splits else "pass data that holds a split's rows",
             )
         return self._rows[split]
 
