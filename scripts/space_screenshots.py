@@ -8,7 +8,7 @@ missing or differs from the record, or when no doc shows it.
 
     metashift-hf demo                                                   # demo-output/hub
     metashift-hf evaluate --model efficientnet-lite0 --tasks demo-output/hub/metashift-imagenet-5 \\
-        --sample 100 --out demo-output/zoo                              # a leaderboard to show
+        --out demo-output/zoo                                           # a leaderboard to show
     python scripts/space_screenshots.py --from demo-output/hub --results demo-output/zoo --write
     python scripts/space_screenshots.py --check
 """
