@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install, lint, then run the offline test suite (what CI runs).
 #   bash scripts/test.sh          the suite without the tests marked slow, one pytest-xdist worker per core
-#                                 (1,575 tests: 3 min 03 s with install and lint on 2 cores on 2026-11-29)
+#                                 (1,577 tests: 3 min 12 s of pytest on 2 quiet cores on 2026-11-29)
 #   bash scripts/test.sh --all    also the slow end-to-end tests (whole commands, Hub-first round trips,
 #                                 the demo); run it before a release
 set -euo pipefail
