@@ -20,7 +20,7 @@ from metashift_hf.sources.coco_world import write_coco_world
 from metashift_hf.space import index as space_index
 from metashift_hf.tasks import families as tasks
 from metashift_hf.tasks import measured
-from metashift_hf.tasks.design_check import design_check
+from metashift_hf.tasks.design_check import design_check, design_verdict
 from metashift_hf.tasks.match_artifact import MatchInputs, run_match
 from metashift_hf.tasks.spec import SPEC_VERSION, ShiftSpec
 
@@ -275,6 +275,8 @@ def test_every_plannable_demo_task_of_every_family_is_typed(demo_build, tmp_path
     # contexts lean). 141 tasks: 140 and subpopbench-cat-dog (issue 45.2; a random split: none, consistent)
     assert len(specs) == 141 and specs["subpopbench-cat-dog"].shift_type == "none"
     verdicts = {t: design_check(s) for t, s in specs.items()}
+    # the listing's verdict (no p-values) is design_check's, task by task
+    assert {t: design_verdict(s) for t, s in specs.items()} == {t: c and c.verdict for t, c in verdicts.items()}
     off = {t: c.verdict for t, c in verdicts.items() if c is not None and c.verdict != "consistent"}
     assert off == {
         "shift-conditional-cat-dog-delta10": "underpowered",

@@ -130,46 +130,77 @@ def _parts(parts: frozenset[str]) -> str:
     return " and ".join(sorted(parts)) if parts else "no"
 
 
-def design_check(spec: ShiftSpec) -> DesignCheck | None:
-    """The verdict on ``spec``'s declared type from its test split's measurement (module docstring); None where
-    nothing is designed to compare (no test split measured, or a declared type that is not a shift type)."""
+@dataclass(frozen=True)
+class _Design:
+    """What the verdict is decided from: the declared and measured parts, the rows and the rows power needs."""
+
+    designed: frozenset[str]
+    shown: frozenset[str]
+    rows: int
+    needed: int | None
+
+    @property
+    def verdict(self) -> Verdict:
+        missing, extra = self.designed - self.shown, self.shown - self.designed
+        if not missing and not extra:
+            return "consistent"
+        if not extra and missing == {"P(Y|S)"} and self.needed is not None and self.rows < self.needed:
+            return "underpowered"
+        return "contradicts"
+
+
+def _design(spec: ShiftSpec) -> _Design | None:
     m = spec.measured
     test = m.split("test") if m is not None else None
     if test is None or spec.shift_type not in _PARTS or m.type not in _PARTS:
         return None
-    designed, shown = _PARTS[spec.shift_type], _PARTS[m.type]
-    p_s, p_c = _p_values(spec)
     n_train = spec.split_sizes.get("train", 0)
-    rows = n_train + test.n
     cf = spec.conditional
     needed = None
     if cf is not None and n_train:
         p_test = cf.p_a_given_s1_test if cf.p_a_given_s1_test is not None else 0.5
         needed = rows_needed(cf.p_a_given_s1_train, p_test, test.n / n_train)
+    return _Design(_PARTS[spec.shift_type], _PARTS[m.type], n_train + test.n, needed)
+
+
+def design_verdict(spec: ShiftSpec) -> Verdict | None:
+    """:func:`design_check`'s verdict alone, without the permutation p-values its sentence quotes (a listing of
+    thousands of tasks asks for this); None where nothing is designed to compare."""
+    design = _design(spec)
+    return design.verdict if design is not None else None
+
+
+def design_check(spec: ShiftSpec) -> DesignCheck | None:
+    """The verdict on ``spec``'s declared type from its test split's measurement (module docstring); None where
+    nothing is designed to compare (no test split measured, or a declared type that is not a shift type)."""
+    design = _design(spec)
+    if design is None:
+        return None
+    m, cf = spec.measured, spec.conditional
+    test = m.split("test")
+    designed, rows, needed = design.designed, design.rows, design.needed
+    p_s, p_c = _p_values(spec)
     figures = (
         f"P(S) TV {test.p_s_tv:.3f} (threshold {test.p_s_threshold:.3f}, p = {_p(p_s)}), P(Y|S) shift "
         f"{test.conditional:.3f} (threshold {test.conditional_threshold:.3f}, p = {_p(p_c)}), {rows:,} train + test rows"
     )
-    missing, extra = designed - shown, shown - designed
-    if not missing and not extra:
-        verdict: Verdict = "consistent"
+    missing, extra = designed - design.shown, design.shown - designed
+    verdict = design.verdict
+    if verdict == "consistent":
         why = (
             f"the rows show the designed {_parts(designed)} shift: {figures}"
             if designed
             else f"the rows show no shift, as designed: {figures}"
         )
-    elif not extra and missing == {"P(Y|S)"} and needed is not None and rows < needed:
-        verdict = "underpowered"
+    elif verdict == "underpowered":
         why = (
             f"the designed P(Y|S) shift (P({cf.class_a} | s1) {cf.p_a_given_s1_train:g} in train) is within sampling "
             f"noise at this size: {figures}; power {POWER:g} at the designed shift needs about {needed:,} rows "
             "(two-proportion approximation)"
         )
     elif extra:
-        verdict = "contradicts"
         why = f"the rows show a {_parts(extra)} shift the design does not set: {figures}"
     else:
-        verdict = "contradicts"
         enough = f"; power {POWER:g} needs about {needed:,} rows" if needed is not None else ""
         why = f"the rows do not show the designed {_parts(missing)} shift: {figures}{enough}"
     return DesignCheck(spec.shift_type, m.type, verdict, p_s, p_c, rows, needed, why)
@@ -189,4 +220,4 @@ def _p(p: float | None) -> str:
     return "-" if p is None else f"{p:.3g}"
 
 
-__all__ = ["ALPHA", "POWER", "DesignCheck", "Verdict", "design_check", "rows_needed", "with_verdict"]
+__all__ = ["ALPHA", "POWER", "DesignCheck", "Verdict", "design_check", "design_verdict", "rows_needed", "with_verdict"]
